@@ -1,0 +1,235 @@
+//! Event kinds (the registry in `docs/FORMAT.md`) and the metadata each one carries.
+
+use serde::{Deserialize, Serialize};
+
+/// Event kind ids. Ids are never reused; new kinds get new ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum EventKind {
+    CaptureInfo = 1,
+    Device = 2,
+    Module = 3,
+    Dispatch = 4,
+    Region = 5,
+    MemoryChunk = 6,
+    ModuleGlobal = 7,
+    Annotation = 8,
+    Index = 9,
+    End = 10,
+}
+
+impl EventKind {
+    pub fn from_u16(v: u16) -> Option<EventKind> {
+        Some(match v {
+            1 => EventKind::CaptureInfo,
+            2 => EventKind::Device,
+            3 => EventKind::Module,
+            4 => EventKind::Dispatch,
+            5 => EventKind::Region,
+            6 => EventKind::MemoryChunk,
+            7 => EventKind::ModuleGlobal,
+            8 => EventKind::Annotation,
+            9 => EventKind::Index,
+            10 => EventKind::End,
+            _ => return None,
+        })
+    }
+
+    /// Whether a reader that lacks this kind must refuse the file. Everything replay needs
+    /// is critical; descriptive events are not.
+    pub fn is_critical(self) -> bool {
+        !matches!(
+            self,
+            EventKind::CaptureInfo | EventKind::Device | EventKind::Annotation
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::CaptureInfo => "capture info",
+            EventKind::Device => "device",
+            EventKind::Module => "module",
+            EventKind::Dispatch => "dispatch",
+            EventKind::Region => "memory region",
+            EventKind::MemoryChunk => "memory chunk",
+            EventKind::ModuleGlobal => "module global",
+            EventKind::Annotation => "annotation",
+            EventKind::Index => "index",
+            EventKind::End => "END",
+        }
+    }
+}
+
+/// Who recorded the capture, where and when.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureInfo {
+    pub tool_version: String,
+    pub host: String,
+    pub pid: u32,
+    /// MPI / torchrun rank when the recorder found one.
+    pub rank: Option<u32>,
+    pub command_line: Vec<String>,
+    /// Capture time, nanoseconds since the Unix epoch.
+    pub time_unix_ns: u64,
+    /// 1-based index of this dispatch among those matching the kernel filter.
+    pub match_index: u64,
+    /// 1-based index of this dispatch among all launches the process made.
+    pub launch_index: u64,
+    /// The kernel filter the user gave.
+    pub kernel_filter: String,
+}
+
+/// The GPU the capture was recorded on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub ordinal: u32,
+    pub cc_major: u32,
+    pub cc_minor: u32,
+    pub uuid: [u8; 16],
+    /// As `cuDriverGetVersion` reports it (e.g. 13000).
+    pub driver_version: u32,
+    pub total_memory: u64,
+    pub sm_count: u32,
+}
+
+/// What a module image holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ModuleKind {
+    /// ELF cubin for one SM architecture.
+    Cubin,
+    /// PTX text, JIT-compilable on other architectures.
+    Ptx,
+    /// A fatbinary with several images.
+    Fatbin,
+}
+
+/// A code object the application loaded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleImage {
+    pub module_id: u32,
+    pub kind: ModuleKind,
+    /// SM architecture as major*10+minor (90 for sm_90), 0 when unknown (PTX).
+    pub arch: u32,
+    pub image: Vec<u8>,
+}
+
+/// The launch API the application used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LaunchApi {
+    LaunchKernel,
+    LaunchKernelEx,
+    LaunchCooperativeKernel,
+}
+
+/// One kernel parameter, as `cuFuncGetParamInfo` describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Param {
+    pub offset: u32,
+    pub size: u32,
+}
+
+/// A launch attribute passed to `cuLaunchKernelEx`, kept as its raw value bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchAttribute {
+    /// `CUlaunchAttributeID`.
+    pub id: u32,
+    /// The attribute's `CUlaunchAttributeValue` bytes.
+    pub value: Vec<u8>,
+}
+
+/// The captured kernel launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dispatch {
+    /// Mangled kernel name, as the module's symbol table spells it.
+    pub kernel_name: String,
+    pub module_id: u32,
+    pub api: LaunchApi,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    /// Cluster dimensions; `[0, 0, 0]` when none were requested.
+    pub cluster: [u32; 3],
+    pub dynamic_shared_bytes: u32,
+    pub attributes: Vec<LaunchAttribute>,
+    pub params: Vec<Param>,
+    /// All kernel-argument bytes, laid out at the parameter offsets.
+    pub arg_bytes: Vec<u8>,
+    /// Byte offsets into `arg_bytes` of 8-byte words that hold device pointers.
+    pub pointer_words: Vec<u32>,
+    /// Duration of the original launch in the application, measured with CUDA events
+    /// recorded on the launch stream around it.
+    pub original_duration_ns: Option<u64>,
+}
+
+/// Kind of device memory a region came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemoryKind {
+    /// `cuMemAlloc` / `cudaMalloc`.
+    Device,
+    /// Stream-ordered allocation (`cuMemAllocAsync`).
+    Async,
+    /// Virtual memory management (`cuMemCreate` + `cuMemMap`).
+    Vmm,
+    /// Managed (unified) memory.
+    Managed,
+    /// A module `__device__` / `__constant__` variable.
+    ModuleGlobal,
+    Unknown,
+}
+
+/// Why a region is in the capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegionRole {
+    /// A kernel argument points into it.
+    Argument,
+    /// Reached through a pointer stored in another captured region.
+    Indirect,
+    /// A module global variable.
+    Global,
+    /// Captured because `--memory all` took every live allocation.
+    Allocation,
+}
+
+/// One contiguous range of device memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    pub region_id: u32,
+    /// Device virtual address in the recorded process.
+    pub address: u64,
+    pub size: u64,
+    pub kind: MemoryKind,
+    pub role: RegionRole,
+    /// Bytes per memory chunk (the last chunk may be shorter).
+    pub chunk_size: u64,
+}
+
+/// A module global variable, backed by a region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleGlobal {
+    pub module_id: u32,
+    pub name: String,
+    pub region_id: u32,
+}
+
+/// A free-form note attached to a capture.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotation {
+    pub key: String,
+    pub value: String,
+}
+
+/// One entry of the index: where an event starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexEntry {
+    pub kind: u16,
+    /// Offset of the event frame.
+    pub offset: u64,
+}
+
+/// The END event's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndMark {
+    /// Number of events before END.
+    pub event_count: u32,
+    pub index_offset: u64,
+}

@@ -1,0 +1,23 @@
+//! `kreplay-format`: the `.krr` capture log.
+//!
+//! A log is a fixed header, a stream of typed, checksummed events, an index, an END event and
+//! a trailer (`docs/FORMAT.md`). [`CaptureWriter`] streams one out; [`Capture::parse`] reads one
+//! from bytes without I/O; [`verify`] checks everything; [`salvage`] rescues an incomplete one.
+
+pub mod chunk;
+pub mod codec;
+pub mod error;
+pub mod events;
+pub mod file;
+pub mod layout;
+pub mod reader;
+pub mod salvage;
+pub mod writer;
+
+pub use chunk::{DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL};
+pub use error::{FormatError, Result};
+pub use events::*;
+pub use layout::{ChunkEncoding, MemoryState, VERSION_MAJOR, VERSION_MINOR};
+pub use reader::{scan, verify, Capture, ChunkRef, ScanReport, VerifyReport};
+pub use salvage::{salvage, SalvageReport};
+pub use writer::{CaptureWriter, WriterOptions};

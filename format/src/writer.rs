@@ -1,0 +1,257 @@
+//! Streaming writer. The header is written first with state RECORDING and rewritten by
+//! `finish`, so a file whose writer died is recognisably incomplete. Memory is encoded in
+//! batches on the rayon pool and written in order; nothing is held twice.
+
+use std::collections::HashMap;
+use std::io::{Seek, SeekFrom, Write};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::chunk::{encode_chunk, DEFAULT_LEVEL, MAX_CHUNK_SIZE};
+use crate::codec;
+use crate::error::{FormatError, Result};
+use crate::events::*;
+use crate::layout::*;
+
+/// Writer settings.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterOptions {
+    /// zstd level for memory chunks.
+    pub level: i32,
+    /// Metadata payloads larger than this are zstd-compressed.
+    pub compress_metadata_above: usize,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            level: DEFAULT_LEVEL,
+            compress_metadata_above: 4096,
+        }
+    }
+}
+
+struct RegionShape {
+    size: u64,
+    chunk_size: u64,
+}
+
+/// Writes one `.krr` log to any seekable sink.
+pub struct CaptureWriter<W: Write + Seek> {
+    out: W,
+    pos: u64,
+    uuid: [u8; 16],
+    index: Vec<IndexEntry>,
+    regions: HashMap<u32, RegionShape>,
+    opts: WriterOptions,
+}
+
+impl<W: Write + Seek> CaptureWriter<W> {
+    /// Starts a log: writes the header with state RECORDING.
+    pub fn new(mut out: W, uuid: [u8; 16], opts: WriterOptions) -> Result<Self> {
+        let header = FileHeader {
+            major: VERSION_MAJOR,
+            minor: VERSION_MINOR,
+            features: 0,
+            uuid,
+            state: STATE_RECORDING,
+            index_offset: 0,
+        };
+        out.write_all(&header.encode())?;
+        Ok(CaptureWriter {
+            out,
+            pos: HEADER_LEN as u64,
+            uuid,
+            index: Vec::new(),
+            regions: HashMap::new(),
+            opts,
+        })
+    }
+
+    /// Bytes written so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    fn write_event(&mut self, kind: u16, flags: u16, parts: &[&[u8]]) -> Result<()> {
+        let mut hasher = crc32fast::Hasher::new();
+        let mut len = 0u64;
+        for p in parts {
+            hasher.update(p);
+            len += p.len() as u64;
+        }
+        let frame = Frame {
+            kind,
+            flags,
+            payload_crc: hasher.finalize(),
+            payload_len: len,
+        };
+        self.index.push(IndexEntry {
+            kind,
+            offset: self.pos,
+        });
+        self.out.write_all(&frame.encode())?;
+        for p in parts {
+            self.out.write_all(p)?;
+        }
+        self.pos += FRAME_LEN as u64 + len;
+        Ok(())
+    }
+
+    fn write_meta<T: Serialize>(&mut self, kind: EventKind, value: &T) -> Result<()> {
+        let bytes = codec::encode(value, kind.name())?;
+        let mut flags = if kind.is_critical() { FLAG_CRITICAL } else { 0 };
+        if bytes.len() > self.opts.compress_metadata_above {
+            let z = zstd::bulk::compress(&bytes, 3).map_err(|e| FormatError::Encode {
+                what: kind.name(),
+                message: e.to_string(),
+            })?;
+            if z.len() < bytes.len() {
+                flags |= FLAG_ZSTD;
+                return self.write_event(kind as u16, flags, &[&z]);
+            }
+        }
+        self.write_event(kind as u16, flags, &[&bytes])
+    }
+
+    /// Appends an event exactly as given (salvage and tests of unknown kinds use this).
+    pub fn write_raw_event(&mut self, kind: u16, flags: u16, payload: &[u8]) -> Result<()> {
+        self.write_event(kind, flags, &[payload])
+    }
+
+    pub fn capture_info(&mut self, v: &CaptureInfo) -> Result<()> {
+        self.write_meta(EventKind::CaptureInfo, v)
+    }
+    pub fn device(&mut self, v: &DeviceInfo) -> Result<()> {
+        self.write_meta(EventKind::Device, v)
+    }
+    pub fn module(&mut self, v: &ModuleImage) -> Result<()> {
+        self.write_meta(EventKind::Module, v)
+    }
+    pub fn dispatch(&mut self, v: &Dispatch) -> Result<()> {
+        self.write_meta(EventKind::Dispatch, v)
+    }
+    pub fn module_global(&mut self, v: &ModuleGlobal) -> Result<()> {
+        self.write_meta(EventKind::ModuleGlobal, v)
+    }
+    pub fn annotation(&mut self, v: &Annotation) -> Result<()> {
+        self.write_meta(EventKind::Annotation, v)
+    }
+
+    /// Declares a region; its memory follows with `memory`.
+    pub fn region(&mut self, v: &Region) -> Result<()> {
+        if v.chunk_size == 0 || v.chunk_size > MAX_CHUNK_SIZE {
+            return Err(FormatError::Limit {
+                what: "chunk size",
+                message: format!("{} not in 1..={MAX_CHUNK_SIZE}", v.chunk_size),
+            });
+        }
+        if self.regions.contains_key(&v.region_id) {
+            return Err(FormatError::Limit {
+                what: "region id",
+                message: format!("region {} declared twice", v.region_id),
+            });
+        }
+        self.write_meta(EventKind::Region, v)?;
+        self.regions.insert(
+            v.region_id,
+            RegionShape {
+                size: v.size,
+                chunk_size: v.chunk_size,
+            },
+        );
+        Ok(())
+    }
+
+    /// Writes `data`, the region's bytes starting at `offset` (a multiple of the region's chunk
+    /// size), as chunks of `state`. `data` must end at a chunk boundary or at the region's end.
+    /// Call repeatedly to stream a region larger than memory.
+    pub fn memory(
+        &mut self,
+        region_id: u32,
+        state: MemoryState,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let shape = self.regions.get(&region_id).ok_or(FormatError::Limit {
+            what: "region id",
+            message: format!("memory for undeclared region {region_id}"),
+        })?;
+        let (size, cs) = (shape.size, shape.chunk_size);
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= size)
+            .ok_or_else(|| FormatError::Limit {
+                what: "memory range",
+                message: format!(
+                    "{} bytes at offset {offset} exceed region {region_id} of {size} bytes",
+                    data.len()
+                ),
+            })?;
+        if offset % cs != 0 || (end % cs != 0 && end != size) {
+            return Err(FormatError::Limit {
+                what: "memory range",
+                message: format!("[{offset}, {end}) is not aligned to chunk size {cs}"),
+            });
+        }
+        let level = self.opts.level;
+        // Batches bound the encoded bytes held at once while keeping every core busy.
+        let batch = (rayon::current_num_threads() * 2).max(2);
+        let pieces: Vec<&[u8]> = data.chunks(cs as usize).collect();
+        for (bi, group) in pieces.chunks(batch).enumerate() {
+            let encoded: Vec<_> = group.par_iter().map(|c| encode_chunk(c, level)).collect();
+            for (i, (piece, enc)) in group.iter().zip(encoded).enumerate() {
+                let chunk_offset = offset + ((bi * batch + i) as u64) * cs;
+                let prefix = ChunkPrefix {
+                    region_id,
+                    state,
+                    encoding: enc.encoding,
+                    offset: chunk_offset,
+                    raw_len: piece.len() as u64,
+                    raw_crc: enc.raw_crc,
+                };
+                self.write_event(
+                    EventKind::MemoryChunk as u16,
+                    FLAG_CRITICAL,
+                    &[&prefix.encode(), &enc.stored],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the index, END and trailer, then marks the header COMPLETE.
+    pub fn finish(mut self) -> Result<W> {
+        let index_offset = self.pos;
+        let entries = std::mem::take(&mut self.index);
+        let event_count = entries.len() as u32 + 1; // the index itself
+        self.write_meta(EventKind::Index, &entries)?;
+        let end_offset = self.pos;
+        let end = EndMark {
+            event_count,
+            index_offset,
+        };
+        self.write_meta(EventKind::End, &end)?;
+        let trailer = Trailer {
+            index_offset,
+            end_offset,
+            event_count: event_count + 1,
+        };
+        self.out.write_all(&trailer.encode())?;
+        let header = FileHeader {
+            major: VERSION_MAJOR,
+            minor: VERSION_MINOR,
+            features: 0,
+            uuid: self.uuid,
+            state: STATE_COMPLETE,
+            index_offset,
+        };
+        self.out.flush()?;
+        self.out.seek(SeekFrom::Start(0))?;
+        self.out.write_all(&header.encode())?;
+        self.out.seek(SeekFrom::End(0))?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}

@@ -1,0 +1,128 @@
+//! A small, deterministic capture used by the golden, corruption and salvage tests.
+#![allow(dead_code)]
+
+use std::io::Cursor;
+
+use kreplay_format::*;
+
+pub const UUID: [u8; 16] = *b"kreplay-golden-1";
+
+pub fn dispatch() -> Dispatch {
+    Dispatch {
+        kernel_name: "_Z5saxpyifPKfPf".into(),
+        module_id: 1,
+        api: LaunchApi::LaunchKernel,
+        grid: [4, 1, 1],
+        block: [128, 1, 1],
+        cluster: [0, 0, 0],
+        dynamic_shared_bytes: 0,
+        attributes: vec![],
+        params: vec![
+            Param { offset: 0, size: 4 },
+            Param { offset: 4, size: 4 },
+            Param { offset: 8, size: 8 },
+            Param { offset: 16, size: 8 },
+        ],
+        arg_bytes: {
+            let mut a = vec![0u8; 24];
+            a[0..4].copy_from_slice(&512i32.to_le_bytes());
+            a[4..8].copy_from_slice(&2.0f32.to_le_bytes());
+            a[8..16].copy_from_slice(&0x7f00_0000_0000u64.to_le_bytes());
+            a[16..24].copy_from_slice(&0x7f00_0000_1000u64.to_le_bytes());
+            a
+        },
+        pointer_words: vec![8, 16],
+        original_duration_ns: Some(4321),
+    }
+}
+
+/// Writes the sample with the given chunk size; returns the file bytes.
+pub fn sample_with(chunk_size: u64) -> Vec<u8> {
+    let mut w = CaptureWriter::new(Cursor::new(Vec::new()), UUID, WriterOptions::default())
+        .expect("writer");
+    w.capture_info(&CaptureInfo {
+        tool_version: "0.1.0".into(),
+        host: "golden".into(),
+        pid: 42,
+        rank: None,
+        command_line: vec!["./saxpy".into(), "512".into()],
+        time_unix_ns: 1_700_000_000_000_000_000,
+        match_index: 1,
+        launch_index: 3,
+        kernel_filter: "saxpy".into(),
+    })
+    .expect("info");
+    w.device(&DeviceInfo {
+        name: "NVIDIA H200".into(),
+        ordinal: 0,
+        cc_major: 9,
+        cc_minor: 0,
+        uuid: [7; 16],
+        driver_version: 13000,
+        total_memory: 150_000_000_000,
+        sm_count: 132,
+    })
+    .expect("device");
+    w.module(&ModuleImage {
+        module_id: 1,
+        kind: ModuleKind::Cubin,
+        arch: 90,
+        image: b"\x7fELF-not-a-real-cubin".to_vec(),
+    })
+    .expect("module");
+    w.dispatch(&dispatch()).expect("dispatch");
+    let x: Vec<u8> = (0..512u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let y: Vec<u8> = vec![0u8; 2048];
+    w.region(&Region {
+        region_id: 0,
+        address: 0x7f00_0000_0000,
+        size: x.len() as u64,
+        kind: MemoryKind::Device,
+        role: RegionRole::Argument,
+        chunk_size,
+    })
+    .expect("region 0");
+    w.memory(0, MemoryState::Pre, 0, &x).expect("x");
+    w.region(&Region {
+        region_id: 1,
+        address: 0x7f00_0000_1000,
+        size: y.len() as u64,
+        kind: MemoryKind::Device,
+        role: RegionRole::Argument,
+        chunk_size,
+    })
+    .expect("region 1");
+    w.memory(1, MemoryState::Pre, 0, &y).expect("y");
+    let post: Vec<u8> = (0..512u32).flat_map(|i| (2.0 * i as f32).to_le_bytes()).collect();
+    w.memory(1, MemoryState::Post, 0, &post).expect("post");
+    w.annotation(&Annotation {
+        key: "note".into(),
+        value: "golden sample".into(),
+    })
+    .expect("annotation");
+    w.finish().expect("finish").into_inner()
+}
+
+/// What a recorder that died before `finish` leaves behind: every event up to the index,
+/// header still RECORDING.
+pub fn unfinished_bytes(chunk_size: u64) -> Vec<u8> {
+    let full = sample_with(chunk_size);
+    let cap = Capture::parse(&full).expect("parse");
+    // Everything before the index is what a dead recorder left behind, with header RECORDING.
+    let mut bytes = full[..cap.header.index_offset as usize].to_vec();
+    let header = kreplay_format::layout::FileHeader {
+        state: kreplay_format::layout::STATE_RECORDING,
+        index_offset: 0,
+        ..cap.header
+    };
+    bytes[..64].copy_from_slice(&header.encode());
+    bytes
+}
+
+pub fn sample() -> Vec<u8> {
+    sample_with(1024)
+}
+
+pub fn sample_region0() -> Vec<u8> {
+    (0..512u32).flat_map(|i| (i as f32).to_le_bytes()).collect()
+}

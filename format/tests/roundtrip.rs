@@ -1,0 +1,157 @@
+//! Property tests: whatever is written reads back identically.
+
+use std::io::Cursor;
+
+use kreplay_format::*;
+use proptest::prelude::*;
+
+const CS: u64 = 256;
+
+fn size_strategy() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0u64),
+        Just(1),
+        Just(CS - 1),
+        Just(CS),
+        Just(CS + 1),
+        Just(3 * CS),
+        Just(3 * CS - 1),
+        Just(3 * CS + 1),
+        0u64..5000,
+    ]
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fill {
+    Zeros,
+    Random,
+    Repetitive,
+}
+
+fn fill_strategy() -> impl Strategy<Value = Fill> {
+    prop_oneof![Just(Fill::Zeros), Just(Fill::Random), Just(Fill::Repetitive)]
+}
+
+fn make(size: u64, fill: Fill, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..size)
+        .map(|i| match fill {
+            Fill::Zeros => 0,
+            Fill::Repetitive => (i % 7) as u8,
+            Fill::Random => {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            }
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn regions_round_trip(
+        regions in prop::collection::vec((size_strategy(), fill_strategy(), any::<u64>(), any::<bool>()), 0..5),
+        name in "[a-zA-Z_][a-zA-Z0-9_]{0,40}",
+        args in prop::collection::vec(any::<u8>(), 0..64),
+        annotations in prop::collection::vec(("[a-z]{1,8}", ".{0,20}"), 0..3),
+    ) {
+        let mut w = CaptureWriter::new(Cursor::new(Vec::new()), [9; 16], WriterOptions::default()).unwrap();
+        let dispatch = Dispatch {
+            kernel_name: name.clone(),
+            module_id: 0,
+            api: LaunchApi::LaunchKernelEx,
+            grid: [1, 2, 3],
+            block: [32, 1, 1],
+            cluster: [2, 1, 1],
+            dynamic_shared_bytes: 1 << 16,
+            attributes: vec![LaunchAttribute { id: 4, value: vec![1, 2, 3] }],
+            params: vec![Param { offset: 0, size: args.len() as u32 }],
+            arg_bytes: args.clone(),
+            pointer_words: vec![],
+            original_duration_ns: None,
+        };
+        w.dispatch(&dispatch).unwrap();
+        let mut expected = Vec::new();
+        for (i, (size, fill, seed, written)) in regions.iter().enumerate() {
+            let data = make(*size, *fill, *seed);
+            w.region(&Region {
+                region_id: i as u32,
+                address: 0x1000_0000 * (i as u64 + 1),
+                size: *size,
+                kind: MemoryKind::Device,
+                role: RegionRole::Argument,
+                chunk_size: CS,
+            }).unwrap();
+            // Stream in two calls to exercise resumption at a chunk boundary.
+            let split = ((*size / CS) / 2 * CS) as usize;
+            w.memory(i as u32, MemoryState::Pre, 0, &data[..split]).unwrap();
+            w.memory(i as u32, MemoryState::Pre, split as u64, &data[split..]).unwrap();
+            let post = if *written && *size > 0 {
+                let post = make((*size).min(CS), Fill::Random, seed.wrapping_add(1));
+                w.memory(i as u32, MemoryState::Post, 0, &post).unwrap();
+                Some(post)
+            } else { None };
+            expected.push((data, post));
+        }
+        for (k, v) in &annotations {
+            w.annotation(&Annotation { key: k.clone(), value: v.clone() }).unwrap();
+        }
+        let bytes = w.finish().unwrap().into_inner();
+        let report = verify(&bytes).unwrap();
+        let cap = Capture::parse(&bytes).unwrap();
+        prop_assert_eq!(&cap.dispatch, &dispatch);
+        prop_assert_eq!(cap.annotations.len(), annotations.len());
+        let mut raw = 0;
+        for (i, (data, post)) in expected.iter().enumerate() {
+            let back = cap.read_region(i as u32).unwrap();
+            prop_assert_eq!(&back, data);
+            raw += data.len() as u64;
+            match post {
+                Some(p) => {
+                    let c: Vec<_> = cap.chunks(i as u32, MemoryState::Post).collect();
+                    prop_assert_eq!(c.len(), 1);
+                    let mut buf = vec![0u8; c[0].raw_len as usize];
+                    cap.read_chunk_into(c[0], &mut buf).unwrap();
+                    prop_assert_eq!(&buf, p);
+                    raw += p.len() as u64;
+                }
+                None => prop_assert!(!cap.is_written(i as u32)),
+            }
+        }
+        prop_assert_eq!(report.raw_bytes, raw);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..2048)) {
+        let _ = Capture::parse(&data);
+        let _ = verify(&data);
+        let _ = scan(&data);
+    }
+
+    #[test]
+    fn mutated_sample_never_panics(edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)) {
+        let mut w = CaptureWriter::new(Cursor::new(Vec::new()), [1; 16], WriterOptions::default()).unwrap();
+        w.dispatch(&Dispatch {
+            kernel_name: "k".into(), module_id: 0, api: LaunchApi::LaunchKernel,
+            grid: [1; 3], block: [1; 3], cluster: [0; 3], dynamic_shared_bytes: 0,
+            attributes: vec![], params: vec![], arg_bytes: vec![], pointer_words: vec![],
+            original_duration_ns: None,
+        }).unwrap();
+        w.region(&Region { region_id: 0, address: 0, size: 300, kind: MemoryKind::Device, role: RegionRole::Argument, chunk_size: 128 }).unwrap();
+        w.memory(0, MemoryState::Pre, 0, &make(300, Fill::Repetitive, 0)).unwrap();
+        let mut bytes = w.finish().unwrap().into_inner();
+        for (idx, v) in edits {
+            let i = idx.index(bytes.len());
+            bytes[i] = v;
+        }
+        if let Ok(cap) = Capture::parse(&bytes) {
+            for r in cap.regions.clone() {
+                let _ = cap.read_region(r.region_id);
+            }
+        }
+        let _ = verify(&bytes);
+        let _ = salvage(&bytes, Cursor::new(Vec::new()));
+    }
+}
