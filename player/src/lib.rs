@@ -1,1 +1,9 @@
+//! `kreplay-player`: turns a parsed `.krr` capture into a live replay session in this process:
+//! primary context, memory mapped back at the captured addresses, module loaded, globals
+//! restored; then runs timed, restored, optionally verified passes.
 
+mod session;
+mod verify;
+
+pub use session::{AddressMode, PassStats, PlayError, PlayOptions, PlayReport, Session};
+pub use verify::{Mismatch, VerifyOutcome};

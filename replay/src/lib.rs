@@ -1,1 +1,8 @@
-pub fn placeholder() {}
+//! `kreplay-replay`: the only crate that touches CUDA. Raw driver and CUPTI calls are wrapped
+//! once (`driver`, `cupti`, `vmm`) into `Result`-returning functions and owning types.
+
+pub mod cupti;
+pub mod driver;
+pub mod vmm;
+
+pub use driver::{ensure_driver, CudaError, DriverUnavailable};

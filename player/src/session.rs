@@ -1,0 +1,532 @@
+//! A replay session: everything one capture needs on the GPU, then the pass loop.
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use kreplay_format::{Capture, FormatError, LaunchApi, MemoryState, ModuleKind, RegionRole};
+use kreplay_replay::driver::{
+    self, copy_dtod_async, copy_dtoh, copy_htod, CudaError, DeviceBuffer, DeviceProps, Event,
+    Module, PinnedBuffer, PrimaryContext, Stream,
+};
+use kreplay_replay::vmm::{FixedMapping, MapError};
+use kreplay_replay::DriverUnavailable;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::verify::{compare, VerifyOutcome};
+
+/// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
+const ATTR_COOPERATIVE: u32 = 2;
+/// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
+const ATTR_CLUSTER_DIMENSION: u32 = 4;
+/// Staging window for uploads: decoded in parallel, then one DMA.
+const UPLOAD_WINDOW: u64 = 256 << 20;
+/// Larger than the L2 of any current GPU (H200: 60 MB), written to evict it.
+const FLUSH_BYTES: usize = 512 << 20;
+
+/// What can stop a replay.
+#[derive(Debug, thiserror::Error)]
+pub enum PlayError {
+    #[error(transparent)]
+    Driver(#[from] DriverUnavailable),
+    #[error("device {requested} does not exist: this machine has {count} CUDA device(s)")]
+    NoSuchDevice { requested: i32, count: i32 },
+    #[error("CUDA error: {0}")]
+    Cuda(#[from] CudaError),
+    #[error("cannot map the captured memory: {0}")]
+    Map(#[from] MapError),
+    #[error("the capture was recorded for sm_{captured} and holds no PTX, but device {ordinal} ({name}) is sm_{device}: replay it on an sm_{captured} GPU, or pass --module with a cubin built for sm_{device}")]
+    WrongArch {
+        captured: u32,
+        device: u32,
+        ordinal: i32,
+        name: String,
+    },
+    #[error("the capture holds no module {0} for its dispatch")]
+    NoModule(u32),
+    #[error("kernel {kernel} was not found in the module: {source}")]
+    KernelNotFound { kernel: String, source: CudaError },
+    #[error("capture is damaged: {0}")]
+    Format(#[from] FormatError),
+}
+
+/// How the pass loop runs.
+#[derive(Debug, Clone)]
+pub struct PlayOptions {
+    pub device: i32,
+    pub passes: u32,
+    pub warmup: u32,
+    pub verify: bool,
+    pub flush_cache: bool,
+    /// A replacement code object (cubin) holding a kernel of the same name and parameters.
+    pub module_override: Option<Vec<u8>>,
+}
+
+impl Default for PlayOptions {
+    fn default() -> Self {
+        PlayOptions {
+            device: 0,
+            passes: 1,
+            warmup: 0,
+            verify: false,
+            flush_cache: false,
+            module_override: None,
+        }
+    }
+}
+
+/// Where the captured pointers point in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddressMode {
+    /// Every region is mapped at its captured virtual address.
+    Original,
+    /// Pointers were rewritten to new addresses.
+    Relocated,
+}
+
+/// Per-pass figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PassStats {
+    pub duration_ns: u64,
+    pub restore_ns: u64,
+}
+
+/// Everything a replay produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlayReport {
+    pub kernel: String,
+    pub passes: u32,
+    pub warmup: u32,
+    pub durations_ns: Vec<u64>,
+    pub min_ns: u64,
+    pub median_ns: u64,
+    pub max_ns: u64,
+    pub original_ns: Option<u64>,
+    pub address_mode: AddressMode,
+    pub device: String,
+    pub write_set_bytes: u64,
+    /// Restore copy time per pass (not inside `durations_ns`), median.
+    pub restore_median_ns: u64,
+    /// Where the pristine copy of the write set lives: "device" or "host".
+    pub pristine: &'static str,
+    pub cache: &'static str,
+    /// Wall time from opening the session to the first launch.
+    pub setup_ms: f64,
+    pub verify: VerifyOutcome,
+}
+
+/// One range the kernel writes: restored before every pass.
+struct WriteRange {
+    device_addr: u64,
+    pristine_offset: u64,
+    len: u64,
+}
+
+enum Pristine {
+    Device(DeviceBuffer),
+    Host(PinnedBuffer),
+    None,
+}
+
+/// A capture made live on the GPU.
+pub struct Session<'c> {
+    cap: &'c Capture<'c>,
+    props: DeviceProps,
+    // Field order is drop order: everything device-side before the context.
+    stream: Stream,
+    pristine: Pristine,
+    flush: Option<DeviceBuffer>,
+    module: Module,
+    function: driver::sys::CUfunction,
+    args: Vec<u8>,
+    param_offsets: Vec<u32>,
+    attributes: Vec<(u32, [u8; 64])>,
+    write_set: Vec<WriteRange>,
+    /// Replay device address of every region (globals move; the rest stay put).
+    region_addr: Vec<(u32, u64)>,
+    _mapping: FixedMapping,
+    _ctx: PrimaryContext,
+    opened: Instant,
+}
+
+fn upload_region(cap: &Capture<'_>, region_id: u32, dst: u64, staging: &mut PinnedBuffer) -> Result<(), PlayError> {
+    let r = cap.region(region_id).ok_or(PlayError::NoModule(region_id))?;
+    let chunks: Vec<_> = cap.chunks(region_id, MemoryState::Pre).collect();
+    let per_window = (staging.as_slice().len() as u64 / r.chunk_size).max(1) as usize;
+    for window in chunks.chunks(per_window) {
+        let start = window[0].offset;
+        let len: u64 = window.iter().map(|c| c.raw_len).sum();
+        let buf = &mut staging.as_mut_slice()[..len as usize];
+        buf.par_chunks_mut(r.chunk_size as usize)
+            .zip(window.par_iter())
+            .try_for_each(|(dst, c)| cap.read_chunk_into(c, dst))?;
+        copy_htod(dst + start, buf)?;
+    }
+    Ok(())
+}
+
+impl<'c> Session<'c> {
+    /// Prepares the capture on device `opts.device`.
+    pub fn open(cap: &'c Capture<'c>, opts: &PlayOptions) -> Result<Session<'c>, PlayError> {
+        let opened = Instant::now();
+        driver::ensure_driver()?;
+        let count = driver::device_count()?;
+        if opts.device < 0 || opts.device >= count {
+            return Err(PlayError::NoSuchDevice {
+                requested: opts.device,
+                count,
+            });
+        }
+        let props = driver::device_props(opts.device)?;
+        let d = &cap.dispatch;
+        let image = match &opts.module_override {
+            Some(img) => img.clone(),
+            None => {
+                let m = cap.module(d.module_id).ok_or(PlayError::NoModule(d.module_id))?;
+                let dev_arch = props.cc_major * 10 + props.cc_minor;
+                if m.kind == ModuleKind::Cubin && m.arch != 0 && m.arch != dev_arch {
+                    let ptx = cap.modules.iter().find(|p| p.kind == ModuleKind::Ptx);
+                    match ptx {
+                        Some(p) => p.image.clone(),
+                        None => {
+                            return Err(PlayError::WrongArch {
+                                captured: m.arch,
+                                device: dev_arch,
+                                ordinal: opts.device,
+                                name: props.name.clone(),
+                            })
+                        }
+                    }
+                } else {
+                    m.image.clone()
+                }
+            }
+        };
+
+        let ctx = PrimaryContext::retain(opts.device)?;
+        // Map before anything else allocates device memory, so nothing of ours sits where
+        // the capture needs to be.
+        let fixed: Vec<(u64, u64)> = cap
+            .regions
+            .iter()
+            .filter(|r| r.role != RegionRole::Global)
+            .map(|r| (r.address, r.size))
+            .collect();
+        let mapping = FixedMapping::map(&fixed, opts.device)?;
+
+        let largest = cap.regions.iter().map(|r| r.size).max().unwrap_or(0);
+        let chunk = cap.regions.iter().map(|r| r.chunk_size).max().unwrap_or(1);
+        let window = largest.min(UPLOAD_WINDOW.max(chunk)).max(1);
+        let mut staging = PinnedBuffer::new(window as usize)?;
+        for r in cap.regions.iter().filter(|r| r.role != RegionRole::Global) {
+            upload_region(cap, r.region_id, r.address, &mut staging)?;
+        }
+
+        let module = Module::load(&image)?;
+        let function = module
+            .function(&d.kernel_name)
+            .map_err(|source| PlayError::KernelNotFound {
+                kernel: d.kernel_name.clone(),
+                source,
+            })?;
+        let mut region_addr: Vec<(u32, u64)> = cap
+            .regions
+            .iter()
+            .filter(|r| r.role != RegionRole::Global)
+            .map(|r| (r.region_id, r.address))
+            .collect();
+        for g in &cap.globals {
+            let Ok((ptr, size)) = driver::module_global(module.raw, &g.name) else {
+                continue; // the variant module may lack it; the kernel cannot reference it then
+            };
+            let data = cap.read_region(g.region_id)?;
+            let n = data.len().min(size as usize);
+            copy_htod(ptr, &data[..n])?;
+            region_addr.push((g.region_id, ptr));
+        }
+
+        if d.dynamic_shared_bytes > 48 * 1024 {
+            driver::set_max_dynamic_shared(function, d.dynamic_shared_bytes)?;
+        }
+        let cluster_blocks: u32 = d.cluster.iter().map(|&c| c.max(1)).product();
+        if cluster_blocks > 8 {
+            driver::set_non_portable_cluster(function)?;
+        }
+        let mut attributes: Vec<(u32, [u8; 64])> = d
+            .attributes
+            .iter()
+            .map(|a| {
+                let mut v = [0u8; 64];
+                let n = a.value.len().min(64);
+                v[..n].copy_from_slice(&a.value[..n]);
+                (a.id, v)
+            })
+            .collect();
+        if d.cluster != [0, 0, 0] && !attributes.iter().any(|a| a.0 == ATTR_CLUSTER_DIMENSION) {
+            let mut v = [0u8; 64];
+            for (i, c) in d.cluster.iter().enumerate() {
+                v[i * 4..i * 4 + 4].copy_from_slice(&c.max(&1).to_le_bytes());
+            }
+            attributes.push((ATTR_CLUSTER_DIMENSION, v));
+        }
+        if d.api == LaunchApi::LaunchCooperativeKernel
+            && !attributes.iter().any(|a| a.0 == ATTR_COOPERATIVE)
+        {
+            let mut v = [0u8; 64];
+            v[..4].copy_from_slice(&1i32.to_le_bytes());
+            attributes.push((ATTR_COOPERATIVE, v));
+        }
+
+        // The write set: every chunk with a post-dispatch state.
+        let mut write_set = Vec::new();
+        let mut total = 0u64;
+        for r in &cap.regions {
+            let Some(&(_, base)) = region_addr.iter().find(|(id, _)| *id == r.region_id) else {
+                continue;
+            };
+            for c in cap.chunks(r.region_id, MemoryState::Post) {
+                write_set.push(WriteRange {
+                    device_addr: base + c.offset,
+                    pristine_offset: total,
+                    len: c.raw_len,
+                });
+                total += c.raw_len;
+            }
+        }
+        let stream = Stream::new()?;
+        let pristine = if total == 0 {
+            Pristine::None
+        } else {
+            match DeviceBuffer::new(total as usize) {
+                Ok(buf) => {
+                    for w in &write_set {
+                        copy_dtod_async(buf.ptr + w.pristine_offset, w.device_addr, w.len as usize, &stream)?;
+                    }
+                    stream.synchronize()?;
+                    Pristine::Device(buf)
+                }
+                Err(_) => {
+                    let mut host = PinnedBuffer::new(total as usize)?;
+                    for w in &write_set {
+                        let s = w.pristine_offset as usize;
+                        copy_dtoh(&mut host.as_mut_slice()[s..s + w.len as usize], w.device_addr)?;
+                    }
+                    Pristine::Host(host)
+                }
+            }
+        };
+        let flush = if opts.flush_cache {
+            Some(DeviceBuffer::new(FLUSH_BYTES)?)
+        } else {
+            None
+        };
+        if let Some(p) = d
+            .params
+            .iter()
+            .find(|p| p.offset as u64 + p.size as u64 > d.arg_bytes.len() as u64)
+        {
+            return Err(PlayError::Format(FormatError::Inconsistent {
+                offset: 0,
+                what: format!(
+                    "parameter at offset {} ({} bytes) lies outside the {} argument bytes",
+                    p.offset,
+                    p.size,
+                    d.arg_bytes.len()
+                ),
+            }));
+        }
+        let param_offsets = d.params.iter().map(|p| p.offset).collect();
+        Ok(Session {
+            cap,
+            props,
+            stream,
+            pristine,
+            flush,
+            module,
+            function,
+            args: d.arg_bytes.clone(),
+            param_offsets,
+            attributes,
+            write_set,
+            region_addr,
+            _mapping: mapping,
+            _ctx: ctx,
+            opened,
+        })
+    }
+
+    fn restore(&self) -> Result<(), PlayError> {
+        match &self.pristine {
+            Pristine::Device(buf) => {
+                for w in &self.write_set {
+                    copy_dtod_async(w.device_addr, buf.ptr + w.pristine_offset, w.len as usize, &self.stream)?;
+                }
+            }
+            Pristine::Host(host) => {
+                for w in &self.write_set {
+                    let s = w.pristine_offset as usize;
+                    copy_htod(w.device_addr, &host.as_slice()[s..s + w.len as usize])?;
+                }
+            }
+            Pristine::None => {}
+        }
+        Ok(())
+    }
+
+    fn launch(&mut self) -> Result<(), PlayError> {
+        let base = self.args.as_mut_ptr();
+        let mut params: Vec<*mut c_void> = self
+            .param_offsets
+            .iter()
+            // SAFETY: `open` checked every parameter lies inside `args`.
+            .map(|&o| unsafe { base.add(o as usize) } as *mut c_void)
+            .collect();
+        let mut l = driver::Launch {
+            function: self.function,
+            grid: self.cap.dispatch.grid,
+            block: self.cap.dispatch.block,
+            shared_bytes: self.cap.dispatch.dynamic_shared_bytes,
+            attributes: &self.attributes,
+            params: &mut params,
+        };
+        driver::launch(&mut l, &self.stream)?;
+        Ok(())
+    }
+
+    /// CRC of the whole write set as it is on the device now.
+    fn write_set_digest(&self) -> Result<Vec<u32>, PlayError> {
+        let mut out = Vec::with_capacity(self.write_set.len());
+        let mut buf = Vec::new();
+        for w in &self.write_set {
+            buf.resize(w.len as usize, 0);
+            copy_dtoh(&mut buf, w.device_addr)?;
+            out.push(crc32fast::hash(&buf));
+        }
+        Ok(out)
+    }
+
+    /// Compares every region with the recorded post-dispatch state (pre where unchanged).
+    fn check_against_capture(&self, v: &mut VerifyOutcome) -> Result<(), PlayError> {
+        let mut expected = Vec::new();
+        let mut found = Vec::new();
+        for &(region_id, base) in &self.region_addr {
+            let post: Vec<_> = self.cap.chunks(region_id, MemoryState::Post).collect();
+            for c in self.cap.chunks(region_id, MemoryState::Pre) {
+                let src = post.iter().find(|p| p.offset == c.offset).copied().unwrap_or(c);
+                expected.resize(c.raw_len as usize, 0);
+                self.cap.read_chunk_into(src, &mut expected)?;
+                found.resize(c.raw_len as usize, 0);
+                copy_dtoh(&mut found, base + c.offset)?;
+                compare(region_id, c.offset, &expected, &found, v);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs warm-up and timed passes.
+    pub fn run(&mut self, opts: &PlayOptions) -> Result<PlayReport, PlayError> {
+        let start = Event::new()?;
+        let stop = Event::new()?;
+        let restore_start = Event::new()?;
+        let mut launched = false;
+        let mut setup_ms = 0.0;
+        for _ in 0..opts.warmup {
+            if launched {
+                self.restore()?;
+            }
+            if !launched {
+                setup_ms = self.opened.elapsed().as_secs_f64() * 1e3;
+            }
+            self.launch()?;
+            launched = true;
+            self.stream.synchronize()?;
+        }
+        let mut durations = Vec::new();
+        let mut restores = Vec::new();
+        let mut v = VerifyOutcome {
+            checked: opts.verify,
+            deterministic: true,
+            ..Default::default()
+        };
+        let mut reference: Option<Vec<u32>> = None;
+        for pass in 0..opts.passes.max(1) {
+            if launched {
+                restore_start.record_raw(self.stream.raw)?;
+                self.restore()?;
+                stop.record_raw(self.stream.raw)?;
+                stop.synchronize()?;
+                restores.push(stop.elapsed_ns_since(&restore_start)?);
+            }
+            if let Some(f) = &self.flush {
+                // SAFETY: f is our own allocation of f.len bytes.
+                driver::check(
+                    unsafe { driver::sys::cuMemsetD8Async(f.ptr, (pass & 0xff) as u8, f.len, self.stream.raw) },
+                    "cuMemsetD8Async",
+                )?;
+            }
+            if !launched {
+                setup_ms = self.opened.elapsed().as_secs_f64() * 1e3;
+            }
+            start.record_raw(self.stream.raw)?;
+            self.launch()?;
+            stop.record_raw(self.stream.raw)?;
+            stop.synchronize()?;
+            launched = true;
+            durations.push(stop.elapsed_ns_since(&start)?);
+            if opts.verify {
+                if pass == 0 && opts.warmup == 0 {
+                    self.check_against_capture(&mut v)?;
+                }
+                let digest = self.write_set_digest()?;
+                match &reference {
+                    None => reference = Some(digest),
+                    Some(r) if *r != digest => {
+                        v.deterministic = false;
+                        v.divergent_passes.push(pass + 1);
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        if opts.verify && opts.warmup > 0 {
+            // Warm-up passes ran first: restore and run once more for the reference check.
+            self.restore()?;
+            self.launch()?;
+            self.stream.synchronize()?;
+            self.check_against_capture(&mut v)?;
+        }
+        v.matched = opts.verify && v.mismatched_bytes == 0;
+        let mut sorted = durations.clone();
+        sorted.sort_unstable();
+        let mut rs = restores.clone();
+        rs.sort_unstable();
+        Ok(PlayReport {
+            kernel: self.cap.dispatch.kernel_name.clone(),
+            passes: opts.passes.max(1),
+            warmup: opts.warmup,
+            min_ns: sorted.first().copied().unwrap_or(0),
+            median_ns: sorted.get(sorted.len() / 2).copied().unwrap_or(0),
+            max_ns: sorted.last().copied().unwrap_or(0),
+            durations_ns: durations,
+            original_ns: self.cap.dispatch.original_duration_ns,
+            address_mode: AddressMode::Original,
+            device: self.props.name.clone(),
+            write_set_bytes: self.write_set.iter().map(|w| w.len).sum(),
+            restore_median_ns: rs.get(rs.len() / 2).copied().unwrap_or(0),
+            pristine: match self.pristine {
+                Pristine::Device(_) => "device",
+                Pristine::Host(_) => "host",
+                Pristine::None => "none",
+            },
+            cache: if self.flush.is_some() { "flush" } else { "keep" },
+            setup_ms,
+            verify: v,
+        })
+    }
+
+    /// The module handle (kept alive by the session).
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+}
