@@ -46,6 +46,12 @@ pub enum PlayError {
     NoModule(u32),
     #[error("kernel {kernel} was not found in the module: {source}")]
     KernelNotFound { kernel: String, source: CudaError },
+    #[error("the --module variant of {kernel} takes different parameters (offset, size): captured {captured:?}, variant {variant:?}")]
+    VariantMismatch {
+        kernel: String,
+        captured: Vec<(u32, u32)>,
+        variant: Vec<(u32, u32)>,
+    },
     #[error("capture is damaged: {0}")]
     Format(#[from] FormatError),
 }
@@ -230,6 +236,17 @@ impl<'c> Session<'c> {
                 kernel: d.kernel_name.clone(),
                 source,
             })?;
+        if opts.module_override.is_some() {
+            let layout = driver::parameter_layout(function);
+            let captured: Vec<(u32, u32)> = d.params.iter().map(|p| (p.offset, p.size)).collect();
+            if layout != captured {
+                return Err(PlayError::VariantMismatch {
+                    kernel: d.kernel_name.clone(),
+                    captured,
+                    variant: layout,
+                });
+            }
+        }
         let mut region_addr: Vec<(u32, u64)> = cap
             .regions
             .iter()

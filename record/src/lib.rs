@@ -1,1 +1,15 @@
+//! `kreplay-record`: the library the CUDA driver injects into the application
+//! (`CUDA_INJECTION64_PATH`). It subscribes to CUPTI callbacks, counts launches, snapshots the
+//! matching dispatch and writes it as a `.krr` in the background.
+//!
+//! Nothing here may disturb the application: every entry point catches panics, every failure is
+//! reported on stderr and in the process report, and the application runs on.
 
+pub mod capture;
+pub mod config;
+pub mod cubin;
+pub mod launch;
+pub mod report;
+mod recorder;
+
+pub use recorder::InitializeInjection;

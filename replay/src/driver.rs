@@ -553,3 +553,75 @@ pub fn launch(l: &mut Launch<'_>, stream: &Stream) -> CuResult<()> {
         "cuLaunchKernelEx",
     )
 }
+
+/// The module a function belongs to. Fails with `CUDA_ERROR_INVALID_HANDLE` for a `CUkernel`
+/// passed where a `CUfunction` is expected (runtime `<<<>>>` launches do that).
+pub fn function_module(f: sys::CUfunction) -> CuResult<sys::CUmodule> {
+    let mut m = ptr::null_mut();
+    // SAFETY: writes one module handle; the driver validates f.
+    check(unsafe { sys::cuFuncGetModule(&mut m, f) }, "cuFuncGetModule")?;
+    Ok(m)
+}
+
+/// The context-specific function of a library kernel.
+pub fn kernel_function(k: sys::CUkernel) -> CuResult<sys::CUfunction> {
+    let mut f = ptr::null_mut();
+    // SAFETY: writes one function handle; the driver validates k.
+    check(
+        unsafe { sys::cuKernelGetFunction(&mut f, k) },
+        "cuKernelGetFunction",
+    )?;
+    Ok(f)
+}
+
+/// A launch handle made usable: a `CUkernel` disguised as a `CUfunction` becomes the
+/// function of the current context.
+pub fn resolve_function(f: sys::CUfunction) -> sys::CUfunction {
+    if function_module(f).is_ok() {
+        return f;
+    }
+    kernel_function(f as sys::CUkernel).unwrap_or(f)
+}
+
+/// The mangled name of a function.
+pub fn function_name(f: sys::CUfunction) -> CuResult<String> {
+    let mut p: *const std::ffi::c_char = ptr::null();
+    // SAFETY: writes a pointer to a driver-owned NUL-terminated string.
+    check(unsafe { sys::cuFuncGetName(&mut p, f) }, "cuFuncGetName")?;
+    if p.is_null() {
+        return Ok(String::new());
+    }
+    // SAFETY: non-null, NUL-terminated, owned by the driver for the function's life.
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Offset and size of every kernel parameter, in order.
+pub fn parameter_layout(f: sys::CUfunction) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for i in 0..4096usize {
+        let mut off = 0usize;
+        let mut size = 0usize;
+        // SAFETY: writes two size_t; an index past the last parameter returns an error.
+        let r = unsafe { sys::cuFuncGetParamInfo(f, i, &mut off, &mut size) };
+        if r != CUresult::CUDA_SUCCESS {
+            break;
+        }
+        out.push((off as u32, size as u32));
+    }
+    out
+}
+
+/// Whether a pointer is host memory (pinned or mapped) rather than device memory.
+pub fn is_host_memory(p: u64) -> bool {
+    pointer_attribute_u64(p, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+        .map(|t| t as u32 == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32)
+        .unwrap_or(false)
+}
+
+/// Whether a pointer is managed memory.
+pub fn is_managed(p: u64) -> bool {
+    // The attribute is a 4-byte bool: read into a zeroed u64 and test the low bytes.
+    pointer_attribute_u64(p, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED)
+        .map(|v| v as u32 != 0)
+        .unwrap_or(false)
+}

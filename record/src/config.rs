@@ -1,0 +1,231 @@
+//! The recorder's settings, handed over by `kreplay record` / `kreplay list` through the
+//! environment (the only channel into an injected library).
+
+use std::path::PathBuf;
+
+use regex::Regex;
+
+/// Environment variable names, shared with the CLI.
+pub mod env {
+    pub const MODE: &str = "KREPLAY_MODE";
+    pub const KERNEL: &str = "KREPLAY_KERNEL";
+    pub const NTH: &str = "KREPLAY_NTH";
+    pub const COUNT: &str = "KREPLAY_COUNT";
+    pub const OUTPUT: &str = "KREPLAY_OUTPUT";
+    pub const MEMORY: &str = "KREPLAY_MEMORY";
+    pub const REPORT_DIR: &str = "KREPLAY_REPORT_DIR";
+}
+
+/// What the recorder does in this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Count every launch by kernel name (`kreplay list`).
+    List,
+    /// Capture matching dispatches (`kreplay record`).
+    Record,
+}
+
+/// Which memory a capture takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryScope {
+    /// Regions reachable from the arguments, transitively, plus module globals.
+    Reachable,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub mode: Mode,
+    pub kernel: Option<Regex>,
+    pub kernel_text: String,
+    pub nth: u64,
+    pub count: u64,
+    pub output: String,
+    pub memory: MemoryScope,
+    pub report_dir: Option<PathBuf>,
+}
+
+pub const DEFAULT_OUTPUT: &str = "%k-%p-%n.krr";
+
+impl Config {
+    /// Reads the settings; `None` when this process was not started by kreplay.
+    pub fn from_env() -> Result<Option<Config>, String> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, String> {
+        let mode = match get(env::MODE).as_deref() {
+            None | Some("") => return Ok(None),
+            Some("list") => Mode::List,
+            Some("record") => Mode::Record,
+            Some(other) => return Err(format!("{}={other}: expected list or record", env::MODE)),
+        };
+        let kernel_text = get(env::KERNEL).unwrap_or_default();
+        let kernel = if kernel_text.is_empty() {
+            None
+        } else {
+            Some(Regex::new(&kernel_text).map_err(|e| format!("{}: {e}", env::KERNEL))?)
+        };
+        if mode == Mode::Record && kernel.is_none() {
+            return Err(format!("{} is required in record mode", env::KERNEL));
+        }
+        let num = |k: &str, default: u64| -> Result<u64, String> {
+            match get(k) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| format!("{k}={v}: expected a whole number >= 1")),
+            }
+        };
+        let memory = match get(env::MEMORY).as_deref() {
+            None | Some("") | Some("reachable") => MemoryScope::Reachable,
+            Some(other) => {
+                return Err(format!(
+                    "{}={other}: only 'reachable' is supported by this recorder",
+                    env::MEMORY
+                ))
+            }
+        };
+        Ok(Some(Config {
+            mode,
+            kernel,
+            kernel_text,
+            nth: num(env::NTH, 1)?,
+            count: num(env::COUNT, 1)?,
+            output: get(env::OUTPUT)
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| DEFAULT_OUTPUT.to_string()),
+            memory,
+            report_dir: get(env::REPORT_DIR).filter(|s| !s.is_empty()).map(PathBuf::from),
+        }))
+    }
+}
+
+/// The rank of this process in an MPI / torchrun job, if any.
+pub fn rank_from(get: impl Fn(&str) -> Option<String>) -> Option<u32> {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"]
+        .iter()
+        .find_map(|k| get(k).and_then(|v| v.trim().parse().ok()))
+}
+
+/// Expands `%p`, `%r`, `%h`, `%n`, `%k` and `%%` in an output pattern.
+pub fn expand_output(
+    pattern: &str,
+    pid: u32,
+    rank: Option<u32>,
+    host: &str,
+    index: u64,
+    kernel: &str,
+) -> String {
+    let mut out = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&pid.to_string()),
+            Some('r') => out.push_str(&rank.map_or_else(|| "0".to_string(), |r| r.to_string())),
+            Some('h') => out.push_str(host),
+            Some('n') => out.push_str(&index.to_string()),
+            Some('k') => out.push_str(kernel),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// A short, file-name-safe kernel name: the demangled base name without namespaces,
+/// template arguments or parameters (`void ns::saxpy<float>(int, float*)` → `saxpy`).
+pub fn short_kernel_name(demangled: &str) -> String {
+    let mut s = demangled;
+    if let Some(i) = s.find('(') {
+        s = &s[..i];
+    }
+    // Strip template arguments (balanced, from the first '<').
+    let base: String = {
+        let mut depth = 0;
+        let mut b = String::new();
+        for ch in s.chars() {
+            match ch {
+                '<' => depth += 1,
+                '>' => depth -= 1,
+                _ if depth == 0 => b.push(ch),
+                _ => {}
+            }
+        }
+        b
+    };
+    let base = base.rsplit("::").next().unwrap_or(&base);
+    let base = base.rsplit(' ').next().unwrap_or(base);
+    let cleaned: String = base
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .take(64)
+        .collect();
+    if cleaned.is_empty() {
+        "kernel".into()
+    } else {
+        cleaned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn output_pattern_expands() {
+        assert_eq!(
+            expand_output("%k-%p-%n.krr", 42, None, "h", 3, "saxpy"),
+            "saxpy-42-3.krr"
+        );
+        assert_eq!(
+            expand_output("out/%h/r%r_%%_%x%", 1, Some(7), "node1", 1, "k"),
+            "out/node1/r7_%_%x%"
+        );
+    }
+
+    #[test]
+    fn short_names() {
+        assert_eq!(short_kernel_name("saxpy(int, float, float const*, float*)"), "saxpy");
+        assert_eq!(
+            short_kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"),
+            "vectorized_elementwise_kernel"
+        );
+        assert_eq!(short_kernel_name("triton_poi_fused_add_0"), "triton_poi_fused_add_0");
+        assert_eq!(short_kernel_name(""), "kernel");
+    }
+
+    #[test]
+    fn config_from_env() {
+        let mut m = HashMap::new();
+        assert!(Config::from_lookup(|k| m.get(k).cloned()).unwrap().is_none());
+        m.insert(env::MODE.to_string(), "record".to_string());
+        assert!(Config::from_lookup(|k| m.get(k).cloned()).is_err());
+        m.insert(env::KERNEL.to_string(), "sax.y".to_string());
+        m.insert(env::NTH.to_string(), "3".to_string());
+        let c = Config::from_lookup(|k| m.get(k).cloned()).unwrap().unwrap();
+        assert_eq!(c.nth, 3);
+        assert_eq!(c.count, 1);
+        assert_eq!(c.output, DEFAULT_OUTPUT);
+        m.insert(env::NTH.to_string(), "0".to_string());
+        assert!(Config::from_lookup(|k| m.get(k).cloned()).is_err());
+    }
+
+    #[test]
+    fn rank_lookup_order() {
+        let m: HashMap<&str, &str> = [("RANK", "5"), ("PMI_RANK", "2")].into();
+        assert_eq!(rank_from(|k| m.get(k).map(|s| s.to_string())), Some(2));
+        let m: HashMap<&str, &str> = HashMap::new();
+        assert_eq!(rank_from(|k| m.get(k).map(|s| s.to_string())), None);
+    }
+}

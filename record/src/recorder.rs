@@ -1,0 +1,570 @@
+//! Process-wide recorder state and the CUPTI callback.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kreplay_format::file::PendingFile;
+use kreplay_format::{
+    Annotation, CaptureInfo, DeviceInfo, MemoryState, ModuleImage, ModuleKind, WriterOptions,
+};
+use kreplay_replay::cupti::{self, launch_cbid, sys as csys, Subscriber};
+use kreplay_replay::driver;
+
+use crate::capture::{after_launch, before_launch, CaptureData, Pending, PostChunk, PreInput};
+use crate::config::{expand_output, rank_from, short_kernel_name, Config, Mode};
+use crate::cubin;
+use crate::launch;
+use crate::report::{CaptureSummary, KernelStat, ProcessReport};
+
+struct StoredModule {
+    id: u32,
+    image: Arc<Vec<u8>>,
+    functions: Vec<String>,
+    objects: Vec<(String, u64)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    launches: u64,
+    matches: u64,
+    /// Mangled name → (matches the filter, demangled).
+    names: HashMap<String, (bool, String)>,
+    stats: HashMap<String, KernelStat>,
+    modules: Vec<StoredModule>,
+    next_module_id: u32,
+    captures: Vec<CaptureSummary>,
+    errors: Vec<String>,
+}
+
+struct Recorder {
+    config: Config,
+    pid: u32,
+    rank: Option<u32>,
+    host: String,
+    _subscriber: Subscriber,
+    inner: Mutex<Inner>,
+    writers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+static RECORDER: OnceLock<Recorder> = OnceLock::new();
+
+thread_local! {
+    static IN_LAUNCH: Cell<bool> = const { Cell::new(false) };
+    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock was caught already; the data is still usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn demangle(name: &str) -> String {
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|s| s.demangle(&Default::default()).ok())
+        .unwrap_or_else(|| name.to_string())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn command_line() -> Vec<String> {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Recorder {
+    fn error(&self, msg: String) {
+        eprintln!("kreplay: {msg}");
+        lock(&self.inner).errors.push(msg);
+    }
+
+    fn matches(&self, name: &str) -> (bool, String) {
+        let mut inner = lock(&self.inner);
+        if let Some(v) = inner.names.get(name) {
+            return v.clone();
+        }
+        let demangled = demangle(name);
+        let m = self
+            .config
+            .kernel
+            .as_ref()
+            .is_some_and(|re| re.is_match(name) || re.is_match(&demangled));
+        inner.names.insert(name.to_string(), (m, demangled.clone()));
+        (m, demangled)
+    }
+
+    fn on_module_loaded(&self, data: &csys::CUpti_ResourceData) {
+        if self.config.mode != Mode::Record || data.resourceDescriptor.is_null() {
+            return;
+        }
+        // SAFETY: for MODULE_LOADED the descriptor is a CUpti_ModuleResourceData.
+        let m = unsafe { &*(data.resourceDescriptor as *const csys::CUpti_ModuleResourceData) };
+        if m.pCubin.is_null() || m.cubinSize == 0 {
+            return;
+        }
+        // SAFETY: CUPTI hands cubinSize readable bytes, valid during the callback.
+        let bytes = unsafe { std::slice::from_raw_parts(m.pCubin as *const u8, m.cubinSize) };
+        let Some(syms) = cubin::symbols(bytes) else {
+            return;
+        };
+        // Keep only modules that hold a kernel the user asked for: PyTorch loads thousands.
+        let wanted = syms.functions.iter().any(|f| self.matches(f).0);
+        if !wanted {
+            return;
+        }
+        let mut inner = lock(&self.inner);
+        let id = inner.next_module_id;
+        inner.next_module_id += 1;
+        inner.modules.push(StoredModule {
+            id,
+            image: Arc::new(bytes.to_vec()),
+            functions: syms.functions,
+            objects: syms.objects,
+        });
+    }
+
+    fn on_launch(&self, cbid: u32, data: &csys::CUpti_CallbackData) {
+        let site = data.callbackSite;
+        if site == csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT {
+            let pending = PENDING.with(|p| {
+                let mut p = p.borrow_mut();
+                match p.as_ref() {
+                    Some(x) if x.correlation == data.correlationId => p.take(),
+                    _ => None,
+                }
+            });
+            if let Some(p) = pending {
+                self.finish(p);
+            }
+            return;
+        }
+        // SAFETY: functionParams belongs to this callback id.
+        let Some(view) = (unsafe { launch::decode(cbid, data.functionParams) }) else {
+            return;
+        };
+        let name = if data.symbolName.is_null() {
+            driver::function_name(driver::resolve_function(view.function)).unwrap_or_default()
+        } else {
+            // SAFETY: CUPTI passes a NUL-terminated symbol name for launch callbacks.
+            unsafe { CStr::from_ptr(data.symbolName) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        match self.config.mode {
+            Mode::List => {
+                let demangled = {
+                    let inner = lock(&self.inner);
+                    inner.names.get(&name).map(|v| v.1.clone())
+                };
+                let demangled = demangled.unwrap_or_else(|| {
+                    let d = demangle(&name);
+                    lock(&self.inner)
+                        .names
+                        .insert(name.clone(), (false, d.clone()));
+                    d
+                });
+                let mut inner = lock(&self.inner);
+                inner.launches += 1;
+                let s = inner.stats.entry(name.clone()).or_insert_with(|| KernelStat {
+                    name: name.clone(),
+                    demangled,
+                    count: 0,
+                    grid: view.grid,
+                    block: view.block,
+                });
+                s.count += 1;
+            }
+            Mode::Record => {
+                let (is_match, demangled) = self.matches(&name);
+                let index = {
+                    let mut inner = lock(&self.inner);
+                    inner.launches += 1;
+                    let s = inner.stats.entry(name.clone()).or_insert_with(|| KernelStat {
+                        name: name.clone(),
+                        demangled: demangled.clone(),
+                        count: 0,
+                        grid: view.grid,
+                        block: view.block,
+                    });
+                    s.count += 1;
+                    if !is_match {
+                        return;
+                    }
+                    inner.matches += 1;
+                    inner.matches
+                };
+                let first = self.config.nth;
+                if index < first || index >= first + self.config.count {
+                    return;
+                }
+                let launch_index = lock(&self.inner).launches;
+                match self.begin(&view, name, index, launch_index, data.correlationId) {
+                    Ok(p) => PENDING.with(|slot| *slot.borrow_mut() = Some(p)),
+                    Err(e) => self.error(format!(
+                        "capture of {} (match {index}) failed: {e}; the application continues",
+                        short_kernel_name(&demangled)
+                    )),
+                }
+            }
+        }
+    }
+
+    fn begin(
+        &self,
+        view: &launch::LaunchView,
+        name: String,
+        index: u64,
+        launch_index: u64,
+        correlation: u32,
+    ) -> Result<Pending, String> {
+        match driver::stream_is_capturing(view.stream) {
+            Ok(true) => {
+                return Err("the launch is being captured into a CUDA graph; kernels inside graphs are not captured yet".into())
+            }
+            Ok(false) => {}
+            Err(e) => return Err(format!("cannot query the launch stream: {e}")),
+        }
+        let function = driver::resolve_function(view.function);
+        let (image, objects, module_id) = {
+            let inner = lock(&self.inner);
+            let m = inner
+                .modules
+                .iter()
+                .rev()
+                .find(|m| m.functions.iter().any(|f| *f == name))
+                .ok_or("the kernel's code object was not seen being loaded (was CUPTI attached before the module loaded?)")?;
+            (m.image.clone(), m.objects.clone(), m.id)
+        };
+        let ordinal = driver::current_device().map_err(|e| e.to_string())?;
+        let props = driver::device_props(ordinal).map_err(|e| e.to_string())?;
+        let module = ModuleImage {
+            module_id,
+            kind: ModuleKind::Cubin,
+            arch: props.cc_major * 10 + props.cc_minor,
+            image: image.to_vec(),
+        };
+        let mut p = before_launch(PreInput {
+            view,
+            function,
+            kernel_name: name,
+            module,
+            module_objects: &objects,
+            correlation,
+        })?;
+        p.data
+            .notes
+            .push(format!("match_index={index} launch_index={launch_index}"));
+        Ok(p)
+    }
+
+    fn finish(&self, mut pending: Pending) {
+        let name = short_kernel_name(&demangle(&pending.data.dispatch.kernel_name));
+        let post = match after_launch(&mut pending) {
+            Ok(post) => post,
+            Err(e) => {
+                self.error(format!("capture of {name} failed after the launch: {e}"));
+                return;
+            }
+        };
+        let mut p = pending.data;
+        let device = driver::current_device()
+            .and_then(driver::device_props)
+            .map(|d| DeviceInfo {
+                name: d.name,
+                ordinal: d.ordinal as u32,
+                cc_major: d.cc_major,
+                cc_minor: d.cc_minor,
+                uuid: d.uuid,
+                driver_version: driver::driver_version().unwrap_or(0),
+                total_memory: d.total_memory,
+                sm_count: d.sm_count,
+            })
+            .ok();
+        let index = p
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix("match_index="))
+            .and_then(|s| s.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0u64);
+        let launch_index = p
+            .notes
+            .iter()
+            .find_map(|n| n.split("launch_index=").nth(1))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0u64);
+        p.notes.retain(|n| !n.starts_with("match_index="));
+        let path = PathBuf::from(expand_output(
+            &self.config.output,
+            self.pid,
+            self.rank,
+            &self.host,
+            index,
+            &name,
+        ));
+        let info = CaptureInfo {
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            host: self.host.clone(),
+            pid: self.pid,
+            rank: self.rank,
+            command_line: command_line(),
+            time_unix_ns: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+            match_index: index,
+            launch_index,
+            kernel_filter: self.config.kernel_text.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("kreplay-writer".into())
+            .spawn(move || {
+                let rec = RECORDER.get();
+                let result = write_capture(&path, &info, device.as_ref(), &p, post);
+                if let Some(rec) = rec {
+                    match result {
+                        Ok(summary) => {
+                            eprintln!(
+                                "kreplay: captured {} (match {}) -> {}: {} regions, {} raw bytes, {} stored, stalled the app {:.1} ms, {:.1} ms in all",
+                                name,
+                                summary.match_index,
+                                summary.file,
+                                summary.regions,
+                                summary.raw_bytes,
+                                summary.stored_bytes,
+                                summary.stall_ms,
+                                summary.total_ms
+                            );
+                            lock(&rec.inner).captures.push(summary);
+                        }
+                        Err(e) => rec.error(format!(
+                            "capture of {name} could not be written to {}: {e}; the application continues",
+                            path.display()
+                        )),
+                    }
+                }
+            });
+        match handle {
+            Ok(h) => lock(&self.writers).push(h),
+            Err(e) => self.error(format!("cannot start the writer thread: {e}")),
+        }
+    }
+}
+
+fn write_capture(
+    path: &std::path::Path,
+    info: &CaptureInfo,
+    device: Option<&DeviceInfo>,
+    p: &CaptureData,
+    post: Vec<PostChunk>,
+) -> Result<CaptureSummary, String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    let mut uuid = [0u8; 16];
+    let seed = info.time_unix_ns ^ ((info.pid as u64) << 32) ^ info.match_index;
+    uuid[..8].copy_from_slice(&seed.to_le_bytes());
+    uuid[8..].copy_from_slice(&crc32fast_like(path.to_string_lossy().as_bytes()).to_le_bytes());
+    let mut f = PendingFile::create(path, uuid, WriterOptions::default()).map_err(|e| e.to_string())?;
+    let result = (|| -> kreplay_format::Result<()> {
+        let w = &mut f.writer;
+        w.capture_info(info)?;
+        if let Some(d) = device {
+            w.device(d)?;
+        }
+        w.module(&p.module)?;
+        w.dispatch(&p.dispatch)?;
+        for s in &p.snapshots {
+            w.region(&s.region)?;
+            w.memory(s.region.region_id, MemoryState::Pre, 0, &s.pre)?;
+        }
+        for (region, offset, bytes) in &post {
+            w.memory(*region, MemoryState::Post, *offset, bytes)?;
+        }
+        for g in &p.globals {
+            w.module_global(g)?;
+        }
+        for n in &p.notes {
+            w.annotation(&Annotation {
+                key: "recorder".into(),
+                value: n.clone(),
+            })?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        f.abandon();
+        return Err(e.to_string());
+    }
+    let stored = f.writer.position();
+    f.finish().map_err(|e| e.to_string())?;
+    Ok(CaptureSummary {
+        kernel: p.dispatch.kernel_name.clone(),
+        match_index: info.match_index,
+        file: path.display().to_string(),
+        regions: p.snapshots.len(),
+        raw_bytes: p.snapshots.iter().map(|s| s.region.size).sum::<u64>()
+            + post.iter().map(|c| c.2.len() as u64).sum::<u64>(),
+        stored_bytes: stored,
+        stall_ms: p.stall_ns as f64 / 1e6,
+        total_ms: p.began.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// 64-bit FNV-1a, for the capture UUID's second half.
+fn crc32fast_like(b: &[u8]) -> u64 {
+    b.iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ c as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+unsafe extern "C" fn callback(
+    _userdata: *mut c_void,
+    domain: csys::CUpti_CallbackDomain,
+    cbid: csys::CUpti_CallbackId,
+    cbdata: *const c_void,
+) {
+    let r = std::panic::catch_unwind(|| {
+        let Some(rec) = RECORDER.get() else { return };
+        if cbdata.is_null() {
+            return;
+        }
+        match domain {
+            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE
+                if cbid == csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED as u32 =>
+            {
+                // SAFETY: resource callbacks pass CUpti_ResourceData.
+                rec.on_module_loaded(unsafe { &*(cbdata as *const csys::CUpti_ResourceData) });
+            }
+            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => {
+                // SAFETY: driver-API callbacks pass CUpti_CallbackData.
+                let data = unsafe { &*(cbdata as *const csys::CUpti_CallbackData) };
+                let enter = data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
+                // Launches made by the recorder itself (none today) must not recurse.
+                if enter && IN_LAUNCH.with(|f| f.replace(true)) {
+                    return;
+                }
+                rec.on_launch(cbid, data);
+                if enter {
+                    IN_LAUNCH.with(|f| f.set(false));
+                }
+            }
+            _ => {}
+        }
+    });
+    if r.is_err() {
+        IN_LAUNCH.with(|f| f.set(false));
+        eprintln!("kreplay: internal error in the recorder (caught); the application continues");
+    }
+}
+
+extern "C" {
+    fn atexit(cb: extern "C" fn()) -> i32;
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(rec) = RECORDER.get() else { return };
+        let handles: Vec<_> = std::mem::take(&mut *lock(&rec.writers));
+        for h in handles {
+            let _ = h.join();
+        }
+        let inner = lock(&rec.inner);
+        let mut kernels: Vec<KernelStat> = inner.stats.values().cloned().collect();
+        kernels.sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
+        let report = ProcessReport {
+            pid: rec.pid,
+            rank: rec.rank,
+            launches: inner.launches,
+            matches: inner.matches,
+            kernels,
+            captures: inner.captures.clone(),
+            errors: inner.errors.clone(),
+        };
+        drop(inner);
+        if let Some(dir) = &rec.config.report_dir {
+            let path = dir.join(format!("report-{}.json", rec.pid));
+            match serde_json::to_vec(&report) {
+                Ok(bytes) => {
+                    if let Err(e) = std::fs::write(&path, bytes) {
+                        eprintln!("kreplay: cannot write {}: {e}", path.display());
+                    }
+                }
+                Err(e) => eprintln!("kreplay: cannot encode the report: {e}"),
+            }
+        }
+    });
+}
+
+fn initialize() -> Result<(), String> {
+    let Some(config) = Config::from_env()? else {
+        return Ok(()); // injected but not asked to do anything
+    };
+    if !cupti::cupti_present() {
+        return Err("libcupti.so could not be loaded: add CUDA's CUPTI directory (e.g. /usr/local/cuda/lib64 or extras/CUPTI/lib64) to LD_LIBRARY_PATH".into());
+    }
+    let sub = Subscriber::subscribe(callback).map_err(|e| {
+        if e.is_multiple_subscribers() {
+            "another profiler or tracer already holds CUPTI in this process (only one CUPTI subscriber is allowed on this driver); run without it to record".to_string()
+        } else {
+            e.to_string()
+        }
+    })?;
+    for cbid in launch_cbid::ALL {
+        sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, cbid)
+            .map_err(|e| e.to_string())?;
+    }
+    sub.enable_callback(
+        csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,
+        csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED as u32,
+    )
+    .map_err(|e| e.to_string())?;
+    let get = |k: &str| std::env::var(k).ok();
+    let rec = Recorder {
+        config,
+        pid: std::process::id(),
+        rank: rank_from(get),
+        host: host_name(),
+        _subscriber: sub,
+        inner: Mutex::new(Inner::default()),
+        writers: Mutex::new(Vec::new()),
+    };
+    if RECORDER.set(rec).is_err() {
+        return Ok(()); // initialised twice: keep the first
+    }
+    // SAFETY: registers a plain extern "C" function with the C runtime.
+    unsafe {
+        atexit(at_exit);
+    }
+    Ok(())
+}
+
+/// Entry point the CUDA driver calls during `cuInit` when this library is named by
+/// `CUDA_INJECTION64_PATH`. Returns 1 (success) even when recording cannot start: the
+/// application must run on regardless.
+#[no_mangle]
+pub extern "C" fn InitializeInjection() -> i32 {
+    match std::panic::catch_unwind(initialize) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("kreplay: recording disabled: {e}"),
+        Err(_) => eprintln!("kreplay: recording disabled: internal error during start-up"),
+    }
+    1
+}

@@ -1,0 +1,40 @@
+//! What each recorded process tells `kreplay record` / `kreplay list` at exit: a JSON file in
+//! the directory named by `KREPLAY_REPORT_DIR`.
+
+use serde::{Deserialize, Serialize};
+
+/// Launch statistics of one kernel.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct KernelStat {
+    pub name: String,
+    pub demangled: String,
+    pub count: u64,
+    /// Geometry of the first launch seen.
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+}
+
+/// One finished capture.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaptureSummary {
+    pub kernel: String,
+    pub match_index: u64,
+    pub file: String,
+    pub regions: usize,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    pub stall_ms: f64,
+    pub total_ms: f64,
+}
+
+/// A process's report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    pub rank: Option<u32>,
+    pub launches: u64,
+    pub matches: u64,
+    pub kernels: Vec<KernelStat>,
+    pub captures: Vec<CaptureSummary>,
+    pub errors: Vec<String>,
+}

@@ -1,0 +1,122 @@
+//! `kreplay info`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use kreplay_format::Capture;
+
+use crate::cli::InfoArgs;
+use crate::describe::{bytes, describe, duration};
+use crate::out;
+
+pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
+    let file = super::open(&a.file)?;
+    let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
+    let d = describe(&a.file.display().to_string(), &cap);
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut w, &d)?;
+        out!(w);
+        return Ok(ExitCode::SUCCESS);
+    }
+    out!(w, "capture   {} (format {}, {})", d.file, d.format_version, bytes(d.file_bytes));
+    out!(w, "kernel    {}", d.kernel.name);
+    if d.kernel.name != d.kernel.mangled {
+        out!(w, "mangled   {}", d.kernel.mangled);
+    }
+    let l = &d.launch;
+    let cluster = if l.cluster == [0, 0, 0] {
+        "-".to_string()
+    } else {
+        format!("({},{},{})", l.cluster[0], l.cluster[1], l.cluster[2])
+    };
+    out!(
+        w,
+        "launch    {} grid ({},{},{}) block ({},{},{}) cluster {} dynamic shared {}{}",
+        l.api,
+        l.grid[0],
+        l.grid[1],
+        l.grid[2],
+        l.block[0],
+        l.block[1],
+        l.block[2],
+        cluster,
+        bytes(l.dynamic_shared_bytes as u64),
+        if l.attributes.is_empty() {
+            String::new()
+        } else {
+            format!(" attributes {:?}", l.attributes)
+        }
+    );
+    out!(
+        w,
+        "original  {}",
+        d.original_ns.map_or("unknown".to_string(), duration)
+    );
+    out!(w, "params    {:>3} {:>6} {:>5}  {:<8} value", "#", "offset", "size", "kind");
+    for p in &d.params {
+        let kind = if p.pointer { "pointer" } else { "value" };
+        let shown = if p.value_hex.len() > 48 {
+            format!("{}… ({} bytes)", &p.value_hex[..48], p.size)
+        } else {
+            p.value_hex.clone()
+        };
+        let target = p.region.map_or(String::new(), |r| format!(" -> region {r}"));
+        out!(w, "          {:>3} {:>6} {:>5}  {:<8} {}{}", p.index, p.offset, p.size, kind, shown, target);
+    }
+    out!(
+        w,
+        "regions   {:>3} {:>18} {:>12} {:>12} {:<9} {:<13} {:<7} global",
+        "id", "address", "size", "stored", "role", "kind", "written"
+    );
+    for r in &d.regions {
+        out!(
+            w,
+            "          {:>3} {:>#18x} {:>12} {:>12} {:<9} {:<13} {:<7} {}",
+            r.id,
+            r.address,
+            bytes(r.size),
+            bytes(r.stored_bytes),
+            r.role,
+            r.kind,
+            if r.written { "yes" } else { "no" },
+            r.global.as_deref().unwrap_or("")
+        );
+    }
+    for m in &d.modules {
+        out!(w, "module    {} {} sm_{} {}", m.id, m.kind, m.arch, bytes(m.size));
+    }
+    match &d.device {
+        Some(v) => out!(
+            w,
+            "device    {} (compute {}, {} SMs, {}), driver {}",
+            v.name,
+            v.compute_capability,
+            v.sm_count,
+            bytes(v.total_memory),
+            v.driver_version
+        ),
+        None => out!(w, "device    unknown"),
+    }
+    if let Some(r) = &d.recorder {
+        out!(
+            w,
+            "recorded  by kreplay {} on {} pid {}{} at {}, match {} (launch {}) of -k '{}'",
+            r.version,
+            r.host,
+            r.pid,
+            r.rank.map_or(String::new(), |r| format!(" rank {r}")),
+            r.time,
+            r.match_index,
+            r.launch_index,
+            r.kernel_filter
+        );
+        out!(w, "command   {}", r.command_line.join(" "));
+    }
+    for (k, v) in &d.annotations {
+        out!(w, "note      {k}: {v}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

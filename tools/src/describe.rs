@@ -1,0 +1,312 @@
+//! The description of a capture shown by `kreplay info` and written by `kreplay extract`.
+//! Its JSON form is a stable interface, documented in `docs/FORMAT.md` ("info --json").
+
+use kreplay_format::{Capture, LaunchApi, MemoryKind, ModuleKind, RegionRole};
+use serde::Serialize;
+
+#[derive(Serialize)]
+pub struct Description {
+    pub file: String,
+    pub format_version: String,
+    pub file_bytes: u64,
+    pub kernel: Kernel,
+    pub launch: Launch,
+    pub params: Vec<ParamDesc>,
+    pub regions: Vec<RegionDesc>,
+    pub modules: Vec<ModuleDesc>,
+    pub device: Option<DeviceDesc>,
+    pub original_ns: Option<u64>,
+    pub recorder: Option<Recorder>,
+    pub annotations: Vec<(String, String)>,
+}
+
+#[derive(Serialize)]
+pub struct Kernel {
+    pub name: String,
+    pub mangled: String,
+}
+
+#[derive(Serialize)]
+pub struct Launch {
+    pub api: &'static str,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub cluster: [u32; 3],
+    pub dynamic_shared_bytes: u32,
+    pub attributes: Vec<u32>,
+}
+
+#[derive(Serialize)]
+pub struct ParamDesc {
+    pub index: usize,
+    pub offset: u32,
+    pub size: u32,
+    pub pointer: bool,
+    /// Little-endian bytes as hex.
+    pub value_hex: String,
+    /// For pointers: the region they point into.
+    pub region: Option<u32>,
+}
+
+#[derive(Serialize)]
+pub struct RegionDesc {
+    pub id: u32,
+    pub address: u64,
+    pub size: u64,
+    pub stored_bytes: u64,
+    pub role: &'static str,
+    pub kind: &'static str,
+    pub written: bool,
+    pub global: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct ModuleDesc {
+    pub id: u32,
+    pub kind: &'static str,
+    pub arch: u32,
+    pub size: u64,
+}
+
+#[derive(Serialize)]
+pub struct DeviceDesc {
+    pub name: String,
+    pub compute_capability: String,
+    pub uuid: String,
+    pub driver_version: String,
+    pub sm_count: u32,
+    pub total_memory: u64,
+}
+
+#[derive(Serialize)]
+pub struct Recorder {
+    pub version: String,
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+    pub command_line: Vec<String>,
+    pub time_unix_ns: u64,
+    pub time: String,
+    pub match_index: u64,
+    pub launch_index: u64,
+    pub kernel_filter: String,
+}
+
+pub fn demangle(name: &str) -> String {
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|s| s.demangle(&Default::default()).ok())
+        .unwrap_or_else(|| name.to_string())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Unix nanoseconds as an ISO-8601 UTC time (civil-from-days, no time-zone data needed).
+pub fn iso_time(ns: u64) -> String {
+    let secs = (ns / 1_000_000_000) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+pub fn api_name(a: LaunchApi) -> &'static str {
+    match a {
+        LaunchApi::LaunchKernel => "cuLaunchKernel",
+        LaunchApi::LaunchKernelEx => "cuLaunchKernelEx",
+        LaunchApi::LaunchCooperativeKernel => "cuLaunchCooperativeKernel",
+    }
+}
+
+fn role_name(r: RegionRole) -> &'static str {
+    match r {
+        RegionRole::Argument => "argument",
+        RegionRole::Indirect => "indirect",
+        RegionRole::Global => "global",
+        RegionRole::Allocation => "allocation",
+    }
+}
+
+fn kind_name(k: MemoryKind) -> &'static str {
+    match k {
+        MemoryKind::Device => "device",
+        MemoryKind::Async => "async",
+        MemoryKind::Vmm => "vmm",
+        MemoryKind::Managed => "managed",
+        MemoryKind::ModuleGlobal => "module-global",
+        MemoryKind::Unknown => "unknown",
+    }
+}
+
+pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
+    let d = &cap.dispatch;
+    let params = d
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let end = (p.offset as usize + p.size as usize).min(d.arg_bytes.len());
+            let bytes = d.arg_bytes.get(p.offset as usize..end).unwrap_or(&[]);
+            let pointer = d
+                .pointer_words
+                .iter()
+                .any(|&w| w >= p.offset && w < p.offset + p.size);
+            let region = if pointer && bytes.len() >= 8 {
+                let v = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]));
+                cap.regions
+                    .iter()
+                    .find(|r| v >= r.address && v < r.address + r.size.max(1))
+                    .map(|r| r.region_id)
+            } else {
+                None
+            };
+            ParamDesc {
+                index: i,
+                offset: p.offset,
+                size: p.size,
+                pointer,
+                value_hex: hex(bytes),
+                region,
+            }
+        })
+        .collect();
+    let regions = cap
+        .regions
+        .iter()
+        .map(|r| RegionDesc {
+            id: r.region_id,
+            address: r.address,
+            size: r.size,
+            stored_bytes: cap.stored_bytes(r.region_id),
+            role: role_name(r.role),
+            kind: kind_name(r.kind),
+            written: cap.is_written(r.region_id),
+            global: cap
+                .globals
+                .iter()
+                .find(|g| g.region_id == r.region_id)
+                .map(|g| g.name.clone()),
+        })
+        .collect();
+    Description {
+        file: file.to_string(),
+        format_version: format!("{}.{}", cap.header.major, cap.header.minor),
+        file_bytes: cap.bytes().len() as u64,
+        kernel: Kernel {
+            name: demangle(&d.kernel_name),
+            mangled: d.kernel_name.clone(),
+        },
+        launch: Launch {
+            api: api_name(d.api),
+            grid: d.grid,
+            block: d.block,
+            cluster: d.cluster,
+            dynamic_shared_bytes: d.dynamic_shared_bytes,
+            attributes: d.attributes.iter().map(|a| a.id).collect(),
+        },
+        params,
+        regions,
+        modules: cap
+            .modules
+            .iter()
+            .map(|m| ModuleDesc {
+                id: m.module_id,
+                kind: match m.kind {
+                    ModuleKind::Cubin => "cubin",
+                    ModuleKind::Ptx => "ptx",
+                    ModuleKind::Fatbin => "fatbin",
+                },
+                arch: m.arch,
+                size: m.image.len() as u64,
+            })
+            .collect(),
+        device: cap.device.as_ref().map(|v| DeviceDesc {
+            name: v.name.clone(),
+            compute_capability: format!("{}.{}", v.cc_major, v.cc_minor),
+            uuid: hex(&v.uuid),
+            driver_version: format!("{}.{}", v.driver_version / 1000, v.driver_version % 1000 / 10),
+            sm_count: v.sm_count,
+            total_memory: v.total_memory,
+        }),
+        original_ns: d.original_duration_ns,
+        recorder: cap.info.as_ref().map(|i| Recorder {
+            version: i.tool_version.clone(),
+            host: i.host.clone(),
+            pid: i.pid,
+            rank: i.rank,
+            command_line: i.command_line.clone(),
+            time_unix_ns: i.time_unix_ns,
+            time: iso_time(i.time_unix_ns),
+            match_index: i.match_index,
+            launch_index: i.launch_index,
+            kernel_filter: i.kernel_filter.clone(),
+        }),
+        annotations: cap
+            .annotations
+            .iter()
+            .map(|a| (a.key.clone(), a.value.clone()))
+            .collect(),
+    }
+}
+
+/// Human-readable byte count.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Human-readable duration.
+pub fn duration(ns: u64) -> String {
+    if ns < 10_000 {
+        format!("{:.2} us", ns as f64 / 1e3)
+    } else if ns < 10_000_000 {
+        format!("{:.1} us", ns as f64 / 1e3)
+    } else {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_time_known_values() {
+        assert_eq!(iso_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso_time(1_700_000_000_000_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(iso_time(951_782_400_000_000_000), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(3 << 20), "3.0 MiB");
+        assert_eq!(duration(4321), "4.32 us");
+        assert_eq!(duration(25_000_000), "25.00 ms");
+    }
+}
