@@ -10,7 +10,6 @@ use kreplay_record::config::env;
 use kreplay_record::report::{KernelStat, ProcessReport};
 
 use crate::cli::{ListArgs, RecordArgs};
-use crate::describe::bytes;
 use crate::out;
 
 const LIB_NAME: &str = "libkreplay_record.so";
@@ -162,11 +161,8 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::from(3));
     }
-    if !a.json {
-        for c in &captures {
-            out!(w, "{}  ({} regions, {} raw, {} on disk)", c.file, c.regions, bytes(c.raw_bytes), bytes(c.stored_bytes));
-        }
-    }
+    // Per-capture summaries went to stderr from the recorder itself: stdout stays the
+    // application's own.
     Ok(ExitCode::SUCCESS)
 }
 

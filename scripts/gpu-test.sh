@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# GPU end-to-end suite: builds the CUDA test apps with nvcc, runs every app plain and under
+# `kreplay record`, then `verify`, `info --json` and `play --passes 8 --verify --json` on each
+# capture. Prints a table and ends with "N passed, N failed, N skipped"; exits non-zero when
+# any case failed. Needs a CUDA machine (nvcc, a GPU, python3 with torch/triton/cupy/jax for
+# the Python cases).
+#
+#   scripts/gpu-test.sh [BIN_DIR]     # BIN_DIR holds kreplay and libkreplay_record.so (default: dist)
+#
+# Environment: KREPLAY_WORK=DIR keeps the work files there; KREPLAY_ONLY=regex runs only the
+# cases whose name matches; KREPLAY_ARCH=sm_90 selects the nvcc target.
+set -u
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(cd "${1:-$HERE/dist}" && pwd) || { echo "no binary directory"; exit 2; }
+KR="$BIN/kreplay"
+[ -x "$KR" ] || { echo "$KR not found: build with 'cargo build --release' and copy target/release/{kreplay,libkreplay_record.so} there"; exit 2; }
+WORK=${KREPLAY_WORK:-$(mktemp -d /tmp/kreplay-gpu.XXXXXX)}
+mkdir -p "$WORK"
+ARCH=${KREPLAY_ARCH:-sm_90}
+ONLY=${KREPLAY_ONLY:-.}
+APPS="$HERE/testdata/apps"
+RESULTS="$WORK/results.jsonl"
+: > "$RESULTS"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+
+echo "== building test apps ($ARCH) in $WORK"
+nvcc -O2 -std=c++17 -arch="$ARCH" -o "$WORK/kapps" "$APPS/kapps.cu" || exit 2
+nvcc -O2 -arch="$ARCH" -o "$WORK/driver_app" "$APPS/driver_app.cu" -lcuda || exit 2
+nvcc -O2 -arch="$ARCH" -cubin -o "$WORK/driver_kernel.cubin" "$APPS/driver_kernel.cu" || exit 2
+
+note() { printf '%s\n' "$1" >> "$RESULTS"; }
+
+# run_case NAME REGEX NTH KNOWN_LIMITATION -- CMD...
+run_case() {
+  local name=$1 regex=$2 nth=$3 known=$4; shift 5
+  [[ "$name" =~ $ONLY ]] || return 0
+  local w="$WORK/$name"
+  echo "== $name: -k '$regex' --nth $nth -- $*"
+  local t0=$(date +%s%N)
+  "$@" > "$w.base.out" 2> "$w.base.err"; local base_rc=$?
+  local t1=$(date +%s%N)
+  "$KR" record -k "$regex" --nth "$nth" -o "$w.krr" -- "$@" > "$w.rec.out" 2> "$w.rec.err"; local rec_rc=$?
+  local t2=$(date +%s%N)
+  local same=false; cmp -s "$w.base.out" "$w.rec.out" && same=true
+  local ver_rc=99 play_rc=99
+  if [ -f "$w.krr" ]; then
+    "$KR" verify "$w.krr" > "$w.verify.out" 2>&1; ver_rc=$?
+    "$KR" info --json "$w.krr" > "$w.info.json" 2> "$w.info.err"
+    "$KR" info "$w.krr" > "$w.info.txt" 2>&1
+    "$KR" play "$w.krr" --passes 8 --verify --json > "$w.play.json" 2> "$w.play.err"; play_rc=$?
+  fi
+  python3 - "$name" "$w" "$base_rc" "$rec_rc" "$same" "$ver_rc" "$play_rc" "$known" $(( (t1-t0)/1000000 )) $(( (t2-t1)/1000000 )) >> "$RESULTS" <<'PY'
+import json, os, sys
+name, w, base_rc, rec_rc, same, ver_rc, play_rc, known, base_ms, rec_ms = sys.argv[1:]
+r = {"case": name, "base_rc": int(base_rc), "record_rc": int(rec_rc), "output_same": same == "true",
+     "verify_rc": int(ver_rc), "play_rc": int(play_rc), "known": known, "base_ms": int(base_ms), "record_ms": int(rec_ms)}
+def load(p):
+    try:
+        with open(p) as f: return json.load(f)
+    except Exception: return None
+info = load(w + ".info.json") or {}
+play = load(w + ".play.json") or {}
+r["kernel"] = (info.get("kernel") or {}).get("name", "-")
+r["regions"] = len(info.get("regions") or [])
+r["bytes"] = os.path.getsize(w + ".krr") if os.path.exists(w + ".krr") else 0
+r["original_us"] = (info.get("original_ns") or 0) / 1e3
+r["median_us"] = (play.get("median_ns") or 0) / 1e3
+v = play.get("verify") or {}
+r["matched"] = bool(v.get("matched"))
+r["deterministic"] = bool(v.get("deterministic"))
+r["identical_passes"] = len(play.get("durations_ns") or []) == 8 and r["deterministic"]
+ok = (r["base_rc"] == 0 and r["record_rc"] == 0 and r["output_same"] and r["verify_rc"] == 0
+      and r["play_rc"] == 0 and r["identical_passes"] and (r["matched"] or not r["deterministic"]))
+r["ok"] = ok
+if not ok:
+    errs = []
+    for suffix in (".rec.err", ".play.err", ".verify.out", ".base.err"):
+        try:
+            with open(w + suffix) as f:
+                t = f.read().strip()
+            if t: errs.append(suffix + ": " + t[-400:])
+        except Exception: pass
+    r["why"] = " | ".join(errs)[-900:]
+print(json.dumps(r))
+PY
+}
+
+K="$WORK/kapps"
+run_case cuda-saxpy        '^saxpy'        2 "" -- "$K" saxpy 3
+run_case cuda-globals      'poly_globals'  1 "" -- "$K" globals
+run_case cuda-pointers     'gather_sum'    1 "" -- "$K" pointers
+run_case cuda-bigsmem      'smem_reverse'  1 "" -- "$K" bigsmem
+run_case cuda-threads      'scale_rows'    5 "" -- "$K" threads
+run_case cuda-cluster      'cluster_scale' 1 "" -- "$K" cluster
+run_case cuda-coop         'coop_normalize' 1 "" -- "$K" coop
+run_case cuda-stencil      'stencil_iter'  3 "" -- "$K" stencil
+run_case driver-extra      '^axpb$'        1 "" -- "$WORK/driver_app" "$WORK/driver_kernel.cubin"
+run_case torch-gemm        'gemm|xmma|cutlass' 1 "" -- python3 "$APPS/torch_app.py"
+run_case torch-elementwise 'sigmoid'       1 "" -- python3 "$APPS/torch_app.py"
+run_case triton            'fused_axpy_relu' 1 "" -- python3 "$APPS/triton_app.py"
+run_case cupy              'cupy_scale_add' 1 "" -- python3 "$APPS/cupy_app.py"
+run_case jax               'fusion|tanh'   1 "" -- python3 "$APPS/jax_app.py"
+
+# Two ranks, one capture each, named by rank.
+if [[ "mpi-2ranks" =~ $ONLY ]]; then
+  echo "== mpi-2ranks"
+  if command -v mpirun > /dev/null; then
+    LAUNCH=(mpirun -n 2 --allow-run-as-root --oversubscribe)
+  else
+    LAUNCH=(torchrun --nproc_per_node 2 --no-python)
+  fi
+  rm -f "$WORK"/mpi-r*.krr
+  "${LAUNCH[@]}" "$KR" record -k 'erf' -o "$WORK/mpi-r%r.krr" -- python3 "$APPS/mpi_app.py" > "$WORK/mpi.out" 2> "$WORK/mpi.err"
+  mrc=$?
+  for r in 0 1; do
+    f="$WORK/mpi-r$r.krr"
+    if [ -f "$f" ]; then "$KR" verify "$f" > /dev/null 2>&1 && "$KR" play "$f" --passes 8 --verify --json > "$WORK/mpi-r$r.play.json" 2> "$WORK/mpi-r$r.play.err"; prc=$?; else prc=99; fi
+    python3 - "$r" "$mrc" "$prc" "$f" "${LAUNCH[0]}" >> "$RESULTS" <<'PY'
+import json, os, sys
+r, mrc, prc, f, launcher = sys.argv[1:]
+try:
+    play = json.load(open(f[:-4] + ".play.json"))
+except Exception:
+    play = {}
+v = play.get("verify") or {}
+ok = mrc == "0" and prc == "0" and bool(v.get("matched"))
+print(json.dumps({"case": f"mpi-rank{r} ({launcher})", "kernel": play.get("kernel", "-")[:40], "regions": 0,
+    "bytes": os.path.getsize(f) if os.path.exists(f) else 0, "original_us": (play.get("original_ns") or 0) / 1e3,
+    "median_us": (play.get("median_ns") or 0) / 1e3, "matched": bool(v.get("matched")), "known": "",
+    "ok": ok, "why": "" if ok else open(os.path.dirname(f) + "/mpi.err").read()[-600:]}))
+PY
+  done
+fi
+
+python3 - "$RESULTS" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print()
+print(f"{'case':<22} {'kernel':<40} {'regions':>7} {'capture':>12} {'orig us':>9} {'replay us':>10} {'verified':>9}  result")
+passed = failed = skipped = 0
+for r in rows:
+    k = r.get("kernel", "-")
+    k = k if len(k) <= 40 else k[:37] + "..."
+    verified = "yes" if r.get("matched") else ("nondet" if r.get("deterministic") is False else "no")
+    if r["ok"]:
+        res = "PASS"; passed += 1
+    elif r.get("known"):
+        res = "KNOWN LIMITATION: " + r["known"]; skipped += 1
+    else:
+        res = "FAIL"; failed += 1
+    print(f"{r['case']:<22} {k:<40} {r.get('regions', 0):>7} {r.get('bytes', 0):>12} {r.get('original_us', 0):>9.1f} {r.get('median_us', 0):>10.1f} {verified:>9}  {res}")
+    if not r["ok"] and r.get("why"):
+        print("    why: " + r["why"].replace("\n", " / ")[:900])
+print()
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed else 0)
+PY

@@ -1,0 +1,300 @@
+// Test applications for kreplay: one binary, one scenario per argument. Each prints a
+// deterministic checksum of its results on stdout, so a run under `kreplay record` can be
+// compared with a plain run.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+#define CK(x)                                                                          \
+  do {                                                                                 \
+    cudaError_t e = (x);                                                               \
+    if (e != cudaSuccess) {                                                            \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      exit(1);                                                                         \
+    }                                                                                  \
+  } while (0)
+
+static double checksum(const std::vector<float>& v) {
+  double s = 0;
+  for (size_t i = 0; i < v.size(); ++i) s += v[i] * (1.0 + (i % 7));
+  return s;
+}
+
+static std::vector<float> iota(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f;
+  return v;
+}
+
+// --- saxpy: in place, y = a*x + y --------------------------------------------------------
+__global__ void saxpy(int n, float a, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+
+static int run_saxpy(int iters) {
+  const int n = 1 << 22;
+  auto hx = iota(n, 1.0f), hy = iota(n, 2.0f);
+  float *x, *y;
+  CK(cudaMalloc(&x, n * 4));
+  CK(cudaMalloc(&y, n * 4));
+  CK(cudaMemcpy(x, hx.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(y, hy.data(), n * 4, cudaMemcpyHostToDevice));
+  for (int it = 0; it < iters; ++it) saxpy<<<(n + 255) / 256, 256>>>(n, 0.5f + it, x, y);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(hy.data(), y, n * 4, cudaMemcpyDeviceToHost));
+  printf("saxpy %.6f\n", checksum(hy));
+  return 0;
+}
+
+// --- module globals: __constant__ coefficients and a __device__ counter ------------------
+__constant__ float coef[4];
+__device__ unsigned long long hits;
+__device__ float bias = 0.25f;
+
+__global__ void poly_globals(int n, const float* x, float* out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float v = x[i];
+    out[i] = coef[0] + v * (coef[1] + v * (coef[2] + v * coef[3])) + bias;
+    if (v > 0.5f) atomicAdd(&hits, 1ull);
+  }
+}
+
+static int run_globals() {
+  const int n = 1 << 20;
+  auto hx = iota(n, 1.0f);
+  float c[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+  CK(cudaMemcpyToSymbol(coef, c, sizeof c));
+  unsigned long long zero = 0;
+  CK(cudaMemcpyToSymbol(hits, &zero, 8));
+  float *x, *o;
+  CK(cudaMalloc(&x, n * 4));
+  CK(cudaMalloc(&o, n * 4));
+  CK(cudaMemcpy(x, hx.data(), n * 4, cudaMemcpyHostToDevice));
+  poly_globals<<<(n + 255) / 256, 256>>>(n, x, o);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ho(n);
+  unsigned long long h;
+  CK(cudaMemcpy(ho.data(), o, n * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpyFromSymbol(&h, hits, 8));
+  printf("globals %.6f hits %llu\n", checksum(ho), h);
+  return 0;
+}
+
+// --- pointers stored in device memory ----------------------------------------------------
+struct Batch {
+  int count;
+  int n;
+  const float* const* inputs;  // device array of device pointers
+  float* out;
+};
+
+__global__ void gather_sum(Batch b) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < b.n) {
+    float s = 0;
+    for (int k = 0; k < b.count; ++k) s += b.inputs[k][i] * (k + 1);
+    b.out[i] = s;
+  }
+}
+
+static int run_pointers() {
+  const int n = 1 << 18, count = 5;
+  std::vector<float*> bufs(count);
+  for (int k = 0; k < count; ++k) {
+    CK(cudaMalloc(&bufs[k], n * 4));
+    auto h = iota(n, 1.0f + k);
+    CK(cudaMemcpy(bufs[k], h.data(), n * 4, cudaMemcpyHostToDevice));
+  }
+  float** table;
+  CK(cudaMalloc(&table, count * sizeof(float*)));
+  CK(cudaMemcpy(table, bufs.data(), count * sizeof(float*), cudaMemcpyHostToDevice));
+  float* out;
+  CK(cudaMalloc(&out, n * 4));
+  gather_sum<<<(n + 255) / 256, 256>>>(Batch{count, n, table, out});
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ho(n);
+  CK(cudaMemcpy(ho.data(), out, n * 4, cudaMemcpyDeviceToHost));
+  printf("pointers %.6f\n", checksum(ho));
+  return 0;
+}
+
+// --- dynamic shared memory above 48 KiB --------------------------------------------------
+__global__ void smem_reverse(const float* in, float* out, int per_block) {
+  extern __shared__ float tile[];
+  const float* src = in + (size_t)blockIdx.x * per_block;
+  for (int i = threadIdx.x; i < per_block; i += blockDim.x) tile[i] = src[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < per_block; i += blockDim.x)
+    out[(size_t)blockIdx.x * per_block + i] = tile[per_block - 1 - i] * 2.0f;
+}
+
+static int run_bigsmem() {
+  const int per_block = 24 * 1024;  // 96 KiB of floats
+  const int blocks = 264;
+  const size_t n = (size_t)per_block * blocks;
+  CK(cudaFuncSetAttribute(smem_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize, per_block * 4));
+  auto h = iota(n, 1.0f);
+  float *in, *out;
+  CK(cudaMalloc(&in, n * 4));
+  CK(cudaMalloc(&out, n * 4));
+  CK(cudaMemcpy(in, h.data(), n * 4, cudaMemcpyHostToDevice));
+  smem_reverse<<<blocks, 256, per_block * 4>>>(in, out, per_block);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h.data(), out, n * 4, cudaMemcpyDeviceToHost));
+  printf("bigsmem %.6f\n", checksum(h));
+  return 0;
+}
+
+// --- several host threads, each on its own non-default stream -----------------------------
+__global__ void scale_rows(float* data, int n, float s) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] = data[i] * s + 1.0f;
+}
+
+static int run_threads() {
+  const int n = 1 << 20, threads = 4;
+  std::vector<double> sums(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([t, n, &sums] {
+      cudaStream_t s;
+      CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      float* d;
+      CK(cudaMalloc(&d, n * 4));
+      auto h = iota(n, 1.0f + t);
+      CK(cudaMemcpyAsync(d, h.data(), n * 4, cudaMemcpyHostToDevice, s));
+      for (int k = 0; k < 3; ++k) scale_rows<<<(n + 255) / 256, 256, 0, s>>>(d, n, 1.5f + t);
+      CK(cudaMemcpyAsync(h.data(), d, n * 4, cudaMemcpyDeviceToHost, s));
+      CK(cudaStreamSynchronize(s));
+      sums[t] = checksum(h);
+    });
+  }
+  for (auto& th : pool) th.join();
+  double s = 0;
+  for (double v : sums) s += v;
+  printf("threads %.6f\n", s);
+  return 0;
+}
+
+// --- thread-block cluster launch (sm_90) -------------------------------------------------
+__global__ void cluster_scale(const float* in, float* out, int n) {
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float peer;
+  if (threadIdx.x == 0) peer = (float)cluster.block_rank();
+  cluster.sync();
+  float* remote = cluster.map_shared_rank(&peer, (cluster.block_rank() + 1) % cluster.num_blocks());
+  float r = *remote;
+  cluster.sync();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * 2.0f + r;
+}
+
+static int run_cluster() {
+  const int n = 1 << 20;
+  auto h = iota(n, 1.0f);
+  float *in, *out;
+  CK(cudaMalloc(&in, n * 4));
+  CK(cudaMalloc(&out, n * 4));
+  CK(cudaMemcpy(in, h.data(), n * 4, cudaMemcpyHostToDevice));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(n / 256);
+  cfg.blockDim = dim3(256);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 4;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, cluster_scale, (const float*)in, out, n));
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h.data(), out, n * 4, cudaMemcpyDeviceToHost));
+  printf("cluster %.6f\n", checksum(h));
+  return 0;
+}
+
+// --- cooperative launch with a grid-wide barrier ------------------------------------------
+__global__ void coop_normalize(float* data, float* partial, int n) {
+  cg::grid_group grid = cg::this_grid();
+  float s = 0;
+  for (int i = grid.thread_rank(); i < n; i += grid.size()) s += data[i];
+  __shared__ float red[256];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k /= 2) {
+    if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = red[0];
+  grid.sync();
+  float total = 0;
+  for (int b = 0; b < gridDim.x; ++b) total += partial[b];
+  for (int i = grid.thread_rank(); i < n; i += grid.size()) data[i] = data[i] / total;
+}
+
+static int run_coop() {
+  const int n = 1 << 20;
+  int dev = 0, sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  int blocks = sms;
+  auto h = iota(n, 1.0f);
+  float *d, *partial;
+  CK(cudaMalloc(&d, n * 4));
+  CK(cudaMalloc(&partial, blocks * 4));
+  CK(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
+  int nn = n;
+  void* args[] = {&d, &partial, &nn};
+  CK(cudaLaunchCooperativeKernel((void*)coop_normalize, blocks, 256, args, 0, 0));
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
+  printf("coop %.6f\n", checksum(h) * 1e3);
+  return 0;
+}
+
+// --- a kernel of 20+ microseconds, for timing comparisons -------------------------------
+__global__ void stencil_iter(const float* in, float* out, int n, int reps) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i > 0 && i < n - 1) {
+    float v = in[i];
+    for (int r = 0; r < reps; ++r) v = 0.25f * in[i - 1] + 0.5f * v + 0.25f * in[i + 1] + 1e-3f * r;
+    out[i] = v;
+  }
+}
+
+static int run_stencil() {
+  const int n = 1 << 26;
+  float *a, *b;
+  CK(cudaMalloc(&a, (size_t)n * 4));
+  CK(cudaMalloc(&b, (size_t)n * 4));
+  auto h = iota(n, 1.0f);
+  CK(cudaMemcpy(a, h.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemset(b, 0, (size_t)n * 4));
+  for (int k = 0; k < 5; ++k) stencil_iter<<<(n + 255) / 256, 256>>>(a, b, n, 8);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h.data(), b, (size_t)n * 4, cudaMemcpyDeviceToHost));
+  printf("stencil %.3f\n", checksum(h));
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const char* m = argc > 1 ? argv[1] : "saxpy";
+  if (!strcmp(m, "saxpy")) return run_saxpy(argc > 2 ? atoi(argv[2]) : 3);
+  if (!strcmp(m, "globals")) return run_globals();
+  if (!strcmp(m, "pointers")) return run_pointers();
+  if (!strcmp(m, "bigsmem")) return run_bigsmem();
+  if (!strcmp(m, "threads")) return run_threads();
+  if (!strcmp(m, "cluster")) return run_cluster();
+  if (!strcmp(m, "coop")) return run_coop();
+  if (!strcmp(m, "stencil")) return run_stencil();
+  fprintf(stderr, "unknown scenario %s\n", m);
+  return 2;
+}
