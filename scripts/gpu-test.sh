@@ -78,9 +78,9 @@ if not ok:
         try:
             with open(w + suffix) as f:
                 t = f.read().strip()
-            if t: errs.append(suffix + ": " + t[-400:])
+            if t: errs.append(suffix + ": " + (t if len(t) < 700 else t[:350] + " ... " + t[-350:]))
         except Exception: pass
-    r["why"] = " | ".join(errs)[-900:]
+    r["why"] = " | ".join(errs)[:1500]
 print(json.dumps(r))
 PY
 }
@@ -110,7 +110,7 @@ if [[ "mpi-2ranks" =~ $ONLY ]]; then
     LAUNCH=(torchrun --nproc_per_node 2 --no-python)
   fi
   rm -f "$WORK"/mpi-r*.krr
-  "${LAUNCH[@]}" "$KR" record -k 'erf' -o "$WORK/mpi-r%r.krr" -- python3 "$APPS/mpi_app.py" > "$WORK/mpi.out" 2> "$WORK/mpi.err"
+  "${LAUNCH[@]}" "$KR" record -k 'erf_kernel' -o "$WORK/mpi-r%r.krr" -- python3 "$APPS/mpi_app.py" > "$WORK/mpi.out" 2> "$WORK/mpi.err"
   mrc=$?
   for r in 0 1; do
     f="$WORK/mpi-r$r.krr"
@@ -150,7 +150,7 @@ for r in rows:
         res = "FAIL"; failed += 1
     print(f"{r['case']:<22} {k:<40} {r.get('regions', 0):>7} {r.get('bytes', 0):>12} {r.get('original_us', 0):>9.1f} {r.get('median_us', 0):>10.1f} {verified:>9}  {res}")
     if not r["ok"] and r.get("why"):
-        print("    why: " + r["why"].replace("\n", " / ")[:900])
+        print("    why: " + r["why"].replace("\n", " / ")[:1500])
 print()
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed else 0)

@@ -5,5 +5,8 @@
 mod session;
 mod verify;
 
-pub use session::{AddressMode, PassStats, PlayError, PlayOptions, PlayReport, Session};
+pub use session::{
+    claim_address_space, fixed_ranges, AddressMode, PassStats, PlayError, PlayOptions, PlayReport,
+    Session,
+};
 pub use verify::{Mismatch, VerifyOutcome};

@@ -8,7 +8,9 @@ use kreplay_replay::driver::{
     self, copy_dtod_async, copy_dtoh, copy_htod, CudaError, DeviceBuffer, DeviceProps, Event,
     Module, PinnedBuffer, PrimaryContext, Stream,
 };
-use kreplay_replay::vmm::{FixedMapping, MapError};
+use kreplay_replay::placeholder::Placeholders;
+use kreplay_replay::timing::GatedTimer;
+use kreplay_replay::vmm::{self, FixedMapping, MapError};
 use kreplay_replay::DriverUnavailable;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -117,6 +119,8 @@ pub struct PlayReport {
     /// Where the pristine copy of the write set lives: "device" or "host".
     pub pristine: &'static str,
     pub cache: &'static str,
+    /// Whether kernel times exclude launch overhead (stream gated until the launch is queued).
+    pub gated_timing: bool,
     /// Wall time from opening the session to the first launch.
     pub setup_ms: f64,
     pub verify: VerifyOutcome,
@@ -156,6 +160,21 @@ pub struct Session<'c> {
     opened: Instant,
 }
 
+/// The address ranges a capture needs at their original addresses.
+pub fn fixed_ranges(cap: &Capture<'_>) -> Vec<(u64, u64)> {
+    cap.regions
+        .iter()
+        .filter(|r| r.role != RegionRole::Global)
+        .map(|r| (r.address, r.size))
+        .collect()
+}
+
+/// Claims the host address space the capture's memory needs. Call before CUDA initialises
+/// and before mapping anything large (the capture file itself included).
+pub fn claim_address_space(ranges: &[(u64, u64)]) -> Placeholders {
+    vmm::claim_plan(ranges)
+}
+
 fn upload_region(cap: &Capture<'_>, region_id: u32, dst: u64, staging: &mut PinnedBuffer) -> Result<(), PlayError> {
     let r = cap.region(region_id).ok_or(PlayError::NoModule(region_id))?;
     let chunks: Vec<_> = cap.chunks(region_id, MemoryState::Pre).collect();
@@ -173,8 +192,13 @@ fn upload_region(cap: &Capture<'_>, region_id: u32, dst: u64, staging: &mut Pinn
 }
 
 impl<'c> Session<'c> {
-    /// Prepares the capture on device `opts.device`.
-    pub fn open(cap: &'c Capture<'c>, opts: &PlayOptions) -> Result<Session<'c>, PlayError> {
+    /// Prepares the capture on device `opts.device`. `holds` are the placeholders from
+    /// `claim_address_space`, taken before anything else in the process mapped memory.
+    pub fn open(
+        cap: &'c Capture<'c>,
+        opts: &PlayOptions,
+        mut holds: Placeholders,
+    ) -> Result<Session<'c>, PlayError> {
         let opened = Instant::now();
         driver::ensure_driver()?;
         let count = driver::device_count()?;
@@ -213,13 +237,8 @@ impl<'c> Session<'c> {
         let ctx = PrimaryContext::retain(opts.device)?;
         // Map before anything else allocates device memory, so nothing of ours sits where
         // the capture needs to be.
-        let fixed: Vec<(u64, u64)> = cap
-            .regions
-            .iter()
-            .filter(|r| r.role != RegionRole::Global)
-            .map(|r| (r.address, r.size))
-            .collect();
-        let mapping = FixedMapping::map(&fixed, opts.device)?;
+        let mapping = FixedMapping::map(&fixed_ranges(cap), opts.device, &mut holds)?;
+        drop(holds);
 
         let largest = cap.regions.iter().map(|r| r.size).max().unwrap_or(0);
         let chunk = cap.regions.iter().map(|r| r.chunk_size).max().unwrap_or(1);
@@ -443,7 +462,7 @@ impl<'c> Session<'c> {
 
     /// Runs warm-up and timed passes.
     pub fn run(&mut self, opts: &PlayOptions) -> Result<PlayReport, PlayError> {
-        let start = Event::new()?;
+        let mut timer = GatedTimer::new()?;
         let stop = Event::new()?;
         let restore_start = Event::new()?;
         let mut launched = false;
@@ -485,12 +504,12 @@ impl<'c> Session<'c> {
             if !launched {
                 setup_ms = self.opened.elapsed().as_secs_f64() * 1e3;
             }
-            start.record_raw(self.stream.raw)?;
-            self.launch()?;
-            stop.record_raw(self.stream.raw)?;
-            stop.synchronize()?;
+            timer.arm(self.stream.raw)?;
+            let launched_ok = self.launch();
+            timer.finish(self.stream.raw)?;
+            launched_ok?;
             launched = true;
-            durations.push(stop.elapsed_ns_since(&start)?);
+            durations.push(timer.elapsed_ns()?);
             if opts.verify {
                 if pass == 0 && opts.warmup == 0 {
                     self.check_against_capture(&mut v)?;
@@ -537,6 +556,7 @@ impl<'c> Session<'c> {
                 Pristine::None => "none",
             },
             cache: if self.flush.is_some() { "flush" } else { "keep" },
+            gated_timing: timer.is_gated(),
             setup_ms,
             verify: v,
         })

@@ -9,7 +9,8 @@ use kreplay_format::{
     Dispatch, LaunchAttribute, MemoryKind, ModuleGlobal, ModuleImage, Param, Region, RegionRole,
     DEFAULT_CHUNK_SIZE,
 };
-use kreplay_replay::driver::{self, sys, Event};
+use kreplay_replay::driver::{self, sys};
+use kreplay_replay::timing::GatedTimer;
 
 use crate::launch::{argument_bytes, LaunchView};
 
@@ -33,8 +34,7 @@ pub struct Snapshot {
 pub struct Pending {
     pub correlation: u32,
     pub stream: sys::CUstream,
-    pub start: Event,
-    pub stop: Event,
+    pub timer: GatedTimer,
     pub data: CaptureData,
 }
 
@@ -211,9 +211,9 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
         }
     }
 
-    let start = Event::new().map_err(|e| e.to_string())?;
-    let stop = Event::new().map_err(|e| e.to_string())?;
-    start.record_raw(view.stream).map_err(|e| e.to_string())?;
+    // Last: the stream stays gated until the launch is queued (see GatedTimer).
+    let mut timer = GatedTimer::new().map_err(|e| e.to_string())?;
+    timer.arm(view.stream).map_err(|e| e.to_string())?;
     let dispatch = Dispatch {
         kernel_name: input.kernel_name,
         module_id: input.module.module_id,
@@ -241,8 +241,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
     Ok(Pending {
         correlation: input.correlation,
         stream: view.stream,
-        start,
-        stop,
+        timer,
         data: CaptureData {
             dispatch,
             snapshots,
@@ -258,9 +257,9 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
 /// After the launch: duration, and every chunk whose bytes changed.
 pub fn after_launch(p: &mut Pending) -> Result<Vec<PostChunk>, String> {
     let t = Instant::now();
-    p.stop.record_raw(p.stream).map_err(|e| e.to_string())?;
+    p.timer.finish(p.stream).map_err(|e| e.to_string())?;
     driver::ctx_synchronize().map_err(|e| format!("the kernel failed: {e}"))?;
-    p.data.dispatch.original_duration_ns = p.stop.elapsed_ns_since(&p.start).ok();
+    p.data.dispatch.original_duration_ns = p.timer.elapsed_ns().ok();
     let mut post = Vec::new();
     for s in &p.data.snapshots {
         let now = copy_region(s.device_addr, s.region.size)?;

@@ -3,6 +3,8 @@
 
 pub mod cupti;
 pub mod driver;
+pub mod placeholder;
+pub mod timing;
 pub mod vmm;
 
 pub use driver::{ensure_driver, CudaError, DriverUnavailable};

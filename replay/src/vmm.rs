@@ -4,6 +4,7 @@
 //! and several placements are tried; every result is checked against the hint.
 
 use crate::driver::{check, sys, CuResult, CudaError};
+use crate::placeholder::Placeholders;
 
 /// Smallest reservation asked for: wide enough that the driver places it where asked.
 pub const MIN_RESERVATION: u64 = 2 << 30;
@@ -84,6 +85,29 @@ pub fn merge_ranges(ranges: &[(u64, u64)], g: u64) -> Vec<(u64, u64)> {
     out.into_iter().map(|(s, e)| (s, e - s)).collect()
 }
 
+/// Granularity assumed before the driver can be asked (2 MiB on every current NVIDIA GPU);
+/// the real one is applied when mapping.
+pub const PLAN_GRANULARITY: u64 = 2 << 20;
+
+/// Claims host placeholders for what `FixedMapping::map` will ask the driver for: one wide
+/// reservation over everything when possible, otherwise each range.
+pub fn claim_plan(ranges: &[(u64, u64)]) -> Placeholders {
+    let merged = merge_ranges(ranges, PLAN_GRANULARITY);
+    let (Some(lo), Some(hi)) = (
+        merged.first().map(|r| r.0),
+        merged.iter().map(|r| r.0 + r.1).max(),
+    ) else {
+        return Placeholders::default();
+    };
+    let wide = (hi - lo).max(MIN_RESERVATION);
+    let p = Placeholders::claim(&[(lo, wide)]);
+    if p.refused.is_empty() {
+        return p;
+    }
+    drop(p);
+    Placeholders::claim(&merged)
+}
+
 /// Device memory mapped at fixed addresses; unmapped and released on drop.
 pub struct FixedMapping {
     reservations: Vec<(u64, u64)>,
@@ -94,7 +118,13 @@ pub struct FixedMapping {
 
 impl FixedMapping {
     /// Maps read-write device memory over each range (address, length) at exactly that address.
-    pub fn map(ranges: &[(u64, u64)], ordinal: i32) -> Result<FixedMapping, MapError> {
+    /// `holds` are host placeholders over the ranges (see `claim_plan`); each is released right
+    /// before the driver is asked for that range.
+    pub fn map(
+        ranges: &[(u64, u64)],
+        ordinal: i32,
+        holds: &mut Placeholders,
+    ) -> Result<FixedMapping, MapError> {
         let g = granularity(ordinal)?;
         let merged = merge_ranges(ranges, g);
         let mut m = FixedMapping {
@@ -105,7 +135,7 @@ impl FixedMapping {
         if merged.is_empty() {
             return Ok(m);
         }
-        m.reserve_covering(&merged, g)?;
+        m.reserve_covering(&merged, g, holds)?;
         let p = prop(ordinal);
         for &(start, len) in &merged {
             let mut h = 0;
@@ -138,8 +168,14 @@ impl FixedMapping {
         Ok(m)
     }
 
-    fn try_reserve(&mut self, start: u64, len: u64) -> CuResult<Option<()>> {
+    fn try_reserve(
+        &mut self,
+        start: u64,
+        len: u64,
+        holds: &mut Placeholders,
+    ) -> CuResult<Option<()>> {
         self.attempts += 1;
+        holds.release(start, len);
         let got = reserve(len, start)?;
         if got == start {
             self.reservations.push((start, len));
@@ -150,7 +186,12 @@ impl FixedMapping {
         }
     }
 
-    fn reserve_covering(&mut self, merged: &[(u64, u64)], g: u64) -> Result<(), MapError> {
+    fn reserve_covering(
+        &mut self,
+        merged: &[(u64, u64)],
+        g: u64,
+        holds: &mut Placeholders,
+    ) -> Result<(), MapError> {
         let lo = merged[0].0;
         let hi = merged.iter().map(|(s, l)| s + l).max().unwrap_or(lo);
         let span = hi - lo;
@@ -162,17 +203,17 @@ impl FixedMapping {
         }
         candidates.push((lo, span));
         for (start, len) in candidates {
-            if self.try_reserve(start, len).ok().flatten().is_some() {
+            if self.try_reserve(start, len, holds).ok().flatten().is_some() {
                 return Ok(());
             }
         }
         // Ranges far apart: one reservation each, padded the same way.
         for &(start, len) in merged {
             let padded = len.max(MIN_RESERVATION).div_ceil(g) * g;
-            if self.try_reserve(start, padded).ok().flatten().is_some() {
+            if self.try_reserve(start, padded, holds).ok().flatten().is_some() {
                 continue;
             }
-            if self.try_reserve(start, len)?.is_some() {
+            if self.try_reserve(start, len, holds)?.is_some() {
                 continue;
             }
             self.attempts += 1;

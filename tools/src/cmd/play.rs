@@ -5,13 +5,21 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use kreplay_format::Capture;
-use kreplay_player::{PlayOptions, Session};
+use kreplay_player::{claim_address_space, fixed_ranges, PlayOptions, Session};
 
 use crate::cli::{CacheMode, PlayArgs};
 use crate::describe::{bytes, demangle, duration};
 use crate::out;
 
 pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
+    // Learn which device addresses the capture needs, then claim them in the host address
+    // space before anything else (the mmap of the capture, libcuda) can land there.
+    let ranges = {
+        let file = super::open(&a.file)?;
+        let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
+        fixed_ranges(&cap)
+    };
+    let holds = claim_address_space(&ranges);
     let file = super::open(&a.file)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
     let module_override = match &a.module {
@@ -26,7 +34,7 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         flush_cache: a.cache == CacheMode::Flush,
         module_override,
     };
-    let mut session = Session::open(&cap, &opts)
+    let mut session = Session::open(&cap, &opts, holds)
         .with_context(|| format!("cannot replay {}", a.file.display()))?;
     let r = session.run(&opts).context("replay failed")?;
     drop(session);
