@@ -22,7 +22,10 @@ pub enum FormatError {
     },
 
     #[error("incomplete capture: the recorder did not finish writing it (it died or is still running); {intact_events} events are intact up to byte {intact_until}; `kreplay verify --salvage OUT` keeps them")]
-    Incomplete { intact_events: u64, intact_until: u64 },
+    Incomplete {
+        intact_events: u64,
+        intact_until: u64,
+    },
 
     #[error("truncated capture: {what} at byte {offset} needs {needed} bytes but the file has {available} bytes left")]
     Truncated {
@@ -60,7 +63,9 @@ pub enum FormatError {
         message: String,
     },
 
-    #[error("garbage after the trailer: the capture ends at byte {end} but the file has {len} bytes")]
+    #[error(
+        "garbage after the trailer: the capture ends at byte {end} but the file has {len} bytes"
+    )]
     TrailingGarbage { end: u64, len: u64 },
 
     #[error("cannot encode {what}: {message}")]

@@ -99,13 +99,12 @@ fn decode_meta<T: DeserializeOwned>(
     let payload_offset = offset + FRAME_LEN as u64;
     if frame.flags & FLAG_ZSTD != 0 {
         let mut out = Vec::new();
-        let dec = zstd::stream::read::Decoder::with_buffer(payload).map_err(|e| {
-            FormatError::Decode {
+        let dec =
+            zstd::stream::read::Decoder::with_buffer(payload).map_err(|e| FormatError::Decode {
                 offset: payload_offset,
                 what: kind.name().into(),
                 message: format!("zstd: {e}"),
-            }
-        })?;
+            })?;
         // Bounded: a small frame claiming gigabytes cannot make us allocate them.
         dec.take(METADATA_LIMIT as u64 + 1)
             .read_to_end(&mut out)
@@ -261,7 +260,10 @@ impl<'a> Capture<'a> {
         if end_frame.kind != EventKind::End as u16 {
             return Err(FormatError::Inconsistent {
                 offset: end_offset,
-                what: format!("expected END after the index, found kind {}", end_frame.kind),
+                what: format!(
+                    "expected END after the index, found kind {}",
+                    end_frame.kind
+                ),
             });
         }
         let end: EndMark = decode_meta(data, end_offset, &end_frame, EventKind::End)?;
@@ -368,10 +370,7 @@ impl<'a> Capture<'a> {
                     if r.chunk_size == 0 || r.chunk_size > MAX_CHUNK_SIZE {
                         return Err(FormatError::Inconsistent {
                             offset: off,
-                            what: format!(
-                                "region {} has chunk size {}",
-                                r.region_id, r.chunk_size
-                            ),
+                            what: format!("region {} has chunk size {}", r.region_id, r.chunk_size),
                         });
                     }
                     if r.address.checked_add(r.size).is_none() {
@@ -478,7 +477,9 @@ impl<'a> Capture<'a> {
         for r in &regions {
             let n = r.size.div_ceil(r.chunk_size);
             let have = chunks
-                .range((r.region_id, MemoryState::Pre, 0)..=(r.region_id, MemoryState::Pre, u64::MAX))
+                .range(
+                    (r.region_id, MemoryState::Pre, 0)..=(r.region_id, MemoryState::Pre, u64::MAX),
+                )
                 .count() as u64;
             if have != n {
                 return Err(FormatError::Inconsistent {
@@ -589,7 +590,10 @@ impl<'a> Capture<'a> {
                 let n = zstd::bulk::decompress_to_buffer(stored, out).map_err(|e| {
                     FormatError::Decode {
                         offset: c.payload_offset + CHUNK_PREFIX_LEN as u64,
-                        what: format!("memory chunk at offset {} of region {}", c.offset, c.region_id),
+                        what: format!(
+                            "memory chunk at offset {} of region {}",
+                            c.offset, c.region_id
+                        ),
                         message: format!("zstd: {e}"),
                     }
                 })?;
@@ -640,10 +644,13 @@ impl<'a> Capture<'a> {
     /// A region's pre-dispatch bytes.
     pub fn read_region(&self, region_id: u32) -> Result<Vec<u8>> {
         let size = self.region(region_id).map_or(0, |r| r.size);
-        let mut out = vec![0u8; usize::try_from(size).map_err(|_| FormatError::Limit {
-            what: "region size",
-            message: format!("{size} bytes do not fit in memory"),
-        })?];
+        let mut out = vec![
+            0u8;
+            usize::try_from(size).map_err(|_| FormatError::Limit {
+                what: "region size",
+                message: format!("{size} bytes do not fit in memory"),
+            })?
+        ];
         self.read_region_into(region_id, &mut out)?;
         Ok(out)
     }
@@ -657,7 +664,10 @@ impl<'a> Capture<'a> {
             if c.encoding == ChunkEncoding::Zero && crc(&buf) != c.raw_crc {
                 return Err(FormatError::Checksum {
                     offset: c.event_offset,
-                    what: format!("zero chunk at offset {} of region {}", c.offset, c.region_id),
+                    what: format!(
+                        "zero chunk at offset {} of region {}",
+                        c.offset, c.region_id
+                    ),
                     stored: c.raw_crc,
                     computed: crc(&buf),
                 });

@@ -33,7 +33,10 @@ fn truncation_at_every_byte_is_reported() {
             ),
             "cut at {cut}: unexpected error {e}"
         );
-        assert!(Capture::parse(data).is_err(), "cut at {cut}: parse accepted it");
+        assert!(
+            Capture::parse(data).is_err(),
+            "cut at {cut}: parse accepted it"
+        );
     }
 }
 
@@ -62,7 +65,9 @@ fn checksum_error_names_the_event() {
     data[at] ^= 0x55;
     let e = verify(&data).expect_err("corrupt chunk");
     match e {
-        FormatError::Checksum { offset, ref what, .. } => {
+        FormatError::Checksum {
+            offset, ref what, ..
+        } => {
             assert_eq!(offset, chunk.event_offset);
             assert!(what.contains("memory chunk"), "{what}");
         }
@@ -83,7 +88,10 @@ fn bogus_payload_lengths_are_refused_without_allocating() {
         refresh_frame_crc(&mut data, first_event);
         let e = verify(&data).expect_err("bogus length");
         assert!(
-            matches!(e, FormatError::Truncated { .. } | FormatError::Checksum { .. }),
+            matches!(
+                e,
+                FormatError::Truncated { .. } | FormatError::Checksum { .. }
+            ),
             "len {len}: {e}"
         );
         assert!(Capture::parse(&data).is_err(), "len {len}");
@@ -113,10 +121,15 @@ fn newer_minor_is_accepted() {
 }
 
 fn with_extra_event(kind: u16, flags: u16) -> Vec<u8> {
-    let mut w = CaptureWriter::new(Cursor::new(Vec::new()), common::UUID, WriterOptions::default())
-        .expect("writer");
+    let mut w = CaptureWriter::new(
+        Cursor::new(Vec::new()),
+        common::UUID,
+        WriterOptions::default(),
+    )
+    .expect("writer");
     w.dispatch(&common::dispatch()).expect("dispatch");
-    w.write_raw_event(kind, flags, b"from the future").expect("raw");
+    w.write_raw_event(kind, flags, b"from the future")
+        .expect("raw");
     w.finish().expect("finish").into_inner()
 }
 
@@ -133,7 +146,10 @@ fn unknown_non_critical_event_is_skipped() {
 fn unknown_critical_event_is_refused() {
     let data = with_extra_event(999, FLAG_CRITICAL);
     let e = Capture::parse(&data).expect_err("critical");
-    assert!(matches!(e, FormatError::UnknownCritical { kind: 999, .. }), "{e}");
+    assert!(
+        matches!(e, FormatError::UnknownCritical { kind: 999, .. }),
+        "{e}"
+    );
 }
 
 #[test]
@@ -173,7 +189,10 @@ fn garbage_after_trailer_is_reported() {
     let len = data.len() as u64;
     data.extend_from_slice(b"junk");
     let e = Capture::parse(&data).expect_err("garbage");
-    assert!(matches!(e, FormatError::TrailingGarbage { end, .. } if end == len), "{e}");
+    assert!(
+        matches!(e, FormatError::TrailingGarbage { end, .. } if end == len),
+        "{e}"
+    );
     assert!(verify(&data).is_err());
 }
 
@@ -187,7 +206,11 @@ fn text_mode_mangling_is_named() {
 
 #[test]
 fn not_a_capture() {
-    for junk in [&b""[..], b"hello world, this is not a capture at all", b"\x89KR"] {
+    for junk in [
+        &b""[..],
+        b"hello world, this is not a capture at all",
+        b"\x89KR",
+    ] {
         let e = Capture::parse(junk).expect_err("junk");
         assert!(matches!(e, FormatError::NotKrr { .. }), "{e}");
     }
@@ -200,7 +223,11 @@ fn chunk_past_its_region_is_inconsistent() {
     let data = common::sample();
     let cap = Capture::parse(&data).expect("parse");
     assert!(cap.region(1).is_some());
-    let w = CaptureWriter::new(Cursor::new(Vec::new()), common::UUID, WriterOptions::default());
+    let w = CaptureWriter::new(
+        Cursor::new(Vec::new()),
+        common::UUID,
+        WriterOptions::default(),
+    );
     let mut w = w.expect("writer");
     w.dispatch(&common::dispatch()).expect("dispatch");
     w.region(&Region {
@@ -212,7 +239,8 @@ fn chunk_past_its_region_is_inconsistent() {
         chunk_size: 64,
     })
     .expect("region");
-    w.memory(5, MemoryState::Pre, 0, &[1u8; 64]).expect("first chunk");
+    w.memory(5, MemoryState::Pre, 0, &[1u8; 64])
+        .expect("first chunk");
     // The second chunk is missing: lengths do not add up.
     let bytes = w.finish().expect("finish").into_inner();
     let e = Capture::parse(&bytes).expect_err("missing chunk");
@@ -224,8 +252,12 @@ fn chunk_past_its_region_is_inconsistent() {
 
 #[test]
 fn writer_refuses_misaligned_or_oversized_memory() {
-    let mut w = CaptureWriter::new(Cursor::new(Vec::new()), common::UUID, WriterOptions::default())
-        .expect("writer");
+    let mut w = CaptureWriter::new(
+        Cursor::new(Vec::new()),
+        common::UUID,
+        WriterOptions::default(),
+    )
+    .expect("writer");
     w.region(&Region {
         region_id: 0,
         address: 0,
@@ -239,5 +271,6 @@ fn writer_refuses_misaligned_or_oversized_memory() {
     assert!(w.memory(0, MemoryState::Pre, 64, &[0; 64]).is_err());
     assert!(w.memory(0, MemoryState::Pre, 0, &[0; 50]).is_err());
     assert!(w.memory(9, MemoryState::Pre, 0, &[0; 64]).is_err());
-    w.memory(0, MemoryState::Pre, 64, &[0; 36]).expect("tail chunk ok");
+    w.memory(0, MemoryState::Pre, 64, &[0; 36])
+        .expect("tail chunk ok");
 }

@@ -17,8 +17,12 @@ fn check(name: &str, bytes: &[u8]) {
         std::fs::create_dir_all(golden_dir()).expect("mkdir");
         std::fs::write(&path, bytes).expect("write golden");
     }
-    let golden = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with KREPLAY_BLESS=1 to create)", path.display()));
+    let golden = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with KREPLAY_BLESS=1 to create)",
+            path.display()
+        )
+    });
     assert!(
         golden == bytes,
         "{name}: bytes differ from the golden file ({} vs {} bytes): the format changed",

@@ -29,7 +29,11 @@ enum Fill {
 }
 
 fn fill_strategy() -> impl Strategy<Value = Fill> {
-    prop_oneof![Just(Fill::Zeros), Just(Fill::Random), Just(Fill::Repetitive)]
+    prop_oneof![
+        Just(Fill::Zeros),
+        Just(Fill::Random),
+        Just(Fill::Repetitive)
+    ]
 }
 
 fn make(size: u64, fill: Fill, seed: u64) -> Vec<u8> {

@@ -6,7 +6,6 @@ mod session;
 mod verify;
 
 pub use session::{
-    claim_address_space, fixed_ranges, AddressMode, PassStats, PlayError, PlayOptions, PlayReport,
-    Session,
+    fixed_ranges, AddressMode, PassStats, PlayError, PlayOptions, PlayReport, Session,
 };
 pub use verify::{Mismatch, VerifyOutcome};

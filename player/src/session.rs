@@ -8,9 +8,8 @@ use kreplay_replay::driver::{
     self, copy_dtod_async, copy_dtoh, copy_htod, CudaError, DeviceBuffer, DeviceProps, Event,
     Module, PinnedBuffer, PrimaryContext, Stream,
 };
-use kreplay_replay::placeholder::Placeholders;
 use kreplay_replay::timing::GatedTimer;
-use kreplay_replay::vmm::{self, FixedMapping, MapError};
+use kreplay_replay::vmm::{FixedMapping, MapError};
 use kreplay_replay::DriverUnavailable;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -169,14 +168,15 @@ pub fn fixed_ranges(cap: &Capture<'_>) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Claims the host address space the capture's memory needs. Call before CUDA initialises
-/// and before mapping anything large (the capture file itself included).
-pub fn claim_address_space(ranges: &[(u64, u64)]) -> Placeholders {
-    vmm::claim_plan(ranges)
-}
-
-fn upload_region(cap: &Capture<'_>, region_id: u32, dst: u64, staging: &mut PinnedBuffer) -> Result<(), PlayError> {
-    let r = cap.region(region_id).ok_or(PlayError::NoModule(region_id))?;
+fn upload_region(
+    cap: &Capture<'_>,
+    region_id: u32,
+    dst: u64,
+    staging: &mut PinnedBuffer,
+) -> Result<(), PlayError> {
+    let r = cap
+        .region(region_id)
+        .ok_or(PlayError::NoModule(region_id))?;
     let chunks: Vec<_> = cap.chunks(region_id, MemoryState::Pre).collect();
     let per_window = (staging.as_slice().len() as u64 / r.chunk_size).max(1) as usize;
     for window in chunks.chunks(per_window) {
@@ -192,13 +192,8 @@ fn upload_region(cap: &Capture<'_>, region_id: u32, dst: u64, staging: &mut Pinn
 }
 
 impl<'c> Session<'c> {
-    /// Prepares the capture on device `opts.device`. `holds` are the placeholders from
-    /// `claim_address_space`, taken before anything else in the process mapped memory.
-    pub fn open(
-        cap: &'c Capture<'c>,
-        opts: &PlayOptions,
-        mut holds: Placeholders,
-    ) -> Result<Session<'c>, PlayError> {
+    /// Prepares the capture on device `opts.device`.
+    pub fn open(cap: &'c Capture<'c>, opts: &PlayOptions) -> Result<Session<'c>, PlayError> {
         let opened = Instant::now();
         driver::ensure_driver()?;
         let count = driver::device_count()?;
@@ -213,7 +208,9 @@ impl<'c> Session<'c> {
         let image = match &opts.module_override {
             Some(img) => img.clone(),
             None => {
-                let m = cap.module(d.module_id).ok_or(PlayError::NoModule(d.module_id))?;
+                let m = cap
+                    .module(d.module_id)
+                    .ok_or(PlayError::NoModule(d.module_id))?;
                 let dev_arch = props.cc_major * 10 + props.cc_minor;
                 if m.kind == ModuleKind::Cubin && m.arch != 0 && m.arch != dev_arch {
                     let ptx = cap.modules.iter().find(|p| p.kind == ModuleKind::Ptx);
@@ -237,8 +234,7 @@ impl<'c> Session<'c> {
         let ctx = PrimaryContext::retain(opts.device)?;
         // Map before anything else allocates device memory, so nothing of ours sits where
         // the capture needs to be.
-        let mapping = FixedMapping::map(&fixed_ranges(cap), opts.device, &mut holds)?;
-        drop(holds);
+        let mapping = FixedMapping::map(&fixed_ranges(cap), opts.device)?;
 
         let largest = cap.regions.iter().map(|r| r.size).max().unwrap_or(0);
         let chunk = cap.regions.iter().map(|r| r.chunk_size).max().unwrap_or(1);
@@ -249,12 +245,13 @@ impl<'c> Session<'c> {
         }
 
         let module = Module::load(&image)?;
-        let function = module
-            .function(&d.kernel_name)
-            .map_err(|source| PlayError::KernelNotFound {
-                kernel: d.kernel_name.clone(),
-                source,
-            })?;
+        let function =
+            module
+                .function(&d.kernel_name)
+                .map_err(|source| PlayError::KernelNotFound {
+                    kernel: d.kernel_name.clone(),
+                    source,
+                })?;
         if opts.module_override.is_some() {
             let layout = driver::parameter_layout(function);
             let captured: Vec<(u32, u32)> = d.params.iter().map(|p| (p.offset, p.size)).collect();
@@ -337,7 +334,12 @@ impl<'c> Session<'c> {
             match DeviceBuffer::new(total as usize) {
                 Ok(buf) => {
                     for w in &write_set {
-                        copy_dtod_async(buf.ptr + w.pristine_offset, w.device_addr, w.len as usize, &stream)?;
+                        copy_dtod_async(
+                            buf.ptr + w.pristine_offset,
+                            w.device_addr,
+                            w.len as usize,
+                            &stream,
+                        )?;
                     }
                     stream.synchronize()?;
                     Pristine::Device(buf)
@@ -346,7 +348,10 @@ impl<'c> Session<'c> {
                     let mut host = PinnedBuffer::new(total as usize)?;
                     for w in &write_set {
                         let s = w.pristine_offset as usize;
-                        copy_dtoh(&mut host.as_mut_slice()[s..s + w.len as usize], w.device_addr)?;
+                        copy_dtoh(
+                            &mut host.as_mut_slice()[s..s + w.len as usize],
+                            w.device_addr,
+                        )?;
                     }
                     Pristine::Host(host)
                 }
@@ -396,7 +401,12 @@ impl<'c> Session<'c> {
         match &self.pristine {
             Pristine::Device(buf) => {
                 for w in &self.write_set {
-                    copy_dtod_async(w.device_addr, buf.ptr + w.pristine_offset, w.len as usize, &self.stream)?;
+                    copy_dtod_async(
+                        w.device_addr,
+                        buf.ptr + w.pristine_offset,
+                        w.len as usize,
+                        &self.stream,
+                    )?;
                 }
             }
             Pristine::Host(host) => {
@@ -449,7 +459,11 @@ impl<'c> Session<'c> {
         for &(region_id, base) in &self.region_addr {
             let post: Vec<_> = self.cap.chunks(region_id, MemoryState::Post).collect();
             for c in self.cap.chunks(region_id, MemoryState::Pre) {
-                let src = post.iter().find(|p| p.offset == c.offset).copied().unwrap_or(c);
+                let src = post
+                    .iter()
+                    .find(|p| p.offset == c.offset)
+                    .copied()
+                    .unwrap_or(c);
                 expected.resize(c.raw_len as usize, 0);
                 self.cap.read_chunk_into(src, &mut expected)?;
                 found.resize(c.raw_len as usize, 0);
@@ -497,7 +511,14 @@ impl<'c> Session<'c> {
             if let Some(f) = &self.flush {
                 // SAFETY: f is our own allocation of f.len bytes.
                 driver::check(
-                    unsafe { driver::sys::cuMemsetD8Async(f.ptr, (pass & 0xff) as u8, f.len, self.stream.raw) },
+                    unsafe {
+                        driver::sys::cuMemsetD8Async(
+                            f.ptr,
+                            (pass & 0xff) as u8,
+                            f.len,
+                            self.stream.raw,
+                        )
+                    },
                     "cuMemsetD8Async",
                 )?;
             }
@@ -555,7 +576,11 @@ impl<'c> Session<'c> {
                 Pristine::Host(_) => "host",
                 Pristine::None => "none",
             },
-            cache: if self.flush.is_some() { "flush" } else { "keep" },
+            cache: if self.flush.is_some() {
+                "flush"
+            } else {
+                "keep"
+            },
             gated_timing: timer.is_gated(),
             setup_ms,
             verify: v,

@@ -55,7 +55,8 @@ pub type PostChunk = (u32, u64, Vec<u8>);
 fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, String> {
     let n = usize::try_from(size).map_err(|_| format!("region of {size} bytes"))?;
     let mut v = vec![0u8; n];
-    driver::copy_dtoh(&mut v, addr).map_err(|e| format!("reading {size} bytes at {addr:#x}: {e}"))?;
+    driver::copy_dtoh(&mut v, addr)
+        .map_err(|e| format!("reading {size} bytes at {addr:#x}: {e}"))?;
     Ok(v)
 }
 
@@ -93,7 +94,12 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
     let mut pointer_words = Vec::new();
     let mut known: Vec<(u64, u64)> = Vec::new();
     let mut next_id = 0u32;
-    let mut add = |base: u64, size: u64, role: RegionRole, snaps: &mut Vec<Snapshot>, known: &mut Vec<(u64, u64)>| -> Result<(), String> {
+    let mut add = |base: u64,
+                   size: u64,
+                   role: RegionRole,
+                   snaps: &mut Vec<Snapshot>,
+                   known: &mut Vec<(u64, u64)>|
+     -> Result<(), String> {
         let pre = copy_region(base, size)?;
         snaps.push(Snapshot {
             region: Region {
@@ -119,7 +125,11 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
         }
         let mut w = off.div_ceil(8) * 8;
         while w + 8 <= off + size {
-            let word = u64::from_le_bytes(args[w as usize..w as usize + 8].try_into().unwrap_or([0; 8]));
+            let word = u64::from_le_bytes(
+                args[w as usize..w as usize + 8]
+                    .try_into()
+                    .unwrap_or([0; 8]),
+            );
             if word != 0 {
                 if let Some((base, len)) = driver::address_range(word) {
                     if driver::is_host_memory(base) {
@@ -163,7 +173,9 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
                 }
                 lookups += 1;
                 if lookups > POINTER_LOOKUP_LIMIT {
-                    notes.push(format!("stopped following stored pointers after {POINTER_LOOKUP_LIMIT} lookups"));
+                    notes.push(format!(
+                        "stopped following stored pointers after {POINTER_LOOKUP_LIMIT} lookups"
+                    ));
                     break 'regions;
                 }
                 match driver::address_range(v) {

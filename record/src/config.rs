@@ -97,7 +97,9 @@ impl Config {
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| DEFAULT_OUTPUT.to_string()),
             memory,
-            report_dir: get(env::REPORT_DIR).filter(|s| !s.is_empty()).map(PathBuf::from),
+            report_dir: get(env::REPORT_DIR)
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
         }))
     }
 }
@@ -167,7 +169,13 @@ pub fn short_kernel_name(demangled: &str) -> String {
     let base = base.rsplit(' ').next().unwrap_or(base);
     let cleaned: String = base
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(64)
         .collect();
     if cleaned.is_empty() {
@@ -196,19 +204,27 @@ mod tests {
 
     #[test]
     fn short_names() {
-        assert_eq!(short_kernel_name("saxpy(int, float, float const*, float*)"), "saxpy");
+        assert_eq!(
+            short_kernel_name("saxpy(int, float, float const*, float*)"),
+            "saxpy"
+        );
         assert_eq!(
             short_kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"),
             "vectorized_elementwise_kernel"
         );
-        assert_eq!(short_kernel_name("triton_poi_fused_add_0"), "triton_poi_fused_add_0");
+        assert_eq!(
+            short_kernel_name("triton_poi_fused_add_0"),
+            "triton_poi_fused_add_0"
+        );
         assert_eq!(short_kernel_name(""), "kernel");
     }
 
     #[test]
     fn config_from_env() {
         let mut m = HashMap::new();
-        assert!(Config::from_lookup(|k| m.get(k).cloned()).unwrap().is_none());
+        assert!(Config::from_lookup(|k| m.get(k).cloned())
+            .unwrap()
+            .is_none());
         m.insert(env::MODE.to_string(), "record".to_string());
         assert!(Config::from_lookup(|k| m.get(k).cloned()).is_err());
         m.insert(env::KERNEL.to_string(), "sax.y".to_string());

@@ -150,7 +150,11 @@ const PARAM_BUFFER_SIZE: usize = 2;
 /// `view` must come from `decode` during the same callback; `layout` from `cuFuncGetParamInfo`
 /// for the launched function.
 pub unsafe fn argument_bytes(view: &LaunchView, layout: &[(u32, u32)]) -> Option<Vec<u8>> {
-    let total = layout.iter().map(|(o, s)| (o + s) as usize).max().unwrap_or(0);
+    let total = layout
+        .iter()
+        .map(|(o, s)| (o + s) as usize)
+        .max()
+        .unwrap_or(0);
     let mut out = vec![0u8; total];
     if !view.kernel_params.is_null() {
         for (i, &(off, size)) in layout.iter().enumerate() {
@@ -161,7 +165,11 @@ pub unsafe fn argument_bytes(view: &LaunchView, layout: &[(u32, u32)]) -> Option
             }
             // SAFETY: as above; destination range is inside `out` by construction.
             unsafe {
-                std::ptr::copy_nonoverlapping(src, out.as_mut_ptr().add(off as usize), size as usize)
+                std::ptr::copy_nonoverlapping(
+                    src,
+                    out.as_mut_ptr().add(off as usize),
+                    size as usize,
+                )
             };
         }
         return Some(out);

@@ -9,7 +9,7 @@ pub mod capture;
 pub mod config;
 pub mod cubin;
 pub mod launch;
-pub mod report;
 mod recorder;
+pub mod report;
 
 pub use recorder::InitializeInjection;

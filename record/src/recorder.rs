@@ -183,13 +183,16 @@ impl Recorder {
                 });
                 let mut inner = lock(&self.inner);
                 inner.launches += 1;
-                let s = inner.stats.entry(name.clone()).or_insert_with(|| KernelStat {
-                    name: name.clone(),
-                    demangled,
-                    count: 0,
-                    grid: view.grid,
-                    block: view.block,
-                });
+                let s = inner
+                    .stats
+                    .entry(name.clone())
+                    .or_insert_with(|| KernelStat {
+                        name: name.clone(),
+                        demangled,
+                        count: 0,
+                        grid: view.grid,
+                        block: view.block,
+                    });
                 s.count += 1;
             }
             Mode::Record => {
@@ -197,13 +200,16 @@ impl Recorder {
                 let index = {
                     let mut inner = lock(&self.inner);
                     inner.launches += 1;
-                    let s = inner.stats.entry(name.clone()).or_insert_with(|| KernelStat {
-                        name: name.clone(),
-                        demangled: demangled.clone(),
-                        count: 0,
-                        grid: view.grid,
-                        block: view.block,
-                    });
+                    let s = inner
+                        .stats
+                        .entry(name.clone())
+                        .or_insert_with(|| KernelStat {
+                            name: name.clone(),
+                            demangled: demangled.clone(),
+                            count: 0,
+                            grid: view.grid,
+                            block: view.block,
+                        });
                     s.count += 1;
                     if !is_match {
                         return;
@@ -383,7 +389,8 @@ fn write_capture(
     let seed = info.time_unix_ns ^ ((info.pid as u64) << 32) ^ info.match_index;
     uuid[..8].copy_from_slice(&seed.to_le_bytes());
     uuid[8..].copy_from_slice(&crc32fast_like(path.to_string_lossy().as_bytes()).to_le_bytes());
-    let mut f = PendingFile::create(path, uuid, WriterOptions::default()).map_err(|e| e.to_string())?;
+    let mut f =
+        PendingFile::create(path, uuid, WriterOptions::default()).map_err(|e| e.to_string())?;
     let result = (|| -> kreplay_format::Result<()> {
         let w = &mut f.writer;
         w.capture_info(info)?;
@@ -431,8 +438,9 @@ fn write_capture(
 
 /// 64-bit FNV-1a, for the capture UUID's second half.
 fn crc32fast_like(b: &[u8]) -> u64 {
-    b.iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ c as u64).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
+        (h ^ c as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 unsafe extern "C" fn callback(
@@ -448,7 +456,8 @@ unsafe extern "C" fn callback(
         }
         match domain {
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE
-                if cbid == csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED as u32 =>
+                if cbid
+                    == csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED as u32 =>
             {
                 // SAFETY: resource callbacks pass CUpti_ResourceData.
                 rec.on_module_loaded(unsafe { &*(cbdata as *const csys::CUpti_ResourceData) });

@@ -84,7 +84,10 @@ pub fn device_count() -> CuResult<i32> {
 pub fn driver_version() -> CuResult<u32> {
     let mut v = 0;
     // SAFETY: writes one int.
-    check(unsafe { sys::cuDriverGetVersion(&mut v) }, "cuDriverGetVersion")?;
+    check(
+        unsafe { sys::cuDriverGetVersion(&mut v) },
+        "cuDriverGetVersion",
+    )?;
     Ok(v as u32)
 }
 
@@ -132,10 +135,16 @@ pub fn device_props(ordinal: i32) -> CuResult<DeviceProps> {
         .into_owned();
     let mut uuid = sys::CUuuid { bytes: [0; 16] };
     // SAFETY: writes one CUuuid.
-    check(unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, dev) }, "cuDeviceGetUuid")?;
+    check(
+        unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, dev) },
+        "cuDeviceGetUuid",
+    )?;
     let mut total = 0usize;
     // SAFETY: writes one size_t.
-    check(unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) }, "cuDeviceTotalMem")?;
+    check(
+        unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) },
+        "cuDeviceTotalMem",
+    )?;
     Ok(DeviceProps {
         ordinal,
         name,
@@ -258,7 +267,10 @@ impl Stream {
 
     pub fn synchronize(&self) -> CuResult<()> {
         // SAFETY: a valid stream owned by self.
-        check(unsafe { sys::cuStreamSynchronize(self.raw) }, "cuStreamSynchronize")
+        check(
+            unsafe { sys::cuStreamSynchronize(self.raw) },
+            "cuStreamSynchronize",
+        )
     }
 }
 
@@ -298,12 +310,18 @@ impl Event {
     /// Records on a raw stream handle (an application's stream, or ours).
     pub fn record_raw(&self, stream: sys::CUstream) -> CuResult<()> {
         // SAFETY: valid event; the stream handle came from the driver.
-        check(unsafe { sys::cuEventRecord(self.raw, stream) }, "cuEventRecord")
+        check(
+            unsafe { sys::cuEventRecord(self.raw, stream) },
+            "cuEventRecord",
+        )
     }
 
     pub fn synchronize(&self) -> CuResult<()> {
         // SAFETY: valid event.
-        check(unsafe { sys::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+        check(
+            unsafe { sys::cuEventSynchronize(self.raw) },
+            "cuEventSynchronize",
+        )
     }
 
     /// Nanoseconds from `start` to `self` (both recorded and complete).
@@ -337,7 +355,10 @@ impl DeviceBuffer {
     pub fn new(len: usize) -> CuResult<DeviceBuffer> {
         let mut p = 0;
         // SAFETY: writes one device pointer.
-        check(unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) }, "cuMemAlloc")?;
+        check(
+            unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) },
+            "cuMemAlloc",
+        )?;
         Ok(DeviceBuffer { ptr: p, len })
     }
 }
@@ -559,7 +580,10 @@ pub fn launch(l: &mut Launch<'_>, stream: &Stream) -> CuResult<()> {
 pub fn function_module(f: sys::CUfunction) -> CuResult<sys::CUmodule> {
     let mut m = ptr::null_mut();
     // SAFETY: writes one module handle; the driver validates f.
-    check(unsafe { sys::cuFuncGetModule(&mut m, f) }, "cuFuncGetModule")?;
+    check(
+        unsafe { sys::cuFuncGetModule(&mut m, f) },
+        "cuFuncGetModule",
+    )?;
     Ok(m)
 }
 
@@ -613,9 +637,12 @@ pub fn parameter_layout(f: sys::CUfunction) -> Vec<(u32, u32)> {
 
 /// Whether a pointer is host memory (pinned or mapped) rather than device memory.
 pub fn is_host_memory(p: u64) -> bool {
-    pointer_attribute_u64(p, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
-        .map(|t| t as u32 == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32)
-        .unwrap_or(false)
+    pointer_attribute_u64(
+        p,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    )
+    .map(|t| t as u32 == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32)
+    .unwrap_or(false)
 }
 
 /// Whether a pointer is managed memory.

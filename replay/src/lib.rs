@@ -3,7 +3,6 @@
 
 pub mod cupti;
 pub mod driver;
-pub mod placeholder;
 pub mod timing;
 pub mod vmm;
 

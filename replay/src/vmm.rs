@@ -4,7 +4,6 @@
 //! and several placements are tried; every result is checked against the hint.
 
 use crate::driver::{check, sys, CuResult, CudaError};
-use crate::placeholder::Placeholders;
 
 /// Smallest reservation asked for: wide enough that the driver places it where asked.
 pub const MIN_RESERVATION: u64 = 2 << 30;
@@ -63,6 +62,28 @@ fn free_reservation(base: u64, size: u64) {
     }
 }
 
+/// Debug aid: the process mappings around an address range.
+fn dump_maps_near(start: u64, len: u64) {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    let window = 8u64 << 30;
+    for line in maps.lines() {
+        let Some((range, _)) = line.split_once(' ') else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        if b + window > start && a < start + len + window {
+            eprintln!("kreplay: vmm:   {line}");
+        }
+    }
+}
+
 /// Rounds ranges out to `g` and merges those that touch.
 pub fn merge_ranges(ranges: &[(u64, u64)], g: u64) -> Vec<(u64, u64)> {
     let mut v: Vec<(u64, u64)> = ranges
@@ -85,28 +106,17 @@ pub fn merge_ranges(ranges: &[(u64, u64)], g: u64) -> Vec<(u64, u64)> {
     out.into_iter().map(|(s, e)| (s, e - s)).collect()
 }
 
-/// Granularity assumed before the driver can be asked (2 MiB on every current NVIDIA GPU);
-/// the real one is applied when mapping.
-pub const PLAN_GRANULARITY: u64 = 2 << 20;
-
-/// Claims host placeholders for what `FixedMapping::map` will ask the driver for: one wide
-/// reservation over everything when possible, otherwise each range.
-pub fn claim_plan(ranges: &[(u64, u64)]) -> Placeholders {
-    let merged = merge_ranges(ranges, PLAN_GRANULARITY);
-    let (Some(lo), Some(hi)) = (
-        merged.first().map(|r| r.0),
-        merged.iter().map(|r| r.0 + r.1).max(),
-    ) else {
-        return Placeholders::default();
-    };
-    let wide = (hi - lo).max(MIN_RESERVATION);
-    let p = Placeholders::claim(&[(lo, wide)]);
-    if p.refused.is_empty() {
-        return p;
-    }
-    drop(p);
-    Placeholders::claim(&merged)
-}
+/// Hint alignments tried, smallest first: the driver places large reservations on its own
+/// alignment and rounds a hint up to it.
+const HINT_ALIGNMENTS: [u64; 7] = [
+    32 << 20,
+    64 << 20,
+    128 << 20,
+    256 << 20,
+    512 << 20,
+    1 << 30,
+    2 << 30,
+];
 
 /// Device memory mapped at fixed addresses; unmapped and released on drop.
 pub struct FixedMapping {
@@ -118,13 +128,7 @@ pub struct FixedMapping {
 
 impl FixedMapping {
     /// Maps read-write device memory over each range (address, length) at exactly that address.
-    /// `holds` are host placeholders over the ranges (see `claim_plan`); each is released right
-    /// before the driver is asked for that range.
-    pub fn map(
-        ranges: &[(u64, u64)],
-        ordinal: i32,
-        holds: &mut Placeholders,
-    ) -> Result<FixedMapping, MapError> {
+    pub fn map(ranges: &[(u64, u64)], ordinal: i32) -> Result<FixedMapping, MapError> {
         let g = granularity(ordinal)?;
         let merged = merge_ranges(ranges, g);
         let mut m = FixedMapping {
@@ -135,7 +139,7 @@ impl FixedMapping {
         if merged.is_empty() {
             return Ok(m);
         }
-        m.reserve_covering(&merged, g, holds)?;
+        m.reserve_covering(&merged, g)?;
         let p = prop(ordinal);
         for &(start, len) in &merged {
             let mut h = 0;
@@ -168,15 +172,15 @@ impl FixedMapping {
         Ok(m)
     }
 
-    fn try_reserve(
-        &mut self,
-        start: u64,
-        len: u64,
-        holds: &mut Placeholders,
-    ) -> CuResult<Option<()>> {
+    fn try_reserve(&mut self, start: u64, len: u64) -> CuResult<Option<()>> {
         self.attempts += 1;
-        holds.release(start, len);
         let got = reserve(len, start)?;
+        if std::env::var_os("KREPLAY_DEBUG_VMM").is_some() {
+            eprintln!("kreplay: vmm: reserve {len:#x} at {start:#x} -> {got:#x}");
+            if got != start {
+                dump_maps_near(start, len);
+            }
+        }
         if got == start {
             self.reservations.push((start, len));
             Ok(Some(()))
@@ -186,42 +190,53 @@ impl FixedMapping {
         }
     }
 
-    fn reserve_covering(
-        &mut self,
-        merged: &[(u64, u64)],
-        g: u64,
-        holds: &mut Placeholders,
-    ) -> Result<(), MapError> {
+    fn reserve_covering(&mut self, merged: &[(u64, u64)], g: u64) -> Result<(), MapError> {
         let lo = merged[0].0;
         let hi = merged.iter().map(|(s, l)| s + l).max().unwrap_or(lo);
-        let span = hi - lo;
-        let wide = span.max(MIN_RESERVATION).div_ceil(g) * g;
-        // One reservation over everything, padded up, then padded down, then exact.
-        let mut candidates = vec![(lo, wide)];
-        if wide > span && hi >= wide {
-            candidates.push((hi - wide, wide));
-        }
-        candidates.push((lo, span));
-        for (start, len) in candidates {
-            if self.try_reserve(start, len, holds).ok().flatten().is_some() {
+        // One reservation over everything, starting at an aligned address below the lowest
+        // range: the driver rounds an unaligned hint up (measured: to 32 MiB), which would
+        // miss the range.
+        for align in HINT_ALIGNMENTS {
+            let start = lo / align * align;
+            let len = (hi.max(start + MIN_RESERVATION) - start).div_ceil(g) * g;
+            if self.try_reserve(start, len).ok().flatten().is_some() {
                 return Ok(());
             }
         }
-        // Ranges far apart: one reservation each, padded the same way.
-        for &(start, len) in merged {
-            let padded = len.max(MIN_RESERVATION).div_ceil(g) * g;
-            if self.try_reserve(start, padded, holds).ok().flatten().is_some() {
-                continue;
+        // Ranges far apart: one reservation each, the same way.
+        for &(range_start, range_len) in merged {
+            let mut done = false;
+            for align in HINT_ALIGNMENTS {
+                let start = range_start / align * align;
+                let end = range_start + range_len;
+                let len = (end.max(start + MIN_RESERVATION) - start).div_ceil(g) * g;
+                // Never overlap a reservation already made for an earlier range.
+                if self
+                    .reservations
+                    .iter()
+                    .any(|&(s, l)| start < s + l && s < start + len)
+                {
+                    continue;
+                }
+                if self.try_reserve(start, len).ok().flatten().is_some() {
+                    done = true;
+                    break;
+                }
             }
-            if self.try_reserve(start, len, holds)?.is_some() {
+            if done
+                || self
+                    .reservations
+                    .iter()
+                    .any(|&(s, l)| range_start >= s && range_start + range_len <= s + l)
+            {
                 continue;
             }
             self.attempts += 1;
-            let got = reserve(len, start)?;
-            free_reservation(got, len);
+            let got = reserve(range_len, range_start)?;
+            free_reservation(got, range_len);
             return Err(MapError::AddressInUse {
-                start,
-                end: start + len,
+                start: range_start,
+                end: range_start + range_len,
                 got,
             });
         }
@@ -251,7 +266,10 @@ mod tests {
     #[test]
     fn ranges_are_rounded_and_merged() {
         let g = 0x20_0000;
-        let r = merge_ranges(&[(0x20_0010, 16), (0x20_1000, 64), (0x60_0000, 1), (0, 0)], g);
+        let r = merge_ranges(
+            &[(0x20_0010, 16), (0x20_1000, 64), (0x60_0000, 1), (0, 0)],
+            g,
+        );
         assert_eq!(r, vec![(0x20_0000, g), (0x60_0000, g)]);
         let r = merge_ranges(&[(0x10, 0x20_0000), (0x20_0000, 0x100)], g);
         assert_eq!(r, vec![(0, 2 * g)]);

@@ -47,12 +47,14 @@ int main(int argc, char** argv) {
   CK(cuMemAlloc(&y, n * 4));
   CK(cuMemcpyHtoD(x, hx.data(), n * 4));
   CK(cuMemsetD8(y, 0, n * 4));
-  struct __attribute__((packed, aligned(8))) Args {
+  // Laid out as the kernel's parameters: y@0, x@8, a@16, b@20, n@24 (28 bytes).
+  struct __attribute__((packed)) Args {
     CUdeviceptr y, x;
     float a, b;
     int n;
   } args = {y, x, 3.0f, 0.5f, n};
   size_t size = sizeof args;
+  static_assert(sizeof(Args) == 28, "parameter buffer layout");
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &args, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
   CK(cuLaunchKernel(fn, (n + 255) / 256, 1, 1, 256, 1, 1, 0, 0, nullptr, extra));

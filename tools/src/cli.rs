@@ -52,7 +52,12 @@ pub struct RecordArgs {
     pub count: u64,
     /// Output file. `%p` pid, `%r` MPI/torchrun rank, `%h` host, `%n` match index, `%k` short
     /// kernel name, `%%` a percent sign. Use `%p` or `%r` when the app starts several processes.
-    #[arg(short = 'o', long = "output", default_value = "%k-%p-%n.krr", value_name = "PATH")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        default_value = "%k-%p-%n.krr",
+        value_name = "PATH"
+    )]
     pub output: String,
     /// Which device memory to capture: `reachable` = every allocation reachable from the
     /// arguments (following pointers stored in captured memory) plus module globals.

@@ -239,7 +239,11 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             name: v.name.clone(),
             compute_capability: format!("{}.{}", v.cc_major, v.cc_minor),
             uuid: hex(&v.uuid),
-            driver_version: format!("{}.{}", v.driver_version / 1000, v.driver_version % 1000 / 10),
+            driver_version: format!(
+                "{}.{}",
+                v.driver_version / 1000,
+                v.driver_version % 1000 / 10
+            ),
             sm_count: v.sm_count,
             total_memory: v.total_memory,
         }),

@@ -21,7 +21,10 @@ pub fn dispatch() -> Dispatch {
             Param { offset: 0, size: 4 },
             Param { offset: 4, size: 4 },
             Param { offset: 8, size: 8 },
-            Param { offset: 16, size: 8 },
+            Param {
+                offset: 16,
+                size: 8,
+            },
         ],
         arg_bytes: {
             let mut a = vec![0u8; 24];
@@ -93,7 +96,9 @@ pub fn sample_with(chunk_size: u64) -> Vec<u8> {
     })
     .expect("region 1");
     w.memory(1, MemoryState::Pre, 0, &y).expect("y");
-    let post: Vec<u8> = (0..512u32).flat_map(|i| (2.0 * i as f32).to_le_bytes()).collect();
+    let post: Vec<u8> = (0..512u32)
+        .flat_map(|i| (2.0 * i as f32).to_le_bytes())
+        .collect();
     w.memory(1, MemoryState::Post, 0, &post).expect("post");
     w.annotation(&Annotation {
         key: "note".into(),

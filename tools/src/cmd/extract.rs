@@ -29,13 +29,19 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     write("args.bin".into(), &cap.dispatch.arg_bytes)?;
     for r in &cap.regions {
         let mut data = cap.read_region(r.region_id)?;
-        write(format!("region-{}-{:#x}.bin", r.region_id, r.address), &data)?;
+        write(
+            format!("region-{}-{:#x}.bin", r.region_id, r.address),
+            &data,
+        )?;
         if cap.is_written(r.region_id) {
             for c in cap.chunks(r.region_id, MemoryState::Post) {
                 let s = c.offset as usize;
                 cap.read_chunk_into(c, &mut data[s..s + c.raw_len as usize])?;
             }
-            write(format!("region-{}-{:#x}.post.bin", r.region_id, r.address), &data)?;
+            write(
+                format!("region-{}-{:#x}.post.bin", r.region_id, r.address),
+                &data,
+            )?;
         }
     }
     let desc = describe(&a.file.display().to_string(), &cap);

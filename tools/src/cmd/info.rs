@@ -21,7 +21,13 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         out!(w);
         return Ok(ExitCode::SUCCESS);
     }
-    out!(w, "capture   {} (format {}, {})", d.file, d.format_version, bytes(d.file_bytes));
+    out!(
+        w,
+        "capture   {} (format {}, {})",
+        d.file,
+        d.format_version,
+        bytes(d.file_bytes)
+    );
     out!(w, "kernel    {}", d.kernel.name);
     if d.kernel.name != d.kernel.mangled {
         out!(w, "mangled   {}", d.kernel.mangled);
@@ -55,7 +61,14 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         "original  {}",
         d.original_ns.map_or("unknown".to_string(), duration)
     );
-    out!(w, "params    {:>3} {:>6} {:>5}  {:<8} value", "#", "offset", "size", "kind");
+    out!(
+        w,
+        "params    {:>3} {:>6} {:>5}  {:<8} value",
+        "#",
+        "offset",
+        "size",
+        "kind"
+    );
     for p in &d.params {
         let kind = if p.pointer { "pointer" } else { "value" };
         let shown = if p.value_hex.len() > 48 {
@@ -63,13 +76,30 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         } else {
             p.value_hex.clone()
         };
-        let target = p.region.map_or(String::new(), |r| format!(" -> region {r}"));
-        out!(w, "          {:>3} {:>6} {:>5}  {:<8} {}{}", p.index, p.offset, p.size, kind, shown, target);
+        let target = p
+            .region
+            .map_or(String::new(), |r| format!(" -> region {r}"));
+        out!(
+            w,
+            "          {:>3} {:>6} {:>5}  {:<8} {}{}",
+            p.index,
+            p.offset,
+            p.size,
+            kind,
+            shown,
+            target
+        );
     }
     out!(
         w,
         "regions   {:>3} {:>18} {:>12} {:>12} {:<9} {:<13} {:<7} global",
-        "id", "address", "size", "stored", "role", "kind", "written"
+        "id",
+        "address",
+        "size",
+        "stored",
+        "role",
+        "kind",
+        "written"
     );
     for r in &d.regions {
         out!(
@@ -86,7 +116,14 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         );
     }
     for m in &d.modules {
-        out!(w, "module    {} {} sm_{} {}", m.id, m.kind, m.arch, bytes(m.size));
+        out!(
+            w,
+            "module    {} {} sm_{} {}",
+            m.id,
+            m.kind,
+            m.arch,
+            bytes(m.size)
+        );
     }
     match &d.device {
         Some(v) => out!(

@@ -5,21 +5,13 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use kreplay_format::Capture;
-use kreplay_player::{claim_address_space, fixed_ranges, PlayOptions, Session};
+use kreplay_player::{PlayOptions, Session};
 
 use crate::cli::{CacheMode, PlayArgs};
 use crate::describe::{bytes, demangle, duration};
 use crate::out;
 
 pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
-    // Learn which device addresses the capture needs, then claim them in the host address
-    // space before anything else (the mmap of the capture, libcuda) can land there.
-    let ranges = {
-        let file = super::open(&a.file)?;
-        let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
-        fixed_ranges(&cap)
-    };
-    let holds = claim_address_space(&ranges);
     let file = super::open(&a.file)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
     let module_override = match &a.module {
@@ -34,7 +26,7 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         flush_cache: a.cache == CacheMode::Flush,
         module_override,
     };
-    let mut session = Session::open(&cap, &opts, holds)
+    let mut session = Session::open(&cap, &opts)
         .with_context(|| format!("cannot replay {}", a.file.display()))?;
     let r = session.run(&opts).context("replay failed")?;
     drop(session);
@@ -80,13 +72,28 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
             if v.matched {
                 out!(w, "verify    matched the recorded output bit for bit");
             } else {
-                out!(w, "verify    MISMATCH: {} byte(s) differ from the recorded output", v.mismatched_bytes);
+                out!(
+                    w,
+                    "verify    MISMATCH: {} byte(s) differ from the recorded output",
+                    v.mismatched_bytes
+                );
                 for m in &v.first_mismatches {
-                    out!(w, "          region {} offset {:#x}: expected {:#04x} found {:#04x}", m.region_id, m.offset, m.expected, m.found);
+                    out!(
+                        w,
+                        "          region {} offset {:#x}: expected {:#04x} found {:#04x}",
+                        m.region_id,
+                        m.offset,
+                        m.expected,
+                        m.found
+                    );
                 }
             }
             if v.deterministic {
-                out!(w, "          all {} pass(es) produced identical output", r.passes);
+                out!(
+                    w,
+                    "          all {} pass(es) produced identical output",
+                    r.passes
+                );
             } else {
                 out!(w, "          NON-DETERMINISTIC: passes {:?} differ from pass 1 (atomics or races)", v.divergent_passes);
             }

@@ -24,7 +24,9 @@ fn recorder_library() -> anyhow::Result<PathBuf> {
         bail!("KREPLAY_RECORD_LIB={} does not exist", p.display());
     }
     let exe = std::env::current_exe().context("cannot locate the kreplay executable")?;
-    let dir = exe.parent().context("the kreplay executable has no directory")?;
+    let dir = exe
+        .parent()
+        .context("the kreplay executable has no directory")?;
     let p = dir.join(LIB_NAME);
     if p.is_file() {
         return Ok(p.canonicalize().unwrap_or(p));
@@ -112,7 +114,8 @@ fn merge_kernels(reports: &[ProcessReport]) -> Vec<KernelStat> {
 }
 
 pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
-    regex::Regex::new(&a.kernel).with_context(|| format!("-k {}: not a valid regular expression", a.kernel))?;
+    regex::Regex::new(&a.kernel)
+        .with_context(|| format!("-k {}: not a valid regular expression", a.kernel))?;
     let vars = [
         (env::MODE, "record".to_string()),
         (env::KERNEL, a.kernel.clone()),
@@ -127,12 +130,15 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {
-        serde_json::to_writer(&mut w, &serde_json::json!({
-            "exit_code": run.status.code(),
-            "captures": captures,
-            "errors": errors,
-            "processes": run.reports.len(),
-        }))?;
+        serde_json::to_writer(
+            &mut w,
+            &serde_json::json!({
+                "exit_code": run.status.code(),
+                "captures": captures,
+                "errors": errors,
+                "processes": run.reports.len(),
+            }),
+        )?;
         out!(w);
     }
     if run.reports.is_empty() {
@@ -154,7 +160,10 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
                 a.kernel, a.nth
             );
         } else if matches == 0 {
-            eprintln!("kreplay: no dispatch matched -k '{}'. Most frequent kernels:", a.kernel);
+            eprintln!(
+                "kreplay: no dispatch matched -k '{}'. Most frequent kernels:",
+                a.kernel
+            );
             for k in merge_kernels(&run.reports).iter().take(10) {
                 eprintln!("  {:>8}  {}", k.count, k.demangled);
             }
@@ -169,7 +178,10 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
 pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
     let run = run_app(&a.command, &[(env::MODE, "list".to_string())])?;
     if run.reports.is_empty() {
-        eprintln!("kreplay: the recorder never started in {}: is it a CUDA application?", a.command[0]);
+        eprintln!(
+            "kreplay: the recorder never started in {}: is it a CUDA application?",
+            a.command[0]
+        );
     }
     let kernels = merge_kernels(&run.reports);
     let stdout = std::io::stdout();

@@ -19,13 +19,20 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     match kreplay_format::verify(data) {
         Ok(r) => {
             if a.json {
-                out!(w, "{}", json!({"file": name, "intact": true, "events": r.events, "chunks": r.chunks,
-                    "raw_bytes": r.raw_bytes, "stored_bytes": r.stored_bytes}));
+                out!(
+                    w,
+                    "{}",
+                    json!({"file": name, "intact": true, "events": r.events, "chunks": r.chunks,
+                    "raw_bytes": r.raw_bytes, "stored_bytes": r.stored_bytes})
+                );
             } else {
                 out!(
                     w,
                     "{name}: intact: {} events, {} memory chunks, {} raw bytes stored in {}",
-                    r.events, r.chunks, r.raw_bytes, r.stored_bytes
+                    r.events,
+                    r.chunks,
+                    r.raw_bytes,
+                    r.stored_bytes
                 );
             }
             if a.salvage.is_some() {
@@ -35,8 +42,12 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             if a.json {
-                out!(w, "{}", json!({"file": name, "intact": false, "error": e.kind(),
-                    "offset": e.offset(), "message": e.to_string()}));
+                out!(
+                    w,
+                    "{}",
+                    json!({"file": name, "intact": false, "error": e.kind(),
+                    "offset": e.offset(), "message": e.to_string()})
+                );
             } else {
                 eprintln!("{name}: {e}");
             }
