@@ -48,6 +48,7 @@ run_case() {
     "$KR" info --json "$w.krr" > "$w.info.json" 2> "$w.info.err"
     "$KR" info "$w.krr" > "$w.info.txt" 2>&1
     "$KR" play "$w.krr" --passes 8 --verify --json > "$w.play.json" 2> "$w.play.err"; play_rc=$?
+    "$KR" play "$w.krr" --relocate --passes 2 --verify --json > "$w.reloc.json" 2> "$w.reloc.err"
   fi
   python3 - "$name" "$w" "$base_rc" "$rec_rc" "$same" "$ver_rc" "$play_rc" "$known" $(( (t1-t0)/1000000 )) $(( (t2-t1)/1000000 )) >> "$RESULTS" <<'PY'
 import json, os, sys
@@ -69,12 +70,22 @@ v = play.get("verify") or {}
 r["matched"] = bool(v.get("matched"))
 r["deterministic"] = bool(v.get("deterministic"))
 r["identical_passes"] = len(play.get("durations_ns") or []) == 8 and r["deterministic"]
+r["address_mode"] = play.get("address_mode", "-")
+reloc = load(w + ".reloc.json")
+reloc_err = open(w + ".reloc.err").read() if os.path.exists(w + ".reloc.err") else ""
+if reloc and (reloc.get("verify") or {}).get("matched"):
+    r["relocated"] = "ok"
+elif "cannot be relocated" in reloc_err:
+    r["relocated"] = "refused"
+else:
+    r["relocated"] = "FAIL"
 ok = (r["base_rc"] == 0 and r["record_rc"] == 0 and r["output_same"] and r["verify_rc"] == 0
-      and r["play_rc"] == 0 and r["identical_passes"] and (r["matched"] or not r["deterministic"]))
+      and r["play_rc"] == 0 and r["identical_passes"] and (r["matched"] or not r["deterministic"])
+      and r["relocated"] != "FAIL")
 r["ok"] = ok
 if not ok:
     errs = []
-    for suffix in (".rec.err", ".play.err", ".verify.out", ".base.err"):
+    for suffix in (".rec.err", ".play.err", ".reloc.err", ".verify.out", ".base.err"):
         try:
             with open(w + suffix) as f:
                 t = f.read().strip()
@@ -114,17 +125,25 @@ if [[ "mpi-2ranks" =~ $ONLY ]]; then
   mrc=$?
   for r in 0 1; do
     f="$WORK/mpi-r$r.krr"
-    if [ -f "$f" ]; then "$KR" verify "$f" > /dev/null 2>&1 && "$KR" play "$f" --passes 8 --verify --json > "$WORK/mpi-r$r.play.json" 2> "$WORK/mpi-r$r.play.err"; prc=$?; else prc=99; fi
+    if [ -f "$f" ]; then
+      "$KR" info --json "$f" > "$WORK/mpi-r$r.info.json" 2>/dev/null
+      "$KR" verify "$f" > /dev/null 2>&1 && "$KR" play "$f" --passes 8 --verify --json > "$WORK/mpi-r$r.play.json" 2> "$WORK/mpi-r$r.play.err"; prc=$?
+    else prc=99; fi
     python3 - "$r" "$mrc" "$prc" "$f" "${LAUNCH[0]}" >> "$RESULTS" <<'PY'
 import json, os, sys
 r, mrc, prc, f, launcher = sys.argv[1:]
-try:
-    play = json.load(open(f[:-4] + ".play.json"))
-except Exception:
-    play = {}
+def load(p):
+    try:
+        return json.load(open(p))
+    except Exception:
+        return {}
+play = load(f[:-4] + ".play.json")
+info = load(f[:-4] + ".info.json")
+rank = (info.get("recorder") or {}).get("rank")
 v = play.get("verify") or {}
-ok = mrc == "0" and prc == "0" and bool(v.get("matched"))
-print(json.dumps({"case": f"mpi-rank{r} ({launcher})", "kernel": play.get("kernel", "-")[:40], "regions": 0,
+ok = mrc == "0" and prc == "0" and bool(v.get("matched")) and rank == int(r)
+print(json.dumps({"case": f"mpi-rank{r} ({launcher})", "kernel": (info.get("kernel") or {}).get("name", "-"),
+    "regions": len(info.get("regions") or []), "relocated": "-", "address_mode": play.get("address_mode", "-"),
     "bytes": os.path.getsize(f) if os.path.exists(f) else 0, "original_us": (play.get("original_ns") or 0) / 1e3,
     "median_us": (play.get("median_ns") or 0) / 1e3, "matched": bool(v.get("matched")), "known": "",
     "ok": ok, "why": "" if ok else open(os.path.dirname(f) + "/mpi.err").read()[-600:]}))
@@ -136,7 +155,7 @@ python3 - "$RESULTS" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print()
-print(f"{'case':<22} {'kernel':<40} {'regions':>7} {'capture':>12} {'orig us':>9} {'replay us':>10} {'verified':>9}  result")
+print(f"{'case':<22} {'kernel':<40} {'regions':>7} {'capture':>12} {'orig us':>9} {'replay us':>10} {'verified':>9} {'addresses':>9} {'relocate':>8}  result")
 passed = failed = skipped = 0
 for r in rows:
     k = r.get("kernel", "-")
@@ -148,7 +167,7 @@ for r in rows:
         res = "KNOWN LIMITATION: " + r["known"]; skipped += 1
     else:
         res = "FAIL"; failed += 1
-    print(f"{r['case']:<22} {k:<40} {r.get('regions', 0):>7} {r.get('bytes', 0):>12} {r.get('original_us', 0):>9.1f} {r.get('median_us', 0):>10.1f} {verified:>9}  {res}")
+    print(f"{r['case']:<22} {k:<40} {r.get('regions', 0):>7} {r.get('bytes', 0):>12} {r.get('original_us', 0):>9.1f} {r.get('median_us', 0):>10.1f} {verified:>9} {r.get('address_mode', '-'):>9} {r.get('relocated', '-'):>8}  {res}")
     if not r["ok"] and r.get("why"):
         print("    why: " + r["why"].replace("\n", " / ")[:1500])
 print()

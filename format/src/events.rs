@@ -16,6 +16,7 @@ pub enum EventKind {
     Annotation = 8,
     Index = 9,
     End = 10,
+    PointerSlots = 11,
 }
 
 impl EventKind {
@@ -31,6 +32,7 @@ impl EventKind {
             8 => EventKind::Annotation,
             9 => EventKind::Index,
             10 => EventKind::End,
+            11 => EventKind::PointerSlots,
             _ => return None,
         })
     }
@@ -40,7 +42,10 @@ impl EventKind {
     pub fn is_critical(self) -> bool {
         !matches!(
             self,
-            EventKind::CaptureInfo | EventKind::Device | EventKind::Annotation
+            EventKind::CaptureInfo
+                | EventKind::Device
+                | EventKind::Annotation
+                | EventKind::PointerSlots
         )
     }
 
@@ -56,6 +61,7 @@ impl EventKind {
             EventKind::Annotation => "annotation",
             EventKind::Index => "index",
             EventKind::End => "END",
+            EventKind::PointerSlots => "pointer slots",
         }
     }
 }
@@ -209,6 +215,15 @@ pub struct ModuleGlobal {
     pub module_id: u32,
     pub name: String,
     pub region_id: u32,
+}
+
+/// 8-byte words inside captured memory that hold device pointers into captured regions
+/// (found by the recorder while following pointers). Replay rewrites them when it cannot map
+/// memory at the original addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointerSlots {
+    /// (region id, byte offset inside the region).
+    pub slots: Vec<(u32, u64)>,
 }
 
 /// A free-form note attached to a capture.

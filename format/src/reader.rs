@@ -59,6 +59,8 @@ pub struct Capture<'a> {
     pub regions: Vec<Region>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
+    /// Pointer words inside captured memory, sorted by (region, offset).
+    pub pointer_slots: Vec<(u32, u64)>,
     /// Chunks by (region, state, offset).
     chunks: BTreeMap<(u32, MemoryState, u64), ChunkRef>,
     /// Unknown non-critical events that were skipped: (offset, kind).
@@ -292,6 +294,7 @@ impl<'a> Capture<'a> {
         let mut regions: Vec<Region> = Vec::new();
         let mut globals: Vec<ModuleGlobal> = Vec::new();
         let mut annotations: Vec<Annotation> = Vec::new();
+        let mut pointer_slots: Vec<(u32, u64)> = Vec::new();
         let mut chunks = BTreeMap::new();
         let mut skipped = Vec::new();
         let mut next_free = HEADER_LEN as u64;
@@ -450,6 +453,10 @@ impl<'a> Capture<'a> {
                 }
                 EventKind::ModuleGlobal => globals.push(decode_meta(data, off, &frame, kind)?),
                 EventKind::Annotation => annotations.push(decode_meta(data, off, &frame, kind)?),
+                EventKind::PointerSlots => {
+                    let p: PointerSlots = decode_meta(data, off, &frame, kind)?;
+                    pointer_slots.extend(p.slots);
+                }
                 EventKind::Index | EventKind::End => {
                     return Err(FormatError::Inconsistent {
                         offset: off,
@@ -499,6 +506,22 @@ impl<'a> Capture<'a> {
                 });
             }
         }
+        pointer_slots.sort_unstable();
+        pointer_slots.dedup();
+        for &(region_id, offset) in &pointer_slots {
+            let fits = regions
+                .iter()
+                .find(|r| r.region_id == region_id)
+                .is_some_and(|r| offset.checked_add(8).is_some_and(|e| e <= r.size));
+            if !fits {
+                return Err(FormatError::Inconsistent {
+                    offset: index_offset,
+                    what: format!(
+                        "pointer slot at offset {offset} lies outside region {region_id}"
+                    ),
+                });
+            }
+        }
         Ok(Capture {
             data,
             header,
@@ -509,6 +532,7 @@ impl<'a> Capture<'a> {
             regions,
             globals,
             annotations,
+            pointer_slots,
             chunks,
             skipped,
             event_count: end.event_count + 1,

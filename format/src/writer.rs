@@ -135,6 +135,9 @@ impl<W: Write + Seek> CaptureWriter<W> {
     pub fn module_global(&mut self, v: &ModuleGlobal) -> Result<()> {
         self.write_meta(EventKind::ModuleGlobal, v)
     }
+    pub fn pointer_slots(&mut self, v: &PointerSlots) -> Result<()> {
+        self.write_meta(EventKind::PointerSlots, v)
+    }
     pub fn annotation(&mut self, v: &Annotation) -> Result<()> {
         self.write_meta(EventKind::Annotation, v)
     }
@@ -189,7 +192,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
                     data.len()
                 ),
             })?;
-        if offset % cs != 0 || (end % cs != 0 && end != size) {
+        if !offset.is_multiple_of(cs) || (!end.is_multiple_of(cs) && end != size) {
             return Err(FormatError::Limit {
                 what: "memory range",
                 message: format!("[{offset}, {end}) is not aligned to chunk size {cs}"),

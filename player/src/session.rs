@@ -14,6 +14,7 @@ use kreplay_replay::DriverUnavailable;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::relocate::{self, Relocation};
 use crate::verify::{compare, VerifyOutcome};
 
 /// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
@@ -36,6 +37,13 @@ pub enum PlayError {
     Cuda(#[from] CudaError),
     #[error("cannot map the captured memory: {0}")]
     Map(#[from] MapError),
+    #[error("device addresses {start:#x}..{end:#x} are taken in this process (the driver offered {got:#x}) and the capture cannot be relocated: {why}")]
+    CannotRelocate {
+        start: u64,
+        end: u64,
+        got: u64,
+        why: String,
+    },
     #[error("the capture was recorded for sm_{captured} and holds no PTX, but device {ordinal} ({name}) is sm_{device}: replay it on an sm_{captured} GPU, or pass --module with a cubin built for sm_{device}")]
     WrongArch {
         captured: u32,
@@ -67,6 +75,9 @@ pub struct PlayOptions {
     pub flush_cache: bool,
     /// A replacement code object (cubin) holding a kernel of the same name and parameters.
     pub module_override: Option<Vec<u8>>,
+    /// Move every region to new addresses and rewrite the known pointers, even when the
+    /// original addresses are free.
+    pub relocate: bool,
 }
 
 impl Default for PlayOptions {
@@ -78,6 +89,7 @@ impl Default for PlayOptions {
             verify: false,
             flush_cache: false,
             module_override: None,
+            relocate: false,
         }
     }
 }
@@ -154,7 +166,9 @@ pub struct Session<'c> {
     write_set: Vec<WriteRange>,
     /// Replay device address of every region (globals move; the rest stay put).
     region_addr: Vec<(u32, u64)>,
-    _mapping: FixedMapping,
+    relocation: Option<Relocation>,
+    _moved: Vec<DeviceBuffer>,
+    _mapping: Option<FixedMapping>,
     _ctx: PrimaryContext,
     opened: Instant,
 }
@@ -173,6 +187,7 @@ fn upload_region(
     region_id: u32,
     dst: u64,
     staging: &mut PinnedBuffer,
+    relocation: Option<&Relocation>,
 ) -> Result<(), PlayError> {
     let r = cap
         .region(region_id)
@@ -186,6 +201,9 @@ fn upload_region(
         buf.par_chunks_mut(r.chunk_size as usize)
             .zip(window.par_iter())
             .try_for_each(|(dst, c)| cap.read_chunk_into(c, dst))?;
+        if let Some(rel) = relocation {
+            rel.patch_region_window(cap, region_id, start, buf);
+        }
         copy_htod(dst + start, buf)?;
     }
     Ok(())
@@ -234,14 +252,56 @@ impl<'c> Session<'c> {
         let ctx = PrimaryContext::retain(opts.device)?;
         // Map before anything else allocates device memory, so nothing of ours sits where
         // the capture needs to be.
-        let mapping = FixedMapping::map(&fixed_ranges(cap), opts.device)?;
+        let ranges = fixed_ranges(cap);
+        let mapped = if opts.relocate {
+            Err((0, 0, 0))
+        } else {
+            match FixedMapping::map(&ranges, opts.device) {
+                Ok(m) => Ok(m),
+                Err(MapError::AddressInUse { start, end, got }) => Err((start, end, got)),
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let (mapping, relocation, moved) = match mapped {
+            Ok(m) => (Some(m), None, Vec::new()),
+            Err((start, end, got)) => {
+                if let Some(why) = relocate::blocker(cap) {
+                    return Err(PlayError::CannotRelocate {
+                        start,
+                        end,
+                        got,
+                        why,
+                    });
+                }
+                let mut moves = Vec::new();
+                let mut bufs = Vec::new();
+                for &(addr, size) in &ranges {
+                    let b = DeviceBuffer::new(size as usize)?;
+                    moves.push((addr, size, b.ptr));
+                    bufs.push(b);
+                }
+                (None, Some(Relocation::new(moves)), bufs)
+            }
+        };
+        let base_of = |r: &kreplay_format::Region| {
+            relocation
+                .as_ref()
+                .and_then(|rel| rel.translate(r.address))
+                .unwrap_or(r.address)
+        };
 
         let largest = cap.regions.iter().map(|r| r.size).max().unwrap_or(0);
         let chunk = cap.regions.iter().map(|r| r.chunk_size).max().unwrap_or(1);
         let window = largest.min(UPLOAD_WINDOW.max(chunk)).max(1);
         let mut staging = PinnedBuffer::new(window as usize)?;
         for r in cap.regions.iter().filter(|r| r.role != RegionRole::Global) {
-            upload_region(cap, r.region_id, r.address, &mut staging)?;
+            upload_region(
+                cap,
+                r.region_id,
+                base_of(r),
+                &mut staging,
+                relocation.as_ref(),
+            )?;
         }
 
         let module = Module::load(&image)?;
@@ -267,7 +327,7 @@ impl<'c> Session<'c> {
             .regions
             .iter()
             .filter(|r| r.role != RegionRole::Global)
-            .map(|r| (r.region_id, r.address))
+            .map(|r| (r.region_id, base_of(r)))
             .collect();
         for g in &cap.globals {
             let Ok((ptr, size)) = driver::module_global(module.raw, &g.name) else {
@@ -378,6 +438,10 @@ impl<'c> Session<'c> {
             }));
         }
         let param_offsets = d.params.iter().map(|p| p.offset).collect();
+        let mut args = d.arg_bytes.clone();
+        if let Some(rel) = &relocation {
+            rel.patch_words(&mut args, d.pointer_words.iter().map(|&w| w as u64));
+        }
         Ok(Session {
             cap,
             props,
@@ -386,7 +450,9 @@ impl<'c> Session<'c> {
             flush,
             module,
             function,
-            args: d.arg_bytes.clone(),
+            args,
+            relocation,
+            _moved: moved,
             param_offsets,
             attributes,
             write_set,
@@ -466,6 +532,9 @@ impl<'c> Session<'c> {
                     .unwrap_or(c);
                 expected.resize(c.raw_len as usize, 0);
                 self.cap.read_chunk_into(src, &mut expected)?;
+                if let Some(rel) = &self.relocation {
+                    rel.patch_region_window(self.cap, region_id, c.offset, &mut expected);
+                }
                 found.resize(c.raw_len as usize, 0);
                 copy_dtoh(&mut found, base + c.offset)?;
                 compare(region_id, c.offset, &expected, &found, v);
@@ -567,7 +636,11 @@ impl<'c> Session<'c> {
             max_ns: sorted.last().copied().unwrap_or(0),
             durations_ns: durations,
             original_ns: self.cap.dispatch.original_duration_ns,
-            address_mode: AddressMode::Original,
+            address_mode: if self.relocation.is_some() {
+                AddressMode::Relocated
+            } else {
+                AddressMode::Original
+            },
             device: self.props.name.clone(),
             write_set_bytes: self.write_set.iter().map(|w| w.len).sum(),
             restore_median_ns: rs.get(rs.len() / 2).copied().unwrap_or(0),

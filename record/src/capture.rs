@@ -44,6 +44,7 @@ pub struct CaptureData {
     pub snapshots: Vec<Snapshot>,
     pub globals: Vec<ModuleGlobal>,
     pub module: ModuleImage,
+    pub pointer_slots: Vec<(u32, u64)>,
     pub notes: Vec<String>,
     pub began: Instant,
     pub stall_ns: u64,
@@ -191,6 +192,26 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
         }
     }
 
+    // Words in captured memory that point into captured memory: replay rewrites them if it
+    // has to move the regions.
+    let mut pointer_slots = Vec::new();
+    if let (Some(lo), Some(hi)) = (
+        known.iter().map(|k| k.0).min(),
+        known.iter().map(|k| k.0 + k.1).max(),
+    ) {
+        for s in snapshots
+            .iter()
+            .filter(|s| s.pre.len() <= POINTER_SCAN_LIMIT)
+        {
+            for (i, c) in s.pre.chunks_exact(8).enumerate() {
+                let v = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+                if v >= lo && v < hi && known.iter().any(|&(b, n)| v >= b && v < b + n) {
+                    pointer_slots.push((s.region.region_id, (i * 8) as u64));
+                }
+            }
+        }
+    }
+
     // Module globals: resolved in the application's module, restored by name at replay.
     let mut globals = Vec::new();
     if let Ok(module) = driver::function_module(input.function) {
@@ -259,6 +280,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
             snapshots,
             globals,
             module: input.module,
+            pointer_slots,
             notes,
             stall_ns: began.elapsed().as_nanos() as u64,
             began,

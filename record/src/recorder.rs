@@ -255,7 +255,7 @@ impl Recorder {
                 .modules
                 .iter()
                 .rev()
-                .find(|m| m.functions.iter().any(|f| *f == name))
+                .find(|m| m.functions.contains(&name))
                 .ok_or("the kernel's code object was not seen being loaded (was CUPTI attached before the module loaded?)")?;
             (m.image.clone(), m.objects.clone(), m.id)
         };
@@ -408,6 +408,11 @@ fn write_capture(
         }
         for g in &p.globals {
             w.module_global(g)?;
+        }
+        if !p.pointer_slots.is_empty() {
+            w.pointer_slots(&kreplay_format::PointerSlots {
+                slots: p.pointer_slots.clone(),
+            })?;
         }
         for n in &p.notes {
             w.annotation(&Annotation {

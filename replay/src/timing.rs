@@ -8,6 +8,10 @@
 //! A watchdog opens the gate after `WATCHDOG` in any case, so a launch that synchronises
 //! internally (a local-memory resize, for instance) cannot deadlock on our gate.
 
+// CUDA handles (CUfunction, CUstream, CUmodule, ...) are opaque tokens the driver validates;
+// this crate passes them through and never dereferences them.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};

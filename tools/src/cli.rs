@@ -121,6 +121,11 @@ pub struct PlayArgs {
     /// same parameter layout.
     #[arg(long, value_name = "FILE.cubin")]
     pub module: Option<PathBuf>,
+    /// Map memory at new addresses and rewrite every known pointer (argument pointers and
+    /// pointers the recorder found in captured memory), even when the original addresses are
+    /// free. Without it, relocation happens only when the original addresses are taken.
+    #[arg(long)]
+    pub relocate: bool,
 }
 
 #[derive(Args)]

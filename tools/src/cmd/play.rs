@@ -25,6 +25,7 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         verify: a.verify,
         flush_cache: a.cache == CacheMode::Flush,
         module_override,
+        relocate: a.relocate,
     };
     let mut session = Session::open(&cap, &opts)
         .with_context(|| format!("cannot replay {}", a.file.display()))?;
