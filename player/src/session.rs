@@ -379,11 +379,20 @@ impl<'c> Session<'c> {
                 continue;
             };
             for c in cap.chunks(r.region_id, MemoryState::Post) {
-                write_set.push(WriteRange {
-                    device_addr: base + c.offset,
-                    pristine_offset: total,
-                    len: c.raw_len,
-                });
+                // Adjacent chunks become one copy: fewer, larger copies restore faster.
+                match write_set.last_mut() {
+                    Some(w)
+                        if w.device_addr + w.len == base + c.offset
+                            && w.pristine_offset + w.len == total =>
+                    {
+                        w.len += c.raw_len
+                    }
+                    _ => write_set.push(WriteRange {
+                        device_addr: base + c.offset,
+                        pristine_offset: total,
+                        len: c.raw_len,
+                    }),
+                }
                 total += c.raw_len;
             }
         }

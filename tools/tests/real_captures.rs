@@ -1,0 +1,194 @@
+//! `kreplay info`, `verify` and `extract` on real captures recorded on an H200 by
+//! scripts/gpu-test.sh (testdata/captures). No GPU needed.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn capture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../testdata/captures/{name}.krr"))
+}
+
+fn kreplay(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kreplay"))
+        .args(args)
+        .output()
+        .expect("run kreplay");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn info(name: &str) -> Value {
+    let path = capture(name);
+    let (code, out, err) = kreplay(&["info", "--json", path.to_str().expect("utf-8 path")]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).expect("info --json is JSON")
+}
+
+fn params(v: &Value) -> Vec<(u64, u64, bool)> {
+    v["params"]
+        .as_array()
+        .expect("params")
+        .iter()
+        .map(|p| {
+            (
+                p["offset"].as_u64().expect("offset"),
+                p["size"].as_u64().expect("size"),
+                p["pointer"].as_bool().expect("pointer"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_real_capture_verifies() {
+    for name in [
+        "cuda-saxpy",
+        "cuda-globals",
+        "cuda-pointers",
+        "driver-extra",
+        "cuda-cluster",
+        "cuda-coop",
+    ] {
+        let path = capture(name);
+        let (code, out, err) = kreplay(&["verify", path.to_str().expect("path")]);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert!(out.contains("intact"), "{name}: {out}");
+    }
+}
+
+#[test]
+fn saxpy_capture_describes_the_launch() {
+    let v = info("cuda-saxpy");
+    assert_eq!(v["kernel"]["name"], "saxpy(int, float, float const*, float*)");
+    assert_eq!(v["kernel"]["mangled"], "_Z5saxpyifPKfPf");
+    assert_eq!(v["launch"]["grid"], serde_json::json!([16384, 1, 1]));
+    assert_eq!(v["launch"]["block"], serde_json::json!([256, 1, 1]));
+    assert_eq!(
+        params(&v),
+        vec![(0, 4, false), (4, 4, false), (8, 8, true), (16, 8, true)]
+    );
+    let regions = v["regions"].as_array().expect("regions");
+    // x is read, y is updated in place.
+    let args: Vec<_> = regions.iter().filter(|r| r["role"] == "argument").collect();
+    assert_eq!(args.len(), 2);
+    assert_eq!(args[0]["written"], false);
+    assert_eq!(args[1]["written"], true);
+    assert_eq!(args[1]["size"], 16 << 20);
+    assert_eq!(v["device"]["compute_capability"], "9.0");
+    assert!(v["original_ns"].as_u64().expect("duration") > 1000);
+}
+
+#[test]
+fn globals_capture_has_the_written_device_variable() {
+    let v = info("cuda-globals");
+    let regions = v["regions"].as_array().expect("regions");
+    let hits = regions
+        .iter()
+        .find(|r| r["global"] == "hits")
+        .expect("hits global");
+    assert_eq!(hits["written"], true);
+    assert_eq!(hits["role"], "global");
+    let coef = regions.iter().find(|r| r["global"] == "coef").expect("coef");
+    assert_eq!(coef["size"], 16);
+}
+
+#[test]
+fn pointer_table_regions_are_followed() {
+    let v = info("cuda-pointers");
+    let regions = v["regions"].as_array().expect("regions");
+    let indirect = regions.iter().filter(|r| r["role"] == "indirect").count();
+    assert_eq!(indirect, 5, "the five buffers behind the pointer table");
+    assert_eq!(params(&v), vec![(0, 24, true)]);
+}
+
+#[test]
+fn driver_api_extra_launch_keeps_its_layout() {
+    let v = info("driver-extra");
+    assert_eq!(v["kernel"]["name"], "axpb");
+    assert_eq!(
+        params(&v),
+        vec![(0, 8, true), (8, 8, true), (16, 4, false), (20, 4, false), (24, 4, false)]
+    );
+}
+
+#[test]
+fn cluster_and_cooperative_launches() {
+    let v = info("cuda-cluster");
+    assert_eq!(v["launch"]["api"], "cuLaunchKernelEx");
+    assert_eq!(v["launch"]["cluster"], serde_json::json!([4, 1, 1]));
+    let v = info("cuda-coop");
+    assert_eq!(v["launch"]["api"], "cuLaunchCooperativeKernel");
+}
+
+#[test]
+fn extract_writes_cubin_args_and_regions() {
+    let dir = std::env::temp_dir().join(format!("kreplay-extract-{}", std::process::id()));
+    let path = capture("cuda-saxpy");
+    let (code, _, err) = kreplay(&[
+        "extract",
+        path.to_str().expect("path"),
+        "-o",
+        dir.to_str().expect("dir"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let cubin = std::fs::read(dir.join("module-0.cubin")).expect("cubin");
+    assert_eq!(&cubin[..4], b"\x7fELF");
+    let args = std::fs::read(dir.join("args.bin")).expect("args");
+    assert_eq!(args.len(), 24);
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let pre = names.iter().filter(|n| n.starts_with("region-1-") && n.ends_with("0.bin")).count();
+    assert_eq!(pre, 1, "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("region-1-") && n.ends_with(".post.bin")));
+    let desc: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("capture.json")).expect("json")).expect("parse");
+    assert_eq!(desc["kernel"]["mangled"], "_Z5saxpyifPKfPf");
+    // The post image differs from the pre image: saxpy wrote y.
+    let y_pre = std::fs::read(dir.join(names.iter().find(|n| n.starts_with("region-1-") && !n.contains("post")).expect("y"))).expect("y");
+    let y_post = std::fs::read(dir.join(names.iter().find(|n| n.starts_with("region-1-") && n.contains("post")).expect("y post"))).expect("y post");
+    assert_eq!(y_pre.len(), y_post.len());
+    assert_ne!(y_pre, y_post);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn damaged_and_missing_files_get_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("kreplay-damaged-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let good = std::fs::read(capture("cuda-globals")).expect("read");
+    let cut = dir.join("cut.krr");
+    std::fs::write(&cut, &good[..good.len() / 2]).expect("write");
+    let (code, _, err) = kreplay(&["verify", cut.to_str().expect("path")]);
+    assert_eq!(code, 1);
+    assert!(err.contains("byte"), "{err}");
+    let (code, _, err) = kreplay(&["info", dir.join("missing.krr").to_str().expect("path")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot open"), "{err}");
+    let text = dir.join("text.krr");
+    std::fs::write(&text, b"hello").expect("write");
+    let (code, _, err) = kreplay(&["info", text.to_str().expect("path")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a kreplay capture"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn play_without_a_gpu_says_so() {
+    // On CI there is no libcuda; on a GPU machine this replays for real (also fine).
+    let path = capture("cuda-saxpy");
+    let (code, out, err) = kreplay(&["play", path.to_str().expect("path"), "--verify"]);
+    if code == 0 {
+        assert!(out.contains("matched"), "{out}");
+        eprintln!("GPU present: replayed for real");
+    } else {
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("CUDA") || err.contains("GPU"), "{err}");
+    }
+}
