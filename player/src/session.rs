@@ -372,7 +372,7 @@ impl<'c> Session<'c> {
         }
 
         // The write set: every chunk with a post-dispatch state.
-        let mut write_set = Vec::new();
+        let mut write_set: Vec<WriteRange> = Vec::new();
         let mut total = 0u64;
         for r in &cap.regions {
             let Some(&(_, base)) = region_addr.iter().find(|(id, _)| *id == r.region_id) else {
