@@ -1,1 +1,147 @@
-fn main() {}
+//! Writer and verifying-reader throughput on 1 GiB of float-like data and 1 GiB of zeros,
+//! next to a baseline measured in the same run: bare zstd bulk compression / decompression
+//! plus crc32fast over the same chunks, on the same number of threads.
+//!
+//!   cargo bench -p kreplay-format            (KREPLAY_BENCH_MIB=256 for a quicker run)
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::time::Instant;
+
+use kreplay_format::*;
+use rayon::prelude::*;
+
+const CHUNK: usize = DEFAULT_CHUNK_SIZE as usize;
+
+fn float_like(bytes: usize) -> Vec<u8> {
+    // A smooth field with noise in the low mantissa bits, like simulation or activation data.
+    let n = bytes / 4;
+    let mut out = Vec::with_capacity(bytes);
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..n {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        let x = i as f32 * 1e-4;
+        let v = (x.sin() * 3.0 + (x * 0.37).cos()) * (1.0 + (s & 0xff) as f32 * 1e-6);
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+fn gbps(bytes: usize, secs: f64) -> f64 {
+    bytes as f64 / secs / 1e9
+}
+
+fn best_of<F: FnMut() -> f64>(runs: usize, mut f: F) -> f64 {
+    (0..runs).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+fn bench(name: &str, data: &[u8], path: &std::path::Path) {
+    let size = data.len();
+    // Baseline: what the writer fundamentally does, with nothing else.
+    let mut compressed: Vec<Vec<u8>> = Vec::new();
+    let base_write = best_of(2, || {
+        let t = Instant::now();
+        compressed = data
+            .par_chunks(CHUNK)
+            .map(|c| {
+                let z = zstd::bulk::compress(c, DEFAULT_LEVEL).expect("zstd");
+                std::hint::black_box(crc32fast::hash(c));
+                z
+            })
+            .collect();
+        t.elapsed().as_secs_f64()
+    });
+    let mut out = vec![0u8; size];
+    out.fill(1); // fault the pages in before timing
+    let base_read = best_of(2, || {
+        let t = Instant::now();
+        out.par_chunks_mut(CHUNK)
+            .zip(compressed.par_iter())
+            .for_each(|(dst, z)| {
+                zstd::bulk::decompress_to_buffer(z, dst).expect("zstd");
+                std::hint::black_box(crc32fast::hash(dst));
+            });
+        t.elapsed().as_secs_f64()
+    });
+
+    // kreplay: a complete capture file with one region holding the data.
+    let write = best_of(2, || {
+        let t = Instant::now();
+        let f = File::create(path).expect("create");
+        let mut w = CaptureWriter::new(
+            BufWriter::with_capacity(1 << 20, f),
+            [0; 16],
+            WriterOptions::default(),
+        )
+        .expect("writer");
+        w.dispatch(&Dispatch {
+            kernel_name: "bench".into(),
+            module_id: 0,
+            api: LaunchApi::LaunchKernel,
+            grid: [1; 3],
+            block: [1; 3],
+            cluster: [0; 3],
+            dynamic_shared_bytes: 0,
+            attributes: vec![],
+            params: vec![],
+            arg_bytes: vec![],
+            pointer_words: vec![],
+            original_duration_ns: None,
+        })
+        .expect("dispatch");
+        w.region(&Region {
+            region_id: 0,
+            address: 0x7f00_0000_0000,
+            size: size as u64,
+            kind: MemoryKind::Device,
+            role: RegionRole::Argument,
+            chunk_size: CHUNK as u64,
+        })
+        .expect("region");
+        w.memory(0, MemoryState::Pre, 0, data).expect("memory");
+        w.finish().expect("finish");
+        t.elapsed().as_secs_f64()
+    });
+    let stored = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let file = file::MappedFile::open(path).expect("open");
+    let read = best_of(2, || {
+        let t = Instant::now();
+        let cap = Capture::parse(file.bytes()).expect("parse");
+        cap.read_region_into(0, &mut out).expect("read");
+        t.elapsed().as_secs_f64()
+    });
+    assert!(out == data, "read back differs");
+    let threads = rayon::current_num_threads();
+    println!(
+        "{name}: {} MiB, stored {} MiB, {threads} threads",
+        size >> 20,
+        stored >> 20
+    );
+    let (w, bw) = (gbps(size, write), gbps(size, base_write));
+    let (r, br) = (gbps(size, read), gbps(size, base_read));
+    println!(
+        "bench: write {w:.2} GB/s baseline {bw:.2} GB/s ratio {:.2} ({name})",
+        w / bw
+    );
+    println!(
+        "bench: read {r:.2} GB/s baseline {br:.2} GB/s ratio {:.2} ({name})",
+        r / br
+    );
+}
+
+fn main() {
+    let mib: usize = std::env::var("KREPLAY_BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let size = mib << 20;
+    let path = std::env::temp_dir().join(format!("kreplay-bench-{}.krr", std::process::id()));
+    let floats = float_like(size);
+    bench("float-like", &floats, &path);
+    drop(floats);
+    let zeros = vec![0u8; size];
+    bench("zeros", &zeros, &path);
+    let _ = std::fs::remove_file(&path);
+}

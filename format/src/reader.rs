@@ -580,8 +580,14 @@ impl<'a> Capture<'a> {
         self.chunks(region_id, MemoryState::Post).next().is_some()
     }
 
-    /// Checks and decodes one chunk into `out` (exactly `raw_len` bytes).
+    /// Decodes one chunk into `out` (exactly `raw_len` bytes) and checks the CRC of the decoded
+    /// bytes. The CRC of the stored bytes is left to `verify`: the decoded CRC already covers
+    /// the data, and the rest of the prefix was validated by `parse`.
     pub fn read_chunk_into(&self, c: &ChunkRef, out: &mut [u8]) -> Result<()> {
+        self.decode_chunk(c, out, false)
+    }
+
+    fn decode_chunk(&self, c: &ChunkRef, out: &mut [u8], strict: bool) -> Result<()> {
         if out.len() as u64 != c.raw_len {
             return Err(FormatError::Limit {
                 what: "output buffer",
@@ -589,24 +595,39 @@ impl<'a> Capture<'a> {
             });
         }
         let payload = slice_at(self.data, c.payload_offset, c.payload_len, "memory chunk")?;
-        let computed = crc(payload);
-        if computed != c.payload_crc {
-            return Err(FormatError::Checksum {
-                offset: c.event_offset,
-                what: format!(
-                    "memory chunk at offset {} of region {}",
-                    c.offset, c.region_id
-                ),
-                stored: c.payload_crc,
-                computed,
-            });
+        if strict || c.encoding == ChunkEncoding::Zero {
+            let computed = crc(payload);
+            if computed != c.payload_crc {
+                return Err(FormatError::Checksum {
+                    offset: c.event_offset,
+                    what: format!(
+                        "memory chunk at offset {} of region {}",
+                        c.offset, c.region_id
+                    ),
+                    stored: c.payload_crc,
+                    computed,
+                });
+            }
         }
         let stored = &payload[CHUNK_PREFIX_LEN..];
         match c.encoding {
             ChunkEncoding::Zero => {
-                // Nothing stored to go wrong; the prefix (and its raw CRC) is covered by the
-                // payload CRC checked above.
+                // Nothing stored to go wrong; the prefix is covered by the payload CRC above.
                 out.fill(0);
+                if strict {
+                    let computed = crc(out);
+                    if computed != c.raw_crc {
+                        return Err(FormatError::Checksum {
+                            offset: c.event_offset,
+                            what: format!(
+                                "zero chunk at offset {} of region {}",
+                                c.offset, c.region_id
+                            ),
+                            stored: c.raw_crc,
+                            computed,
+                        });
+                    }
+                }
                 return Ok(());
             }
             ChunkEncoding::Raw => out.copy_from_slice(stored),
@@ -679,24 +700,12 @@ impl<'a> Capture<'a> {
         Ok(out)
     }
 
-    /// Checks every chunk's payload and raw CRC, decompressing in parallel.
+    /// Checks every chunk's stored and decoded CRC, decompressing in parallel.
     pub fn verify_chunks(&self) -> Result<()> {
         let refs = self.all_chunks();
         refs.par_iter().try_for_each(|c| {
             let mut buf = vec![0u8; c.raw_len as usize];
-            self.read_chunk_into(c, &mut buf)?;
-            if c.encoding == ChunkEncoding::Zero && crc(&buf) != c.raw_crc {
-                return Err(FormatError::Checksum {
-                    offset: c.event_offset,
-                    what: format!(
-                        "zero chunk at offset {} of region {}",
-                        c.offset, c.region_id
-                    ),
-                    stored: c.raw_crc,
-                    computed: crc(&buf),
-                });
-            }
-            Ok(())
+            self.decode_chunk(c, &mut buf, true)
         })
     }
 }

@@ -8,7 +8,7 @@ use std::io::{Seek, SeekFrom, Write};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::chunk::{encode_chunk, DEFAULT_LEVEL, MAX_CHUNK_SIZE};
+use crate::chunk::{encode_chunk, EncodedChunk, DEFAULT_LEVEL, MAX_CHUNK_SIZE};
 use crate::codec;
 use crate::error::{FormatError, Result};
 use crate::events::*;
@@ -199,27 +199,64 @@ impl<W: Write + Seek> CaptureWriter<W> {
             });
         }
         let level = self.opts.level;
-        // Batches bound the encoded bytes held at once while keeping every core busy.
+        // Batches bound the encoded bytes held at once; the next batch is encoded while the
+        // previous one is written, so the file I/O hides behind compression.
         let batch = (rayon::current_num_threads() * 2).max(2);
         let pieces: Vec<&[u8]> = data.chunks(cs as usize).collect();
+        let mut pending: Option<(u64, Vec<(usize, EncodedChunk<'_>)>)> = None;
         for (bi, group) in pieces.chunks(batch).enumerate() {
-            let encoded: Vec<_> = group.par_iter().map(|c| encode_chunk(c, level)).collect();
-            for (i, (piece, enc)) in group.iter().zip(encoded).enumerate() {
-                let chunk_offset = offset + ((bi * batch + i) as u64) * cs;
-                let prefix = ChunkPrefix {
-                    region_id,
-                    state,
-                    encoding: enc.encoding,
-                    offset: chunk_offset,
-                    raw_len: piece.len() as u64,
-                    raw_crc: enc.raw_crc,
+            let first = offset + (bi * batch) as u64 * cs;
+            let previous = pending.take();
+            // The encoding runs on the rayon pool from a helper thread; this thread writes.
+            // (The sink need not be Send, so the writing stays here.)
+            let (encoded, written) = std::thread::scope(|scope| {
+                let job = scope.spawn(|| {
+                    group
+                        .par_iter()
+                        .map(|c| (c.len(), encode_chunk(c, level)))
+                        .collect::<Vec<_>>()
+                });
+                let written = match previous {
+                    Some((at, batch)) => self.write_chunks(region_id, state, at, cs, batch),
+                    None => Ok(()),
                 };
-                self.write_event(
-                    EventKind::MemoryChunk as u16,
-                    FLAG_CRITICAL,
-                    &[&prefix.encode(), &enc.stored],
-                )?;
-            }
+                (job.join(), written)
+            });
+            let encoded = encoded.map_err(|_| FormatError::Encode {
+                what: "memory chunk",
+                message: "the compression thread panicked".into(),
+            })?;
+            written?;
+            pending = Some((first, encoded));
+        }
+        if let Some((at, batch)) = pending {
+            self.write_chunks(region_id, state, at, cs, batch)?;
+        }
+        Ok(())
+    }
+
+    fn write_chunks(
+        &mut self,
+        region_id: u32,
+        state: MemoryState,
+        first: u64,
+        cs: u64,
+        batch: Vec<(usize, EncodedChunk<'_>)>,
+    ) -> Result<()> {
+        for (i, (raw_len, enc)) in batch.into_iter().enumerate() {
+            let prefix = ChunkPrefix {
+                region_id,
+                state,
+                encoding: enc.encoding,
+                offset: first + i as u64 * cs,
+                raw_len: raw_len as u64,
+                raw_crc: enc.raw_crc,
+            };
+            self.write_event(
+                EventKind::MemoryChunk as u16,
+                FLAG_CRITICAL,
+                &[&prefix.encode(), &enc.stored],
+            )?;
         }
         Ok(())
     }

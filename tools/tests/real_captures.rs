@@ -64,7 +64,10 @@ fn every_real_capture_verifies() {
 #[test]
 fn saxpy_capture_describes_the_launch() {
     let v = info("cuda-saxpy");
-    assert_eq!(v["kernel"]["name"], "saxpy(int, float, float const*, float*)");
+    assert_eq!(
+        v["kernel"]["name"],
+        "saxpy(int, float, float const*, float*)"
+    );
     assert_eq!(v["kernel"]["mangled"], "_Z5saxpyifPKfPf");
     assert_eq!(v["launch"]["grid"], serde_json::json!([16384, 1, 1]));
     assert_eq!(v["launch"]["block"], serde_json::json!([256, 1, 1]));
@@ -93,7 +96,10 @@ fn globals_capture_has_the_written_device_variable() {
         .expect("hits global");
     assert_eq!(hits["written"], true);
     assert_eq!(hits["role"], "global");
-    let coef = regions.iter().find(|r| r["global"] == "coef").expect("coef");
+    let coef = regions
+        .iter()
+        .find(|r| r["global"] == "coef")
+        .expect("coef");
     assert_eq!(coef["size"], 16);
 }
 
@@ -112,7 +118,13 @@ fn driver_api_extra_launch_keeps_its_layout() {
     assert_eq!(v["kernel"]["name"], "axpb");
     assert_eq!(
         params(&v),
-        vec![(0, 8, true), (8, 8, true), (16, 4, false), (20, 4, false), (24, 4, false)]
+        vec![
+            (0, 8, true),
+            (8, 8, true),
+            (16, 4, false),
+            (20, 4, false),
+            (24, 4, false)
+        ]
     );
 }
 
@@ -144,15 +156,37 @@ fn extract_writes_cubin_args_and_regions() {
         .expect("dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
-    let pre = names.iter().filter(|n| n.starts_with("region-1-") && n.ends_with("0.bin")).count();
+    let pre = names
+        .iter()
+        .filter(|n| n.starts_with("region-1-") && n.ends_with("0.bin"))
+        .count();
     assert_eq!(pre, 1, "{names:?}");
-    assert!(names.iter().any(|n| n.starts_with("region-1-") && n.ends_with(".post.bin")));
+    assert!(names
+        .iter()
+        .any(|n| n.starts_with("region-1-") && n.ends_with(".post.bin")));
     let desc: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("capture.json")).expect("json")).expect("parse");
+        serde_json::from_slice(&std::fs::read(dir.join("capture.json")).expect("json"))
+            .expect("parse");
     assert_eq!(desc["kernel"]["mangled"], "_Z5saxpyifPKfPf");
     // The post image differs from the pre image: saxpy wrote y.
-    let y_pre = std::fs::read(dir.join(names.iter().find(|n| n.starts_with("region-1-") && !n.contains("post")).expect("y"))).expect("y");
-    let y_post = std::fs::read(dir.join(names.iter().find(|n| n.starts_with("region-1-") && n.contains("post")).expect("y post"))).expect("y post");
+    let y_pre = std::fs::read(
+        dir.join(
+            names
+                .iter()
+                .find(|n| n.starts_with("region-1-") && !n.contains("post"))
+                .expect("y"),
+        ),
+    )
+    .expect("y");
+    let y_post = std::fs::read(
+        dir.join(
+            names
+                .iter()
+                .find(|n| n.starts_with("region-1-") && n.contains("post"))
+                .expect("y post"),
+        ),
+    )
+    .expect("y post");
     assert_eq!(y_pre.len(), y_post.len());
     assert_ne!(y_pre, y_post);
     let _ = std::fs::remove_dir_all(&dir);
