@@ -3,9 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p kreplay -p kreplay-record
+cargo build --release -p kreplay-player --example replay_bench
 mkdir -p dist
-for f in kreplay libkreplay_record.so; do
-  cp "target/release/$f" "dist/$f"
-  strip --strip-debug "dist/$f"
+for f in kreplay libkreplay_record.so examples/replay_bench; do
+  cp "target/release/$f" "dist/$(basename "$f")"
+  strip --strip-debug "dist/$(basename "$f")"
 done
 ls -la dist

@@ -285,6 +285,27 @@ static int run_stencil() {
   return 0;
 }
 
+// --- a 1 GiB dispatch, for replay set-up time ---------------------------------------------
+__global__ void big_scale(const float* in, float* out, size_t n) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * 1.5f + 0.25f;
+}
+
+static int run_big() {
+  const size_t n = (size_t)1 << 27;  // 512 MiB per buffer
+  float *in, *out;
+  CK(cudaMalloc(&in, n * 4));
+  CK(cudaMalloc(&out, n * 4));
+  auto h = iota(n, 1.0f);
+  CK(cudaMemcpy(in, h.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemset(out, 0, n * 4));
+  big_scale<<<(unsigned)((n + 255) / 256), 256>>>(in, out, n);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h.data(), out, n * 4, cudaMemcpyDeviceToHost));
+  printf("big %.3f\n", checksum(h));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* m = argc > 1 ? argv[1] : "saxpy";
   if (!strcmp(m, "saxpy")) return run_saxpy(argc > 2 ? atoi(argv[2]) : 3);
@@ -295,6 +316,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "cluster")) return run_cluster();
   if (!strcmp(m, "coop")) return run_coop();
   if (!strcmp(m, "stencil")) return run_stencil();
+  if (!strcmp(m, "big")) return run_big();
   fprintf(stderr, "unknown scenario %s\n", m);
   return 2;
 }
