@@ -6,7 +6,9 @@
 //! kernel and stop then run back to back on the GPU.
 //!
 //! A watchdog opens the gate after `WATCHDOG` in any case, so a launch that synchronises
-//! internally (a local-memory resize, for instance) cannot deadlock on our gate.
+//! internally (a local-memory resize, for instance) cannot deadlock on our gate. The watchdog
+//! touches the word only under a lock and only while it is allocated: the context may be gone
+//! by the time it wakes.
 
 // CUDA handles (CUfunction, CUstream, CUmodule, ...) are opaque tokens the driver validates;
 // this crate passes them through and never dereferences them.
@@ -15,32 +17,26 @@
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::driver::{check, sys, CuResult, Event};
 
 const WATCHDOG: Duration = Duration::from_millis(200);
 
-/// One 4-byte word of mapped, page-locked host memory the GPU can poll.
-struct GateWord {
-    host: *mut c_void,
+/// One 4-byte word of mapped, page-locked host memory the GPU polls, plus the lock that keeps
+/// the watchdog from touching it once the gate was opened (or the word freed).
+struct Gate {
+    /// Host address of the word, or 0 once freed.
+    host: Mutex<usize>,
     device: u64,
 }
 
-// SAFETY: the word is only accessed through atomics; the driver owns nothing in it.
-unsafe impl Send for GateWord {}
-// SAFETY: as above.
-unsafe impl Sync for GateWord {}
-
-impl GateWord {
-    fn new() -> CuResult<GateWord> {
+impl Gate {
+    fn new() -> CuResult<Gate> {
         let mut host = ptr::null_mut();
         // SAFETY: allocates 4 bytes of portable (1), device-mapped (2) pinned memory.
-        check(
-            unsafe { sys::cuMemHostAlloc(&mut host, 4, 1 | 2) },
-            "cuMemHostAlloc",
-        )?;
+        check(unsafe { sys::cuMemHostAlloc(&mut host, 4, 1 | 2) }, "cuMemHostAlloc")?;
         // SAFETY: host points to 4 writable bytes just allocated.
         unsafe { (host as *mut u32).write_volatile(0) };
         let mut device = 0;
@@ -54,27 +50,37 @@ impl GateWord {
             unsafe { sys::cuMemFreeHost(host) };
             return Err(e);
         }
-        Ok(GateWord { host, device })
+        Ok(Gate {
+            host: Mutex::new(host as usize),
+            device,
+        })
     }
 
+    /// Raises the word to at least `value`, unless it was freed.
     fn open(&self, value: u32) {
-        // SAFETY: host is 4-byte aligned pinned memory owned by self.
-        let a = unsafe { &*(self.host as *const AtomicU32) };
-        a.fetch_max(value, Ordering::SeqCst);
+        let host = self.host.lock().unwrap_or_else(|e| e.into_inner());
+        if *host != 0 {
+            // SAFETY: the word is live (not freed: checked under the lock that `free` takes)
+            // and 4-byte aligned pinned memory.
+            let a = unsafe { &*(*host as *const AtomicU32) };
+            a.fetch_max(value, Ordering::SeqCst);
+        }
     }
-}
 
-impl Drop for GateWord {
-    fn drop(&mut self) {
-        // SAFETY: frees the allocation made in `new`; no stream waits on it any more (every
-        // gate was opened before the last reference went away).
-        unsafe { sys::cuMemFreeHost(self.host) };
+    fn free(&self) {
+        let mut host = self.host.lock().unwrap_or_else(|e| e.into_inner());
+        if *host != 0 {
+            // SAFETY: frees the allocation made in `new`, once; the watchdog checks the
+            // address under this lock before every access.
+            unsafe { sys::cuMemFreeHost(*host as *mut c_void) };
+            *host = 0;
+        }
     }
 }
 
 /// Times one launch at a time on one stream.
 pub struct GatedTimer {
-    word: Option<Arc<GateWord>>,
+    word: Option<Arc<Gate>>,
     next: u32,
     armed: bool,
     pub start: Event,
@@ -85,7 +91,7 @@ impl GatedTimer {
     /// Falls back to plain events when the device cannot wait on memory.
     pub fn new() -> CuResult<GatedTimer> {
         Ok(GatedTimer {
-            word: GateWord::new().ok().map(Arc::new),
+            word: Gate::new().ok().map(Arc::new),
             next: 0,
             armed: false,
             start: Event::new()?,
@@ -151,5 +157,10 @@ impl GatedTimer {
 impl Drop for GatedTimer {
     fn drop(&mut self) {
         self.open();
+        // Free now, while the context surely lives; a watchdog still sleeping finds the word
+        // gone and touches nothing.
+        if let Some(w) = &self.word {
+            w.free();
+        }
     }
 }
