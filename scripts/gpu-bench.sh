@@ -5,6 +5,7 @@ set -u
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(cd "${1:-$HERE/dist}" && pwd)
 W=${KREPLAY_WORK:-$(mktemp -d /tmp/kreplay-bench.XXXXXX)}
+mkdir -p "$W"
 nvcc -O2 -std=c++17 -arch=${KREPLAY_ARCH:-sm_90} -o "$W/kapps" "$HERE/testdata/apps/kapps.cu" || exit 2
 rec() { local name=$1 regex=$2 nth=$3; shift 3; "$BIN/kreplay" record -k "$regex" --nth "$nth" -o "$W/$name.krr" -- "$@" > /dev/null 2> "$W/$name.rec.err" || cat "$W/$name.rec.err"; }
 rec saxpy '^saxpy' 2 "$W/kapps" saxpy 3
