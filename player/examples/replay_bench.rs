@@ -12,7 +12,9 @@ use kreplay_player::{PlayOptions, Session};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).ok_or("usage: replay_bench FILE [PASSES] [--flush]")?;
+    let path = args
+        .get(1)
+        .ok_or("usage: replay_bench FILE [PASSES] [--flush]")?;
     let passes: u32 = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(20);
     let flush = args.iter().any(|a| a == "--flush");
     let t0 = Instant::now();
@@ -34,7 +36,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ws = r.write_set_bytes as f64;
     let bound_us = 1.2 * ws / bw * 1e6 + 50.0;
     let raw: u64 = cap.regions.iter().map(|x| x.size).sum();
-    println!("capture {path}: {} MiB of memory, write set {:.1} MiB, kernel {}", raw >> 20, ws / 1048576.0, r.kernel);
+    println!(
+        "capture {path}: {} MiB of memory, write set {:.1} MiB, kernel {}",
+        raw >> 20,
+        ws / 1048576.0,
+        r.kernel
+    );
     println!(
         "bench: restore {:.1} us per pass; bound 1.2 x write set / dtod + 50 us = {:.1} us (dtod {:.0} GB/s measured now) -> {}",
         r.restore_median_ns as f64 / 1e3,

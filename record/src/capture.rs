@@ -9,7 +9,7 @@ use kreplay_format::{
     Dispatch, LaunchAttribute, MemoryKind, ModuleGlobal, ModuleImage, Param, Region, RegionRole,
     DEFAULT_CHUNK_SIZE,
 };
-use kreplay_replay::driver::{self, sys};
+use kreplay_replay::driver::{self, sys, ContextHandle, DeviceBuffer, Stream};
 use kreplay_replay::timing::GatedTimer;
 
 use crate::launch::{argument_bytes, LaunchView};
@@ -22,12 +22,58 @@ const POINTER_LOOKUP_LIMIT: usize = 1 << 14;
 /// Pointer candidates must lie within this distance of an argument region.
 const POINTER_WINDOW: u64 = 1 << 40;
 
-/// A region and its bytes before the launch.
+/// Where a snapshot's bytes are: copied to the host during the callback, or copied to a
+/// device scratch buffer (2 TB/s, so the application barely waits) and brought to the host
+/// later by the writer thread.
+pub enum Bytes {
+    Host(Vec<u8>),
+    Device(DeviceBuffer),
+}
+
+/// A region and its bytes before (and after) the launch.
 pub struct Snapshot {
     pub region: Region,
     /// Where to read it in this process (globals: their address here; others: same).
     pub device_addr: u64,
-    pub pre: Vec<u8>,
+    pub pre: Bytes,
+    /// Set after the launch for regions whose `pre` is on the device.
+    pub post: Option<DeviceBuffer>,
+}
+
+impl Snapshot {
+    fn host_pre(&self) -> Option<&[u8]> {
+        match &self.pre {
+            Bytes::Host(v) => Some(v),
+            Bytes::Device(_) => None,
+        }
+    }
+}
+
+/// Device scratch for snapshots is used only while this much device memory stays free after
+/// it, so the application never runs out of memory because of a capture.
+fn scratch_allowed(size: u64) -> bool {
+    driver::memory_info()
+        .is_ok_and(|(free, total)| free.saturating_sub(2 * size) > (total / 4).max(8 << 30))
+}
+
+/// Copies a region to a device scratch buffer on `stream` (the caller synchronises).
+fn device_copy(addr: u64, size: u64, stream: &Stream) -> Option<DeviceBuffer> {
+    if !scratch_allowed(size) {
+        return None;
+    }
+    let buf = DeviceBuffer::new(size as usize).ok()?;
+    driver::copy_dtod_async(buf.ptr, addr, size as usize, stream).ok()?;
+    Some(buf)
+}
+
+/// Post-dispatch chunks: every chunk whose bytes differ.
+pub fn changed_chunks(region_id: u32, cs: usize, pre: &[u8], post: &[u8]) -> Vec<PostChunk> {
+    pre.chunks(cs)
+        .zip(post.chunks(cs))
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, (_, b))| (region_id, (i * cs) as u64, b.to_vec()))
+        .collect()
 }
 
 /// A capture between launch ENTER and EXIT.
@@ -38,13 +84,17 @@ pub struct Pending {
     pub data: CaptureData,
 }
 
-/// Everything the writer thread needs (no CUDA handles: it runs off the callback thread).
+/// Everything the writer thread needs (it runs off the callback thread).
 pub struct CaptureData {
     pub dispatch: Dispatch,
     pub snapshots: Vec<Snapshot>,
     pub globals: Vec<ModuleGlobal>,
     pub module: ModuleImage,
     pub pointer_slots: Vec<(u32, u64)>,
+    /// The application's context, for the writer thread's copies from device scratch.
+    pub context: Option<ContextHandle>,
+    /// Chunks that changed in regions snapshotted on the host.
+    pub post: Vec<PostChunk>,
     pub notes: Vec<String>,
     pub began: Instant,
     pub stall_ns: u64,
@@ -95,13 +145,23 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
     let mut pointer_words = Vec::new();
     let mut known: Vec<(u64, u64)> = Vec::new();
     let mut next_id = 0u32;
+    let stream = Stream::new().map_err(|e| e.to_string())?;
     let mut add = |base: u64,
                    size: u64,
                    role: RegionRole,
                    snaps: &mut Vec<Snapshot>,
                    known: &mut Vec<(u64, u64)>|
      -> Result<(), String> {
-        let pre = copy_region(base, size)?;
+        // Small regions come to the host now (they are scanned for pointers); large ones go
+        // to device scratch when memory allows.
+        let pre = if size as usize > POINTER_SCAN_LIMIT {
+            match device_copy(base, size, &stream) {
+                Some(b) => Bytes::Device(b),
+                None => Bytes::Host(copy_region(base, size)?),
+            }
+        } else {
+            Bytes::Host(copy_region(base, size)?)
+        };
         snaps.push(Snapshot {
             region: Region {
                 region_id: next_id,
@@ -113,6 +173,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
             },
             device_addr: base,
             pre,
+            post: None,
         });
         known.push((base, size));
         next_id += 1;
@@ -158,12 +219,11 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
         let mut lookups = 0usize;
         let mut i = 0;
         'regions: while i < snapshots.len() {
-            if snapshots[i].pre.len() > POINTER_SCAN_LIMIT {
+            let Some(pre) = snapshots[i].host_pre() else {
                 i += 1;
                 continue;
-            }
-            let words: Vec<u64> = snapshots[i]
-                .pre
+            };
+            let words: Vec<u64> = pre
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
                 .filter(|&v| v >= lo && v < hi && v != 0)
@@ -199,11 +259,9 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
         known.iter().map(|k| k.0).min(),
         known.iter().map(|k| k.0 + k.1).max(),
     ) {
-        for s in snapshots
-            .iter()
-            .filter(|s| s.pre.len() <= POINTER_SCAN_LIMIT)
-        {
-            for (i, c) in s.pre.chunks_exact(8).enumerate() {
+        for s in &snapshots {
+            let Some(pre) = s.host_pre() else { continue };
+            for (i, c) in pre.chunks_exact(8).enumerate() {
                 let v = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
                 if v >= lo && v < hi && known.iter().any(|&(b, n)| v >= b && v < b + n) {
                     pointer_slots.push((s.region.region_id, (i * 8) as u64));
@@ -222,7 +280,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
             if size == 0 {
                 continue;
             }
-            let pre = copy_region(addr, size)?;
+            let pre = Bytes::Host(copy_region(addr, size)?);
             globals.push(ModuleGlobal {
                 module_id: input.module.module_id,
                 name: name.clone(),
@@ -239,10 +297,13 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
                 },
                 device_addr: addr,
                 pre,
+                post: None,
             });
             next_id += 1;
         }
     }
+    // The kernel must not start before the scratch copies are done.
+    stream.synchronize().map_err(|e| e.to_string())?;
 
     // Last: the stream stays gated until the launch is queued (see GatedTimer).
     let mut timer = GatedTimer::new().map_err(|e| e.to_string())?;
@@ -281,6 +342,8 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
             globals,
             module: input.module,
             pointer_slots,
+            context: ContextHandle::current().ok(),
+            post: Vec::new(),
             notes,
             stall_ns: began.elapsed().as_nanos() as u64,
             began,
@@ -288,22 +351,42 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
     })
 }
 
-/// After the launch: duration, and every chunk whose bytes changed.
-pub fn after_launch(p: &mut Pending) -> Result<Vec<PostChunk>, String> {
+/// After the launch: duration, and the post-dispatch state (compared now for host snapshots,
+/// copied to device scratch for the others).
+pub fn after_launch(p: &mut Pending) -> Result<(), String> {
     let t = Instant::now();
     p.timer.finish(p.stream).map_err(|e| e.to_string())?;
     driver::ctx_synchronize().map_err(|e| format!("the kernel failed: {e}"))?;
     p.data.dispatch.original_duration_ns = p.timer.elapsed_ns().ok();
+    let stream = Stream::new().map_err(|e| e.to_string())?;
     let mut post = Vec::new();
-    for s in &p.data.snapshots {
-        let now = copy_region(s.device_addr, s.region.size)?;
-        let cs = s.region.chunk_size as usize;
-        for (i, (a, b)) in s.pre.chunks(cs).zip(now.chunks(cs)).enumerate() {
-            if a != b {
-                post.push((s.region.region_id, (i * cs) as u64, b.to_vec()));
+    for s in &mut p.data.snapshots {
+        match &s.pre {
+            Bytes::Host(pre) => {
+                let now = copy_region(s.device_addr, s.region.size)?;
+                post.extend(changed_chunks(
+                    s.region.region_id,
+                    s.region.chunk_size as usize,
+                    pre,
+                    &now,
+                ));
+            }
+            Bytes::Device(_) => {
+                let copy = device_copy(s.device_addr, s.region.size, &stream);
+                match copy {
+                    Some(b) => s.post = Some(b),
+                    None => {
+                        return Err(format!(
+                            "no device memory left for the post-dispatch copy of {} bytes",
+                            s.region.size
+                        ))
+                    }
+                }
             }
         }
     }
+    stream.synchronize().map_err(|e| e.to_string())?;
+    p.data.post = post;
     p.data.stall_ns += t.elapsed().as_nanos() as u64;
-    Ok(post)
+    Ok(())
 }

@@ -13,9 +13,11 @@ use kreplay_format::{
     Annotation, CaptureInfo, DeviceInfo, MemoryState, ModuleImage, ModuleKind, WriterOptions,
 };
 use kreplay_replay::cupti::{self, launch_cbid, sys as csys, Subscriber};
-use kreplay_replay::driver;
+use kreplay_replay::driver::{self, DeviceBuffer};
 
-use crate::capture::{after_launch, before_launch, CaptureData, Pending, PostChunk, PreInput};
+use crate::capture::{
+    after_launch, before_launch, changed_chunks, Bytes, CaptureData, Pending, PreInput,
+};
 use crate::config::{expand_output, rank_from, short_kernel_name, Config, Mode};
 use crate::cubin;
 use crate::launch;
@@ -283,13 +285,10 @@ impl Recorder {
 
     fn finish(&self, mut pending: Pending) {
         let name = short_kernel_name(&demangle(&pending.data.dispatch.kernel_name));
-        let post = match after_launch(&mut pending) {
-            Ok(post) => post,
-            Err(e) => {
-                self.error(format!("capture of {name} failed after the launch: {e}"));
-                return;
-            }
-        };
+        if let Err(e) = after_launch(&mut pending) {
+            self.error(format!("capture of {name} failed after the launch: {e}"));
+            return;
+        }
         let mut p = pending.data;
         let device = driver::current_device()
             .and_then(driver::device_props)
@@ -344,7 +343,7 @@ impl Recorder {
             .name("kreplay-writer".into())
             .spawn(move || {
                 let rec = RECORDER.get();
-                let result = write_capture(&path, &info, device.as_ref(), &p, post);
+                let result = write_capture(&path, &info, device.as_ref(), p);
                 if let Some(rec) = rec {
                     match result {
                         Ok(summary) => {
@@ -375,15 +374,30 @@ impl Recorder {
     }
 }
 
+/// Brings a device-scratch snapshot to the host (on the writer thread).
+fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, String> {
+    let mut v = vec![0u8; buf.len];
+    driver::copy_dtoh(&mut v, buf.ptr).map_err(|e| format!("reading a snapshot back: {e}"))?;
+    Ok(v)
+}
+
 fn write_capture(
     path: &std::path::Path,
     info: &CaptureInfo,
     device: Option<&DeviceInfo>,
-    p: &CaptureData,
-    post: Vec<PostChunk>,
+    mut p: CaptureData,
 ) -> Result<CaptureSummary, String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    if p.snapshots
+        .iter()
+        .any(|s| matches!(s.pre, Bytes::Device(_)))
+    {
+        p.context
+            .ok_or("no CUDA context to read the snapshots back")?
+            .make_current()
+            .map_err(|e| format!("the application's CUDA context is gone: {e}"))?;
     }
     let mut uuid = [0u8; 16];
     let seed = info.time_unix_ns ^ ((info.pid as u64) << 32) ^ info.match_index;
@@ -391,40 +405,69 @@ fn write_capture(
     uuid[8..].copy_from_slice(&crc32fast_like(path.to_string_lossy().as_bytes()).to_le_bytes());
     let mut f =
         PendingFile::create(path, uuid, WriterOptions::default()).map_err(|e| e.to_string())?;
-    let result = (|| -> kreplay_format::Result<()> {
+    let mut raw_bytes = 0u64;
+    let result = (|| -> Result<(), String> {
         let w = &mut f.writer;
-        w.capture_info(info)?;
+        let e = |e: kreplay_format::FormatError| e.to_string();
+        w.capture_info(info).map_err(e)?;
         if let Some(d) = device {
-            w.device(d)?;
+            w.device(d).map_err(e)?;
         }
-        w.module(&p.module)?;
-        w.dispatch(&p.dispatch)?;
-        for s in &p.snapshots {
-            w.region(&s.region)?;
-            w.memory(s.region.region_id, MemoryState::Pre, 0, &s.pre)?;
+        w.module(&p.module).map_err(e)?;
+        w.dispatch(&p.dispatch).map_err(e)?;
+        for s in p.snapshots.iter_mut() {
+            w.region(&s.region).map_err(e)?;
+            raw_bytes += s.region.size;
+            match &s.pre {
+                Bytes::Host(pre) => w
+                    .memory(s.region.region_id, MemoryState::Pre, 0, pre)
+                    .map_err(e)?,
+                Bytes::Device(buf) => {
+                    let pre = fetch(buf)?;
+                    w.memory(s.region.region_id, MemoryState::Pre, 0, &pre)
+                        .map_err(e)?;
+                    if let Some(post_buf) = s.post.take() {
+                        let post = fetch(&post_buf)?;
+                        let cs = s.region.chunk_size as usize;
+                        for (region, offset, bytes) in
+                            changed_chunks(s.region.region_id, cs, &pre, &post)
+                        {
+                            raw_bytes += bytes.len() as u64;
+                            w.memory(region, MemoryState::Post, offset, &bytes)
+                                .map_err(e)?;
+                        }
+                    }
+                }
+            }
+            // Free the scratch as soon as it is written.
+            s.pre = Bytes::Host(Vec::new());
         }
-        for (region, offset, bytes) in &post {
-            w.memory(*region, MemoryState::Post, *offset, bytes)?;
+        for (region, offset, bytes) in &p.post {
+            raw_bytes += bytes.len() as u64;
+            w.memory(*region, MemoryState::Post, *offset, bytes)
+                .map_err(e)?;
         }
         for g in &p.globals {
-            w.module_global(g)?;
+            w.module_global(g).map_err(e)?;
         }
         if !p.pointer_slots.is_empty() {
             w.pointer_slots(&kreplay_format::PointerSlots {
                 slots: p.pointer_slots.clone(),
-            })?;
+            })
+            .map_err(e)?;
         }
         for n in &p.notes {
             w.annotation(&Annotation {
                 key: "recorder".into(),
                 value: n.clone(),
-            })?;
+            })
+            .map_err(e)?;
         }
         Ok(())
     })();
     if let Err(e) = result {
         f.abandon();
-        return Err(e.to_string());
+        return Err(e);
     }
     let stored = f.writer.position();
     f.finish().map_err(|e| e.to_string())?;
@@ -433,8 +476,7 @@ fn write_capture(
         match_index: info.match_index,
         file: path.display().to_string(),
         regions: p.snapshots.len(),
-        raw_bytes: p.snapshots.iter().map(|s| s.region.size).sum::<u64>()
-            + post.iter().map(|c| c.2.len() as u64).sum::<u64>(),
+        raw_bytes,
         stored_bytes: stored,
         stall_ms: p.stall_ns as f64 / 1e6,
         total_ms: p.began.elapsed().as_secs_f64() * 1e3,

@@ -677,3 +677,38 @@ pub fn measure_dtod_bandwidth(bytes: usize, reps: u32) -> CuResult<f64> {
     }
     Ok(bytes as f64 / (best.max(1.0) * 1e-9))
 }
+
+/// Free and total device memory of the current context's device.
+pub fn memory_info() -> CuResult<(u64, u64)> {
+    let mut free = 0usize;
+    let mut total = 0usize;
+    // SAFETY: writes two size_t.
+    check(
+        unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
+        "cuMemGetInfo",
+    )?;
+    Ok((free as u64, total as u64))
+}
+
+/// A context handle that may be handed to another thread (to make it current there).
+#[derive(Clone, Copy)]
+pub struct ContextHandle(sys::CUcontext);
+
+// SAFETY: a CUcontext is an opaque token the driver accepts from any thread.
+unsafe impl Send for ContextHandle {}
+
+impl ContextHandle {
+    /// The calling thread's current context.
+    pub fn current() -> CuResult<ContextHandle> {
+        let mut c = ptr::null_mut();
+        // SAFETY: writes one context handle.
+        check(unsafe { sys::cuCtxGetCurrent(&mut c) }, "cuCtxGetCurrent")?;
+        Ok(ContextHandle(c))
+    }
+
+    /// Makes this context current on the calling thread.
+    pub fn make_current(self) -> CuResult<()> {
+        // SAFETY: the handle came from the driver; a destroyed context yields an error.
+        check(unsafe { sys::cuCtxSetCurrent(self.0) }, "cuCtxSetCurrent")
+    }
+}

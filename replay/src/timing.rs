@@ -36,7 +36,10 @@ impl Gate {
     fn new() -> CuResult<Gate> {
         let mut host = ptr::null_mut();
         // SAFETY: allocates 4 bytes of portable (1), device-mapped (2) pinned memory.
-        check(unsafe { sys::cuMemHostAlloc(&mut host, 4, 1 | 2) }, "cuMemHostAlloc")?;
+        check(
+            unsafe { sys::cuMemHostAlloc(&mut host, 4, 1 | 2) },
+            "cuMemHostAlloc",
+        )?;
         // SAFETY: host points to 4 writable bytes just allocated.
         unsafe { (host as *mut u32).write_volatile(0) };
         let mut device = 0;

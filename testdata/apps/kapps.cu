@@ -291,8 +291,7 @@ __global__ void big_scale(const float* in, float* out, size_t n) {
   if (i < n) out[i] = in[i] * 1.5f + 0.25f;
 }
 
-static int run_big() {
-  const size_t n = (size_t)1 << 27;  // 512 MiB per buffer
+static int run_big(size_t n) {
   float *in, *out;
   CK(cudaMalloc(&in, n * 4));
   CK(cudaMalloc(&out, n * 4));
@@ -316,7 +315,8 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "cluster")) return run_cluster();
   if (!strcmp(m, "coop")) return run_coop();
   if (!strcmp(m, "stencil")) return run_stencil();
-  if (!strcmp(m, "big")) return run_big();
+  if (!strcmp(m, "big")) return run_big((size_t)1 << 27);     // 2 x 512 MiB
+  if (!strcmp(m, "big4g")) return run_big((size_t)1 << 29);   // 2 x 2 GiB
   fprintf(stderr, "unknown scenario %s\n", m);
   return 2;
 }
