@@ -39,7 +39,7 @@ run_case() {
   local t0=$(date +%s%N)
   "$@" > "$w.base.out" 2> "$w.base.err"; local base_rc=$?
   local t1=$(date +%s%N)
-  "$KR" record -k "$regex" --nth "$nth" -o "$w.krr" -- "$@" > "$w.rec.out" 2> "$w.rec.err"; local rec_rc=$?
+  "$KR" record "${REC_EXTRA[@]}" -k "$regex" --nth "$nth" -o "$w.krr" -- "$@" > "$w.rec.out" 2> "$w.rec.err"; local rec_rc=$?
   local t2=$(date +%s%N)
   local same=false; cmp -s "$w.base.out" "$w.rec.out" && same=true
   local ver_rc=99 play_rc=99
@@ -97,6 +97,7 @@ PY
 }
 
 K="$WORK/kapps"
+REC_EXTRA=()
 run_case cuda-saxpy        '^saxpy'        2 "" -- "$K" saxpy 3
 run_case cuda-globals      'poly_globals'  1 "" -- "$K" globals
 run_case cuda-pointers     'gather_sum'    1 "" -- "$K" pointers
@@ -111,6 +112,41 @@ run_case torch-elementwise 'sigmoid'       1 "" -- python3 "$APPS/torch_app.py"
 run_case triton            'fused_axpy_relu' 1 "" -- python3 "$APPS/triton_app.py"
 run_case cupy              'cupy_scale_add' 1 "" -- python3 "$APPS/cupy_app.py"
 run_case jax               'fusion|tanh'   1 "" -- python3 "$APPS/jax_app.py"
+run_case cuda-async        '^saxpy'        1 "" -- "$K" async
+run_case torch-vmm         'sigmoid'       1 "" -- env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$APPS/torch_app.py"
+REC_EXTRA=(--memory all)
+run_case cuda-async-all    '^saxpy'        1 "" -- "$K" async
+run_case torch-vmm-all     'sigmoid'       1 "" -- env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$APPS/torch_app.py"
+REC_EXTRA=()
+
+# Robustness: the application's output and exit status survive whatever the recorder meets.
+# check_case NAME EXPECTED_KREPLAY_RC STDERR_REGEX -- CMD...   (CMD runs plain, then recorded)
+check_case() {
+  local name=$1 want_rc=$2 want_err=$3; shift 4
+  [[ "$name" =~ $ONLY ]] || return 0
+  local w="$WORK/$name"
+  echo "== $name"
+  "$@" > "$w.base.out" 2> /dev/null
+  "$KR" "${KARGS[@]}" -- "$@" > "$w.rec.out" 2> "$w.rec.err"; local rc=$?
+  python3 - "$name" "$rc" "$want_rc" "$want_err" "$w" "${KARGS[0]}" >> "$RESULTS" <<'PY'
+import json, re, sys, filecmp
+name, rc, want_rc, want_err, w, verb = sys.argv[1:]
+err = open(w + ".rec.err").read()
+out = open(w + ".rec.out").read()
+if verb == "list":
+    same = "saxpy" in out  # list prints its table on stdout
+else:
+    same = filecmp.cmp(w + ".base.out", w + ".rec.out", shallow=False)
+ok = int(rc) == int(want_rc) and same and re.search(want_err, err, re.S) is not None
+print(json.dumps({"case": name, "kernel": "-", "regions": 0, "bytes": 0, "ok": ok, "known": "",
+    "address_mode": "-", "relocated": "-", "matched": same,
+    "why": "" if ok else f"rc {rc} (want {want_rc}), output ok {same}, stderr: {err[-600:]}"}))
+PY
+}
+KARGS=(record -k 'no_such_kernel_xyz'); check_case robust-no-match 3 'no dispatch matched.*saxpy' -- "$K" saxpy 3
+KARGS=(record -k '^saxpy' -o /proc/kreplay-denied/x.krr); check_case robust-unwritable 3 'could not be written' -- "$K" saxpy 3
+KARGS=(record -k '^saxpy'); check_case robust-graph 3 'CUDA graph' -- "$K" graph
+KARGS=(list); check_case robust-list 0 '' -- "$K" saxpy 3
 
 # Two ranks, one capture each, named by rank.
 if [[ "mpi-2ranks" =~ $ONLY ]]; then

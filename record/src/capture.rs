@@ -59,8 +59,17 @@ fn scan_view<'a>(
         Bytes::Host(v) if v.len() <= POINTER_SCAN_LIMIT => Ok(Some(v)),
         Bytes::Host(_) => Ok(None),
         Bytes::Device(buf) if buf.len <= POINTER_SCAN_LIMIT => {
-            if staging.is_none() {
-                *staging = Some(PinnedBuffer::new(POINTER_SCAN_LIMIT).map_err(|e| e.to_string())?);
+            // Sized to what is needed (pinning costs time while the application waits).
+            if staging
+                .as_ref()
+                .is_none_or(|st| st.as_slice().len() < buf.len)
+            {
+                let size = buf
+                    .len
+                    .next_power_of_two()
+                    .clamp(1 << 20, POINTER_SCAN_LIMIT);
+                *staging = None;
+                *staging = Some(PinnedBuffer::new(size).map_err(|e| e.to_string())?);
             }
             let Some(st) = staging.as_mut() else {
                 return Ok(None);
@@ -151,6 +160,8 @@ pub struct PreInput<'a> {
     pub module: ModuleImage,
     /// Global variables of the module: (name, size).
     pub module_objects: &'a [(String, u64)],
+    /// Every live allocation, for `--memory all` (empty otherwise).
+    pub allocations: Vec<(u64, u64, MemoryKind)>,
     pub correlation: u32,
 }
 
@@ -272,6 +283,23 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
                 }
             }
             i += 1;
+        }
+    }
+
+    // `--memory all`: every other live allocation too.
+    for &(base, size, kind) in &input.allocations {
+        if known.iter().any(|&(b, n)| base < b + n && b < base + size) {
+            continue;
+        }
+        add(
+            base,
+            size,
+            RegionRole::Allocation,
+            &mut snapshots,
+            &mut known,
+        )?;
+        if let Some(s) = snapshots.last_mut() {
+            s.region.kind = kind;
         }
     }
 

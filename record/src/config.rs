@@ -30,6 +30,8 @@ pub enum Mode {
 pub enum MemoryScope {
     /// Regions reachable from the arguments, transitively, plus module globals.
     Reachable,
+    /// Every live allocation as well (tracked through the allocation entry points).
+    All,
 }
 
 #[derive(Debug, Clone)]
@@ -80,9 +82,10 @@ impl Config {
         };
         let memory = match get(env::MEMORY).as_deref() {
             None | Some("") | Some("reachable") => MemoryScope::Reachable,
+            Some("all") => MemoryScope::All,
             Some(other) => {
                 return Err(format!(
-                    "{}={other}: only 'reachable' is supported by this recorder",
+                    "{}={other}: expected reachable or all",
                     env::MEMORY
                 ))
             }

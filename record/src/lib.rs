@@ -5,6 +5,7 @@
 //! Nothing here may disturb the application: every entry point catches panics, every failure is
 //! reported on stderr and in the process report, and the application runs on.
 
+pub mod allocations;
 pub mod capture;
 pub mod config;
 pub mod cubin;

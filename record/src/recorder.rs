@@ -15,10 +15,11 @@ use kreplay_format::{
 use kreplay_replay::cupti::{self, launch_cbid, sys as csys, Subscriber};
 use kreplay_replay::driver::{self, DeviceBuffer};
 
+use crate::allocations::{self, AllocationTable};
 use crate::capture::{
     after_launch, before_launch, changed_chunks, Bytes, CaptureData, Pending, PreInput,
 };
-use crate::config::{expand_output, rank_from, short_kernel_name, Config, Mode};
+use crate::config::{expand_output, rank_from, short_kernel_name, Config, MemoryScope, Mode};
 use crate::cubin;
 use crate::launch;
 use crate::report::{CaptureSummary, KernelStat, ProcessReport};
@@ -41,6 +42,7 @@ struct Inner {
     next_module_id: u32,
     captures: Vec<CaptureSummary>,
     errors: Vec<String>,
+    allocations: AllocationTable,
 }
 
 struct Recorder {
@@ -57,6 +59,9 @@ static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
 thread_local! {
     static IN_LAUNCH: Cell<bool> = const { Cell::new(false) };
+    /// Set while the recorder itself calls the driver (its scratch allocations are not the
+    /// application's).
+    static SELF_CALLS: Cell<bool> = const { Cell::new(false) };
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
 }
 
@@ -154,7 +159,9 @@ impl Recorder {
                 }
             });
             if let Some(p) = pending {
+                SELF_CALLS.with(|f| f.set(true));
                 self.finish(p);
+                SELF_CALLS.with(|f| f.set(false));
             }
             return;
         }
@@ -224,7 +231,10 @@ impl Recorder {
                     return;
                 }
                 let launch_index = lock(&self.inner).launches;
-                match self.begin(&view, name, index, launch_index, data.correlationId) {
+                SELF_CALLS.with(|f| f.set(true));
+                let begun = self.begin(&view, name, index, launch_index, data.correlationId);
+                SELF_CALLS.with(|f| f.set(false));
+                match begun {
                     Ok(p) => PENDING.with(|slot| *slot.borrow_mut() = Some(p)),
                     Err(e) => self.error(format!(
                         "capture of {} (match {index}) failed: {e}; the application continues",
@@ -232,6 +242,24 @@ impl Recorder {
                     )),
                 }
             }
+        }
+    }
+
+    fn on_allocation(&self, cbid: u32, data: &csys::CUpti_CallbackData) {
+        if data.callbackSite != csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT
+            || SELF_CALLS.with(|f| f.get())
+        {
+            return;
+        }
+        // SAFETY: at EXIT functionReturnValue points at the call's CUresult.
+        let ok = !data.functionReturnValue.is_null()
+            && unsafe { *(data.functionReturnValue as *const u32) } == 0;
+        if !ok {
+            return;
+        }
+        // SAFETY: functionParams belongs to this allocation callback id, at EXIT.
+        if let Some(change) = unsafe { allocations::decode(cbid, data.functionParams) } {
+            lock(&self.inner).allocations.apply(change);
         }
     }
 
@@ -269,12 +297,18 @@ impl Recorder {
             arch: props.cc_major * 10 + props.cc_minor,
             image: image.to_vec(),
         };
+        let allocations = if self.config.memory == MemoryScope::All {
+            lock(&self.inner).allocations.list()
+        } else {
+            Vec::new()
+        };
         let mut p = before_launch(PreInput {
             view,
             function,
             kernel_name: name,
             module,
             module_objects: &objects,
+            allocations,
             correlation,
         })?;
         p.data
@@ -509,6 +543,14 @@ unsafe extern "C" fn callback(
                 // SAFETY: resource callbacks pass CUpti_ResourceData.
                 rec.on_module_loaded(unsafe { &*(cbdata as *const csys::CUpti_ResourceData) });
             }
+            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API
+                if allocations::cbid::ALL.contains(&cbid) =>
+            {
+                // SAFETY: driver-API callbacks pass CUpti_CallbackData.
+                rec.on_allocation(cbid, unsafe {
+                    &*(cbdata as *const csys::CUpti_CallbackData)
+                });
+            }
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => {
                 // SAFETY: driver-API callbacks pass CUpti_CallbackData.
                 let data = unsafe { &*(cbdata as *const csys::CUpti_CallbackData) };
@@ -586,6 +628,12 @@ fn initialize() -> Result<(), String> {
     for cbid in launch_cbid::ALL {
         sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, cbid)
             .map_err(|e| e.to_string())?;
+    }
+    if config.memory == MemoryScope::All {
+        for cbid in allocations::cbid::ALL {
+            sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, cbid)
+                .map_err(|e| e.to_string())?;
+        }
     }
     sub.enable_callback(
         csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,

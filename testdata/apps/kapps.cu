@@ -305,6 +305,53 @@ static int run_big(size_t n) {
   return 0;
 }
 
+// --- a kernel inside a CUDA graph (stream capture), launched through the graph -----------
+static int run_graph() {
+  const int n = 1 << 20;
+  auto hx = iota(n, 1.0f), hy = iota(n, 2.0f);
+  float *x, *y;
+  CK(cudaMalloc(&x, n * 4));
+  CK(cudaMalloc(&y, n * 4));
+  CK(cudaMemcpy(x, hx.data(), n * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(y, hy.data(), n * 4, cudaMemcpyHostToDevice));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  saxpy<<<(n + 255) / 256, 256, 0, s>>>(n, 2.0f, x, y);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(hy.data(), y, n * 4, cudaMemcpyDeviceToHost));
+  printf("graph %.6f\n", checksum(hy));
+  return 0;
+}
+
+// --- stream-ordered allocations (cudaMallocAsync) ----------------------------------------
+static int run_async() {
+  const int n = 1 << 20;
+  auto hx = iota(n, 1.0f), hy = iota(n, 2.0f);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  float *x, *y, *unused;
+  CK(cudaMallocAsync(&x, n * 4, s));
+  CK(cudaMallocAsync(&y, n * 4, s));
+  CK(cudaMallocAsync(&unused, 1 << 20, s));  // not reachable: only --memory all takes it
+  CK(cudaMemcpyAsync(x, hx.data(), n * 4, cudaMemcpyHostToDevice, s));
+  CK(cudaMemcpyAsync(y, hy.data(), n * 4, cudaMemcpyHostToDevice, s));
+  CK(cudaMemsetAsync(unused, 7, 1 << 20, s));
+  saxpy<<<(n + 255) / 256, 256, 0, s>>>(n, 3.0f, x, y);
+  CK(cudaMemcpyAsync(hy.data(), y, n * 4, cudaMemcpyDeviceToHost, s));
+  CK(cudaFreeAsync(x, s));
+  CK(cudaFreeAsync(y, s));
+  CK(cudaFreeAsync(unused, s));
+  CK(cudaStreamSynchronize(s));
+  printf("async %.6f\n", checksum(hy));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* m = argc > 1 ? argv[1] : "saxpy";
   if (!strcmp(m, "saxpy")) return run_saxpy(argc > 2 ? atoi(argv[2]) : 3);
@@ -315,6 +362,8 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "cluster")) return run_cluster();
   if (!strcmp(m, "coop")) return run_coop();
   if (!strcmp(m, "stencil")) return run_stencil();
+  if (!strcmp(m, "graph")) return run_graph();
+  if (!strcmp(m, "async")) return run_async();
   if (!strcmp(m, "big")) return run_big((size_t)1 << 27);     // 2 x 512 MiB
   if (!strcmp(m, "big4g")) return run_big((size_t)1 << 29);   // 2 x 2 GiB
   fprintf(stderr, "unknown scenario %s\n", m);

@@ -60,7 +60,8 @@ pub struct RecordArgs {
     )]
     pub output: String,
     /// Which device memory to capture: `reachable` = every allocation reachable from the
-    /// arguments (following pointers stored in captured memory) plus module globals.
+    /// arguments (following pointers stored in captured memory) plus module globals; `all` =
+    /// every live allocation as well (cudaMalloc, stream-ordered, managed and VMM mappings).
     #[arg(long, value_enum, default_value_t = MemoryScope::Reachable)]
     pub memory: MemoryScope,
     /// Print the result summary as JSON on stdout.
@@ -74,6 +75,7 @@ pub struct RecordArgs {
 #[derive(Clone, Copy, ValueEnum)]
 pub enum MemoryScope {
     Reachable,
+    All,
 }
 
 #[derive(Args)]

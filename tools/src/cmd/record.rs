@@ -122,7 +122,14 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         (env::NTH, a.nth.to_string()),
         (env::COUNT, a.count.to_string()),
         (env::OUTPUT, a.output.clone()),
-        (env::MEMORY, "reachable".to_string()),
+        (
+            env::MEMORY,
+            match a.memory {
+                crate::cli::MemoryScope::Reachable => "reachable",
+                crate::cli::MemoryScope::All => "all",
+            }
+            .to_string(),
+        ),
     ];
     let run = run_app(&a.command, &vars)?;
     let captures: Vec<_> = run.reports.iter().flat_map(|r| r.captures.iter()).collect();

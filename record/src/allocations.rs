@@ -1,0 +1,204 @@
+//! Live device allocations, tracked through the driver's allocation entry points, for
+//! `--memory all`.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+
+use kreplay_format::MemoryKind;
+use kreplay_replay::cupti::sys as csys;
+
+/// Driver-API callback ids of the allocation entry points tracked.
+pub mod cbid {
+    use kreplay_replay::cupti::sys::CUpti_driver_api_trace_cbid_enum as C;
+    pub const ALLOC: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 as u32;
+    pub const ALLOC_PITCH: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2 as u32;
+    pub const ALLOC_MANAGED: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged as u32;
+    pub const ALLOC_ASYNC: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync as u32;
+    pub const ALLOC_ASYNC_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz as u32;
+    pub const ALLOC_POOL: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync as u32;
+    pub const ALLOC_POOL_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz as u32;
+    pub const FREE: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 as u32;
+    pub const FREE_ASYNC: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync as u32;
+    pub const FREE_ASYNC_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz as u32;
+    pub const MAP: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemMap as u32;
+    pub const UNMAP: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemUnmap as u32;
+    pub const ALL: [u32; 12] = [
+        ALLOC,
+        ALLOC_PITCH,
+        ALLOC_MANAGED,
+        ALLOC_ASYNC,
+        ALLOC_ASYNC_PTSZ,
+        ALLOC_POOL,
+        ALLOC_POOL_PTSZ,
+        FREE,
+        FREE_ASYNC,
+        FREE_ASYNC_PTSZ,
+        MAP,
+        UNMAP,
+    ];
+}
+
+/// One change to the set of live allocations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Alloc {
+        addr: u64,
+        size: u64,
+        kind: MemoryKind,
+    },
+    Free {
+        addr: u64,
+    },
+    Unmap {
+        addr: u64,
+        size: u64,
+    },
+}
+
+/// Reads an allocation callback at its EXIT site (output pointers are written by then).
+///
+/// # Safety
+/// `params` must be the `functionParams` of a CUPTI driver callback with id `id`, at EXIT.
+pub unsafe fn decode(id: u32, params: *const c_void) -> Option<Change> {
+    if params.is_null() {
+        return None;
+    }
+    // SAFETY (every arm): CUPTI passes the parameter struct matching the callback id; output
+    // pointers point at values the driver has written when the call succeeded.
+    unsafe {
+        let out = |p: *mut u64| if p.is_null() { None } else { Some(*p) };
+        match id {
+            cbid::ALLOC => {
+                let p = &*(params as *const csys::cuMemAlloc_v2_params);
+                Some(Change::Alloc {
+                    addr: out(p.dptr)?,
+                    size: p.bytesize as u64,
+                    kind: MemoryKind::Device,
+                })
+            }
+            cbid::ALLOC_PITCH => {
+                let p = &*(params as *const csys::cuMemAllocPitch_v2_params);
+                let pitch = if p.pPitch.is_null() { 0 } else { *p.pPitch };
+                Some(Change::Alloc {
+                    addr: out(p.dptr)?,
+                    size: (pitch as u64).saturating_mul(p.Height as u64),
+                    kind: MemoryKind::Device,
+                })
+            }
+            cbid::ALLOC_MANAGED => {
+                let p = &*(params as *const csys::cuMemAllocManaged_params);
+                Some(Change::Alloc {
+                    addr: out(p.dptr)?,
+                    size: p.bytesize as u64,
+                    kind: MemoryKind::Managed,
+                })
+            }
+            cbid::ALLOC_ASYNC | cbid::ALLOC_ASYNC_PTSZ => {
+                let p = &*(params as *const csys::cuMemAllocAsync_params);
+                Some(Change::Alloc {
+                    addr: out(p.dptr)?,
+                    size: p.bytesize as u64,
+                    kind: MemoryKind::Async,
+                })
+            }
+            cbid::ALLOC_POOL | cbid::ALLOC_POOL_PTSZ => {
+                let p = &*(params as *const csys::cuMemAllocFromPoolAsync_params);
+                Some(Change::Alloc {
+                    addr: out(p.dptr)?,
+                    size: p.bytesize as u64,
+                    kind: MemoryKind::Async,
+                })
+            }
+            cbid::FREE => {
+                let p = &*(params as *const csys::cuMemFree_v2_params);
+                Some(Change::Free { addr: p.dptr })
+            }
+            cbid::FREE_ASYNC | cbid::FREE_ASYNC_PTSZ => {
+                let p = &*(params as *const csys::cuMemFreeAsync_params);
+                Some(Change::Free { addr: p.dptr })
+            }
+            cbid::MAP => {
+                let p = &*(params as *const csys::cuMemMap_params);
+                Some(Change::Alloc {
+                    addr: p.ptr,
+                    size: p.size as u64,
+                    kind: MemoryKind::Vmm,
+                })
+            }
+            cbid::UNMAP => {
+                let p = &*(params as *const csys::cuMemUnmap_params);
+                Some(Change::Unmap {
+                    addr: p.ptr,
+                    size: p.size as u64,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The live allocations of the process.
+#[derive(Debug, Default)]
+pub struct AllocationTable {
+    live: BTreeMap<u64, (u64, MemoryKind)>,
+}
+
+impl AllocationTable {
+    pub fn apply(&mut self, c: Change) {
+        match c {
+            Change::Alloc { addr, size, kind } if size > 0 => {
+                self.live.insert(addr, (size, kind));
+            }
+            Change::Alloc { .. } => {}
+            Change::Free { addr } => {
+                self.live.remove(&addr);
+            }
+            Change::Unmap { addr, size } => {
+                let end = addr.saturating_add(size);
+                let gone: Vec<u64> = self.live.range(addr..end).map(|(a, _)| *a).collect();
+                for a in gone {
+                    self.live.remove(&a);
+                }
+            }
+        }
+    }
+
+    /// (address, size, kind) of every live allocation, by address.
+    pub fn list(&self) -> Vec<(u64, u64, MemoryKind)> {
+        self.live.iter().map(|(a, (s, k))| (*a, *s, *k)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracks_alloc_free_and_unmap() {
+        let mut t = AllocationTable::default();
+        t.apply(Change::Alloc {
+            addr: 0x1000,
+            size: 0x100,
+            kind: MemoryKind::Device,
+        });
+        t.apply(Change::Alloc {
+            addr: 0x4000,
+            size: 0x200000,
+            kind: MemoryKind::Vmm,
+        });
+        t.apply(Change::Alloc {
+            addr: 0x9000,
+            size: 0,
+            kind: MemoryKind::Device,
+        });
+        assert_eq!(t.list().len(), 2);
+        t.apply(Change::Free { addr: 0x1000 });
+        assert_eq!(t.list(), vec![(0x4000, 0x200000, MemoryKind::Vmm)]);
+        t.apply(Change::Unmap {
+            addr: 0x4000,
+            size: 0x200000,
+        });
+        assert!(t.list().is_empty());
+        t.apply(Change::Free { addr: 0x7777 }); // unknown: ignored
+    }
+}
