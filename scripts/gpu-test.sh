@@ -148,6 +148,27 @@ KARGS=(record -k '^saxpy' -o /proc/kreplay-denied/x.krr); check_case robust-unwr
 KARGS=(record -k '^saxpy'); check_case robust-graph 3 'CUDA graph' -- "$K" graph
 KARGS=(list); check_case robust-list 0 '' -- "$K" saxpy 3
 
+# A variant module: the captured cubin itself (must replay and match), and a cubin without
+# the kernel (must be refused with a clear message).
+if [[ "robust-module" =~ $ONLY ]] && [ -f "$WORK/cuda-saxpy.krr" ]; then
+  echo "== robust-module"
+  rm -rf "$WORK/saxpy-x" && "$KR" extract "$WORK/cuda-saxpy.krr" -o "$WORK/saxpy-x" 2> /dev/null
+  "$KR" play "$WORK/cuda-saxpy.krr" --module "$WORK/saxpy-x/module-0.cubin" --passes 2 --verify --json > "$WORK/module.json" 2> "$WORK/module.err"; m1=$?
+  "$KR" play "$WORK/cuda-saxpy.krr" --module "$WORK/driver_kernel.cubin" > /dev/null 2> "$WORK/module-bad.err"; m2=$?
+  python3 - "$m1" "$m2" "$WORK" >> "$RESULTS" <<'PY'
+import json, sys
+m1, m2, w = sys.argv[1:]
+try:
+    matched = json.load(open(w + "/module.json"))["verify"]["matched"]
+except Exception:
+    matched = False
+bad = open(w + "/module-bad.err").read()
+ok = m1 == "0" and matched and m2 == "2" and "not found" in bad
+print(json.dumps({"case": "robust-module", "kernel": "-", "ok": ok, "known": "", "matched": matched,
+    "why": "" if ok else f"rc {m1}/{m2}: {open(w + '/module.err').read()[-300:]} {bad[-300:]}"}))
+PY
+fi
+
 # Two ranks, one capture each, named by rank.
 if [[ "mpi-2ranks" =~ $ONLY ]]; then
   echo "== mpi-2ranks"

@@ -273,9 +273,20 @@ impl<'c> Session<'c> {
                         why,
                     });
                 }
+                // Ranges that touch or overlap move together, so a buffer that spans them
+                // (VMM pieces, sub-allocations) stays contiguous.
+                let mut sorted = ranges.clone();
+                sorted.sort_unstable();
+                let mut groups: Vec<(u64, u64)> = Vec::new();
+                for (addr, size) in sorted {
+                    match groups.last_mut() {
+                        Some(g) if addr <= g.0 + g.1 => g.1 = g.1.max(addr + size - g.0),
+                        _ => groups.push((addr, size)),
+                    }
+                }
                 let mut moves = Vec::new();
                 let mut bufs = Vec::new();
-                for &(addr, size) in &ranges {
+                for (addr, size) in groups {
                     let b = DeviceBuffer::new(size as usize)?;
                     moves.push((addr, size, b.ptr));
                     bufs.push(b);

@@ -163,9 +163,23 @@ impl AllocationTable {
         }
     }
 
-    /// (address, size, kind) of every live allocation, by address.
+    /// (address, size, kind) of every live allocation, by address. Contiguous VMM mappings
+    /// are joined: an allocator that maps in pieces places one buffer across several.
     pub fn list(&self) -> Vec<(u64, u64, MemoryKind)> {
-        self.live.iter().map(|(a, (s, k))| (*a, *s, *k)).collect()
+        let mut out: Vec<(u64, u64, MemoryKind)> = Vec::new();
+        for (&a, &(s, k)) in &self.live {
+            match out.last_mut() {
+                Some(last)
+                    if k == MemoryKind::Vmm
+                        && last.2 == MemoryKind::Vmm
+                        && last.0 + last.1 == a =>
+                {
+                    last.1 += s
+                }
+                _ => out.push((a, s, k)),
+            }
+        }
+        out
     }
 }
 
@@ -200,5 +214,38 @@ mod tests {
         });
         assert!(t.list().is_empty());
         t.apply(Change::Free { addr: 0x7777 }); // unknown: ignored
+    }
+
+    #[test]
+    fn contiguous_vmm_mappings_are_joined() {
+        let mut t = AllocationTable::default();
+        t.apply(Change::Alloc {
+            addr: 0x20_0000,
+            size: 0x20_0000,
+            kind: MemoryKind::Vmm,
+        });
+        t.apply(Change::Alloc {
+            addr: 0x40_0000,
+            size: 0x20_0000,
+            kind: MemoryKind::Vmm,
+        });
+        t.apply(Change::Alloc {
+            addr: 0x60_0000,
+            size: 0x100,
+            kind: MemoryKind::Device,
+        });
+        t.apply(Change::Alloc {
+            addr: 0x60_0100,
+            size: 0x100,
+            kind: MemoryKind::Device,
+        });
+        assert_eq!(
+            t.list(),
+            vec![
+                (0x20_0000, 0x40_0000, MemoryKind::Vmm),
+                (0x60_0000, 0x100, MemoryKind::Device),
+                (0x60_0100, 0x100, MemoryKind::Device),
+            ]
+        );
     }
 }

@@ -21,6 +21,8 @@ use crate::launch::{argument_bytes, LaunchView};
 const POINTER_SCAN_LIMIT: usize = 64 << 20;
 /// Most address lookups made while following pointers in one capture.
 const POINTER_LOOKUP_LIMIT: usize = 1 << 14;
+/// Most bytes one region grows to while joining contiguous VMM mappings.
+const VMM_EXTENT_LIMIT: u64 = 64 << 30;
 /// Pointer candidates must lie within this distance of an argument region.
 const POINTER_WINDOW: u64 = 1 << 40;
 
@@ -225,7 +227,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
                     .unwrap_or([0; 8]),
             );
             if word != 0 {
-                if let Some((base, len)) = driver::address_range(word) {
+                if let Some((base, len)) = driver::allocation_range(word, VMM_EXTENT_LIMIT) {
                     if driver::is_host_memory(base) {
                         notes.push(format!("argument word at offset {w} points to host memory at {word:#x}; not captured"));
                     } else {
@@ -273,7 +275,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
                     ));
                     break 'regions;
                 }
-                match driver::address_range(v) {
+                match driver::allocation_range(v, VMM_EXTENT_LIMIT) {
                     Some((base, len)) if !driver::is_host_memory(base) => {
                         add(base, len, RegionRole::Indirect, &mut snapshots, &mut known)?
                     }

@@ -712,3 +712,33 @@ impl ContextHandle {
         check(unsafe { sys::cuCtxSetCurrent(self.0) }, "cuCtxSetCurrent")
     }
 }
+
+/// Whether `addr` lies in memory mapped through the virtual memory management API
+/// (`cuMemMap`), e.g. PyTorch's expandable segments.
+pub fn is_vmm(addr: u64) -> bool {
+    let mut h: sys::CUmemGenericAllocationHandle = 0;
+    // SAFETY: writes one handle; fails for memory not mapped with cuMemMap.
+    let r = unsafe { sys::cuMemRetainAllocationHandle(&mut h, addr as *mut c_void) };
+    if r != CUresult::CUDA_SUCCESS {
+        return false;
+    }
+    // SAFETY: releases the reference retained above.
+    unsafe { sys::cuMemRelease(h) };
+    true
+}
+
+/// The device allocation containing `ptr`. VMM mappings are extended over the mappings that
+/// follow them without a gap (up to `limit` bytes): an allocator that maps memory in pieces
+/// (PyTorch's expandable segments) places one tensor across several of them.
+pub fn allocation_range(ptr: u64, limit: u64) -> Option<(u64, u64)> {
+    let (base, mut size) = address_range(ptr)?;
+    if is_vmm(base) {
+        while size < limit {
+            match address_range(base + size) {
+                Some((b, s)) if b == base + size && is_vmm(b) => size += s,
+                _ => break,
+            }
+        }
+    }
+    Some((base, size))
+}
