@@ -2,10 +2,13 @@
 //! next to a baseline measured in the same run: bare zstd bulk compression / decompression
 //! plus crc32fast over the same chunks, on the same number of threads.
 //!
-//!   cargo bench -p kreplay-format            (KREPLAY_BENCH_MIB=256 for a quicker run)
+//!   cargo bench -p kreplay-format
+//!
+//! KREPLAY_BENCH_MIB=256 for a quicker run; KREPLAY_BENCH_SINK=1 writes to a sink that
+//! discards instead of a file, to separate the file system's share.
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::time::Instant;
 
 use kreplay_format::*;
@@ -37,7 +40,58 @@ fn best_of<F: FnMut() -> f64>(runs: usize, mut f: F) -> f64 {
     (0..runs).map(|_| f()).fold(f64::INFINITY, f64::min)
 }
 
-fn bench(name: &str, data: &[u8], path: &std::path::Path) {
+/// Discards what is written; seeks succeed.
+struct Sink(u64);
+
+impl Write for Sink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len() as u64;
+        std::hint::black_box(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for Sink {
+    fn seek(&mut self, _: SeekFrom) -> std::io::Result<u64> {
+        Ok(self.0)
+    }
+}
+
+/// A complete capture with one region holding `data`.
+fn write_capture<W: Write + Seek>(out: W, data: &[u8]) {
+    let mut w = CaptureWriter::new(out, [0; 16], WriterOptions::default()).expect("writer");
+    w.dispatch(&Dispatch {
+        kernel_name: "bench".into(),
+        module_id: 0,
+        api: LaunchApi::LaunchKernel,
+        grid: [1; 3],
+        block: [1; 3],
+        cluster: [0; 3],
+        dynamic_shared_bytes: 0,
+        attributes: vec![],
+        params: vec![],
+        arg_bytes: vec![],
+        pointer_words: vec![],
+        original_duration_ns: None,
+    })
+    .expect("dispatch");
+    w.region(&Region {
+        region_id: 0,
+        address: 0x7f00_0000_0000,
+        size: data.len() as u64,
+        kind: MemoryKind::Device,
+        role: RegionRole::Argument,
+        chunk_size: CHUNK as u64,
+    })
+    .expect("region");
+    w.memory(0, MemoryState::Pre, 0, data).expect("memory");
+    w.finish().expect("finish");
+}
+
+fn bench(name: &str, data: &[u8], path: &std::path::Path, to_sink: bool) {
     let size = data.len();
     // Baseline: what the writer fundamentally does, with nothing else.
     let mut compressed: Vec<Vec<u8>> = Vec::new();
@@ -65,43 +119,22 @@ fn bench(name: &str, data: &[u8], path: &std::path::Path) {
             });
         t.elapsed().as_secs_f64()
     });
-
-    // kreplay: a complete capture file with one region holding the data.
+    if to_sink {
+        let write = best_of(2, || {
+            let t = Instant::now();
+            write_capture(Sink(0), data);
+            t.elapsed().as_secs_f64()
+        });
+        let (w, bw) = (gbps(size, write), gbps(size, base_write));
+        println!("bench: write {w:.2} GB/s baseline {bw:.2} GB/s ratio {:.2} ({name}, to a discarding sink)", w / bw);
+    }
     let write = best_of(2, || {
+        // A new file each time: truncating the previous one makes ext4 flush it on close
+        // (auto_da_alloc), which would time the disk, not the writer.
+        let _ = std::fs::remove_file(path);
         let t = Instant::now();
         let f = File::create(path).expect("create");
-        let mut w = CaptureWriter::new(
-            BufWriter::with_capacity(1 << 20, f),
-            [0; 16],
-            WriterOptions::default(),
-        )
-        .expect("writer");
-        w.dispatch(&Dispatch {
-            kernel_name: "bench".into(),
-            module_id: 0,
-            api: LaunchApi::LaunchKernel,
-            grid: [1; 3],
-            block: [1; 3],
-            cluster: [0; 3],
-            dynamic_shared_bytes: 0,
-            attributes: vec![],
-            params: vec![],
-            arg_bytes: vec![],
-            pointer_words: vec![],
-            original_duration_ns: None,
-        })
-        .expect("dispatch");
-        w.region(&Region {
-            region_id: 0,
-            address: 0x7f00_0000_0000,
-            size: size as u64,
-            kind: MemoryKind::Device,
-            role: RegionRole::Argument,
-            chunk_size: CHUNK as u64,
-        })
-        .expect("region");
-        w.memory(0, MemoryState::Pre, 0, data).expect("memory");
-        w.finish().expect("finish");
+        write_capture(BufWriter::with_capacity(1 << 20, f), data);
         t.elapsed().as_secs_f64()
     });
     let stored = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -136,12 +169,13 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
+    let to_sink = std::env::var_os("KREPLAY_BENCH_SINK").is_some();
     let size = mib << 20;
     let path = std::env::temp_dir().join(format!("kreplay-bench-{}.krr", std::process::id()));
     let floats = float_like(size);
-    bench("float-like", &floats, &path);
+    bench("float-like", &floats, &path, to_sink);
     drop(floats);
     let zeros = vec![0u8; size];
-    bench("zeros", &zeros, &path);
+    bench("zeros", &zeros, &path, to_sink);
     let _ = std::fs::remove_file(&path);
 }

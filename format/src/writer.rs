@@ -32,6 +32,9 @@ impl Default for WriterOptions {
     }
 }
 
+/// Encoded chunks ready to write: prefix bytes, payload CRC, stored bytes.
+type EncodedBatch<'a> = Vec<([u8; CHUNK_PREFIX_LEN], u32, EncodedChunk<'a>)>;
+
 struct RegionShape {
     size: u64,
     chunk_size: u64,
@@ -76,15 +79,26 @@ impl<W: Write + Seek> CaptureWriter<W> {
 
     fn write_event(&mut self, kind: u16, flags: u16, parts: &[&[u8]]) -> Result<()> {
         let mut hasher = crc32fast::Hasher::new();
-        let mut len = 0u64;
         for p in parts {
             hasher.update(p);
-            len += p.len() as u64;
         }
+        self.write_event_with_crc(kind, flags, parts, hasher.finalize())
+    }
+
+    /// Writes an event whose payload CRC was computed elsewhere (memory chunks: on the
+    /// encoding threads, so this thread only writes).
+    fn write_event_with_crc(
+        &mut self,
+        kind: u16,
+        flags: u16,
+        parts: &[&[u8]],
+        payload_crc: u32,
+    ) -> Result<()> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let frame = Frame {
             kind,
             flags,
-            payload_crc: hasher.finalize(),
+            payload_crc,
             payload_len: len,
         };
         self.index.push(IndexEntry {
@@ -203,7 +217,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
         // previous one is written, so the file I/O hides behind compression.
         let batch = (rayon::current_num_threads() * 2).max(2);
         let pieces: Vec<&[u8]> = data.chunks(cs as usize).collect();
-        let mut pending: Option<(u64, Vec<(usize, EncodedChunk<'_>)>)> = None;
+        let mut pending: Option<EncodedBatch<'_>> = None;
         for (bi, group) in pieces.chunks(batch).enumerate() {
             let first = offset + (bi * batch) as u64 * cs;
             let previous = pending.take();
@@ -213,11 +227,27 @@ impl<W: Write + Seek> CaptureWriter<W> {
                 let job = scope.spawn(|| {
                     group
                         .par_iter()
-                        .map(|c| (c.len(), encode_chunk(c, level)))
+                        .enumerate()
+                        .map(|(i, c)| {
+                            let enc = encode_chunk(c, level);
+                            let prefix = ChunkPrefix {
+                                region_id,
+                                state,
+                                encoding: enc.encoding,
+                                offset: first + i as u64 * cs,
+                                raw_len: c.len() as u64,
+                                raw_crc: enc.raw_crc,
+                            }
+                            .encode();
+                            let mut h = crc32fast::Hasher::new();
+                            h.update(&prefix);
+                            h.update(&enc.stored);
+                            (prefix, h.finalize(), enc)
+                        })
                         .collect::<Vec<_>>()
                 });
                 let written = match previous {
-                    Some((at, batch)) => self.write_chunks(region_id, state, at, cs, batch),
+                    Some(batch) => self.write_chunks(batch),
                     None => Ok(()),
                 };
                 (job.join(), written)
@@ -227,35 +257,21 @@ impl<W: Write + Seek> CaptureWriter<W> {
                 message: "the compression thread panicked".into(),
             })?;
             written?;
-            pending = Some((first, encoded));
+            pending = Some(encoded);
         }
-        if let Some((at, batch)) = pending {
-            self.write_chunks(region_id, state, at, cs, batch)?;
+        if let Some(batch) = pending {
+            self.write_chunks(batch)?;
         }
         Ok(())
     }
 
-    fn write_chunks(
-        &mut self,
-        region_id: u32,
-        state: MemoryState,
-        first: u64,
-        cs: u64,
-        batch: Vec<(usize, EncodedChunk<'_>)>,
-    ) -> Result<()> {
-        for (i, (raw_len, enc)) in batch.into_iter().enumerate() {
-            let prefix = ChunkPrefix {
-                region_id,
-                state,
-                encoding: enc.encoding,
-                offset: first + i as u64 * cs,
-                raw_len: raw_len as u64,
-                raw_crc: enc.raw_crc,
-            };
-            self.write_event(
+    fn write_chunks(&mut self, batch: EncodedBatch<'_>) -> Result<()> {
+        for (prefix, crc, enc) in batch {
+            self.write_event_with_crc(
                 EventKind::MemoryChunk as u16,
                 FLAG_CRITICAL,
-                &[&prefix.encode(), &enc.stored],
+                &[&prefix, &enc.stored],
+                crc,
             )?;
         }
         Ok(())
