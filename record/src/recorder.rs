@@ -177,71 +177,41 @@ impl Recorder {
                 .to_string_lossy()
                 .into_owned()
         };
-        match self.config.mode {
-            Mode::List => {
-                let demangled = {
-                    let inner = lock(&self.inner);
-                    inner.names.get(&name).map(|v| v.1.clone())
-                };
-                let demangled = demangled.unwrap_or_else(|| {
-                    let d = demangle(&name);
-                    lock(&self.inner)
-                        .names
-                        .insert(name.clone(), (false, d.clone()));
-                    d
-                });
-                let mut inner = lock(&self.inner);
-                inner.launches += 1;
-                let s = inner
-                    .stats
-                    .entry(name.clone())
-                    .or_insert_with(|| KernelStat {
-                        name: name.clone(),
-                        demangled,
-                        count: 0,
-                        grid: view.grid,
-                        block: view.block,
-                    });
-                s.count += 1;
+        let (is_match, demangled) = self.matches(&name);
+        let (launch_index, index) = {
+            let mut inner = lock(&self.inner);
+            inner.launches += 1;
+            let launches = inner.launches;
+            inner
+                .stats
+                .entry(name.clone())
+                .or_insert_with(|| KernelStat {
+                    name: name.clone(),
+                    demangled: demangled.clone(),
+                    count: 0,
+                    grid: view.grid,
+                    block: view.block,
+                })
+                .count += 1;
+            if self.config.mode != Mode::Record || !is_match {
+                return;
             }
-            Mode::Record => {
-                let (is_match, demangled) = self.matches(&name);
-                let index = {
-                    let mut inner = lock(&self.inner);
-                    inner.launches += 1;
-                    let s = inner
-                        .stats
-                        .entry(name.clone())
-                        .or_insert_with(|| KernelStat {
-                            name: name.clone(),
-                            demangled: demangled.clone(),
-                            count: 0,
-                            grid: view.grid,
-                            block: view.block,
-                        });
-                    s.count += 1;
-                    if !is_match {
-                        return;
-                    }
-                    inner.matches += 1;
-                    inner.matches
-                };
-                let first = self.config.nth;
-                if index < first || index >= first + self.config.count {
-                    return;
-                }
-                let launch_index = lock(&self.inner).launches;
-                SELF_CALLS.with(|f| f.set(true));
-                let begun = self.begin(&view, name, index, launch_index, data.correlationId);
-                SELF_CALLS.with(|f| f.set(false));
-                match begun {
-                    Ok(p) => PENDING.with(|slot| *slot.borrow_mut() = Some(p)),
-                    Err(e) => self.error(format!(
-                        "capture of {} (match {index}) failed: {e}; the application continues",
-                        short_kernel_name(&demangled)
-                    )),
-                }
-            }
+            inner.matches += 1;
+            (launches, inner.matches)
+        };
+        let first = self.config.nth;
+        if index < first || index >= first + self.config.count {
+            return;
+        }
+        SELF_CALLS.with(|f| f.set(true));
+        let begun = self.begin(&view, name, index, launch_index, data.correlationId);
+        SELF_CALLS.with(|f| f.set(false));
+        match begun {
+            Ok(p) => PENDING.with(|slot| *slot.borrow_mut() = Some(p)),
+            Err(e) => self.error(format!(
+                "capture of {} (match {index}) failed: {e}; the application continues",
+                short_kernel_name(&demangled)
+            )),
         }
     }
 
