@@ -111,9 +111,9 @@ fn flattens_an_extra_parameter_buffer() {
     };
     let mut size: usize = std::mem::size_of::<Args>();
     let mut extra: [*mut c_void; 5] = [
-        1 as *mut c_void, // CU_LAUNCH_PARAM_BUFFER_POINTER
+        std::ptr::without_provenance_mut(1), // CU_LAUNCH_PARAM_BUFFER_POINTER
         &mut args as *mut Args as *mut c_void,
-        2 as *mut c_void, // CU_LAUNCH_PARAM_BUFFER_SIZE
+        std::ptr::without_provenance_mut(2), // CU_LAUNCH_PARAM_BUFFER_SIZE
         &mut size as *mut usize as *mut c_void,
         std::ptr::null_mut(), // CU_LAUNCH_PARAM_END
     ];
