@@ -189,6 +189,18 @@ fn extract_writes_cubin_args_and_regions() {
     .expect("y post");
     assert_eq!(y_pre.len(), y_post.len());
     assert_ne!(y_pre, y_post);
+    // Byte for byte what the format reader reconstructs: pre state, and pre overlaid with the
+    // post-dispatch chunks.
+    let bytes = std::fs::read(&path).expect("capture");
+    let cap = kreplay_format::Capture::parse(&bytes).expect("parse");
+    let mut expected = cap.read_region(1).expect("region 1");
+    assert!(y_pre == expected);
+    for c in cap.chunks(1, kreplay_format::MemoryState::Post) {
+        let s = c.offset as usize;
+        cap.read_chunk_into(c, &mut expected[s..s + c.raw_len as usize])
+            .expect("post chunk");
+    }
+    assert!(y_post == expected);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

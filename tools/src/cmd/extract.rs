@@ -1,13 +1,43 @@
 //! `kreplay extract`.
 
-use std::fs;
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use kreplay_format::{Capture, MemoryState, ModuleKind};
+use kreplay_format::{Capture, ChunkEncoding, ChunkRef, MemoryState, ModuleKind, Region};
 
 use crate::cli::ExtractArgs;
 use crate::describe::describe;
+
+/// Writes one region chunk by chunk (memory stays bounded by the chunk size whatever the
+/// region's size); all-zero chunks become holes of a sparse file. With `post`, chunks the
+/// kernel changed are taken from the post-dispatch state.
+fn write_region(cap: &Capture<'_>, r: &Region, path: &Path, post: bool) -> anyhow::Result<()> {
+    let ctx = || format!("cannot write {}", path.display());
+    let f = File::create(path).with_context(ctx)?;
+    f.set_len(r.size).with_context(ctx)?;
+    let changed: HashMap<u64, &ChunkRef> = if post {
+        cap.chunks(r.region_id, MemoryState::Post)
+            .map(|c| (c.offset, c))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    let mut buf = Vec::new();
+    for c in cap.chunks(r.region_id, MemoryState::Pre) {
+        let src = changed.get(&c.offset).copied().unwrap_or(c);
+        if src.encoding == ChunkEncoding::Zero {
+            continue;
+        }
+        buf.resize(src.raw_len as usize, 0);
+        cap.read_chunk_into(src, &mut buf)?;
+        f.write_all_at(&buf, c.offset).with_context(ctx)?;
+    }
+    Ok(())
+}
 
 pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(&a.file)?;
@@ -28,20 +58,11 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     }
     write("args.bin".into(), &cap.dispatch.arg_bytes)?;
     for r in &cap.regions {
-        let mut data = cap.read_region(r.region_id)?;
-        write(
-            format!("region-{}-{:#x}.bin", r.region_id, r.address),
-            &data,
-        )?;
+        let pre = dir.join(format!("region-{}-{:#x}.bin", r.region_id, r.address));
+        write_region(&cap, r, &pre, false)?;
         if cap.is_written(r.region_id) {
-            for c in cap.chunks(r.region_id, MemoryState::Post) {
-                let s = c.offset as usize;
-                cap.read_chunk_into(c, &mut data[s..s + c.raw_len as usize])?;
-            }
-            write(
-                format!("region-{}-{:#x}.post.bin", r.region_id, r.address),
-                &data,
-            )?;
+            let post = dir.join(format!("region-{}-{:#x}.post.bin", r.region_id, r.address));
+            write_region(&cap, r, &post, true)?;
         }
     }
     let desc = describe(&a.file.display().to_string(), &cap);
