@@ -238,3 +238,27 @@ fn play_without_a_gpu_says_so() {
         assert!(err.contains("CUDA") || err.contains("GPU"), "{err}");
     }
 }
+
+#[test]
+fn incomplete_capture_is_salvaged_by_verify() {
+    let golden =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/golden/incomplete.krr");
+    let out = std::env::temp_dir().join(format!("kreplay-salvaged-{}.krr", std::process::id()));
+    let (code, _, err) = kreplay(&[
+        "verify",
+        golden.to_str().expect("path"),
+        "--salvage",
+        out.to_str().expect("path"),
+    ]);
+    assert_eq!(code, 1, "the incomplete file itself does not verify");
+    assert!(err.contains("incomplete capture"), "{err}");
+    assert!(err.contains("salvaged 13 of 13 intact events"), "{err}");
+    let (code, stdout, err) = kreplay(&["verify", out.to_str().expect("path")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("intact"), "{stdout}");
+    let (code, stdout, _) = kreplay(&["info", "--json", out.to_str().expect("path")]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(v["kernel"]["mangled"], "_Z5saxpyifPKfPf");
+    let _ = std::fs::remove_file(&out);
+}
