@@ -16,6 +16,8 @@ pub struct Description {
     pub modules: Vec<ModuleDesc>,
     pub device: Option<DeviceDesc>,
     pub original_ns: Option<u64>,
+    /// Words in captured memory that point into captured regions (rewritten on relocation).
+    pub pointer_slots: usize,
     pub recorder: Option<Recorder>,
     pub annotations: Vec<(String, String)>,
 }
@@ -248,6 +250,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             total_memory: v.total_memory,
         }),
         original_ns: d.original_duration_ns,
+        pointer_slots: cap.pointer_slots.len(),
         recorder: cap.info.as_ref().map(|i| Recorder {
             version: i.tool_version.clone(),
             host: i.host.clone(),

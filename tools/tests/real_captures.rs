@@ -109,6 +109,7 @@ fn pointer_table_regions_are_followed() {
     let regions = v["regions"].as_array().expect("regions");
     let indirect = regions.iter().filter(|r| r["role"] == "indirect").count();
     assert_eq!(indirect, 5, "the five buffers behind the pointer table");
+    assert_eq!(v["pointer_slots"], 5, "the table's five entries");
     assert_eq!(params(&v), vec![(0, 24, true)]);
 }
 

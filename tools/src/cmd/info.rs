@@ -115,6 +115,13 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
             r.global.as_deref().unwrap_or("")
         );
     }
+    if d.pointer_slots > 0 {
+        out!(
+            w,
+            "pointers  {} word(s) in captured memory point into captured regions",
+            d.pointer_slots
+        );
+    }
     for m in &d.modules {
         out!(
             w,
