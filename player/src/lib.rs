@@ -6,7 +6,5 @@ mod relocate;
 mod session;
 mod verify;
 
-pub use session::{
-    fixed_ranges, AddressMode, PassStats, PlayError, PlayOptions, PlayReport, Session,
-};
+pub use session::{fixed_ranges, AddressMode, PlayError, PlayOptions, PlayReport, Session};
 pub use verify::{Mismatch, VerifyOutcome};

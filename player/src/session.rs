@@ -1,9 +1,12 @@
 //! A replay session: everything one capture needs on the GPU, then the pass loop.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::time::Instant;
 
-use kreplay_format::{Capture, FormatError, LaunchApi, MemoryState, ModuleKind, RegionRole};
+use kreplay_format::{
+    Capture, FormatError, LaunchApi, MemoryState, ModuleKind, Region, RegionRole,
+};
 use kreplay_replay::driver::{
     self, copy_dtod_async, copy_dtoh, copy_htod, CudaError, DeviceBuffer, DeviceProps, Event,
     Module, PinnedBuffer, PrimaryContext, Stream,
@@ -104,13 +107,6 @@ pub enum AddressMode {
     Relocated,
 }
 
-/// Per-pass figures.
-#[derive(Debug, Clone, Serialize)]
-pub struct PassStats {
-    pub duration_ns: u64,
-    pub restore_ns: u64,
-}
-
 /// Everything a replay produced.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlayReport {
@@ -158,7 +154,8 @@ pub struct Session<'c> {
     stream: Stream,
     pristine: Pristine,
     flush: Option<DeviceBuffer>,
-    module: Module,
+    /// Unloaded on drop: the function handle above lives in it.
+    _module: Module,
     function: driver::sys::CUfunction,
     args: Vec<u8>,
     param_offsets: Vec<u32>,
@@ -184,14 +181,12 @@ pub fn fixed_ranges(cap: &Capture<'_>) -> Vec<(u64, u64)> {
 
 fn upload_region(
     cap: &Capture<'_>,
-    region_id: u32,
+    r: &Region,
     dst: u64,
     staging: &mut PinnedBuffer,
     relocation: Option<&Relocation>,
 ) -> Result<(), PlayError> {
-    let r = cap
-        .region(region_id)
-        .ok_or(PlayError::NoModule(region_id))?;
+    let region_id = r.region_id;
     let chunks: Vec<_> = cap.chunks(region_id, MemoryState::Pre).collect();
     let per_window = (staging.as_slice().len() as u64 / r.chunk_size).max(1) as usize;
     for window in chunks.chunks(per_window) {
@@ -294,7 +289,7 @@ impl<'c> Session<'c> {
                 (None, Some(Relocation::new(moves)), bufs)
             }
         };
-        let base_of = |r: &kreplay_format::Region| {
+        let base_of = |r: &Region| {
             relocation
                 .as_ref()
                 .and_then(|rel| rel.translate(r.address))
@@ -306,13 +301,7 @@ impl<'c> Session<'c> {
         let window = largest.min(UPLOAD_WINDOW.max(chunk)).max(1);
         let mut staging = PinnedBuffer::new(window as usize)?;
         for r in cap.regions.iter().filter(|r| r.role != RegionRole::Global) {
-            upload_region(
-                cap,
-                r.region_id,
-                base_of(r),
-                &mut staging,
-                relocation.as_ref(),
-            )?;
+            upload_region(cap, r, base_of(r), &mut staging, relocation.as_ref())?;
         }
 
         let module = Module::load(&image)?;
@@ -468,7 +457,7 @@ impl<'c> Session<'c> {
             stream,
             pristine,
             flush,
-            module,
+            _module: module,
             function,
             args,
             relocation,
@@ -543,13 +532,13 @@ impl<'c> Session<'c> {
         let mut expected = Vec::new();
         let mut found = Vec::new();
         for &(region_id, base) in &self.region_addr {
-            let post: Vec<_> = self.cap.chunks(region_id, MemoryState::Post).collect();
+            let post: HashMap<u64, _> = self
+                .cap
+                .chunks(region_id, MemoryState::Post)
+                .map(|p| (p.offset, p))
+                .collect();
             for c in self.cap.chunks(region_id, MemoryState::Pre) {
-                let src = post
-                    .iter()
-                    .find(|p| p.offset == c.offset)
-                    .copied()
-                    .unwrap_or(c);
+                let src = post.get(&c.offset).copied().unwrap_or(c);
                 expected.resize(c.raw_len as usize, 0);
                 self.cap.read_chunk_into(src, &mut expected)?;
                 if let Some(rel) = &self.relocation {
@@ -678,10 +667,5 @@ impl<'c> Session<'c> {
             setup_ms,
             verify: v,
         })
-    }
-
-    /// The module handle (kept alive by the session).
-    pub fn module(&self) -> &Module {
-        &self.module
     }
 }

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use kreplay_format::{
-    Dispatch, LaunchAttribute, MemoryKind, ModuleGlobal, ModuleImage, Param, Region, RegionRole,
-    DEFAULT_CHUNK_SIZE,
+    DeviceInfo, Dispatch, LaunchAttribute, MemoryKind, ModuleGlobal, ModuleImage, Param, Region,
+    RegionRole, DEFAULT_CHUNK_SIZE,
 };
 use std::sync::Mutex;
 
@@ -131,6 +131,11 @@ pub struct CaptureData {
     /// Chunks that changed in regions snapshotted on the host.
     pub post: Vec<PostChunk>,
     pub notes: Vec<String>,
+    /// 1-based among matching dispatches, and among all launches of the process.
+    pub match_index: u64,
+    pub launch_index: u64,
+    /// The GPU, as the recorder saw it before the launch.
+    pub device: Option<DeviceInfo>,
     pub began: Instant,
     pub stall_ns: u64,
 }
@@ -400,6 +405,9 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
             context: ContextHandle::current().ok(),
             post: Vec::new(),
             notes,
+            match_index: 0,
+            launch_index: 0,
+            device: None,
             stall_ns: began.elapsed().as_nanos() as u64,
             began,
         },

@@ -147,6 +147,15 @@ pub fn expand_output(
     out
 }
 
+/// The demangled form of a (possibly) mangled kernel name; the name itself when it does not
+/// demangle (extern "C" kernels, Triton, XLA).
+pub fn demangle(name: &str) -> String {
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|s| s.demangle(&Default::default()).ok())
+        .unwrap_or_else(|| name.to_string())
+}
+
 /// A short, file-name-safe kernel name: the demangled base name without namespaces,
 /// template arguments or parameters (`void ns::saxpy<float>(int, float*)` → `saxpy`).
 pub fn short_kernel_name(demangled: &str) -> String {

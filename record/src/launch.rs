@@ -197,9 +197,10 @@ pub unsafe fn argument_bytes(view: &LaunchView, layout: &[(u32, u32)]) -> Option
     if buf.is_null() {
         return None;
     }
-    let n = size.min(total.max(size));
-    let mut out = vec![0u8; n.max(total)];
-    // SAFETY: the application promised `size` readable bytes at `buf`.
-    unsafe { std::ptr::copy_nonoverlapping(buf, out.as_mut_ptr(), size.min(out.len())) };
+    // The buffer may be padded past the last parameter: keep all of it.
+    out.resize(total.max(size), 0);
+    // SAFETY: the application promised `size` readable bytes at `buf`; `out` holds at least
+    // `size` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(buf, out.as_mut_ptr(), size) };
     Some(out)
 }

@@ -19,7 +19,9 @@ use crate::allocations::{self, AllocationTable};
 use crate::capture::{
     after_launch, before_launch, changed_chunks, Bytes, CaptureData, Pending, PreInput,
 };
-use crate::config::{expand_output, rank_from, short_kernel_name, Config, MemoryScope, Mode};
+use crate::config::{
+    demangle, expand_output, rank_from, short_kernel_name, Config, MemoryScope, Mode,
+};
 use crate::cubin;
 use crate::launch;
 use crate::report::{CaptureSummary, KernelStat, ProcessReport};
@@ -68,13 +70,6 @@ thread_local! {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding the lock was caught already; the data is still usable.
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn demangle(name: &str) -> String {
-    cpp_demangle::Symbol::new(name)
-        .ok()
-        .and_then(|s| s.demangle(&Default::default()).ok())
-        .unwrap_or_else(|| name.to_string())
 }
 
 fn host_name() -> String {
@@ -281,9 +276,18 @@ impl Recorder {
             allocations,
             correlation,
         })?;
-        p.data
-            .notes
-            .push(format!("match_index={index} launch_index={launch_index}"));
+        p.data.match_index = index;
+        p.data.launch_index = launch_index;
+        p.data.device = Some(DeviceInfo {
+            name: props.name,
+            ordinal: props.ordinal as u32,
+            cc_major: props.cc_major,
+            cc_minor: props.cc_minor,
+            uuid: props.uuid,
+            driver_version: driver::driver_version().unwrap_or(0),
+            total_memory: props.total_memory,
+            sm_count: props.sm_count,
+        });
         Ok(p)
     }
 
@@ -293,34 +297,8 @@ impl Recorder {
             self.error(format!("capture of {name} failed after the launch: {e}"));
             return;
         }
-        let mut p = pending.data;
-        let device = driver::current_device()
-            .and_then(driver::device_props)
-            .map(|d| DeviceInfo {
-                name: d.name,
-                ordinal: d.ordinal as u32,
-                cc_major: d.cc_major,
-                cc_minor: d.cc_minor,
-                uuid: d.uuid,
-                driver_version: driver::driver_version().unwrap_or(0),
-                total_memory: d.total_memory,
-                sm_count: d.sm_count,
-            })
-            .ok();
-        let index = p
-            .notes
-            .iter()
-            .find_map(|n| n.strip_prefix("match_index="))
-            .and_then(|s| s.split(' ').next())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0u64);
-        let launch_index = p
-            .notes
-            .iter()
-            .find_map(|n| n.split("launch_index=").nth(1))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0u64);
-        p.notes.retain(|n| !n.starts_with("match_index="));
+        let p = pending.data;
+        let (index, launch_index) = (p.match_index, p.launch_index);
         let path = PathBuf::from(expand_output(
             &self.config.output,
             self.pid,
@@ -347,7 +325,7 @@ impl Recorder {
             .name("kreplay-writer".into())
             .spawn(move || {
                 let rec = RECORDER.get();
-                let result = write_capture(&path, &info, device.as_ref(), p);
+                let result = write_capture(&path, &info, p);
                 if let Some(rec) = rec {
                     match result {
                         Ok(summary) => {
@@ -388,7 +366,6 @@ fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, String> {
 fn write_capture(
     path: &std::path::Path,
     info: &CaptureInfo,
-    device: Option<&DeviceInfo>,
     mut p: CaptureData,
 ) -> Result<CaptureSummary, String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -406,7 +383,7 @@ fn write_capture(
     let mut uuid = [0u8; 16];
     let seed = info.time_unix_ns ^ ((info.pid as u64) << 32) ^ info.match_index;
     uuid[..8].copy_from_slice(&seed.to_le_bytes());
-    uuid[8..].copy_from_slice(&crc32fast_like(path.to_string_lossy().as_bytes()).to_le_bytes());
+    uuid[8..].copy_from_slice(&fnv1a(path.to_string_lossy().as_bytes()).to_le_bytes());
     let mut f =
         PendingFile::create(path, uuid, WriterOptions::default()).map_err(|e| e.to_string())?;
     let mut raw_bytes = 0u64;
@@ -414,7 +391,7 @@ fn write_capture(
         let w = &mut f.writer;
         let e = |e: kreplay_format::FormatError| e.to_string();
         w.capture_info(info).map_err(e)?;
-        if let Some(d) = device {
+        if let Some(d) = &p.device {
             w.device(d).map_err(e)?;
         }
         w.module(&p.module).map_err(e)?;
@@ -488,7 +465,7 @@ fn write_capture(
 }
 
 /// 64-bit FNV-1a, for the capture UUID's second half.
-fn crc32fast_like(b: &[u8]) -> u64 {
+fn fnv1a(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
         (h ^ c as u64).wrapping_mul(0x100_0000_01b3)
     })

@@ -122,8 +122,6 @@ const HINT_ALIGNMENTS: [u64; 7] = [
 pub struct FixedMapping {
     reservations: Vec<(u64, u64)>,
     maps: Vec<(u64, u64, sys::CUmemGenericAllocationHandle)>,
-    /// How many reservation attempts it took (reported by benchmarks).
-    pub attempts: u32,
 }
 
 impl FixedMapping {
@@ -134,7 +132,6 @@ impl FixedMapping {
         let mut m = FixedMapping {
             reservations: Vec::new(),
             maps: Vec::new(),
-            attempts: 0,
         };
         if merged.is_empty() {
             return Ok(m);
@@ -173,7 +170,6 @@ impl FixedMapping {
     }
 
     fn try_reserve(&mut self, start: u64, len: u64) -> CuResult<Option<()>> {
-        self.attempts += 1;
         let got = reserve(len, start)?;
         if std::env::var_os("KREPLAY_DEBUG_VMM").is_some() {
             eprintln!("kreplay: vmm: reserve {len:#x} at {start:#x} -> {got:#x}");
@@ -231,7 +227,6 @@ impl FixedMapping {
             {
                 continue;
             }
-            self.attempts += 1;
             let got = reserve(range_len, range_start)?;
             free_reservation(got, range_len);
             return Err(MapError::AddressInUse {

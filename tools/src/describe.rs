@@ -2,6 +2,7 @@
 //! Its JSON form is a stable interface, documented in `docs/FORMAT.md` ("info --json").
 
 use kreplay_format::{Capture, LaunchApi, MemoryKind, ModuleKind, RegionRole};
+pub use kreplay_record::config::demangle;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -92,13 +93,6 @@ pub struct Recorder {
     pub match_index: u64,
     pub launch_index: u64,
     pub kernel_filter: String,
-}
-
-pub fn demangle(name: &str) -> String {
-    cpp_demangle::Symbol::new(name)
-        .ok()
-        .and_then(|s| s.demangle(&Default::default()).ok())
-        .unwrap_or_else(|| name.to_string())
 }
 
 fn hex(b: &[u8]) -> String {
