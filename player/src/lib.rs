@@ -2,9 +2,11 @@
 //! primary context, memory mapped back at the captured addresses, module loaded, globals
 //! restored; then runs timed, restored, optionally verified passes.
 
+mod metrics;
 mod relocate;
 mod session;
 mod verify;
 
+pub use metrics::{list_metrics, MetricInfo, MetricRequest, MetricsError, MetricsReport};
 pub use session::{fixed_ranges, AddressMode, PlayError, PlayOptions, PlayReport, Session};
 pub use verify::{Mismatch, VerifyOutcome};

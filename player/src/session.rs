@@ -7,6 +7,7 @@ use std::time::Instant;
 use kreplay_format::{
     Capture, FormatError, LaunchApi, MemoryState, ModuleKind, Region, RegionRole,
 };
+use kreplay_replay::cache::{self, L2Flush};
 use kreplay_replay::driver::{
     self, copy_dtod_async, copy_dtoh, copy_htod, CudaError, DeviceBuffer, DeviceProps, Event,
     Module, PinnedBuffer, PrimaryContext, Stream,
@@ -26,8 +27,9 @@ const ATTR_COOPERATIVE: u32 = 2;
 const ATTR_CLUSTER_DIMENSION: u32 = 4;
 /// Staging window for uploads: decoded in parallel, then one DMA.
 const UPLOAD_WINDOW: u64 = 256 << 20;
-/// Larger than the L2 of any current GPU (H200: 60 MB), written to evict it.
-const FLUSH_BYTES: usize = 512 << 20;
+/// The L2 flush sweeps this many times the L2 size (at least `MIN_FLUSH_BYTES`).
+const FLUSH_L2_MULTIPLE: u64 = 4;
+const MIN_FLUSH_BYTES: u64 = 64 << 20;
 
 /// What can stop a replay.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +68,8 @@ pub enum PlayError {
     },
     #[error("capture is damaged: {0}")]
     Format(#[from] FormatError),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
 }
 
 /// How the pass loop runs.
@@ -153,7 +157,9 @@ pub struct Session<'c> {
     // Field order is drop order: everything device-side before the context.
     stream: Stream,
     pristine: Pristine,
-    flush: Option<DeviceBuffer>,
+    flush: Option<L2Flush>,
+    /// The kernel ran at least once, so the write set must be restored before the next pass.
+    launched: bool,
     /// Unloaded on drop: the function handle above lives in it.
     _module: Module,
     function: driver::sys::CUfunction,
@@ -168,6 +174,13 @@ pub struct Session<'c> {
     _mapping: Option<FixedMapping>,
     _ctx: PrimaryContext,
     opened: Instant,
+}
+
+/// A read-only L2 sweep sized for this device.
+fn new_flush(props: &DeviceProps) -> Result<L2Flush, PlayError> {
+    let l2 = cache::l2_bytes(props.ordinal)?;
+    let bytes = (l2 * FLUSH_L2_MULTIPLE).max(MIN_FLUSH_BYTES);
+    Ok(L2Flush::new(bytes as usize, props.sm_count)?)
 }
 
 /// The address ranges a capture needs at their original addresses.
@@ -427,7 +440,7 @@ impl<'c> Session<'c> {
             }
         };
         let flush = if opts.flush_cache {
-            Some(DeviceBuffer::new(FLUSH_BYTES)?)
+            Some(new_flush(&props)?)
         } else {
             None
         };
@@ -457,6 +470,7 @@ impl<'c> Session<'c> {
             stream,
             pristine,
             flush,
+            launched: false,
             _module: module,
             function,
             args,
@@ -470,6 +484,30 @@ impl<'c> Session<'c> {
             _ctx: ctx,
             opened,
         })
+    }
+
+    pub(crate) fn context(&self) -> driver::sys::CUcontext {
+        self._ctx.ctx
+    }
+
+    pub(crate) fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    pub(crate) fn new_l2_flush(&self) -> Result<L2Flush, PlayError> {
+        new_flush(&self.props)
+    }
+
+    /// Puts the captured input back when an earlier pass changed it.
+    pub(crate) fn restore_if_launched(&self) -> Result<(), PlayError> {
+        if self.launched {
+            self.restore()?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn launch_once(&mut self) -> Result<(), PlayError> {
+        self.launch()
     }
 
     fn restore(&self) -> Result<(), PlayError> {
@@ -512,6 +550,7 @@ impl<'c> Session<'c> {
             params: &mut params,
         };
         driver::launch(&mut l, &self.stream)?;
+        self.launched = true;
         Ok(())
     }
 
@@ -557,7 +596,7 @@ impl<'c> Session<'c> {
         let mut timer = GatedTimer::new()?;
         let stop = Event::new()?;
         let restore_start = Event::new()?;
-        let mut launched = false;
+        let mut launched = self.launched;
         let mut setup_ms = 0.0;
         for _ in 0..opts.warmup {
             if launched {
@@ -587,18 +626,7 @@ impl<'c> Session<'c> {
                 restores.push(stop.elapsed_ns_since(&restore_start)?);
             }
             if let Some(f) = &self.flush {
-                // SAFETY: f is our own allocation of f.len bytes.
-                driver::check(
-                    unsafe {
-                        driver::sys::cuMemsetD8Async(
-                            f.ptr,
-                            (pass & 0xff) as u8,
-                            f.len,
-                            self.stream.raw,
-                        )
-                    },
-                    "cuMemsetD8Async",
-                )?;
+                f.run(&self.stream)?;
             }
             if !launched {
                 setup_ms = self.opened.elapsed().as_secs_f64() * 1e3;

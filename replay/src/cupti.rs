@@ -22,9 +22,13 @@ impl CuptiError {
     pub fn is_multiple_subscribers(&self) -> bool {
         self.code == CUptiResult::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED as u32
     }
+
+    pub fn is(&self, code: CUptiResult) -> bool {
+        self.code == code as u32
+    }
 }
 
-fn check(code: CUptiResult, call: &'static str) -> Result<(), CuptiError> {
+pub(crate) fn check(code: CUptiResult, call: &'static str) -> Result<(), CuptiError> {
     if code == CUptiResult::CUPTI_SUCCESS {
         return Ok(());
     }

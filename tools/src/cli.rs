@@ -99,7 +99,8 @@ pub enum CacheMode {
 #[derive(Args)]
 pub struct PlayArgs {
     /// The capture to replay.
-    pub file: PathBuf,
+    #[arg(required_unless_present = "list_metrics")]
+    pub file: Option<PathBuf>,
     /// Timed passes; written memory is restored before each one.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub passes: u32,
@@ -116,9 +117,18 @@ pub struct PlayArgs {
     /// CUDA device ordinal to replay on.
     #[arg(long, default_value_t = 0)]
     pub device: i32,
-    /// L2 cache handling between passes.
-    #[arg(long, value_enum, default_value_t = CacheMode::Keep)]
-    pub cache: CacheMode,
+    /// L2 cache handling before each pass. Default: keep for timed passes, flush for counter
+    /// passes (as ncu does), so counters see the dispatch's own DRAM traffic.
+    #[arg(long, value_enum)]
+    pub cache: Option<CacheMode>,
+    /// Hardware counters to collect on the replayed dispatch, comma-separated (e.g.
+    /// dram__bytes_read.sum,sm__cycles_elapsed.avg). CUPTI's range profiler decides how many
+    /// passes they need; each runs on restored memory, after (never during) the timed passes.
+    #[arg(long, value_delimiter = ',', value_name = "METRIC,...")]
+    pub metrics: Vec<String>,
+    /// List the base metrics of the device (name, kind, unit, description) and exit.
+    #[arg(long)]
+    pub list_metrics: bool,
     /// Replay this cubin instead of the captured one; it must define the same kernel with the
     /// same parameter layout.
     #[arg(long, value_name = "FILE.cubin")]

@@ -5,15 +5,43 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use kreplay_format::Capture;
-use kreplay_player::{PlayOptions, Session};
+use kreplay_player::{MetricRequest, MetricsReport, PlayOptions, PlayReport, Session};
+use serde::Serialize;
 
 use crate::cli::{CacheMode, PlayArgs};
 use crate::describe::{bytes, demangle, duration};
 use crate::out;
 
+/// `--json` output: the replay report, plus the counters when `--metrics` was given.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    #[serde(flatten)]
+    play: &'a PlayReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics: Option<&'a std::collections::BTreeMap<String, f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metric_units: Option<&'a std::collections::BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metric_passes: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metric_cache: Option<&'static str>,
+}
+
 pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
-    let file = super::open(&a.file)?;
-    let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
+    if a.list_metrics {
+        return list_metrics(&a);
+    }
+    let Some(path) = &a.file else {
+        anyhow::bail!("no capture file given");
+    };
+    let file = super::open(path)?;
+    let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
+    // Metric names are checked before anything is uploaded or launched.
+    let request = if a.metrics.is_empty() {
+        None
+    } else {
+        Some(MetricRequest::new(a.device, &a.metrics).context("cannot collect counters")?)
+    };
     let module_override = match &a.module {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?),
         None => None,
@@ -23,30 +51,49 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         passes: a.passes,
         warmup: a.warmup,
         verify: a.verify,
-        flush_cache: a.cache == CacheMode::Flush,
+        flush_cache: a.cache == Some(CacheMode::Flush),
         module_override,
         relocate: a.relocate,
     };
-    let mut session = Session::open(&cap, &opts)
-        .with_context(|| format!("cannot replay {}", a.file.display()))?;
+    let mut session =
+        Session::open(&cap, &opts).with_context(|| format!("cannot replay {}", path.display()))?;
     let r = session.run(&opts).context("replay failed")?;
+    let metrics = match &request {
+        Some(req) => Some(
+            session
+                .collect_metrics(req, a.cache != Some(CacheMode::Keep))
+                .context("counter collection failed")?,
+        ),
+        None => None,
+    };
     drop(session);
+    drop(request);
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {
-        serde_json::to_writer(&mut w, &r)?;
+        let j = JsonReport {
+            play: &r,
+            metrics: metrics.as_ref().map(|m| &m.values),
+            metric_units: metrics.as_ref().map(|m| &m.units),
+            metric_passes: metrics.as_ref().map(|m| m.passes),
+            metric_cache: metrics.as_ref().map(|m| m.cache),
+        };
+        serde_json::to_writer(&mut w, &j)?;
         out!(w);
     } else {
         out!(w, "kernel    {}", demangle(&r.kernel));
         out!(
             w,
-            "device    {}; addresses {}; pristine copy in {} memory; cache {}",
+            "device    {}; addresses {}; {}; cache {}",
             r.device,
             match r.address_mode {
                 kreplay_player::AddressMode::Original => "original",
                 kreplay_player::AddressMode::Relocated => "relocated",
             },
-            r.pristine,
+            match r.pristine {
+                "none" => "nothing written, nothing to restore".to_string(),
+                p => format!("pristine copy in {p} memory"),
+            },
             r.cache
         );
         out!(
@@ -100,10 +147,105 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    if let (Some(m), false) = (&metrics, a.json) {
+        print_metrics(&mut w, m)?;
+    }
     let v = &r.verify;
     // A non-deterministic kernel is reported as such, not as wrong.
     if v.checked && !v.matched && v.deterministic {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
+    out!(
+        w,
+        "counters  {} metric(s) in {} untimed pass(es) on {} (cache {} before each pass)",
+        m.order.len(),
+        m.passes,
+        m.chip,
+        m.cache
+    );
+    let width = m.order.iter().map(|n| n.len()).max().unwrap_or(0);
+    for name in &m.order {
+        let value = m.values.get(name).copied().unwrap_or(f64::NAN);
+        let unit = m.units.get(name).map(String::as_str).unwrap_or("");
+        out!(
+            w,
+            "          {name:<width$}  {:>20}  {unit}",
+            format_value(value)
+        );
+    }
+    Ok(())
+}
+
+/// Integers print without a fraction, with thousands separators; the rest with 2 decimals.
+fn format_value(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let (int, frac) = if v.fract() == 0.0 && v.abs() < 1e18 {
+        (format!("{}", v.abs() as u64), String::new())
+    } else {
+        let s = format!("{:.2}", v.abs());
+        let (i, f) = s.split_once('.').unwrap_or((&s, ""));
+        (i.to_string(), format!(".{f}"))
+    };
+    let mut grouped = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    format!("{}{grouped}{frac}", if v < 0.0 { "-" } else { "" })
+}
+
+fn list_metrics(a: &PlayArgs) -> anyhow::Result<ExitCode> {
+    let (chip, list) = kreplay_player::list_metrics(a.device).context("cannot list metrics")?;
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    if a.json {
+        serde_json::to_writer(&mut w, &serde_json::json!({"chip": chip, "metrics": list}))?;
+        out!(w);
+        return Ok(ExitCode::SUCCESS);
+    }
+    out!(
+        w,
+        "# {} base metrics of {chip} (device {}).",
+        list.len(),
+        a.device
+    );
+    out!(w, "# Pass full names to --metrics: a counter takes .sum .avg .min .max (e.g. dram__bytes_read.sum),");
+    out!(
+        w,
+        "# a ratio .pct or .ratio, a throughput .avg.pct_of_peak_sustained_elapsed."
+    );
+    let width = list.iter().map(|m| m.name.len()).max().unwrap_or(0);
+    for m in &list {
+        out!(
+            w,
+            "{:<width$}  {:<10}  {:<10}  {}",
+            m.name,
+            m.kind,
+            m.unit,
+            m.description
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_value;
+
+    #[test]
+    fn values_print_like_a_profiler() {
+        assert_eq!(format_value(169869312.0), "169,869,312");
+        assert_eq!(format_value(0.0), "0");
+        assert_eq!(format_value(430200.17), "430,200.17");
+        assert_eq!(format_value(99.5), "99.50");
+        assert_eq!(format_value(-1234.5), "-1,234.50");
+    }
 }

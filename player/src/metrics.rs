@@ -1,0 +1,307 @@
+//! `kreplay play --metrics`: hardware counters of the replayed dispatch through the CUPTI range
+//! profiler. CUPTI says how many passes the metric set needs; the player replays the dispatch
+//! that many times, restoring the written memory (and, by default, emptying L2) before each,
+//! so every pass sees the captured input. Counter passes are never timing passes.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+
+use kreplay_replay::cupti::{self, sys::CUptiResult, CuptiError};
+use kreplay_replay::driver::{self, PrimaryContext};
+use kreplay_replay::profiler::{
+    self, passes_needed, MetricHost, MetricKind, ProfilerApi, RangeProfiler,
+};
+use serde::Serialize;
+
+use crate::session::{PlayError, Session};
+
+/// More passes than any metric set needs: a profiler that never reports completion is a bug,
+/// not a reason to spin forever.
+const MAX_PASSES: usize = 256;
+
+/// Why counters cannot be collected.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("counters need CUPTI, and libcupti.so could not be loaded: add the CUDA toolkit's library directory (e.g. /usr/local/cuda/lib64) to LD_LIBRARY_PATH")]
+    NoCupti,
+    #[error("device {device} cannot be profiled: {why}")]
+    Unsupported { device: i32, why: String },
+    #[error("another profiler holds the GPU performance counters in this process ({0}): under ncu or nsys, run `kreplay play` without --metrics and let that profiler collect them")]
+    Busy(CuptiError),
+    #[error("access to GPU performance counters is restricted to administrators on this machine ({0}): run as root, or load the NVIDIA driver with NVreg_RestrictProfilingToAdminUsers=0")]
+    Privileges(CuptiError),
+    #[error("unknown metric{} for {chip}: {}; `kreplay play --list-metrics` lists the base metrics (add a rollup: .sum, .avg, .min, .max for counters, .pct or .ratio for ratios, .avg.pct_of_peak_sustained_elapsed for throughputs)", if bad.len() == 1 { "" } else { "s" }, bad.join(", "))]
+    UnknownMetrics { bad: Vec<String>, chip: String },
+    #[error("metric name {0:?} is empty or contains a space or NUL")]
+    BadName(String),
+    #[error("the range profiler did not finish after {0} passes")]
+    NoCompletion(usize),
+    #[error("the range profiler dropped the replayed range; no counter values were produced")]
+    Dropped,
+    #[error("CUPTI: {0}")]
+    Cupti(CuptiError),
+}
+
+impl From<CuptiError> for MetricsError {
+    fn from(e: CuptiError) -> Self {
+        if e.is(CUptiResult::CUPTI_ERROR_INSUFFICIENT_PRIVILEGES) {
+            MetricsError::Privileges(e)
+        } else if e.is_multiple_subscribers()
+            || e.is(CUptiResult::CUPTI_ERROR_OLD_PROFILER_API_INITIALIZED)
+            || e.is(CUptiResult::CUPTI_ERROR_HARDWARE_BUSY)
+        {
+            MetricsError::Busy(e)
+        } else {
+            MetricsError::Cupti(e)
+        }
+    }
+}
+
+/// Checked metric names, ready to be collected on one device.
+pub struct MetricRequest {
+    names: Vec<String>,
+    cnames: Vec<CString>,
+    chip: String,
+    availability: Vec<u8>,
+    // Drop order: the profiler API is released before the context.
+    _api: ProfilerApi,
+    _ctx: PrimaryContext,
+}
+
+impl MetricRequest {
+    /// Checks every name against the device's metrics, before any memory is uploaded or any
+    /// kernel runs: a typo costs nothing.
+    pub fn new(device: i32, names: &[String]) -> Result<MetricRequest, PlayError> {
+        let mut uniq: Vec<String> = Vec::new();
+        for n in names {
+            let n = n.trim();
+            if n.is_empty() || n.contains(char::is_whitespace) || n.contains('\0') {
+                return Err(MetricsError::BadName(n.to_string()).into());
+            }
+            if !uniq.iter().any(|u| u == n) {
+                uniq.push(n.to_string());
+            }
+        }
+        let (ctx, api) = open_profiler(device)?;
+        let chip = profiler::chip_name(device).map_err(MetricsError::from)?;
+        let availability =
+            profiler::counter_availability(ctx.ctx as _).map_err(MetricsError::from)?;
+        let cnames: Vec<CString> = uniq
+            .iter()
+            .map(|n| CString::new(n.as_str()).map_err(|_| MetricsError::BadName(n.clone())))
+            .collect::<Result<_, _>>()?;
+        let mut host =
+            MetricHost::new(&chip, Some(availability.clone())).map_err(MetricsError::from)?;
+        if let Err(all) = host.add_metrics(&cnames) {
+            // Name the culprits: each name on its own host.
+            let mut bad = Vec::new();
+            for (n, c) in uniq.iter().zip(&cnames) {
+                let mut one = MetricHost::new(&chip, Some(availability.clone()))
+                    .map_err(MetricsError::from)?;
+                if one.add_metrics(std::slice::from_ref(c)).is_err() {
+                    bad.push(n.clone());
+                }
+            }
+            return Err(if bad.is_empty() {
+                MetricsError::from(all)
+            } else {
+                MetricsError::UnknownMetrics { bad, chip }
+            }
+            .into());
+        }
+        Ok(MetricRequest {
+            names: uniq,
+            cnames,
+            chip,
+            availability,
+            _api: api,
+            _ctx: ctx,
+        })
+    }
+
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+}
+
+fn open_profiler(device: i32) -> Result<(PrimaryContext, ProfilerApi), PlayError> {
+    driver::ensure_driver()?;
+    let count = driver::device_count()?;
+    if device < 0 || device >= count {
+        return Err(PlayError::NoSuchDevice {
+            requested: device,
+            count,
+        });
+    }
+    if !cupti::cupti_present() {
+        return Err(MetricsError::NoCupti.into());
+    }
+    let ctx = PrimaryContext::retain(device)?;
+    let api = ProfilerApi::initialize().map_err(MetricsError::from)?;
+    if let Some(why) = profiler::unsupported_reason(device).map_err(MetricsError::from)? {
+        return Err(MetricsError::Unsupported { device, why }.into());
+    }
+    Ok((ctx, api))
+}
+
+/// Counter values of the replayed dispatch.
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricsReport {
+    /// Metric name to value, in the units of `units`.
+    pub values: BTreeMap<String, f64>,
+    pub units: BTreeMap<String, String>,
+    /// Order the user asked for.
+    #[serde(skip)]
+    pub order: Vec<String>,
+    /// Replay passes the metric set needed (none of them timed).
+    pub passes: u32,
+    /// Whether L2 was emptied before each pass.
+    pub cache: &'static str,
+    pub chip: String,
+}
+
+/// The unit of a full metric name, from its base metric's dimension and its suffix.
+fn unit_of(name: &str, dim_unit: &str) -> String {
+    let suffix = name.split_once('.').map_or("", |(_, s)| s);
+    if suffix.contains("pct") {
+        "%".into()
+    } else if suffix.contains("ratio") {
+        String::new()
+    } else if suffix.contains("per_second") {
+        format!("{dim_unit}/second")
+    } else if suffix.contains("per_cycle") {
+        format!("{dim_unit}/cycle")
+    } else {
+        dim_unit.to_string()
+    }
+}
+
+impl Session<'_> {
+    /// Replays the dispatch as many times as the metric set needs, each pass on restored
+    /// memory, and evaluates the counters. `flush` empties L2 before each pass, as profilers
+    /// do by default.
+    pub fn collect_metrics(
+        &mut self,
+        req: &MetricRequest,
+        flush: bool,
+    ) -> Result<MetricsReport, PlayError> {
+        let sweep = if flush {
+            Some(self.new_l2_flush()?)
+        } else {
+            None
+        };
+        let mut host = MetricHost::new(&req.chip, Some(req.availability.clone()))
+            .map_err(MetricsError::from)?;
+        host.add_metrics(&req.cnames).map_err(MetricsError::from)?;
+        let mut config = host.config_image().map_err(MetricsError::from)?;
+        let needed = passes_needed(&mut config).map_err(MetricsError::from)?;
+        let mut rp = RangeProfiler::enable(self.context()).map_err(MetricsError::from)?;
+        rp.configure(config, &req.cnames, 1)
+            .map_err(MetricsError::from)?;
+        let range = CString::new("kreplay").unwrap_or_default();
+        let mut passes = 0usize;
+        loop {
+            self.restore_if_launched()?;
+            if let Some(s) = &sweep {
+                s.run(self.stream())?;
+            }
+            self.stream().synchronize()?;
+            rp.start().map_err(MetricsError::from)?;
+            rp.push_range(&range).map_err(MetricsError::from)?;
+            let launched = self.launch_once();
+            let popped = rp.pop_range();
+            let stopped = rp.stop();
+            launched?;
+            popped.map_err(MetricsError::from)?;
+            let done = stopped.map_err(MetricsError::from)?;
+            self.stream().synchronize()?;
+            passes += 1;
+            if done {
+                break;
+            }
+            if passes >= MAX_PASSES.max(needed + 2) {
+                return Err(MetricsError::NoCompletion(passes).into());
+            }
+        }
+        rp.decode().map_err(MetricsError::from)?;
+        if rp.ranges().map_err(MetricsError::from)? == 0 {
+            return Err(MetricsError::Dropped.into());
+        }
+        let values = host
+            .evaluate(rp.counter_data(), 0, &req.cnames)
+            .map_err(MetricsError::from)?;
+        let mut units = BTreeMap::new();
+        for n in &req.names {
+            let base = n.split('.').next().unwrap_or(n);
+            let dim = host
+                .properties(base)
+                .map(|p| p.dim_unit)
+                .unwrap_or_default();
+            units.insert(n.clone(), unit_of(n, &dim));
+        }
+        Ok(MetricsReport {
+            values: req.names.iter().cloned().zip(values).collect(),
+            units,
+            order: req.names.clone(),
+            passes: passes as u32,
+            cache: if flush { "flush" } else { "keep" },
+            chip: req.chip.clone(),
+        })
+    }
+}
+
+/// One base metric of the device, for `--list-metrics`.
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricInfo {
+    pub name: String,
+    pub kind: &'static str,
+    pub unit: String,
+    pub hw_unit: String,
+    pub description: String,
+}
+
+/// Every base metric the device offers, sorted by name.
+pub fn list_metrics(device: i32) -> Result<(String, Vec<MetricInfo>), PlayError> {
+    let (ctx, _api) = open_profiler(device)?;
+    let chip = profiler::chip_name(device).map_err(MetricsError::from)?;
+    let availability = profiler::counter_availability(ctx.ctx as _).map_err(MetricsError::from)?;
+    let host = MetricHost::new(&chip, Some(availability)).map_err(MetricsError::from)?;
+    let mut out = Vec::new();
+    for kind in MetricKind::ALL {
+        for name in host.base_metrics(kind).map_err(MetricsError::from)? {
+            let p = host.properties(&name).map_err(MetricsError::from)?;
+            out.push(MetricInfo {
+                name,
+                kind: kind.as_str(),
+                unit: p.dim_unit,
+                hw_unit: p.hw_unit,
+                description: p.description,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok((chip, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_of;
+
+    #[test]
+    fn units_follow_the_suffix() {
+        assert_eq!(unit_of("dram__bytes_read.sum", "byte"), "byte");
+        assert_eq!(
+            unit_of("dram__bytes_read.sum.per_second", "byte"),
+            "byte/second"
+        );
+        assert_eq!(
+            unit_of("sm__throughput.avg.pct_of_peak_sustained_elapsed", ""),
+            "%"
+        );
+        assert_eq!(
+            unit_of("smsp__inst_executed.avg.per_cycle_active", "inst"),
+            "inst/cycle"
+        );
+        assert_eq!(unit_of("sm__warps_active.avg.ratio", "warp"), "");
+    }
+}

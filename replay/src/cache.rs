@@ -1,0 +1,141 @@
+//! Emptying the L2 cache between passes, the way a profiler's cache control does: after the
+//! flush, the replayed kernel finds none of its own data in L2 and no dirty lines that it
+//! would have to write back on the kernel's time.
+//!
+//! A memset over a buffer larger than L2 evicts the kernel's lines but leaves L2 full of
+//! *dirty* lines of that buffer, whose write-backs then land inside the next kernel (extra
+//! DRAM writes in its counters, extra time in its duration). So the flush is a read-only sweep:
+//! a tiny kernel, shipped as PTX and compiled by the driver at load time, reads a zeroed
+//! buffer several times the size of L2. Dirty lines are written back during the sweep, and
+//! L2 ends up holding only clean lines of the sweep buffer.
+
+use crate::driver::{self, sys, CuResult, DeviceBuffer, Module, Stream};
+use std::ffi::c_void;
+
+/// The sweep kernel: XORs every 16-byte word of the buffer and stores the result only when
+/// it equals a value a zeroed buffer never produces, so the loads cannot be optimised away
+/// and nothing is written.
+const SWEEP_PTX: &str = r#".version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry kreplay_l2_sweep(
+    .param .u64 p_buf,
+    .param .u64 p_vectors,
+    .param .u64 p_sink
+)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<10>;
+    .reg .b64 %rd<10>;
+
+    ld.param.u64 %rd1, [p_buf];
+    ld.param.u64 %rd2, [p_vectors];
+    ld.param.u64 %rd3, [p_sink];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %nctaid.x;
+    mul.wide.u32 %rd4, %r1, %r2;
+    cvt.u64.u32 %rd5, %r3;
+    add.u64 %rd4, %rd4, %rd5;
+    mul.wide.u32 %rd6, %r4, %r2;
+    mov.u32 %r5, 0;
+    setp.ge.u64 %p1, %rd4, %rd2;
+    @%p1 bra DONE;
+LOOP:
+    shl.b64 %rd7, %rd4, 4;
+    add.u64 %rd8, %rd1, %rd7;
+    ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd8];
+    xor.b32 %r5, %r5, %r6;
+    xor.b32 %r5, %r5, %r7;
+    xor.b32 %r5, %r5, %r8;
+    xor.b32 %r5, %r5, %r9;
+    add.u64 %rd4, %rd4, %rd6;
+    setp.lt.u64 %p2, %rd4, %rd2;
+    @%p2 bra LOOP;
+DONE:
+    setp.ne.u32 %p1, %r5, -1640531527;
+    @%p1 bra END;
+    cvta.to.global.u64 %rd9, %rd3;
+    st.global.u32 [%rd9], %r5;
+END:
+    ret;
+}
+"#;
+
+/// The name the sweep kernel carries (it shows up in profilers that list every kernel).
+pub const SWEEP_KERNEL: &str = "kreplay_l2_sweep";
+
+/// A loaded sweep kernel and its buffer.
+pub struct L2Flush {
+    buf: DeviceBuffer,
+    sink: DeviceBuffer,
+    function: sys::CUfunction,
+    grid: u32,
+    // Unloaded last: `function` lives in it.
+    _module: Module,
+}
+
+impl L2Flush {
+    /// Loads the sweep for the current context. `bytes` should be several times the L2 size.
+    pub fn new(bytes: usize, sm_count: u32) -> CuResult<L2Flush> {
+        let module = Module::load(SWEEP_PTX.as_bytes())?;
+        let function = module.function(SWEEP_KERNEL)?;
+        let bytes = bytes.next_multiple_of(16);
+        let buf = DeviceBuffer::new(bytes)?;
+        let sink = DeviceBuffer::new(16)?;
+        // SAFETY: buf is our own allocation of `bytes` bytes.
+        driver::check(
+            unsafe { sys::cuMemsetD8_v2(buf.ptr, 0, bytes) },
+            "cuMemsetD8",
+        )?;
+        Ok(L2Flush {
+            buf,
+            sink,
+            function,
+            grid: sm_count.max(1) * 4,
+            _module: module,
+        })
+    }
+
+    /// Queues one sweep on `stream`.
+    pub fn run(&self, stream: &Stream) -> CuResult<()> {
+        let mut buf = self.buf.ptr;
+        let mut vectors = (self.buf.len / 16) as u64;
+        let mut sink = self.sink.ptr;
+        let mut params = [
+            &mut buf as *mut u64 as *mut c_void,
+            &mut vectors as *mut u64 as *mut c_void,
+            &mut sink as *mut u64 as *mut c_void,
+        ];
+        let mut l = driver::Launch {
+            function: self.function,
+            grid: [self.grid, 1, 1],
+            block: [512, 1, 1],
+            shared_bytes: 0,
+            attributes: &[],
+            params: &mut params,
+        };
+        driver::launch(&mut l, stream)
+    }
+}
+
+/// L2 cache size of a device in bytes.
+pub fn l2_bytes(ordinal: i32) -> CuResult<u64> {
+    let dev = driver::device(ordinal)?;
+    let mut v = 0;
+    // SAFETY: writes one int for a valid device handle.
+    driver::check(
+        unsafe {
+            sys::cuDeviceGetAttribute(
+                &mut v,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+                dev,
+            )
+        },
+        "cuDeviceGetAttribute(L2_CACHE_SIZE)",
+    )?;
+    Ok(v.max(0) as u64)
+}
