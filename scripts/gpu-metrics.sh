@@ -32,13 +32,13 @@ mcase() {
   [ -f "$w.krr" ] || "$KR" record -k "$regex" -o "$w.krr" -- "$@" > /dev/null 2> "$w.rec.err" || { echo "record failed: $(tail -3 "$w.rec.err")"; return; }
   local i
   for i in 1 2; do
-    /usr/bin/time -f "%e" -o "$w.ncu$i.time" ncu --csv --print-units base --metrics "$M" -k "regex:$regex" -c 1 "$@" > "$w.ncu$i.csv" 2> "$w.ncu$i.err"
+    /usr/bin/time -f "%e" -o "$w.ncu$i.time" ncu --kernel-name-base demangled --csv --print-units base --metrics "$M" -k "regex:$regex" -c 1 "$@" > "$w.ncu$i.csv" 2> "$w.ncu$i.err"
   done
-  /usr/bin/time -f "%e" -o "$w.ncufree.time" ncu --clock-control none --csv --print-units base --metrics "$M" -k "regex:$regex" -c 1 "$@" > "$w.ncufree.csv" 2> "$w.ncufree.err"
+  /usr/bin/time -f "%e" -o "$w.ncufree.time" ncu --kernel-name-base demangled --clock-control none --csv --print-units base --metrics "$M" -k "regex:$regex" -c 1 "$@" > "$w.ncufree.csv" 2> "$w.ncufree.err"
   for i in 1 2; do
     /usr/bin/time -f "%e" -o "$w.kr$i.time" "$KR" play "$w.krr" --metrics "$M" --json > "$w.kr$i.json" 2> "$w.kr$i.err"
   done
-  /usr/bin/time -f "%e" -o "$w.krncu.time" ncu --csv --print-units base --metrics "$M" -k "regex:$regex" "$KR" play "$w.krr" > "$w.krncu.csv" 2> "$w.krncu.err"
+  /usr/bin/time -f "%e" -o "$w.krncu.time" ncu --kernel-name-base demangled --csv --print-units base --metrics "$M" -k "regex:$regex" "$KR" play "$w.krr" > "$w.krncu.csv" 2> "$w.krncu.err"
   python3 - "$name" "$w" "$M" >> "$WORK/metrics.jsonl" <<'PY'
 import csv, io, json, sys
 name, w, M = sys.argv[1:]

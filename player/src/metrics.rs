@@ -198,7 +198,6 @@ impl Session<'_> {
         let mut rp = RangeProfiler::enable(self.context()).map_err(MetricsError::from)?;
         rp.configure(config, &req.cnames, 1)
             .map_err(MetricsError::from)?;
-        let range = CString::new("kreplay").unwrap_or_default();
         let mut passes = 0usize;
         loop {
             self.restore_if_launched()?;
@@ -207,12 +206,10 @@ impl Session<'_> {
             }
             self.stream().synchronize()?;
             rp.start().map_err(MetricsError::from)?;
-            rp.push_range(&range).map_err(MetricsError::from)?;
+            // Only the dispatch runs between start and stop: it is the one automatic range.
             let launched = self.launch_once();
-            let popped = rp.pop_range();
             let stopped = rp.stop();
             launched?;
-            popped.map_err(MetricsError::from)?;
             let done = stopped.map_err(MetricsError::from)?;
             self.stream().synchronize()?;
             passes += 1;

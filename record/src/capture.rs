@@ -86,7 +86,11 @@ fn scan_view<'a>(
 
 /// Device scratch for snapshots is used only while this much device memory stays free after
 /// it, so the application never runs out of memory because of a capture.
+/// `KREPLAY_DEBUG_SNAPSHOT=host` forces host snapshots (a measurement aid, not a user option).
 fn scratch_allowed(size: u64) -> bool {
+    if std::env::var_os("KREPLAY_DEBUG_SNAPSHOT").is_some_and(|v| v == "host") {
+        return false;
+    }
     driver::memory_info()
         .is_ok_and(|(free, total)| free.saturating_sub(2 * size) > (total / 4).max(8 << 30))
 }

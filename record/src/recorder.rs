@@ -542,18 +542,11 @@ extern "C" fn at_exit() {
             kernels,
             captures: inner.captures.clone(),
             errors: inner.errors.clone(),
+            disabled: None,
         };
         drop(inner);
         if let Some(dir) = &rec.config.report_dir {
-            let path = dir.join(format!("report-{}.json", rec.pid));
-            match serde_json::to_vec(&report) {
-                Ok(bytes) => {
-                    if let Err(e) = std::fs::write(&path, bytes) {
-                        eprintln!("kreplay: cannot write {}: {e}", path.display());
-                    }
-                }
-                Err(e) => eprintln!("kreplay: cannot encode the report: {e}"),
-            }
+            report.write_to(dir);
         }
     });
 }
@@ -612,10 +605,24 @@ fn initialize() -> Result<(), String> {
 /// application must run on regardless.
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> i32 {
-    match std::panic::catch_unwind(initialize) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => eprintln!("kreplay: recording disabled: {e}"),
-        Err(_) => eprintln!("kreplay: recording disabled: internal error during start-up"),
+    let failed = match std::panic::catch_unwind(initialize) {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(_) => Some("internal error during start-up".to_string()),
+    };
+    if let Some(why) = failed {
+        eprintln!("kreplay: recording disabled: {why}");
+        // Tell `kreplay record` that the recorder did start, and why it stood down.
+        let _ = std::panic::catch_unwind(|| {
+            if let Some(dir) = std::env::var_os(crate::config::env::REPORT_DIR) {
+                ProcessReport {
+                    pid: std::process::id(),
+                    disabled: Some(why),
+                    ..Default::default()
+                }
+                .write_to(std::path::Path::new(&dir));
+            }
+        });
     }
     1
 }

@@ -37,4 +37,22 @@ pub struct ProcessReport {
     pub kernels: Vec<KernelStat>,
     pub captures: Vec<CaptureSummary>,
     pub errors: Vec<String>,
+    /// Why recording never started in this process (another CUPTI user, no libcupti).
+    #[serde(default)]
+    pub disabled: Option<String>,
+}
+
+impl ProcessReport {
+    /// Writes `report-PID.json` into `dir`; failures are printed, never fatal.
+    pub fn write_to(&self, dir: &std::path::Path) {
+        let path = dir.join(format!("report-{}.json", self.pid));
+        match serde_json::to_vec(self) {
+            Ok(bytes) => {
+                if let Err(e) = std::fs::write(&path, bytes) {
+                    eprintln!("kreplay: cannot write {}: {e}", path.display());
+                }
+            }
+            Err(e) => eprintln!("kreplay: cannot encode the report: {e}"),
+        }
+    }
 }

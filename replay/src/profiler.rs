@@ -438,8 +438,11 @@ impl RangeProfiler {
         })
     }
 
-    /// Sets the metrics (as a configuration image) for user ranges replayed by the caller,
-    /// with room for `max_ranges` ranges.
+    /// Sets the metrics (as a configuration image), with room for `max_ranges` ranges.
+    /// Ranges are automatic: each kernel launched between `start` and `stop` is one range,
+    /// bounded by the hardware at the kernel's own start and end (as ncu measures), so
+    /// launch overhead and the profiler's own bookkeeping stay out of the counters. Passes
+    /// are replayed by the caller (user replay).
     pub fn configure(
         &mut self,
         config: Vec<u8>,
@@ -484,7 +487,7 @@ impl RangeProfiler {
         c.pConfig = self.config.as_ptr();
         c.counterDataImageSize = self.counter_data.len();
         c.pCounterDataImage = self.counter_data.as_mut_ptr();
-        c.range = sys::CUpti_ProfilerRange::CUPTI_UserRange;
+        c.range = sys::CUpti_ProfilerRange::CUPTI_AutoRange;
         c.replayMode = sys::CUpti_ProfilerReplayMode::CUPTI_UserReplay;
         c.maxRangesPerPass = max_ranges;
         c.numNestingLevels = 1;
@@ -524,33 +527,6 @@ impl RangeProfiler {
             "cuptiRangeProfilerStop",
         )?;
         Ok(p.isAllPassSubmitted != 0)
-    }
-
-    pub fn push_range(&mut self, name: &CStr) -> Result<(), CuptiError> {
-        let mut p = params!(
-            CUpti_RangeProfiler_PushRange_Params,
-            RangeProfiler_PushRange_Params_STRUCT_SIZE
-        );
-        p.pRangeProfilerObject = self.raw;
-        p.pRangeName = name.as_ptr();
-        // SAFETY: valid profiler object; CUPTI copies the name.
-        check(
-            unsafe { sys::cuptiRangeProfilerPushRange(&mut p) },
-            "cuptiRangeProfilerPushRange",
-        )
-    }
-
-    pub fn pop_range(&mut self) -> Result<(), CuptiError> {
-        let mut p = params!(
-            CUpti_RangeProfiler_PopRange_Params,
-            RangeProfiler_PopRange_Params_STRUCT_SIZE
-        );
-        p.pRangeProfilerObject = self.raw;
-        // SAFETY: valid profiler object with a pushed range.
-        check(
-            unsafe { sys::cuptiRangeProfilerPopRange(&mut p) },
-            "cuptiRangeProfilerPopRange",
-        )
     }
 
     /// Moves the collected counters into the counter-data image. Returns the ranges dropped.

@@ -159,6 +159,12 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         eprintln!("kreplay: the application exited with {}", run.status);
         return Ok(app_exit_code(run.status));
     }
+    let disabled = run.reports.iter().filter(|r| r.disabled.is_some()).count();
+    if captures.is_empty() && disabled == run.reports.len() {
+        // The recorder printed why it stood down; the application ran untouched.
+        eprintln!("kreplay: nothing captured: recording was disabled in {disabled} process(es), see above");
+        return Ok(ExitCode::from(3));
+    }
     if captures.is_empty() {
         let matches: u64 = run.reports.iter().map(|r| r.matches).sum();
         if matches > 0 && errors.is_empty() {
