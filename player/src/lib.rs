@@ -8,5 +8,7 @@ mod session;
 mod verify;
 
 pub use metrics::{list_metrics, MetricInfo, MetricRequest, MetricsError, MetricsReport};
-pub use session::{fixed_ranges, AddressMode, PlayError, PlayOptions, PlayReport, Session};
+pub use session::{
+    fixed_ranges, AddressMode, CodeSource, PlayError, PlayOptions, PlayReport, Session,
+};
 pub use verify::{Mismatch, VerifyOutcome};

@@ -56,6 +56,10 @@ pub enum PlayError {
         ordinal: i32,
         name: String,
     },
+    #[error("--ptx: the capture holds no PTX for {0} (the application shipped none, or an older kreplay recorded it)")]
+    NoPtx(String),
+    #[error("the captured PTX targets sm_{ptx}, newer than {name} (sm_{device}): the JIT cannot compile it for this GPU")]
+    PtxTooNew { ptx: u32, device: u32, name: String },
     #[error("the capture holds no module {0} for its dispatch")]
     NoModule(u32),
     #[error("kernel {kernel} was not found in the module: {source}")]
@@ -85,6 +89,20 @@ pub struct PlayOptions {
     /// Move every region to new addresses and rewrite the known pointers, even when the
     /// original addresses are free.
     pub relocate: bool,
+    /// Load the captured PTX through the driver's JIT even when the captured cubin fits.
+    pub ptx: bool,
+}
+
+/// The code object a replay runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CodeSource {
+    /// The captured cubin.
+    Cubin,
+    /// The captured PTX, compiled by the driver's JIT for this GPU.
+    PtxJit,
+    /// A `--module` variant.
+    Variant,
 }
 
 impl Default for PlayOptions {
@@ -97,6 +115,7 @@ impl Default for PlayOptions {
             flush_cache: false,
             module_override: None,
             relocate: false,
+            ptx: false,
         }
     }
 }
@@ -123,6 +142,8 @@ pub struct PlayReport {
     pub max_ns: u64,
     pub original_ns: Option<u64>,
     pub address_mode: AddressMode,
+    /// Which code object ran: "cubin", "ptx-jit" or "variant".
+    pub code: CodeSource,
     pub device: String,
     pub write_set_bytes: u64,
     /// Restore copy time per pass (not inside `durations_ns`), median.
@@ -170,16 +191,74 @@ pub struct Session<'c> {
     /// Replay device address of every region (globals move; the rest stay put).
     region_addr: Vec<(u32, u64)>,
     relocation: Option<Relocation>,
+    code: CodeSource,
     _moved: Vec<DeviceBuffer>,
     _mapping: Option<FixedMapping>,
     _ctx: PrimaryContext,
     opened: Instant,
 }
 
+/// Which code object to load: the `--module` variant, the captured cubin, or the captured
+/// PTX through the driver's JIT (on another architecture, or when asked with `--ptx`).
+fn choose_code(
+    cap: &Capture<'_>,
+    opts: &PlayOptions,
+    dev_arch: u32,
+    props: &DeviceProps,
+) -> Result<(Vec<u8>, CodeSource), PlayError> {
+    if let Some(img) = &opts.module_override {
+        return Ok((img.clone(), CodeSource::Variant));
+    }
+    let d = &cap.dispatch;
+    let m = cap
+        .module(d.module_id)
+        .ok_or(PlayError::NoModule(d.module_id))?;
+    let ptx = cap
+        .modules
+        .iter()
+        .find(|p| p.kind == ModuleKind::Ptx && ptx_defines(&p.image, &d.kernel_name));
+    let wrong_arch = m.kind == ModuleKind::Cubin && m.arch != 0 && m.arch != dev_arch;
+    if !(opts.ptx || wrong_arch) {
+        return Ok((m.image.clone(), CodeSource::Cubin));
+    }
+    match ptx {
+        Some(p) if p.arch <= dev_arch || p.arch == 0 => Ok((p.image.clone(), CodeSource::PtxJit)),
+        Some(p) => Err(PlayError::PtxTooNew {
+            ptx: p.arch,
+            device: dev_arch,
+            name: props.name.clone(),
+        }),
+        None if wrong_arch => Err(PlayError::WrongArch {
+            captured: m.arch,
+            device: dev_arch,
+            ordinal: opts.device,
+            name: props.name.clone(),
+        }),
+        None => Err(PlayError::NoPtx(d.kernel_name.clone())),
+    }
+}
+
+/// Whether PTX text has `.entry NAME` followed by `(` or whitespace.
+fn ptx_defines(ptx: &[u8], name: &str) -> bool {
+    let needle = format!(".entry {name}");
+    let n = needle.as_bytes();
+    ptx.windows(n.len()).enumerate().any(|(i, w)| {
+        w == n
+            && ptx
+                .get(i + n.len())
+                .is_some_and(|&c| c == b'(' || c.is_ascii_whitespace())
+    })
+}
+
 /// A read-only L2 sweep sized for this device.
 fn new_flush(props: &DeviceProps) -> Result<L2Flush, PlayError> {
     let l2 = cache::l2_bytes(props.ordinal)?;
-    let bytes = (l2 * FLUSH_L2_MULTIPLE).max(MIN_FLUSH_BYTES);
+    // KREPLAY_DEBUG_FLUSH_MULTIPLE: a measurement aid (sweep size as a multiple of L2).
+    let multiple = std::env::var("KREPLAY_DEBUG_FLUSH_MULTIPLE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(FLUSH_L2_MULTIPLE);
+    let bytes = (l2 * multiple).max(MIN_FLUSH_BYTES);
     Ok(L2Flush::new(bytes as usize, props.sm_count)?)
 }
 
@@ -231,31 +310,8 @@ impl<'c> Session<'c> {
         }
         let props = driver::device_props(opts.device)?;
         let d = &cap.dispatch;
-        let image = match &opts.module_override {
-            Some(img) => img.clone(),
-            None => {
-                let m = cap
-                    .module(d.module_id)
-                    .ok_or(PlayError::NoModule(d.module_id))?;
-                let dev_arch = props.cc_major * 10 + props.cc_minor;
-                if m.kind == ModuleKind::Cubin && m.arch != 0 && m.arch != dev_arch {
-                    let ptx = cap.modules.iter().find(|p| p.kind == ModuleKind::Ptx);
-                    match ptx {
-                        Some(p) => p.image.clone(),
-                        None => {
-                            return Err(PlayError::WrongArch {
-                                captured: m.arch,
-                                device: dev_arch,
-                                ordinal: opts.device,
-                                name: props.name.clone(),
-                            })
-                        }
-                    }
-                } else {
-                    m.image.clone()
-                }
-            }
-        };
+        let dev_arch = props.cc_major * 10 + props.cc_minor;
+        let (image, code) = choose_code(cap, opts, dev_arch, &props)?;
 
         let ctx = PrimaryContext::retain(opts.device)?;
         // Map before anything else allocates device memory, so nothing of ours sits where
@@ -475,6 +531,7 @@ impl<'c> Session<'c> {
             function,
             args,
             relocation,
+            code,
             _moved: moved,
             param_offsets,
             attributes,
@@ -678,6 +735,7 @@ impl<'c> Session<'c> {
             } else {
                 AddressMode::Original
             },
+            code: self.code,
             device: self.props.name.clone(),
             write_set_bytes: self.write_set.iter().map(|w| w.len).sum(),
             restore_median_ns: rs.get(rs.len() / 2).copied().unwrap_or(0),
@@ -695,5 +753,19 @@ impl<'c> Session<'c> {
             setup_ms,
             verify: v,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ptx_defines;
+
+    #[test]
+    fn ptx_entry_lookup_is_exact() {
+        let ptx = b".visible .entry _Z5saxpyifPKfPf(\n.param .u32 a\n)\n.entry k2 (\n";
+        assert!(ptx_defines(ptx, "_Z5saxpyifPKfPf"));
+        assert!(ptx_defines(ptx, "k2"));
+        assert!(!ptx_defines(ptx, "_Z5saxpy"));
+        assert!(!ptx_defines(ptx, "k"));
     }
 }

@@ -129,6 +129,8 @@ pub struct CaptureData {
     pub snapshots: Vec<Snapshot>,
     pub globals: Vec<ModuleGlobal>,
     pub module: ModuleImage,
+    /// Where the kernel's PTX may be; resolved by the writer thread, off the app's time.
+    pub ptx_sources: Vec<crate::ptx::PtxSource>,
     pub pointer_slots: Vec<(u32, u64)>,
     /// The application's context, for the writer thread's copies from device scratch.
     pub context: Option<ContextHandle>,
@@ -405,6 +407,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
             snapshots,
             globals,
             module: input.module,
+            ptx_sources: Vec::new(),
             pointer_slots,
             context: ContextHandle::current().ok(),
             post: Vec::new(),

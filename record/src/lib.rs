@@ -9,7 +9,9 @@ pub mod allocations;
 pub mod capture;
 pub mod config;
 pub mod cubin;
+pub mod fatbin;
 pub mod launch;
+pub mod ptx;
 mod recorder;
 pub mod report;
 

@@ -24,6 +24,7 @@ use crate::config::{
 };
 use crate::cubin;
 use crate::launch;
+use crate::ptx::{self, PtxSource};
 use crate::report::{CaptureSummary, KernelStat, ProcessReport};
 
 struct StoredModule {
@@ -45,6 +46,23 @@ struct Inner {
     captures: Vec<CaptureSummary>,
     errors: Vec<String>,
     allocations: AllocationTable,
+    /// Where PTX for wanted kernels can be found (see `ptx`).
+    ptx_sources: Vec<PtxSource>,
+}
+
+/// Driver calls that hand the driver a code image, which may carry PTX.
+mod load_cbid {
+    use kreplay_replay::cupti::sys::CUpti_driver_api_trace_cbid_enum as C;
+    pub const MODULE_LOAD_DATA: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData as u32;
+    pub const MODULE_LOAD_DATA_EX: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx as u32;
+    pub const MODULE_LOAD_FAT_BINARY: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary as u32;
+    pub const LIBRARY_LOAD_DATA: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData as u32;
+    pub const ALL: [u32; 4] = [
+        MODULE_LOAD_DATA,
+        MODULE_LOAD_DATA_EX,
+        MODULE_LOAD_FAT_BINARY,
+        LIBRARY_LOAD_DATA,
+    ];
 }
 
 struct Recorder {
@@ -141,6 +159,39 @@ impl Recorder {
             functions: syms.functions,
             objects: syms.objects,
         });
+    }
+
+    /// A code image is about to be loaded: note where its PTX is, if it has any.
+    fn on_image_load(&self, cbid: u32, data: &csys::CUpti_CallbackData) {
+        if self.config.mode != Mode::Record
+            || data.callbackSite != csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER
+            || data.functionParams.is_null()
+        {
+            return;
+        }
+        // SAFETY: functionParams is the parameter struct of this callback id.
+        let image = unsafe {
+            match cbid {
+                load_cbid::MODULE_LOAD_DATA => {
+                    (*(data.functionParams as *const csys::cuModuleLoadData_params)).image
+                }
+                load_cbid::MODULE_LOAD_DATA_EX => {
+                    (*(data.functionParams as *const csys::cuModuleLoadDataEx_params)).image
+                }
+                load_cbid::MODULE_LOAD_FAT_BINARY => {
+                    (*(data.functionParams as *const csys::cuModuleLoadFatBinary_params)).fatCubin
+                }
+                load_cbid::LIBRARY_LOAD_DATA => {
+                    (*(data.functionParams as *const csys::cuLibraryLoadData_params)).code
+                }
+                _ => return,
+            }
+        } as *const u8;
+        let wanted = |name: &str| self.matches(name).0;
+        // SAFETY: image is what the application passes to this load call, inside its callback.
+        if let Some(src) = unsafe { ptx::inspect(image, &wanted) } {
+            lock(&self.inner).ptx_sources.push(src);
+        }
     }
 
     fn on_launch(&self, cbid: u32, data: &csys::CUpti_CallbackData) {
@@ -278,6 +329,7 @@ impl Recorder {
         })?;
         p.data.match_index = index;
         p.data.launch_index = launch_index;
+        p.data.ptx_sources = lock(&self.inner).ptx_sources.clone();
         p.data.device = Some(DeviceInfo {
             name: props.name,
             ordinal: props.ordinal as u32,
@@ -395,6 +447,16 @@ fn write_capture(
             w.device(d).map_err(e)?;
         }
         w.module(&p.module).map_err(e)?;
+        // The PTX the application shipped for this kernel, for replay on other GPUs.
+        if let Some((arch, text)) = ptx::resolve(&p.ptx_sources, &p.dispatch.kernel_name) {
+            w.module(&ModuleImage {
+                module_id: p.module.module_id.wrapping_add(1),
+                kind: ModuleKind::Ptx,
+                arch,
+                image: text,
+            })
+            .map_err(e)?;
+        }
         w.dispatch(&p.dispatch).map_err(e)?;
         for s in p.snapshots.iter_mut() {
             w.region(&s.region).map_err(e)?;
@@ -491,6 +553,14 @@ unsafe extern "C" fn callback(
                 rec.on_module_loaded(unsafe { &*(cbdata as *const csys::CUpti_ResourceData) });
             }
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API
+                if load_cbid::ALL.contains(&cbid) =>
+            {
+                // SAFETY: driver-API callbacks pass CUpti_CallbackData.
+                rec.on_image_load(cbid, unsafe {
+                    &*(cbdata as *const csys::CUpti_CallbackData)
+                });
+            }
+            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API
                 if allocations::cbid::ALL.contains(&cbid) =>
             {
                 // SAFETY: driver-API callbacks pass CUpti_CallbackData.
@@ -568,6 +638,12 @@ fn initialize() -> Result<(), String> {
     for cbid in launch_cbid::ALL {
         sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, cbid)
             .map_err(|e| e.to_string())?;
+    }
+    if config.mode == Mode::Record {
+        for cbid in load_cbid::ALL {
+            sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, cbid)
+                .map_err(|e| e.to_string())?;
+        }
     }
     if config.memory == MemoryScope::All {
         for cbid in allocations::cbid::ALL {

@@ -138,6 +138,10 @@ pub struct PlayArgs {
     /// free. Without it, relocation happens only when the original addresses are taken.
     #[arg(long)]
     pub relocate: bool,
+    /// Compile the captured PTX with the driver's JIT instead of loading the captured cubin
+    /// (automatic when the GPU is of another architecture than the capture's).
+    #[arg(long, conflicts_with = "module")]
+    pub ptx: bool,
 }
 
 #[derive(Args)]

@@ -54,6 +54,7 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         flush_cache: a.cache == Some(CacheMode::Flush),
         module_override,
         relocate: a.relocate,
+        ptx: a.ptx,
     };
     let mut session =
         Session::open(&cap, &opts).with_context(|| format!("cannot replay {}", path.display()))?;
@@ -84,8 +85,13 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         out!(w, "kernel    {}", demangle(&r.kernel));
         out!(
             w,
-            "device    {}; addresses {}; {}; cache {}",
+            "device    {}; code {}; addresses {}; {}; cache {}",
             r.device,
+            match r.code {
+                kreplay_player::CodeSource::Cubin => "captured cubin",
+                kreplay_player::CodeSource::PtxJit => "captured PTX (JIT-compiled)",
+                kreplay_player::CodeSource::Variant => "--module variant",
+            },
             match r.address_mode {
                 kreplay_player::AddressMode::Original => "original",
                 kreplay_player::AddressMode::Relocated => "relocated",
