@@ -25,10 +25,11 @@ rec saxpy '^saxpy' 2 "$W/kapps" saxpy 3
 rec globals poly_globals 1 "$W/kapps" globals
 rec bigsmem smem_reverse 1 "$W/kapps" bigsmem
 rec coop coop_normalize 1 "$W/kapps" coop
-rec stencil stencil_iter 3 "$W/kapps" stencil
+rec stencil stencil_iter 1 "$W/kapps" stencil
 rec big big_scale 1 "$W/kapps" big
 rec gemm 'gemm|cutlass' 1 python3 "$HERE/testdata/apps/torch_app.py"
-for c in saxpy globals bigsmem coop stencil gemm big; do
+rec triton fused_axpy_relu 1 python3 "$HERE/testdata/apps/triton_app.py"
+for c in saxpy globals bigsmem coop stencil gemm triton big; do
   echo "== $c ($(stat -c %s "$W/$c.krr") bytes on disk)"
   grep -h "stalled" "$W/$c.rec.err" | sed 's/^/   /'
   "$BIN/replay_bench" "$W/$c.krr" 20

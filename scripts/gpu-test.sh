@@ -52,6 +52,12 @@ run_case() {
     "$KR" info "$w.krr" > "$w.info.txt" 2>&1
     "$KR" play "$w.krr" --passes 8 --verify --json > "$w.play.json" 2> "$w.play.err"; play_rc=$?
     "$KR" play "$w.krr" --relocate --passes 2 --verify --json > "$w.reloc.json" 2> "$w.reloc.err"
+    # The captured PTX, JIT-compiled (what another architecture would run), when there is one.
+    if grep -q '"kind":"ptx"' "$w.info.json"; then
+      "$KR" play "$w.krr" --ptx --passes 2 --verify --json > "$w.ptx.json" 2> "$w.ptx.err"
+    else
+      rm -f "$w.ptx.json"; : > "$w.ptx.err"
+    fi
   fi
   python3 - "$name" "$w" "$base_rc" "$rec_rc" "$same" "$ver_rc" "$play_rc" "$known" $(( (t1-t0)/1000000 )) $(( (t2-t1)/1000000 )) >> "$RESULTS" <<'PY'
 import json, os, sys
@@ -76,6 +82,15 @@ r["identical_passes"] = len(play.get("durations_ns") or []) == 8 and r["determin
 r["address_mode"] = play.get("address_mode", "-")
 reloc = load(w + ".reloc.json")
 reloc_err = open(w + ".reloc.err").read() if os.path.exists(w + ".reloc.err") else ""
+ptx = load(w + ".ptx.json")
+if not any(m.get("kind") == "ptx" for m in info.get("modules") or []):
+    r["ptx"] = "none"
+elif ptx and ptx.get("code") == "ptx-jit" and (ptx.get("verify") or {}).get("matched"):
+    r["ptx"] = "ok"
+elif ptx and ptx.get("code") == "ptx-jit" and not (ptx.get("verify") or {}).get("deterministic", True):
+    r["ptx"] = "nondet"
+else:
+    r["ptx"] = "FAIL"
 if reloc and (reloc.get("verify") or {}).get("matched"):
     r["relocated"] = "ok"
 elif "cannot be relocated" in reloc_err:
@@ -84,11 +99,11 @@ else:
     r["relocated"] = "FAIL"
 ok = (r["base_rc"] == 0 and r["record_rc"] == 0 and r["output_same"] and r["verify_rc"] == 0
       and r["play_rc"] == 0 and r["identical_passes"] and (r["matched"] or not r["deterministic"])
-      and r["relocated"] != "FAIL")
+      and r["relocated"] != "FAIL" and r["ptx"] != "FAIL")
 r["ok"] = ok
 if not ok:
     errs = []
-    for suffix in (".rec.err", ".play.err", ".reloc.err", ".verify.out", ".base.err"):
+    for suffix in (".rec.err", ".play.err", ".reloc.err", ".ptx.err", ".verify.out", ".base.err"):
         try:
             with open(w + suffix) as f:
                 t = f.read().strip()
@@ -298,7 +313,7 @@ python3 - "$RESULTS" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print()
-print(f"{'case':<22} {'kernel':<40} {'regions':>7} {'capture':>12} {'orig us':>9} {'replay us':>10} {'verified':>9} {'addresses':>9} {'relocate':>8}  result")
+print(f"{'case':<22} {'kernel':<40} {'regions':>7} {'capture':>12} {'orig us':>9} {'replay us':>10} {'verified':>9} {'addresses':>9} {'relocate':>8} {'ptx jit':>7}  result")
 passed = failed = skipped = 0
 for r in rows:
     k = r.get("kernel", "-")
@@ -310,7 +325,7 @@ for r in rows:
         res = "KNOWN LIMITATION: " + r["known"]; skipped += 1
     else:
         res = "FAIL"; failed += 1
-    print(f"{r['case']:<22} {k:<40} {r.get('regions', 0):>7} {r.get('bytes', 0):>12} {r.get('original_us', 0):>9.1f} {r.get('median_us', 0):>10.1f} {verified:>9} {r.get('address_mode', '-'):>9} {r.get('relocated', '-'):>8}  {res}")
+    print(f"{r['case']:<22} {k:<40} {r.get('regions', 0):>7} {r.get('bytes', 0):>12} {r.get('original_us', 0):>9.1f} {r.get('median_us', 0):>10.1f} {verified:>9} {r.get('address_mode', '-'):>9} {r.get('relocated', '-'):>8} {r.get('ptx', '-'):>7}  {res}")
     if not r["ok"] and r.get("why"):
         print("    why: " + r["why"].replace("\n", " / ")[:1500])
 print()

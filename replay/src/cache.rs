@@ -78,6 +78,10 @@ pub struct L2Flush {
     _module: Module,
 }
 
+// SAFETY: the module, function and buffers are driver handles valid in the context they were
+// made in, from any thread that makes that context current; L2Flush has no thread affinity.
+unsafe impl Send for L2Flush {}
+
 impl L2Flush {
     /// Loads the sweep for the current context. `bytes` should be several times the L2 size.
     pub fn new(bytes: usize, sm_count: u32) -> CuResult<L2Flush> {
@@ -102,6 +106,18 @@ impl L2Flush {
 
     /// Queues one sweep on `stream`.
     pub fn run(&self, stream: &Stream) -> CuResult<()> {
+        // KREPLAY_DEBUG_FLUSH_REPEAT: a measurement aid (how many sweeps make L2 clean).
+        let repeat = std::env::var("KREPLAY_DEBUG_FLUSH_REPEAT")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(1);
+        for _ in 0..repeat.max(1) {
+            self.sweep(stream)?;
+        }
+        Ok(())
+    }
+
+    fn sweep(&self, stream: &Stream) -> CuResult<()> {
         let mut buf = self.buf.ptr;
         let mut vectors = (self.buf.len / 16) as u64;
         let mut sink = self.sink.ptr;
