@@ -53,7 +53,7 @@ run_case() {
     "$KR" play "$w.krr" --passes 8 --verify --json > "$w.play.json" 2> "$w.play.err"; play_rc=$?
     "$KR" play "$w.krr" --relocate --passes 2 --verify --json > "$w.reloc.json" 2> "$w.reloc.err"
     # The captured PTX, JIT-compiled (what another architecture would run), when there is one.
-    if grep -q '"kind":"ptx"' "$w.info.json"; then
+    if grep -Eq '"kind": ?"ptx"' "$w.info.json"; then
       "$KR" play "$w.krr" --ptx --passes 2 --verify --json > "$w.ptx.json" 2> "$w.ptx.err"
     else
       rm -f "$w.ptx.json"; : > "$w.ptx.err"

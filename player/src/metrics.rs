@@ -196,18 +196,22 @@ impl Session<'_> {
         let mut config = host.config_image().map_err(MetricsError::from)?;
         let needed = passes_needed(&mut config).map_err(MetricsError::from)?;
         let mut rp = RangeProfiler::enable(self.context()).map_err(MetricsError::from)?;
-        rp.configure(config, &req.cnames, 1)
+        // With a flush, the sweep runs inside the profiled window as its own automatic range,
+        // right before the dispatch: whatever the profiler's start-up wrote is cleaned out of
+        // L2 too. Only the dispatch's range is evaluated.
+        let ranges_per_pass = if sweep.is_some() { 2 } else { 1 };
+        rp.configure(config, &req.cnames, ranges_per_pass)
             .map_err(MetricsError::from)?;
         let mut passes = 0usize;
         loop {
             self.restore_if_launched()?;
-            if let Some(s) = &sweep {
-                s.run(self.stream())?;
-            }
             self.stream().synchronize()?;
             rp.start().map_err(MetricsError::from)?;
-            // Only the dispatch runs between start and stop: it is the one automatic range.
-            let launched = self.launch_once();
+            let swept = match &sweep {
+                Some(s) => s.run(self.stream()).map_err(PlayError::from),
+                None => Ok(()),
+            };
+            let launched = swept.and_then(|_| self.launch_once());
             let stopped = rp.stop();
             launched?;
             let done = stopped.map_err(MetricsError::from)?;
@@ -221,11 +225,20 @@ impl Session<'_> {
             }
         }
         rp.decode().map_err(MetricsError::from)?;
-        if rp.ranges().map_err(MetricsError::from)? == 0 {
+        let ranges = rp.ranges().map_err(MetricsError::from)?;
+        if ranges == 0 {
             return Err(MetricsError::Dropped.into());
         }
+        // The dispatch's range: the one named after the kernel, else the last one.
+        let kernel = self.kernel_name().to_string();
+        let range = (0..ranges)
+            .find(|&i| {
+                rp.range_name(i)
+                    .is_ok_and(|n| n == kernel || n.ends_with(&kernel))
+            })
+            .unwrap_or(ranges - 1);
         let values = host
-            .evaluate(rp.counter_data(), 0, &req.cnames)
+            .evaluate(rp.counter_data(), range, &req.cnames)
             .map_err(MetricsError::from)?;
         let mut units = BTreeMap::new();
         for n in &req.names {

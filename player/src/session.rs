@@ -547,6 +547,10 @@ impl<'c> Session<'c> {
         self._ctx.ctx
     }
 
+    pub(crate) fn kernel_name(&self) -> &str {
+        &self.cap.dispatch.kernel_name
+    }
+
     pub(crate) fn stream(&self) -> &Stream {
         &self.stream
     }

@@ -560,6 +560,24 @@ impl RangeProfiler {
         Ok(p.numTotalRanges)
     }
 
+    /// The name of a decoded range (for automatic ranges, the kernel's name).
+    pub fn range_name(&self, index: usize) -> Result<String, CuptiError> {
+        let mut p = params!(
+            CUpti_RangeProfiler_CounterData_GetRangeInfo_Params,
+            RangeProfiler_CounterData_GetRangeInfo_Params_STRUCT_SIZE
+        );
+        p.pCounterDataImage = self.counter_data.as_ptr();
+        p.counterDataImageSize = self.counter_data.len();
+        p.rangeIndex = index;
+        p.rangeDelimiter = c"/".as_ptr();
+        // SAFETY: a decoded counter-data image; CUPTI returns a string it owns.
+        check(
+            unsafe { sys::cuptiRangeProfilerCounterDataGetRangeInfo(&mut p) },
+            "cuptiRangeProfilerCounterDataGetRangeInfo",
+        )?;
+        Ok(owned(p.rangeName))
+    }
+
     pub fn counter_data(&self) -> &[u8] {
         &self.counter_data
     }
