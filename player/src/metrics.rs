@@ -196,22 +196,20 @@ impl Session<'_> {
         let mut config = host.config_image().map_err(MetricsError::from)?;
         let needed = passes_needed(&mut config).map_err(MetricsError::from)?;
         let mut rp = RangeProfiler::enable(self.context()).map_err(MetricsError::from)?;
-        // With a flush, the sweep runs inside the profiled window as its own automatic range,
-        // right before the dispatch: whatever the profiler's start-up wrote is cleaned out of
-        // L2 too. Only the dispatch's range is evaluated.
-        let ranges_per_pass = if sweep.is_some() { 2 } else { 1 };
-        rp.configure(config, &req.cnames, ranges_per_pass)
+        // One automatic range per pass: the dispatch alone. The L2 sweep runs before the
+        // profiler starts. (Running it inside the window as a range of its own was tried: it
+        // leaves the kernel's output dirty in L2, and DRAM writes then read far below ncu's.)
+        rp.configure(config, &req.cnames, 1)
             .map_err(MetricsError::from)?;
         let mut passes = 0usize;
         loop {
             self.restore_if_launched()?;
+            if let Some(s) = &sweep {
+                s.run(self.stream())?;
+            }
             self.stream().synchronize()?;
             rp.start().map_err(MetricsError::from)?;
-            let swept = match &sweep {
-                Some(s) => s.run(self.stream()).map_err(PlayError::from),
-                None => Ok(()),
-            };
-            let launched = swept.and_then(|_| self.launch_once());
+            let launched = self.launch_once();
             let stopped = rp.stop();
             launched?;
             let done = stopped.map_err(MetricsError::from)?;
