@@ -113,7 +113,10 @@ mod tests {
         // A non-empty directory where the file should land: the final rename fails.
         fs::create_dir_all(path.join("occupied")).expect("blocker");
         assert!(f.finish().is_err());
-        assert!(!d.join("x.krr.partial").exists(), "partial file left behind");
+        assert!(
+            !d.join("x.krr.partial").exists(),
+            "partial file left behind"
+        );
         let _ = fs::remove_dir_all(&d);
     }
 }

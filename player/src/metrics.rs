@@ -293,7 +293,39 @@ pub fn list_metrics(device: i32) -> Result<(String, Vec<MetricInfo>), PlayError>
 
 #[cfg(test)]
 mod tests {
-    use super::unit_of;
+    use super::{unit_of, MetricsError};
+    use kreplay_replay::cupti::{sys::CUptiResult, CuptiError};
+
+    fn err(code: CUptiResult) -> MetricsError {
+        MetricsError::from(CuptiError {
+            call: "cuptiProfilerInitialize",
+            code: code as u32,
+            name: format!("{code:?}"),
+        })
+    }
+
+    #[test]
+    fn cupti_failures_become_actionable_messages() {
+        let e = err(CUptiResult::CUPTI_ERROR_INSUFFICIENT_PRIVILEGES);
+        assert!(matches!(e, MetricsError::Privileges(_)));
+        assert!(e
+            .to_string()
+            .contains("NVreg_RestrictProfilingToAdminUsers"));
+        let e = err(CUptiResult::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+        assert!(matches!(e, MetricsError::Busy(_)));
+        assert!(e.to_string().contains("without --metrics"));
+        assert!(matches!(
+            err(CUptiResult::CUPTI_ERROR_INVALID_PARAMETER),
+            MetricsError::Cupti(_)
+        ));
+        let e = MetricsError::UnknownMetrics {
+            bad: vec!["a.sum".into(), "b".into()],
+            chip: "GH100".into(),
+        };
+        let m = e.to_string();
+        assert!(m.contains("unknown metrics for GH100: a.sum, b"), "{m}");
+        assert!(m.contains("--list-metrics"), "{m}");
+    }
 
     #[test]
     fn units_follow_the_suffix() {

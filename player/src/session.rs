@@ -253,12 +253,7 @@ fn ptx_defines(ptx: &[u8], name: &str) -> bool {
 /// A read-only L2 sweep sized for this device.
 fn new_flush(props: &DeviceProps) -> Result<L2Flush, PlayError> {
     let l2 = cache::l2_bytes(props.ordinal)?;
-    // KREPLAY_DEBUG_FLUSH_MULTIPLE: a measurement aid (sweep size as a multiple of L2).
-    let multiple = std::env::var("KREPLAY_DEBUG_FLUSH_MULTIPLE")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(FLUSH_L2_MULTIPLE);
-    let bytes = (l2 * multiple).max(MIN_FLUSH_BYTES);
+    let bytes = (l2 * FLUSH_L2_MULTIPLE).max(MIN_FLUSH_BYTES);
     Ok(L2Flush::new(bytes as usize, props.sm_count)?)
 }
 

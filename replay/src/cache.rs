@@ -106,18 +106,6 @@ impl L2Flush {
 
     /// Queues one sweep on `stream`.
     pub fn run(&self, stream: &Stream) -> CuResult<()> {
-        // KREPLAY_DEBUG_FLUSH_REPEAT: a measurement aid (how many sweeps make L2 clean).
-        let repeat = std::env::var("KREPLAY_DEBUG_FLUSH_REPEAT")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(1);
-        for _ in 0..repeat.max(1) {
-            self.sweep(stream)?;
-        }
-        Ok(())
-    }
-
-    fn sweep(&self, stream: &Stream) -> CuResult<()> {
         let mut buf = self.buf.ptr;
         let mut vectors = (self.buf.len / 16) as u64;
         let mut sink = self.sink.ptr;
