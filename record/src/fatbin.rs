@@ -198,14 +198,16 @@ pub fn entry_names(ptx: &[u8]) -> Vec<String> {
     out
 }
 
+/// A real fatbin from `testdata/fatbin` (tests of this module and of `ptx`).
+#[cfg(test)]
+pub(crate) fn golden(name: &str) -> Vec<u8> {
+    let p = format!("{}/../testdata/fatbin/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn golden(name: &str) -> Vec<u8> {
-        let p = format!("{}/../testdata/fatbin/{name}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
-    }
 
     #[test]
     fn compressed_and_plain_ptx_agree() {

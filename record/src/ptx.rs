@@ -166,11 +166,7 @@ pub fn resolve(sources: &[PtxSource], kernel: &str) -> Option<(u32, Vec<u8>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn golden(name: &str) -> Vec<u8> {
-        let p = format!("{}/../testdata/fatbin/{name}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
-    }
+    use crate::fatbin::golden;
 
     #[test]
     fn container_from_the_heap_is_copied_only_when_wanted() {
