@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod file;
 pub mod layout;
+pub mod ptx;
 pub mod reader;
 pub mod salvage;
 pub mod writer;

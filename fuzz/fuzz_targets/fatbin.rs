@@ -13,8 +13,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = fatbin::wrapper_target(data);
     for e in fatbin::ptx_entries(data) {
         if let Ok(text) = e.text() {
-            let _ = fatbin::entry_names(&text);
+            let _ = kreplay_format::ptx::entry_names(&text);
         }
     }
-    let _ = fatbin::entry_names(data);
+    let _ = kreplay_format::ptx::entry_names(data);
 });

@@ -7,7 +7,9 @@ mod relocate;
 mod session;
 mod verify;
 
-pub use metrics::{list_metrics, MetricInfo, MetricRequest, MetricsError, MetricsReport};
+pub use metrics::{
+    list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsError, MetricsReport,
+};
 pub use session::{
     fixed_ranges, AddressMode, CodeSource, PlayError, PlayOptions, PlayReport, Session,
 };

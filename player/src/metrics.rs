@@ -3,17 +3,16 @@
 //! that many times, restoring the written memory (and, by default, emptying L2) before each,
 //! so every pass sees the captured input. Counter passes are never timing passes.
 
-use std::collections::BTreeMap;
 use std::ffi::CString;
 
 use kreplay_replay::cupti::{self, sys::CUptiResult, CuptiError};
-use kreplay_replay::driver::{self, PrimaryContext};
+use kreplay_replay::driver::PrimaryContext;
 use kreplay_replay::profiler::{
     self, passes_needed, MetricHost, MetricKind, ProfilerApi, RangeProfiler,
 };
 use serde::Serialize;
 
-use crate::session::{PlayError, Session};
+use crate::session::{open_device, PlayError, Session};
 
 /// More passes than any metric set needs: a profiler that never reports completion is a bug,
 /// not a reason to spin forever.
@@ -62,8 +61,10 @@ pub struct MetricRequest {
     names: Vec<String>,
     cnames: Vec<CString>,
     chip: String,
-    availability: Vec<u8>,
-    // Drop order: the profiler API is released before the context.
+    /// Holds the metrics: made the configuration image, later evaluates the counters.
+    host: MetricHost,
+    config: Vec<u8>,
+    // Drop order: the host object, then the profiler API, then the context.
     _api: ProfilerApi,
     _ctx: PrimaryContext,
 }
@@ -109,30 +110,21 @@ impl MetricRequest {
             }
             .into());
         }
+        let config = host.config_image().map_err(MetricsError::from)?;
         Ok(MetricRequest {
             names: uniq,
             cnames,
             chip,
-            availability,
+            host,
+            config,
             _api: api,
             _ctx: ctx,
         })
     }
-
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
 }
 
 fn open_profiler(device: i32) -> Result<(PrimaryContext, ProfilerApi), PlayError> {
-    driver::ensure_driver()?;
-    let count = driver::device_count()?;
-    if device < 0 || device >= count {
-        return Err(PlayError::NoSuchDevice {
-            requested: device,
-            count,
-        });
-    }
+    open_device(device)?;
     if !cupti::cupti_present() {
         return Err(MetricsError::NoCupti.into());
     }
@@ -144,15 +136,19 @@ fn open_profiler(device: i32) -> Result<(PrimaryContext, ProfilerApi), PlayError
     Ok((ctx, api))
 }
 
+/// One counter of the replayed dispatch.
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricValue {
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
+}
+
 /// Counter values of the replayed dispatch.
 #[derive(Debug, Clone, Serialize)]
 pub struct MetricsReport {
-    /// Metric name to value, in the units of `units`.
-    pub values: BTreeMap<String, f64>,
-    pub units: BTreeMap<String, String>,
-    /// Order the user asked for.
-    #[serde(skip)]
-    pub order: Vec<String>,
+    /// In the order the user asked for them.
+    pub metrics: Vec<MetricValue>,
     /// Replay passes the metric set needed (none of them timed).
     pub passes: u32,
     /// Whether L2 was emptied before each pass.
@@ -190,10 +186,7 @@ impl Session<'_> {
         } else {
             None
         };
-        let mut host = MetricHost::new(&req.chip, Some(req.availability.clone()))
-            .map_err(MetricsError::from)?;
-        host.add_metrics(&req.cnames).map_err(MetricsError::from)?;
-        let mut config = host.config_image().map_err(MetricsError::from)?;
+        let mut config = req.config.clone();
         let needed = passes_needed(&mut config).map_err(MetricsError::from)?;
         let mut rp = RangeProfiler::enable(self.context()).map_err(MetricsError::from)?;
         // One automatic range per pass: the dispatch alone. The L2 sweep runs before the
@@ -209,7 +202,7 @@ impl Session<'_> {
             }
             self.stream().synchronize()?;
             rp.start().map_err(MetricsError::from)?;
-            let launched = self.launch_once();
+            let launched = self.launch();
             let stopped = rp.stop();
             launched?;
             let done = stopped.map_err(MetricsError::from)?;
@@ -235,22 +228,30 @@ impl Session<'_> {
                     .is_ok_and(|n| n == kernel || n.ends_with(&kernel))
             })
             .unwrap_or(ranges - 1);
-        let values = host
+        let values = req
+            .host
             .evaluate(rp.counter_data(), range, &req.cnames)
             .map_err(MetricsError::from)?;
-        let mut units = BTreeMap::new();
-        for n in &req.names {
-            let base = n.split('.').next().unwrap_or(n);
-            let dim = host
-                .properties(base)
-                .map(|p| p.dim_unit)
-                .unwrap_or_default();
-            units.insert(n.clone(), unit_of(n, &dim));
-        }
+        let metrics = req
+            .names
+            .iter()
+            .zip(values)
+            .map(|(name, value)| {
+                let base = name.split('.').next().unwrap_or(name);
+                let dim = req
+                    .host
+                    .properties(base)
+                    .map(|p| p.dim_unit)
+                    .unwrap_or_default();
+                MetricValue {
+                    unit: unit_of(name, &dim),
+                    name: name.clone(),
+                    value,
+                }
+            })
+            .collect();
         Ok(MetricsReport {
-            values: req.names.iter().cloned().zip(values).collect(),
-            units,
-            order: req.names.clone(),
+            metrics,
             passes: passes as u32,
             cache: if flush { "flush" } else { "keep" },
             chip: req.chip.clone(),

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use kreplay_format::{
-    Capture, FormatError, LaunchApi, MemoryState, ModuleKind, Region, RegionRole,
+    ptx, Capture, FormatError, LaunchApi, MemoryState, ModuleKind, Region, RegionRole,
 };
 use kreplay_replay::cache::{self, L2Flush};
 use kreplay_replay::driver::{
@@ -194,7 +194,7 @@ pub struct Session<'c> {
     code: CodeSource,
     _moved: Vec<DeviceBuffer>,
     _mapping: Option<FixedMapping>,
-    _ctx: PrimaryContext,
+    ctx: PrimaryContext,
     opened: Instant,
 }
 
@@ -216,7 +216,7 @@ fn choose_code(
     let ptx = cap
         .modules
         .iter()
-        .find(|p| p.kind == ModuleKind::Ptx && ptx_defines(&p.image, &d.kernel_name));
+        .find(|p| p.kind == ModuleKind::Ptx && ptx::defines_entry(&p.image, &d.kernel_name));
     let wrong_arch = m.kind == ModuleKind::Cubin && m.arch != 0 && m.arch != dev_arch;
     if !(opts.ptx || wrong_arch) {
         return Ok((m.image.clone(), CodeSource::Cubin));
@@ -238,16 +238,17 @@ fn choose_code(
     }
 }
 
-/// Whether PTX text has `.entry NAME` followed by `(` or whitespace.
-fn ptx_defines(ptx: &[u8], name: &str) -> bool {
-    let needle = format!(".entry {name}");
-    let n = needle.as_bytes();
-    ptx.windows(n.len()).enumerate().any(|(i, w)| {
-        w == n
-            && ptx
-                .get(i + n.len())
-                .is_some_and(|&c| c == b'(' || c.is_ascii_whitespace())
-    })
+/// Loads the driver and checks that device `ordinal` exists.
+pub(crate) fn open_device(ordinal: i32) -> Result<(), PlayError> {
+    driver::ensure_driver()?;
+    let count = driver::device_count()?;
+    if ordinal < 0 || ordinal >= count {
+        return Err(PlayError::NoSuchDevice {
+            requested: ordinal,
+            count,
+        });
+    }
+    Ok(())
 }
 
 /// A read-only L2 sweep sized for this device.
@@ -295,16 +296,25 @@ impl<'c> Session<'c> {
     /// Prepares the capture on device `opts.device`.
     pub fn open(cap: &'c Capture<'c>, opts: &PlayOptions) -> Result<Session<'c>, PlayError> {
         let opened = Instant::now();
-        driver::ensure_driver()?;
-        let count = driver::device_count()?;
-        if opts.device < 0 || opts.device >= count {
-            return Err(PlayError::NoSuchDevice {
-                requested: opts.device,
-                count,
-            });
-        }
-        let props = driver::device_props(opts.device)?;
         let d = &cap.dispatch;
+        // A damaged dispatch is refused before any GPU work.
+        if let Some(p) = d
+            .params
+            .iter()
+            .find(|p| p.offset as u64 + p.size as u64 > d.arg_bytes.len() as u64)
+        {
+            return Err(PlayError::Format(FormatError::Inconsistent {
+                offset: 0,
+                what: format!(
+                    "parameter at offset {} ({} bytes) lies outside the {} argument bytes",
+                    p.offset,
+                    p.size,
+                    d.arg_bytes.len()
+                ),
+            }));
+        }
+        open_device(opts.device)?;
+        let props = driver::device_props(opts.device)?;
         let dev_arch = props.cc_major * 10 + props.cc_minor;
         let (image, code) = choose_code(cap, opts, dev_arch, &props)?;
 
@@ -495,21 +505,6 @@ impl<'c> Session<'c> {
         } else {
             None
         };
-        if let Some(p) = d
-            .params
-            .iter()
-            .find(|p| p.offset as u64 + p.size as u64 > d.arg_bytes.len() as u64)
-        {
-            return Err(PlayError::Format(FormatError::Inconsistent {
-                offset: 0,
-                what: format!(
-                    "parameter at offset {} ({} bytes) lies outside the {} argument bytes",
-                    p.offset,
-                    p.size,
-                    d.arg_bytes.len()
-                ),
-            }));
-        }
         let param_offsets = d.params.iter().map(|p| p.offset).collect();
         let mut args = d.arg_bytes.clone();
         if let Some(rel) = &relocation {
@@ -533,13 +528,13 @@ impl<'c> Session<'c> {
             write_set,
             region_addr,
             _mapping: mapping,
-            _ctx: ctx,
+            ctx,
             opened,
         })
     }
 
     pub(crate) fn context(&self) -> driver::sys::CUcontext {
-        self._ctx.ctx
+        self.ctx.ctx
     }
 
     pub(crate) fn kernel_name(&self) -> &str {
@@ -560,10 +555,6 @@ impl<'c> Session<'c> {
             self.restore()?;
         }
         Ok(())
-    }
-
-    pub(crate) fn launch_once(&mut self) -> Result<(), PlayError> {
-        self.launch()
     }
 
     fn restore(&self) -> Result<(), PlayError> {
@@ -589,7 +580,7 @@ impl<'c> Session<'c> {
         Ok(())
     }
 
-    fn launch(&mut self) -> Result<(), PlayError> {
+    pub(crate) fn launch(&mut self) -> Result<(), PlayError> {
         let base = self.args.as_mut_ptr();
         let mut params: Vec<*mut c_void> = self
             .param_offsets
@@ -652,17 +643,14 @@ impl<'c> Session<'c> {
         let mut timer = GatedTimer::new()?;
         let stop = Event::new()?;
         let restore_start = Event::new()?;
-        let mut launched = self.launched;
         let mut setup_ms = 0.0;
         for _ in 0..opts.warmup {
-            if launched {
+            if self.launched {
                 self.restore()?;
-            }
-            if !launched {
+            } else {
                 setup_ms = self.opened.elapsed().as_secs_f64() * 1e3;
             }
             self.launch()?;
-            launched = true;
             self.stream.synchronize()?;
         }
         let mut durations = Vec::new();
@@ -674,7 +662,7 @@ impl<'c> Session<'c> {
         };
         let mut reference: Option<Vec<u32>> = None;
         for pass in 0..opts.passes.max(1) {
-            if launched {
+            if self.launched {
                 restore_start.record_raw(self.stream.raw)?;
                 self.restore()?;
                 stop.record_raw(self.stream.raw)?;
@@ -684,14 +672,13 @@ impl<'c> Session<'c> {
             if let Some(f) = &self.flush {
                 f.run(&self.stream)?;
             }
-            if !launched {
+            if !self.launched {
                 setup_ms = self.opened.elapsed().as_secs_f64() * 1e3;
             }
             timer.arm(self.stream.raw)?;
             let launched_ok = self.launch();
             timer.finish(self.stream.raw)?;
             launched_ok?;
-            launched = true;
             durations.push(timer.elapsed_ns()?);
             if opts.verify {
                 if pass == 0 && opts.warmup == 0 {
@@ -752,19 +739,5 @@ impl<'c> Session<'c> {
             setup_ms,
             verify: v,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ptx_defines;
-
-    #[test]
-    fn ptx_entry_lookup_is_exact() {
-        let ptx = b".visible .entry _Z5saxpyifPKfPf(\n.param .u32 a\n)\n.entry k2 (\n";
-        assert!(ptx_defines(ptx, "_Z5saxpyifPKfPf"));
-        assert!(ptx_defines(ptx, "k2"));
-        assert!(!ptx_defines(ptx, "_Z5saxpy"));
-        assert!(!ptx_defines(ptx, "k"));
     }
 }

@@ -166,38 +166,6 @@ pub fn ptx_entries(bytes: &[u8]) -> Vec<PtxEntry<'_>> {
     out
 }
 
-/// Whether PTX text defines the kernel `name` (`.entry name(`).
-pub fn defines_entry(ptx: &[u8], name: &str) -> bool {
-    entry_names(ptx).iter().any(|n| n == name)
-}
-
-/// Names of every `.entry` in PTX text.
-pub fn entry_names(ptx: &[u8]) -> Vec<String> {
-    let mut out = Vec::new();
-    let needle = b".entry";
-    let mut i = 0;
-    while let Some(p) = ptx[i..].windows(needle.len()).position(|w| w == needle) {
-        let mut j = i + p + needle.len();
-        if ptx.get(j).is_some_and(|c| c.is_ascii_whitespace()) {
-            while ptx.get(j).is_some_and(|c| c.is_ascii_whitespace()) {
-                j += 1;
-            }
-            let start = j;
-            while ptx
-                .get(j)
-                .is_some_and(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'$')
-            {
-                j += 1;
-            }
-            if j > start {
-                out.push(String::from_utf8_lossy(&ptx[start..j]).into_owned());
-            }
-        }
-        i = j.max(i + p + 1);
-    }
-    out
-}
-
 /// A real fatbin from `testdata/fatbin` (tests of this module and of `ptx`).
 #[cfg(test)]
 pub(crate) fn golden(name: &str) -> Vec<u8> {
@@ -208,6 +176,8 @@ pub(crate) fn golden(name: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use kreplay_format::ptx::{defines_entry, entry_names};
 
     #[test]
     fn compressed_and_plain_ptx_agree() {

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use crate::fatbin::{self, ImageKind};
+use kreplay_format::ptx;
 
 /// Longest PTX text copied from a NUL-terminated image.
 const MAX_TEXT: usize = 512 << 20;
@@ -96,7 +97,7 @@ pub unsafe fn inspect(image: *const u8, wanted: &dyn Fn(&str) -> bool) -> Option
             let all = unsafe { std::slice::from_raw_parts(image, len as usize) };
             fatbin::ptx_entries(all).into_iter().find_map(|e| {
                 let text = e.text().ok()?;
-                fatbin::entry_names(&text)
+                ptx::entry_names(&text)
                     .iter()
                     .any(|n| wanted(n))
                     .then(|| PtxSource::Text {
@@ -109,7 +110,7 @@ pub unsafe fn inspect(image: *const u8, wanted: &dyn Fn(&str) -> bool) -> Option
             // SAFETY: PTX images are NUL-terminated text.
             let text = unsafe { c_text(image, MAX_TEXT) };
             let arch = target_arch(&text);
-            fatbin::entry_names(&text)
+            ptx::entry_names(&text)
                 .iter()
                 .any(|n| wanted(n))
                 .then(|| PtxSource::Text {
@@ -142,7 +143,7 @@ pub fn resolve(sources: &[PtxSource], kernel: &str) -> Option<(u32, Vec<u8>)> {
     for s in sources.iter().rev() {
         match s {
             PtxSource::Text { arch, text } => {
-                if fatbin::defines_entry(text, kernel) {
+                if ptx::defines_entry(text, kernel) {
                     return Some((*arch, text.to_vec()));
                 }
             }
@@ -152,7 +153,7 @@ pub fn resolve(sources: &[PtxSource], kernel: &str) -> Option<(u32, Vec<u8>)> {
                 let all = unsafe { std::slice::from_raw_parts(*addr as *const u8, *len as usize) };
                 for e in fatbin::ptx_entries(all) {
                     if let Ok(text) = e.text() {
-                        if fatbin::defines_entry(&text, kernel) {
+                        if ptx::defines_entry(&text, kernel) {
                             return Some((e.arch, text));
                         }
                     }
@@ -178,7 +179,7 @@ mod tests {
         let got = unsafe { inspect(b.as_ptr(), &|n| n == "axpb") }.expect("PTX kept");
         let (arch, text) = resolve(&[got], "axpb").expect("resolves");
         assert_eq!(arch, 90);
-        assert!(fatbin::defines_entry(&text, "axpb"));
+        assert!(ptx::defines_entry(&text, "axpb"));
     }
 
     #[test]
@@ -193,7 +194,7 @@ mod tests {
         let src = unsafe { inspect(wrapper.as_ptr(), &|_| false) }.expect("has PTX");
         assert!(matches!(src, PtxSource::Mapped { .. }));
         let (_, text) = resolve(std::slice::from_ref(&src), "_Z5saxpyifPKfPf").expect("saxpy PTX");
-        assert!(fatbin::defines_entry(&text, "_Z5saxpyifPKfPf"));
+        assert!(ptx::defines_entry(&text, "_Z5saxpyifPKfPf"));
         assert!(resolve(&[src], "no_such_kernel").is_none());
         // The first container has no PTX: nothing to remember.
         wrapper[8..16].copy_from_slice(&(b.as_ptr() as u64).to_le_bytes());

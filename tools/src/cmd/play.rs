@@ -1,5 +1,6 @@
 //! `kreplay play`.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -18,13 +19,35 @@ struct JsonReport<'a> {
     #[serde(flatten)]
     play: &'a PlayReport,
     #[serde(skip_serializing_if = "Option::is_none")]
-    metrics: Option<&'a std::collections::BTreeMap<String, f64>>,
+    metrics: Option<BTreeMap<&'a str, f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    metric_units: Option<&'a std::collections::BTreeMap<String, String>>,
+    metric_units: Option<BTreeMap<&'a str, &'a str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     metric_passes: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     metric_cache: Option<&'static str>,
+}
+
+impl<'a> JsonReport<'a> {
+    fn new(play: &'a PlayReport, m: Option<&'a MetricsReport>) -> Self {
+        JsonReport {
+            play,
+            metrics: m.map(|m| {
+                m.metrics
+                    .iter()
+                    .map(|v| (v.name.as_str(), v.value))
+                    .collect()
+            }),
+            metric_units: m.map(|m| {
+                m.metrics
+                    .iter()
+                    .map(|v| (v.name.as_str(), v.unit.as_str()))
+                    .collect()
+            }),
+            metric_passes: m.map(|m| m.passes),
+            metric_cache: m.map(|m| m.cache),
+        }
+    }
 }
 
 pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
@@ -72,13 +95,7 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {
-        let j = JsonReport {
-            play: &r,
-            metrics: metrics.as_ref().map(|m| &m.values),
-            metric_units: metrics.as_ref().map(|m| &m.units),
-            metric_passes: metrics.as_ref().map(|m| m.passes),
-            metric_cache: metrics.as_ref().map(|m| m.cache),
-        };
+        let j = JsonReport::new(&r, metrics.as_ref());
         serde_json::to_writer(&mut w, &j)?;
         out!(w);
     } else {
@@ -168,19 +185,19 @@ fn print_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
     out!(
         w,
         "counters  {} metric(s) in {} untimed pass(es) on {} (cache {} before each pass)",
-        m.order.len(),
+        m.metrics.len(),
         m.passes,
         m.chip,
         m.cache
     );
-    let width = m.order.iter().map(|n| n.len()).max().unwrap_or(0);
-    for name in &m.order {
-        let value = m.values.get(name).copied().unwrap_or(f64::NAN);
-        let unit = m.units.get(name).map(String::as_str).unwrap_or("");
+    let width = m.metrics.iter().map(|v| v.name.len()).max().unwrap_or(0);
+    for v in &m.metrics {
         out!(
             w,
-            "          {name:<width$}  {:>20}  {unit}",
-            format_value(value)
+            "          {:<width$}  {:>20}  {}",
+            v.name,
+            format_value(v.value),
+            v.unit
         );
     }
     Ok(())

@@ -67,9 +67,13 @@ fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Result<Run> {
     for (k, v) in vars {
         cmd.env(k, v);
     }
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start {prog}"))?;
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&report_dir);
+            return Err(e).with_context(|| format!("cannot start {prog}"));
+        }
+    };
     let mut reports = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&report_dir) {
         for e in entries.flatten() {
