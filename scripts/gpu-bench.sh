@@ -35,3 +35,35 @@ for c in saxpy globals bigsmem coop stencil gemm triton big; do
   "$BIN/replay_bench" "$W/$c.krr" 20
   "$BIN/replay_bench" "$W/$c.krr" 20 --flush | grep median
 done
+
+# Replayed median against the original in-app duration, with several in-app samples: one
+# launch is one sample of the original, so each kernel is launched 5 times by the app and every
+# launch is captured (each measured by the recorder after settling L2). The original figure is
+# the median of the 5 in-app samples; the replay figure is the median of the 5 captures'
+# replay medians (20 passes each, --cache flush: the recorder's empty-L2 condition).
+echo "== in-app samples (5 launches, each captured) against replay --cache flush"
+multi() {
+  local name=$1 regex=$2; shift 2
+  rm -f "$W/$name"-s*.krr
+  "$BIN/kreplay" record -k "$regex" --count 5 -o "$W/$name-s%n.krr" -- "$@" > /dev/null 2> "$W/$name.multi.err" || { tail -3 "$W/$name.multi.err"; return; }
+  local f
+  for f in "$W/$name"-s*.krr; do
+    "$BIN/kreplay" play "$f" --passes 20 --cache flush --json 2> /dev/null || echo '{}'
+  done | python3 -c "
+import json, statistics, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+orig = [r['original_ns'] for r in rows if r.get('original_ns')]
+rep = [r['median_ns'] for r in rows if r.get('median_ns')]
+if len(orig) < 3 or len(rep) < 3:
+    print('bench: $name: too few captures (%d)' % len(rows)); sys.exit()
+o, p = statistics.median(orig), statistics.median(rep)
+d = (p - o) / o * 100
+print('bench: $name: in-app %s us -> median %.1f us; replay medians %s us -> median %.1f us; diff %+.1f%%%s' % (
+    ' '.join('%.1f' % (x / 1e3) for x in orig), o / 1e3, ' '.join('%.1f' % (x / 1e3) for x in rep), p / 1e3, d,
+    '' if o < 20000 else ' (target +-5% for >= 20 us) -> ' + ('ok' if abs(d) <= 5 else 'OVER')))
+"
+}
+multi globals poly_globals "$W/kapps" globals 5
+multi bigsmem smem_reverse "$W/kapps" bigsmem 5
+multi coop coop_normalize "$W/kapps" coop 5
+multi stencil stencil_iter "$W/kapps" stencil

@@ -57,7 +57,8 @@ static SETTLE: Mutex<Option<Result<L2Flush, String>>> = Mutex::new(None);
 /// write-backs would land inside the kernel's time, and the GPU may have idled at low clocks
 /// while the application started. A few read sweeps over a buffer larger than L2 write those
 /// lines back and keep the GPU busy for about a millisecond, so the in-app figure is the
-/// kernel's own duration with a clean, cold L2 (what `kreplay play --cache flush` replays).
+/// kernel's own duration with an empty L2 (what `kreplay play --cache flush` replays: each
+/// sweep ends by discarding its own lines, see `cache`).
 /// Skipped (and said so) when device memory is short. `KREPLAY_DEBUG_SETTLE=0` turns it off
 /// (a measurement aid).
 fn settle(stream: &Stream) -> Result<(), String> {
@@ -412,7 +413,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
     }
     match settle(&stream) {
         Ok(()) => notes.push(format!(
-            "original duration measured after {SETTLE_SWEEPS} L2 read sweeps (clean, cold L2; compare with play --cache flush)"
+            "original duration measured after {SETTLE_SWEEPS} L2 read sweeps (empty L2; compare with play --cache flush)"
         )),
         Err(why) => notes.push(format!(
             "original duration measured without settling L2 ({why}); the snapshot copies may slow the kernel"

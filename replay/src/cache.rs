@@ -8,6 +8,11 @@
 //! a tiny kernel, shipped as PTX and compiled by the driver at load time, reads a zeroed
 //! buffer several times the size of L2. Dirty lines are written back during the sweep, and
 //! L2 ends up holding only clean lines of the sweep buffer.
+//!
+//! A full L2, even of clean lines, is not the empty L2 a profiler's flush leaves: the kernel's
+//! own lines then compete with them for replacement and more of its dirty output is evicted
+//! (written to DRAM) inside the kernel. So on sm_80 and later a second kernel then discards the
+//! sweep buffer's lines (`discard.global.L2`: invalidated, no write-back), leaving L2 empty.
 
 use crate::driver::{self, sys, CuResult, DeviceBuffer, Module, Stream};
 use std::ffi::c_void;
@@ -68,12 +73,62 @@ END:
 /// The name the sweep kernel carries (it shows up in profilers that list every kernel).
 pub const SWEEP_KERNEL: &str = "kreplay_l2_sweep";
 
+/// Invalidates every 128-byte line of the buffer in L2 without writing it back. Its own
+/// module: `discard` needs sm_80, and the sweep alone must still load on older GPUs.
+const DISCARD_PTX: &str = r#".version 7.4
+.target sm_80
+.address_size 64
+
+.visible .entry kreplay_l2_discard(
+    .param .u64 p_buf,
+    .param .u64 p_lines
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<5>;
+    .reg .b64 %rd<9>;
+
+    ld.param.u64 %rd1, [p_buf];
+    ld.param.u64 %rd2, [p_lines];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %nctaid.x;
+    mul.wide.u32 %rd4, %r1, %r2;
+    cvt.u64.u32 %rd5, %r3;
+    add.u64 %rd4, %rd4, %rd5;
+    mul.wide.u32 %rd6, %r4, %r2;
+    setp.ge.u64 %p1, %rd4, %rd2;
+    @%p1 bra DONE;
+LOOP:
+    shl.b64 %rd7, %rd4, 7;
+    add.u64 %rd8, %rd1, %rd7;
+    discard.global.L2 [%rd8], 128;
+    add.u64 %rd4, %rd4, %rd6;
+    setp.lt.u64 %p1, %rd4, %rd2;
+    @%p1 bra LOOP;
+DONE:
+    ret;
+}
+"#;
+
+/// The name of the discard kernel.
+pub const DISCARD_KERNEL: &str = "kreplay_l2_discard";
+
+/// The discard stage: its module and function.
+struct Discard {
+    function: sys::CUfunction,
+    _module: Module,
+}
+
 /// A loaded sweep kernel and its buffer.
 pub struct L2Flush {
     buf: DeviceBuffer,
     sink: DeviceBuffer,
     function: sys::CUfunction,
     grid: u32,
+    discard: Option<Discard>,
     // Unloaded last: `function` lives in it.
     _module: Module,
 }
@@ -84,10 +139,26 @@ unsafe impl Send for L2Flush {}
 
 impl L2Flush {
     /// Loads the sweep for the current context. `bytes` should be several times the L2 size.
+    /// The discard stage is loaded where the GPU has it (sm_80 and later) unless
+    /// `KREPLAY_DEBUG_FLUSH=sweep` (a measurement aid) asks for the sweep alone.
     pub fn new(bytes: usize, sm_count: u32) -> CuResult<L2Flush> {
         let module = Module::load(SWEEP_PTX.as_bytes())?;
         let function = module.function(SWEEP_KERNEL)?;
-        let bytes = bytes.next_multiple_of(16);
+        let sweep_only = std::env::var_os("KREPLAY_DEBUG_FLUSH").is_some_and(|v| v == "sweep");
+        // An older GPU (or driver) cannot compile `discard`: the sweep alone is the fallback.
+        let discard = if sweep_only {
+            None
+        } else {
+            Module::load(DISCARD_PTX.as_bytes())
+                .and_then(|m| {
+                    Ok(Discard {
+                        function: m.function(DISCARD_KERNEL)?,
+                        _module: m,
+                    })
+                })
+                .ok()
+        };
+        let bytes = bytes.next_multiple_of(128);
         let buf = DeviceBuffer::new(bytes)?;
         let sink = DeviceBuffer::new(16)?;
         // SAFETY: buf is our own allocation of `bytes` bytes.
@@ -100,8 +171,14 @@ impl L2Flush {
             sink,
             function,
             grid: sm_count.max(1) * 4,
+            discard,
             _module: module,
         })
+    }
+
+    /// Whether the flush ends with an empty L2 (the discard stage) rather than a full one.
+    pub fn empties(&self) -> bool {
+        self.discard.is_some()
     }
 
     /// Queues one sweep on `stream`.
@@ -116,6 +193,24 @@ impl L2Flush {
         ];
         let mut l = driver::Launch {
             function: self.function,
+            grid: [self.grid, 1, 1],
+            block: [512, 1, 1],
+            shared_bytes: 0,
+            attributes: &[],
+            params: &mut params,
+        };
+        driver::launch(&mut l, stream)?;
+        let Some(d) = &self.discard else {
+            return Ok(());
+        };
+        let mut buf = self.buf.ptr;
+        let mut lines = (self.buf.len / 128) as u64;
+        let mut params = [
+            &mut buf as *mut u64 as *mut c_void,
+            &mut lines as *mut u64 as *mut c_void,
+        ];
+        let mut l = driver::Launch {
+            function: d.function,
             grid: [self.grid, 1, 1],
             block: [512, 1, 1],
             shared_bytes: 0,
