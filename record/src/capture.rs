@@ -164,6 +164,8 @@ pub struct Pending {
     pub stream: sys::CUstream,
     pub timer: GatedTimer,
     pub data: CaptureData,
+    /// Held from the settle sweeps until the kernel completed (see `quiet`).
+    pub measuring: Option<crate::quiet::Measuring>,
 }
 
 /// Everything the writer thread needs (it runs off the callback thread).
@@ -411,6 +413,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
             next_id += 1;
         }
     }
+    let measuring = crate::quiet::measure();
     match settle(&stream) {
         Ok(()) => notes.push(format!(
             "original duration measured after {SETTLE_SWEEPS} L2 read sweeps (empty L2; compare with play --cache flush)"
@@ -453,6 +456,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
         correlation: input.correlation,
         stream: view.stream,
         timer,
+        measuring: Some(measuring),
         data: CaptureData {
             dispatch,
             snapshots,
@@ -477,7 +481,9 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
 pub fn after_launch(p: &mut Pending) -> Result<(), String> {
     let t = Instant::now();
     p.timer.finish(p.stream).map_err(|e| e.to_string())?;
-    driver::ctx_synchronize().map_err(|e| format!("the kernel failed: {e}"))?;
+    let done = driver::ctx_synchronize().map_err(|e| format!("the kernel failed: {e}"));
+    p.measuring = None;
+    done?;
     p.data.dispatch.original_duration_ns = p.timer.elapsed_ns().ok();
     let stream = Stream::new().map_err(|e| e.to_string())?;
     let mut post = Vec::new();

@@ -12,6 +12,7 @@ pub mod cubin;
 pub mod fatbin;
 pub mod launch;
 pub mod ptx;
+pub mod quiet;
 mod recorder;
 pub mod report;
 

@@ -411,7 +411,8 @@ impl Recorder {
 /// Brings a device-scratch snapshot to the host (on the writer thread).
 fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, String> {
     let mut v = vec![0u8; buf.len];
-    driver::copy_dtoh(&mut v, buf.ptr).map_err(|e| format!("reading a snapshot back: {e}"))?;
+    crate::quiet::read_back(|| driver::copy_dtoh(&mut v, buf.ptr))
+        .map_err(|e| format!("reading a snapshot back: {e}"))?;
     Ok(v)
 }
 

@@ -1,0 +1,122 @@
+//! Keeping the recorder's own GPU traffic out of a measured launch.
+//!
+//! The writer thread of one capture reads its snapshots back from device scratch while the
+//! application runs on. When the application launches the next matching dispatch (`--count`),
+//! those reads would overlap that dispatch's measured launch: in the benchmark, launches
+//! measured during a read-back took 4 to 5 times their real duration. So a measured launch
+//! holds the device quiet from its settle sweeps until the kernel has completed, and the writer
+//! reads back only outside those windows (the capture waits for at most one read in progress).
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+#[derive(Default)]
+struct State {
+    measuring: bool,
+    reading: u32,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    measuring: false,
+    reading: 0,
+});
+static CHANGED: Condvar = Condvar::new();
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn wait(guard: MutexGuard<'static, State>) -> MutexGuard<'static, State> {
+    CHANGED.wait(guard).unwrap_or_else(|e| e.into_inner())
+}
+
+/// A measured launch in progress; the writer's reads wait until it is dropped.
+#[must_use]
+pub struct Measuring(());
+
+impl Drop for Measuring {
+    fn drop(&mut self) {
+        state().measuring = false;
+        CHANGED.notify_all();
+    }
+}
+
+/// Starts a measured window: waits for a read-back in progress, then holds off new ones.
+pub fn measure() -> Measuring {
+    let mut s = state();
+    // Another measured window (a capture on another thread) is not waited for: the two would
+    // only serialise the application's threads; each still keeps the writer out.
+    while s.reading > 0 {
+        s = wait(s);
+    }
+    s.measuring = true;
+    Measuring(())
+}
+
+/// Runs one read-back of device scratch outside any measured window.
+pub fn read_back<T>(f: impl FnOnce() -> T) -> T {
+    {
+        let mut s = state();
+        while s.measuring {
+            s = wait(s);
+        }
+        s.reading += 1;
+    }
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            let mut s = state();
+            s.reading -= 1;
+            drop(s);
+            CHANGED.notify_all();
+        }
+    }
+    let _done = Done;
+    f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    // One test for both directions: the state is process-wide.
+    #[test]
+    fn reads_wait_for_a_measured_window_and_windows_wait_for_reads() {
+        let window = measure();
+        let read = Arc::new(AtomicBool::new(false));
+        let r = read.clone();
+        let reader = std::thread::spawn(move || read_back(|| r.store(true, Ordering::SeqCst)));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !read.load(Ordering::SeqCst),
+            "a read-back ran inside a measured window"
+        );
+        drop(window);
+        reader.join().expect("reader thread");
+        assert!(read.load(Ordering::SeqCst));
+
+        // A read in progress delays the next window until it is done.
+        let in_read = Arc::new(AtomicBool::new(false));
+        let finished = Arc::new(AtomicBool::new(false));
+        let (ir, fi) = (in_read.clone(), finished.clone());
+        let reader = std::thread::spawn(move || {
+            read_back(|| {
+                ir.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(80));
+                fi.store(true, Ordering::SeqCst);
+            })
+        });
+        while !in_read.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let window = measure();
+        assert!(
+            finished.load(Ordering::SeqCst),
+            "a measured window began during a read-back"
+        );
+        drop(window);
+        reader.join().expect("reader thread");
+    }
+}
