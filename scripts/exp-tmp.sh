@@ -7,5 +7,5 @@ for n in saxpy; do
 try: print('saxpy [$v]', json.loads(t)['metrics'])
 except Exception: print('ERR', t[-300:])"
  done
- ncu --csv --print-units base --metrics dram__bytes_write.sum,dram__bytes_read.sum,gpu__time_duration.sum -k regex:saxpy -c 1 $W/kapps saxpy 1 2>&1 | grep -E '"(dram|gpu)' | cut -c1-40,150-
+ ncu --csv --print-units base --metrics dram__bytes_write.sum,dram__bytes_read.sum,gpu__time_duration.sum -k regex:saxpy -c 1 $W/kapps saxpy 1 2>&1 | grep -oE '"(dram__[a-z_.]+|gpu__time_duration.sum)","[^"]*","[^"]*"'
 done
