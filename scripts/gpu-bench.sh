@@ -10,6 +10,8 @@ nvcc -O2 -std=c++17 -arch=${KREPLAY_ARCH:-sm_90} -o "$W/kapps" "$HERE/testdata/a
 rec() { local name=$1 regex=$2 nth=$3; shift 3; "$BIN/kreplay" record -k "$regex" --nth "$nth" -o "$W/$name.krr" -- "$@" > /dev/null 2> "$W/$name.rec.err" || cat "$W/$name.rec.err"; }
 nvcc -O2 -arch=${KREPLAY_ARCH:-sm_90} -o "$W/copybench" "$HERE/testdata/apps/copybench.cu" || exit 2
 
+#   scripts/gpu-bench.sh BIN_DIR samples   # only the in-app samples section (the last one)
+if [ "${2:-all}" = all ]; then
 # Recorder stall for a dispatch reaching 4 GiB (2 GiB in, 2 GiB out) against a bare pinned
 # device-to-host copy of the same 4 GiB.
 rec big4g big_scale 1 "$W/kapps" big4g
@@ -35,6 +37,7 @@ for c in saxpy globals bigsmem coop stencil gemm triton big; do
   "$BIN/replay_bench" "$W/$c.krr" 20
   "$BIN/replay_bench" "$W/$c.krr" 20 --flush | grep median
 done
+fi
 
 # Replayed median against the original in-app duration, with several in-app samples: one
 # launch is one sample of the original, so each kernel is launched 5 times by the app and every

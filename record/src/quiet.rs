@@ -5,7 +5,8 @@
 //! those reads would overlap that dispatch's measured launch: in the benchmark, launches
 //! measured during a read-back took 4 to 5 times their real duration. So a measured launch
 //! holds the device quiet from its settle sweeps until the kernel has completed, and the writer
-//! reads back only outside those windows (the capture waits for at most one read in progress).
+//! reads back (and frees its scratch: a free remaps GPU pages) only outside those windows (the
+//! capture waits for at most one read in progress).
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -52,8 +53,9 @@ pub fn measure() -> Measuring {
     Measuring(())
 }
 
-/// Runs one read-back of device scratch outside any measured window.
-pub fn read_back<T>(f: impl FnOnce() -> T) -> T {
+/// Runs one piece of the writer's device work (a read-back of device scratch, freeing it)
+/// outside any measured window.
+pub fn outside_measurement<T>(f: impl FnOnce() -> T) -> T {
     {
         let mut s = state();
         while s.measuring {
@@ -87,7 +89,8 @@ mod tests {
         let window = measure();
         let read = Arc::new(AtomicBool::new(false));
         let r = read.clone();
-        let reader = std::thread::spawn(move || read_back(|| r.store(true, Ordering::SeqCst)));
+        let reader =
+            std::thread::spawn(move || outside_measurement(|| r.store(true, Ordering::SeqCst)));
         std::thread::sleep(Duration::from_millis(50));
         assert!(
             !read.load(Ordering::SeqCst),
@@ -102,7 +105,7 @@ mod tests {
         let finished = Arc::new(AtomicBool::new(false));
         let (ir, fi) = (in_read.clone(), finished.clone());
         let reader = std::thread::spawn(move || {
-            read_back(|| {
+            outside_measurement(|| {
                 ir.store(true, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(80));
                 fi.store(true, Ordering::SeqCst);

@@ -411,7 +411,7 @@ impl Recorder {
 /// Brings a device-scratch snapshot to the host (on the writer thread).
 fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, String> {
     let mut v = vec![0u8; buf.len];
-    crate::quiet::read_back(|| driver::copy_dtoh(&mut v, buf.ptr))
+    crate::quiet::outside_measurement(|| driver::copy_dtoh(&mut v, buf.ptr))
         .map_err(|e| format!("reading a snapshot back: {e}"))?;
     Ok(v)
 }
@@ -472,6 +472,7 @@ fn write_capture(
                         .map_err(e)?;
                     if let Some(post_buf) = s.post.take() {
                         let post = fetch(&post_buf)?;
+                        crate::quiet::outside_measurement(|| drop(post_buf));
                         let cs = s.region.chunk_size as usize;
                         for (region, offset, bytes) in
                             changed_chunks(s.region.region_id, cs, &pre, &post)
@@ -484,7 +485,8 @@ fn write_capture(
                 }
             }
             // Free the scratch as soon as it is written.
-            s.pre = Bytes::Host(Vec::new());
+            let scratch = std::mem::replace(&mut s.pre, Bytes::Host(Vec::new()));
+            crate::quiet::outside_measurement(|| drop(scratch));
         }
         for (region, offset, bytes) in &p.post {
             raw_bytes += bytes.len() as u64;
