@@ -192,24 +192,16 @@ impl Session<'_> {
         // One automatic range per pass: the dispatch alone. The L2 sweep runs before the
         // profiler starts. (Running it inside the window as a range of its own was tried: it
         // leaves the kernel's output dirty in L2, and DRAM writes then read far below ncu's.)
-        let in_range = std::env::var_os("KREPLAY_DEBUG_FLUSH_IN_RANGE").is_some();
-        rp.configure(config, &req.cnames, if in_range { 3 } else { 1 })
+        rp.configure(config, &req.cnames, 1)
             .map_err(MetricsError::from)?;
         let mut passes = 0usize;
         loop {
             self.restore_if_launched()?;
-            if !in_range {
-                if let Some(s) = &sweep {
-                    s.run(self.stream())?;
-                }
+            if let Some(s) = &sweep {
+                s.run(self.stream())?;
             }
             self.stream().synchronize()?;
             rp.start().map_err(MetricsError::from)?;
-            if in_range {
-                if let Some(s) = &sweep {
-                    s.run(self.stream())?;
-                }
-            }
             let launched = self.launch();
             let stopped = rp.stop();
             launched?;

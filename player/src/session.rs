@@ -190,8 +190,6 @@ pub struct Session<'c> {
     write_set: Vec<WriteRange>,
     /// Replay device address of every region (globals move; the rest stay put).
     region_addr: Vec<(u32, u64)>,
-    /// Where each region lies here and its length.
-    region_extent: Vec<(u64, u64)>,
     relocation: Option<Relocation>,
     code: CodeSource,
     _moved: Vec<DeviceBuffer>,
@@ -405,12 +403,6 @@ impl<'c> Session<'c> {
             .filter(|r| r.role != RegionRole::Global)
             .map(|r| (r.region_id, base_of(r)))
             .collect();
-        let mut region_extent: Vec<(u64, u64)> = cap
-            .regions
-            .iter()
-            .filter(|r| r.role != RegionRole::Global)
-            .map(|r| (base_of(r), r.size))
-            .collect();
         for g in &cap.globals {
             let Ok((ptr, size)) = driver::module_global(module.raw, &g.name) else {
                 continue; // the variant module may lack it; the kernel cannot reference it then
@@ -419,7 +411,6 @@ impl<'c> Session<'c> {
             let n = data.len().min(size as usize);
             copy_htod(ptr, &data[..n])?;
             region_addr.push((g.region_id, ptr));
-            region_extent.push((ptr, n as u64));
         }
 
         if d.dynamic_shared_bytes > 48 * 1024 {
@@ -536,7 +527,6 @@ impl<'c> Session<'c> {
             attributes,
             write_set,
             region_addr,
-            region_extent,
             _mapping: mapping,
             ctx,
             opened,
@@ -671,14 +661,6 @@ impl<'c> Session<'c> {
             ..Default::default()
         };
         let mut reference: Option<Vec<u32>> = None;
-        if let (Some(f), true) = (
-            &self.flush,
-            std::env::var_os("KREPLAY_DEBUG_TOUCH").is_some(),
-        ) {
-            for &(addr, size) in &self.region_extent {
-                f.touch(addr, size, &self.stream)?;
-            }
-        }
         for pass in 0..opts.passes.max(1) {
             if self.launched {
                 restore_start.record_raw(self.stream.raw)?;

@@ -61,7 +61,7 @@ static SETTLE: Mutex<Option<Result<L2Flush, String>>> = Mutex::new(None);
 /// sweep ends by discarding its own lines, see `cache`).
 /// Skipped (and said so) when device memory is short. `KREPLAY_DEBUG_SETTLE=0` turns it off
 /// (a measurement aid).
-fn settle(stream: &Stream, regions: &[(u64, u64)]) -> Result<(), String> {
+fn settle(stream: &Stream) -> Result<(), String> {
     if std::env::var_os("KREPLAY_DEBUG_SETTLE").is_some_and(|v| v == "0") {
         return Err("disabled".into());
     }
@@ -80,11 +80,6 @@ fn settle(stream: &Stream, regions: &[(u64, u64)]) -> Result<(), String> {
     }
     match slot.as_ref() {
         Some(Ok(f)) => {
-            if std::env::var_os("KREPLAY_DEBUG_TOUCH").is_some() {
-                for &(addr, size) in regions {
-                    f.touch(addr, size, stream).map_err(|e| e.to_string())?;
-                }
-            }
             for _ in 0..SETTLE_SWEEPS {
                 f.run(stream).map_err(|e| e.to_string())?;
             }
@@ -419,11 +414,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
         }
     }
     let measuring = crate::quiet::measure();
-    let touched: Vec<(u64, u64)> = snapshots
-        .iter()
-        .map(|s| (s.device_addr, s.region.size))
-        .collect();
-    match settle(&stream, &touched) {
+    match settle(&stream) {
         Ok(()) => notes.push(format!(
             "original duration measured after {SETTLE_SWEEPS} L2 read sweeps (empty L2; compare with play --cache flush)"
         )),

@@ -69,50 +69,6 @@ END:
     ret;
 }
 
-.visible .entry kreplay_touch(
-    .param .u64 p_buf,
-    .param .u64 p_bytes,
-    .param .u64 p_sink
-)
-{
-    .reg .pred %p<3>;
-    .reg .b16 %h<2>;
-    .reg .b32 %r<8>;
-    .reg .b64 %rd<10>;
-
-    ld.param.u64 %rd1, [p_buf];
-    ld.param.u64 %rd2, [p_bytes];
-    ld.param.u64 %rd3, [p_sink];
-    cvta.to.global.u64 %rd1, %rd1;
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mov.u32 %r4, %nctaid.x;
-    mul.wide.u32 %rd4, %r1, %r2;
-    cvt.u64.u32 %rd5, %r3;
-    add.u64 %rd4, %rd4, %rd5;
-    mul.wide.u32 %rd6, %r4, %r2;
-    mov.u32 %r5, 0;
-    shl.b64 %rd7, %rd4, 16;
-    setp.ge.u64 %p1, %rd7, %rd2;
-    @%p1 bra TDONE;
-TLOOP:
-    add.u64 %rd8, %rd1, %rd7;
-    ld.global.u8 %h1, [%rd8];
-    cvt.u32.u16 %r6, %h1;
-    add.u32 %r5, %r5, %r6;
-    add.u64 %rd4, %rd4, %rd6;
-    shl.b64 %rd7, %rd4, 16;
-    setp.lt.u64 %p2, %rd7, %rd2;
-    @%p2 bra TLOOP;
-TDONE:
-    setp.ne.u32 %p1, %r5, -1640531527;
-    @%p1 bra TEND;
-    cvta.to.global.u64 %rd9, %rd3;
-    st.global.u32 [%rd9], %r5;
-TEND:
-    ret;
-}
 "#;
 
 /// The name the sweep kernel carries (it shows up in profilers that list every kernel).
@@ -172,7 +128,6 @@ pub struct L2Flush {
     buf: DeviceBuffer,
     sink: DeviceBuffer,
     function: sys::CUfunction,
-    touch: sys::CUfunction,
     grid: u32,
     discard: Option<Discard>,
     // Unloaded last: `function` lives in it.
@@ -190,7 +145,6 @@ impl L2Flush {
     pub fn new(bytes: usize, sm_count: u32) -> CuResult<L2Flush> {
         let module = Module::load(SWEEP_PTX.as_bytes())?;
         let function = module.function(SWEEP_KERNEL)?;
-        let touch = module.function("kreplay_touch")?;
         let sweep_only = std::env::var_os("KREPLAY_DEBUG_FLUSH").is_some_and(|v| v == "sweep");
         // An older GPU (or driver) cannot compile `discard`: the sweep alone is the fallback.
         let discard = if sweep_only {
@@ -217,35 +171,10 @@ impl L2Flush {
             buf,
             sink,
             function,
-            touch,
             grid: sm_count.max(1) * 4,
             discard,
             _module: module,
         })
-    }
-
-    /// Reads one byte in every 64 KiB of `[addr, addr + bytes)`: the kernel's pages are then
-    /// in the SMs' address translation caches, as for a kernel that is not the first to touch
-    /// its buffers. Read-only; the caller must know the range is mapped and readable.
-    pub fn touch(&self, addr: u64, bytes: u64, stream: &Stream) -> CuResult<()> {
-        let mut buf = addr;
-        let mut len = bytes;
-        let mut sink = self.sink.ptr;
-        let mut params = [
-            &mut buf as *mut u64 as *mut c_void,
-            &mut len as *mut u64 as *mut c_void,
-            &mut sink as *mut u64 as *mut c_void,
-        ];
-        let blocks = (bytes >> 16).div_ceil(256).clamp(1, self.grid as u64) as u32;
-        let mut l = driver::Launch {
-            function: self.touch,
-            grid: [blocks, 1, 1],
-            block: [256, 1, 1],
-            shared_bytes: 0,
-            attributes: &[],
-            params: &mut params,
-        };
-        driver::launch(&mut l, stream)
     }
 
     /// Whether the flush ends with an empty L2 (the discard stage) rather than a full one.
