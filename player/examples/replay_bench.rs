@@ -60,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let d = (r.median_ns as f64 - o as f64) / o as f64 * 100.0;
         // The recorder measures with a settled, clean L2: --cache flush is the like-for-like
         // replay, and the +-5 % target applies to kernels of 20 us or more.
-        let verdict = if r.cache != "flush" || o < 20_000 {
+        let verdict = if r.cache != kreplay_player::CacheState::Flush || o < 20_000 {
             ""
         } else if d.abs() <= 5.0 {
             " (target +-5% for >= 20 us) -> ok"

@@ -11,6 +11,7 @@ pub use metrics::{
     list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsError, MetricsReport,
 };
 pub use session::{
-    fixed_ranges, AddressMode, CodeSource, PlayError, PlayOptions, PlayReport, Session,
+    fixed_ranges, AddressMode, CacheState, CodeSource, PlayError, PlayOptions, PlayReport,
+    PristineStore, Session,
 };
 pub use verify::{Mismatch, VerifyOutcome};

@@ -12,7 +12,7 @@ use kreplay_replay::profiler::{
 };
 use serde::Serialize;
 
-use crate::session::{open_device, PlayError, Session};
+use crate::session::{open_device, CacheState, PlayError, Session};
 
 /// More passes than any metric set needs: a profiler that never reports completion is a bug,
 /// not a reason to spin forever.
@@ -152,7 +152,7 @@ pub struct MetricsReport {
     /// Replay passes the metric set needed (none of them timed).
     pub passes: u32,
     /// Whether L2 was emptied before each pass.
-    pub cache: &'static str,
+    pub cache: CacheState,
     pub chip: String,
 }
 
@@ -253,7 +253,11 @@ impl Session<'_> {
         Ok(MetricsReport {
             metrics,
             passes: passes as u32,
-            cache: if flush { "flush" } else { "keep" },
+            cache: if flush {
+                CacheState::Flush
+            } else {
+                CacheState::Keep
+            },
             chip: req.chip.clone(),
         })
     }

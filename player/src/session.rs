@@ -120,6 +120,37 @@ impl Default for PlayOptions {
     }
 }
 
+/// Where the pristine copy of the write set lives (what each pass restores from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PristineStore {
+    /// In device memory (a device-to-device copy per pass).
+    Device,
+    /// In host memory (device memory was short).
+    Host,
+    /// The kernel writes nothing: nothing to restore.
+    None,
+}
+
+/// What L2 holds when a pass starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheState {
+    /// Whatever the previous pass (and the restore) left.
+    Keep,
+    /// Emptied before each pass (see `kreplay_replay::cache`).
+    Flush,
+}
+
+impl std::fmt::Display for CacheState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CacheState::Keep => "keep",
+            CacheState::Flush => "flush",
+        })
+    }
+}
+
 /// Where the captured pointers point in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -148,9 +179,9 @@ pub struct PlayReport {
     pub write_set_bytes: u64,
     /// Restore copy time per pass (not inside `durations_ns`), median.
     pub restore_median_ns: u64,
-    /// Where the pristine copy of the write set lives: "device" or "host".
-    pub pristine: &'static str,
-    pub cache: &'static str,
+    /// Where the pristine copy of the write set lives.
+    pub pristine: PristineStore,
+    pub cache: CacheState,
     /// Whether kernel times exclude launch overhead (stream gated until the launch is queued).
     pub gated_timing: bool,
     /// Wall time from opening the session to the first launch.
@@ -726,14 +757,14 @@ impl<'c> Session<'c> {
             write_set_bytes: self.write_set.iter().map(|w| w.len).sum(),
             restore_median_ns: rs.get(rs.len() / 2).copied().unwrap_or(0),
             pristine: match self.pristine {
-                Pristine::Device(_) => "device",
-                Pristine::Host(_) => "host",
-                Pristine::None => "none",
+                Pristine::Device(_) => PristineStore::Device,
+                Pristine::Host(_) => PristineStore::Host,
+                Pristine::None => PristineStore::None,
             },
             cache: if self.flush.is_some() {
-                "flush"
+                CacheState::Flush
             } else {
-                "keep"
+                CacheState::Keep
             },
             gated_timing: timer.is_gated(),
             setup_ms,

@@ -50,8 +50,9 @@ static STAGING: Mutex<Option<PinnedBuffer>> = Mutex::new(None);
 
 /// Read sweeps over 4 x L2 run before the measured launch (see `settle`).
 const SETTLE_SWEEPS: u32 = 16;
-/// The application's sweep kernel (made in its context on the first capture), or why not.
-static SETTLE: Mutex<Option<Result<L2Flush, String>>> = Mutex::new(None);
+/// The application's sweep kernels, one per context (made on the context's first capture),
+/// or why there is none.
+static SETTLE: Mutex<Vec<(usize, Result<L2Flush, String>)>> = Mutex::new(Vec::new());
 
 /// Before the measured launch: the snapshot copies left L2 full of dirty scratch lines, whose
 /// write-backs would land inside the kernel's time, and the GPU may have idled at low clocks
@@ -65,29 +66,29 @@ fn settle(stream: &Stream) -> Result<(), String> {
     if std::env::var_os("KREPLAY_DEBUG_SETTLE").is_some_and(|v| v == "0") {
         return Err("disabled".into());
     }
-    let mut slot = SETTLE.lock().unwrap_or_else(|e| e.into_inner());
-    if slot.is_none() {
-        let made = (|| {
-            let ordinal = driver::current_device().map_err(|e| e.to_string())?;
-            let props = driver::device_props(ordinal).map_err(|e| e.to_string())?;
-            let bytes = cache::l2_bytes(ordinal).map_err(|e| e.to_string())? * 4;
-            if !scratch_allowed(bytes) {
-                return Err("not enough free device memory for the L2 sweep".to_string());
-            }
-            L2Flush::new(bytes as usize, props.sm_count).map_err(|e| e.to_string())
-        })();
-        *slot = Some(made);
-    }
-    match slot.as_ref() {
-        Some(Ok(f)) => {
-            for _ in 0..SETTLE_SWEEPS {
-                f.run(stream).map_err(|e| e.to_string())?;
-            }
-            Ok(())
+    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
+    let mut sweeps = SETTLE.lock().unwrap_or_else(|e| e.into_inner());
+    let at = match sweeps.iter().position(|(c, _)| *c == ctx) {
+        Some(i) => i,
+        None => {
+            let made = (|| {
+                let ordinal = driver::current_device().map_err(|e| e.to_string())?;
+                let props = driver::device_props(ordinal).map_err(|e| e.to_string())?;
+                let bytes = cache::l2_bytes(ordinal).map_err(|e| e.to_string())? * 4;
+                if !scratch_allowed(bytes) {
+                    return Err("not enough free device memory for the L2 sweep".to_string());
+                }
+                L2Flush::new(bytes as usize, props.sm_count).map_err(|e| e.to_string())
+            })();
+            sweeps.push((ctx, made));
+            sweeps.len() - 1
         }
-        Some(Err(e)) => Err(e.clone()),
-        None => Err("no sweep".into()),
+    };
+    let sweep = sweeps[at].1.as_ref().map_err(|e| e.clone())?;
+    for _ in 0..SETTLE_SWEEPS {
+        sweep.run(stream).map_err(|e| e.to_string())?;
     }
+    Ok(())
 }
 
 fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuffer>> {
@@ -168,12 +169,32 @@ pub struct Pending {
     pub measuring: Option<crate::quiet::Measuring>,
 }
 
+/// The kernel's cubin as the recorder holds it: shared, so the application is not stalled
+/// while it is copied; the writer thread makes the `ModuleImage`.
+pub struct CodeObject {
+    pub module_id: u32,
+    /// SM architecture as major*10+minor.
+    pub arch: u32,
+    pub image: std::sync::Arc<Vec<u8>>,
+}
+
+impl CodeObject {
+    pub fn to_image(&self) -> ModuleImage {
+        ModuleImage {
+            module_id: self.module_id,
+            kind: kreplay_format::ModuleKind::Cubin,
+            arch: self.arch,
+            image: self.image.as_ref().clone(),
+        }
+    }
+}
+
 /// Everything the writer thread needs (it runs off the callback thread).
 pub struct CaptureData {
     pub dispatch: Dispatch,
     pub snapshots: Vec<Snapshot>,
     pub globals: Vec<ModuleGlobal>,
-    pub module: ModuleImage,
+    pub module: CodeObject,
     /// Where the kernel's PTX may be; resolved by the writer thread, off the app's time.
     pub ptx_sources: Vec<crate::ptx::PtxSource>,
     pub pointer_slots: Vec<(u32, u64)>,
@@ -215,7 +236,7 @@ pub struct PreInput<'a> {
     pub view: &'a LaunchView,
     pub function: sys::CUfunction,
     pub kernel_name: String,
-    pub module: ModuleImage,
+    pub module: CodeObject,
     /// Global variables of the module: (name, size).
     pub module_objects: &'a [(String, u64)],
     /// Every live allocation, for `--memory all` (empty otherwise).

@@ -17,7 +17,7 @@ use kreplay_replay::driver::{self, DeviceBuffer};
 
 use crate::allocations::{self, AllocationTable};
 use crate::capture::{
-    after_launch, before_launch, changed_chunks, Bytes, CaptureData, Pending, PreInput,
+    after_launch, before_launch, changed_chunks, Bytes, CaptureData, CodeObject, Pending, PreInput,
 };
 use crate::config::{
     demangle, expand_output, rank_from, short_kernel_name, Config, MemoryScope, Mode,
@@ -307,11 +307,10 @@ impl Recorder {
         };
         let ordinal = driver::current_device().map_err(|e| e.to_string())?;
         let props = driver::device_props(ordinal).map_err(|e| e.to_string())?;
-        let module = ModuleImage {
+        let module = CodeObject {
             module_id,
-            kind: ModuleKind::Cubin,
             arch: props.cc_major * 10 + props.cc_minor,
-            image: image.to_vec(),
+            image,
         };
         let allocations = if self.config.memory == MemoryScope::All {
             lock(&self.inner).allocations.list()
@@ -447,7 +446,7 @@ fn write_capture(
         if let Some(d) = &p.device {
             w.device(d).map_err(e)?;
         }
-        w.module(&p.module).map_err(e)?;
+        w.module(&p.module.to_image()).map_err(e)?;
         // The PTX the application shipped for this kernel, for replay on other GPUs.
         if let Some((arch, text)) = ptx::resolve(&p.ptx_sources, &p.dispatch.kernel_name) {
             w.module(&ModuleImage {

@@ -706,6 +706,11 @@ impl ContextHandle {
         Ok(ContextHandle(c))
     }
 
+    /// The handle as a number, to key per-context state by.
+    pub fn id(&self) -> usize {
+        self.0 as usize
+    }
+
     /// Makes this context current on the calling thread.
     pub fn make_current(self) -> CuResult<()> {
         // SAFETY: the handle came from the driver; a destroyed context yields an error.

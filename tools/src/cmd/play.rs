@@ -25,7 +25,7 @@ struct JsonReport<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     metric_passes: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    metric_cache: Option<&'static str>,
+    metric_cache: Option<kreplay_player::CacheState>,
 }
 
 impl<'a> JsonReport<'a> {
@@ -114,8 +114,9 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
                 kreplay_player::AddressMode::Relocated => "relocated",
             },
             match r.pristine {
-                "none" => "nothing written, nothing to restore".to_string(),
-                p => format!("pristine copy in {p} memory"),
+                kreplay_player::PristineStore::None => "nothing written, nothing to restore",
+                kreplay_player::PristineStore::Device => "pristine copy in device memory",
+                kreplay_player::PristineStore::Host => "pristine copy in host memory",
             },
             r.cache
         );
