@@ -488,12 +488,7 @@ impl RangeProfiler {
         c.counterDataImageSize = self.counter_data.len();
         c.pCounterDataImage = self.counter_data.as_mut_ptr();
         c.range = sys::CUpti_ProfilerRange::CUPTI_AutoRange;
-        c.replayMode =
-            if std::env::var_os("KREPLAY_DEBUG_CUPTI_REPLAY").is_some_and(|v| v == "kernel") {
-                sys::CUpti_ProfilerReplayMode::CUPTI_KernelReplay
-            } else {
-                sys::CUpti_ProfilerReplayMode::CUPTI_UserReplay
-            };
+        c.replayMode = sys::CUpti_ProfilerReplayMode::CUPTI_UserReplay;
         c.maxRangesPerPass = max_ranges;
         c.numNestingLevels = 1;
         c.minNestingLevel = 1;
