@@ -24,6 +24,9 @@ const POINTER_SCAN_LIMIT: usize = 64 << 20;
 const POINTER_LOOKUP_LIMIT: usize = 1 << 14;
 /// Most bytes one region grows to while joining contiguous VMM mappings.
 const VMM_EXTENT_LIMIT: u64 = 64 << 30;
+/// Most candidate pointer words kept from the pointer walk for the pointer slots (24 bytes
+/// each); past it, the slots are found by reading the regions again.
+const CANDIDATE_LIMIT: usize = 1 << 22;
 /// Pointer candidates must lie within this distance of an argument region.
 const POINTER_WINDOW: u64 = 1 << 40;
 
@@ -156,6 +159,16 @@ pub fn changed_chunks(region_id: u32, cs: usize, pre: &[u8], post: &[u8]) -> Vec
         .enumerate()
         .filter(|(_, (a, b))| a != b)
         .map(|(i, (_, b))| (region_id, (i * cs) as u64, b.to_vec()))
+        .collect()
+}
+
+/// Pointer slots from the pointer walk's candidate words `(region, offset, value)`: those whose
+/// value lies inside a captured region `(base, size)`, in region then offset order.
+fn slots_from_candidates(candidates: &[(u32, u64, u64)], known: &[(u64, u64)]) -> Vec<(u32, u64)> {
+    candidates
+        .iter()
+        .filter(|&&(_, _, v)| known.iter().any(|&(b, n)| v >= b && v < b + n))
+        .map(|&(region, offset, _)| (region, offset))
         .collect()
 }
 
@@ -319,29 +332,45 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
         }
     }
 
-    // Pointers stored in captured memory, transitively.
+    // Pointers stored in captured memory, transitively. The words that may be pointers are
+    // kept with their offsets, so the pointer slots below need not read the regions again.
+    let mut window: Option<(u64, u64)> = None;
+    let mut scanned: HashSet<u32> = HashSet::new();
+    let mut candidates: Vec<(u32, u64, u64)> = Vec::new();
     if let (Some(lo), Some(hi)) = (
         known.iter().map(|k| k.0).min(),
         known.iter().map(|k| k.0 + k.1).max(),
     ) {
         let lo = lo.saturating_sub(POINTER_WINDOW);
         let hi = hi.saturating_add(POINTER_WINDOW);
+        window = Some((lo, hi));
         let mut failed: HashSet<u64> = HashSet::new();
         let mut lookups = 0usize;
         let mut i = 0;
         'regions: while i < snapshots.len() {
-            let words: Vec<u64> = match scan_view(&snapshots[i], &mut staging)? {
+            let words: Vec<(u64, u64)> = match scan_view(&snapshots[i], &mut staging)? {
                 Some(pre) => pre
                     .chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                    .filter(|&v| v >= lo && v < hi && v != 0)
+                    .enumerate()
+                    .map(|(k, c)| {
+                        (
+                            (k * 8) as u64,
+                            u64::from_le_bytes(c.try_into().unwrap_or([0; 8])),
+                        )
+                    })
+                    .filter(|&(_, v)| v >= lo && v < hi && v != 0)
                     .collect(),
                 None => {
                     i += 1;
                     continue;
                 }
             };
-            for v in words {
+            let region_id = snapshots[i].region.region_id;
+            if candidates.len() + words.len() <= CANDIDATE_LIMIT {
+                scanned.insert(region_id);
+                candidates.extend(words.iter().map(|&(off, v)| (region_id, off, v)));
+            }
+            for (_, v) in words {
                 if known.iter().any(|&(b, s)| v >= b && v < b + s) || failed.contains(&v) {
                     continue;
                 }
@@ -383,13 +412,23 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
     }
 
     // Words in captured memory that point into captured memory: replay rewrites them if it
-    // has to move the regions.
+    // has to move the regions. Regions the pointer walk read are settled from its candidates
+    // (exact when every captured region lies inside its window); only the others are read.
     let mut pointer_slots = Vec::new();
+    let covered = window.is_some_and(|(lo, hi)| known.iter().all(|&(b, n)| b >= lo && b + n <= hi));
+    if covered {
+        pointer_slots = slots_from_candidates(&candidates, &known);
+    } else {
+        scanned.clear();
+    }
     if let (Some(lo), Some(hi)) = (
         known.iter().map(|k| k.0).min(),
         known.iter().map(|k| k.0 + k.1).max(),
     ) {
-        for s in &snapshots {
+        for s in snapshots
+            .iter()
+            .filter(|s| !scanned.contains(&s.region.region_id))
+        {
             let Some(pre) = scan_view(s, &mut staging)? else {
                 continue;
             };
@@ -401,6 +440,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
             }
         }
     }
+    pointer_slots.sort_unstable();
 
     // Module globals: resolved in the application's module, restored by name at replay.
     let mut globals = Vec::new();
@@ -537,4 +577,24 @@ pub fn after_launch(p: &mut Pending) -> Result<(), String> {
     p.data.post = post;
     p.data.stall_ns += t.elapsed().as_nanos() as u64;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pointer_slots_are_the_candidates_that_land_in_captured_memory() {
+        let known = [(0x1000, 0x100), (0x8000, 0x10)];
+        let candidates = [
+            (0, 0, 0x1000),  // first byte of a region
+            (0, 8, 0x10ff),  // last byte
+            (0, 16, 0x1100), // one past the end
+            (1, 0, 0x800f),
+            (1, 8, 0x7fff),
+            (2, 24, 0x8000),
+        ];
+        assert_eq!(
+            super::slots_from_candidates(&candidates, &known),
+            vec![(0, 0), (0, 8), (1, 0), (2, 24)]
+        );
+    }
 }
