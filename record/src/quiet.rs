@@ -5,19 +5,23 @@
 //! those reads would overlap that dispatch's measured launch: in the benchmark, launches
 //! measured during a read-back took 4 to 5 times their real duration. So a measured launch
 //! holds the device quiet from its settle sweeps until the kernel has completed, and the writer
-//! reads back (and frees its scratch: a free remaps GPU pages) only outside those windows (the
-//! capture waits for at most one read in progress).
+//! reads back (and frees its scratch: a free remaps GPU pages) only outside those windows. A
+//! capture waits for the reads in progress only, never for the writer's later ones.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-#[derive(Default)]
 struct State {
-    measuring: bool,
+    /// Measured windows open (captures on several application threads may overlap).
+    measuring: u32,
+    /// Measured windows waiting for a writer operation to end (they go first after it).
+    waiting: u32,
+    /// Writer operations in progress.
     reading: u32,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
-    measuring: false,
+    measuring: 0,
+    waiting: 0,
     reading: 0,
 });
 static CHANGED: Condvar = Condvar::new();
@@ -36,7 +40,7 @@ pub struct Measuring(());
 
 impl Drop for Measuring {
     fn drop(&mut self) {
-        state().measuring = false;
+        state().measuring -= 1;
         CHANGED.notify_all();
     }
 }
@@ -46,10 +50,12 @@ pub fn measure() -> Measuring {
     let mut s = state();
     // Another measured window (a capture on another thread) is not waited for: the two would
     // only serialise the application's threads; each still keeps the writer out.
+    s.waiting += 1;
     while s.reading > 0 {
         s = wait(s);
     }
-    s.measuring = true;
+    s.waiting -= 1;
+    s.measuring += 1;
     Measuring(())
 }
 
@@ -58,7 +64,7 @@ pub fn measure() -> Measuring {
 pub fn outside_measurement<T>(f: impl FnOnce() -> T) -> T {
     {
         let mut s = state();
-        while s.measuring {
+        while s.measuring > 0 || s.waiting > 0 {
             s = wait(s);
         }
         s.reading += 1;
@@ -121,5 +127,35 @@ mod tests {
         );
         drop(window);
         reader.join().expect("reader thread");
+
+        // A window waiting for a read goes before reads that arrive after it.
+        let t0 = std::time::Instant::now();
+        let in_read = Arc::new(AtomicBool::new(false));
+        let ir = in_read.clone();
+        let first = std::thread::spawn(move || {
+            outside_measurement(|| {
+                ir.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(80));
+            })
+        });
+        while !in_read.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let window = std::thread::spawn(move || {
+            let w = measure();
+            let opened = t0.elapsed();
+            std::thread::sleep(Duration::from_millis(50));
+            drop(w);
+            opened
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        let second = std::thread::spawn(move || outside_measurement(|| t0.elapsed()));
+        first.join().expect("first reader");
+        let opened = window.join().expect("window thread");
+        let second_ran = second.join().expect("second reader");
+        assert!(
+            second_ran > opened + Duration::from_millis(40),
+            "a later read-back overtook a waiting measured window ({second_ran:?} vs {opened:?})"
+        );
     }
 }
