@@ -187,31 +187,32 @@ impl L2Flush {
         let mut buf = self.buf.ptr;
         let mut vectors = (self.buf.len / 16) as u64;
         let mut sink = self.sink.ptr;
-        let mut params = [
-            &mut buf as *mut u64 as *mut c_void,
-            &mut vectors as *mut u64 as *mut c_void,
-            &mut sink as *mut u64 as *mut c_void,
-        ];
+        self.launch(
+            self.function,
+            &mut [&mut buf, &mut vectors, &mut sink],
+            stream,
+        )?;
+        if let Some(d) = &self.discard {
+            let mut buf = self.buf.ptr;
+            let mut lines = (self.buf.len / 128) as u64;
+            self.launch(d.function, &mut [&mut buf, &mut lines], stream)?;
+        }
+        Ok(())
+    }
+
+    /// Queues one of the flush kernels (all take 64-bit parameters) over the whole GPU.
+    fn launch(
+        &self,
+        function: sys::CUfunction,
+        args: &mut [&mut u64],
+        stream: &Stream,
+    ) -> CuResult<()> {
+        let mut params: Vec<*mut c_void> = args
+            .iter_mut()
+            .map(|a| &mut **a as *mut u64 as *mut c_void)
+            .collect();
         let mut l = driver::Launch {
-            function: self.function,
-            grid: [self.grid, 1, 1],
-            block: [512, 1, 1],
-            shared_bytes: 0,
-            attributes: &[],
-            params: &mut params,
-        };
-        driver::launch(&mut l, stream)?;
-        let Some(d) = &self.discard else {
-            return Ok(());
-        };
-        let mut buf = self.buf.ptr;
-        let mut lines = (self.buf.len / 128) as u64;
-        let mut params = [
-            &mut buf as *mut u64 as *mut c_void,
-            &mut lines as *mut u64 as *mut c_void,
-        ];
-        let mut l = driver::Launch {
-            function: d.function,
+            function,
             grid: [self.grid, 1, 1],
             block: [512, 1, 1],
             shared_bytes: 0,
