@@ -40,20 +40,24 @@ done
 fi
 
 # Replayed median against the original in-app duration, with several in-app samples: one
-# launch is one sample of the original, so each app is run 5 times and its first matching
-# launch captured (each measured by the recorder after settling L2). The original figure is the
-# median of the 5 in-app samples; the replay figure is the median of the 5 captures' replay
-# medians (20 passes each, --cache flush: the recorder's empty-L2 condition). Separate
-# processes, because a later capture in the same process overlaps the writer of the one before
-# (see the note in README's limitations).
-echo "== in-app samples (5 runs of the app, first launch captured) against replay --cache flush"
+# launch is one sample of the original. "runs": the app is run 5 times and its first matching
+# launch captured; "count": the app launches the kernel 5 times in one process and
+# `--count 5` captures each (later captures follow the recorder's work for the one before).
+# Each sample is measured by the recorder after settling L2; the original figure is the
+# median of the 5 in-app samples, the replay figure the median of the 5 captures' replay
+# medians (20 passes each, --cache flush: the recorder's empty-L2 condition).
+echo "== in-app samples (5 per kernel) against replay --cache flush"
 multi() {
-  local name=$1 regex=$2; shift 2
+  local name=$1 regex=$2 how=$3; shift 3
   local i
   rm -f "$W/$name"-s*.krr
-  for i in 1 2 3 4 5; do
-    "$BIN/kreplay" record -k "$regex" -o "$W/$name-s$i.krr" -- "$@" > /dev/null 2> "$W/$name.multi.err" || tail -3 "$W/$name.multi.err"
-  done
+  if [ "$how" = runs ]; then
+    for i in 1 2 3 4 5; do
+      "$BIN/kreplay" record -k "$regex" -o "$W/$name-s$i.krr" -- "$@" > /dev/null 2> "$W/$name.multi.err" || tail -3 "$W/$name.multi.err"
+    done
+  else
+    "$BIN/kreplay" record -k "$regex" --count 5 -o "$W/$name-s%n.krr" -- "$@" 5 > /dev/null 2> "$W/$name.multi.err" || tail -3 "$W/$name.multi.err"
+  fi
   local f
   for f in "$W/$name"-s*.krr; do
     "$BIN/kreplay" play "$f" --passes 20 --cache flush --json 2> /dev/null || echo '{}'
@@ -64,15 +68,17 @@ orig = [r['original_ns'] for r in rows if r.get('original_ns')]
 rep = [r['median_ns'] for r in rows if r.get('median_ns')]
 first = [r['durations_ns'][0] for r in rows if r.get('durations_ns')]
 if len(orig) < 3 or len(rep) < 3:
-    print('bench: $name: too few captures (%d)' % len(rows)); sys.exit()
+    print('bench: $name ($how): too few captures (%d)' % len(rows)); sys.exit()
 o, p, f1 = statistics.median(orig), statistics.median(rep), statistics.median(first)
 d = (p - o) / o * 100
-print('bench: $name: in-app %s us -> median %.1f us; replay medians %s us -> median %.1f us (first passes: median %.1f us, %+.1f%%); diff %+.1f%%%s' % (
+print('bench: $name ($how): in-app %s us -> median %.1f us; replay medians %s us -> median %.1f us (first passes: median %.1f us, %+.1f%%); diff %+.1f%%%s' % (
     ' '.join('%.1f' % (x / 1e3) for x in orig), o / 1e3, ' '.join('%.1f' % (x / 1e3) for x in rep), p / 1e3, f1 / 1e3, (f1 - o) / o * 100, d,
     '' if o < 20000 else ' (target +-5% for >= 20 us) -> ' + ('ok' if abs(d) <= 5 else 'OVER')))
 "
 }
-multi globals poly_globals "$W/kapps" globals
-multi bigsmem smem_reverse "$W/kapps" bigsmem
-multi coop coop_normalize "$W/kapps" coop
-multi stencil stencil_iter "$W/kapps" stencil
+for how in ${KREPLAY_BENCH_SAMPLES:-runs count}; do
+  multi globals poly_globals $how "$W/kapps" globals
+  multi bigsmem smem_reverse $how "$W/kapps" bigsmem
+  multi coop coop_normalize $how "$W/kapps" coop
+done
+multi stencil stencil_iter runs "$W/kapps" stencil

@@ -12,7 +12,7 @@ use kreplay_format::{
 use std::sync::Mutex;
 
 use kreplay_replay::cache::{self, L2Flush};
-use kreplay_replay::driver::{self, sys, ContextHandle, DeviceBuffer, PinnedBuffer, Stream};
+use kreplay_replay::driver::{self, sys, ContextHandle, DeviceBuffer, Event, PinnedBuffer, Stream};
 use kreplay_replay::timing::GatedTimer;
 
 use crate::launch::{argument_bytes, LaunchView};
@@ -51,21 +51,25 @@ pub struct Snapshot {
 /// Page-locked buffer the pointer scan reads regions into (full PCIe speed, allocated once).
 static STAGING: Mutex<Option<PinnedBuffer>> = Mutex::new(None);
 
-/// Read sweeps over 4 x L2 run before the measured launch (see `settle`).
-const SETTLE_SWEEPS: u32 = 16;
+/// Read sweeps over 4 x L2 run before the measured launch (see `settle`): at least this many,
+const SETTLE_MIN_SWEEPS: u32 = 16;
+/// and then more until two in a row take the same time within `SETTLE_STABLE`, up to this many.
+const SETTLE_MAX_SWEEPS: u32 = 128;
+const SETTLE_STABLE: f64 = 0.02;
 /// The application's sweep kernels, one per context (made on the context's first capture),
 /// or why there is none.
 static SETTLE: Mutex<Vec<(usize, Result<L2Flush, String>)>> = Mutex::new(Vec::new());
 
 /// Before the measured launch: the snapshot copies left L2 full of dirty scratch lines, whose
 /// write-backs would land inside the kernel's time, and the GPU may have idled at low clocks
-/// while the application started. A few read sweeps over a buffer larger than L2 write those
-/// lines back and keep the GPU busy for about a millisecond, so the in-app figure is the
-/// kernel's own duration with an empty L2 (what `kreplay play --cache flush` replays: each
-/// sweep ends by discarding its own lines, see `cache`).
-/// Skipped (and said so) when device memory is short. `KREPLAY_DEBUG_SETTLE=0` turns it off
-/// (a measurement aid).
-fn settle(stream: &Stream) -> Result<(), String> {
+/// (memory clocks drop within milliseconds of idling, e.g. while the application was stalled
+/// by the capture before). Read sweeps over a buffer larger than L2 write those lines back and
+/// keep the GPU busy until two sweeps in a row take the same time (the clocks are up), so the
+/// in-app figure is the kernel's own duration with an empty L2 (what `kreplay play --cache
+/// flush` replays: each sweep ends by discarding its own lines, see `cache`). Returns the
+/// number of sweeps and whether their time settled. Skipped (and said so) when device memory
+/// is short. `KREPLAY_DEBUG_SETTLE=0` turns it off (a measurement aid).
+fn settle(stream: &Stream) -> Result<(u32, bool), String> {
     if std::env::var_os("KREPLAY_DEBUG_SETTLE").is_some_and(|v| v == "0") {
         return Err("disabled".into());
     }
@@ -88,10 +92,26 @@ fn settle(stream: &Stream) -> Result<(), String> {
         }
     };
     let sweep = sweeps[at].1.as_ref().map_err(|e| e.clone())?;
-    for _ in 0..SETTLE_SWEEPS {
-        sweep.run(stream).map_err(|e| e.to_string())?;
+    let e = |e: driver::CudaError| e.to_string();
+    for _ in 0..SETTLE_MIN_SWEEPS - 2 {
+        sweep.run(stream).map_err(e)?;
     }
-    Ok(())
+    let (start, stop) = (Event::new().map_err(e)?, Event::new().map_err(e)?);
+    let mut last: Option<u64> = None;
+    for n in SETTLE_MIN_SWEEPS - 1..=SETTLE_MAX_SWEEPS {
+        start.record_raw(stream.raw).map_err(e)?;
+        sweep.run(stream).map_err(e)?;
+        stop.record_raw(stream.raw).map_err(e)?;
+        stop.synchronize().map_err(e)?;
+        let t = stop.elapsed_ns_since(&start).map_err(e)?;
+        if let Some(prev) = last {
+            if (t as f64 - prev as f64).abs() <= SETTLE_STABLE * prev as f64 {
+                return Ok((n, true));
+            }
+        }
+        last = Some(t);
+    }
+    Ok((SETTLE_MAX_SWEEPS, false))
 }
 
 fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuffer>> {
@@ -476,8 +496,9 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
     }
     let measuring = crate::quiet::measure();
     match settle(&stream) {
-        Ok(()) => notes.push(format!(
-            "original duration measured after {SETTLE_SWEEPS} L2 read sweeps (empty L2; compare with play --cache flush)"
+        Ok((n, settled)) => notes.push(format!(
+            "original duration measured after {n} L2 read sweeps ({}; empty L2; compare with play --cache flush)",
+            if settled { "the last two took the same time" } else { "their time had not settled" }
         )),
         Err(why) => notes.push(format!(
             "original duration measured without settling L2 ({why}); the snapshot copies may slow the kernel"

@@ -67,7 +67,7 @@ __global__ void poly_globals(int n, const float* x, float* out) {
   }
 }
 
-static int run_globals() {
+static int run_globals(int reps) {
   const int n = 1 << 20;
   auto hx = iota(n, 1.0f);
   float c[4] = {1.0f, -2.0f, 0.5f, 3.0f};
@@ -78,7 +78,7 @@ static int run_globals() {
   CK(cudaMalloc(&x, n * 4));
   CK(cudaMalloc(&o, n * 4));
   CK(cudaMemcpy(x, hx.data(), n * 4, cudaMemcpyHostToDevice));
-  poly_globals<<<(n + 255) / 256, 256>>>(n, x, o);
+  for (int r = 0; r < reps; ++r) poly_globals<<<(n + 255) / 256, 256>>>(n, x, o);
   CK(cudaDeviceSynchronize());
   std::vector<float> ho(n);
   unsigned long long h;
@@ -136,7 +136,7 @@ __global__ void smem_reverse(const float* in, float* out, int per_block) {
     out[(size_t)blockIdx.x * per_block + i] = tile[per_block - 1 - i] * 2.0f;
 }
 
-static int run_bigsmem() {
+static int run_bigsmem(int reps) {
   const int per_block = 24 * 1024;  // 96 KiB of floats
   const int blocks = 264;
   const size_t n = (size_t)per_block * blocks;
@@ -146,7 +146,7 @@ static int run_bigsmem() {
   CK(cudaMalloc(&in, n * 4));
   CK(cudaMalloc(&out, n * 4));
   CK(cudaMemcpy(in, h.data(), n * 4, cudaMemcpyHostToDevice));
-  smem_reverse<<<blocks, 256, per_block * 4>>>(in, out, per_block);
+  for (int r = 0; r < reps; ++r) smem_reverse<<<blocks, 256, per_block * 4>>>(in, out, per_block);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(h.data(), out, n * 4, cudaMemcpyDeviceToHost));
@@ -241,7 +241,7 @@ __global__ void coop_normalize(float* data, float* partial, int n) {
   for (int i = grid.thread_rank(); i < n; i += grid.size()) data[i] = data[i] / total;
 }
 
-static int run_coop() {
+static int run_coop(int reps) {
   const int n = 1 << 20;
   int dev = 0, sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -253,7 +253,8 @@ static int run_coop() {
   CK(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
   int nn = n;
   void* args[] = {&d, &partial, &nn};
-  CK(cudaLaunchCooperativeKernel((void*)coop_normalize, blocks, 256, args, 0, 0));
+  for (int r = 0; r < reps; ++r)
+    CK(cudaLaunchCooperativeKernel((void*)coop_normalize, blocks, 256, args, 0, 0));
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
   printf("coop %.6f\n", checksum(h) * 1e3);
@@ -355,12 +356,14 @@ static int run_async() {
 int main(int argc, char** argv) {
   const char* m = argc > 1 ? argv[1] : "saxpy";
   if (!strcmp(m, "saxpy")) return run_saxpy(argc > 2 ? atoi(argv[2]) : 3);
-  if (!strcmp(m, "globals")) return run_globals();
+  // globals, bigsmem, coop: an optional repeat count (default 1) for timing benchmarks.
+  const int reps = argc > 2 ? atoi(argv[2]) : 1;
+  if (!strcmp(m, "globals")) return run_globals(reps);
   if (!strcmp(m, "pointers")) return run_pointers();
-  if (!strcmp(m, "bigsmem")) return run_bigsmem();
+  if (!strcmp(m, "bigsmem")) return run_bigsmem(reps);
   if (!strcmp(m, "threads")) return run_threads();
   if (!strcmp(m, "cluster")) return run_cluster();
-  if (!strcmp(m, "coop")) return run_coop();
+  if (!strcmp(m, "coop")) return run_coop(reps);
   if (!strcmp(m, "stencil")) return run_stencil();
   if (!strcmp(m, "graph")) return run_graph();
   if (!strcmp(m, "async")) return run_async();
