@@ -240,3 +240,26 @@ pub fn l2_bytes(ordinal: i32) -> CuResult<u64> {
     )?;
     Ok(v.max(0) as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kreplay_format::ptx::entry_names;
+
+    // The kernels are looked up by these names at load time; a mismatch would only show on a
+    // GPU, as a flush that fails to load.
+    #[test]
+    fn each_ptx_module_defines_the_kernel_looked_up_in_it() {
+        assert_eq!(entry_names(SWEEP_PTX.as_bytes()), vec![SWEEP_KERNEL]);
+        assert_eq!(entry_names(DISCARD_PTX.as_bytes()), vec![DISCARD_KERNEL]);
+    }
+
+    // `discard` needs PTX ISA 7.4 and sm_80; the sweep must stay loadable on older GPUs.
+    #[test]
+    fn the_discard_stage_lives_in_its_own_sm80_module() {
+        assert!(DISCARD_PTX.contains(".target sm_80"));
+        assert!(DISCARD_PTX.contains("discard.global.L2"));
+        assert!(SWEEP_PTX.contains(".target sm_70"));
+        assert!(!SWEEP_PTX.contains("discard"));
+    }
+}
