@@ -253,11 +253,7 @@ impl Session<'_> {
         Ok(MetricsReport {
             metrics,
             passes: passes as u32,
-            cache: if flush {
-                CacheState::Flush
-            } else {
-                CacheState::Keep
-            },
+            cache: CacheState::flushed(flush),
             chip: req.chip.clone(),
         })
     }

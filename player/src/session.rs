@@ -142,6 +142,16 @@ pub enum CacheState {
     Flush,
 }
 
+impl CacheState {
+    pub(crate) fn flushed(flush: bool) -> CacheState {
+        if flush {
+            CacheState::Flush
+        } else {
+            CacheState::Keep
+        }
+    }
+}
+
 impl std::fmt::Display for CacheState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -761,11 +771,7 @@ impl<'c> Session<'c> {
                 Pristine::Host(_) => PristineStore::Host,
                 Pristine::None => PristineStore::None,
             },
-            cache: if self.flush.is_some() {
-                CacheState::Flush
-            } else {
-                CacheState::Keep
-            },
+            cache: CacheState::flushed(self.flush.is_some()),
             gated_timing: timer.is_gated(),
             setup_ms,
             verify: v,

@@ -66,10 +66,9 @@ static SETTLE: Mutex<Vec<(usize, Result<L2Flush, String>)>> = Mutex::new(Vec::ne
 /// by the capture before). Read sweeps over a buffer larger than L2 write those lines back and
 /// keep the GPU busy until two sweeps in a row take the same time (the clocks are up), so the
 /// in-app figure is the kernel's own duration with an empty L2 (what `kreplay play --cache
-/// flush` replays: each sweep ends by discarding its own lines, see `cache`). Returns the
-/// number of sweeps and whether their time settled. Skipped (and said so) when device memory
-/// is short. `KREPLAY_DEBUG_SETTLE=0` turns it off (a measurement aid).
-fn settle(stream: &Stream) -> Result<(u32, bool), String> {
+/// flush` replays: each sweep ends by discarding its own lines, see `cache`). Skipped (and said
+/// so) when device memory is short. `KREPLAY_DEBUG_SETTLE=0` turns it off (a measurement aid).
+fn settle(stream: &Stream) -> Result<Settled, String> {
     if std::env::var_os("KREPLAY_DEBUG_SETTLE").is_some_and(|v| v == "0") {
         return Err("disabled".into());
     }
@@ -106,12 +105,49 @@ fn settle(stream: &Stream) -> Result<(u32, bool), String> {
         let t = stop.elapsed_ns_since(&start).map_err(e)?;
         if let Some(prev) = last {
             if (t as f64 - prev as f64).abs() <= SETTLE_STABLE * prev as f64 {
-                return Ok((n, true));
+                return Ok(Settled {
+                    sweeps: n,
+                    steady: true,
+                    empty: sweep.empties(),
+                });
             }
         }
         last = Some(t);
     }
-    Ok((SETTLE_MAX_SWEEPS, false))
+    Ok(Settled {
+        sweeps: SETTLE_MAX_SWEEPS,
+        steady: false,
+        empty: sweep.empties(),
+    })
+}
+
+/// How the measured launch was prepared, for the capture's annotation.
+struct Settled {
+    sweeps: u32,
+    /// The last two sweeps took the same time (the clocks were up).
+    steady: bool,
+    /// L2 was left empty (false: full of clean sweep lines, where the GPU has no `discard`).
+    empty: bool,
+}
+
+impl std::fmt::Display for Settled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "original duration measured after {} L2 read sweeps ({}; {}; compare with play --cache flush)",
+            self.sweeps,
+            if self.steady {
+                "the last two took the same time"
+            } else {
+                "their time had not settled"
+            },
+            if self.empty {
+                "empty L2"
+            } else {
+                "L2 full of clean lines: this GPU cannot discard them"
+            }
+        )
+    }
 }
 
 fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuffer>> {
@@ -496,10 +532,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
     }
     let measuring = crate::quiet::measure();
     match settle(&stream) {
-        Ok((n, settled)) => notes.push(format!(
-            "original duration measured after {n} L2 read sweeps ({}; empty L2; compare with play --cache flush)",
-            if settled { "the last two took the same time" } else { "their time had not settled" }
-        )),
+        Ok(settled) => notes.push(settled.to_string()),
         Err(why) => notes.push(format!(
             "original duration measured without settling L2 ({why}); the snapshot copies may slow the kernel"
         )),
@@ -602,6 +635,31 @@ pub fn after_launch(p: &mut Pending) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_settle_annotation_says_what_l2_held() {
+        let empty = super::Settled {
+            sweeps: 18,
+            steady: true,
+            empty: true,
+        };
+        let s = empty.to_string();
+        assert!(
+            s.contains("after 18 L2 read sweeps") && s.contains("empty L2"),
+            "{s}"
+        );
+        let full = super::Settled {
+            sweeps: 128,
+            steady: false,
+            empty: false,
+        };
+        let s = full.to_string();
+        assert!(
+            s.contains("had not settled") && s.contains("cannot discard"),
+            "{s}"
+        );
+        assert!(!s.contains("empty L2"), "{s}");
+    }
+
     #[test]
     fn pointer_slots_are_the_candidates_that_land_in_captured_memory() {
         let known = [(0x1000, 0x100), (0x8000, 0x10)];

@@ -68,7 +68,6 @@ DONE:
 END:
     ret;
 }
-
 "#;
 
 /// The name the sweep kernel carries (it shows up in profilers that list every kernel).
