@@ -42,7 +42,7 @@ run_case() {
   local t0=$(date +%s%N)
   "$@" > "$w.base.out" 2> "$w.base.err"; local base_rc=$?
   local t1=$(date +%s%N)
-  "$KR" record "${REC_EXTRA[@]}" -k "$regex" --nth "$nth" -o "$w.krr" -- "$@" > "$w.rec.out" 2> "$w.rec.err"; local rec_rc=$?
+  "$KR" record "${REC_EXTRA[@]}" -k "$regex" --nth "$nth" -o "$w.krr" "$@" > "$w.rec.out" 2> "$w.rec.err"; local rec_rc=$?
   local t2=$(date +%s%N)
   local same=false; cmp -s "$w.base.out" "$w.rec.out" && same=true
   local ver_rc=99 play_rc=99

@@ -12,8 +12,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     long_about = "Record one GPU kernel dispatch out of a running, unmodified CUDA application into a \
 single .krr file (kernel arguments, code object, the device memory it reads and writes), then \
 inspect it without a GPU, or replay it N times on a GPU to time, verify or profile it.\n\n\
-  kreplay list -- ./app args                        # which kernels does it launch?\n\
-  kreplay record -k saxpy -o saxpy.krr -- ./app     # capture the first saxpy dispatch\n\
+  kreplay list ./app args                           # which kernels does it launch?\n\
+  kreplay record -k saxpy -o saxpy.krr ./app args   # capture the first saxpy dispatch\n\
   kreplay info saxpy.krr                            # what is inside (no GPU needed)\n\
   kreplay play saxpy.krr --passes 8 --verify        # replay, time, check outputs"
 )]
@@ -67,8 +67,15 @@ pub struct RecordArgs {
     /// Print the result summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    /// The application and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The application and its arguments: the first argument that is not one of kreplay's
+    /// options, and everything after it, belong to the application (`--` before it is
+    /// optional: `kreplay record -k foo ./app -k bar` passes `-k bar` to the app).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        num_args = 1..,
+        value_name = "CMD"
+    )]
     pub command: Vec<String>,
 }
 
@@ -83,8 +90,15 @@ pub struct ListArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// The application and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The application and its arguments: the first argument that is not one of kreplay's
+    /// options, and everything after it, belong to the application (`--` before it is
+    /// optional: `kreplay record -k foo ./app -k bar` passes `-k bar` to the app).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        num_args = 1..,
+        value_name = "CMD"
+    )]
     pub command: Vec<String>,
 }
 
@@ -173,4 +187,80 @@ pub struct ExtractArgs {
     /// Directory to write into (created if missing).
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(args: &[&str]) -> RecordArgs {
+        let mut v = vec!["kreplay", "record"];
+        v.extend_from_slice(args);
+        match Cli::try_parse_from(v).map(|c| c.command) {
+            Ok(Command::Record(a)) => a,
+            Ok(_) => panic!("not a record command"),
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn the_application_needs_no_double_dash() {
+        let a = record(&["-k", "saxpy", "--nth", "2", "./app", "1M"]);
+        assert_eq!(a.kernel, "saxpy");
+        assert_eq!(a.nth, 2);
+        assert_eq!(a.command, ["./app", "1M"]);
+    }
+
+    #[test]
+    fn double_dash_still_works() {
+        let a = record(&["-k", "saxpy", "-o", "x.krr", "--", "./app", "--size", "1M"]);
+        assert_eq!(a.output, "x.krr");
+        assert_eq!(a.command, ["./app", "--size", "1M"]);
+    }
+
+    #[test]
+    fn options_after_the_command_belong_to_the_application() {
+        let a = record(&["-k", "foo", "./app", "-k", "bar", "--json", "--nth", "7"]);
+        assert_eq!(a.kernel, "foo");
+        assert_eq!(a.nth, 1);
+        assert!(!a.json);
+        assert_eq!(a.command, ["./app", "-k", "bar", "--json", "--nth", "7"]);
+    }
+
+    #[test]
+    fn an_application_named_like_a_flag_goes_after_double_dash() {
+        let a = record(&["-k", "foo", "--", "--weird-app", "x"]);
+        assert_eq!(a.command, ["--weird-app", "x"]);
+    }
+
+    #[test]
+    fn list_takes_the_same_forms() {
+        for args in [
+            &["kreplay", "list", "./app", "--json"][..],
+            &["kreplay", "list", "--", "./app", "--json"][..],
+        ] {
+            match Cli::try_parse_from(args).map(|c| c.command) {
+                Ok(Command::List(a)) => {
+                    assert!(!a.json, "{args:?}");
+                    assert_eq!(a.command, ["./app", "--json"]);
+                }
+                _ => panic!("{args:?} did not parse as list"),
+            }
+        }
+        match Cli::try_parse_from(["kreplay", "list", "--json", "./app"]).map(|c| c.command) {
+            Ok(Command::List(a)) => assert!(a.json),
+            _ => panic!("list --json ./app did not parse"),
+        }
+    }
+
+    #[test]
+    fn a_missing_command_or_kernel_is_refused() {
+        assert!(Cli::try_parse_from(["kreplay", "record", "-k", "foo"]).is_err());
+        assert!(Cli::try_parse_from(["kreplay", "record", "./app"]).is_err());
+        assert!(Cli::try_parse_from(["kreplay", "list"]).is_err());
+        // An unknown kreplay option before the command is an error, not the application.
+        assert!(
+            Cli::try_parse_from(["kreplay", "record", "-k", "foo", "--bogus", "./app"]).is_err()
+        );
+    }
 }

@@ -71,7 +71,16 @@ fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Result<Run> {
         Ok(s) => s,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&report_dir);
-            return Err(e).with_context(|| format!("cannot start {prog}"));
+            let hint = if e.kind() == std::io::ErrorKind::NotFound {
+                if prog.contains('/') {
+                    " (no such file: check the path)"
+                } else {
+                    " (not found on PATH: give its path, e.g. ./app)"
+                }
+            } else {
+                ""
+            };
+            return Err(e).with_context(|| format!("cannot start {prog}{hint}"));
         }
     };
     let mut reports = Vec::new();
