@@ -12,6 +12,7 @@ pub mod file;
 pub mod layout;
 pub mod ptx;
 pub mod reader;
+pub mod rules;
 pub mod salvage;
 pub mod writer;
 
@@ -20,5 +21,5 @@ pub use error::{FormatError, Result};
 pub use events::*;
 pub use layout::{ChunkEncoding, MemoryState, VERSION_MAJOR, VERSION_MINOR};
 pub use reader::{scan, verify, Capture, ChunkRef, ScanReport, VerifyReport};
-pub use salvage::{salvage, SalvageReport};
+pub use salvage::{salvage, salvage_verified, SalvageReport};
 pub use writer::{CaptureWriter, WriterOptions};

@@ -3,17 +3,15 @@
 //! checked and decompressed only when read. `scan` walks the log front to back, for `verify`
 //! and salvage.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::io::Read;
 
 use rayon::prelude::*;
-use serde::de::DeserializeOwned;
 
-use crate::chunk::MAX_CHUNK_SIZE;
-use crate::codec::{self, METADATA_LIMIT};
 use crate::error::{FormatError, Result};
 use crate::events::*;
 use crate::layout::*;
+use crate::rules::{check_payload_crc, payload_of, CaptureBuilder};
 
 /// Where one memory chunk lies in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,76 +64,6 @@ pub struct Capture<'a> {
     /// Unknown non-critical events that were skipped: (offset, kind).
     pub skipped: Vec<(u64, u16)>,
     pub event_count: u32,
-}
-
-fn payload_of<'a>(data: &'a [u8], offset: u64, frame: &Frame) -> Result<&'a [u8]> {
-    slice_at(
-        data,
-        offset + FRAME_LEN as u64,
-        frame.payload_len,
-        "event payload",
-    )
-}
-
-fn check_payload_crc(payload: &[u8], offset: u64, frame: &Frame, what: &str) -> Result<()> {
-    let computed = crc(payload);
-    if computed != frame.payload_crc {
-        return Err(FormatError::Checksum {
-            offset,
-            what: format!("{what} event payload"),
-            stored: frame.payload_crc,
-            computed,
-        });
-    }
-    Ok(())
-}
-
-fn decode_meta<T: DeserializeOwned>(
-    data: &[u8],
-    offset: u64,
-    frame: &Frame,
-    kind: EventKind,
-) -> Result<T> {
-    let payload = payload_of(data, offset, frame)?;
-    check_payload_crc(payload, offset, frame, kind.name())?;
-    let payload_offset = offset + FRAME_LEN as u64;
-    if frame.flags & FLAG_ZSTD != 0 {
-        let mut out = Vec::new();
-        let dec =
-            zstd::stream::read::Decoder::with_buffer(payload).map_err(|e| FormatError::Decode {
-                offset: payload_offset,
-                what: kind.name().into(),
-                message: format!("zstd: {e}"),
-            })?;
-        // Bounded: a small frame claiming gigabytes cannot make us allocate them.
-        dec.take(METADATA_LIMIT as u64 + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| FormatError::Decode {
-                offset: payload_offset,
-                what: kind.name().into(),
-                message: format!("zstd: {e}"),
-            })?;
-        if out.len() > METADATA_LIMIT {
-            return Err(FormatError::Decode {
-                offset: payload_offset,
-                what: kind.name().into(),
-                message: format!("decompressed metadata exceeds {METADATA_LIMIT} bytes"),
-            });
-        }
-        codec::decode(&out, payload_offset, kind.name())
-    } else {
-        codec::decode(payload, payload_offset, kind.name())
-    }
-}
-
-fn check_flags(frame: &Frame, offset: u64) -> Result<()> {
-    if frame.flags & !KNOWN_FLAGS != 0 {
-        return Err(FormatError::Inconsistent {
-            offset: offset + 2,
-            what: format!("unknown frame flags {:#06x}", frame.flags),
-        });
-    }
-    Ok(())
 }
 
 /// What `scan` found walking the log front to back.
@@ -255,8 +183,8 @@ impl<'a> Capture<'a> {
                 ),
             });
         }
-        let entries: Vec<IndexEntry> =
-            decode_meta(data, index_offset, &index_frame, EventKind::Index)?;
+        let mut b = CaptureBuilder::new(data, header);
+        let entries: Vec<IndexEntry> = b.decode(index_offset, &index_frame, EventKind::Index)?;
         let end_offset = index_offset + FRAME_LEN as u64 + index_frame.payload_len;
         let end_frame = Frame::decode(data, end_offset)?;
         if end_frame.kind != EventKind::End as u16 {
@@ -268,7 +196,7 @@ impl<'a> Capture<'a> {
                 ),
             });
         }
-        let end: EndMark = decode_meta(data, end_offset, &end_frame, EventKind::End)?;
+        let end: EndMark = b.decode(end_offset, &end_frame, EventKind::End)?;
         let trailer_offset = end_offset + FRAME_LEN as u64 + end_frame.payload_len;
         let trailer = Trailer::decode(data, trailer_offset)?;
         let file_end = trailer_offset + TRAILER_LEN as u64;
@@ -287,20 +215,7 @@ impl<'a> Capture<'a> {
             });
         }
 
-        let mut info = None;
-        let mut device = None;
-        let mut modules = Vec::new();
-        let mut dispatch = None;
-        let mut regions: Vec<Region> = Vec::new();
-        let mut globals: Vec<ModuleGlobal> = Vec::new();
-        let mut annotations: Vec<Annotation> = Vec::new();
-        let mut pointer_slots: Vec<(u32, u64)> = Vec::new();
-        let mut chunks = BTreeMap::new();
-        let mut skipped = Vec::new();
         let mut next_free = HEADER_LEN as u64;
-        let mut region_ids = HashSet::new();
-        let mut module_ids = HashSet::new();
-
         for entry in &entries {
             let off = entry.offset;
             if off < next_free || off >= index_offset {
@@ -310,7 +225,6 @@ impl<'a> Capture<'a> {
                 });
             }
             let frame = Frame::decode(data, off)?;
-            check_flags(&frame, off)?;
             if frame.kind != entry.kind {
                 return Err(FormatError::Inconsistent {
                     offset: off,
@@ -320,7 +234,7 @@ impl<'a> Capture<'a> {
                     ),
                 });
             }
-            let event_end = off
+            next_free = off
                 .checked_add(FRAME_LEN as u64)
                 .and_then(|v| v.checked_add(frame.payload_len))
                 .filter(|&e| e <= index_offset)
@@ -331,210 +245,28 @@ impl<'a> Capture<'a> {
                         frame.payload_len
                     ),
                 })?;
-            next_free = event_end;
-            let Some(kind) = EventKind::from_u16(frame.kind) else {
-                if frame.flags & FLAG_CRITICAL != 0 {
-                    return Err(FormatError::UnknownCritical {
-                        offset: off,
-                        kind: frame.kind,
-                        found_major: header.major,
-                        found_minor: header.minor,
-                        supported_major: VERSION_MAJOR,
-                        supported_minor: VERSION_MINOR,
-                    });
-                }
-                skipped.push((off, frame.kind));
-                continue;
-            };
-            match kind {
-                EventKind::CaptureInfo => info = Some(decode_meta(data, off, &frame, kind)?),
-                EventKind::Device => device = Some(decode_meta(data, off, &frame, kind)?),
-                EventKind::Module => {
-                    let m: ModuleImage = decode_meta(data, off, &frame, kind)?;
-                    if !module_ids.insert(m.module_id) {
-                        return Err(FormatError::Inconsistent {
-                            offset: off,
-                            what: format!("module {} appears twice", m.module_id),
-                        });
-                    }
-                    modules.push(m);
-                }
-                EventKind::Dispatch => {
-                    if dispatch.is_some() {
-                        return Err(FormatError::Inconsistent {
-                            offset: off,
-                            what: "a second dispatch event (a capture holds one)".into(),
-                        });
-                    }
-                    dispatch = Some(decode_meta::<Dispatch>(data, off, &frame, kind)?)
-                }
-                EventKind::Region => {
-                    let r: Region = decode_meta(data, off, &frame, kind)?;
-                    if r.chunk_size == 0 || r.chunk_size > MAX_CHUNK_SIZE {
-                        return Err(FormatError::Inconsistent {
-                            offset: off,
-                            what: format!("region {} has chunk size {}", r.region_id, r.chunk_size),
-                        });
-                    }
-                    if r.address.checked_add(r.size).is_none() {
-                        return Err(FormatError::Inconsistent {
-                            offset: off,
-                            what: format!("region {} wraps the address space", r.region_id),
-                        });
-                    }
-                    if !region_ids.insert(r.region_id) {
-                        return Err(FormatError::Inconsistent {
-                            offset: off,
-                            what: format!("region {} declared twice", r.region_id),
-                        });
-                    }
-                    regions.push(r);
-                }
-                EventKind::MemoryChunk => {
-                    let payload = payload_of(data, off, &frame)?;
-                    let p = ChunkPrefix::decode(payload, off + FRAME_LEN as u64)?;
-                    let region = regions
-                        .iter()
-                        .find(|r| r.region_id == p.region_id)
-                        .ok_or_else(|| FormatError::Inconsistent {
-                            offset: off,
-                            what: format!(
-                                "memory chunk for region {} before (or without) its region",
-                                p.region_id
-                            ),
-                        })?;
-                    let expected_len = region.size.saturating_sub(p.offset).min(region.chunk_size);
-                    if p.offset % region.chunk_size != 0
-                        || p.offset >= region.size
-                        || p.raw_len != expected_len
-                    {
-                        return Err(FormatError::Inconsistent {
-                            offset: off,
-                            what: format!(
-                                "chunk of {} bytes at offset {} does not fit region {} ({} bytes, chunk size {})",
-                                p.raw_len, p.offset, region.region_id, region.size, region.chunk_size
-                            ),
-                        });
-                    }
-                    let stored = frame.payload_len - CHUNK_PREFIX_LEN as u64;
-                    if (p.encoding == ChunkEncoding::Raw && stored != p.raw_len)
-                        || (p.encoding == ChunkEncoding::Zero && stored != 0)
-                    {
-                        return Err(FormatError::Inconsistent {
-                            offset: off,
-                            what: format!(
-                                "{:?} chunk stores {stored} bytes for {} raw bytes",
-                                p.encoding, p.raw_len
-                            ),
-                        });
-                    }
-                    let key = (p.region_id, p.state, p.offset);
-                    let cref = ChunkRef {
-                        region_id: p.region_id,
-                        state: p.state,
-                        encoding: p.encoding,
-                        offset: p.offset,
-                        raw_len: p.raw_len,
-                        raw_crc: p.raw_crc,
-                        event_offset: off,
-                        payload_offset: off + FRAME_LEN as u64,
-                        payload_len: frame.payload_len,
-                        payload_crc: frame.payload_crc,
-                    };
-                    if chunks.insert(key, cref).is_some() {
-                        return Err(FormatError::Inconsistent {
-                            offset: off,
-                            what: format!(
-                                "duplicate {:?} chunk at offset {} of region {}",
-                                p.state, p.offset, p.region_id
-                            ),
-                        });
-                    }
-                }
-                EventKind::ModuleGlobal => globals.push(decode_meta(data, off, &frame, kind)?),
-                EventKind::Annotation => annotations.push(decode_meta(data, off, &frame, kind)?),
-                EventKind::PointerSlots => {
-                    let p: PointerSlots = decode_meta(data, off, &frame, kind)?;
-                    pointer_slots.extend(p.slots);
-                }
-                EventKind::Index | EventKind::End => {
-                    return Err(FormatError::Inconsistent {
-                        offset: off,
-                        what: format!("{} event inside the event area", kind.name()),
-                    })
-                }
-            }
+            b.add(off, &frame)?;
         }
-
-        let dispatch = dispatch.ok_or_else(|| FormatError::Inconsistent {
-            offset: index_offset,
-            what: "the capture holds no dispatch event".into(),
-        })?;
-        if dispatch.arg_bytes.len() > u32::MAX as usize
-            || dispatch
-                .pointer_words
-                .iter()
-                .any(|&w| w as usize + 8 > dispatch.arg_bytes.len())
-        {
+        b.check_complete(index_offset)?;
+        let Some(dispatch) = b.dispatch else {
             return Err(FormatError::Inconsistent {
                 offset: index_offset,
-                what: "a pointer word lies outside the kernel-argument bytes".into(),
+                what: "the capture holds no dispatch event".into(),
             });
-        }
-        for r in &regions {
-            let n = r.size.div_ceil(r.chunk_size);
-            let have = chunks
-                .range(
-                    (r.region_id, MemoryState::Pre, 0)..=(r.region_id, MemoryState::Pre, u64::MAX),
-                )
-                .count() as u64;
-            if have != n {
-                return Err(FormatError::Inconsistent {
-                    offset: index_offset,
-                    what: format!(
-                        "region {} needs {n} memory chunks but the capture holds {have}",
-                        r.region_id
-                    ),
-                });
-            }
-        }
-        for g in &globals {
-            if !region_ids.contains(&g.region_id) {
-                return Err(FormatError::Inconsistent {
-                    offset: index_offset,
-                    what: format!("global {} names missing region {}", g.name, g.region_id),
-                });
-            }
-        }
-        pointer_slots.sort_unstable();
-        pointer_slots.dedup();
-        for &(region_id, offset) in &pointer_slots {
-            let fits = regions
-                .iter()
-                .find(|r| r.region_id == region_id)
-                .is_some_and(|r| offset.checked_add(8).is_some_and(|e| e <= r.size));
-            if !fits {
-                return Err(FormatError::Inconsistent {
-                    offset: index_offset,
-                    what: format!(
-                        "pointer slot at offset {offset} lies outside region {region_id}"
-                    ),
-                });
-            }
-        }
+        };
         Ok(Capture {
             data,
             header,
-            info,
-            device,
-            modules,
+            info: b.info,
+            device: b.device,
+            modules: b.modules,
             dispatch,
-            regions,
-            globals,
-            annotations,
-            pointer_slots,
-            chunks,
-            skipped,
+            regions: b.regions,
+            globals: b.globals,
+            annotations: b.annotations,
+            pointer_slots: b.pointer_slots,
+            chunks: b.chunks,
+            skipped: b.skipped,
             event_count: end.event_count + 1,
         })
     }
@@ -672,15 +404,109 @@ impl<'a> Capture<'a> {
         Ok(out)
     }
 
-    /// Decodes every chunk against the CRC of its decoded bytes, in parallel. (The CRCs of
-    /// the stored bytes are `scan`'s job; `verify` runs both.)
+    /// Checks one chunk against the CRC of its decoded bytes without materialising it: raw
+    /// bytes are hashed where they lie, zstd is decoded in small pieces into the hasher, and a
+    /// zero chunk needs nothing (its prefix is covered by the payload CRC).
+    pub fn verify_chunk(&self, c: &ChunkRef) -> Result<()> {
+        let payload = slice_at(self.data, c.payload_offset, c.payload_len, "memory chunk")?;
+        let stored = &payload[CHUNK_PREFIX_LEN..];
+        let computed = match c.encoding {
+            ChunkEncoding::Zero => return Ok(()),
+            ChunkEncoding::Raw => crc(stored),
+            ChunkEncoding::Zstd => {
+                let what = || {
+                    format!(
+                        "memory chunk at offset {} of region {}",
+                        c.offset, c.region_id
+                    )
+                };
+                let decode_err = |e: std::io::Error| FormatError::Decode {
+                    offset: c.payload_offset + CHUNK_PREFIX_LEN as u64,
+                    what: what(),
+                    message: format!("zstd: {e}"),
+                };
+                let mut dec =
+                    zstd::stream::read::Decoder::with_buffer(stored).map_err(decode_err)?;
+                let mut hasher = crc32fast::Hasher::new();
+                let mut buf = vec![0u8; VERIFY_PIECE];
+                let mut total = 0u64;
+                loop {
+                    let n = dec.read(&mut buf).map_err(decode_err)?;
+                    if n == 0 {
+                        break;
+                    }
+                    total += n as u64;
+                    if total > c.raw_len {
+                        break;
+                    }
+                    hasher.update(&buf[..n]);
+                }
+                if total != c.raw_len {
+                    return Err(FormatError::Inconsistent {
+                        offset: c.event_offset,
+                        what: format!(
+                            "{} decompresses to {} bytes, expected {}",
+                            what(),
+                            if total > c.raw_len {
+                                format!("more than the {}", c.raw_len)
+                            } else {
+                                total.to_string()
+                            },
+                            c.raw_len
+                        ),
+                    });
+                }
+                hasher.finalize()
+            }
+        };
+        if computed != c.raw_crc {
+            return Err(FormatError::Checksum {
+                offset: c.event_offset,
+                what: format!(
+                    "decoded memory chunk at offset {} of region {}",
+                    c.offset, c.region_id
+                ),
+                stored: c.raw_crc,
+                computed,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks every chunk against the CRC of its decoded bytes, in parallel, in bounded
+    /// memory. (The CRCs of the stored bytes are `scan`'s job; `verify` runs both.) zstd keeps
+    /// a window of up to a chunk's size per decoder, so chunks are checked in waves whose
+    /// decoded sizes add up to at most `VERIFY_WAVE_BYTES`.
     pub fn verify_chunks(&self) -> Result<()> {
-        self.all_chunks().par_iter().try_for_each(|c| {
-            let mut buf = vec![0u8; c.raw_len as usize];
-            self.read_chunk_into(c, &mut buf)
-        })
+        let stored: Vec<&ChunkRef> = self
+            .all_chunks()
+            .into_iter()
+            .filter(|c| c.encoding != ChunkEncoding::Zero)
+            .collect();
+        let mut wave: Vec<&ChunkRef> = Vec::new();
+        let mut wave_bytes = 0u64;
+        for c in stored {
+            let cost = if c.encoding == ChunkEncoding::Zstd {
+                c.raw_len
+            } else {
+                0
+            };
+            if wave_bytes + cost > VERIFY_WAVE_BYTES && !wave.is_empty() {
+                wave.par_iter().try_for_each(|c| self.verify_chunk(c))?;
+                wave.clear();
+                wave_bytes = 0;
+            }
+            wave.push(c);
+            wave_bytes += cost;
+        }
+        wave.par_iter().try_for_each(|c| self.verify_chunk(c))
     }
 }
+
+/// Bytes decoded per read while verifying a chunk.
+const VERIFY_PIECE: usize = 256 << 10;
+/// Decoded bytes of zstd chunks checked at once (bounds the decoders' windows).
+const VERIFY_WAVE_BYTES: u64 = 64 << 20;
 
 /// Result of a full verification.
 #[derive(Debug, Clone)]

@@ -1,0 +1,438 @@
+//! The rules of each event kind, in one place: what an event must hold, what must precede it,
+//! what it refers to. [`CaptureBuilder`] applies them event by event; `Capture::parse` builds
+//! through it (and fails on the first broken rule) and salvage builds through it (and drops
+//! what breaks a rule, then everything that refers to what it dropped). Metadata decoding is
+//! bounded here too: a file cannot make the reader hold more than it plausibly encodes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Read;
+
+use serde::de::DeserializeOwned;
+
+use crate::chunk::MAX_CHUNK_SIZE;
+use crate::codec::{self, METADATA_LIMIT};
+use crate::error::{FormatError, Result};
+use crate::events::*;
+use crate::layout::*;
+use crate::reader::ChunkRef;
+
+/// A zstd metadata payload may decode to at most this many times its stored size (module
+/// images and PTX compress 3-15x; 64x leaves room and stops a few KB from becoming GBs)...
+pub const METADATA_RATIO: u64 = 64;
+/// ...or to this many bytes, whichever is larger (tiny payloads have poor ratios to bound).
+pub const METADATA_FLOOR: u64 = 1 << 20;
+/// All metadata of one file decodes to at most this, plus `METADATA_PER_FILE_BYTE` x its size.
+pub const METADATA_BUDGET_BASE: u64 = 48 << 20;
+pub const METADATA_PER_FILE_BYTE: u64 = 4;
+
+/// How many decoded metadata bytes a file may still produce.
+#[derive(Debug, Clone, Copy)]
+pub struct MetaBudget {
+    left: u64,
+}
+
+impl MetaBudget {
+    /// The budget of a file of `file_len` bytes.
+    pub fn for_file(file_len: u64) -> MetaBudget {
+        MetaBudget {
+            left: METADATA_BUDGET_BASE
+                .saturating_add(file_len.saturating_mul(METADATA_PER_FILE_BYTE)),
+        }
+    }
+
+    fn take(&mut self, n: u64, offset: u64, what: &str) -> Result<()> {
+        if n > self.left {
+            return Err(FormatError::Decode {
+                offset,
+                what: what.to_string(),
+                message: format!(
+                    "the file's metadata decodes to more than it can plausibly hold ({} bytes of \
+                     budget left for {n}); the file is damaged or crafted",
+                    self.left
+                ),
+            });
+        }
+        self.left -= n;
+        Ok(())
+    }
+}
+
+pub(crate) fn payload_of<'a>(data: &'a [u8], offset: u64, frame: &Frame) -> Result<&'a [u8]> {
+    slice_at(
+        data,
+        offset + FRAME_LEN as u64,
+        frame.payload_len,
+        "event payload",
+    )
+}
+
+pub(crate) fn check_payload_crc(
+    payload: &[u8],
+    offset: u64,
+    frame: &Frame,
+    what: &str,
+) -> Result<()> {
+    let computed = crc(payload);
+    if computed != frame.payload_crc {
+        return Err(FormatError::Checksum {
+            offset,
+            what: format!("{what} event payload"),
+            stored: frame.payload_crc,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// Decodes one metadata event (checking its payload CRC), within `budget`.
+pub(crate) fn decode_meta<T: DeserializeOwned>(
+    data: &[u8],
+    offset: u64,
+    frame: &Frame,
+    kind: EventKind,
+    budget: &mut MetaBudget,
+) -> Result<T> {
+    let payload = payload_of(data, offset, frame)?;
+    check_payload_crc(payload, offset, frame, kind.name())?;
+    let payload_offset = offset + FRAME_LEN as u64;
+    if frame.flags & FLAG_ZSTD == 0 {
+        budget.take(payload.len() as u64, payload_offset, kind.name())?;
+        return codec::decode(payload, payload_offset, kind.name());
+    }
+    let zstd_err = |e: std::io::Error| FormatError::Decode {
+        offset: payload_offset,
+        what: kind.name().into(),
+        message: format!("zstd: {e}"),
+    };
+    // The most this payload may decode to: by ratio, by the file's budget, by the codec.
+    let limit = (payload.len() as u64)
+        .saturating_mul(METADATA_RATIO)
+        .max(METADATA_FLOOR)
+        .min(METADATA_LIMIT as u64)
+        .min(budget.left);
+    let dec = zstd::stream::read::Decoder::with_buffer(payload).map_err(zstd_err)?;
+    let mut out = Vec::new();
+    dec.take(limit + 1)
+        .read_to_end(&mut out)
+        .map_err(zstd_err)?;
+    if out.len() as u64 > limit {
+        return Err(FormatError::Decode {
+            offset: payload_offset,
+            what: kind.name().into(),
+            message: format!(
+                "{} compressed bytes decode to more than {limit} bytes, more than the file can \
+                 plausibly hold (at most {METADATA_RATIO}x per event, within a budget for the \
+                 file); the file is damaged or crafted",
+                payload.len()
+            ),
+        });
+    }
+    budget.take(out.len() as u64, payload_offset, kind.name())?;
+    codec::decode(&out, payload_offset, kind.name())
+}
+
+/// What an accepted event is about; salvage drops the events that refer to dropped regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventRef {
+    Region(u32),
+    Chunk(u32),
+    Global(u32),
+    PointerSlots,
+    /// An unknown non-critical event, skipped.
+    Skipped,
+    Other,
+}
+
+/// Everything a capture holds, as assembled event by event under the rules.
+#[derive(Debug)]
+pub struct CaptureBuilder<'a> {
+    data: &'a [u8],
+    header: FileHeader,
+    budget: MetaBudget,
+    pub info: Option<CaptureInfo>,
+    pub device: Option<DeviceInfo>,
+    pub modules: Vec<ModuleImage>,
+    pub dispatch: Option<Dispatch>,
+    pub regions: Vec<Region>,
+    pub globals: Vec<ModuleGlobal>,
+    pub annotations: Vec<Annotation>,
+    pub pointer_slots: Vec<(u32, u64)>,
+    pub chunks: BTreeMap<(u32, MemoryState, u64), ChunkRef>,
+    pub skipped: Vec<(u64, u16)>,
+}
+
+impl<'a> CaptureBuilder<'a> {
+    pub fn new(data: &'a [u8], header: FileHeader) -> CaptureBuilder<'a> {
+        CaptureBuilder {
+            data,
+            header,
+            budget: MetaBudget::for_file(data.len() as u64),
+            info: None,
+            device: None,
+            modules: Vec::new(),
+            dispatch: None,
+            regions: Vec::new(),
+            globals: Vec::new(),
+            annotations: Vec::new(),
+            pointer_slots: Vec::new(),
+            chunks: BTreeMap::new(),
+            skipped: Vec::new(),
+        }
+    }
+
+    pub fn header(&self) -> &FileHeader {
+        &self.header
+    }
+
+    /// Decodes a metadata event within this file's budget (the index and END use it too).
+    pub(crate) fn decode<T: DeserializeOwned>(
+        &mut self,
+        offset: u64,
+        frame: &Frame,
+        kind: EventKind,
+    ) -> Result<T> {
+        decode_meta(self.data, offset, frame, kind, &mut self.budget)
+    }
+
+    fn region(&self, region_id: u32) -> Option<&Region> {
+        self.regions.iter().find(|r| r.region_id == region_id)
+    }
+
+    /// Applies the rules of one event (frame at `off`, payload within the data). A chunk's
+    /// stored bytes are not checked here (that is `verify`'s job); metadata CRCs are.
+    pub fn add(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        if frame.flags & !KNOWN_FLAGS != 0 {
+            return Err(FormatError::Inconsistent {
+                offset: off + 2,
+                what: format!("unknown frame flags {:#06x}", frame.flags),
+            });
+        }
+        let Some(kind) = EventKind::from_u16(frame.kind) else {
+            if frame.flags & FLAG_CRITICAL != 0 {
+                return Err(FormatError::UnknownCritical {
+                    offset: off,
+                    kind: frame.kind,
+                    found_major: self.header.major,
+                    found_minor: self.header.minor,
+                    supported_major: VERSION_MAJOR,
+                    supported_minor: VERSION_MINOR,
+                });
+            }
+            self.skipped.push((off, frame.kind));
+            return Ok(EventRef::Skipped);
+        };
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        Ok(match kind {
+            EventKind::CaptureInfo => {
+                self.info = Some(self.decode(off, frame, kind)?);
+                EventRef::Other
+            }
+            EventKind::Device => {
+                self.device = Some(self.decode(off, frame, kind)?);
+                EventRef::Other
+            }
+            EventKind::Module => {
+                let m: ModuleImage = self.decode(off, frame, kind)?;
+                if self.modules.iter().any(|x| x.module_id == m.module_id) {
+                    return Err(inconsistent(format!(
+                        "module {} appears twice",
+                        m.module_id
+                    )));
+                }
+                self.modules.push(m);
+                EventRef::Other
+            }
+            EventKind::Dispatch => {
+                if self.dispatch.is_some() {
+                    return Err(inconsistent(
+                        "a second dispatch event (a capture holds one)".into(),
+                    ));
+                }
+                let d: Dispatch = self.decode(off, frame, kind)?;
+                if d.pointer_words
+                    .iter()
+                    .any(|&w| w as usize + 8 > d.arg_bytes.len())
+                {
+                    return Err(inconsistent(
+                        "a pointer word lies outside the kernel-argument bytes".into(),
+                    ));
+                }
+                self.dispatch = Some(d);
+                EventRef::Other
+            }
+            EventKind::Region => {
+                let r: Region = self.decode(off, frame, kind)?;
+                if r.chunk_size == 0 || r.chunk_size > MAX_CHUNK_SIZE {
+                    return Err(inconsistent(format!(
+                        "region {} has chunk size {} (1 to {MAX_CHUNK_SIZE} allowed)",
+                        r.region_id, r.chunk_size
+                    )));
+                }
+                if r.address.checked_add(r.size).is_none() {
+                    return Err(inconsistent(format!(
+                        "region {} wraps the address space",
+                        r.region_id
+                    )));
+                }
+                if self.region(r.region_id).is_some() {
+                    return Err(inconsistent(format!(
+                        "region {} declared twice",
+                        r.region_id
+                    )));
+                }
+                let id = r.region_id;
+                self.regions.push(r);
+                EventRef::Region(id)
+            }
+            EventKind::MemoryChunk => {
+                let payload = payload_of(self.data, off, frame)?;
+                let p = ChunkPrefix::decode(payload, off + FRAME_LEN as u64)?;
+                let region = self.region(p.region_id).ok_or_else(|| {
+                    inconsistent(format!(
+                        "memory chunk for region {} before (or without) its region",
+                        p.region_id
+                    ))
+                })?;
+                let expected_len = region.size.saturating_sub(p.offset).min(region.chunk_size);
+                if p.offset % region.chunk_size != 0
+                    || p.offset >= region.size
+                    || p.raw_len != expected_len
+                {
+                    return Err(inconsistent(format!(
+                        "chunk of {} bytes at offset {} does not fit region {} ({} bytes, chunk size {})",
+                        p.raw_len, p.offset, region.region_id, region.size, region.chunk_size
+                    )));
+                }
+                let stored = frame.payload_len - CHUNK_PREFIX_LEN as u64;
+                if (p.encoding == ChunkEncoding::Raw && stored != p.raw_len)
+                    || (p.encoding == ChunkEncoding::Zero && stored != 0)
+                {
+                    return Err(inconsistent(format!(
+                        "{:?} chunk stores {stored} bytes for {} raw bytes",
+                        p.encoding, p.raw_len
+                    )));
+                }
+                let key = (p.region_id, p.state, p.offset);
+                if self.chunks.contains_key(&key) {
+                    return Err(inconsistent(format!(
+                        "duplicate {:?} chunk at offset {} of region {}",
+                        p.state, p.offset, p.region_id
+                    )));
+                }
+                self.chunks.insert(
+                    key,
+                    ChunkRef {
+                        region_id: p.region_id,
+                        state: p.state,
+                        encoding: p.encoding,
+                        offset: p.offset,
+                        raw_len: p.raw_len,
+                        raw_crc: p.raw_crc,
+                        event_offset: off,
+                        payload_offset: off + FRAME_LEN as u64,
+                        payload_len: frame.payload_len,
+                        payload_crc: frame.payload_crc,
+                    },
+                );
+                EventRef::Chunk(p.region_id)
+            }
+            EventKind::ModuleGlobal => {
+                let g: ModuleGlobal = self.decode(off, frame, kind)?;
+                if self.region(g.region_id).is_none() {
+                    return Err(inconsistent(format!(
+                        "global {} names region {}, which is not declared before it",
+                        g.name, g.region_id
+                    )));
+                }
+                let id = g.region_id;
+                self.globals.push(g);
+                EventRef::Global(id)
+            }
+            EventKind::Annotation => {
+                let a: Annotation = self.decode(off, frame, kind)?;
+                self.annotations.push(a);
+                EventRef::Other
+            }
+            EventKind::PointerSlots => {
+                let p: PointerSlots = self.decode(off, frame, kind)?;
+                for &(region_id, offset) in &p.slots {
+                    let fits = self
+                        .region(region_id)
+                        .is_some_and(|r| offset.checked_add(8).is_some_and(|e| e <= r.size));
+                    if !fits {
+                        return Err(inconsistent(format!(
+                            "pointer slot at offset {offset} lies outside region {region_id}"
+                        )));
+                    }
+                }
+                self.pointer_slots.extend(p.slots);
+                EventRef::PointerSlots
+            }
+            EventKind::Index | EventKind::End => {
+                return Err(inconsistent(format!(
+                    "{} event inside the event area",
+                    kind.name()
+                )))
+            }
+        })
+    }
+
+    /// Regions that lack some of their pre-dispatch chunks, sorted.
+    pub fn incomplete_regions(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .regions
+            .iter()
+            .filter(|r| {
+                let n = r.size.div_ceil(r.chunk_size);
+                let have = self
+                    .chunks
+                    .range(
+                        (r.region_id, MemoryState::Pre, 0)
+                            ..=(r.region_id, MemoryState::Pre, u64::MAX),
+                    )
+                    .count() as u64;
+                have != n
+            })
+            .map(|r| r.region_id)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Removes regions and everything that refers to them: their chunks, the module globals
+    /// that live in them, the pointer slots inside them.
+    pub fn drop_regions(&mut self, ids: &HashSet<u32>) {
+        self.regions.retain(|r| !ids.contains(&r.region_id));
+        self.chunks.retain(|k, _| !ids.contains(&k.0));
+        self.globals.retain(|g| !ids.contains(&g.region_id));
+        self.pointer_slots.retain(|(r, _)| !ids.contains(r));
+    }
+
+    /// The rules that need the whole capture: one dispatch, every region complete. `offset`
+    /// is where errors point (the index, for a parsed file).
+    pub fn check_complete(&mut self, offset: u64) -> Result<()> {
+        if self.dispatch.is_none() {
+            return Err(FormatError::Inconsistent {
+                offset,
+                what: "the capture holds no dispatch event".into(),
+            });
+        }
+        if let Some(&id) = self.incomplete_regions().first() {
+            let r = self.region(id).map_or((0, 1), |r| (r.size, r.chunk_size));
+            let have = self
+                .chunks
+                .range((id, MemoryState::Pre, 0)..=(id, MemoryState::Pre, u64::MAX))
+                .count();
+            return Err(FormatError::Inconsistent {
+                offset,
+                what: format!(
+                    "region {id} needs {} memory chunks but the capture holds {have}",
+                    r.0.div_ceil(r.1)
+                ),
+            });
+        }
+        self.pointer_slots.sort_unstable();
+        self.pointer_slots.dedup();
+        Ok(())
+    }
+}
