@@ -1,8 +1,9 @@
 //! File-system side: open a capture through mmap, and create one that appears under its final
 //! name only once complete.
 
-use std::fs::{self, File};
-use std::io::BufWriter;
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, ErrorKind, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
@@ -13,71 +14,223 @@ use crate::writer::{CaptureWriter, WriterOptions};
 /// A capture file mapped into memory.
 pub struct MappedFile {
     map: Option<Mmap>,
+    dev_ino: (u64, u64),
 }
 
 impl MappedFile {
+    /// Maps a regular file. FIFOs, devices and directories are refused before anything is
+    /// read from them (opening is non-blocking, so a FIFO without a writer cannot hang us).
     pub fn open(path: &Path) -> std::io::Result<MappedFile> {
-        let file = File::open(path)?;
-        let len = file.metadata()?.len();
-        if len == 0 {
-            // mmap of an empty file fails on Linux; an empty capture is just "not a .krr".
-            return Ok(MappedFile { map: None });
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            let what = if meta.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file (a FIFO, socket or device)"
+            };
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                format!("{what}: captures are read from regular files"),
+            ));
         }
-        // SAFETY: the mapping is read-only; kreplay never writes a capture while reading it,
-        // and a concurrent truncation by another program is the documented hazard of mmap
-        // readers (it faults rather than corrupting memory we own).
+        let dev_ino = (meta.dev(), meta.ino());
+        if meta.len() == 0 {
+            // mmap of an empty file fails on Linux; an empty capture is just "not a .krr".
+            return Ok(MappedFile { map: None, dev_ino });
+        }
+        // SAFETY: the mapping is read-only; kreplay never writes a capture while reading it
+        // (outputs go to a new file renamed into place, never truncated in place), and a
+        // concurrent truncation by another program is the documented hazard of mmap readers
+        // (it faults rather than corrupting memory we own).
         let map = unsafe { Mmap::map(&file)? };
-        Ok(MappedFile { map: Some(map) })
+        Ok(MappedFile {
+            map: Some(map),
+            dev_ino,
+        })
     }
 
     pub fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
     }
+
+    /// Whether `path` names this very file (another name, a link or a symlink to it).
+    pub fn is_same_file(&self, path: &Path) -> bool {
+        fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
+    }
+}
+
+/// Creates a new file for output: never follows a symlink planted at `path`, never opens an
+/// existing file (so never truncates one), mode 0600 (captures hold application memory).
+pub fn create_new_private(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+fn exists_error(path: &Path) -> std::io::Error {
+    std::io::Error::new(
+        ErrorKind::AlreadyExists,
+        format!(
+            "{} already exists: pass --force to replace it",
+            path.display()
+        ),
+    )
+}
+
+/// Whether something (a file, a directory, a dangling symlink) is at `path`.
+pub fn occupied(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok()
+}
+
+/// An output written to `NAME.partial`, given its final name only once complete: readers
+/// never see half a file, a failure leaves nothing behind, and an existing `NAME` is
+/// replaced only when `force` is set (atomically, by rename; otherwise a hard link refuses
+/// atomically if `NAME` appeared meanwhile).
+pub struct AtomicOutput {
+    file: Option<File>,
+    tmp: PathBuf,
+    final_path: PathBuf,
+    force: bool,
+}
+
+impl AtomicOutput {
+    pub fn create(final_path: &Path, force: bool) -> std::io::Result<AtomicOutput> {
+        if !force && occupied(final_path) {
+            return Err(exists_error(final_path));
+        }
+        let mut tmp = final_path.as_os_str().to_owned();
+        tmp.push(".partial");
+        let tmp = PathBuf::from(tmp);
+        if force {
+            // A stale partial file from an interrupted run; unlink never follows a symlink.
+            let _ = fs::remove_file(&tmp);
+        }
+        let file = create_new_private(&tmp).map_err(|e| {
+            if e.kind() == ErrorKind::AlreadyExists {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{} already exists (left by an interrupted run, or another one is writing it): remove it or pass --force",
+                        tmp.display()
+                    ),
+                )
+            } else {
+                std::io::Error::new(e.kind(), format!("cannot create {}: {e}", tmp.display()))
+            }
+        })?;
+        Ok(AtomicOutput {
+            file: Some(file),
+            tmp,
+            final_path: final_path.to_path_buf(),
+            force,
+        })
+    }
+
+    /// The file being written.
+    pub fn take_file(&mut self) -> Option<File> {
+        self.file.take()
+    }
+
+    /// Where the bytes go until `publish`.
+    pub fn partial_path(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Gives the synced file its final name.
+    pub fn publish(mut self) -> std::io::Result<()> {
+        let result = self.publish_inner();
+        if result.is_err() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+        self.tmp = PathBuf::new(); // published or removed: nothing for Drop to do
+        result
+    }
+
+    fn publish_inner(&self) -> std::io::Result<()> {
+        if self.force {
+            return fs::rename(&self.tmp, &self.final_path);
+        }
+        match fs::hard_link(&self.tmp, &self.final_path) {
+            Ok(()) => fs::remove_file(&self.tmp),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(exists_error(&self.final_path)),
+            // File systems without hard links: check, then rename (not atomic, still refuses
+            // an output that was there before).
+            Err(_) if occupied(&self.final_path) => Err(exists_error(&self.final_path)),
+            Err(_) => fs::rename(&self.tmp, &self.final_path),
+        }
+    }
+}
+
+impl Drop for AtomicOutput {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Writes `bytes` to a new file at `path` through an `AtomicOutput`, synced.
+pub fn write_atomically(path: &Path, bytes: &[u8], force: bool) -> std::io::Result<()> {
+    let mut out = AtomicOutput::create(path, force)?;
+    let mut f = out
+        .take_file()
+        .ok_or_else(|| std::io::Error::other("no file"))?;
+    f.write_all(bytes)?;
+    f.sync_data()?;
+    drop(f);
+    out.publish()
 }
 
 /// A capture being written to `NAME.partial`, renamed to `NAME` by `finish`.
 pub struct PendingFile {
     pub writer: CaptureWriter<BufWriter<File>>,
-    tmp: PathBuf,
-    final_path: PathBuf,
+    out: AtomicOutput,
 }
 
 impl PendingFile {
-    pub fn create(final_path: &Path, uuid: [u8; 16], opts: WriterOptions) -> Result<PendingFile> {
-        let mut tmp = final_path.as_os_str().to_owned();
-        tmp.push(".partial");
-        let tmp = PathBuf::from(tmp);
-        let file = File::create(&tmp)?;
+    /// Starts a capture at `final_path`; refuses an existing file unless `force`.
+    pub fn create(
+        final_path: &Path,
+        uuid: [u8; 16],
+        opts: WriterOptions,
+        force: bool,
+    ) -> Result<PendingFile> {
+        let mut out = AtomicOutput::create(final_path, force)?;
+        let file = out
+            .take_file()
+            .ok_or_else(|| std::io::Error::other("no file"))?;
         let writer = CaptureWriter::new(BufWriter::with_capacity(1 << 20, file), uuid, opts)?;
-        Ok(PendingFile {
-            writer,
-            tmp,
-            final_path: final_path.to_path_buf(),
-        })
+        Ok(PendingFile { writer, out })
+    }
+
+    /// Where the capture is written until it is complete.
+    pub fn partial_path(&self) -> &Path {
+        self.out.partial_path()
     }
 
     /// Finishes the log, syncs it and gives it its final name. On failure (a full disk, a
-    /// vanished directory) the partial file is removed: nothing half-written is left behind.
+    /// vanished directory, a file that appeared under the final name) the partial file is
+    /// removed: nothing half-written is left behind.
     pub fn finish(self) -> Result<u64> {
-        let tmp = self.tmp.clone();
-        let result = (|| {
-            let out = self.writer.finish()?;
-            let file = out.into_inner().map_err(|e| e.into_error())?;
-            file.sync_data()?;
-            let len = file.metadata()?.len();
-            fs::rename(&self.tmp, &self.final_path)?;
-            Ok(len)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result
+        let out = self.writer.finish()?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_data()?;
+        let len = file.metadata()?.len();
+        drop(file);
+        self.out.publish()?;
+        Ok(len)
     }
 
     /// Gives up: removes the partial file.
     pub fn abandon(self) {
-        drop(self.writer);
-        let _ = fs::remove_file(&self.tmp);
+        drop(self);
     }
 }
 
@@ -96,7 +249,8 @@ mod tests {
     fn finished_file_appears_under_its_final_name_only() {
         let d = scratch_dir("ok");
         let path = d.join("x.krr");
-        let f = PendingFile::create(&path, [1; 16], WriterOptions::default()).expect("create");
+        let f =
+            PendingFile::create(&path, [1; 16], WriterOptions::default(), false).expect("create");
         assert!(d.join("x.krr.partial").exists());
         assert!(!path.exists(), "no final name before finish");
         let len = f.finish().expect("finish");
@@ -109,7 +263,8 @@ mod tests {
     fn failed_finish_leaves_no_partial_file() {
         let d = scratch_dir("fail");
         let path = d.join("x.krr");
-        let f = PendingFile::create(&path, [2; 16], WriterOptions::default()).expect("create");
+        let f =
+            PendingFile::create(&path, [2; 16], WriterOptions::default(), false).expect("create");
         // A non-empty directory where the file should land: the final rename fails.
         fs::create_dir_all(path.join("occupied")).expect("blocker");
         assert!(f.finish().is_err());
@@ -117,6 +272,90 @@ mod tests {
             !d.join("x.krr.partial").exists(),
             "partial file left behind"
         );
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn existing_outputs_are_kept_unless_forced() {
+        let d = scratch_dir("exists");
+        let path = d.join("x.krr");
+        fs::write(&path, b"precious").expect("existing");
+        let e = PendingFile::create(&path, [3; 16], WriterOptions::default(), false)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("--force"), "{e}");
+        assert_eq!(fs::read(&path).expect("kept"), b"precious");
+        let f =
+            PendingFile::create(&path, [3; 16], WriterOptions::default(), true).expect("forced");
+        f.finish().expect("finish");
+        assert_ne!(fs::read(&path).expect("replaced"), b"precious");
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn planted_symlinks_are_not_followed() {
+        let d = scratch_dir("symlink");
+        let victim = d.join("victim");
+        fs::write(&victim, b"keep me").expect("victim");
+        let path = d.join("x.krr");
+        std::os::unix::fs::symlink(&victim, d.join("x.krr.partial")).expect("plant");
+        assert!(PendingFile::create(&path, [4; 16], WriterOptions::default(), false).is_err());
+        std::os::unix::fs::symlink(&victim, &path).expect("plant at the final name");
+        let _ = fs::remove_file(d.join("x.krr.partial"));
+        assert!(PendingFile::create(&path, [4; 16], WriterOptions::default(), false).is_err());
+        // Forced: the symlink itself is replaced, its target untouched.
+        let f =
+            PendingFile::create(&path, [4; 16], WriterOptions::default(), true).expect("forced");
+        f.finish().expect("finish");
+        assert_eq!(fs::read(&victim).expect("victim"), b"keep me");
+        assert!(!fs::symlink_metadata(&path).expect("output").is_symlink());
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn outputs_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = scratch_dir("mode");
+        let path = d.join("x.krr");
+        let f =
+            PendingFile::create(&path, [5; 16], WriterOptions::default(), false).expect("create");
+        f.finish().expect("finish");
+        let mode = fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        write_atomically(&d.join("y.bin"), b"abc", false).expect("write");
+        let mode = fs::metadata(d.join("y.bin"))
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let d = scratch_dir("fifo");
+        let fifo = d.join("pipe.krr");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: c is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = MappedFile::open(&fifo).err().expect("refused");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = MappedFile::open(&d).err().expect("refused");
+        assert!(e.to_string().contains("directory"), "{e}");
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_same_file_is_recognised_through_other_names() {
+        let d = scratch_dir("same");
+        let path = d.join("x.krr");
+        fs::write(&path, b"\x89KRR").expect("write");
+        std::os::unix::fs::symlink(&path, d.join("alias.krr")).expect("alias");
+        let m = MappedFile::open(&path).expect("open");
+        assert!(m.is_same_file(&d.join("alias.krr")));
+        assert!(m.is_same_file(&d.join(".").join("x.krr")));
+        assert!(!m.is_same_file(&d.join("other.krr")));
         let _ = fs::remove_dir_all(&d);
     }
 }

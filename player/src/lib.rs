@@ -2,6 +2,7 @@
 //! primary context, memory mapped back at the captured addresses, module loaded, globals
 //! restored; then runs timed, restored, optionally verified passes.
 
+mod attributes;
 mod metrics;
 mod relocate;
 mod session;

@@ -18,6 +18,7 @@ use kreplay_replay::DriverUnavailable;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::attributes;
 use crate::relocate::{self, Relocation};
 use crate::verify::{compare, VerifyOutcome};
 
@@ -38,10 +39,10 @@ pub enum PlayError {
     Driver(#[from] DriverUnavailable),
     #[error("device {requested} does not exist: this machine has {count} CUDA device(s)")]
     NoSuchDevice { requested: i32, count: i32 },
-    #[error("CUDA error: {0}")]
-    Cuda(#[from] CudaError),
+    #[error("{}", cuda_message(.0))]
+    Cuda(CudaError),
     #[error("cannot map the captured memory: {0}")]
-    Map(#[from] MapError),
+    Map(MapError),
     #[error("device addresses {start:#x}..{end:#x} are taken in this process (the driver offered {got:#x}) and the capture cannot be relocated: {why}")]
     CannotRelocate {
         start: u64,
@@ -70,10 +71,60 @@ pub enum PlayError {
         captured: Vec<(u32, u32)>,
         variant: Vec<(u32, u32)>,
     },
+    #[error("the capture's parameter layout of {kernel} (offset, size) is {captured:?} but the kernel's own is {actual:?}: the file is damaged or was edited; refusing to launch")]
+    LayoutMismatch {
+        kernel: String,
+        captured: Vec<(u32, u32)>,
+        actual: Vec<(u32, u32)>,
+    },
+    #[error("the capture uses launch attribute {id}, unknown to this kreplay (recorded with a newer CUDA, or the file is damaged): upgrade kreplay")]
+    UnknownAttribute { id: u32 },
     #[error("capture is damaged: {0}")]
-    Format(#[from] FormatError),
+    Format(FormatError),
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
+}
+
+// Hand-written rather than `#[from]`: the message already holds the inner error, and a
+// source would make `{:#}` chains print it twice.
+impl From<CudaError> for PlayError {
+    fn from(e: CudaError) -> Self {
+        PlayError::Cuda(e)
+    }
+}
+
+impl From<MapError> for PlayError {
+    fn from(e: MapError) -> Self {
+        PlayError::Map(e)
+    }
+}
+
+impl From<FormatError> for PlayError {
+    fn from(e: FormatError) -> Self {
+        PlayError::Format(e)
+    }
+}
+
+/// A driver error in words a user can act on. Faults of the replayed kernel are sticky: every
+/// later call fails with the same code, so the first one is explained and the rest stay out.
+fn cuda_message(e: &CudaError) -> String {
+    use driver::sys::CUresult as R;
+    let fault = [
+        R::CUDA_ERROR_ILLEGAL_ADDRESS,
+        R::CUDA_ERROR_MISALIGNED_ADDRESS,
+        R::CUDA_ERROR_ILLEGAL_INSTRUCTION,
+        R::CUDA_ERROR_HARDWARE_STACK_ERROR,
+        R::CUDA_ERROR_INVALID_ADDRESS_SPACE,
+        R::CUDA_ERROR_INVALID_PC,
+        R::CUDA_ERROR_LAUNCH_FAILED,
+    ];
+    if fault.iter().any(|&c| e.is(c)) {
+        return format!(
+            "the replayed kernel faulted ({}, reported by {}): it touched memory the capture              does not hold (memory reached through a path the recorder could not follow).              Re-record with `--memory all` to capture every live allocation",
+            e.name, e.call
+        );
+    }
+    format!("CUDA error: {e}")
 }
 
 /// How the pass loop runs.
@@ -228,6 +279,8 @@ pub struct Session<'c> {
     args: Vec<u8>,
     param_offsets: Vec<u32>,
     attributes: Vec<(u32, [u8; 64])>,
+    /// Events named by rebuilt attributes; they must outlive every launch.
+    _attribute_events: Vec<Event>,
     write_set: Vec<WriteRange>,
     /// Replay device address of every region (globals move; the rest stay put).
     region_addr: Vec<(u32, u64)>,
@@ -333,6 +386,24 @@ fn upload_region(
     Ok(())
 }
 
+/// The first `limit` bytes of a region's pre-dispatch state (all of it when it is smaller),
+/// decoded chunk by chunk: `limit` comes from the driver, so the file cannot choose the size.
+fn read_region_prefix(cap: &Capture<'_>, r: &Region, limit: u64) -> Result<Vec<u8>, PlayError> {
+    let n = r.size.min(limit);
+    let mut out = vec![0u8; n as usize];
+    let mut chunk = Vec::new();
+    for c in cap.chunks(r.region_id, MemoryState::Pre) {
+        if c.offset >= n {
+            break;
+        }
+        chunk.resize(c.raw_len as usize, 0);
+        cap.read_chunk_into(c, &mut chunk)?;
+        let take = (n - c.offset).min(c.raw_len) as usize;
+        out[c.offset as usize..c.offset as usize + take].copy_from_slice(&chunk[..take]);
+    }
+    Ok(out)
+}
+
 impl<'c> Session<'c> {
     /// Prepares the capture on device `opts.device`.
     pub fn open(cap: &'c Capture<'c>, opts: &PlayOptions) -> Result<Session<'c>, PlayError> {
@@ -354,6 +425,8 @@ impl<'c> Session<'c> {
                 ),
             }));
         }
+        let attribute_plan =
+            attributes::plan(&d.attributes).map_err(|id| PlayError::UnknownAttribute { id })?;
         open_device(opts.device)?;
         let props = driver::device_props(opts.device)?;
         let dev_arch = props.cc_major * 10 + props.cc_minor;
@@ -427,16 +500,25 @@ impl<'c> Session<'c> {
                     kernel: d.kernel_name.clone(),
                     source,
                 })?;
-        if opts.module_override.is_some() {
-            let layout = driver::parameter_layout(function);
-            let captured: Vec<(u32, u32)> = d.params.iter().map(|p| (p.offset, p.size)).collect();
-            if layout != captured {
-                return Err(PlayError::VariantMismatch {
+        // The driver reads the arguments by the kernel's own layout: a file whose layout
+        // differs (damaged, crafted, or a --module variant with other parameters) would make
+        // it read past the argument bytes.
+        let layout = driver::parameter_layout(function);
+        let captured: Vec<(u32, u32)> = d.params.iter().map(|p| (p.offset, p.size)).collect();
+        if layout != captured {
+            return Err(if opts.module_override.is_some() {
+                PlayError::VariantMismatch {
                     kernel: d.kernel_name.clone(),
                     captured,
                     variant: layout,
-                });
-            }
+                }
+            } else {
+                PlayError::LayoutMismatch {
+                    kernel: d.kernel_name.clone(),
+                    captured,
+                    actual: layout,
+                }
+            });
         }
         let mut region_addr: Vec<(u32, u64)> = cap
             .regions
@@ -448,9 +530,15 @@ impl<'c> Session<'c> {
             let Ok((ptr, size)) = driver::module_global(module.raw, &g.name) else {
                 continue; // the variant module may lack it; the kernel cannot reference it then
             };
-            let data = cap.read_region(g.region_id)?;
-            let n = data.len().min(size as usize);
-            copy_htod(ptr, &data[..n])?;
+            let Some(r) = cap.region(g.region_id) else {
+                continue;
+            };
+            // Sized by the driver's global, never by the file's claim.
+            let mut data = read_region_prefix(cap, r, size)?;
+            if let Some(rel) = &relocation {
+                rel.patch_region_window(cap, g.region_id, 0, &mut data);
+            }
+            copy_htod(ptr, &data)?;
             region_addr.push((g.region_id, ptr));
         }
 
@@ -461,16 +549,17 @@ impl<'c> Session<'c> {
         if cluster_blocks > 8 {
             driver::set_non_portable_cluster(function)?;
         }
-        let mut attributes: Vec<(u32, [u8; 64])> = d
-            .attributes
-            .iter()
-            .map(|a| {
-                let mut v = [0u8; 64];
-                let n = a.value.len().min(64);
-                v[..n].copy_from_slice(&a.value[..n]);
-                (a.id, v)
-            })
-            .collect();
+        let mut attribute_events = Vec::new();
+        let mut attributes: Vec<(u32, [u8; 64])> = Vec::new();
+        for a in attribute_plan.attributes {
+            let mut value = a.value;
+            if a.needs_event {
+                let e = Event::new()?;
+                value[..8].copy_from_slice(&(e.raw as usize as u64).to_le_bytes());
+                attribute_events.push(e);
+            }
+            attributes.push((a.id, value));
+        }
         if d.cluster != [0, 0, 0] && !attributes.iter().any(|a| a.0 == ATTR_CLUSTER_DIMENSION) {
             let mut v = [0u8; 64];
             for (i, c) in d.cluster.iter().enumerate() {
@@ -566,6 +655,7 @@ impl<'c> Session<'c> {
             _moved: moved,
             param_offsets,
             attributes,
+            _attribute_events: attribute_events,
             write_set,
             region_addr,
             _mapping: mapping,
@@ -776,5 +866,50 @@ impl<'c> Session<'c> {
             setup_ms,
             verify: v,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    fn err(code: driver::sys::CUresult, call: &'static str) -> CudaError {
+        CudaError {
+            call,
+            code: code as u32,
+            name: format!("{code:?}"),
+        }
+    }
+
+    #[test]
+    fn a_fault_is_explained_once() {
+        let e = PlayError::from(err(
+            driver::sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+            "cuEventSynchronize",
+        ));
+        let text = e.to_string();
+        assert!(text.contains("faulted"), "{text}");
+        assert!(text.contains("--memory all"), "{text}");
+        assert_eq!(
+            text.matches("CUDA_ERROR_ILLEGAL_ADDRESS").count(),
+            1,
+            "{text}"
+        );
+        // No source: a `{:#}` chain does not repeat the driver error.
+        assert!(e.source().is_none());
+        let other = PlayError::from(err(
+            driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            "cuMemAlloc",
+        ));
+        assert!(other
+            .to_string()
+            .starts_with("CUDA error: cuMemAlloc failed"));
+        assert!(other.source().is_none());
+        let f = PlayError::from(FormatError::Limit {
+            what: "x",
+            message: "y".into(),
+        });
+        assert!(f.source().is_none());
     }
 }

@@ -388,6 +388,30 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
         }
     }
 
+    // Module globals: resolved in the application's module, restored by name at replay. They
+    // are roots of the pointer walk below: a library may keep its tables behind a pointer in
+    // a global (cuFFT's `lut_sp`), which no argument mentions.
+    let mut globals = Vec::new();
+    if let Ok(module) = driver::function_module(input.function) {
+        for (name, _) in input.module_objects {
+            let Ok((addr, size)) = driver::module_global(module, name) else {
+                continue;
+            };
+            if size == 0 {
+                continue;
+            }
+            add(addr, size, RegionRole::Global, &mut snapshots, &mut known)?;
+            if let Some(s) = snapshots.last_mut() {
+                s.region.kind = MemoryKind::ModuleGlobal;
+                globals.push(ModuleGlobal {
+                    module_id: input.module.module_id,
+                    name: name.clone(),
+                    region_id: s.region.region_id,
+                });
+            }
+        }
+    }
+
     // Pointers stored in captured memory, transitively. The words that may be pointers are
     // kept with their offsets, so the pointer slots below need not read the regions again.
     let mut window: Option<(u64, u64)> = None;
@@ -498,38 +522,6 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, String> {
     }
     pointer_slots.sort_unstable();
 
-    // Module globals: resolved in the application's module, restored by name at replay.
-    let mut globals = Vec::new();
-    if let Ok(module) = driver::function_module(input.function) {
-        for (name, _) in input.module_objects {
-            let Ok((addr, size)) = driver::module_global(module, name) else {
-                continue;
-            };
-            if size == 0 {
-                continue;
-            }
-            let pre = Bytes::Host(copy_region(addr, size)?);
-            globals.push(ModuleGlobal {
-                module_id: input.module.module_id,
-                name: name.clone(),
-                region_id: next_id,
-            });
-            snapshots.push(Snapshot {
-                region: Region {
-                    region_id: next_id,
-                    address: addr,
-                    size,
-                    kind: MemoryKind::ModuleGlobal,
-                    role: RegionRole::Global,
-                    chunk_size: DEFAULT_CHUNK_SIZE,
-                },
-                device_addr: addr,
-                pre,
-                post: None,
-            });
-            next_id += 1;
-        }
-    }
     let measuring = crate::quiet::measure();
     match settle(&stream) {
         Ok(settled) => notes.push(settled.to_string()),

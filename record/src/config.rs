@@ -14,7 +14,13 @@ pub mod env {
     pub const OUTPUT: &str = "KREPLAY_OUTPUT";
     pub const MEMORY: &str = "KREPLAY_MEMORY";
     pub const REPORT_DIR: &str = "KREPLAY_REPORT_DIR";
+    /// `1`: replace existing output files (`kreplay record --force`).
+    pub const FORCE: &str = "KREPLAY_FORCE";
 }
+
+/// Where, inside the report directory, the recorder notes each `.partial` file it creates, so
+/// `kreplay record` can remove what an application that died (signal, `_exit`, `exec`) left.
+pub const PARTIALS_DIR: &str = "partials";
 
 /// What the recorder does in this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +50,8 @@ pub struct Config {
     pub output: String,
     pub memory: MemoryScope,
     pub report_dir: Option<PathBuf>,
+    /// Replace existing output files.
+    pub force: bool,
 }
 
 pub const DEFAULT_OUTPUT: &str = "%k-%p-%n.krr";
@@ -103,6 +111,7 @@ impl Config {
             report_dir: get(env::REPORT_DIR)
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from),
+            force: get(env::FORCE).as_deref() == Some("1"),
         }))
     }
 }

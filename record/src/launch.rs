@@ -103,17 +103,22 @@ pub unsafe fn decode(cbid: u32, params: *const c_void) -> Option<LaunchView> {
             if !c.attrs.is_null() {
                 for i in 0..c.numAttrs.min(64) as usize {
                     // SAFETY: attrs points to numAttrs attributes supplied by the application.
-                    let a = unsafe { &*c.attrs.add(i) };
+                    // No reference to the struct is made: its id field has an enum type, and an
+                    // id from a newer CUDA than these bindings would be an invalid value of it;
+                    // it is read as the u32 it is (`#[repr(u32)]`).
+                    let a = unsafe { c.attrs.add(i) };
+                    // SAFETY: `a` points at a readable attribute; the id is a 4-byte integer.
+                    let id = unsafe { std::ptr::addr_of!((*a).id).cast::<u32>().read_unaligned() };
                     let mut v = [0u8; 64];
                     // SAFETY: the value union is at least 64 bytes of plain data.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
-                            &a.value as *const _ as *const u8,
+                            std::ptr::addr_of!((*a).value).cast::<u8>(),
                             v.as_mut_ptr(),
                             64.min(std::mem::size_of::<sys::CUlaunchAttributeValue>()),
                         )
                     };
-                    attributes.push((a.id as u32, v));
+                    attributes.push((id, v));
                 }
             }
             let cooperative = attributes

@@ -21,8 +21,13 @@ const MAX_CONTAINER: u64 = 4 << 30;
 /// Where PTX for some kernels can be found.
 #[derive(Debug, Clone)]
 pub enum PtxSource {
-    /// A fatbin container inside a loaded binary.
-    Mapped { addr: u64, len: u64 },
+    /// A fatbin container inside a loaded binary, and which binary it was in (its load
+    /// address and path, from `dladdr`) so that it is not read once that binary is unloaded.
+    Mapped {
+        addr: u64,
+        len: u64,
+        owner: Option<(usize, Vec<u8>)>,
+    },
     /// PTX text copied when it was loaded.
     Text { arch: u32, text: Arc<Vec<u8>> },
 }
@@ -64,6 +69,25 @@ unsafe fn head(p: *const u8) -> Vec<u8> {
     out
 }
 
+/// The loaded object (load address and path) whose mapping holds `addr`, per `dladdr`.
+fn loaded_object(addr: u64) -> Option<(usize, Vec<u8>)> {
+    // SAFETY: Dl_info is plain data; dladdr only reads the loader's tables and writes `info`.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr accepts any address and reports 0 when no loaded object contains it.
+    if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0 {
+        return None;
+    }
+    let name = if info.dli_fname.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+        unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+            .to_bytes()
+            .to_vec()
+    };
+    Some((info.dli_fbase as usize, name))
+}
+
 /// Inspects an image at load time. `wanted` says whether a kernel name is one the user asked
 /// for. Returns what to remember, if anything.
 ///
@@ -89,7 +113,11 @@ pub unsafe fn inspect(image: *const u8, wanted: &dyn Fn(&str) -> bool) -> Option
             if fatbin::ptx_entries(all).is_empty() {
                 return None;
             }
-            Some(PtxSource::Mapped { addr, len })
+            Some(PtxSource::Mapped {
+                addr,
+                len,
+                owner: loaded_object(addr),
+            })
         }
         ImageKind::Container => {
             let len = fatbin::container_len(&h).filter(|&l| l <= MAX_CONTAINER)?;
@@ -147,9 +175,14 @@ pub fn resolve(sources: &[PtxSource], kernel: &str) -> Option<(u32, Vec<u8>)> {
                     return Some((*arch, text.to_vec()));
                 }
             }
-            PtxSource::Mapped { addr, len } => {
-                // SAFETY: checked at load time; the binary that holds it is still loaded
-                // (libraries whose kernels are being captured are not unloaded mid-launch).
+            PtxSource::Mapped { addr, len, owner } => {
+                // The library may have been unloaded (dlclose) since: read only when the
+                // same object is still loaded at the same place.
+                if owner.is_none() || loaded_object(*addr) != *owner {
+                    continue;
+                }
+                // SAFETY: checked at load time, and the object that held it is still loaded
+                // at the same address (dladdr above).
                 let all = unsafe { std::slice::from_raw_parts(*addr as *const u8, *len as usize) };
                 for e in fatbin::ptx_entries(all) {
                     if let Ok(text) = e.text() {
@@ -184,8 +217,10 @@ mod tests {
 
     #[test]
     fn wrapped_container_is_remembered_by_address() {
-        let b = golden("kapps.fatbin");
-        let second = fatbin::container_len(&b).expect("first") as usize;
+        // Inside this test binary's own image, as cudart's fatbins are inside a loaded binary.
+        static KAPPS: &[u8] = include_bytes!("../../testdata/fatbin/kapps.fatbin");
+        let b = KAPPS;
+        let second = fatbin::container_len(b).expect("first") as usize;
         let mut wrapper = [0u8; 24];
         wrapper[..4].copy_from_slice(&fatbin::WRAPPER_MAGIC.to_le_bytes());
         wrapper[4..8].copy_from_slice(&1u32.to_le_bytes());
@@ -196,8 +231,16 @@ mod tests {
         let (_, text) = resolve(std::slice::from_ref(&src), "_Z5saxpyifPKfPf").expect("saxpy PTX");
         assert!(ptx::defines_entry(&text, "_Z5saxpyifPKfPf"));
         assert!(resolve(&[src], "no_such_kernel").is_none());
+        // The same container on the heap belongs to no loaded object: remembered, but never
+        // read back (it could have been freed, like the image of an unloaded library).
+        let heap = golden("kapps.fatbin");
+        wrapper[8..16].copy_from_slice(&(heap[second..].as_ptr() as u64).to_le_bytes());
+        // SAFETY: the wrapper points into heap, alive for the test.
+        let src = unsafe { inspect(wrapper.as_ptr(), &|_| false) }.expect("has PTX");
+        assert!(matches!(src, PtxSource::Mapped { owner: None, .. }));
+        assert!(resolve(&[src], "_Z5saxpyifPKfPf").is_none());
         // The first container has no PTX: nothing to remember.
-        wrapper[8..16].copy_from_slice(&(b.as_ptr() as u64).to_le_bytes());
+        wrapper[8..16].copy_from_slice(&(heap.as_ptr() as u64).to_le_bytes());
         // SAFETY: as above.
         assert!(unsafe { inspect(wrapper.as_ptr(), &|_| true) }.is_none());
     }

@@ -4,6 +4,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -77,6 +78,15 @@ struct Recorder {
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
+/// Set in the child of a `fork`: the recorder's threads did not survive it and its locks may
+/// be held by threads that no longer exist, so the child records nothing, joins nothing and
+/// writes no report (an `exec` that follows loads a fresh recorder).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn forked_child() {
+    FORKED.store(true, Ordering::SeqCst);
+}
+
 thread_local! {
     static IN_LAUNCH: Cell<bool> = const { Cell::new(false) };
     /// Set while the recorder itself calls the driver (its scratch allocations are not the
@@ -112,7 +122,7 @@ fn command_line() -> Vec<String> {
 
 impl Recorder {
     fn error(&self, msg: String) {
-        eprintln!("kreplay: {msg}");
+        crate::diag!("kreplay: {msg}");
         lock(&self.inner).errors.push(msg);
     }
 
@@ -375,12 +385,24 @@ impl Recorder {
         let handle = std::thread::Builder::new()
             .name("kreplay-writer".into())
             .spawn(move || {
-                let rec = RECORDER.get();
-                let result = write_capture(&path, &info, p);
-                if let Some(rec) = rec {
+                let Some(rec) = RECORDER.get() else { return };
+                // A panic here must not take the application down with it (a writer thread's
+                // panic is caught at join, but this thread also reports); the partial file is
+                // removed by PendingFile's drop.
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    write_capture(
+                        &path,
+                        &info,
+                        p,
+                        rec.config.force,
+                        rec.config.report_dir.as_deref(),
+                    )
+                }))
+                .unwrap_or_else(|_| Err("internal error in the writer (caught)".into()));
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     match result {
                         Ok(summary) => {
-                            eprintln!(
+                            crate::diag!(
                                 "kreplay: captured {} (match {}) -> {}: {} regions, {} raw bytes, {} stored, stalled the app {:.1} ms, {:.1} ms in all",
                                 name,
                                 summary.match_index,
@@ -398,7 +420,7 @@ impl Recorder {
                             path.display()
                         )),
                     }
-                }
+                }));
             });
         match handle {
             Ok(h) => lock(&self.writers).push(h),
@@ -415,10 +437,30 @@ fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, String> {
     Ok(v)
 }
 
+/// Notes a `.partial` file in the report directory, so `kreplay record` can remove it if the
+/// application dies before the capture is finished (best effort: a failure here only means a
+/// leftover could stay behind).
+fn note_partial(report_dir: &std::path::Path, partial: &std::path::Path) {
+    let dir = report_dir.join(crate::config::PARTIALS_DIR);
+    let Ok(abs) = std::path::absolute(partial) else {
+        return;
+    };
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let name = format!(
+            "{}-{:016x}",
+            std::process::id(),
+            fnv1a(abs.as_os_str().as_encoded_bytes())
+        );
+        let _ = std::fs::write(dir.join(name), abs.as_os_str().as_encoded_bytes());
+    }
+}
+
 fn write_capture(
     path: &std::path::Path,
     info: &CaptureInfo,
     mut p: CaptureData,
+    force: bool,
+    report_dir: Option<&std::path::Path>,
 ) -> Result<CaptureSummary, String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
@@ -436,8 +478,11 @@ fn write_capture(
     let seed = info.time_unix_ns ^ ((info.pid as u64) << 32) ^ info.match_index;
     uuid[..8].copy_from_slice(&seed.to_le_bytes());
     uuid[8..].copy_from_slice(&fnv1a(path.to_string_lossy().as_bytes()).to_le_bytes());
-    let mut f =
-        PendingFile::create(path, uuid, WriterOptions::default()).map_err(|e| e.to_string())?;
+    let mut f = PendingFile::create(path, uuid, WriterOptions::default(), force)
+        .map_err(|e| e.to_string())?;
+    if let Some(dir) = report_dir {
+        note_partial(dir, f.partial_path());
+    }
     let mut raw_bytes = 0u64;
     let result = (|| -> Result<(), String> {
         let w = &mut f.writer;
@@ -542,6 +587,9 @@ unsafe extern "C" fn callback(
     cbdata: *const c_void,
 ) {
     let r = std::panic::catch_unwind(|| {
+        if FORKED.load(Ordering::Relaxed) {
+            return;
+        }
         let Some(rec) = RECORDER.get() else { return };
         if cbdata.is_null() {
             return;
@@ -588,7 +636,7 @@ unsafe extern "C" fn callback(
     });
     if r.is_err() {
         IN_LAUNCH.with(|f| f.set(false));
-        eprintln!("kreplay: internal error in the recorder (caught); the application continues");
+        crate::diag!("kreplay: internal error in the recorder (caught); the application continues");
     }
 }
 
@@ -598,6 +646,9 @@ extern "C" {
 
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
+        if FORKED.load(Ordering::SeqCst) {
+            return;
+        }
         let Some(rec) = RECORDER.get() else { return };
         let handles: Vec<_> = std::mem::take(&mut *lock(&rec.writers));
         for h in handles {
@@ -671,9 +722,11 @@ fn initialize() -> Result<(), String> {
     if RECORDER.set(rec).is_err() {
         return Ok(()); // initialised twice: keep the first
     }
-    // SAFETY: registers a plain extern "C" function with the C runtime.
+    // SAFETY: registers plain extern "C" functions with the C runtime; the fork handler
+    // only stores to an atomic (async-signal-safe, as a fork handler must be).
     unsafe {
         atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(forked_child));
     }
     Ok(())
 }
@@ -689,7 +742,7 @@ pub extern "C" fn InitializeInjection() -> i32 {
         Err(_) => Some("internal error during start-up".to_string()),
     };
     if let Some(why) = failed {
-        eprintln!("kreplay: recording disabled: {why}");
+        crate::diag!("kreplay: recording disabled: {why}");
         // Tell `kreplay record` that the recorder did start, and why it stood down.
         let _ = std::panic::catch_unwind(|| {
             if let Some(dir) = std::env::var_os(crate::config::env::REPORT_DIR) {

@@ -49,10 +49,10 @@ impl ProcessReport {
         match serde_json::to_vec(self) {
             Ok(bytes) => {
                 if let Err(e) = std::fs::write(&path, bytes) {
-                    eprintln!("kreplay: cannot write {}: {e}", path.display());
+                    crate::diag!("kreplay: cannot write {}: {e}", path.display());
                 }
             }
-            Err(e) => eprintln!("kreplay: cannot encode the report: {e}"),
+            Err(e) => crate::diag!("kreplay: cannot encode the report: {e}"),
         }
     }
 }

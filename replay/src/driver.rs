@@ -428,8 +428,15 @@ pub struct Module {
 impl Module {
     /// Loads a cubin, fatbin or NUL-terminated PTX image.
     pub fn load(image: &[u8]) -> CuResult<Module> {
+        // The driver takes no length: an image whose own offsets run past its end would make
+        // it read beyond the buffer.
+        let kind = crate::image::check_image(image).map_err(|why| CudaError {
+            call: "cuModuleLoadData",
+            code: CUresult::CUDA_ERROR_INVALID_IMAGE as u32,
+            name: format!("the code image was refused before loading: {why}"),
+        })?;
         let mut owned;
-        let data = if image.last() == Some(&0) || image.starts_with(b"\x7fELF") {
+        let data = if kind != crate::image::ImageKind::Ptx || image.last() == Some(&0) {
             image
         } else {
             // PTX must be NUL-terminated.
@@ -528,17 +535,45 @@ pub struct Launch<'a> {
     pub params: &'a mut [*mut c_void],
 }
 
+/// The driver's enum value for a launch attribute id, for the ids these bindings know; never
+/// a transmute (an id from a newer CUDA or a damaged file would be an invalid enum value).
+pub fn attribute_id(id: u32) -> Option<sys::CUlaunchAttributeID> {
+    use sys::CUlaunchAttributeID as A;
+    Some(match id {
+        0 => A::CU_LAUNCH_ATTRIBUTE_IGNORE,
+        1 => A::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
+        2 => A::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+        3 => A::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
+        4 => A::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        5 => A::CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+        6 => A::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        7 => A::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT,
+        8 => A::CU_LAUNCH_ATTRIBUTE_PRIORITY,
+        9 => A::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
+        10 => A::CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+        11 => A::CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION,
+        12 => A::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT,
+        13 => A::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+        14 => A::CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+        16 => A::CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING,
+        _ => return None,
+    })
+}
+
 /// `cuLaunchKernelEx` on `stream`.
 pub fn launch(l: &mut Launch<'_>, stream: &Stream) -> CuResult<()> {
     let mut attrs: Vec<sys::CUlaunchAttribute> = l
         .attributes
         .iter()
-        .map(|(id, value)| {
+        .map(|(id, value)| -> CuResult<sys::CUlaunchAttribute> {
             // SAFETY: CUlaunchAttribute is plain data; all-zero is a valid bit pattern and we
             // then fill the id and the 64 value bytes the application passed originally.
             let mut a: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            // SAFETY: the id came from the driver's own enum in the recorded process.
-            a.id = unsafe { std::mem::transmute::<u32, sys::CUlaunchAttributeID>(*id) };
+            a.id = attribute_id(*id).ok_or(CudaError {
+                call: "cuLaunchKernelEx",
+                code: CUresult::CUDA_ERROR_INVALID_VALUE as u32,
+                name: format!("launch attribute id {id} is unknown to this build"),
+            })?;
             // SAFETY: the union is 64 bytes of plain data.
             unsafe {
                 std::ptr::copy_nonoverlapping(
@@ -547,9 +582,9 @@ pub fn launch(l: &mut Launch<'_>, stream: &Stream) -> CuResult<()> {
                     64.min(std::mem::size_of::<sys::CUlaunchAttributeValue>()),
                 )
             };
-            a
+            Ok(a)
         })
-        .collect();
+        .collect::<CuResult<_>>()?;
     let cfg = sys::CUlaunchConfig {
         gridDimX: l.grid[0],
         gridDimY: l.grid[1],

@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod cupti;
 pub mod driver;
+pub mod image;
 pub mod profiler;
 pub mod timing;
 pub mod vmm;

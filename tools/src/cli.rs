@@ -67,6 +67,10 @@ pub struct RecordArgs {
     /// Print the result summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Replace output files that already exist (without it, a capture whose file exists is
+    /// not written, and the application runs on).
+    #[arg(long)]
+    pub force: bool,
     /// The application and its arguments: the first argument that is not one of kreplay's
     /// options, and everything after it, belong to the application (`--` before it is
     /// optional: `kreplay record -k foo ./app -k bar` passes `-k bar` to the app).
@@ -172,9 +176,13 @@ pub struct VerifyArgs {
     /// The capture to check.
     pub file: PathBuf,
     /// When the capture is incomplete or damaged, write its intact part as a complete capture
-    /// to OUT (regions whose memory was cut are dropped).
+    /// to OUT (regions whose memory was cut are dropped, and what refers to them). OUT is
+    /// written only when the result verifies; it must not be the input.
     #[arg(long, value_name = "OUT")]
     pub salvage: Option<PathBuf>,
+    /// Replace OUT when it exists.
+    #[arg(long, requires = "salvage")]
+    pub force: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -184,9 +192,14 @@ pub struct VerifyArgs {
 pub struct ExtractArgs {
     /// The capture to unpack.
     pub file: PathBuf,
-    /// Directory to write into (created if missing).
+    /// Directory to write into (created if missing; must be empty unless --force).
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: PathBuf,
+    /// Write into a non-empty directory (replacing files of the same names), and write
+    /// regions even when they add up to more than 16 x the capture's size (at least 256 MiB);
+    /// extracted memory is written at its full size (zero chunks as sparse holes).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[cfg(test)]

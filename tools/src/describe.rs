@@ -161,12 +161,12 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             let pointer = d
                 .pointer_words
                 .iter()
-                .any(|&w| w >= p.offset && w < p.offset + p.size);
+                .any(|&w| w >= p.offset && (w as u64) < p.offset as u64 + p.size as u64);
             let region = if pointer && bytes.len() >= 8 {
                 let v = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]));
                 cap.regions
                     .iter()
-                    .find(|r| v >= r.address && v < r.address + r.size.max(1))
+                    .find(|r| v >= r.address && v - r.address < r.size.max(1))
                     .map(|r| r.region_id)
             } else {
                 None

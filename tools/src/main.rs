@@ -26,7 +26,8 @@ fn main() -> ExitCode {
             if output::is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("kreplay: error: {e:#}");
+            // Messages quote names and paths from captures: keep control characters inert.
+            crate::warn!("kreplay: error: {}", output::printable(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::ExitCode;
@@ -10,14 +11,21 @@ use anyhow::Context;
 use kreplay_format::{Capture, ChunkEncoding, ChunkRef, MemoryState, ModuleKind, Region};
 
 use crate::cli::ExtractArgs;
-use crate::describe::describe;
+use crate::describe::{bytes, describe};
+use kreplay_format::file::create_new_private;
 
 /// Writes one region chunk by chunk (memory stays bounded by the chunk size whatever the
 /// region's size); all-zero chunks become holes of a sparse file. With `post`, chunks the
 /// kernel changed are taken from the post-dispatch state.
-fn write_region(cap: &Capture<'_>, r: &Region, path: &Path, post: bool) -> anyhow::Result<()> {
+fn write_region(
+    cap: &Capture<'_>,
+    r: &Region,
+    path: &Path,
+    post: bool,
+    force: bool,
+) -> anyhow::Result<()> {
     let ctx = || format!("cannot write {}", path.display());
-    let f = File::create(path).with_context(ctx)?;
+    let f = create(path, force).with_context(ctx)?;
     f.set_len(r.size).with_context(ctx)?;
     let changed: HashMap<u64, &ChunkRef> = if post {
         cap.chunks(r.region_id, MemoryState::Post)
@@ -39,14 +47,73 @@ fn write_region(cap: &Capture<'_>, r: &Region, path: &Path, post: bool) -> anyho
     Ok(())
 }
 
+/// A new private file (0600, no symlink followed); with `force`, one already there is
+/// replaced (unlinked first, so a planted symlink is replaced, not followed).
+fn create(path: &Path, force: bool) -> std::io::Result<File> {
+    if force {
+        match fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    create_new_private(path)
+}
+
+/// Most bytes extract writes without `--force`: 16 x the capture's size, at least 256 MiB.
+/// Captures compress memory by orders of magnitude (zero chunks cost nothing), so a small
+/// file can stand for terabytes; writing them out is something to ask for.
+pub fn output_limit(file_len: u64) -> u64 {
+    file_len.saturating_mul(16).max(256 << 20)
+}
+
+/// Bytes extract would write: modules, arguments, every region, and the post state of
+/// written regions (apparent sizes: zero chunks become holes, but still count).
+pub fn output_size(cap: &Capture<'_>) -> u64 {
+    let modules: u64 = cap.modules.iter().map(|m| m.image.len() as u64).sum();
+    let regions: u64 = cap
+        .regions
+        .iter()
+        .map(|r| {
+            r.size
+                .saturating_mul(if cap.is_written(r.region_id) { 2 } else { 1 })
+        })
+        .fold(0u64, u64::saturating_add);
+    modules
+        .saturating_add(cap.dispatch.arg_bytes.len() as u64)
+        .saturating_add(regions)
+}
+
 pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(&a.file)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
     let dir = &a.output;
+    let total = output_size(&cap);
+    let limit = output_limit(file.bytes().len() as u64);
+    if total > limit && !a.force {
+        anyhow::bail!(
+            "extract would write {} from a {} capture (more than {}, 16 x its size): pass --force to write it",
+            bytes(total),
+            bytes(file.bytes().len() as u64),
+            bytes(limit)
+        );
+    }
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let non_empty = fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .next()
+        .is_some();
+    if non_empty && !a.force {
+        anyhow::bail!(
+            "{} is not empty: extract into a new directory, or pass --force to replace files in it",
+            dir.display()
+        );
+    }
     let write = |name: String, bytes: &[u8]| -> anyhow::Result<()> {
         let p = dir.join(name);
-        fs::write(&p, bytes).with_context(|| format!("cannot write {}", p.display()))
+        let mut f = create(&p, a.force).with_context(|| format!("cannot write {}", p.display()))?;
+        f.write_all(bytes)
+            .with_context(|| format!("cannot write {}", p.display()))
     };
     for m in &cap.modules {
         let ext = match m.kind {
@@ -59,15 +126,15 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     write("args.bin".into(), &cap.dispatch.arg_bytes)?;
     for r in &cap.regions {
         let pre = dir.join(format!("region-{}-{:#x}.bin", r.region_id, r.address));
-        write_region(&cap, r, &pre, false)?;
+        write_region(&cap, r, &pre, false, a.force)?;
         if cap.is_written(r.region_id) {
             let post = dir.join(format!("region-{}-{:#x}.post.bin", r.region_id, r.address));
-            write_region(&cap, r, &post, true)?;
+            write_region(&cap, r, &post, true, a.force)?;
         }
     }
     let desc = describe(&a.file.display().to_string(), &cap);
     write("capture.json".into(), &serde_json::to_vec_pretty(&desc)?)?;
-    eprintln!(
+    crate::warn!(
         "kreplay: extracted {} module(s), args.bin and {} region(s) into {}",
         cap.modules.len(),
         cap.regions.len(),

@@ -9,6 +9,7 @@ use kreplay_format::Capture;
 use crate::cli::InfoArgs;
 use crate::describe::{bytes, describe, duration};
 use crate::out;
+use crate::output::printable as p;
 
 pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(&a.file)?;
@@ -24,13 +25,13 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
     out!(
         w,
         "capture   {} (format {}, {})",
-        d.file,
+        p(&d.file),
         d.format_version,
         bytes(d.file_bytes)
     );
-    out!(w, "kernel    {}", d.kernel.name);
+    out!(w, "kernel    {}", p(&d.kernel.name));
     if d.kernel.name != d.kernel.mangled {
-        out!(w, "mangled   {}", d.kernel.mangled);
+        out!(w, "mangled   {}", p(&d.kernel.mangled));
     }
     let l = &d.launch;
     let cluster = if l.cluster == [0, 0, 0] {
@@ -69,22 +70,22 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         "size",
         "kind"
     );
-    for p in &d.params {
-        let kind = if p.pointer { "pointer" } else { "value" };
-        let shown = if p.value_hex.len() > 48 {
-            format!("{}… ({} bytes)", &p.value_hex[..48], p.size)
+    for prm in &d.params {
+        let kind = if prm.pointer { "pointer" } else { "value" };
+        let shown = if prm.value_hex.len() > 48 {
+            format!("{}… ({} bytes)", &prm.value_hex[..48], prm.size)
         } else {
-            p.value_hex.clone()
+            prm.value_hex.clone()
         };
-        let target = p
+        let target = prm
             .region
             .map_or(String::new(), |r| format!(" -> region {r}"));
         out!(
             w,
             "          {:>3} {:>6} {:>5}  {:<8} {}{}",
-            p.index,
-            p.offset,
-            p.size,
+            prm.index,
+            prm.offset,
+            prm.size,
             kind,
             shown,
             target
@@ -112,7 +113,7 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
             r.role,
             r.kind,
             if r.written { "yes" } else { "no" },
-            r.global.as_deref().unwrap_or("")
+            p(r.global.as_deref().unwrap_or(""))
         );
     }
     if d.pointer_slots > 0 {
@@ -136,7 +137,7 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         Some(v) => out!(
             w,
             "device    {} (compute {}, {} SMs, {}), driver {}",
-            v.name,
+            p(&v.name),
             v.compute_capability,
             v.sm_count,
             bytes(v.total_memory),
@@ -148,19 +149,26 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         out!(
             w,
             "recorded  by kreplay {} on {} pid {}{} at {}, match {} (launch {}) of -k '{}'",
-            r.version,
-            r.host,
+            p(&r.version),
+            p(&r.host),
             r.pid,
             r.rank.map_or(String::new(), |r| format!(" rank {r}")),
             r.time,
             r.match_index,
             r.launch_index,
-            r.kernel_filter
+            p(&r.kernel_filter)
         );
-        out!(w, "command   {}", r.command_line.join(" "));
+        out!(w, "command   {}", p(&r.command_line.join(" ")));
     }
     for (k, v) in &d.annotations {
-        out!(w, "note      {k}: {v}");
+        out!(w, "note      {}: {}", p(k), p(v));
     }
+    let held: u64 = d.regions.iter().map(|r| r.size).sum();
+    out!(
+        w,
+        "privacy   holds {} of the application's memory in {} region(s), like a core dump: share it as you would one",
+        bytes(held),
+        d.regions.len()
+    );
     Ok(ExitCode::SUCCESS)
 }

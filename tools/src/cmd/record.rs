@@ -2,11 +2,14 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use anyhow::{bail, Context};
-use kreplay_record::config::env;
+use kreplay_record::config::{env, PARTIALS_DIR};
 use kreplay_record::report::{KernelStat, ProcessReport};
 
 use crate::cli::{ListArgs, RecordArgs};
@@ -42,35 +45,130 @@ struct Run {
     reports: Vec<ProcessReport>,
 }
 
+/// The application's pid while it runs (0 otherwise), for the signal handler.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+/// SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to kreplay itself are passed on to the application, and
+/// kreplay waits for it to end (then cleans up). A Ctrl-C at the terminal already reaches
+/// the whole process group (the kernel sends it, `si_code` SI_KERNEL): it is not sent again.
+extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let from_process = !info.is_null() && {
+        // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+        let code = unsafe { (*info).si_code };
+        code == libc::SI_USER || code == libc::SI_QUEUE || code == libc::SI_TKILL
+    };
+    let child = CHILD.load(Ordering::SeqCst);
+    if from_process && child > 0 {
+        // SAFETY: kill is async-signal-safe; child is the pid of our own child process.
+        unsafe {
+            libc::kill(child, sig);
+        }
+    }
+}
+
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+fn install_forwarding() {
+    for sig in FORWARDED {
+        // SAFETY: sigaction is plain data; the handler only loads an atomic and calls kill.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = forward_signal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// A private directory for the recorder's reports: created fresh (never an existing one,
+/// which someone else could have planted), mode 0700, removed on drop.
+struct ReportDir(PathBuf);
+
+impl ReportDir {
+    fn create() -> anyhow::Result<ReportDir> {
+        let dir = std::env::temp_dir().join(format!(
+            "kreplay-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(ReportDir(dir))
+    }
+
+    fn reports(&self) -> Vec<ProcessReport> {
+        let mut reports = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(&self.0) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                match std::fs::read(e.path()).map(|b| serde_json::from_slice::<ProcessReport>(&b)) {
+                    Ok(Ok(r)) => reports.push(r),
+                    _ => crate::warn!("kreplay: ignoring unreadable report {}", e.path().display()),
+                }
+            }
+        }
+        reports.sort_by_key(|r| (r.rank, r.pid));
+        reports
+    }
+
+    /// Removes the `.partial` files of captures the application did not live to finish
+    /// (killed by a signal, `_exit`, `exec`); returns their paths.
+    fn remove_unfinished(&self) -> Vec<PathBuf> {
+        let mut removed = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.0.join(PARTIALS_DIR)) else {
+            return removed;
+        };
+        for e in entries.flatten() {
+            let Ok(bytes) = std::fs::read(e.path()) else {
+                continue;
+            };
+            let path = PathBuf::from(std::ffi::OsString::from_vec(bytes));
+            let is_partial = path.extension().is_some_and(|x| x == "partial");
+            if is_partial
+                && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file())
+                && std::fs::remove_file(&path).is_ok()
+            {
+                removed.push(path);
+            }
+        }
+        removed
+    }
+}
+
+impl Drop for ReportDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Result<Run> {
     let lib = recorder_library()?;
     if let Ok(other) = std::env::var("CUDA_INJECTION64_PATH") {
         if !other.is_empty() {
-            eprintln!("kreplay: note: replacing CUDA_INJECTION64_PATH={other} for the recorded application");
+            crate::warn!("kreplay: note: replacing CUDA_INJECTION64_PATH={other} for the recorded application");
         }
     }
-    let report_dir = std::env::temp_dir().join(format!(
-        "kreplay-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    ));
-    std::fs::create_dir_all(&report_dir)
-        .with_context(|| format!("cannot create {}", report_dir.display()))?;
+    let report_dir = ReportDir::create()?;
     let (prog, args) = command.split_first().context("no command given")?;
     let mut cmd = Command::new(prog);
     cmd.args(args)
         .env("CUDA_INJECTION64_PATH", &lib)
-        .env(env::REPORT_DIR, &report_dir);
+        .env(env::REPORT_DIR, &report_dir.0);
     for (k, v) in vars {
         cmd.env(k, v);
     }
-    let status = match cmd.status() {
-        Ok(s) => s,
+    install_forwarding();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&report_dir);
             let hint = if e.kind() == std::io::ErrorKind::NotFound {
                 if prog.contains('/') {
                     " (no such file: check the path)"
@@ -83,17 +181,17 @@ fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Result<Run> {
             return Err(e).with_context(|| format!("cannot start {prog}{hint}"));
         }
     };
-    let mut reports = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(&report_dir) {
-        for e in entries.flatten() {
-            match std::fs::read(e.path()).map(|b| serde_json::from_slice::<ProcessReport>(&b)) {
-                Ok(Ok(r)) => reports.push(r),
-                _ => eprintln!("kreplay: ignoring unreadable report {}", e.path().display()),
-            }
-        }
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    let status = child.wait();
+    CHILD.store(0, Ordering::SeqCst);
+    let status = status.with_context(|| format!("waiting for {prog}"))?;
+    for p in report_dir.remove_unfinished() {
+        crate::warn!(
+            "kreplay: removed {}: the application ended ({status}) before the capture was complete",
+            crate::output::printable(&p.display().to_string())
+        );
     }
-    let _ = std::fs::remove_dir_all(&report_dir);
-    reports.sort_by_key(|r| (r.rank, r.pid));
+    let reports = report_dir.reports();
     Ok(Run { status, reports })
 }
 
@@ -135,6 +233,7 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         (env::NTH, a.nth.to_string()),
         (env::COUNT, a.count.to_string()),
         (env::OUTPUT, a.output.clone()),
+        (env::FORCE, if a.force { "1" } else { "0" }.to_string()),
         (
             env::MEMORY,
             match a.memory {
@@ -162,36 +261,37 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         out!(w);
     }
     if run.reports.is_empty() {
-        eprintln!("kreplay: the recorder never started in {}: is it a CUDA application, and does it reach cuInit? (the CUDA driver loads the recorder on cuInit)", a.command[0]);
+        crate::warn!("kreplay: the recorder never started in {}: is it a CUDA application, and does it reach cuInit? (the CUDA driver loads the recorder on cuInit)", a.command[0]);
         if run.status.success() {
             return Ok(ExitCode::from(3));
         }
         return Ok(app_exit_code(run.status));
     }
     if !run.status.success() {
-        eprintln!("kreplay: the application exited with {}", run.status);
+        crate::warn!("kreplay: the application exited with {}", run.status);
         return Ok(app_exit_code(run.status));
     }
     let disabled = run.reports.iter().filter(|r| r.disabled.is_some()).count();
     if captures.is_empty() && disabled == run.reports.len() {
         // The recorder printed why it stood down; the application ran untouched.
-        eprintln!("kreplay: nothing captured: recording was disabled in {disabled} process(es), see above");
+        crate::warn!("kreplay: nothing captured: recording was disabled in {disabled} process(es), see above");
         return Ok(ExitCode::from(3));
     }
     if captures.is_empty() {
         let matches: u64 = run.reports.iter().map(|r| r.matches).sum();
         if matches > 0 && errors.is_empty() {
-            eprintln!(
+            crate::warn!(
                 "kreplay: -k '{}' matched {matches} dispatch(es), fewer than --nth {}",
-                a.kernel, a.nth
+                a.kernel,
+                a.nth
             );
         } else if matches == 0 {
-            eprintln!(
+            crate::warn!(
                 "kreplay: no dispatch matched -k '{}'. Most frequent kernels:",
                 a.kernel
             );
             for k in merge_kernels(&run.reports).iter().take(10) {
-                eprintln!("  {:>8}  {}", k.count, k.demangled);
+                crate::warn!("  {:>8}  {}", k.count, k.demangled);
             }
         }
         return Ok(ExitCode::from(3));
@@ -204,7 +304,7 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
 pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
     let run = run_app(&a.command, &[(env::MODE, "list".to_string())])?;
     if run.reports.is_empty() {
-        eprintln!(
+        crate::warn!(
             "kreplay: the recorder never started in {}: is it a CUDA application?",
             a.command[0]
         );

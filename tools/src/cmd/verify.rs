@@ -1,19 +1,19 @@
 //! `kreplay verify`.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::json;
 
 use crate::cli::VerifyArgs;
+use crate::describe::bytes;
 use crate::out;
 
 pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(&a.file)?;
     let data = file.bytes();
-    let name = a.file.display().to_string();
+    let name = crate::output::printable(&a.file.display().to_string()).into_owned();
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     match kreplay_format::verify(data) {
@@ -28,15 +28,15 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
             } else {
                 out!(
                     w,
-                    "{name}: intact: {} events, {} memory chunks, {} raw bytes stored in {}",
+                    "{name}: intact: {} events, {} memory chunks, {} of memory stored in {}",
                     r.events,
                     r.chunks,
-                    r.raw_bytes,
-                    r.stored_bytes
+                    bytes(r.raw_bytes),
+                    bytes(r.stored_bytes)
                 );
             }
             if a.salvage.is_some() {
-                eprintln!("kreplay: {name} is intact; nothing to salvage");
+                crate::warn!("kreplay: {name} is intact; nothing to salvage");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -49,26 +49,45 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
                     "offset": e.offset(), "message": e.to_string()})
                 );
             } else {
-                eprintln!("{name}: {e}");
+                crate::warn!("{name}: {}", crate::output::printable(&e.to_string()));
             }
             if let Some(out_path) = &a.salvage {
-                let f = File::create(out_path)
-                    .with_context(|| format!("cannot create {}", out_path.display()))?;
-                let (_, report) = kreplay_format::salvage(data, BufWriter::new(f))
-                    .with_context(|| format!("cannot salvage {name}"))?;
-                eprintln!(
-                    "kreplay: salvaged {} of {} intact events into {}{}",
+                if file.is_same_file(out_path) {
+                    anyhow::bail!(
+                        "--salvage {}: that is the damaged capture itself; salvage into another file",
+                        out_path.display()
+                    );
+                }
+                if !a.force && kreplay_format::file::occupied(out_path) {
+                    anyhow::bail!(
+                        "--salvage {}: the file exists; pass --force to replace it",
+                        out_path.display()
+                    );
+                }
+                let (bytes, report) = kreplay_format::salvage_verified(data)
+                    .with_context(|| format!("nothing replayable could be salvaged from {name}"))?;
+                kreplay_format::file::write_atomically(out_path, &bytes, a.force)
+                    .with_context(|| format!("cannot write {}", out_path.display()))?;
+                let mut dropped = String::new();
+                if !report.dropped_regions.is_empty() {
+                    dropped += &format!(
+                        "; dropped regions {:?} whose memory was cut off",
+                        report.dropped_regions
+                    );
+                }
+                if !report.dropped_events.is_empty() {
+                    dropped += &format!(
+                        "; dropped {} event(s) that broke the format's rules (first at byte {})",
+                        report.dropped_events.len(),
+                        report.dropped_events[0].0
+                    );
+                }
+                crate::warn!(
+                    "kreplay: salvaged {} of {} intact events into {} (verified){}",
                     report.kept_events,
                     report.intact_events,
                     out_path.display(),
-                    if report.dropped_regions.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; dropped regions {:?} whose memory was cut off",
-                            report.dropped_regions
-                        )
-                    }
+                    dropped
                 );
             }
             Ok(ExitCode::from(1))
