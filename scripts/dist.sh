@@ -4,8 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p kreplay -p kreplay-record
 cargo build --release -p kreplay-player --example replay_bench
+cargo build --release -p kreplay-format --example craft_hostile
 mkdir -p dist
-for f in kreplay libkreplay_record.so examples/replay_bench; do
+for f in kreplay libkreplay_record.so examples/replay_bench examples/craft_hostile; do
   cp "target/release/$f" "dist/$(basename "$f")"
   strip --strip-debug "dist/$(basename "$f")"
 done

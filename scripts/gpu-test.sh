@@ -33,6 +33,16 @@ nvcc -O2 -arch="$ARCH" -I"$CUDA_HOME/extras/CUPTI/include" -o "$WORK/cupti_app" 
 
 note() { printf '%s\n' "$1" >> "$RESULTS"; }
 
+# peak_rss FILE CMD...: runs CMD, writes its peak resident memory (KiB) to FILE, returns its
+# exit status.
+peak_rss() {
+  local out=$1; shift
+  python3 -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[2:])
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(r.returncode)' "$out" "$@"
+}
+
 # run_case NAME REGEX NTH KNOWN_LIMITATION -- CMD...
 run_case() {
   local name=$1 regex=$2 nth=$3 known=$4; shift 5
@@ -135,6 +145,12 @@ run_case torch-vmm         'sigmoid'       1 "" -- env PYTORCH_CUDA_ALLOC_CONF=e
 # The app runs under its own profiler (Kineto, a CUPTI user): recording wins the one CUPTI
 # slot, the app's output is unchanged (its profiler reports missing CUDA activities).
 run_case torch-profiler    'sigmoid'       1 "" -- python3 "$APPS/torch_profiler_app.py"
+# cuFFT reads its lookup table through a pointer held in the module global `lut_sp`: module
+# globals are roots of the pointer walk.
+run_case torch-fft         'regular_fft'   1 "" -- python3 "$APPS/fft_app.py"
+# A child forked after CUDA work exits through exit(): the recorder must neither hang nor
+# crash it (its threads and locks did not survive the fork).
+run_case robust-fork       '^saxpy'        1 "" -- timeout 120 "$K" fork
 REC_EXTRA=(--memory all)
 run_case cuda-async-all    '^saxpy'        1 "" -- "$K" async
 run_case torch-vmm-all     'sigmoid'       1 "" -- env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$APPS/torch_app.py"
@@ -268,6 +284,113 @@ ok = m1 == "0" and matched and m2 == "2" and "not found" in bad
 print(json.dumps({"case": "robust-module", "kernel": "-", "ok": ok, "known": "", "matched": matched,
     "why": "" if ok else f"rc {m1}/{m2}: {open(w + '/module.err').read()[-300:]} {bad[-300:]}"}))
 PY
+fi
+
+# The application ends while a 1 GiB capture is still being written: through exec, _exit or
+# its own SIGTERM. Its output and exit status are kept, no NAME.partial and no report
+# directory is left behind, and a capture that did get written verifies.
+ending_case() {
+  local name=$1 how=$2; shift 2
+  [[ "$name" =~ $ONLY ]] || return 0
+  echo "== $name"
+  local w="$WORK/$name"
+  rm -f "$w".krr "$w".krr.partial
+  "$K" end "$how" > "$w.base.out" 2> /dev/null; local base_rc=$?
+  local before=$(ls -d /tmp/kreplay-*-* 2> /dev/null | wc -l)
+  timeout 300 "$KR" record -k big_scale -o "$w.krr" "$K" end "$how" > "$w.rec.out" 2> "$w.rec.err"; local rc=$?
+  local after=$(ls -d /tmp/kreplay-*-* 2> /dev/null | wc -l)
+  local ok=true why=""
+  cmp -s "$w.base.out" "$w.rec.out" || { ok=false; why="$why output differs;"; }
+  # exec/_exit after a completed capture: 0; before it: 3 (nothing captured); a signal: the app's.
+  if [ "$base_rc" -eq 0 ]; then [[ $rc -eq 0 || $rc -eq 3 ]] || { ok=false; why="$why rc $rc;"; }
+  else [ $rc -eq $base_rc ] || { ok=false; why="$why rc $rc (app $base_rc);"; }; fi
+  [ -e "$w.krr.partial" ] && { ok=false; why="$why partial file left;"; }
+  [ "$after" -le "$before" ] || { ok=false; why="$why report directory left;"; }
+  if [ -f "$w.krr" ]; then "$KR" verify "$w.krr" > /dev/null 2>&1 || { ok=false; why="$why capture does not verify;"; }; fi
+  local got="no capture"; [ -f "$w.krr" ] && got="captured"
+  grep -q "removed .*partial" "$w.rec.err" && got="$got, partial removed"
+  python3 -c 'import json, sys; n, k, ok, why, ep = sys.argv[1:]; print(json.dumps({"case": n, "kernel": k, "ok": ok == "true", "known": "", "matched": ok == "true", "why": why + " " + open(ep).read()[-300:]}))' \
+    "$name" "big_scale ($how: $got, rc $rc)" "$ok" "$why" "$w.rec.err" >> "$RESULTS"
+}
+ending_case robust-exec exec
+ending_case robust-exit exit
+ending_case robust-term-self term
+
+# SIGTERM sent to kreplay record reaches the application; kreplay waits, cleans up and
+# exits as the application did (143).
+if [[ "robust-sigterm" =~ $ONLY ]]; then
+  echo "== robust-sigterm"
+  w="$WORK/sigterm"; rm -f "$w".krr "$w".krr.partial
+  "$KR" record -k big_scale -o "$w.krr" "$K" end sleep > "$w.out" 2> "$w.err" &
+  kp=$!
+  sleep 10
+  kill -TERM $kp
+  t0=$(date +%s); wait $kp; rc=$?; t1=$(date +%s)
+  ok=true; why=""
+  [ $rc -eq 143 ] || { ok=false; why="$why rc $rc;"; }
+  pgrep -f "kapps end sleep" > /dev/null && { ok=false; why="$why the application still runs;"; pkill -f "kapps end sleep"; }
+  ls -d /tmp/kreplay-$kp-* > /dev/null 2>&1 && { ok=false; why="$why report directory left;"; }
+  [ -e "$w.krr.partial" ] && { ok=false; why="$why partial file left;"; }
+  [ $((t1 - t0)) -le 30 ] || { ok=false; why="$why took $((t1 - t0)) s;"; }
+  note "{\"case\": \"robust-sigterm\", \"kernel\": \"kreplay killed after 10 s (rc $rc, $((t1 - t0)) s to exit)\", \"ok\": $ok, \"known\": \"\", \"matched\": $ok, \"why\": \"$why\"}"
+fi
+
+# Captures that lie (checksums repaired): the player refuses or bounds what the file claims.
+if [[ "hostile-play" =~ $ONLY ]] && [ -x "$BIN/craft_hostile" ] && [ -f "$WORK/cuda-saxpy.krr" ]; then
+  echo "== hostile-play"
+  H="$WORK/hostile"; mkdir -p "$H"
+  "$BIN/craft_hostile" fewer-params "$WORK/cuda-saxpy.krr" "$H/params.krr"
+  "$BIN/craft_hostile" bad-elf "$WORK/cuda-saxpy.krr" "$H/elf.krr"
+  "$BIN/craft_hostile" huge-global "$WORK/cuda-globals.krr" "$H/global.krr"
+  "$BIN/craft_hostile" missing-region "$WORK/cuda-pointers.krr" "$H/missing.krr"
+  "$KR" play "$H/params.krr" > /dev/null 2> "$H/params.err"; r1=$?
+  "$KR" play "$H/elf.krr" > /dev/null 2> "$H/elf.err"; r2=$?
+  peak_rss "$H/global.rss" "$KR" play "$H/global.krr" --verify --json > "$H/global.json" 2> "$H/global.err"; r3=$?
+  "$KR" play "$H/missing.krr" > /dev/null 2> "$H/missing.err"; r4=$?
+  python3 - "$H" "$r1" "$r2" "$r3" "$r4" >> "$RESULTS" <<'PY'
+import json, sys
+h, r1, r2, r3, r4 = sys.argv[1:]
+def read(n):
+    try: return open(f"{h}/{n}").read()
+    except Exception: return ""
+try: matched = json.load(open(f"{h}/global.json"))["verify"]["matched"]
+except Exception: matched = False
+rss_kb = int((read("global.rss").strip().splitlines() or ["0"])[-1] or 0)
+missing = read("missing.err")
+checks = [
+    ("fewer params refused", r1 == "2" and "parameter layout" in read("params.err")),
+    ("bad ELF refused", r2 == "2" and "refused before loading" in read("elf.err")),
+    (f"40 GiB global bounded ({rss_kb // 1024} MiB RSS)", r3 == "0" and matched and rss_kb < 2 * 1024 * 1024),
+    ("fault explained once", r4 == "2" and "faulted" in missing and "--memory all" in missing
+        and missing.count("CUDA_ERROR_ILLEGAL_ADDRESS") == 1),
+]
+ok = all(c for _, c in checks)
+print(json.dumps({"case": "hostile-play", "kernel": "; ".join(n for n, _ in checks), "ok": ok, "known": "",
+    "matched": ok, "why": "" if ok else "failed: " + ", ".join(n for n, c in checks if not c) + " | "
+    + " / ".join(read(n)[-250:] for n in ("params.err", "elf.err", "global.err", "missing.err"))}))
+PY
+fi
+
+# play --metrics with newer CUPTI releases first on the library path (KREPLAY_CUPTI_DIRS: a
+# space-separated list of directories holding libcupti.so.13 and libnvperf_*.so): counters,
+# or a clear refusal, never a crash.
+if [[ "cupti-versions" =~ $ONLY ]] && [ -n "${KREPLAY_CUPTI_DIRS:-}" ] && [ -f "$WORK/cuda-saxpy.krr" ]; then
+  for dir in $KREPLAY_CUPTI_DIRS; do
+    v=$(basename "$dir")
+    echo "== cupti-$v"
+    LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}" "$KR" play "$WORK/cuda-saxpy.krr" --metrics smsp__inst_executed.sum,dram__bytes_read.sum --json > "$WORK/cupti-$v.json" 2> "$WORK/cupti-$v.err"; rc=$?
+    python3 - "$v" "$rc" "$WORK/cupti-$v.json" "$WORK/cupti-$v.err" >> "$RESULTS" <<'PY'
+import json, sys
+v, rc, jp, ep = sys.argv[1:]
+err = open(ep).read()
+try: j = json.load(open(jp)); inst = j["metrics"]["smsp__inst_executed.sum"]
+except Exception: j = {}; inst = 0
+ok = (rc == "0" and inst > 0) or (rc == "2" and "CUPTI" in err)
+what = f"inst {inst:,.0f}" if rc == "0" else f"refused: {err.strip()[-120:]}"
+print(json.dumps({"case": f"cupti-{v}", "kernel": f"play --metrics (rc {rc}, {what})", "ok": ok, "known": "",
+    "matched": ok, "why": "" if ok else err[-600:]}))
+PY
+  done
 fi
 
 # Two ranks, one capture each, named by rank.

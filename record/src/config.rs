@@ -22,6 +22,10 @@ pub mod env {
 /// `kreplay record` can remove what an application that died (signal, `_exit`, `exec`) left.
 pub const PARTIALS_DIR: &str = "partials";
 
+/// Where, inside the report directory, each finished capture's summary is written as soon as
+/// the file is complete: the process report is written at exit, which `_exit` and `exec` skip.
+pub const CAPTURES_DIR: &str = "captures";
+
 /// What the recorder does in this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {

@@ -413,6 +413,9 @@ impl Recorder {
                                 summary.stall_ms,
                                 summary.total_ms
                             );
+                            if let Some(dir) = &rec.config.report_dir {
+                                note_capture(dir, &summary);
+                            }
                             lock(&rec.inner).captures.push(summary);
                         }
                         Err(e) => rec.error(format!(
@@ -452,6 +455,17 @@ fn note_partial(report_dir: &std::path::Path, partial: &std::path::Path) {
             fnv1a(abs.as_os_str().as_encoded_bytes())
         );
         let _ = std::fs::write(dir.join(name), abs.as_os_str().as_encoded_bytes());
+    }
+}
+
+/// Writes a finished capture's summary into the report directory at once (best effort).
+fn note_capture(report_dir: &std::path::Path, summary: &CaptureSummary) {
+    let dir = report_dir.join(crate::config::CAPTURES_DIR);
+    if std::fs::create_dir_all(&dir).is_ok() {
+        if let Ok(bytes) = serde_json::to_vec(summary) {
+            let name = format!("{}-{}.json", std::process::id(), summary.match_index);
+            let _ = std::fs::write(dir.join(name), bytes);
+        }
     }
 }
 

@@ -3,6 +3,9 @@
 // compared with a plain run.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -353,6 +356,40 @@ static int run_async() {
   return 0;
 }
 
+// --- how the process ends: the recorder must cope with exec, _exit, a signal and fork ------
+// The big capture (1 GiB) keeps the recorder's writer busy for a while after the launch, so
+// the process ends while the capture is still being written.
+static int run_ending(const char* how) {
+  if (run_big((size_t)1 << 27)) return 1;
+  fflush(stdout);
+  if (!strcmp(how, "exec")) {
+    execl("/bin/echo", "echo", "exec-ok", (char*)nullptr);
+    perror("exec");
+    return 1;
+  }
+  if (!strcmp(how, "exit")) _exit(0);
+  if (!strcmp(how, "term")) raise(SIGTERM);
+  if (!strcmp(how, "sleep")) sleep(60);
+  return 0;
+}
+
+// A child forked after CUDA work: it does no CUDA, prints and exits through exit() (so atexit
+// handlers, the recorder's among them, run in the child).
+static int run_fork() {
+  if (run_saxpy(3)) return 1;
+  fflush(stdout);
+  pid_t p = fork();
+  if (p == 0) {
+    printf("child ok\n");
+    fflush(stdout);
+    exit(0);
+  }
+  int st = 0;
+  waitpid(p, &st, 0);
+  printf("parent saw child exit %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* m = argc > 1 ? argv[1] : "saxpy";
   if (!strcmp(m, "saxpy")) return run_saxpy(argc > 2 ? atoi(argv[2]) : 3);
@@ -369,6 +406,8 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "async")) return run_async();
   if (!strcmp(m, "big")) return run_big((size_t)1 << 27);     // 2 x 512 MiB
   if (!strcmp(m, "big4g")) return run_big((size_t)1 << 29);   // 2 x 2 GiB
+  if (!strcmp(m, "end")) return run_ending(argc > 2 ? argv[2] : "");
+  if (!strcmp(m, "fork")) return run_fork();
   fprintf(stderr, "unknown scenario %s\n", m);
   return 2;
 }

@@ -9,8 +9,8 @@ use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use anyhow::{bail, Context};
-use kreplay_record::config::{env, PARTIALS_DIR};
-use kreplay_record::report::{KernelStat, ProcessReport};
+use kreplay_record::config::{env, CAPTURES_DIR, PARTIALS_DIR};
+use kreplay_record::report::{CaptureSummary, KernelStat, ProcessReport};
 
 use crate::cli::{ListArgs, RecordArgs};
 use crate::out;
@@ -43,6 +43,11 @@ fn recorder_library() -> anyhow::Result<PathBuf> {
 struct Run {
     status: std::process::ExitStatus,
     reports: Vec<ProcessReport>,
+    /// Captures completed by processes that wrote no report (they ended through `_exit` or
+    /// `exec`, or were killed, after the capture was written).
+    orphan_captures: Vec<CaptureSummary>,
+    /// `.partial` files removed: captures the application did not live to finish.
+    unfinished: Vec<PathBuf>,
 }
 
 /// The application's pid while it runs (0 otherwise), for the signal handler.
@@ -119,6 +124,31 @@ impl ReportDir {
         reports
     }
 
+    /// Capture summaries the recorder wrote as each capture finished, for processes that
+    /// left no report.
+    fn orphan_captures(&self, reports: &[ProcessReport]) -> Vec<CaptureSummary> {
+        let mut out = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.0.join(CAPTURES_DIR)) else {
+            return out;
+        };
+        for e in entries.flatten() {
+            let Ok(Ok(c)) =
+                std::fs::read(e.path()).map(|b| serde_json::from_slice::<CaptureSummary>(&b))
+            else {
+                continue;
+            };
+            if !reports
+                .iter()
+                .flat_map(|r| &r.captures)
+                .any(|r| r.file == c.file)
+            {
+                out.push(c);
+            }
+        }
+        out.sort_by(|a, b| a.file.cmp(&b.file));
+        out
+    }
+
     /// Removes the `.partial` files of captures the application did not live to finish
     /// (killed by a signal, `_exit`, `exec`); returns their paths.
     fn remove_unfinished(&self) -> Vec<PathBuf> {
@@ -185,14 +215,21 @@ fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Result<Run> {
     let status = child.wait();
     CHILD.store(0, Ordering::SeqCst);
     let status = status.with_context(|| format!("waiting for {prog}"))?;
-    for p in report_dir.remove_unfinished() {
+    let unfinished = report_dir.remove_unfinished();
+    for p in &unfinished {
         crate::warn!(
             "kreplay: removed {}: the application ended ({status}) before the capture was complete",
             crate::output::printable(&p.display().to_string())
         );
     }
     let reports = report_dir.reports();
-    Ok(Run { status, reports })
+    let orphan_captures = report_dir.orphan_captures(&reports);
+    Ok(Run {
+        status,
+        reports,
+        orphan_captures,
+        unfinished,
+    })
 }
 
 fn app_exit_code(status: std::process::ExitStatus) -> ExitCode {
@@ -244,7 +281,12 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         ),
     ];
     let run = run_app(&a.command, &vars)?;
-    let captures: Vec<_> = run.reports.iter().flat_map(|r| r.captures.iter()).collect();
+    let captures: Vec<_> = run
+        .reports
+        .iter()
+        .flat_map(|r| r.captures.iter())
+        .chain(run.orphan_captures.iter())
+        .collect();
     let errors: Vec<_> = run.reports.iter().flat_map(|r| r.errors.iter()).collect();
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
@@ -261,11 +303,20 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         out!(w);
     }
     if run.reports.is_empty() {
-        crate::warn!("kreplay: the recorder never started in {}: is it a CUDA application, and does it reach cuInit? (the CUDA driver loads the recorder on cuInit)", a.command[0]);
-        if run.status.success() {
-            return Ok(ExitCode::from(3));
+        let ended_early = !run.unfinished.is_empty() || !captures.is_empty();
+        if !ended_early {
+            crate::warn!("kreplay: the recorder never started in {}: is it a CUDA application, and does it reach cuInit? (the CUDA driver loads the recorder on cuInit)", a.command[0]);
+        } else if captures.is_empty() {
+            crate::warn!("kreplay: nothing captured: the application ended (exec, _exit or a signal) before the capture was written");
         }
-        return Ok(app_exit_code(run.status));
+        if !run.status.success() {
+            return Ok(app_exit_code(run.status));
+        }
+        return Ok(if captures.is_empty() {
+            ExitCode::from(3)
+        } else {
+            ExitCode::SUCCESS
+        });
     }
     if !run.status.success() {
         crate::warn!("kreplay: the application exited with {}", run.status);

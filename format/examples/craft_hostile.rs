@@ -1,0 +1,122 @@
+//! Writes damaged-but-checksummed variants of a real capture, for the GPU suite's proof that
+//! the player does not trust the file (issue 14). Not a user tool.
+//!
+//!   craft_hostile KIND IN.krr OUT.krr
+//!
+//! KIND: `fewer-params` (the last parameter dropped from the layout), `huge-global` (the first
+//! module global's region claims 40 GiB), `bad-elf` (the cubin's section table points past its
+//! end), `missing-region` (the first indirectly reached region is left out: the kernel faults).
+
+use std::io::Cursor;
+
+use kreplay_format::*;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, kind, input, output] = &args[..] else {
+        return Err("usage: craft_hostile KIND IN.krr OUT.krr".into());
+    };
+    let data = std::fs::read(input)?;
+    let cap = Capture::parse(&data)?;
+    let mut dispatch = cap.dispatch.clone();
+    let mut modules = cap.modules.clone();
+    let mut sizes: Vec<(u32, u64)> = cap.regions.iter().map(|r| (r.region_id, r.size)).collect();
+    let mut dropped: Option<u32> = None;
+    match kind.as_str() {
+        "fewer-params" => {
+            let last = dispatch
+                .params
+                .pop()
+                .ok_or("the kernel has no parameters")?;
+            dispatch.arg_bytes.truncate(last.offset as usize);
+            let len = dispatch.arg_bytes.len() as u32;
+            dispatch.pointer_words.retain(|&w| w + 8 <= len);
+        }
+        "huge-global" => {
+            let g = cap
+                .globals
+                .first()
+                .ok_or("the capture has no module global")?;
+            for s in sizes.iter_mut().filter(|s| s.0 == g.region_id) {
+                s.1 = 40 << 30;
+            }
+        }
+        "bad-elf" => {
+            let m = modules
+                .iter_mut()
+                .find(|m| m.kind == ModuleKind::Cubin)
+                .ok_or("the capture has no cubin")?;
+            let len = m.image.len() as u64;
+            m.image[40..48].copy_from_slice(&len.to_le_bytes());
+        }
+        "missing-region" => {
+            dropped = Some(
+                cap.regions
+                    .iter()
+                    .find(|r| r.role == RegionRole::Indirect)
+                    .ok_or("the capture has no indirectly reached region")?
+                    .region_id,
+            );
+        }
+        other => return Err(format!("unknown KIND {other}").into()),
+    }
+
+    let mut w = CaptureWriter::new(
+        Cursor::new(Vec::new()),
+        cap.header.uuid,
+        WriterOptions::default(),
+    )?;
+    if let Some(i) = &cap.info {
+        w.capture_info(i)?;
+    }
+    if let Some(d) = &cap.device {
+        w.device(d)?;
+    }
+    for m in &modules {
+        w.module(m)?;
+    }
+    w.dispatch(&dispatch)?;
+    for r in cap.regions.iter().filter(|r| Some(r.region_id) != dropped) {
+        let size = sizes
+            .iter()
+            .find(|s| s.0 == r.region_id)
+            .map_or(r.size, |s| s.1);
+        let region = Region { size, ..r.clone() };
+        w.region(&region)?;
+        for state in [MemoryState::Pre, MemoryState::Post] {
+            for c in cap.chunks(r.region_id, state) {
+                let mut buf = vec![0u8; c.raw_len as usize];
+                cap.read_chunk_into(c, &mut buf)?;
+                // A grown region: its last original chunk is padded to a whole chunk.
+                let end = (c.offset + region.chunk_size).min(size);
+                buf.resize((end - c.offset) as usize, 0);
+                w.memory(r.region_id, state, c.offset, &buf)?;
+            }
+        }
+        // Zero chunks for the rest of a grown region.
+        let mut off = r.size.div_ceil(r.chunk_size) * r.chunk_size;
+        let zero = vec![0u8; region.chunk_size as usize];
+        while off < size {
+            let n = region.chunk_size.min(size - off) as usize;
+            w.memory(r.region_id, MemoryState::Pre, off, &zero[..n])?;
+            off += region.chunk_size;
+        }
+    }
+    for g in cap.globals.iter().filter(|g| Some(g.region_id) != dropped) {
+        w.module_global(g)?;
+    }
+    let slots: Vec<(u32, u64)> = cap
+        .pointer_slots
+        .iter()
+        .copied()
+        .filter(|s| Some(s.0) != dropped)
+        .collect();
+    if !slots.is_empty() {
+        w.pointer_slots(&PointerSlots { slots })?;
+    }
+    for a in &cap.annotations {
+        w.annotation(a)?;
+    }
+    std::fs::write(output, w.finish()?.into_inner())?;
+    Ok(())
+}
