@@ -342,7 +342,7 @@ if [[ "hostile-play" =~ $ONLY ]] && [ -x "$BIN/craft_hostile" ] && [ -f "$WORK/c
   "$BIN/craft_hostile" fewer-params "$WORK/cuda-saxpy.krr" "$H/params.krr"
   "$BIN/craft_hostile" bad-elf "$WORK/cuda-saxpy.krr" "$H/elf.krr"
   "$BIN/craft_hostile" huge-global "$WORK/cuda-globals.krr" "$H/global.krr"
-  "$BIN/craft_hostile" missing-region "$WORK/cuda-pointers.krr" "$H/missing.krr"
+  "$BIN/craft_hostile" bad-pointer "$WORK/cuda-pointers.krr" "$H/missing.krr"
   "$KR" play "$H/params.krr" > /dev/null 2> "$H/params.err"; r1=$?
   "$KR" play "$H/elf.krr" > /dev/null 2> "$H/elf.err"; r2=$?
   peak_rss "$H/global.rss" "$KR" play "$H/global.krr" --verify --json > "$H/global.json" 2> "$H/global.err"; r3=$?

@@ -5,7 +5,8 @@
 //!
 //! KIND: `fewer-params` (the last parameter dropped from the layout), `huge-global` (the first
 //! module global's region claims 40 GiB), `bad-elf` (the cubin's section table points past its
-//! end), `missing-region` (the first indirectly reached region is left out: the kernel faults).
+//! end), `bad-pointer` (the first pointer stored in captured memory points at unmapped memory:
+//! the kernel faults).
 
 use std::io::Cursor;
 
@@ -21,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut dispatch = cap.dispatch.clone();
     let mut modules = cap.modules.clone();
     let mut sizes: Vec<(u32, u64)> = cap.regions.iter().map(|r| (r.region_id, r.size)).collect();
-    let mut dropped: Option<u32> = None;
+    let mut poison: Option<(u32, u64)> = None;
     match kind.as_str() {
         "fewer-params" => {
             let last = dispatch
@@ -49,13 +50,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let len = m.image.len() as u64;
             m.image[40..48].copy_from_slice(&len.to_le_bytes());
         }
-        "missing-region" => {
-            dropped = Some(
-                cap.regions
-                    .iter()
-                    .find(|r| r.role == RegionRole::Indirect)
-                    .ok_or("the capture has no indirectly reached region")?
-                    .region_id,
+        "bad-pointer" => {
+            poison = Some(
+                *cap.pointer_slots
+                    .first()
+                    .ok_or("the capture has no pointer stored in captured memory")?,
             );
         }
         other => return Err(format!("unknown KIND {other}").into()),
@@ -76,7 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         w.module(m)?;
     }
     w.dispatch(&dispatch)?;
-    for r in cap.regions.iter().filter(|r| Some(r.region_id) != dropped) {
+    for r in &cap.regions {
         let size = sizes
             .iter()
             .find(|s| s.0 == r.region_id)
@@ -87,6 +86,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for c in cap.chunks(r.region_id, state) {
                 let mut buf = vec![0u8; c.raw_len as usize];
                 cap.read_chunk_into(c, &mut buf)?;
+                if let Some((_, off)) = poison.filter(|p| p.0 == r.region_id) {
+                    if off >= c.offset && off + 8 <= c.offset + c.raw_len {
+                        let at = (off - c.offset) as usize;
+                        buf[at..at + 8].copy_from_slice(&0x0000_0dea_d000_0000u64.to_le_bytes());
+                    }
+                }
                 // A grown region: its last original chunk is padded to a whole chunk.
                 let end = (c.offset + region.chunk_size).min(size);
                 buf.resize((end - c.offset) as usize, 0);
@@ -102,17 +107,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             off += region.chunk_size;
         }
     }
-    for g in cap.globals.iter().filter(|g| Some(g.region_id) != dropped) {
+    for g in &cap.globals {
         w.module_global(g)?;
     }
-    let slots: Vec<(u32, u64)> = cap
-        .pointer_slots
-        .iter()
-        .copied()
-        .filter(|s| Some(s.0) != dropped)
-        .collect();
-    if !slots.is_empty() {
-        w.pointer_slots(&PointerSlots { slots })?;
+    if !cap.pointer_slots.is_empty() {
+        w.pointer_slots(&PointerSlots {
+            slots: cap.pointer_slots.clone(),
+        })?;
     }
     for a in &cap.annotations {
         w.annotation(a)?;

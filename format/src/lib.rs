@@ -6,6 +6,7 @@
 
 pub mod chunk;
 pub mod codec;
+pub mod cubin;
 pub mod error;
 pub mod events;
 pub mod file;

@@ -282,8 +282,9 @@ pub struct Session<'c> {
     /// Events named by rebuilt attributes; they must outlive every launch.
     _attribute_events: Vec<Event>,
     write_set: Vec<WriteRange>,
-    /// Replay device address of every region (globals move; the rest stay put).
-    region_addr: Vec<(u32, u64)>,
+    /// (region, replay address, bytes usable there): a region's full size, except module
+    /// globals, which hold only what the driver says the module's global holds.
+    region_addr: Vec<(u32, u64, u64)>,
     relocation: Option<Relocation>,
     code: CodeSource,
     _moved: Vec<DeviceBuffer>,
@@ -384,6 +385,29 @@ fn upload_region(
         copy_htod(dst + start, buf)?;
     }
     Ok(())
+}
+
+/// The kernel's own parameter layout, to compare with the file's. A cubin declares it (its
+/// `.nv.info` section), so no driver call is needed; otherwise (PTX through the JIT) the
+/// driver is asked parameter by parameter until it says there are no more, which costs one
+/// failing call (`compute-sanitizer` lists it as an API error).
+fn kernel_layout(
+    image: &[u8],
+    kernel: &str,
+    function: driver::sys::CUfunction,
+    captured: &[(u32, u32)],
+) -> Vec<(u32, u32)> {
+    match kreplay_format::cubin::declared_params(image, kernel) {
+        Some(d) if !d.layout.is_empty() || d.total == Some(0) => d.layout,
+        // Only the total is declared: the file's layout stands if it ends there.
+        Some(d) if d.total == Some(captured.last().map_or(0, |&(o, s)| o + s)) => captured.to_vec(),
+        _ => driver::parameter_layout(function),
+    }
+}
+
+/// The part of the chunk at `offset` (`len` bytes) that lies inside `usable` bytes.
+fn clipped(offset: u64, len: u64, usable: u64) -> Option<u64> {
+    (offset < usable).then(|| len.min(usable - offset))
 }
 
 /// The first `limit` bytes of a region's pre-dispatch state (all of it when it is smaller),
@@ -503,8 +527,8 @@ impl<'c> Session<'c> {
         // The driver reads the arguments by the kernel's own layout: a file whose layout
         // differs (damaged, crafted, or a --module variant with other parameters) would make
         // it read past the argument bytes.
-        let layout = driver::parameter_layout(function);
         let captured: Vec<(u32, u32)> = d.params.iter().map(|p| (p.offset, p.size)).collect();
+        let layout = kernel_layout(&image, &d.kernel_name, function, &captured);
         if layout != captured {
             return Err(if opts.module_override.is_some() {
                 PlayError::VariantMismatch {
@@ -520,11 +544,11 @@ impl<'c> Session<'c> {
                 }
             });
         }
-        let mut region_addr: Vec<(u32, u64)> = cap
+        let mut region_addr: Vec<(u32, u64, u64)> = cap
             .regions
             .iter()
             .filter(|r| r.role != RegionRole::Global)
-            .map(|r| (r.region_id, base_of(r)))
+            .map(|r| (r.region_id, base_of(r), r.size))
             .collect();
         for g in &cap.globals {
             let Ok((ptr, size)) = driver::module_global(module.raw, &g.name) else {
@@ -539,7 +563,7 @@ impl<'c> Session<'c> {
                 rel.patch_region_window(cap, g.region_id, 0, &mut data);
             }
             copy_htod(ptr, &data)?;
-            region_addr.push((g.region_id, ptr));
+            region_addr.push((g.region_id, ptr, data.len() as u64));
         }
 
         if d.dynamic_shared_bytes > 48 * 1024 {
@@ -579,25 +603,31 @@ impl<'c> Session<'c> {
         let mut write_set: Vec<WriteRange> = Vec::new();
         let mut total = 0u64;
         for r in &cap.regions {
-            let Some(&(_, base)) = region_addr.iter().find(|(id, _)| *id == r.region_id) else {
+            let Some(&(_, base, usable)) = region_addr.iter().find(|(id, ..)| *id == r.region_id)
+            else {
                 continue;
             };
             for c in cap.chunks(r.region_id, MemoryState::Post) {
+                // Never past what the replay holds there (a global larger in the file than
+                // in the module).
+                let Some(len) = clipped(c.offset, c.raw_len, usable) else {
+                    continue;
+                };
                 // Adjacent chunks become one copy: fewer, larger copies restore faster.
                 match write_set.last_mut() {
                     Some(w)
                         if w.device_addr + w.len == base + c.offset
                             && w.pristine_offset + w.len == total =>
                     {
-                        w.len += c.raw_len
+                        w.len += len
                     }
                     _ => write_set.push(WriteRange {
                         device_addr: base + c.offset,
                         pristine_offset: total,
-                        len: c.raw_len,
+                        len,
                     }),
                 }
-                total += c.raw_len;
+                total += len;
             }
         }
         let stream = Stream::new()?;
@@ -748,7 +778,7 @@ impl<'c> Session<'c> {
     fn check_against_capture(&self, v: &mut VerifyOutcome) -> Result<(), PlayError> {
         let mut expected = Vec::new();
         let mut found = Vec::new();
-        for &(region_id, base) in &self.region_addr {
+        for &(region_id, base, usable) in &self.region_addr {
             let post: HashMap<u64, _> = self
                 .cap
                 .chunks(region_id, MemoryState::Post)
@@ -761,9 +791,12 @@ impl<'c> Session<'c> {
                 if let Some(rel) = &self.relocation {
                     rel.patch_region_window(self.cap, region_id, c.offset, &mut expected);
                 }
-                found.resize(c.raw_len as usize, 0);
+                let Some(len) = clipped(c.offset, c.raw_len, usable) else {
+                    continue;
+                };
+                found.resize(len as usize, 0);
                 copy_dtoh(&mut found, base + c.offset)?;
-                compare(region_id, c.offset, &expected, &found, v);
+                compare(region_id, c.offset, &expected[..len as usize], &found, v);
             }
         }
         Ok(())

@@ -302,3 +302,28 @@ fn incomplete_capture_is_salvaged_by_verify() {
     assert_eq!(v["kernel"]["mangled"], "_Z5saxpyifPKfPf");
     let _ = std::fs::remove_file(&out);
 }
+
+#[test]
+fn captured_cubins_declare_the_captured_parameter_layout() {
+    // What the player compares before launching: the layout in the file must be the one the
+    // kernel's own cubin declares.
+    for name in [
+        "cuda-saxpy",
+        "cuda-globals",
+        "cuda-pointers",
+        "driver-extra",
+        "cuda-cluster",
+        "cuda-coop",
+    ] {
+        let bytes = std::fs::read(capture(name)).expect("read");
+        let cap = kreplay_format::Capture::parse(&bytes).expect("parse");
+        let d = &cap.dispatch;
+        let m = cap.module(d.module_id).expect("module");
+        let declared = kreplay_format::cubin::declared_params(&m.image, &d.kernel_name)
+            .unwrap_or_else(|| panic!("{name}: no parameter info in the cubin"));
+        let captured: Vec<(u32, u32)> = d.params.iter().map(|p| (p.offset, p.size)).collect();
+        assert_eq!(declared.layout, captured, "{name}");
+        let end = captured.last().map_or(0, |&(o, s)| o + s);
+        assert_eq!(declared.total, Some(end), "{name}");
+    }
+}
