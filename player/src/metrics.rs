@@ -128,6 +128,8 @@ fn open_profiler(device: i32) -> Result<(PrimaryContext, ProfilerApi), PlayError
     if !cupti::cupti_present() {
         return Err(MetricsError::NoCupti.into());
     }
+    // Before anything loads CUPTI's profiler libraries: take the ones beside this libcupti.
+    cupti::pair_profiler_libraries().map_err(MetricsError::from)?;
     let ctx = PrimaryContext::retain(device)?;
     let api = ProfilerApi::initialize().map_err(MetricsError::from)?;
     if let Some(why) = profiler::unsupported_reason(device).map_err(MetricsError::from)? {
@@ -154,6 +156,8 @@ pub struct MetricsReport {
     /// Whether L2 was emptied before each pass.
     pub cache: CacheState,
     pub chip: String,
+    /// The CUPTI that collected them.
+    pub cupti: Option<cupti::CuptiInfo>,
 }
 
 /// The unit of a full metric name, from its base metric's dimension and its suffix.
@@ -255,6 +259,7 @@ impl Session<'_> {
             passes: passes as u32,
             cache: CacheState::flushed(flush),
             chip: req.chip.clone(),
+            cupti: cupti::pair_profiler_libraries().ok().cloned(),
         })
     }
 }

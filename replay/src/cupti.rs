@@ -3,6 +3,7 @@
 //! `cupti_present` first.
 
 use std::ffi::{c_void, CStr};
+use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 
 pub use cudarc::cupti::sys;
@@ -52,6 +53,85 @@ pub(crate) fn check(code: CUptiResult, call: &'static str) -> Result<(), CuptiEr
 pub fn cupti_present() -> bool {
     // SAFETY: only dlopens the library.
     unsafe { sys::is_culib_present() }
+}
+
+/// The libcupti this process uses (the one the bindings loaded) and its version.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CuptiInfo {
+    pub path: String,
+    /// `cuptiGetVersion`: the CUPTI API version (e.g. 130000 for 13.0).
+    pub api_version: u32,
+    /// The profiler libraries loaded from the same directory (empty when CUPTI's own lookup
+    /// is left to find them).
+    pub nvperf: Vec<String>,
+}
+
+/// The directory of the loaded object holding `addr` (symlinks resolved).
+fn object_path(addr: *const c_void) -> Option<std::path::PathBuf> {
+    // SAFETY: Dl_info is plain data; dladdr only reads the loader's tables.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: any address may be asked about; 0 means no loaded object holds it.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    Some(path.canonicalize().unwrap_or(path))
+}
+
+/// Makes CUPTI's profiler libraries (`libnvperf_host.so`, `libnvperf_target.so`) the ones
+/// shipped beside the libcupti in use, and says which CUPTI that is. libcupti loads them by
+/// bare name: with a newer CUPTI's folder first on `LD_LIBRARY_PATH` (a pip wheel holds
+/// `libcupti.so.13` but no `libcupti.so`), the bindings load the toolkit's libcupti while
+/// libcupti then picks the wheel's libnvperf, and the mismatched pair crashes. Loading the
+/// pair by full path first (RTLD_GLOBAL) makes libcupti's later lookup by name find them.
+/// Call before the first profiler call; later calls return the first answer.
+pub fn pair_profiler_libraries() -> Result<&'static CuptiInfo, CuptiError> {
+    static INFO: std::sync::OnceLock<Result<CuptiInfo, CuptiError>> = std::sync::OnceLock::new();
+    INFO.get_or_init(|| {
+        let mut version = 0u32;
+        // SAFETY: writes one integer; loads libcupti (the caller checked it is present).
+        check(
+            unsafe { sys::cuptiGetVersion(&mut version) },
+            "cuptiGetVersion",
+        )?;
+        // The address of a libcupti function tells which file the bindings loaded.
+        // SAFETY: culib returns the library the bindings loaded (present: the call above
+        // went through it); the symbol is only used as an address.
+        let path = unsafe { sys::culib().get::<unsafe extern "C" fn()>(b"cuptiGetVersion\0") }
+            .ok()
+            .and_then(|f| object_path(*f as *const c_void));
+        let mut nvperf = Vec::new();
+        if let Some(dir) = path.as_ref().and_then(|p| p.parent()) {
+            for name in ["libnvperf_host.so", "libnvperf_target.so"] {
+                let lib = dir.join(name);
+                if !lib.is_file() {
+                    continue;
+                }
+                // SAFETY: loading NVIDIA's profiler library runs its initialisers, as
+                // libcupti itself would when it loads it.
+                let loaded = unsafe {
+                    libloading::os::unix::Library::open(
+                        Some(&lib),
+                        libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+                    )
+                };
+                if let Ok(l) = loaded {
+                    // Kept for the life of the process, as libcupti would keep it.
+                    std::mem::forget(l);
+                    nvperf.push(lib.display().to_string());
+                }
+            }
+        }
+        Ok(CuptiInfo {
+            path: path.map_or_else(|| "libcupti.so".into(), |p| p.display().to_string()),
+            api_version: version,
+            nvperf,
+        })
+    })
+    .as_ref()
+    .map_err(Clone::clone)
 }
 
 /// The callback signature CUPTI calls.

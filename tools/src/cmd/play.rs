@@ -26,6 +26,9 @@ struct JsonReport<'a> {
     metric_passes: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     metric_cache: Option<kreplay_player::CacheState>,
+    /// Which CUPTI collected the counters: `path`, `api_version`, `nvperf`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metric_cupti: Option<&'a kreplay_replay::cupti::CuptiInfo>,
 }
 
 impl<'a> JsonReport<'a> {
@@ -46,6 +49,7 @@ impl<'a> JsonReport<'a> {
             }),
             metric_passes: m.map(|m| m.passes),
             metric_cache: m.map(|m| m.cache),
+            metric_cupti: m.and_then(|m| m.cupti.as_ref()),
         }
     }
 }
@@ -191,6 +195,14 @@ fn print_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
         m.chip,
         m.cache
     );
+    if let Some(c) = &m.cupti {
+        out!(
+            w,
+            "          CUPTI API {} from {}",
+            c.api_version,
+            crate::output::printable(&c.path)
+        );
+    }
     let width = m.metrics.iter().map(|v| v.name.len()).max().unwrap_or(0);
     for v in &m.metrics {
         out!(
