@@ -371,26 +371,52 @@ print(json.dumps({"case": "hostile-play", "kernel": "; ".join(n for n, _ in chec
 PY
 fi
 
-# play --metrics with newer CUPTI releases first on the library path (KREPLAY_CUPTI_DIRS: a
-# space-separated list of directories holding libcupti.so.13 and libnvperf_*.so): counters,
-# or a clear refusal, never a crash.
+# play --metrics with other CUPTI releases first on the library path (KREPLAY_CUPTI_DIRS: a
+# space-separated list of directories holding libcupti.so.N and libnvperf_*.so, as the
+# nvidia-cuda-cupti wheels ship them). Two layouts each: the wheel's own (no libcupti.so, so
+# the toolkit's libcupti is the one loaded and must be paired with its own nvperf), and a
+# toolkit-like one with libcupti.so (that CUPTI is loaded). Counters, or a clear refusal,
+# never a crash.
 if [[ "cupti-versions" =~ $ONLY ]] && [ -n "${KREPLAY_CUPTI_DIRS:-}" ] && [ -f "$WORK/cuda-saxpy.krr" ]; then
   for dir in $KREPLAY_CUPTI_DIRS; do
     v=$(basename "$dir")
-    echo "== cupti-$v"
-    LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}" "$KR" play "$WORK/cuda-saxpy.krr" --metrics smsp__inst_executed.sum,dram__bytes_read.sum --json > "$WORK/cupti-$v.json" 2> "$WORK/cupti-$v.err"; rc=$?
-    python3 - "$v" "$rc" "$WORK/cupti-$v.json" "$WORK/cupti-$v.err" >> "$RESULTS" <<'PY'
+    tk="$WORK/cupti-toolkit-$v"; rm -rf "$tk"; mkdir -p "$tk"
+    for f in "$dir"/*; do ln -s "$f" "$tk/"; done
+    ln -s "$(ls "$dir"/libcupti.so.* | head -1)" "$tk/libcupti.so"
+    for layout in wheel toolkit; do
+      d=$dir; [ $layout = toolkit ] && d=$tk
+      echo "== cupti-$v-$layout"
+      LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}" "$KR" play "$WORK/cuda-saxpy.krr" --metrics smsp__inst_executed.sum,dram__bytes_read.sum --json > "$WORK/cupti-$v-$layout.json" 2> "$WORK/cupti-$v-$layout.err"; rc=$?
+      python3 - "$v-$layout" "$rc" "$WORK/cupti-$v-$layout.json" "$WORK/cupti-$v-$layout.err" >> "$RESULTS" <<'PY'
 import json, sys
 v, rc, jp, ep = sys.argv[1:]
 err = open(ep).read()
-try: j = json.load(open(jp)); inst = j["metrics"]["smsp__inst_executed.sum"]
-except Exception: j = {}; inst = 0
+try: j = json.load(open(jp)); inst = j["metrics"]["smsp__inst_executed.sum"]; c = j.get("metric_cupti") or {}
+except Exception: j = {}; inst = 0; c = {}
 ok = (rc == "0" and inst > 0) or (rc == "2" and "CUPTI" in err)
-what = f"inst {inst:,.0f}" if rc == "0" else f"refused: {err.strip()[-120:]}"
-print(json.dumps({"case": f"cupti-{v}", "kernel": f"play --metrics (rc {rc}, {what})", "ok": ok, "known": "",
+what = f"inst {inst:,.0f}, CUPTI API {c.get('api_version')} {c.get('path', '')[-40:]}" if rc == "0" else f"refused: {err.strip()[-200:]}"
+print(json.dumps({"case": f"cupti-{v}", "kernel": f"rc {rc}: {what}", "ok": ok, "known": "",
     "matched": ok, "why": "" if ok else err[-600:]}))
 PY
+    done
   done
+fi
+
+# The application's stderr is a full disk (Python apps ignore SIGPIPE, so a closed pipe looks
+# the same): the recorder's diagnostics are lost, the application is not. The CUPTI-user app
+# makes the recorder stand down and say so at start-up, on that stderr.
+if [[ "robust-stderr-full" =~ $ONLY ]]; then
+  echo "== robust-stderr-full"
+  "$WORK/cupti_app" > "$WORK/stderr-full.base" 2> /dev/null; brc=$?
+  "$KR" record -k saxpy_traced "$WORK/cupti_app" > "$WORK/stderr-full.out" 2> /dev/full; rc=$?
+  "$KR" record -k '^saxpy' -o /proc/kreplay-denied/x.krr "$K" saxpy 3 > "$WORK/stderr-full2.out" 2> /dev/full; rc2=$?
+  "$K" saxpy 3 > "$WORK/stderr-full2.base" 2> /dev/null
+  ok=true; why=""
+  [ $rc -eq 3 ] || { ok=false; why="$why cupti app: rc $rc (want 3);"; }
+  cmp -s "$WORK/stderr-full.base" "$WORK/stderr-full.out" || { ok=false; why="$why cupti app output differs;"; }
+  [ $rc2 -eq 3 ] || { ok=false; why="$why unwritable capture: rc $rc2 (want 3);"; }
+  cmp -s "$WORK/stderr-full2.base" "$WORK/stderr-full2.out" || { ok=false; why="$why saxpy output differs;"; }
+  note "{\"case\": \"robust-stderr-full\", \"kernel\": \"app stderr on /dev/full (rc $rc, $rc2)\", \"ok\": $ok, \"known\": \"\", \"matched\": $ok, \"why\": \"$why\"}"
 fi
 
 # Two ranks, one capture each, named by rank.

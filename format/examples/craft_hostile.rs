@@ -2,6 +2,7 @@
 //! the player does not trust the file (issue 14). Not a user tool.
 //!
 //!   craft_hostile KIND IN.krr OUT.krr
+//!   craft_hostile meta-bomb|zero-bomb|zstd-bomb - OUT.krr
 //!
 //! KIND: `fewer-params` (the last parameter dropped from the layout), `huge-global` (the first
 //! module global's region claims 40 GiB), `bad-elf` (the cubin's section table points past its
@@ -17,6 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [_, kind, input, output] = &args[..] else {
         return Err("usage: craft_hostile KIND IN.krr OUT.krr".into());
     };
+    if input == "-" {
+        return bomb(kind, output);
+    }
     let data = std::fs::read(input)?;
     let cap = Capture::parse(&data)?;
     let mut dispatch = cap.dispatch.clone();
@@ -117,6 +121,85 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for a in &cap.annotations {
         w.annotation(a)?;
+    }
+    std::fs::write(output, w.finish()?.into_inner())?;
+    Ok(())
+}
+
+/// Files that claim far more than they hold (issue 14's amplification cases): `meta-bomb`
+/// (an annotation of 100 MiB in a few KB of zstd), `zero-bomb` (1 TiB of zero chunks),
+/// `zstd-bomb` (256 zstd chunks of 64 MiB each, a few KB each: 16 GiB).
+fn bomb(kind: &str, output: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use kreplay_format::layout::{ChunkPrefix, FLAG_CRITICAL, FLAG_ZSTD};
+    let mut w = CaptureWriter::new(Cursor::new(Vec::new()), [7; 16], WriterOptions::default())?;
+    w.module(&ModuleImage {
+        module_id: 1,
+        kind: ModuleKind::Cubin,
+        arch: 90,
+        image: b"\x7fELF".to_vec(),
+    })?;
+    w.dispatch(&Dispatch {
+        kernel_name: "k".into(),
+        module_id: 1,
+        api: LaunchApi::LaunchKernel,
+        grid: [1, 1, 1],
+        block: [1, 1, 1],
+        cluster: [0, 0, 0],
+        dynamic_shared_bytes: 0,
+        attributes: vec![],
+        params: vec![],
+        arg_bytes: vec![],
+        pointer_words: vec![],
+        original_duration_ns: None,
+    })?;
+    let chunk: u64 = 64 << 20;
+    let region = |w: &mut CaptureWriter<Cursor<Vec<u8>>>, size: u64| {
+        w.region(&Region {
+            region_id: 0,
+            address: 0x7f00_0000_0000,
+            size,
+            kind: MemoryKind::Device,
+            role: RegionRole::Allocation,
+            chunk_size: chunk,
+        })
+    };
+    match kind {
+        "meta-bomb" => {
+            let a = Annotation {
+                key: "k".into(),
+                value: "a".repeat(100 << 20),
+            };
+            let bytes = kreplay_format::codec::encode(&a, "annotation")?;
+            let z = zstd::bulk::compress(&bytes, 19)?;
+            w.write_raw_event(EventKind::Annotation as u16, FLAG_ZSTD, &z)?;
+        }
+        "zero-bomb" | "zstd-bomb" => {
+            let n: u64 = if kind == "zero-bomb" { 16384 } else { 256 };
+            region(&mut w, n * chunk)?;
+            let zeros = vec![0u8; chunk as usize];
+            let z = zstd::bulk::compress(&zeros, 19)?;
+            let zeros_crc = crc32fast::hash(&zeros);
+            for i in 0..n {
+                let p = ChunkPrefix {
+                    region_id: 0,
+                    state: MemoryState::Pre,
+                    encoding: if kind == "zero-bomb" {
+                        ChunkEncoding::Zero
+                    } else {
+                        ChunkEncoding::Zstd
+                    },
+                    offset: i * chunk,
+                    raw_len: chunk,
+                    raw_crc: zeros_crc,
+                };
+                let mut payload = p.encode().to_vec();
+                if kind == "zstd-bomb" {
+                    payload.extend_from_slice(&z);
+                }
+                w.write_raw_event(EventKind::MemoryChunk as u16, FLAG_CRITICAL, &payload)?;
+            }
+        }
+        other => return Err(format!("unknown bomb {other}").into()),
     }
     std::fs::write(output, w.finish()?.into_inner())?;
     Ok(())

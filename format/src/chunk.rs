@@ -8,7 +8,7 @@ use crate::layout::{crc, ChunkEncoding};
 /// that a region spreads over all cores and one bad chunk loses little.
 pub const DEFAULT_CHUNK_SIZE: u64 = 4 << 20;
 /// Largest chunk size a writer accepts and a reader trusts.
-pub const MAX_CHUNK_SIZE: u64 = 256 << 20;
+pub const MAX_CHUNK_SIZE: u64 = 64 << 20;
 /// zstd level used for memory: snapshots are written while the application waits at exit,
 /// so speed beats ratio.
 pub const DEFAULT_LEVEL: i32 = 1;

@@ -8,6 +8,7 @@ use std::io::Read;
 
 use rayon::prelude::*;
 
+use crate::chunk::MAX_CHUNK_SIZE;
 use crate::error::{FormatError, Result};
 use crate::events::*;
 use crate::layout::*;
@@ -427,6 +428,10 @@ impl<'a> Capture<'a> {
                 };
                 let mut dec =
                     zstd::stream::read::Decoder::with_buffer(stored).map_err(decode_err)?;
+                // A chunk's window is at most the chunk: a frame asking for more is refused
+                // before the decoder allocates it.
+                dec.window_log_max(MAX_CHUNK_SIZE.trailing_zeros())
+                    .map_err(decode_err)?;
                 let mut hasher = crc32fast::Hasher::new();
                 let mut buf = vec![0u8; VERIFY_PIECE];
                 let mut total = 0u64;

@@ -119,14 +119,14 @@ fn zero_region(size: u64, chunk_size: u64) -> Vec<u8> {
 
 #[test]
 fn a_terabyte_of_zero_chunks_verifies_in_time_bounded_by_the_file() {
-    let file = zero_region(1 << 40, 256 << 20);
-    assert!(file.len() < 512 << 10, "{}", file.len());
+    let file = zero_region(1 << 40, 64 << 20);
+    assert!(file.len() < 1 << 20, "{}", file.len());
     let t = Instant::now();
     let r = verify(&file).expect("verifies");
-    // Before: 4096 x (allocate and memset 256 MiB) = 1 TiB written, minutes.
+    // Before: 16384 x (allocate and memset 64 MiB) = 1 TiB written, minutes.
     assert!(t.elapsed().as_secs() < 10, "took {:?}", t.elapsed());
     assert_eq!(r.raw_bytes, 1 << 40);
-    assert_eq!(r.chunks, 4096);
+    assert_eq!(r.chunks, 16384);
 }
 
 #[test]

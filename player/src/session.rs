@@ -120,7 +120,9 @@ fn cuda_message(e: &CudaError) -> String {
     ];
     if fault.iter().any(|&c| e.is(c)) {
         return format!(
-            "the replayed kernel faulted ({}, reported by {}): it touched memory the capture              does not hold (memory reached through a path the recorder could not follow).              Re-record with `--memory all` to capture every live allocation",
+            "the replayed kernel faulted ({}, reported by {}): it touched memory the capture \
+             does not hold (memory reached through a path the recorder could not follow). \
+             Re-record with `--memory all` to capture every live allocation",
             e.name, e.call
         );
     }
@@ -924,6 +926,7 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("faulted"), "{text}");
         assert!(text.contains("--memory all"), "{text}");
+        assert!(!text.contains("  "), "{text}");
         assert_eq!(
             text.matches("CUDA_ERROR_ILLEGAL_ADDRESS").count(),
             1,
