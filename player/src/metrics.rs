@@ -6,7 +6,7 @@
 use std::ffi::CString;
 
 use kreplay_replay::cupti::{self, sys::CUptiResult, CuptiError};
-use kreplay_replay::driver::PrimaryContext;
+use kreplay_replay::driver::{self, PrimaryContext};
 use kreplay_replay::profiler::{
     self, passes_needed, MetricHost, MetricKind, ProfilerApi, RangeProfiler,
 };
@@ -25,6 +25,8 @@ pub enum MetricsError {
     NoCupti,
     #[error("device {device} cannot be profiled: {why}")]
     Unsupported { device: i32, why: String },
+    #[error("cannot collect counters with the CUPTI at {path}: {why}")]
+    IncompatibleCupti { path: String, why: String },
     #[error("another profiler holds the GPU performance counters in this process ({0}): under ncu or nsys, run `kreplay play` without --metrics and let that profiler collect them")]
     Busy(CuptiError),
     #[error("access to GPU performance counters is restricted to administrators on this machine ({0}): run as root, or load the NVIDIA driver with NVreg_RestrictProfilingToAdminUsers=0")]
@@ -128,8 +130,17 @@ fn open_profiler(device: i32) -> Result<(PrimaryContext, ProfilerApi), PlayError
     if !cupti::cupti_present() {
         return Err(MetricsError::NoCupti.into());
     }
-    // Before anything loads CUPTI's profiler libraries: take the ones beside this libcupti.
-    cupti::pair_profiler_libraries().map_err(MetricsError::from)?;
+    // Before anything loads CUPTI's profiler libraries: take the ones beside this libcupti,
+    // and refuse a CUPTI that cannot work with this driver (it would crash inside CUPTI).
+    let info = cupti::pair_profiler_libraries().map_err(MetricsError::from)?;
+    let driver = driver::driver_version()?;
+    if let Err(why) = cupti::profiler_compatibility(info.api_version, driver) {
+        return Err(MetricsError::IncompatibleCupti {
+            path: info.path.clone(),
+            why,
+        }
+        .into());
+    }
     let ctx = PrimaryContext::retain(device)?;
     let api = ProfilerApi::initialize().map_err(MetricsError::from)?;
     if let Some(why) = profiler::unsupported_reason(device).map_err(MetricsError::from)? {

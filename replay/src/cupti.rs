@@ -66,6 +66,48 @@ pub struct CuptiInfo {
     pub nvperf: Vec<String>,
 }
 
+/// The CUDA major version of the CUPTI headers these bindings were generated from.
+pub const BINDINGS_MAJOR: u32 = 13;
+
+/// (major, minor) of a CUPTI API version as `cuptiGetVersion` reports it (130001: 13.0).
+/// CUPTI before 13.0 counted API versions with small integers (18 to 26 in CUDA 12.x): those
+/// read as major 0.
+pub fn cupti_release(api_version: u32) -> (u32, u32) {
+    (api_version / 10_000, (api_version / 100) % 100)
+}
+
+/// A CUPTI API version in words.
+fn release_text(api_version: u32) -> String {
+    match cupti_release(api_version) {
+        (0, _) => format!("CUDA 12 or older (CUPTI API version {api_version})"),
+        (major, minor) => format!("CUDA {major}.{minor}"),
+    }
+}
+
+/// Whether the range profiler of the CUPTI with `api_version` can be used here, with a
+/// driver of `driver_version` (`cuDriverGetVersion`: 13000 for 13.0). A CUPTI of another
+/// major release than the bindings has other structures; one newer than the driver crashes
+/// inside CUPTI when it loads the profiler (measured: 13.4 and 13.5 on a 13.0 driver).
+pub fn profiler_compatibility(api_version: u32, driver_version: u32) -> Result<(), String> {
+    let (major, minor) = cupti_release(api_version);
+    let (dmajor, dminor) = (driver_version / 1000, (driver_version % 1000) / 10);
+    let release = release_text(api_version);
+    if major != BINDINGS_MAJOR {
+        return Err(format!(
+            "this CUPTI is from {release}, and kreplay's counter collection is built for CUPTI \
+             {BINDINGS_MAJOR}.x: put a CUDA {BINDINGS_MAJOR}.x CUPTI first on LD_LIBRARY_PATH"
+        ));
+    }
+    if (major, minor) > (dmajor, dminor) {
+        return Err(format!(
+            "this CUPTI is from {release}, newer than the driver (CUDA {dmajor}.{dminor}), and \
+             cannot collect counters with it: upgrade the driver, or put the CUPTI of CUDA \
+             {dmajor}.{dminor} (the toolkit's) first on LD_LIBRARY_PATH"
+        ));
+    }
+    Ok(())
+}
+
 /// The directory of the loaded object holding `addr` (symlinks resolved).
 fn object_path(addr: *const c_void) -> Option<std::path::PathBuf> {
     // SAFETY: Dl_info is plain data; dladdr only reads the loader's tables.
@@ -195,4 +237,27 @@ pub mod launch_cbid {
         LAUNCH_COOPERATIVE,
         LAUNCH_COOPERATIVE_PTSZ,
     ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cupti_releases_against_drivers() {
+        assert_eq!(cupti_release(130001), (13, 0));
+        assert_eq!(cupti_release(130400), (13, 4));
+        // The toolkit's own CUPTI on its driver, and an older 13.x on a newer driver.
+        assert!(profiler_compatibility(130001, 13000).is_ok());
+        assert!(profiler_compatibility(130001, 13040).is_ok());
+        // Newer than the driver: refused, with both versions named.
+        let e = profiler_compatibility(130400, 13000).unwrap_err();
+        assert!(e.contains("13.4") && e.contains("13.0"), "{e}");
+        assert!(!e.contains("  "), "{e}");
+        // Another major release than the bindings.
+        let e = profiler_compatibility(120900, 13000).unwrap_err();
+        assert!(e.contains("12.9"), "{e}");
+        let e = profiler_compatibility(26, 13000).unwrap_err();
+        assert!(e.contains("CUDA 12 or older"), "{e}");
+    }
 }
