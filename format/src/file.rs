@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use crate::error::Result;
+use crate::reader::verify;
+use crate::salvage::{salvage, SalvageReport};
 use crate::writer::{CaptureWriter, WriterOptions};
 
 /// A capture file mapped into memory.
@@ -186,6 +188,25 @@ pub fn write_atomically(path: &Path, bytes: &[u8], force: bool) -> std::io::Resu
     f.sync_data()?;
     drop(f);
     out.publish()
+}
+
+/// Salvages `data` into `path`: streamed to `path.partial`, checked with `verify` there, and
+/// given its final name only when it verifies (nothing is left behind otherwise). Memory stays
+/// bounded by the verifier's, not by the capture's size.
+pub fn salvage_to_file(data: &[u8], path: &Path, force: bool) -> Result<SalvageReport> {
+    let mut out = AtomicOutput::create(path, force)?;
+    let file = out
+        .take_file()
+        .ok_or_else(|| std::io::Error::other("no file"))?;
+    let (w, report) = salvage(data, BufWriter::with_capacity(1 << 20, file))?;
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    file.sync_data()?;
+    drop(file);
+    let written = MappedFile::open(out.partial_path())?;
+    verify(written.bytes())?;
+    drop(written);
+    out.publish()?;
+    Ok(report)
 }
 
 /// A capture being written to `NAME.partial`, renamed to `NAME` by `finish`.

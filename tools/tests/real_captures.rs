@@ -6,6 +6,16 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// Every capture in testdata/captures.
+const ALL: [&str; 6] = [
+    "cuda-saxpy",
+    "cuda-globals",
+    "cuda-pointers",
+    "driver-extra",
+    "cuda-cluster",
+    "cuda-coop",
+];
+
 fn capture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../testdata/captures/{name}.krr"))
 }
@@ -46,14 +56,7 @@ fn params(v: &Value) -> Vec<(u64, u64, bool)> {
 
 #[test]
 fn every_real_capture_verifies() {
-    for name in [
-        "cuda-saxpy",
-        "cuda-globals",
-        "cuda-pointers",
-        "driver-extra",
-        "cuda-cluster",
-        "cuda-coop",
-    ] {
+    for name in ALL {
         let path = capture(name);
         let (code, out, err) = kreplay(&["verify", path.to_str().expect("path")]);
         assert_eq!(code, 0, "{name}: {out}{err}");
@@ -307,14 +310,7 @@ fn incomplete_capture_is_salvaged_by_verify() {
 fn captured_cubins_declare_the_captured_parameter_layout() {
     // What the player compares before launching: the layout in the file must be the one the
     // kernel's own cubin declares.
-    for name in [
-        "cuda-saxpy",
-        "cuda-globals",
-        "cuda-pointers",
-        "driver-extra",
-        "cuda-cluster",
-        "cuda-coop",
-    ] {
+    for name in ALL {
         let bytes = std::fs::read(capture(name)).expect("read");
         let cap = kreplay_format::Capture::parse(&bytes).expect("parse");
         let d = &cap.dispatch;

@@ -64,10 +64,8 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
                         out_path.display()
                     );
                 }
-                let (bytes, report) = kreplay_format::salvage_verified(data)
+                let report = kreplay_format::file::salvage_to_file(data, out_path, a.force)
                     .with_context(|| format!("nothing replayable could be salvaged from {name}"))?;
-                kreplay_format::file::write_atomically(out_path, &bytes, a.force)
-                    .with_context(|| format!("cannot write {}", out_path.display()))?;
                 let mut dropped = String::new();
                 if !report.dropped_regions.is_empty() {
                     dropped += &format!(
