@@ -52,7 +52,7 @@ run_case() {
   local t0=$(date +%s%N)
   "$@" > "$w.base.out" 2> "$w.base.err"; local base_rc=$?
   local t1=$(date +%s%N)
-  "$KR" record "${REC_EXTRA[@]}" -k "$regex" --nth "$nth" -o "$w.krr" "$@" > "$w.rec.out" 2> "$w.rec.err"; local rec_rc=$?
+  "$KR" record "${REC_EXTRA[@]}" -k "regex:$regex" --nth "$nth" -o "$w.krr" "$@" > "$w.rec.out" 2> "$w.rec.err"; local rec_rc=$?
   local t2=$(date +%s%N)
   local same=false; cmp -s "$w.base.out" "$w.rec.out" && same=true
   local ver_rc=99 play_rc=99
@@ -181,8 +181,8 @@ print(json.dumps({"case": name, "kernel": "-", "regions": 0, "bytes": 0, "ok": o
 PY
 }
 KARGS=(record -k 'no_such_kernel_xyz'); check_case robust-no-match 3 'no dispatch matched.*saxpy' -- "$K" saxpy 3
-KARGS=(record -k '^saxpy' -o /proc/kreplay-denied/x.krr); check_case robust-unwritable 3 'could not be written' -- "$K" saxpy 3
-KARGS=(record -k '^saxpy'); check_case robust-graph 3 'CUDA graph' -- "$K" graph
+KARGS=(record -k saxpy -o /proc/kreplay-denied/x.krr); check_case robust-unwritable 3 'could not be written' -- "$K" saxpy 3
+KARGS=(record -k saxpy); check_case robust-graph 3 'CUDA graph' -- "$K" graph
 KARGS=(list); check_case robust-list 0 '' -- "$K" saxpy 3
 # The app subscribes to CUPTI before its first CUDA call: recording stands down and says why.
 KARGS=(record -k 'saxpy_traced'); check_case robust-cupti-user 3 'another profiler or tracer already holds CUPTI.*nothing captured' -- "$WORK/cupti_app"
@@ -209,7 +209,7 @@ fi
 if [[ "record-count" =~ $ONLY ]]; then
   echo "== record-count"
   rm -f "$WORK"/count-*.krr
-  "$KR" record -k '^saxpy' --count 2 -o "$WORK/count-%n.krr" -- "$K" saxpy 3 > "$WORK/count.out" 2> "$WORK/count.err"; crc=$?
+  "$KR" record -k saxpy --count 2 -o "$WORK/count-%n.krr" -- "$K" saxpy 3 > "$WORK/count.out" 2> "$WORK/count.err"; crc=$?
   ok=true; why=""
   [ $crc -eq 0 ] || { ok=false; why="record rc $crc"; }
   for n in 1 2; do
@@ -283,6 +283,42 @@ bad = open(w + "/module-bad.err").read()
 ok = m1 == "0" and matched and m2 == "2" and "not found" in bad
 print(json.dumps({"case": "robust-module", "kernel": "-", "ok": ok, "known": "", "matched": matched,
     "why": "" if ok else f"rc {m1}/{m2}: {open(w + '/module.err').read()[-300:]} {bad[-300:]}"}))
+PY
+fi
+
+# Choosing the dispatch as ncu users do: a plain name is the exact function name, -s/-c skip
+# and count, --launch-index picks an execution of any kernel, and a name that matches nothing
+# gets the regex: hint and the closest names.
+if [[ "select-forms" =~ $ONLY ]]; then
+  echo "== select-forms"
+  S="$WORK/sel"; rm -rf "$S"; mkdir -p "$S"
+  "$KR" record -k saxpy -o "$S/plain.krr" "$K" saxpy 3 > /dev/null 2> "$S/plain.err"; r1=$?
+  "$KR" record -k _Z5saxpyifPKfPf -s 1 -c 2 -o "$S/sc-%n.krr" "$K" saxpy 3 > /dev/null 2> "$S/sc.err"; r2=$?
+  "$KR" list --json "$K" saxpy 3 2> /dev/null | tail -1 > "$S/list.json"
+  "$KR" record --launch-index 3 -o "$S/li.krr" "$K" saxpy 3 > /dev/null 2> "$S/li.err"; r3=$?
+  "$KR" record -k sax "$K" saxpy 3 > /dev/null 2> "$S/none.err"; r4=$?
+  for f in plain sc-2 sc-3 li; do "$KR" info --json "$S/$f.krr" > "$S/$f.json" 2> /dev/null; done
+  python3 - "$S" "$r1" "$r2" "$r3" "$r4" >> "$RESULTS" <<'PY'
+import json, os, sys
+S, r1, r2, r3, r4 = sys.argv[1:]
+def j(n):
+    try: return json.load(open(f"{S}/{n}"))
+    except Exception: return {}
+def rec(n): return j(n + ".json").get("recorder") or {}
+lst = j("list.json")
+first = next((k.get("first_launch") for k in lst if "saxpy" in k.get("demangled", "")), None) if isinstance(lst, list) else None
+none = open(f"{S}/none.err").read()
+checks = [
+    ("plain name", r1 == "0" and rec("plain").get("match_index") == 1),
+    ("-s 1 -c 2", r2 == "0" and rec("sc-2").get("match_index") == 2 and rec("sc-3").get("match_index") == 3
+        and not os.path.exists(f"{S}/sc-4.krr")),
+    ("list first launch", first == 1),
+    ("--launch-index 3", r3 == "0" and rec("li").get("launch_index") == 3),
+    ("no match: hint and closest", r4 == "3" and "regex:sax" in none and "closest kernels" in none and "saxpy" in none),
+]
+ok = all(c for _, c in checks)
+print(json.dumps({"case": "select-forms", "kernel": ", ".join(n for n, _ in checks), "ok": ok, "known": "",
+    "matched": ok, "why": "" if ok else "failed: " + ", ".join(n for n, c in checks if not c) + " | " + none[-300:]}))
 PY
 fi
 
@@ -409,7 +445,7 @@ if [[ "robust-stderr-full" =~ $ONLY ]]; then
   echo "== robust-stderr-full"
   "$WORK/cupti_app" > "$WORK/stderr-full.base" 2> /dev/null; brc=$?
   "$KR" record -k saxpy_traced "$WORK/cupti_app" > "$WORK/stderr-full.out" 2> /dev/full; rc=$?
-  "$KR" record -k '^saxpy' -o /proc/kreplay-denied/x.krr "$K" saxpy 3 > "$WORK/stderr-full2.out" 2> /dev/full; rc2=$?
+  "$KR" record -k saxpy -o /proc/kreplay-denied/x.krr "$K" saxpy 3 > "$WORK/stderr-full2.out" 2> /dev/full; rc2=$?
   "$K" saxpy 3 > "$WORK/stderr-full2.base" 2> /dev/null
   ok=true; why=""
   [ $rc -eq 3 ] || { ok=false; why="$why cupti app: rc $rc (want 3);"; }
@@ -428,7 +464,7 @@ if [[ "mpi-2ranks" =~ $ONLY ]]; then
     LAUNCH=(torchrun --nproc_per_node 2 --no-python)
   fi
   rm -f "$WORK"/mpi-r*.krr
-  "${LAUNCH[@]}" "$KR" record -k 'erf_kernel' -o "$WORK/mpi-r%r.krr" -- python3 "$APPS/mpi_app.py" > "$WORK/mpi.out" 2> "$WORK/mpi.err"
+  "${LAUNCH[@]}" "$KR" record -k 'regex:erf_kernel' -o "$WORK/mpi-r%r.krr" -- python3 "$APPS/mpi_app.py" > "$WORK/mpi.out" 2> "$WORK/mpi.err"
   mrc=$?
   for r in 0 1; do
     f="$WORK/mpi-r$r.krr"

@@ -15,6 +15,7 @@ pub mod ptx;
 pub mod reader;
 pub mod rules;
 pub mod salvage;
+pub mod units;
 pub mod writer;
 
 pub use chunk::{DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL};

@@ -16,6 +16,8 @@ pub mod env {
     pub const REPORT_DIR: &str = "KREPLAY_REPORT_DIR";
     /// `1`: replace existing output files (`kreplay record --force`).
     pub const FORCE: &str = "KREPLAY_FORCE";
+    /// Capture the launch with this 1-based index among all launches (`--launch-index`).
+    pub const LAUNCH_INDEX: &str = "KREPLAY_LAUNCH_INDEX";
 }
 
 /// Where, inside the report directory, the recorder notes each `.partial` file it creates, so
@@ -44,10 +46,38 @@ pub enum MemoryScope {
     All,
 }
 
+/// Which kernels `-k` selects, in ncu's forms: a plain name is the kernel's function name
+/// (the demangled base name: no namespace, template arguments, parameters or return type) or
+/// its mangled name, exactly; `regex:RE` searches the demangled and the mangled name.
+#[derive(Debug, Clone)]
+pub enum KernelFilter {
+    Name(String),
+    Regex(Regex),
+}
+
+impl KernelFilter {
+    pub fn parse(text: &str) -> Result<KernelFilter, String> {
+        match text.strip_prefix("regex:") {
+            Some(re) => Regex::new(re)
+                .map(KernelFilter::Regex)
+                .map_err(|e| format!("-k {text}: not a valid regular expression: {e}")),
+            None if text.is_empty() => Err("-k needs a kernel name".into()),
+            None => Ok(KernelFilter::Name(text.to_string())),
+        }
+    }
+
+    pub fn matches(&self, mangled: &str, demangled: &str) -> bool {
+        match self {
+            KernelFilter::Name(n) => n == mangled || *n == base_name(demangled),
+            KernelFilter::Regex(r) => r.is_match(mangled) || r.is_match(demangled),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub mode: Mode,
-    pub kernel: Option<Regex>,
+    pub kernel: Option<KernelFilter>,
     pub kernel_text: String,
     pub nth: u64,
     pub count: u64,
@@ -56,6 +86,8 @@ pub struct Config {
     pub report_dir: Option<PathBuf>,
     /// Replace existing output files.
     pub force: bool,
+    /// Capture the launch with this 1-based index among all launches of the process.
+    pub launch_index: Option<u64>,
 }
 
 pub const DEFAULT_OUTPUT: &str = "%k-%p-%n.krr";
@@ -77,10 +109,20 @@ impl Config {
         let kernel = if kernel_text.is_empty() {
             None
         } else {
-            Some(Regex::new(&kernel_text).map_err(|e| format!("{}: {e}", env::KERNEL))?)
+            Some(KernelFilter::parse(&kernel_text).map_err(|e| format!("{}: {e}", env::KERNEL))?)
         };
-        if mode == Mode::Record && kernel.is_none() {
-            return Err(format!("{} is required in record mode", env::KERNEL));
+        let launch_index = match get(env::LAUNCH_INDEX).filter(|v| !v.is_empty()) {
+            None => None,
+            Some(v) => Some(v.parse::<u64>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                format!("{}={v}: expected a whole number >= 1", env::LAUNCH_INDEX)
+            })?),
+        };
+        if mode == Mode::Record && kernel.is_none() && launch_index.is_none() {
+            return Err(format!(
+                "{} or {} is required in record mode",
+                env::KERNEL,
+                env::LAUNCH_INDEX
+            ));
         }
         let num = |k: &str, default: u64| -> Result<u64, String> {
             match get(k) {
@@ -116,6 +158,7 @@ impl Config {
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from),
             force: get(env::FORCE).as_deref() == Some("1"),
+            launch_index,
         }))
     }
 }
@@ -169,30 +212,35 @@ pub fn demangle(name: &str) -> String {
         .unwrap_or_else(|| name.to_string())
 }
 
-/// A short, file-name-safe kernel name: the demangled base name without namespaces,
-/// template arguments or parameters (`void ns::saxpy<float>(int, float*)` → `saxpy`).
-pub fn short_kernel_name(demangled: &str) -> String {
-    let mut s = demangled;
-    if let Some(i) = s.find('(') {
-        s = &s[..i];
-    }
-    // Strip template arguments (balanced, from the first '<').
-    let base: String = {
-        let mut depth = 0;
-        let mut b = String::new();
-        for ch in s.chars() {
-            match ch {
-                '<' => depth += 1,
-                '>' => depth -= 1,
-                _ if depth == 0 => b.push(ch),
-                _ => {}
-            }
+/// The function name of a demangled kernel name: no return type, namespace, template
+/// arguments or parameters (`void ns::gemm<float, 128>(int, float*)` → `gemm`), as ncu's
+/// `-k` matches it. Brackets are tracked, so template arguments holding parentheses
+/// (`f<(unsigned int)512>(...)`) or lambdas do not confuse it.
+pub fn base_name(demangled: &str) -> String {
+    // The prefix before the top-level parameter list, with template arguments removed.
+    let mut angle = 0i32;
+    let mut paren = 0i32;
+    let mut prefix = String::new();
+    for ch in demangled.chars() {
+        match ch {
+            '<' if paren == 0 => angle += 1,
+            '>' if paren == 0 && angle > 0 => angle -= 1,
+            '(' if angle == 0 && paren == 0 && !prefix.trim().is_empty() => break,
+            '(' => paren += 1,
+            ')' => paren -= 1,
+            _ if angle == 0 && paren == 0 => prefix.push(ch),
+            _ => {}
         }
-        b
-    };
-    let base = base.rsplit("::").next().unwrap_or(&base);
-    let base = base.rsplit(' ').next().unwrap_or(base);
-    let cleaned: String = base
+    }
+    let prefix = prefix.trim();
+    let last = prefix.rsplit("::").next().unwrap_or(prefix);
+    last.rsplit(' ').next().unwrap_or(last).to_string()
+}
+
+/// A short, file-name-safe kernel name: the base name, with anything but letters, digits and
+/// `_` replaced (`void ns::saxpy<float>(int, float*)` → `saxpy`).
+pub fn short_kernel_name(demangled: &str) -> String {
+    let cleaned: String = base_name(demangled)
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' {
@@ -245,6 +293,35 @@ mod tests {
     }
 
     #[test]
+    fn base_names_as_ncu_matches_them() {
+        assert_eq!(
+            base_name("saxpy(int, float, float const*, float*)"),
+            "saxpy"
+        );
+        assert_eq!(base_name("void regular_fft_factor<(unsigned int)512, EPT<(unsigned int)8>, float>(kernel_arguments_t<unsigned int>)"), "regular_fft_factor");
+        assert_eq!(base_name("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nn_align1>(cutlass_80_simt_sgemm_128x64_8x5_nn_align1::Params)"), "Kernel2");
+        assert_eq!(base_name("fused_axpy_relu"), "fused_axpy_relu");
+        assert_eq!(base_name("gather_sum(Batch)"), "gather_sum");
+    }
+
+    #[test]
+    fn kernel_filters_in_ncu_forms() {
+        let exact = KernelFilter::parse("saxpy").unwrap();
+        assert!(exact.matches("_Z5saxpyifPKfPf", "saxpy(int, float, float const*, float*)"));
+        assert!(!exact.matches("_Z7saxpy2v", "saxpy2()"));
+        assert!(!exact.matches("_Z3fooPf", "foo(float*)"));
+        // The mangled name, exactly.
+        assert!(KernelFilter::parse("_Z5saxpyifPKfPf")
+            .unwrap()
+            .matches("_Z5saxpyifPKfPf", "saxpy(int, float, float const*, float*)"));
+        // regex: searches both names (the behaviour before the ncu forms).
+        let re = KernelFilter::parse("regex:sax.y").unwrap();
+        assert!(re.matches("_Z7saxpy2v", "saxpy2()"));
+        assert!(KernelFilter::parse("regex:(").is_err());
+        assert!(KernelFilter::parse("").is_err());
+    }
+
+    #[test]
     fn config_from_env() {
         let mut m = HashMap::new();
         assert!(Config::from_lookup(|k| m.get(k).cloned())
@@ -252,7 +329,7 @@ mod tests {
             .is_none());
         m.insert(env::MODE.to_string(), "record".to_string());
         assert!(Config::from_lookup(|k| m.get(k).cloned()).is_err());
-        m.insert(env::KERNEL.to_string(), "sax.y".to_string());
+        m.insert(env::KERNEL.to_string(), "regex:sax.y".to_string());
         m.insert(env::NTH.to_string(), "3".to_string());
         let c = Config::from_lookup(|k| m.get(k).cloned()).unwrap().unwrap();
         assert_eq!(c.nth, 3);

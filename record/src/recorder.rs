@@ -132,11 +132,11 @@ impl Recorder {
             return v.clone();
         }
         let demangled = demangle(name);
-        let m = self
-            .config
-            .kernel
-            .as_ref()
-            .is_some_and(|re| re.is_match(name) || re.is_match(&demangled));
+        // With only --launch-index, any kernel may be the one: every module is kept.
+        let m = match &self.config.kernel {
+            Some(f) => f.matches(name, &demangled),
+            None => self.config.launch_index.is_some(),
+        };
         inner.names.insert(name.to_string(), (m, demangled.clone()));
         (m, demangled)
     }
@@ -247,8 +247,10 @@ impl Recorder {
                     count: 0,
                     grid: view.grid,
                     block: view.block,
+                    first_launch: launches,
                 })
                 .count += 1;
+            let is_match = is_match && self.config.launch_index.is_none_or(|i| i == launches);
             if self.config.mode != Mode::Record || !is_match {
                 return;
             }
@@ -403,13 +405,13 @@ impl Recorder {
                     match result {
                         Ok(summary) => {
                             crate::diag!(
-                                "kreplay: captured {} (match {}) -> {}: {} regions, {} raw bytes, {} stored, stalled the app {:.1} ms, {:.1} ms in all",
+                                "kreplay: captured {} (match {}) -> {}: {} regions, {} of memory stored in {}, stalled the app {:.1} ms, {:.1} ms in all",
                                 name,
                                 summary.match_index,
                                 summary.file,
                                 summary.regions,
-                                summary.raw_bytes,
-                                summary.stored_bytes,
+                                kreplay_format::units::bytes(summary.raw_bytes),
+                                kreplay_format::units::bytes(summary.stored_bytes),
                                 summary.stall_ms,
                                 summary.total_ms
                             );

@@ -12,6 +12,10 @@ pub struct KernelStat {
     /// Geometry of the first launch seen.
     pub grid: [u32; 3],
     pub block: [u32; 3],
+    /// 1-based index of its first launch among all launches of the process (what
+    /// `--launch-index` takes).
+    #[serde(default)]
+    pub first_launch: u64,
 }
 
 /// One finished capture.

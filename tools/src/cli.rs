@@ -40,16 +40,34 @@ pub enum Command {
 
 #[derive(Args)]
 pub struct RecordArgs {
-    /// Kernel to capture: a regular expression searched in the demangled and in the mangled
-    /// name (e.g. `saxpy`, `^gemm`, `_Z5saxpy`).
-    #[arg(short = 'k', long = "kernel", value_name = "REGEX")]
-    pub kernel: String,
+    /// Kernel to capture, as ncu takes it: a plain name matches the kernel's function name
+    /// (demangled, without namespace, template arguments or parameters: `saxpy`, `Kernel2`)
+    /// or its mangled name (`_Z5saxpyifPKfPf`) exactly; `regex:RE` searches the demangled and
+    /// the mangled name (`regex:gemm|xmma`).
+    #[arg(
+        short = 'k',
+        long = "kernel",
+        value_name = "NAME|regex:RE",
+        required_unless_present = "launch_index"
+    )]
+    pub kernel: Option<String>,
     /// Capture the Nth matching dispatch (1-based).
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "launch_skip")]
     pub nth: u64,
     /// Capture M consecutive matching dispatches, starting at --nth; one file each.
-    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "launch_count")]
     pub count: u64,
+    /// ncu's form of --nth: skip N matching dispatches (capture the N+1th).
+    #[arg(short = 's', long, value_name = "N")]
+    pub launch_skip: Option<u64>,
+    /// ncu's form of --count: capture N matching dispatches.
+    #[arg(short = 'c', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub launch_count: Option<u64>,
+    /// Capture the launch with this 1-based index among all kernel launches of the process,
+    /// whatever its kernel (the `first` column of `kreplay list` gives each kernel's first).
+    /// With -k, the launch must also match it.
+    #[arg(long, value_name = "I", value_parser = clap::value_parser!(u64).range(1..))]
+    pub launch_index: Option<u64>,
     /// Output file. `%p` pid, `%r` MPI/torchrun rank, `%h` host, `%n` match index, `%k` short
     /// kernel name, `%%` a percent sign. Use `%p` or `%r` when the app starts several processes.
     #[arg(
@@ -219,7 +237,7 @@ mod tests {
     #[test]
     fn the_application_needs_no_double_dash() {
         let a = record(&["-k", "saxpy", "--nth", "2", "./app", "1M"]);
-        assert_eq!(a.kernel, "saxpy");
+        assert_eq!(a.kernel.as_deref(), Some("saxpy"));
         assert_eq!(a.nth, 2);
         assert_eq!(a.command, ["./app", "1M"]);
     }
@@ -234,7 +252,7 @@ mod tests {
     #[test]
     fn options_after_the_command_belong_to_the_application() {
         let a = record(&["-k", "foo", "./app", "-k", "bar", "--json", "--nth", "7"]);
-        assert_eq!(a.kernel, "foo");
+        assert_eq!(a.kernel.as_deref(), Some("foo"));
         assert_eq!(a.nth, 1);
         assert!(!a.json);
         assert_eq!(a.command, ["./app", "-k", "bar", "--json", "--nth", "7"]);
@@ -274,6 +292,29 @@ mod tests {
         // An unknown kreplay option before the command is an error, not the application.
         assert!(
             Cli::try_parse_from(["kreplay", "record", "-k", "foo", "--bogus", "./app"]).is_err()
+        );
+    }
+
+    #[test]
+    fn ncu_selection_flags() {
+        let a = record(&["-k", "regex:gemm", "-s", "3", "-c", "2", "./app"]);
+        assert_eq!(a.launch_skip, Some(3));
+        assert_eq!(a.launch_count, Some(2));
+        let a = record(&["--launch-index", "42", "./app"]);
+        assert_eq!(a.kernel, None);
+        assert_eq!(a.launch_index, Some(42));
+        // ncu's and kreplay's forms of the same thing do not mix.
+        assert!(Cli::try_parse_from([
+            "kreplay", "record", "-k", "f", "--nth", "2", "-s", "1", "./app"
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from([
+            "kreplay", "record", "-k", "f", "--count", "2", "-c", "1", "./app"
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from(["kreplay", "record", "-k", "f", "-c", "0", "./app"]).is_err());
+        assert!(
+            Cli::try_parse_from(["kreplay", "record", "--launch-index", "0", "./app"]).is_err()
         );
     }
 }

@@ -265,21 +265,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
     }
 }
 
-/// Human-readable byte count.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use kreplay_format::units::bytes;
 
 /// Human-readable duration.
 pub fn duration(ns: u64) -> String {

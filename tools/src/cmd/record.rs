@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use anyhow::{bail, Context};
-use kreplay_record::config::{env, CAPTURES_DIR, PARTIALS_DIR};
+use kreplay_record::config::{base_name, env, KernelFilter, CAPTURES_DIR, PARTIALS_DIR};
 use kreplay_record::report::{CaptureSummary, KernelStat, ProcessReport};
 
 use crate::cli::{ListArgs, RecordArgs};
@@ -262,13 +262,21 @@ fn merge_kernels(reports: &[ProcessReport]) -> Vec<KernelStat> {
 }
 
 pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
-    regex::Regex::new(&a.kernel)
-        .with_context(|| format!("-k {}: not a valid regular expression", a.kernel))?;
+    let kernel = a.kernel.clone().unwrap_or_default();
+    if a.kernel.is_some() {
+        KernelFilter::parse(&kernel).map_err(anyhow::Error::msg)?;
+    }
+    let nth = a.launch_skip.map_or(a.nth, |s| s.saturating_add(1));
+    let count = a.launch_count.unwrap_or(a.count);
     let vars = [
         (env::MODE, "record".to_string()),
-        (env::KERNEL, a.kernel.clone()),
-        (env::NTH, a.nth.to_string()),
-        (env::COUNT, a.count.to_string()),
+        (env::KERNEL, kernel.clone()),
+        (env::NTH, nth.to_string()),
+        (env::COUNT, count.to_string()),
+        (
+            env::LAUNCH_INDEX,
+            a.launch_index.map_or(String::new(), |i| i.to_string()),
+        ),
         (env::OUTPUT, a.output.clone()),
         (env::FORCE, if a.force { "1" } else { "0" }.to_string()),
         (
@@ -330,19 +338,36 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
     }
     if captures.is_empty() {
         let matches: u64 = run.reports.iter().map(|r| r.matches).sum();
+        let what = selection(&a);
         if matches > 0 && errors.is_empty() {
-            crate::warn!(
-                "kreplay: -k '{}' matched {matches} dispatch(es), fewer than --nth {}",
-                a.kernel,
-                a.nth
-            );
+            crate::warn!("kreplay: {what} matched {matches} dispatch(es), fewer than --nth {nth}");
         } else if matches == 0 {
-            crate::warn!(
-                "kreplay: no dispatch matched -k '{}'. Most frequent kernels:",
-                a.kernel
-            );
-            for k in merge_kernels(&run.reports).iter().take(10) {
-                crate::warn!("  {:>8}  {}", k.count, k.demangled);
+            let kernels = merge_kernels(&run.reports);
+            if a.kernel
+                .as_deref()
+                .is_some_and(|k| !k.starts_with("regex:"))
+            {
+                crate::warn!(
+                    "kreplay: no dispatch matched {what}: a plain name matches a kernel's function name or mangled name exactly (as ncu does); `-k regex:{kernel}` searches instead."
+                );
+            } else {
+                crate::warn!("kreplay: no dispatch matched {what}.");
+            }
+            let close = closest(&kernel, &kernels);
+            let (title, list): (&str, Vec<&KernelStat>) = if close.is_empty() {
+                ("most frequent kernels", kernels.iter().collect())
+            } else {
+                ("closest kernels", close)
+            };
+            crate::warn!("kreplay: {title} (count, first launch, function, name):");
+            for k in list.iter().take(10) {
+                crate::warn!(
+                    "  {:>8} {:>8}  {:<24} {}",
+                    k.count,
+                    k.first_launch,
+                    base_name(&k.demangled),
+                    k.demangled
+                );
             }
         }
         return Ok(ExitCode::from(3));
@@ -350,6 +375,34 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
     // Per-capture summaries went to stderr from the recorder itself: stdout stays the
     // application's own.
     Ok(ExitCode::SUCCESS)
+}
+
+/// How the user selected the dispatch, for messages.
+fn selection(a: &RecordArgs) -> String {
+    match (&a.kernel, a.launch_index) {
+        (Some(k), None) => format!("-k '{k}'"),
+        (Some(k), Some(i)) => format!("-k '{k}' at --launch-index {i}"),
+        (None, Some(i)) => format!("--launch-index {i}"),
+        (None, None) => "nothing".into(),
+    }
+}
+
+/// Kernels whose names resemble what the user typed: the function name or a name contains
+/// it (case-insensitively), or it contains the function name; most frequent first.
+fn closest<'a>(typed: &str, kernels: &'a [KernelStat]) -> Vec<&'a KernelStat> {
+    let typed = typed.strip_prefix("regex:").unwrap_or(typed).to_lowercase();
+    if typed.is_empty() {
+        return Vec::new();
+    }
+    kernels
+        .iter()
+        .filter(|k| {
+            let base = base_name(&k.demangled).to_lowercase();
+            (!base.is_empty() && (base.contains(&typed) || typed.contains(&base)))
+                || k.demangled.to_lowercase().contains(&typed)
+                || k.name.to_lowercase().contains(&typed)
+        })
+        .collect()
 }
 
 pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
@@ -367,12 +420,20 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
         serde_json::to_writer(&mut w, &kernels)?;
         out!(w);
     } else {
-        out!(w, "{:>8}  {:<16} {:<14} kernel", "count", "grid", "block");
+        out!(
+            w,
+            "{:>8} {:>8}  {:<16} {:<14} kernel",
+            "count",
+            "first",
+            "grid",
+            "block"
+        );
         for k in &kernels {
             out!(
                 w,
-                "{:>8}  {:<16} {:<14} {}",
+                "{:>8} {:>8}  {:<16} {:<14} {}",
                 k.count,
+                k.first_launch,
                 format!("({},{},{})", k.grid[0], k.grid[1], k.grid[2]),
                 format!("({},{},{})", k.block[0], k.block[1], k.block[2]),
                 k.demangled
@@ -380,4 +441,41 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(app_exit_code(run.status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(demangled: &str, count: u64) -> KernelStat {
+        KernelStat {
+            name: format!("_Z{demangled}"),
+            demangled: demangled.into(),
+            count,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn closest_names_for_a_name_that_matched_nothing() {
+        let ks = vec![
+            stat(
+                "void at::native::vectorized_elementwise_kernel<4, sigmoid>(int)",
+                9,
+            ),
+            stat("saxpy(int, float, float const*, float*)", 3),
+            stat("void cutlass::Kernel2<cutlass_80_simt_sgemm>(Params)", 1),
+        ];
+        let names = |typed: &str| -> Vec<String> {
+            closest(typed, &ks)
+                .iter()
+                .map(|k| base_name(&k.demangled))
+                .collect()
+        };
+        assert_eq!(names("sax"), ["saxpy"]);
+        assert_eq!(names("SGEMM"), ["Kernel2"]);
+        assert_eq!(names("regex:sigmoid"), ["vectorized_elementwise_kernel"]);
+        assert_eq!(names("saxpy_kernel"), ["saxpy"]);
+        assert!(names("zzz").is_empty());
+    }
 }
