@@ -182,8 +182,9 @@ pub struct PlayArgs {
 
 #[derive(Args)]
 pub struct InfoArgs {
-    /// The capture to describe.
-    pub file: PathBuf,
+    /// The captures to describe.
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
     /// Print the stable JSON description (see docs/FORMAT.md) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -191,8 +192,9 @@ pub struct InfoArgs {
 
 #[derive(Args)]
 pub struct VerifyArgs {
-    /// The capture to check.
-    pub file: PathBuf,
+    /// The captures to check.
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
     /// When the capture is incomplete or damaged, write its intact part as a complete capture
     /// to OUT (regions whose memory was cut are dropped, and what refers to them). OUT is
     /// written only when the result verifies; it must not be the input.

@@ -47,8 +47,14 @@ pub struct ParamDesc {
     pub pointer: bool,
     /// Little-endian bytes as hex.
     pub value_hex: String,
+    /// The C++ type, from the demangled signature (absent for kernels without one).
+    pub r#type: Option<String>,
+    /// The value read as that type (absent for structs and unknown types: see `value_hex`).
+    pub value: Option<String>,
     /// For pointers: the region they point into.
     pub region: Option<u32>,
+    /// For pointers: how far into that region.
+    pub region_offset: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -151,6 +157,9 @@ fn kind_name(k: MemoryKind) -> &'static str {
 
 pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
     let d = &cap.dispatch;
+    // Types from the signature, when it names exactly the captured parameters.
+    let types = crate::params::signature_types(&demangle(&d.kernel_name))
+        .filter(|t| t.len() == d.params.len());
     let params = d
         .params
         .iter()
@@ -162,22 +171,34 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
                 .pointer_words
                 .iter()
                 .any(|&w| w >= p.offset && (w as u64) < p.offset as u64 + p.size as u64);
-            let region = if pointer && bytes.len() >= 8 {
+            let target = if pointer && bytes.len() >= 8 {
                 let v = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]));
                 cap.regions
                     .iter()
                     .find(|r| v >= r.address && v - r.address < r.size.max(1))
-                    .map(|r| r.region_id)
+                    .map(|r| (r.region_id, v - r.address))
             } else {
                 None
             };
+            let ty = types.as_ref().map(|t| t[i].clone());
             ParamDesc {
                 index: i,
                 offset: p.offset,
                 size: p.size,
                 pointer,
                 value_hex: hex(bytes),
-                region,
+                value: ty
+                    .as_deref()
+                    .and_then(|t| crate::params::decode_value(t, bytes))
+                    // Without a signature, a word the recorder found to be a device pointer.
+                    .or_else(|| {
+                        (ty.is_none() && pointer && p.size == 8)
+                            .then(|| crate::params::decode_value("void*", bytes))
+                            .flatten()
+                    }),
+                r#type: ty,
+                region: target.map(|t| t.0),
+                region_offset: target.map(|t| t.1),
             }
         })
         .collect();

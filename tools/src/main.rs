@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod describe;
 mod output;
+mod params;
 
 use std::process::ExitCode;
 

@@ -323,3 +323,82 @@ fn captured_cubins_declare_the_captured_parameter_layout() {
         assert_eq!(declared.total, Some(end), "{name}");
     }
 }
+
+#[test]
+fn info_reads_parameters_as_their_types() {
+    let v = info("cuda-saxpy");
+    let p = v["params"].as_array().expect("params");
+    let typed: Vec<(&str, &str)> = p
+        .iter()
+        .map(|p| {
+            (
+                p["type"].as_str().unwrap_or("-"),
+                p["value"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    assert_eq!(typed[0], ("int", "4194304"));
+    assert_eq!(typed[1], ("float", "1.5"));
+    assert_eq!(typed[2].0, "float const*");
+    assert!(typed[2].1.starts_with("0x7f"), "{typed:?}");
+    assert_eq!(p[2]["region"], 0);
+    assert_eq!(p[2]["region_offset"], 0);
+    // A struct parameter stays hex; a kernel without a signature shows its pointers.
+    let v = info("cuda-pointers");
+    assert_eq!(v["params"][0]["type"], "Batch");
+    assert!(v["params"][0]["value"].is_null());
+    let v = info("driver-extra");
+    assert!(v["params"][0]["type"].is_null());
+    assert!(v["params"][0]["value"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("0x"));
+    let path = capture("cuda-saxpy");
+    let (code, out, _) = kreplay(&["info", path.to_str().expect("path")]);
+    assert_eq!(code, 0);
+    assert!(out.contains("float const*"), "{out}");
+    assert!(out.contains("4194304"), "{out}");
+}
+
+#[test]
+fn info_and_verify_take_several_files() {
+    let a = capture("cuda-saxpy");
+    let b = capture("cuda-globals");
+    let (a, b) = (a.to_str().expect("path"), b.to_str().expect("path"));
+    let (code, out, err) = kreplay(&["info", a, b]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.matches("\ncapture ").count() + usize::from(out.starts_with("capture ")),
+        2,
+        "{out}"
+    );
+    let (code, out, _) = kreplay(&["info", "--json", a, b]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v.as_array().map(Vec::len), Some(2));
+    // One unreadable file: the others are still described, and the exit says it.
+    let (code, out, err) = kreplay(&["info", a, "/nonexistent/x.krr", b]);
+    assert_eq!(code, 2);
+    assert!(
+        out.contains("saxpy") && out.contains("poly_globals"),
+        "{out}"
+    );
+    assert!(err.contains("/nonexistent/x.krr"), "{err}");
+    let (code, out, _) = kreplay(&["verify", a, b]);
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("intact").count(), 2, "{out}");
+    let dir = std::env::temp_dir().join(format!("kreplay-multi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let good = std::fs::read(capture("cuda-globals")).expect("read");
+    let cut = dir.join("cut.krr");
+    std::fs::write(&cut, &good[..good.len() / 2]).expect("write");
+    let (code, out, err) = kreplay(&["verify", a, cut.to_str().expect("path"), b]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(out.matches(": intact").count(), 2, "{out}");
+    let (code, _, err) = kreplay(&["verify", a, "/nonexistent/x.krr"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = kreplay(&["verify", a, b, "--salvage", "/tmp/x.krr"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("one capture at a time"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -12,16 +12,56 @@ use crate::out;
 use crate::output::printable as p;
 
 pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
-    let file = super::open(&a.file)?;
-    let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
-    let d = describe(&a.file.display().to_string(), &cap);
+    // Every file is described; the ones that cannot be are reported and make the exit 2.
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
-    if a.json {
-        serde_json::to_writer_pretty(&mut w, &d)?;
-        out!(w);
-        return Ok(ExitCode::SUCCESS);
+    let mut failed = 0;
+    let mut all = Vec::new();
+    for (i, path) in a.files.iter().enumerate() {
+        let described = super::open(path).and_then(|file| {
+            let cap =
+                Capture::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
+            Ok(describe(&path.display().to_string(), &cap))
+        });
+        let d = match described {
+            Ok(d) => d,
+            Err(e) if a.files.len() > 1 => {
+                crate::warn!(
+                    "kreplay: error: {}",
+                    crate::output::printable(&format!("{e:#}"))
+                );
+                failed += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if a.json {
+            all.push(d);
+            continue;
+        }
+        if i > 0 {
+            out!(w);
+        }
+        print_text(&mut w, &d)?;
     }
+    if a.json {
+        if a.files.len() == 1 {
+            if let Some(d) = all.first() {
+                serde_json::to_writer_pretty(&mut w, d)?;
+            }
+        } else {
+            serde_json::to_writer_pretty(&mut w, &all)?;
+        }
+        out!(w);
+    }
+    Ok(if failed > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::Result<()> {
     out!(
         w,
         "capture   {} (format {}, {})",
@@ -64,29 +104,36 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
     );
     out!(
         w,
-        "params    {:>3} {:>6} {:>5}  {:<8} value",
+        "params    {:>3} {:>6} {:>5}  {:<24} value",
         "#",
         "offset",
         "size",
-        "kind"
+        "type"
     );
     for prm in &d.params {
-        let kind = if prm.pointer { "pointer" } else { "value" };
-        let shown = if prm.value_hex.len() > 48 {
-            format!("{}… ({} bytes)", &prm.value_hex[..48], prm.size)
-        } else {
-            prm.value_hex.clone()
+        let ty = prm
+            .r#type
+            .clone()
+            .unwrap_or_else(|| if prm.pointer { "pointer" } else { "value" }.to_string());
+        let shown = match &prm.value {
+            Some(v) => v.clone(),
+            None if prm.value_hex.len() > 48 => {
+                format!("{}… ({} bytes, hex)", &prm.value_hex[..48], prm.size)
+            }
+            None => format!("{} (hex)", prm.value_hex),
         };
-        let target = prm
-            .region
-            .map_or(String::new(), |r| format!(" -> region {r}"));
+        let target = match (prm.region, prm.region_offset) {
+            (Some(r), Some(0)) => format!(" -> region {r}"),
+            (Some(r), Some(o)) => format!(" -> region {r} +{o:#x}"),
+            _ => String::new(),
+        };
         out!(
             w,
-            "          {:>3} {:>6} {:>5}  {:<8} {}{}",
+            "          {:>3} {:>6} {:>5}  {:<24} {}{}",
             prm.index,
             prm.offset,
             prm.size,
-            kind,
+            p(&ty),
             shown,
             target
         );
@@ -170,5 +217,5 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         bytes(held),
         d.regions.len()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

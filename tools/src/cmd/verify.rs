@@ -1,6 +1,7 @@
 //! `kreplay verify`.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -10,12 +11,42 @@ use crate::cli::VerifyArgs;
 use crate::describe::bytes;
 use crate::out;
 
+/// Exit 0 when every file is intact, 1 when one is damaged, 2 when one cannot be read.
 pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let file = super::open(&a.file)?;
-    let data = file.bytes();
-    let name = crate::output::printable(&a.file.display().to_string()).into_owned();
+    if a.salvage.is_some() && a.files.len() > 1 {
+        anyhow::bail!("--salvage takes one capture at a time");
+    }
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
+    let (mut damaged, mut unreadable) = (0, 0);
+    for path in &a.files {
+        match verify_one(path, &a, &mut w) {
+            Ok(true) => {}
+            Ok(false) => damaged += 1,
+            Err(e) if a.files.len() > 1 && !crate::output::is_broken_pipe(&e) => {
+                crate::warn!(
+                    "kreplay: error: {}",
+                    crate::output::printable(&format!("{e:#}"))
+                );
+                unreadable += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(if unreadable > 0 {
+        ExitCode::from(2)
+    } else if damaged > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Verifies one file (and salvages it when asked); whether it is intact.
+fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result<bool> {
+    let file = super::open(path)?;
+    let data = file.bytes();
+    let name = crate::output::printable(&path.display().to_string()).into_owned();
     match kreplay_format::verify(data) {
         Ok(r) => {
             if a.json {
@@ -38,7 +69,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
             if a.salvage.is_some() {
                 crate::warn!("kreplay: {name} is intact; nothing to salvage");
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(true)
         }
         Err(e) => {
             if a.json {
@@ -88,7 +119,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
                     dropped
                 );
             }
-            Ok(ExitCode::from(1))
+            Ok(false)
         }
     }
 }
