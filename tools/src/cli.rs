@@ -36,6 +36,18 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Unpack a capture: cubin, argument bytes, each region as a raw file, a JSON description.
     Extract(ExtractArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) on stdout: `kreplay man > kreplay.1`.
+    Man,
+}
+
+#[derive(Args)]
+pub struct CompletionsArgs {
+    /// The shell: `kreplay completions bash > /etc/bash_completion.d/kreplay`,
+    /// `kreplay completions zsh > ~/.zfunc/_kreplay`, `kreplay completions fish >
+    /// ~/.config/fish/completions/kreplay.fish`.
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Args)]

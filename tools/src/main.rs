@@ -11,6 +11,20 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Writes generated text (completions, the man page) to stdout. Generated in memory first:
+/// the generators panic on a failed write, and a closed pipe is not an error.
+fn generated(
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> anyhow::Result<ExitCode> {
+    let mut text = Vec::new();
+    write(&mut text)?;
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    std::io::Write::write_all(&mut w, &text)?;
+    std::io::Write::flush(&mut w)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let result = match args.command {
@@ -20,6 +34,14 @@ fn main() -> ExitCode {
         cli::Command::Play(a) => cmd::play::run(a),
         cli::Command::Record(a) => cmd::record::run_record(a),
         cli::Command::List(a) => cmd::record::run_list(a),
+        cli::Command::Completions(a) => generated(|w| {
+            let mut c = <cli::Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut c, "kreplay", w);
+            Ok(())
+        }),
+        cli::Command::Man => generated(|w| {
+            clap_mangen::Man::new(<cli::Cli as clap::CommandFactory>::command()).render(w)
+        }),
     };
     match result {
         Ok(code) => code,

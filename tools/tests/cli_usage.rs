@@ -82,3 +82,30 @@ fn usage_shows_the_form_users_type() {
     assert!(out.contains("<CMD>..."), "{out}");
     assert!(!out.contains("-- <CMD>"), "`--` is optional: {out}");
 }
+
+#[test]
+fn completions_and_man_page_are_generated() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = kreplay(&["completions", shell]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("kreplay"), "{shell}: {out}");
+        assert!(
+            out.contains("launch-index"),
+            "{shell}: every flag is completed"
+        );
+    }
+    let (code, _, _) = kreplay(&["completions", "tcsh"]);
+    assert_eq!(code, 2, "an unknown shell is refused");
+    let (code, out, err) = kreplay(&["man"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(".TH kreplay 1"), "{out}");
+    // A closed pipe is not a crash.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kreplay"))
+        .args(["completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let st = child.wait().expect("wait");
+    assert_ne!(st.code(), Some(101), "panicked on a closed pipe");
+}
