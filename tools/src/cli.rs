@@ -36,10 +36,38 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Unpack a capture: cubin, argument bytes, each region as a raw file, a JSON description.
     Extract(ExtractArgs),
+    /// Compare two captures: which regions and chunks differ, and by how much as numbers.
+    Diff(DiffArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
     Completions(CompletionsArgs),
     /// Print the man page (roff) on stdout: `kreplay man > kreplay.1`.
     Man,
+}
+
+#[derive(Args)]
+pub struct DiffArgs {
+    /// The first capture.
+    pub a: PathBuf,
+    /// The second capture (of the same kernel: another GPU, driver, run, or a --module
+    /// variant recorded in its place).
+    pub b: PathBuf,
+    /// Compare the memory as the kernel left it (`post`, default: the results) or as it found
+    /// it (`pre`: the inputs).
+    #[arg(long, value_enum, default_value_t = DiffState::Post)]
+    pub state: DiffState,
+    /// Read differing bytes as this element type for the error figures.
+    #[arg(long = "as", value_enum, default_value_t = crate::compare::Element::F32)]
+    pub r#as: crate::compare::Element,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiffState {
+    Pre,
+    Post,
 }
 
 #[derive(Args)]

@@ -3,6 +3,7 @@
 
 mod cli;
 mod cmd;
+mod compare;
 mod describe;
 mod output;
 mod params;
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
         cli::Command::Play(a) => cmd::play::run(a),
         cli::Command::Record(a) => cmd::record::run_record(a),
         cli::Command::List(a) => cmd::record::run_list(a),
+        cli::Command::Diff(a) => cmd::diff::run(a),
         cli::Command::Completions(a) => generated(|w| {
             let mut c = <cli::Cli as clap::CommandFactory>::command();
             clap_complete::generate(a.shell, &mut c, "kreplay", w);

@@ -402,3 +402,92 @@ fn info_and_verify_take_several_files() {
     assert!(err.contains("one capture at a time"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A copy of a capture whose post-dispatch chunks are changed by `edit` (bytes, region id).
+fn edited_copy(name: &str, edit: impl Fn(&mut [u8], u32)) -> Vec<u8> {
+    use kreplay_format::*;
+    let bytes = std::fs::read(capture(name)).expect("read");
+    let cap = Capture::parse(&bytes).expect("parse");
+    let mut w = CaptureWriter::new(
+        std::io::Cursor::new(Vec::new()),
+        cap.header.uuid,
+        WriterOptions::default(),
+    )
+    .expect("writer");
+    for m in &cap.modules {
+        w.module(m).expect("module");
+    }
+    w.dispatch(&cap.dispatch).expect("dispatch");
+    for r in &cap.regions {
+        w.region(r).expect("region");
+        for state in [MemoryState::Pre, MemoryState::Post] {
+            for c in cap.chunks(r.region_id, state) {
+                let mut buf = vec![0u8; c.raw_len as usize];
+                cap.read_chunk_into(c, &mut buf).expect("chunk");
+                if state == MemoryState::Post {
+                    edit(&mut buf, r.region_id);
+                }
+                w.memory(r.region_id, state, c.offset, &buf)
+                    .expect("memory");
+            }
+        }
+    }
+    for g in &cap.globals {
+        w.module_global(g).expect("global");
+    }
+    w.finish().expect("finish").into_inner()
+}
+
+#[test]
+fn diff_tells_rounding_from_a_different_result() {
+    let a = capture("cuda-saxpy");
+    let a = a.to_str().expect("path");
+    let (code, out, err) = kreplay(&["diff", a, a]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("identical"), "{out}");
+    // y (region 1): in each of its 4 post chunks, 3 elements off by one ulp and one off by
+    // 25 %.
+    let dir = std::env::temp_dir().join(format!("kreplay-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let b = dir.join("b.krr");
+    std::fs::write(
+        &b,
+        edited_copy("cuda-saxpy", |buf, region| {
+            if region != 1 {
+                return;
+            }
+            // Elements 1 to 3 (element 0 is 0.0, where one ulp is a relative error of 1).
+            for i in 1..4 {
+                let v = f32::from_le_bytes(buf[i * 4..i * 4 + 4].try_into().expect("4"));
+                let bumped = f32::from_bits(v.to_bits() + 1);
+                buf[i * 4..i * 4 + 4].copy_from_slice(&bumped.to_le_bytes());
+            }
+            let v = f32::from_le_bytes(buf[400..404].try_into().expect("4"));
+            buf[400..404].copy_from_slice(&(v * 1.25).to_le_bytes());
+        }),
+    )
+    .expect("write");
+    let (code, out, err) = kreplay(&["diff", a, b.to_str().expect("path"), "--json"]);
+    assert_eq!(code, 1, "{err}");
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["identical"], false);
+    let r1 = v["regions"]
+        .as_array()
+        .expect("regions")
+        .iter()
+        .find(|r| r["id_a"] == 1)
+        .expect("region 1");
+    assert_eq!(r1["differing_elements"], 16);
+    assert_eq!(r1["differing_chunks"], 4);
+    assert_eq!(r1["first_offset"], 4);
+    let rel = r1["max_rel"].as_f64().expect("max_rel");
+    assert!((rel - 0.2).abs() < 1e-6, "{rel}");
+    // Only the inputs (pre state) are compared: identical.
+    let (code, _, _) = kreplay(&["diff", a, b.to_str().expect("path"), "--state", "pre"]);
+    assert_eq!(code, 0);
+    // As bytes: every differing byte is an element.
+    let (code, out, _) = kreplay(&["diff", a, b.to_str().expect("path"), "--as", "u8"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("different"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

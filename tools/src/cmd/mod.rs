@@ -1,3 +1,4 @@
+pub mod diff;
 pub mod extract;
 pub mod info;
 pub mod play;

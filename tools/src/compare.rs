@@ -1,0 +1,145 @@
+//! Comparing two byte ranges as numbers: how many elements differ and by how much, read as
+//! f32, f16, bf16, i32 or raw bytes. Answers "is this a different result, or rounding?".
+
+use serde::Serialize;
+
+/// How to read the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Element {
+    F32,
+    F16,
+    Bf16,
+    I32,
+    U8,
+}
+
+impl Element {
+    pub fn size(self) -> usize {
+        match self {
+            Element::F32 | Element::I32 => 4,
+            Element::F16 | Element::Bf16 => 2,
+            Element::U8 => 1,
+        }
+    }
+
+    fn read(self, b: &[u8]) -> f64 {
+        match self {
+            Element::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            Element::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
+            Element::Bf16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+            Element::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            Element::U8 => b[0] as f64,
+        }
+    }
+}
+
+/// What differs between two equally long byte ranges, accumulated over many.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Difference {
+    pub bytes: u64,
+    pub differing_bytes: u64,
+    /// Offset of the first differing byte (relative to what was compared).
+    pub first_offset: Option<u64>,
+    pub elements: u64,
+    pub differing_elements: u64,
+    /// Largest |a - b| over differing elements (NaN pairs excluded).
+    pub max_abs: f64,
+    /// Largest |a - b| / max(|a|, |b|) over differing elements.
+    pub max_rel: f64,
+    /// Elements where exactly one side is NaN, or both are but with other bits.
+    pub nan_mismatches: u64,
+}
+
+impl Difference {
+    pub fn identical(&self) -> bool {
+        self.differing_bytes == 0
+    }
+
+    /// Adds the comparison of `a` and `b` (equal lengths), found at `offset`.
+    pub fn add(&mut self, offset: u64, a: &[u8], b: &[u8], as_: Element) {
+        let n = a.len().min(b.len());
+        self.bytes += n as u64;
+        if a[..n] == b[..n] {
+            self.elements += (n / as_.size()) as u64;
+            return;
+        }
+        for (i, (x, y)) in a[..n].iter().zip(&b[..n]).enumerate() {
+            if x != y {
+                self.differing_bytes += 1;
+                if self.first_offset.is_none() {
+                    self.first_offset = Some(offset + i as u64);
+                }
+            }
+        }
+        let size = as_.size();
+        for (ea, eb) in a[..n].chunks_exact(size).zip(b[..n].chunks_exact(size)) {
+            self.elements += 1;
+            if ea == eb {
+                continue;
+            }
+            self.differing_elements += 1;
+            let (va, vb) = (as_.read(ea), as_.read(eb));
+            if va.is_nan() || vb.is_nan() {
+                self.nan_mismatches += 1;
+                continue;
+            }
+            let abs = (va - vb).abs();
+            let scale = va.abs().max(vb.abs());
+            self.max_abs = self.max_abs.max(abs);
+            if scale > 0.0 {
+                self.max_rel = self.max_rel.max(abs / scale);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn identical_ranges() {
+        let mut d = Difference::default();
+        d.add(0, &f32s(&[1.0, 2.0]), &f32s(&[1.0, 2.0]), Element::F32);
+        assert!(d.identical());
+        assert_eq!(d.elements, 2);
+    }
+
+    #[test]
+    fn rounding_is_told_apart_from_a_different_result() {
+        let mut d = Difference::default();
+        d.add(
+            64,
+            &f32s(&[1.0, 2.0, 100.0, f32::NAN]),
+            &f32s(&[1.0, 2.000_000_2, 90.0, 1.0]),
+            Element::F32,
+        );
+        assert_eq!(d.differing_elements, 3);
+        assert_eq!(d.first_offset, Some(64 + 4));
+        assert_eq!(d.nan_mismatches, 1);
+        assert!((d.max_abs - 10.0).abs() < 1e-9, "{d:?}");
+        assert!((d.max_rel - 0.1).abs() < 1e-9, "{d:?}");
+    }
+
+    #[test]
+    fn halves_and_integers() {
+        let a = half::f16::from_f32(1.0).to_le_bytes();
+        let b = half::f16::from_f32(1.5).to_le_bytes();
+        let mut d = Difference::default();
+        d.add(0, &a, &b, Element::F16);
+        assert!((d.max_abs - 0.5).abs() < 1e-9);
+        let a = half::bf16::from_f32(2.0).to_le_bytes();
+        let b = half::bf16::from_f32(-2.0).to_le_bytes();
+        let mut d = Difference::default();
+        d.add(0, &a, &b, Element::Bf16);
+        assert!((d.max_abs - 4.0).abs() < 1e-9);
+        let mut d = Difference::default();
+        d.add(0, &7i32.to_le_bytes(), &(-3i32).to_le_bytes(), Element::I32);
+        assert!((d.max_abs - 10.0).abs() < 1e-9);
+    }
+}
