@@ -121,10 +121,11 @@ fn diff_region(
 fn pair_regions<'r>(ra: &'r [Region], rb: &'r [Region]) -> Vec<(&'r Region, &'r Region)> {
     let mut taken = vec![false; rb.len()];
     let mut pairs = Vec::new();
-    let rules: [&dyn Fn(&Region, &Region) -> bool; 3] = [
-        &|x, y| x.region_id == y.region_id && x.size == y.size,
-        &|x, y| x.address == y.address && x.size == y.size,
-        &|x, y| x.role == y.role && x.size == y.size,
+    type Rule = fn(&Region, &Region) -> bool;
+    let rules: [Rule; 3] = [
+        |x, y| x.region_id == y.region_id && x.size == y.size,
+        |x, y| x.address == y.address && x.size == y.size,
+        |x, y| x.role == y.role && x.size == y.size,
     ];
     let mut done = vec![false; ra.len()];
     for rule in rules {
