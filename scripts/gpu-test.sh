@@ -297,10 +297,13 @@ if [[ "select-forms" =~ $ONLY ]]; then
   "$KR" list --json "$K" saxpy 3 2> /dev/null | tail -1 > "$S/list.json"
   "$KR" record --launch-index 3 -o "$S/li.krr" "$K" saxpy 3 > /dev/null 2> "$S/li.err"; r3=$?
   "$KR" record -k sax "$K" saxpy 3 > /dev/null 2> "$S/none.err"; r4=$?
+  "$KR" record -q -k saxpy -o "$S/quiet.krr" "$K" saxpy 3 > /dev/null 2> "$S/quiet.err"; r5=$?
+  "$KR" play "$S/plain.krr" --passes 2 --verify --csv > "$S/play.csv" 2> /dev/null; r6=$?
+  "$KR" list --csv "$K" saxpy 3 2> /dev/null | grep -v '^saxpy ' > "$S/list.csv"
   for f in plain sc-2 sc-3 li; do "$KR" info --json "$S/$f.krr" > "$S/$f.json" 2> /dev/null; done
-  python3 - "$S" "$r1" "$r2" "$r3" "$r4" >> "$RESULTS" <<'PY'
-import json, os, sys
-S, r1, r2, r3, r4 = sys.argv[1:]
+  python3 - "$S" "$r1" "$r2" "$r3" "$r4" "$r5" "$r6" >> "$RESULTS" <<'PY'
+import csv, json, os, sys
+S, r1, r2, r3, r4, r5, r6 = sys.argv[1:]
 def j(n):
     try: return json.load(open(f"{S}/{n}"))
     except Exception: return {}
@@ -316,6 +319,20 @@ checks = [
     ("--launch-index 3", r3 == "0" and rec("li").get("launch_index") == 3),
     ("no match: hint and closest", r4 == "3" and "regex:sax" in none and "closest kernels" in none and "saxpy" in none),
 ]
+quiet = open(f"{S}/quiet.err").read()
+checks.append(("record -q", r5 == "0" and os.path.exists(f"{S}/quiet.krr") and "captured" not in quiet))
+try:
+    rows = list(csv.DictReader(open(f"{S}/play.csv")))
+    play_csv = r6 == "0" and len(rows) == 1 and float(rows[0]["median_ns"]) > 0 and rows[0]["verify_matched"] == "true"
+except Exception:
+    play_csv = False
+checks.append(("play --csv", play_csv))
+try:
+    lrows = list(csv.DictReader(open(f"{S}/list.csv")))
+    list_csv = any(r["name"] == "_Z5saxpyifPKfPf" and r["count"] == "3" and r["first_launch"] == "1" for r in lrows)
+except Exception:
+    list_csv = False
+checks.append(("list --csv", list_csv))
 ok = all(c for _, c in checks)
 print(json.dumps({"case": "select-forms", "kernel": ", ".join(n for n, _ in checks), "ok": ok, "known": "",
     "matched": ok, "why": "" if ok else "failed: " + ", ".join(n for n, c in checks if not c) + " | " + none[-300:]}))

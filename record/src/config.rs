@@ -18,6 +18,8 @@ pub mod env {
     pub const FORCE: &str = "KREPLAY_FORCE";
     /// Capture the launch with this 1-based index among all launches (`--launch-index`).
     pub const LAUNCH_INDEX: &str = "KREPLAY_LAUNCH_INDEX";
+    /// `1`: no per-capture summary lines (`kreplay record -q`).
+    pub const QUIET: &str = "KREPLAY_QUIET";
 }
 
 /// Where, inside the report directory, the recorder notes each `.partial` file it creates, so
@@ -88,6 +90,8 @@ pub struct Config {
     pub force: bool,
     /// Capture the launch with this 1-based index among all launches of the process.
     pub launch_index: Option<u64>,
+    /// No per-capture summary lines.
+    pub quiet: bool,
 }
 
 pub const DEFAULT_OUTPUT: &str = "%k-%p-%n.krr";
@@ -159,6 +163,7 @@ impl Config {
                 .map(PathBuf::from),
             force: get(env::FORCE).as_deref() == Some("1"),
             launch_index,
+            quiet: get(env::QUIET).as_deref() == Some("1"),
         }))
     }
 }

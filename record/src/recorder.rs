@@ -404,7 +404,8 @@ impl Recorder {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     match result {
                         Ok(summary) => {
-                            crate::diag!(
+                            if !rec.config.quiet {
+                                crate::diag!(
                                 "kreplay: captured {} (match {}) -> {}: {} regions, {} of memory stored in {}, stalled the app {:.1} ms, {:.1} ms in all",
                                 name,
                                 summary.match_index,
@@ -415,6 +416,7 @@ impl Recorder {
                                 summary.stall_ms,
                                 summary.total_ms
                             );
+                            }
                             if let Some(dir) = &rec.config.report_dir {
                                 note_capture(dir, &summary);
                             }

@@ -129,6 +129,10 @@ pub struct RecordArgs {
     /// not written, and the application runs on).
     #[arg(long)]
     pub force: bool,
+    /// No per-capture summary lines on stderr; errors and why nothing was captured still
+    /// print.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
     /// The application and its arguments: the first argument that is not one of kreplay's
     /// options, and everything after it, belong to the application (`--` before it is
     /// optional: `kreplay record -k foo ./app -k bar` passes `-k bar` to the app).
@@ -150,8 +154,11 @@ pub enum MemoryScope {
 #[derive(Args)]
 pub struct ListArgs {
     /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "csv")]
     pub json: bool,
+    /// Print CSV instead of a table (count, first_launch, grid, block, name, demangled).
+    #[arg(long)]
+    pub csv: bool,
     /// The application and its arguments: the first argument that is not one of kreplay's
     /// options, and everything after it, belong to the application (`--` before it is
     /// optional: `kreplay record -k foo ./app -k bar` passes `-k bar` to the app).
@@ -188,8 +195,16 @@ pub struct PlayArgs {
     #[arg(long)]
     pub verify: bool,
     /// Print one JSON object instead of the table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "csv")]
     pub json: bool,
+    /// Print the report as CSV (a header and one row: the JSON fields, nested ones joined
+    /// with `_`, lists with `;`), for spreadsheets and scripts that collect many replays.
+    #[arg(long)]
+    pub csv: bool,
+    /// Print nothing but errors (the exit status says how it went); --json and --csv still
+    /// print their report.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
     /// CUDA device ordinal to replay on.
     #[arg(long, default_value_t = 0)]
     pub device: i32,

@@ -26,6 +26,52 @@ macro_rules! warn {
     }};
 }
 
+/// Writes `rows` (header first) as CSV, quoting as needed (kernel names hold commas).
+pub fn write_csv(w: &mut impl std::io::Write, rows: &[Vec<String>]) -> anyhow::Result<()> {
+    let mut c = csv::Writer::from_writer(w);
+    for r in rows {
+        c.write_record(r)?;
+    }
+    c.flush()?;
+    Ok(())
+}
+
+/// A JSON object flattened into CSV columns: nested objects become `outer_inner`, arrays are
+/// joined with `;`, null is empty.
+pub fn flatten_json(v: &serde_json::Value) -> Vec<(String, String)> {
+    fn walk(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        use serde_json::Value as V;
+        match v {
+            V::Object(m) => {
+                for (k, x) in m {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}_{k}")
+                    };
+                    walk(&key, x, out);
+                }
+            }
+            V::Array(a) => out.push((
+                prefix.to_string(),
+                a.iter()
+                    .map(|x| match x {
+                        V::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(";"),
+            )),
+            V::Null => out.push((prefix.to_string(), String::new())),
+            V::String(s) => out.push((prefix.to_string(), s.clone())),
+            other => out.push((prefix.to_string(), other.to_string())),
+        }
+    }
+    let mut out = Vec::new();
+    walk("", v, &mut out);
+    out
+}
+
 /// Text from a capture (kernel names, command lines, hosts, annotations) made safe for a
 /// terminal: control characters (ESC sequences, newlines, carriage returns) are shown as
 /// escapes instead of acting on the terminal. JSON output needs none of this.
@@ -47,6 +93,19 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::printable;
+
+    #[test]
+    fn json_flattens_into_columns() {
+        let v = serde_json::json!({"kernel": "k<a, b>", "verify": {"matched": true}, "d": [1, 2], "x": null});
+        let cols = super::flatten_json(&v);
+        assert!(cols.contains(&("kernel".into(), "k<a, b>".into())));
+        assert!(cols.contains(&("verify_matched".into(), "true".into())));
+        assert!(cols.contains(&("d".into(), "1;2".into())));
+        assert!(cols.contains(&("x".into(), String::new())));
+        let mut out = Vec::new();
+        super::write_csv(&mut out, &[vec!["a".into(), "b,c".into()]]).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "a,\"b,c\"\n");
+    }
 
     #[test]
     fn control_characters_are_escaped_and_text_kept() {

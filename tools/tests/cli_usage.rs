@@ -109,3 +109,18 @@ fn completions_and_man_page_are_generated() {
     let st = child.wait().expect("wait");
     assert_ne!(st.code(), Some(101), "panicked on a closed pipe");
 }
+
+#[test]
+fn csv_and_quiet_flags() {
+    let (code, out, err) = kreplay(&["list", "--csv", "sh", "-c", "true"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "count,first_launch,grid,block,name,demangled\n");
+    let (code, _, err) = kreplay(&["list", "--csv", "--json", "sh", "-c", "true"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = kreplay(&["play", "x.krr", "--csv", "--json"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot be used with"), "{err}");
+    let (code, out, err) = kreplay(&["record", "-q", "-k", "foo", "sh", "-c", "echo ran"]);
+    assert_eq!(out, "ran\n");
+    assert_eq!(code, 3, "{err}");
+}

@@ -102,7 +102,17 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         let j = JsonReport::new(&r, metrics.as_ref());
         serde_json::to_writer(&mut w, &j)?;
         out!(w);
-    } else {
+    } else if a.csv {
+        let j = serde_json::to_value(JsonReport::new(&r, metrics.as_ref()))?;
+        let cols = crate::output::flatten_json(&j);
+        crate::output::write_csv(
+            &mut w,
+            &[
+                cols.iter().map(|c| c.0.clone()).collect(),
+                cols.into_iter().map(|c| c.1).collect(),
+            ],
+        )?;
+    } else if !a.quiet {
         out!(w, "kernel    {}", demangle(&r.kernel));
         out!(
             w,
@@ -175,7 +185,7 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    if let (Some(m), false) = (&metrics, a.json) {
+    if let (Some(m), false) = (&metrics, a.json || a.csv || a.quiet) {
         print_metrics(&mut w, m)?;
     }
     let v = &r.verify;

@@ -279,6 +279,7 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         ),
         (env::OUTPUT, a.output.clone()),
         (env::FORCE, if a.force { "1" } else { "0" }.to_string()),
+        (env::QUIET, if a.quiet { "1" } else { "0" }.to_string()),
         (
             env::MEMORY,
             match a.memory {
@@ -419,6 +420,28 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         serde_json::to_writer(&mut w, &kernels)?;
         out!(w);
+    } else if a.csv {
+        let mut rows = vec![[
+            "count",
+            "first_launch",
+            "grid",
+            "block",
+            "name",
+            "demangled",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for k in &kernels {
+            rows.push(vec![
+                k.count.to_string(),
+                k.first_launch.to_string(),
+                format!("{}x{}x{}", k.grid[0], k.grid[1], k.grid[2]),
+                format!("{}x{}x{}", k.block[0], k.block[1], k.block[2]),
+                k.name.clone(),
+                k.demangled.clone(),
+            ]);
+        }
+        crate::output::write_csv(&mut w, &rows)?;
     } else {
         out!(
             w,
