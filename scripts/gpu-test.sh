@@ -339,6 +339,41 @@ print(json.dumps({"case": "select-forms", "kernel": ", ".join(n for n, _ in chec
 PY
 fi
 
+# NVTX: --nvtx-include selects the multiply inside decoder.layer.2 (its scalar, 3.0, is in
+# the captured arguments), list shows each kernel's innermost range, and a range that never
+# opens matches nothing.
+if [[ "nvtx-select" =~ $ONLY ]]; then
+  echo "== nvtx-select"
+  N="$WORK/nvtx"; rm -rf "$N"; mkdir -p "$N"
+  python3 "$APPS/nvtx_app.py" > "$N/base.out" 2> /dev/null
+  "$KR" list python3 "$APPS/nvtx_app.py" > "$N/list.out" 2> "$N/list.err"; l1=$?
+  "$KR" record -k regex:MulFunctor --nvtx-include model/decoder.layer.2 -o "$N/l2.krr" python3 "$APPS/nvtx_app.py" > "$N/rec.out" 2> "$N/rec.err"; r1=$?
+  "$KR" record -k regex:MulFunctor --nvtx-include decoder.layer.9 -o "$N/none.krr" python3 "$APPS/nvtx_app.py" > /dev/null 2> "$N/none.err"; r2=$?
+  "$KR" info --json "$N/l2.krr" > "$N/l2.json" 2> /dev/null
+  "$KR" play "$N/l2.krr" --passes 2 --verify --json > "$N/play.json" 2> "$N/play.err"; p1=$?
+  python3 - "$N" "$l1" "$r1" "$r2" "$p1" >> "$RESULTS" <<'PY'
+import filecmp, json, sys
+N, l1, r1, r2, p1 = sys.argv[1:]
+def j(n):
+    try: return json.load(open(f"{N}/{n}"))
+    except Exception: return {}
+lst = open(f"{N}/list.out").read()
+info = j("l2.json")
+hexes = " ".join(p.get("value_hex", "") for p in info.get("params") or [])
+play = j("play.json")
+checks = [
+    ("list shows ranges", l1 == "0" and "decoder.layer.0" in lst and "nvtx" in lst),
+    ("layer 2's multiply captured", r1 == "0" and "00004040" in hexes and "MulFunctor" in (info.get("kernel") or {}).get("name", "")),
+    ("app output unchanged", filecmp.cmp(f"{N}/base.out", f"{N}/rec.out", shallow=False)),
+    ("replays", p1 == "0" and (play.get("verify") or {}).get("matched") is True),
+    ("unknown range matches nothing", r2 == "3"),
+]
+ok = all(c for _, c in checks)
+print(json.dumps({"case": "nvtx-select", "kernel": ", ".join(n for n, _ in checks), "ok": ok, "known": "", "matched": ok,
+    "why": "" if ok else "failed: " + ", ".join(n for n, c in checks if not c) + " | " + open(f"{N}/rec.err").read()[-400:] + " | " + lst[-400:]}))
+PY
+fi
+
 # The application ends while a 1 GiB capture is still being written: through exec, _exit or
 # its own SIGTERM. Its output and exit status are kept, no NAME.partial and no report
 # directory is left behind, and a capture that did get written verifies.

@@ -20,6 +20,8 @@ pub mod env {
     pub const LAUNCH_INDEX: &str = "KREPLAY_LAUNCH_INDEX";
     /// `1`: no per-capture summary lines (`kreplay record -q`).
     pub const QUIET: &str = "KREPLAY_QUIET";
+    /// Only launches inside this NVTX push/pop range (`--nvtx-include`).
+    pub const NVTX_INCLUDE: &str = "KREPLAY_NVTX_INCLUDE";
 }
 
 /// Where, inside the report directory, the recorder notes each `.partial` file it creates, so
@@ -92,6 +94,8 @@ pub struct Config {
     pub launch_index: Option<u64>,
     /// No per-capture summary lines.
     pub quiet: bool,
+    /// Only launches inside this NVTX range.
+    pub nvtx: Option<crate::nvtx::NvtxFilter>,
 }
 
 pub const DEFAULT_OUTPUT: &str = "%k-%p-%n.krr";
@@ -164,6 +168,10 @@ impl Config {
             force: get(env::FORCE).as_deref() == Some("1"),
             launch_index,
             quiet: get(env::QUIET).as_deref() == Some("1"),
+            nvtx: match get(env::NVTX_INCLUDE).filter(|v| !v.is_empty()) {
+                Some(v) => Some(crate::nvtx::NvtxFilter::parse(&v)?),
+                None => None,
+            },
         }))
     }
 }

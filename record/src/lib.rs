@@ -21,9 +21,11 @@ pub mod config;
 pub mod cubin;
 pub mod fatbin;
 pub mod launch;
+pub mod nvtx;
 pub mod ptx;
 pub mod quiet;
 mod recorder;
 pub mod report;
 
+pub use nvtx::InitializeInjectionNvtx2;
 pub use recorder::InitializeInjection;

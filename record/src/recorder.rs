@@ -248,9 +248,16 @@ impl Recorder {
                     grid: view.grid,
                     block: view.block,
                     first_launch: launches,
+                    nvtx: crate::nvtx::innermost(),
                 })
                 .count += 1;
-            let is_match = is_match && self.config.launch_index.is_none_or(|i| i == launches);
+            let is_match = is_match
+                && self.config.launch_index.is_none_or(|i| i == launches)
+                && self
+                    .config
+                    .nvtx
+                    .as_ref()
+                    .is_none_or(|f| f.matches(&crate::nvtx::open_ranges()));
             if self.config.mode != Mode::Record || !is_match {
                 return;
             }

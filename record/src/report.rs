@@ -16,6 +16,9 @@ pub struct KernelStat {
     /// `--launch-index` takes).
     #[serde(default)]
     pub first_launch: u64,
+    /// The innermost NVTX push/pop range open at its first launch, if any.
+    #[serde(default)]
+    pub nvtx: Option<String>,
 }
 
 /// One finished capture.

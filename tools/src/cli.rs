@@ -108,6 +108,11 @@ pub struct RecordArgs {
     /// With -k, the launch must also match it.
     #[arg(long, value_name = "I", value_parser = clap::value_parser!(u64).range(1..))]
     pub launch_index: Option<u64>,
+    /// Only launches made inside an NVTX push/pop range (`torch.cuda.nvtx.range`,
+    /// `nvtxRangePush`): `RANGE`, `DOMAIN@RANGE`, or `OUTER/INNER` for a range opened directly
+    /// inside another (a subset of ncu's syntax). --nth counts only those launches.
+    #[arg(long, value_name = "RANGE")]
+    pub nvtx_include: Option<String>,
     /// Output file. `%p` pid, `%r` MPI/torchrun rank, `%h` host, `%n` match index, `%k` short
     /// kernel name, `%%` a percent sign. Use `%p` or `%r` when the app starts several processes.
     #[arg(

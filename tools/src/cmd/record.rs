@@ -186,11 +186,19 @@ fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Result<Run> {
             crate::warn!("kreplay: note: replacing CUDA_INJECTION64_PATH={other} for the recorded application");
         }
     }
+    if let Ok(other) = std::env::var("NVTX_INJECTION64_PATH") {
+        if !other.is_empty() {
+            crate::warn!("kreplay: note: replacing NVTX_INJECTION64_PATH={other} for the recorded application");
+        }
+    }
     let report_dir = ReportDir::create()?;
     let (prog, args) = command.split_first().context("no command given")?;
     let mut cmd = Command::new(prog);
+    // The same library serves CUDA's and NVTX's injection hooks (NVTX ranges select and
+    // label launches).
     cmd.args(args)
         .env("CUDA_INJECTION64_PATH", &lib)
+        .env("NVTX_INJECTION64_PATH", &lib)
         .env(env::REPORT_DIR, &report_dir.0);
     for (k, v) in vars {
         cmd.env(k, v);
@@ -266,6 +274,9 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
     if a.kernel.is_some() {
         KernelFilter::parse(&kernel).map_err(anyhow::Error::msg)?;
     }
+    if let Some(n) = &a.nvtx_include {
+        kreplay_record::nvtx::NvtxFilter::parse(n).map_err(anyhow::Error::msg)?;
+    }
     let nth = a.launch_skip.map_or(a.nth, |s| s.saturating_add(1));
     let count = a.launch_count.unwrap_or(a.count);
     let vars = [
@@ -280,6 +291,10 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         (env::OUTPUT, a.output.clone()),
         (env::FORCE, if a.force { "1" } else { "0" }.to_string()),
         (env::QUIET, if a.quiet { "1" } else { "0" }.to_string()),
+        (
+            env::NVTX_INCLUDE,
+            a.nvtx_include.clone().unwrap_or_default(),
+        ),
         (
             env::MEMORY,
             match a.memory {
@@ -380,11 +395,15 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
 
 /// How the user selected the dispatch, for messages.
 fn selection(a: &RecordArgs) -> String {
-    match (&a.kernel, a.launch_index) {
+    let base = match (&a.kernel, a.launch_index) {
         (Some(k), None) => format!("-k '{k}'"),
         (Some(k), Some(i)) => format!("-k '{k}' at --launch-index {i}"),
         (None, Some(i)) => format!("--launch-index {i}"),
         (None, None) => "nothing".into(),
+    };
+    match &a.nvtx_include {
+        Some(n) => format!("{base} inside NVTX range '{n}'"),
+        None => base,
     }
 }
 
@@ -426,6 +445,7 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
             "first_launch",
             "grid",
             "block",
+            "nvtx",
             "name",
             "demangled",
         ]
@@ -437,15 +457,35 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
                 k.first_launch.to_string(),
                 format!("{}x{}x{}", k.grid[0], k.grid[1], k.grid[2]),
                 format!("{}x{}x{}", k.block[0], k.block[1], k.block[2]),
+                k.nvtx.clone().unwrap_or_default(),
                 k.name.clone(),
                 k.demangled.clone(),
             ]);
         }
         crate::output::write_csv(&mut w, &rows)?;
     } else {
+        // The innermost NVTX range at each kernel's first launch, when the app uses NVTX.
+        let nvtx_width = kernels
+            .iter()
+            .filter_map(|k| k.nvtx.as_ref().map(|n| n.chars().count()))
+            .max()
+            .map(|n| n.clamp(4, 40) + 1);
+        let nvtx = |k: &KernelStat| -> String {
+            match nvtx_width {
+                Some(wd) => {
+                    let n: String = k.nvtx.as_deref().unwrap_or("-").chars().take(40).collect();
+                    format!("{:<wd$}", crate::output::printable(&n))
+                }
+                None => String::new(),
+            }
+        };
+        let header = match nvtx_width {
+            Some(wd) => format!("{:<wd$}", "nvtx"),
+            None => String::new(),
+        };
         out!(
             w,
-            "{:>8} {:>8}  {:<16} {:<14} kernel",
+            "{:>8} {:>8}  {:<16} {:<14} {header}kernel",
             "count",
             "first",
             "grid",
@@ -454,11 +494,12 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
         for k in &kernels {
             out!(
                 w,
-                "{:>8} {:>8}  {:<16} {:<14} {}",
+                "{:>8} {:>8}  {:<16} {:<14} {}{}",
                 k.count,
                 k.first_launch,
                 format!("({},{},{})", k.grid[0], k.grid[1], k.grid[2]),
                 format!("({},{},{})", k.block[0], k.block[1], k.block[2]),
+                nvtx(k),
                 k.demangled
             );
         }
