@@ -339,6 +339,23 @@ print(json.dumps({"case": "select-forms", "kernel": ", ".join(n for n, _ in chec
 PY
 fi
 
+# play --save-output writes the replay's result as a capture; diff against the recording is
+# identical for deterministic kernels (the question when moving to another GPU or driver).
+if [[ "diff-replay" =~ $ONLY ]] && [ -f "$WORK/cuda-saxpy.krr" ]; then
+  echo "== diff-replay"
+  D="$WORK/diffrep"; rm -rf "$D"; mkdir -p "$D"
+  ok=true; why=""
+  for c in cuda-saxpy cuda-globals torch-gemm; do
+    [ -f "$WORK/$c.krr" ] || continue
+    "$KR" play "$WORK/$c.krr" --passes 2 --save-output "$D/$c.out.krr" > "$D/$c.play" 2>&1 || { ok=false; why="$why $c: play failed;"; }
+    "$KR" verify "$D/$c.out.krr" > /dev/null 2>&1 || { ok=false; why="$why $c: output does not verify;"; }
+    "$KR" diff "$WORK/$c.krr" "$D/$c.out.krr" > "$D/$c.diff" 2>&1 || { ok=false; why="$why $c: diff says $(tail -1 "$D/$c.diff");"; }
+  done
+  "$KR" play "$WORK/cuda-saxpy.krr" --save-output "$D/cuda-saxpy.out.krr" > /dev/null 2> "$D/exists.err" && { ok=false; why="$why replaced an existing file without --force;"; }
+  grep -q -- "--force" "$D/exists.err" || { ok=false; why="$why no --force hint;"; }
+  note "{\"case\": \"diff-replay\", \"kernel\": \"play --save-output + diff (saxpy, globals, gemm)\", \"ok\": $ok, \"known\": \"\", \"matched\": $ok, \"why\": \"$why\"}"
+fi
+
 # NVTX: --nvtx-include selects the multiply inside decoder.layer.2 (its scalar, 3.0, is in
 # the captured arguments), list shows each kernel's innermost range, and a range that never
 # opens matches nothing.

@@ -5,12 +5,14 @@
 mod attributes;
 mod metrics;
 mod relocate;
+mod save;
 mod session;
 mod verify;
 
 pub use metrics::{
     list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsError, MetricsReport,
 };
+pub use save::SavedOutput;
 pub use session::{
     fixed_ranges, AddressMode, CacheState, CodeSource, PlayError, PlayOptions, PlayReport,
     PristineStore, Session,

@@ -696,6 +696,26 @@ impl<'c> Session<'c> {
         })
     }
 
+    pub(crate) fn capture(&self) -> &'c Capture<'c> {
+        self.cap
+    }
+
+    /// Where a region lives in this replay: its device address and the bytes usable there.
+    pub(crate) fn placement(&self, region_id: u32) -> Option<(u64, u64)> {
+        self.region_addr
+            .iter()
+            .find(|r| r.0 == region_id)
+            .map(|&(_, base, usable)| (base, usable))
+    }
+
+    pub(crate) fn device_name(&self) -> &str {
+        &self.props.name
+    }
+
+    pub(crate) fn is_relocated(&self) -> bool {
+        self.relocation.is_some()
+    }
+
     pub(crate) fn context(&self) -> driver::sys::CUcontext {
         self.ctx.ctx
     }

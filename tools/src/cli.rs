@@ -234,6 +234,15 @@ pub struct PlayArgs {
     /// free. Without it, relocation happens only when the original addresses are taken.
     #[arg(long)]
     pub relocate: bool,
+    /// After the passes, write the replay's result as a capture to FILE: the input as
+    /// recorded, and device memory as the replay left it as the post-dispatch state, for
+    /// `kreplay diff CAPTURE FILE` (the recorded output against this GPU's, driver's or
+    /// --module variant's).
+    #[arg(long, value_name = "FILE.krr")]
+    pub save_output: Option<PathBuf>,
+    /// Replace the --save-output file when it exists.
+    #[arg(long, requires = "save_output")]
+    pub force: bool,
     /// Compile the captured PTX with the driver's JIT instead of loading the captured cubin
     /// (automatic when the GPU is of another architecture than the capture's).
     #[arg(long, conflicts_with = "module")]

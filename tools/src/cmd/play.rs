@@ -29,10 +29,17 @@ struct JsonReport<'a> {
     /// Which CUPTI collected the counters: `path`, `api_version`, `nvperf`.
     #[serde(skip_serializing_if = "Option::is_none")]
     metric_cupti: Option<&'a kreplay_replay::cupti::CuptiInfo>,
+    /// `--save-output`: the file and how many bytes the replay left different from the input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    saved_output: Option<&'a kreplay_player::SavedOutput>,
 }
 
 impl<'a> JsonReport<'a> {
-    fn new(play: &'a PlayReport, m: Option<&'a MetricsReport>) -> Self {
+    fn new(
+        play: &'a PlayReport,
+        m: Option<&'a MetricsReport>,
+        saved_output: Option<&'a kreplay_player::SavedOutput>,
+    ) -> Self {
         JsonReport {
             play,
             metrics: m.map(|m| {
@@ -50,6 +57,7 @@ impl<'a> JsonReport<'a> {
             metric_passes: m.map(|m| m.passes),
             metric_cache: m.map(|m| m.cache),
             metric_cupti: m.and_then(|m| m.cupti.as_ref()),
+            saved_output,
         }
     }
 }
@@ -86,6 +94,14 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let mut session =
         Session::open(&cap, &opts).with_context(|| format!("cannot replay {}", path.display()))?;
     let r = session.run(&opts).context("replay failed")?;
+    let saved = match &a.save_output {
+        Some(p) => Some(
+            session
+                .save_output(p, a.force)
+                .with_context(|| format!("cannot save the replay's output to {}", p.display()))?,
+        ),
+        None => None,
+    };
     let metrics = match &request {
         Some(req) => Some(
             session
@@ -99,11 +115,11 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {
-        let j = JsonReport::new(&r, metrics.as_ref());
+        let j = JsonReport::new(&r, metrics.as_ref(), saved.as_ref());
         serde_json::to_writer(&mut w, &j)?;
         out!(w);
     } else if a.csv {
-        let j = serde_json::to_value(JsonReport::new(&r, metrics.as_ref()))?;
+        let j = serde_json::to_value(JsonReport::new(&r, metrics.as_ref(), saved.as_ref()))?;
         let cols = crate::output::flatten_json(&j);
         crate::output::write_csv(
             &mut w,
@@ -187,6 +203,14 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     }
     if let (Some(m), false) = (&metrics, a.json || a.csv || a.quiet) {
         print_metrics(&mut w, m)?;
+    }
+    if let (Some(s), false) = (&saved, a.json || a.csv || a.quiet) {
+        out!(
+            w,
+            "saved     the replay's output to {} ({} differ from the input); compare with kreplay diff",
+            crate::output::printable(&s.path),
+            crate::describe::bytes(s.changed_bytes)
+        );
     }
     let v = &r.verify;
     // A non-deterministic kernel is reported as such, not as wrong.
