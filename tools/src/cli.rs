@@ -20,6 +20,10 @@ inspect it without a GPU, or replay it N times on a GPU to time, verify or profi
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Colour verdicts (matched, intact, identical and their opposites): `auto` when stdout
+    /// is a terminal and NO_COLOR is unset.
+    #[arg(long, global = true, value_enum, default_value_t = crate::output::ColorChoice::Auto)]
+    pub color: crate::output::ColorChoice,
 }
 
 #[derive(Subcommand)]

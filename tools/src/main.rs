@@ -28,6 +28,7 @@ fn generated(
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    output::init_color(args.color);
     let result = match args.command {
         cli::Command::Info(a) => cmd::info::run(a),
         cli::Command::Verify(a) => cmd::verify::run(a),

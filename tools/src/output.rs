@@ -26,6 +26,45 @@ macro_rules! warn {
     }};
 }
 
+/// When to colour verdicts (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// When stdout is a terminal, `NO_COLOR` is unset and `TERM` is not `dumb`.
+    Auto,
+    Always,
+    Never,
+}
+
+static COLOR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Decides once, from `--color` and the environment, whether verdicts are coloured.
+pub fn init_color(choice: ColorChoice) {
+    use std::io::IsTerminal;
+    let on = match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            std::io::stdout().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && std::env::var("TERM").map_or(true, |t| t != "dumb")
+        }
+    };
+    let _ = COLOR.set(on);
+}
+
+/// A verdict word, green when good and red when not, if colour is on.
+pub fn verdict(text: &str, good: bool) -> String {
+    paint(text, good, COLOR.get().copied().unwrap_or(false))
+}
+
+fn paint(text: &str, good: bool, on: bool) -> String {
+    if on {
+        format!("\x1b[{}m{text}\x1b[0m", if good { "32" } else { "31" })
+    } else {
+        text.to_string()
+    }
+}
+
 /// Writes `rows` (header first) as CSV, quoting as needed (kernel names hold commas).
 pub fn write_csv(w: &mut impl std::io::Write, rows: &[Vec<String>]) -> anyhow::Result<()> {
     let mut c = csv::Writer::from_writer(w);
@@ -93,6 +132,19 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::printable;
+
+    #[test]
+    fn verdicts_are_painted_only_when_asked() {
+        assert_eq!(super::paint("matched", true, false), "matched");
+        assert_eq!(
+            super::paint("matched", true, true),
+            "\x1b[32mmatched\x1b[0m"
+        );
+        assert_eq!(
+            super::paint("MISMATCH", false, true),
+            "\x1b[31mMISMATCH\x1b[0m"
+        );
+    }
 
     #[test]
     fn json_flattens_into_columns() {

@@ -491,3 +491,19 @@ fn diff_tells_rounding_from_a_different_result() {
     assert!(out.contains("different"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn verdicts_are_coloured_only_when_asked() {
+    let a = capture("cuda-saxpy");
+    let a = a.to_str().expect("path");
+    let (_, out, _) = kreplay(&["verify", "--color", "always", a]);
+    assert!(out.contains("\x1b[32mintact\x1b[0m"), "{out:?}");
+    // Not a terminal: auto means none.
+    let (_, out, _) = kreplay(&["verify", a]);
+    assert!(!out.contains('\x1b'), "{out:?}");
+    let (_, out, _) = kreplay(&["diff", "--color", "never", a, a]);
+    assert!(
+        !out.contains('\x1b') && out.contains("identical"),
+        "{out:?}"
+    );
+}

@@ -275,9 +275,9 @@ fn print_text(w: &mut impl Write, r: &Report) -> anyhow::Result<()> {
         w,
         "result    {}",
         if r.identical {
-            "identical"
+            crate::output::verdict("identical", true)
         } else {
-            "different"
+            crate::output::verdict("different", false)
         }
     );
     Ok(())

@@ -172,11 +172,16 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         if r.verify.checked {
             let v = &r.verify;
             if v.matched {
-                out!(w, "verify    matched the recorded output bit for bit");
+                out!(
+                    w,
+                    "verify    {} the recorded output bit for bit",
+                    crate::output::verdict("matched", true)
+                );
             } else {
                 out!(
                     w,
-                    "verify    MISMATCH: {} byte(s) differ from the recorded output",
+                    "verify    {}: {} byte(s) differ from the recorded output",
+                    crate::output::verdict("MISMATCH", false),
                     v.mismatched_bytes
                 );
                 for m in &v.first_mismatches {
@@ -197,7 +202,12 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
                     r.passes
                 );
             } else {
-                out!(w, "          NON-DETERMINISTIC: passes {:?} differ from pass 1 (atomics or races)", v.divergent_passes);
+                out!(
+                    w,
+                    "          {}: passes {:?} differ from pass 1 (atomics or races)",
+                    crate::output::verdict("NON-DETERMINISTIC", false),
+                    v.divergent_passes
+                );
             }
         }
     }

@@ -59,7 +59,8 @@ fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result
             } else {
                 out!(
                     w,
-                    "{name}: intact: {} events, {} memory chunks, {} of memory stored in {}",
+                    "{name}: {}: {} events, {} memory chunks, {} of memory stored in {}",
+                    crate::output::verdict("intact", true),
                     r.events,
                     r.chunks,
                     bytes(r.raw_bytes),
