@@ -2,7 +2,7 @@
 //! name only once complete.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, ErrorKind, Write};
+use std::io::{BufWriter, ErrorKind};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -178,18 +178,6 @@ impl Drop for AtomicOutput {
     }
 }
 
-/// Writes `bytes` to a new file at `path` through an `AtomicOutput`, synced.
-pub fn write_atomically(path: &Path, bytes: &[u8], force: bool) -> std::io::Result<()> {
-    let mut out = AtomicOutput::create(path, force)?;
-    let mut f = out
-        .take_file()
-        .ok_or_else(|| std::io::Error::other("no file"))?;
-    f.write_all(bytes)?;
-    f.sync_data()?;
-    drop(f);
-    out.publish()
-}
-
 /// Salvages `data` into `path`: streamed to `path.partial`, checked with `verify` there, and
 /// given its final name only when it verifies (nothing is left behind otherwise). Memory stays
 /// bounded by the verifier's, not by the capture's size.
@@ -258,6 +246,7 @@ impl PendingFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn scratch_dir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("kreplay-file-{tag}-{}", std::process::id()));
@@ -343,7 +332,11 @@ mod tests {
         f.finish().expect("finish");
         let mode = fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        write_atomically(&d.join("y.bin"), b"abc", false).expect("write");
+        let mut out = AtomicOutput::create(&d.join("y.bin"), false).expect("create");
+        let mut f = out.take_file().expect("file");
+        f.write_all(b"abc").expect("write");
+        drop(f);
+        out.publish().expect("publish");
         let mode = fs::metadata(d.join("y.bin"))
             .expect("meta")
             .permissions()
