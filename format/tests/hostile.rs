@@ -12,20 +12,7 @@ use kreplay_format::*;
 
 /// A valid capture, plus `extra` written just before the index (events as raw frames).
 fn with_extra(extra: impl FnOnce(&mut CaptureWriter<Cursor<Vec<u8>>>)) -> Vec<u8> {
-    let mut w = CaptureWriter::new(
-        Cursor::new(Vec::new()),
-        common::UUID,
-        WriterOptions::default(),
-    )
-    .expect("writer");
-    w.module(&ModuleImage {
-        module_id: 1,
-        kind: ModuleKind::Cubin,
-        arch: 90,
-        image: b"\x7fELF".to_vec(),
-    })
-    .expect("module");
-    w.dispatch(&common::dispatch()).expect("dispatch");
+    let mut w = common::writer_with_dispatch();
     extra(&mut w);
     w.finish().expect("finish").into_inner()
 }

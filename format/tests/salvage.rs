@@ -11,20 +11,7 @@ use kreplay_format::*;
 /// An unfinished capture (header RECORDING, no index) whose last region holds a module global
 /// and a pointer slot, written after the region's chunks as the recorder does.
 fn unfinished_with_global() -> (Vec<u8>, u64) {
-    let mut w = CaptureWriter::new(
-        Cursor::new(Vec::new()),
-        common::UUID,
-        WriterOptions::default(),
-    )
-    .expect("writer");
-    w.module(&ModuleImage {
-        module_id: 1,
-        kind: ModuleKind::Cubin,
-        arch: 90,
-        image: b"\x7fELF".to_vec(),
-    })
-    .expect("module");
-    w.dispatch(&common::dispatch()).expect("dispatch");
+    let mut w = common::writer_with_dispatch();
     for id in 0..2u32 {
         w.region(&Region {
             region_id: id,

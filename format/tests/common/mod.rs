@@ -39,6 +39,22 @@ pub fn dispatch() -> Dispatch {
     }
 }
 
+/// A writer that has written a stand-in cubin module and the sample dispatch: the start of a
+/// capture whose memory a test writes itself.
+pub fn writer_with_dispatch() -> CaptureWriter<Cursor<Vec<u8>>> {
+    let mut w = CaptureWriter::new(Cursor::new(Vec::new()), UUID, WriterOptions::default())
+        .expect("writer");
+    w.module(&ModuleImage {
+        module_id: 1,
+        kind: ModuleKind::Cubin,
+        arch: 90,
+        image: b"\x7fELF".to_vec(),
+    })
+    .expect("module");
+    w.dispatch(&dispatch()).expect("dispatch");
+    w
+}
+
 /// Writes the sample with the given chunk size; returns the file bytes.
 pub fn sample_with(chunk_size: u64) -> Vec<u8> {
     let mut w = CaptureWriter::new(Cursor::new(Vec::new()), UUID, WriterOptions::default())
