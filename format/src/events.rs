@@ -17,6 +17,7 @@ pub enum EventKind {
     Index = 9,
     End = 10,
     PointerSlots = 11,
+    TimingConditions = 12,
 }
 
 impl EventKind {
@@ -33,6 +34,7 @@ impl EventKind {
             9 => EventKind::Index,
             10 => EventKind::End,
             11 => EventKind::PointerSlots,
+            12 => EventKind::TimingConditions,
             _ => return None,
         })
     }
@@ -46,6 +48,7 @@ impl EventKind {
                 | EventKind::Device
                 | EventKind::Annotation
                 | EventKind::PointerSlots
+                | EventKind::TimingConditions
         )
     }
 
@@ -62,8 +65,25 @@ impl EventKind {
             EventKind::Index => "index",
             EventKind::End => "END",
             EventKind::PointerSlots => "pointer slots",
+            EventKind::TimingConditions => "timing conditions",
         }
     }
+}
+
+/// How the recorder measured the original duration (`Dispatch::original_duration_ns`), so a
+/// reader can tell whether the kernel started with an empty L2 and steady clocks, as
+/// `kreplay play --cache flush` replays it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimingConditions {
+    /// L2 read sweeps run before the measured launch (0 when they were skipped).
+    pub settle_sweeps: u32,
+    /// The last two sweeps took the same time: the clocks were up.
+    pub clocks_steady: bool,
+    /// L2 was empty when the kernel started (false: full of clean sweep lines, where the GPU
+    /// cannot discard them, or not settled at all).
+    pub l2_empty: bool,
+    /// Why the sweeps were skipped, when they were.
+    pub skipped: Option<String>,
 }
 
 /// Who recorded the capture, where and when.

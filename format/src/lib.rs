@@ -9,6 +9,7 @@ pub mod codec;
 pub mod cubin;
 pub mod error;
 pub mod events;
+pub mod fatbin;
 pub mod file;
 pub mod layout;
 pub mod ptx;

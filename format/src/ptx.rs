@@ -34,6 +34,22 @@ pub fn entry_names(ptx: &[u8]) -> Vec<String> {
     out
 }
 
+/// `.target sm_90` → 90 (0 when absent).
+pub fn target_arch(text: &[u8]) -> u32 {
+    let needle = b".target sm_";
+    text.windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| {
+            text[p + needle.len()..]
+                .iter()
+                .take_while(|c| c.is_ascii_digit())
+                .fold(0u32, |a, &c| {
+                    a.saturating_mul(10).saturating_add((c - b'0') as u32)
+                })
+        })
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

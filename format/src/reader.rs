@@ -47,7 +47,7 @@ pub struct ScannedEvent {
 }
 
 /// A parsed capture. Borrowed from the bytes it was parsed from.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Capture<'a> {
     data: &'a [u8],
     pub header: FileHeader,
@@ -58,6 +58,8 @@ pub struct Capture<'a> {
     pub regions: Vec<Region>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
+    /// How the original duration was measured (absent in older captures).
+    pub timing: Option<TimingConditions>,
     /// Pointer words inside captured memory, sorted by (region, offset).
     pub pointer_slots: Vec<(u32, u64)>,
     /// Chunks by (region, state, offset).
@@ -265,6 +267,7 @@ impl<'a> Capture<'a> {
             regions: b.regions,
             globals: b.globals,
             annotations: b.annotations,
+            timing: b.timing,
             pointer_slots: b.pointer_slots,
             chunks: b.chunks,
             skipped: b.skipped,

@@ -156,6 +156,7 @@ pub struct CaptureBuilder<'a> {
     pub regions: Vec<Region>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
+    pub timing: Option<TimingConditions>,
     pub pointer_slots: Vec<(u32, u64)>,
     pub chunks: BTreeMap<(u32, MemoryState, u64), ChunkRef>,
     pub skipped: Vec<(u64, u16)>,
@@ -174,6 +175,7 @@ impl<'a> CaptureBuilder<'a> {
             regions: Vec::new(),
             globals: Vec::new(),
             annotations: Vec::new(),
+            timing: None,
             pointer_slots: Vec::new(),
             chunks: BTreeMap::new(),
             skipped: Vec::new(),
@@ -351,6 +353,10 @@ impl<'a> CaptureBuilder<'a> {
             EventKind::Annotation => {
                 let a: Annotation = self.decode(off, frame, kind)?;
                 self.annotations.push(a);
+                EventRef::Other
+            }
+            EventKind::TimingConditions => {
+                self.timing = Some(self.decode(off, frame, kind)?);
                 EventRef::Other
             }
             EventKind::PointerSlots => {

@@ -156,6 +156,10 @@ impl<W: Write + Seek> CaptureWriter<W> {
         self.write_meta(EventKind::Annotation, v)
     }
 
+    pub fn timing_conditions(&mut self, v: &TimingConditions) -> Result<()> {
+        self.write_meta(EventKind::TimingConditions, v)
+    }
+
     /// Declares a region; its memory follows with `memory`.
     pub fn region(&mut self, v: &Region) -> Result<()> {
         if v.chunk_size == 0 || v.chunk_size > MAX_CHUNK_SIZE {

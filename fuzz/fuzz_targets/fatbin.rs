@@ -4,7 +4,7 @@
 //!   cargo +nightly fuzz run fatbin fuzz/corpus/fatbin
 #![no_main]
 
-use kreplay_record::fatbin;
+use kreplay_format::fatbin;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use kreplay_format::{file::MappedFile, Capture};
-use kreplay_player::{PlayOptions, Session};
+use kreplay_player::{CacheState, OpenOptions, RunOptions, Session};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -21,18 +21,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = MappedFile::open(std::path::Path::new(path))?;
     let cap = Capture::parse(file.bytes())?;
     let parse_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let opts = PlayOptions {
+    let run = RunOptions {
         passes,
-        flush_cache: flush,
+        cache: if flush {
+            CacheState::Flush
+        } else {
+            CacheState::Keep
+        },
         ..Default::default()
     };
-    let mut s = Session::open(&cap, &opts)?;
-    let r = s.run(&opts)?;
+    let mut s = Session::open(&cap, &OpenOptions::default())?;
+    let r = s.run(&run)?;
     drop(s);
     let first_launch_s = (parse_ms + r.setup_ms) / 1e3;
-    kreplay_replay::ensure_driver()?;
-    let _ctx = kreplay_replay::driver::PrimaryContext::retain(0)?;
-    let bw = kreplay_replay::driver::measure_dtod_bandwidth(1 << 30, 5)?;
+    let device = kreplay_cuda::Device::open(0)?;
+    let _ctx = kreplay_cuda::PrimaryContext::retain(&device)?;
+    let bw = kreplay_cuda::memory::measure_dtod_bandwidth(1 << 30, 5)?;
     let ws = r.write_set_bytes as f64;
     let bound_us = 1.2 * ws / bw * 1e6 + 50.0;
     let raw: u64 = cap.regions.iter().map(|x| x.size).sum();
@@ -61,7 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The recorder measures with a settled, empty L2: --cache flush is the like-for-like
         // replay, and the +-5 % target applies to kernels of 20 us or more. The original is
         // one launch, one sample: gpu-bench.sh judges the target on medians of several runs.
-        let verdict = if r.cache != kreplay_player::CacheState::Flush || o < 20_000 {
+        let verdict = if r.cache != CacheState::Flush || o < 20_000 {
             ""
         } else if d.abs() <= 5.0 {
             " (one in-app sample; +-5%) -> ok"

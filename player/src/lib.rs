@@ -1,20 +1,19 @@
-//! `kreplay-player`: turns a parsed `.krr` capture into a live replay session in this process:
-//! primary context, memory mapped back at the captured addresses, module loaded, globals
-//! restored; then runs timed, restored, optionally verified passes.
+//! `kreplay-player`: a `.krr` capture made live in this process. The engine plans the replay
+//! from the capture; the session materialises the plan (primary context, memory mapped back
+//! at the captured addresses or moved, module loaded, globals restored) and runs the engine's
+//! pass loop and counters.
 
-mod attributes;
-mod metrics;
-mod relocate;
 mod save;
 mod session;
-mod verify;
 
-pub use metrics::{
-    list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsError, MetricsReport,
+pub use kreplay_engine::counters::{
+    list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport,
+};
+pub use kreplay_engine::plan::fixed_ranges;
+pub use kreplay_engine::verify::{Mismatch, VerifyOutcome};
+pub use kreplay_engine::{
+    AddressMode, CacheState, CodeChoice, CodeSource, MetricsError, OpenOptions, Placement,
+    PlayError, PristineStore, RunOptions, Verification,
 };
 pub use save::SavedOutput;
-pub use session::{
-    fixed_ranges, AddressMode, CacheState, CodeSource, PlayError, PlayOptions, PlayReport,
-    PristineStore, Session,
-};
-pub use verify::{Mismatch, VerifyOutcome};
+pub use session::{PlayReport, Session};

@@ -4,12 +4,14 @@
 
 use std::path::Path;
 
+use kreplay_cuda::copy_dtoh;
 use kreplay_format::file::PendingFile;
 use kreplay_format::layout::FLAG_CRITICAL;
 use kreplay_format::{Annotation, EventKind, MemoryState, PointerSlots, WriterOptions};
-use kreplay_replay::driver::copy_dtoh;
 
-use crate::session::{PlayError, Session};
+use kreplay_engine::PlayError;
+
+use crate::session::Session;
 
 /// What `save_output` wrote.
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -4,39 +4,9 @@
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 
+use kreplay_cuda::callbacks::cbid;
+use kreplay_cuda::cupti::sys as csys;
 use kreplay_format::MemoryKind;
-use kreplay_replay::cupti::sys as csys;
-
-/// Driver-API callback ids of the allocation entry points tracked.
-pub mod cbid {
-    use kreplay_replay::cupti::sys::CUpti_driver_api_trace_cbid_enum as C;
-    pub const ALLOC: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 as u32;
-    pub const ALLOC_PITCH: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2 as u32;
-    pub const ALLOC_MANAGED: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged as u32;
-    pub const ALLOC_ASYNC: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync as u32;
-    pub const ALLOC_ASYNC_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz as u32;
-    pub const ALLOC_POOL: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync as u32;
-    pub const ALLOC_POOL_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz as u32;
-    pub const FREE: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 as u32;
-    pub const FREE_ASYNC: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync as u32;
-    pub const FREE_ASYNC_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz as u32;
-    pub const MAP: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemMap as u32;
-    pub const UNMAP: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemUnmap as u32;
-    pub const ALL: [u32; 12] = [
-        ALLOC,
-        ALLOC_PITCH,
-        ALLOC_MANAGED,
-        ALLOC_ASYNC,
-        ALLOC_ASYNC_PTSZ,
-        ALLOC_POOL,
-        ALLOC_POOL_PTSZ,
-        FREE,
-        FREE_ASYNC,
-        FREE_ASYNC_PTSZ,
-        MAP,
-        UNMAP,
-    ];
-}
 
 /// One change to the set of live allocations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

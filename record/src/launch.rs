@@ -3,14 +3,14 @@
 
 use std::ffi::c_void;
 
+use kreplay_cuda::callbacks::cbid as cb;
+use kreplay_cuda::cupti::sys as csys;
+use kreplay_cuda::launch::attr::{
+    CLUSTER_DIMENSION as ATTR_CLUSTER_DIMENSION, COOPERATIVE as ATTR_COOPERATIVE,
+};
+use kreplay_cuda::sys;
+use kreplay_cuda::{ForeignFunction, ForeignStream};
 use kreplay_format::LaunchApi;
-use kreplay_replay::cupti::{launch_cbid as cb, sys as csys};
-use kreplay_replay::driver::sys;
-
-/// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
-pub const ATTR_COOPERATIVE: u32 = 2;
-/// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
-pub const ATTR_CLUSTER_DIMENSION: u32 = 4;
 /// `CU_STREAM_PER_THREAD`.
 const STREAM_PER_THREAD: usize = 0x2;
 
@@ -29,6 +29,24 @@ pub struct LaunchView {
 }
 
 impl LaunchView {
+    /// The launched function, made usable (see `ForeignFunction::from_launch`).
+    ///
+    /// # Safety
+    /// Only during the callback that decoded this view.
+    pub unsafe fn foreign_function(&self) -> ForeignFunction {
+        // SAFETY: the launch is being made now, in the current context.
+        unsafe { ForeignFunction::from_launch(self.function) }
+    }
+
+    /// The launch stream.
+    ///
+    /// # Safety
+    /// Only during the callback that decoded this view.
+    pub unsafe fn foreign_stream(&self) -> ForeignStream {
+        // SAFETY: the application is launching on this stream now.
+        unsafe { ForeignStream::from_raw(self.stream) }
+    }
+
     pub fn cluster(&self) -> [u32; 3] {
         for (id, v) in &self.attributes {
             if *id == ATTR_CLUSTER_DIMENSION {

@@ -17,15 +17,13 @@ pub(crate) use diag;
 
 pub mod allocations;
 pub mod capture;
-pub mod config;
-pub mod cubin;
-pub mod fatbin;
+pub mod error;
 pub mod launch;
 pub mod nvtx;
 pub mod ptx;
 pub mod quiet;
 mod recorder;
-pub mod report;
+pub mod walk;
 
 pub use nvtx::InitializeInjectionNvtx2;
 pub use recorder::InitializeInjection;

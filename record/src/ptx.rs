@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use crate::fatbin::{self, ImageKind};
-use kreplay_format::ptx;
+use kreplay_format::fatbin::{self, ImageKind};
+use kreplay_format::ptx::{self, target_arch};
 
 /// Longest PTX text copied from a NUL-terminated image.
 const MAX_TEXT: usize = 512 << 20;
@@ -150,22 +150,6 @@ pub unsafe fn inspect(image: *const u8, wanted: &dyn Fn(&str) -> bool) -> Option
     }
 }
 
-/// `.target sm_90` → 90 (0 when absent).
-fn target_arch(text: &[u8]) -> u32 {
-    let needle = b".target sm_";
-    text.windows(needle.len())
-        .position(|w| w == needle)
-        .map(|p| {
-            text[p + needle.len()..]
-                .iter()
-                .take_while(|c| c.is_ascii_digit())
-                .fold(0u32, |a, &c| {
-                    a.saturating_mul(10).saturating_add((c - b'0') as u32)
-                })
-        })
-        .unwrap_or(0)
-}
-
 /// The PTX module (arch, text) that defines `kernel`, newest source first.
 pub fn resolve(sources: &[PtxSource], kernel: &str) -> Option<(u32, Vec<u8>)> {
     for s in sources.iter().rev() {
@@ -200,7 +184,7 @@ pub fn resolve(sources: &[PtxSource], kernel: &str) -> Option<(u32, Vec<u8>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fatbin::golden;
+    use kreplay_format::fatbin::golden;
 
     #[test]
     fn container_from_the_heap_is_copied_only_when_wanted() {

@@ -9,24 +9,26 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use kreplay_cuda::callbacks::{self, cbid, Group};
+use kreplay_cuda::cupti::{self, sys as csys, Subscriber};
+use kreplay_cuda::{copy_dtoh, Device, DeviceBuffer};
+use kreplay_format::cubin;
 use kreplay_format::file::PendingFile;
 use kreplay_format::{
     Annotation, CaptureInfo, DeviceInfo, MemoryState, ModuleImage, ModuleKind, WriterOptions,
 };
-use kreplay_replay::cupti::{self, launch_cbid, sys as csys, Subscriber};
-use kreplay_replay::driver::{self, DeviceBuffer};
+use kreplay_protocol::config::{
+    demangle, expand_output, rank_from, short_kernel_name, Config, MemoryScope, Mode,
+};
+use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport};
 
 use crate::allocations::{self, AllocationTable};
 use crate::capture::{
     after_launch, before_launch, changed_chunks, Bytes, CaptureData, CodeObject, Pending, PreInput,
 };
-use crate::config::{
-    demangle, expand_output, rank_from, short_kernel_name, Config, MemoryScope, Mode,
-};
-use crate::cubin;
+use crate::error::RecordError;
 use crate::launch;
 use crate::ptx::{self, PtxSource};
-use crate::report::{CaptureSummary, KernelStat, ProcessReport};
 
 struct StoredModule {
     id: u32,
@@ -49,21 +51,6 @@ struct Inner {
     allocations: AllocationTable,
     /// Where PTX for wanted kernels can be found (see `ptx`).
     ptx_sources: Vec<PtxSource>,
-}
-
-/// Driver calls that hand the driver a code image, which may carry PTX.
-mod load_cbid {
-    use kreplay_replay::cupti::sys::CUpti_driver_api_trace_cbid_enum as C;
-    pub const MODULE_LOAD_DATA: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData as u32;
-    pub const MODULE_LOAD_DATA_EX: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx as u32;
-    pub const MODULE_LOAD_FAT_BINARY: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary as u32;
-    pub const LIBRARY_LOAD_DATA: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData as u32;
-    pub const ALL: [u32; 4] = [
-        MODULE_LOAD_DATA,
-        MODULE_LOAD_DATA_EX,
-        MODULE_LOAD_FAT_BINARY,
-        LIBRARY_LOAD_DATA,
-    ];
 }
 
 struct Recorder {
@@ -93,6 +80,29 @@ thread_local! {
     /// application's).
     static SELF_CALLS: Cell<bool> = const { Cell::new(false) };
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+}
+
+/// Sets a thread-local flag for its lifetime; cleared on drop, also when a panic unwinds
+/// through (the callback catches it), so a flag can never stay stuck.
+struct FlagGuard(&'static std::thread::LocalKey<Cell<bool>>);
+
+impl FlagGuard {
+    /// Sets the flag; `None` when it was set already (a re-entrant call).
+    fn set(flag: &'static std::thread::LocalKey<Cell<bool>>) -> Option<FlagGuard> {
+        (!flag.with(|f| f.replace(true))).then_some(FlagGuard(flag))
+    }
+
+    /// Sets the flag whether or not it was set, clearing it on drop.
+    fn force(flag: &'static std::thread::LocalKey<Cell<bool>>) -> FlagGuard {
+        flag.with(|f| f.set(true));
+        FlagGuard(flag)
+    }
+}
+
+impl Drop for FlagGuard {
+    fn drop(&mut self) {
+        self.0.with(|f| f.set(false));
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -172,7 +182,7 @@ impl Recorder {
     }
 
     /// A code image is about to be loaded: note where its PTX is, if it has any.
-    fn on_image_load(&self, cbid: u32, data: &csys::CUpti_CallbackData) {
+    fn on_image_load(&self, id: u32, data: &csys::CUpti_CallbackData) {
         if self.config.mode != Mode::Record
             || data.callbackSite != csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER
             || data.functionParams.is_null()
@@ -181,17 +191,17 @@ impl Recorder {
         }
         // SAFETY: functionParams is the parameter struct of this callback id.
         let image = unsafe {
-            match cbid {
-                load_cbid::MODULE_LOAD_DATA => {
+            match id {
+                cbid::MODULE_LOAD_DATA => {
                     (*(data.functionParams as *const csys::cuModuleLoadData_params)).image
                 }
-                load_cbid::MODULE_LOAD_DATA_EX => {
+                cbid::MODULE_LOAD_DATA_EX => {
                     (*(data.functionParams as *const csys::cuModuleLoadDataEx_params)).image
                 }
-                load_cbid::MODULE_LOAD_FAT_BINARY => {
+                cbid::MODULE_LOAD_FAT_BINARY => {
                     (*(data.functionParams as *const csys::cuModuleLoadFatBinary_params)).fatCubin
                 }
-                load_cbid::LIBRARY_LOAD_DATA => {
+                cbid::LIBRARY_LOAD_DATA => {
                     (*(data.functionParams as *const csys::cuLibraryLoadData_params)).code
                 }
                 _ => return,
@@ -215,9 +225,8 @@ impl Recorder {
                 }
             });
             if let Some(p) = pending {
-                SELF_CALLS.with(|f| f.set(true));
+                let _self_calls = FlagGuard::force(&SELF_CALLS);
                 self.finish(p);
-                SELF_CALLS.with(|f| f.set(false));
             }
             return;
         }
@@ -226,7 +235,10 @@ impl Recorder {
             return;
         };
         let name = if data.symbolName.is_null() {
-            driver::function_name(driver::resolve_function(view.function)).unwrap_or_default()
+            // SAFETY: inside the launch callback that decoded the view.
+            unsafe { view.foreign_function() }
+                .name()
+                .unwrap_or_default()
         } else {
             // SAFETY: CUPTI passes a NUL-terminated symbol name for launch callbacks.
             unsafe { CStr::from_ptr(data.symbolName) }
@@ -268,9 +280,10 @@ impl Recorder {
         if index < first || index >= first + self.config.count {
             return;
         }
-        SELF_CALLS.with(|f| f.set(true));
-        let begun = self.begin(&view, name, index, launch_index, data.correlationId);
-        SELF_CALLS.with(|f| f.set(false));
+        let begun = {
+            let _self_calls = FlagGuard::force(&SELF_CALLS);
+            self.begin(&view, name, index, launch_index, data.correlationId)
+        };
         match begun {
             Ok(p) => PENDING.with(|slot| *slot.borrow_mut() = Some(p)),
             Err(e) => self.error(format!(
@@ -305,15 +318,12 @@ impl Recorder {
         index: u64,
         launch_index: u64,
         correlation: u32,
-    ) -> Result<Pending, String> {
-        match driver::stream_is_capturing(view.stream) {
-            Ok(true) => {
-                return Err("the launch is being captured into a CUDA graph; kernels inside graphs are not captured yet".into())
-            }
-            Ok(false) => {}
-            Err(e) => return Err(format!("cannot query the launch stream: {e}")),
+    ) -> Result<Pending, RecordError> {
+        // SAFETY: inside the launch callback that decoded the view.
+        let (stream, function) = unsafe { (view.foreign_stream(), view.foreign_function()) };
+        if stream.is_capturing().map_err(RecordError::StreamQuery)? {
+            return Err(RecordError::InsideGraphCapture);
         }
-        let function = driver::resolve_function(view.function);
         let (image, objects, module_id) = {
             let inner = lock(&self.inner);
             let m = inner
@@ -321,14 +331,14 @@ impl Recorder {
                 .iter()
                 .rev()
                 .find(|m| m.functions.contains(&name))
-                .ok_or("the kernel's code object was not seen being loaded (was CUPTI attached before the module loaded?)")?;
+                .ok_or(RecordError::ModuleNotSeen)?;
             (m.image.clone(), m.objects.clone(), m.id)
         };
-        let ordinal = driver::current_device().map_err(|e| e.to_string())?;
-        let props = driver::device_props(ordinal).map_err(|e| e.to_string())?;
+        let device = Device::current().map_err(RecordError::cuda("finding the device"))?;
+        let props = device.props().clone();
         let module = CodeObject {
             module_id,
-            arch: props.cc_major * 10 + props.cc_minor,
+            arch: props.arch(),
             image,
         };
         let allocations = if self.config.memory == MemoryScope::All {
@@ -354,7 +364,7 @@ impl Recorder {
             cc_major: props.cc_major,
             cc_minor: props.cc_minor,
             uuid: props.uuid,
-            driver_version: driver::driver_version().unwrap_or(0),
+            driver_version: kreplay_cuda::driver_version().unwrap_or(0),
             total_memory: props.total_memory,
             sm_count: props.sm_count,
         });
@@ -407,7 +417,7 @@ impl Recorder {
                         rec.config.report_dir.as_deref(),
                     )
                 }))
-                .unwrap_or_else(|_| Err("internal error in the writer (caught)".into()));
+                .unwrap_or(Err(RecordError::WriterPanicked));
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     match result {
                         Ok(summary) => {
@@ -444,10 +454,10 @@ impl Recorder {
 }
 
 /// Brings a device-scratch snapshot to the host (on the writer thread).
-fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, String> {
-    let mut v = vec![0u8; buf.len];
-    crate::quiet::outside_measurement(|| driver::copy_dtoh(&mut v, buf.ptr))
-        .map_err(|e| format!("reading a snapshot back: {e}"))?;
+fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, RecordError> {
+    let mut v = vec![0u8; buf.len()];
+    crate::quiet::outside_measurement(|| copy_dtoh(&mut v, buf.ptr()))
+        .map_err(RecordError::ReadBack)?;
     Ok(v)
 }
 
@@ -455,7 +465,7 @@ fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, String> {
 /// application dies before the capture is finished (best effort: a failure here only means a
 /// leftover could stay behind).
 fn note_partial(report_dir: &std::path::Path, partial: &std::path::Path) {
-    let dir = report_dir.join(crate::config::PARTIALS_DIR);
+    let dir = report_dir.join(kreplay_protocol::config::PARTIALS_DIR);
     let Ok(abs) = std::path::absolute(partial) else {
         return;
     };
@@ -471,7 +481,7 @@ fn note_partial(report_dir: &std::path::Path, partial: &std::path::Path) {
 
 /// Writes a finished capture's summary into the report directory at once (best effort).
 fn note_capture(report_dir: &std::path::Path, summary: &CaptureSummary) {
-    let dir = report_dir.join(crate::config::CAPTURES_DIR);
+    let dir = report_dir.join(kreplay_protocol::config::CAPTURES_DIR);
     if std::fs::create_dir_all(&dir).is_ok() {
         if let Ok(bytes) = serde_json::to_vec(summary) {
             let name = format!("{}-{}.json", std::process::id(), summary.match_index);
@@ -486,32 +496,31 @@ fn write_capture(
     mut p: CaptureData,
     force: bool,
     report_dir: Option<&std::path::Path>,
-) -> Result<CaptureSummary, String> {
+) -> Result<CaptureSummary, RecordError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir)?;
     }
     if p.snapshots
         .iter()
         .any(|s| matches!(s.pre, Bytes::Device(_)))
     {
         p.context
-            .ok_or("no CUDA context to read the snapshots back")?
+            .ok_or(RecordError::NoContext)?
             .make_current()
-            .map_err(|e| format!("the application's CUDA context is gone: {e}"))?;
+            .map_err(RecordError::ContextGone)?;
     }
     let mut uuid = [0u8; 16];
     let seed = info.time_unix_ns ^ ((info.pid as u64) << 32) ^ info.match_index;
     uuid[..8].copy_from_slice(&seed.to_le_bytes());
     uuid[8..].copy_from_slice(&fnv1a(path.to_string_lossy().as_bytes()).to_le_bytes());
-    let mut f = PendingFile::create(path, uuid, WriterOptions::default(), force)
-        .map_err(|e| e.to_string())?;
+    let mut f = PendingFile::create(path, uuid, WriterOptions::default(), force)?;
     if let Some(dir) = report_dir {
         note_partial(dir, f.partial_path());
     }
     let mut raw_bytes = 0u64;
-    let result = (|| -> Result<(), String> {
+    let result = (|| -> Result<(), RecordError> {
         let w = &mut f.writer;
-        let e = |e: kreplay_format::FormatError| e.to_string();
+        let e = RecordError::Format;
         w.capture_info(info).map_err(e)?;
         if let Some(d) = &p.device {
             w.device(d).map_err(e)?;
@@ -571,6 +580,7 @@ fn write_capture(
             })
             .map_err(e)?;
         }
+        w.timing_conditions(&p.timing).map_err(e)?;
         for n in &p.notes {
             w.annotation(&Annotation {
                 key: "recorder".into(),
@@ -585,7 +595,7 @@ fn write_capture(
         return Err(e);
     }
     let stored = f.writer.position();
-    f.finish().map_err(|e| e.to_string())?;
+    f.finish()?;
     Ok(CaptureSummary {
         kernel: p.dispatch.kernel_name.clone(),
         match_index: info.match_index,
@@ -627,40 +637,33 @@ unsafe extern "C" fn callback(
                 // SAFETY: resource callbacks pass CUpti_ResourceData.
                 rec.on_module_loaded(unsafe { &*(cbdata as *const csys::CUpti_ResourceData) });
             }
-            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API
-                if load_cbid::ALL.contains(&cbid) =>
-            {
-                // SAFETY: driver-API callbacks pass CUpti_CallbackData.
-                rec.on_image_load(cbid, unsafe {
-                    &*(cbdata as *const csys::CUpti_CallbackData)
-                });
-            }
-            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API
-                if allocations::cbid::ALL.contains(&cbid) =>
-            {
-                // SAFETY: driver-API callbacks pass CUpti_CallbackData.
-                rec.on_allocation(cbid, unsafe {
-                    &*(cbdata as *const csys::CUpti_CallbackData)
-                });
-            }
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => {
                 // SAFETY: driver-API callbacks pass CUpti_CallbackData.
                 let data = unsafe { &*(cbdata as *const csys::CUpti_CallbackData) };
-                let enter = data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
-                // Launches made by the recorder itself (none today) must not recurse.
-                if enter && IN_LAUNCH.with(|f| f.replace(true)) {
-                    return;
-                }
-                rec.on_launch(cbid, data);
-                if enter {
-                    IN_LAUNCH.with(|f| f.set(false));
+                match callbacks::group(cbid) {
+                    Some(Group::ImageLoad) => rec.on_image_load(cbid, data),
+                    Some(Group::Allocation) => rec.on_allocation(cbid, data),
+                    Some(Group::Launch) => {
+                        let enter =
+                            data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
+                        // Launches made by the recorder itself (none today) must not recurse.
+                        let _in_launch = if enter {
+                            match FlagGuard::set(&IN_LAUNCH) {
+                                Some(g) => Some(g),
+                                None => return,
+                            }
+                        } else {
+                            None
+                        };
+                        rec.on_launch(cbid, data);
+                    }
+                    None => {}
                 }
             }
             _ => {}
         }
     });
     if r.is_err() {
-        IN_LAUNCH.with(|f| f.set(false));
         crate::diag!("kreplay: internal error in the recorder (caught); the application continues");
     }
 }
@@ -694,46 +697,37 @@ extern "C" fn at_exit() {
         };
         drop(inner);
         if let Some(dir) = &rec.config.report_dir {
-            report.write_to(dir);
+            if let Err(e) = report.write_to(dir) {
+                crate::diag!("kreplay: {e}");
+            }
         }
     });
 }
 
-fn initialize() -> Result<(), String> {
-    let Some(config) = Config::from_env()? else {
+fn initialize() -> Result<(), RecordError> {
+    let Some(config) = Config::from_env().map_err(RecordError::Config)? else {
         return Ok(()); // injected but not asked to do anything
     };
     if !cupti::cupti_present() {
-        return Err("libcupti.so could not be loaded: add CUDA's CUPTI directory (e.g. /usr/local/cuda/lib64 or extras/CUPTI/lib64) to LD_LIBRARY_PATH".into());
+        return Err(RecordError::NoCupti);
     }
-    let sub = Subscriber::subscribe(callback).map_err(|e| {
-        if e.is_multiple_subscribers() {
-            "another profiler or tracer already holds CUPTI in this process (only one CUPTI subscriber is allowed on this driver); run without it to record".to_string()
-        } else {
-            e.to_string()
-        }
-    })?;
-    for cbid in launch_cbid::ALL {
-        sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, cbid)
-            .map_err(|e| e.to_string())?;
-    }
+    let sub = Subscriber::subscribe(callback)?;
+    let mut groups = vec![Group::Launch];
     if config.mode == Mode::Record {
-        for cbid in load_cbid::ALL {
-            sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, cbid)
-                .map_err(|e| e.to_string())?;
-        }
+        groups.push(Group::ImageLoad);
     }
     if config.memory == MemoryScope::All {
-        for cbid in allocations::cbid::ALL {
-            sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, cbid)
-                .map_err(|e| e.to_string())?;
+        groups.push(Group::Allocation);
+    }
+    for g in groups {
+        for id in callbacks::ids(g) {
+            sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, id)?;
         }
     }
     sub.enable_callback(
         csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,
         csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED as u32,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let get = |k: &str| std::env::var(k).ok();
     let rec = Recorder {
         config,
@@ -763,20 +757,22 @@ fn initialize() -> Result<(), String> {
 pub extern "C" fn InitializeInjection() -> i32 {
     let failed = match std::panic::catch_unwind(initialize) {
         Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e),
+        Ok(Err(e)) => Some(e.to_string()),
         Err(_) => Some("internal error during start-up".to_string()),
     };
     if let Some(why) = failed {
         crate::diag!("kreplay: recording disabled: {why}");
         // Tell `kreplay record` that the recorder did start, and why it stood down.
         let _ = std::panic::catch_unwind(|| {
-            if let Some(dir) = std::env::var_os(crate::config::env::REPORT_DIR) {
-                ProcessReport {
+            if let Some(dir) = std::env::var_os(kreplay_protocol::config::env::REPORT_DIR) {
+                let report = ProcessReport {
                     pid: std::process::id(),
                     disabled: Some(why),
                     ..Default::default()
+                };
+                if let Err(e) = report.write_to(std::path::Path::new(&dir)) {
+                    crate::diag!("kreplay: {e}");
                 }
-                .write_to(std::path::Path::new(&dir));
             }
         });
     }

@@ -2,10 +2,11 @@
 
 use std::ffi::c_void;
 
+use kreplay_cuda::callbacks::cbid as launch_cbid;
+use kreplay_cuda::cupti::sys as csys;
+use kreplay_format::cubin;
 use kreplay_format::{Capture, LaunchApi};
-use kreplay_record::cubin;
 use kreplay_record::launch::{argument_bytes, decode};
-use kreplay_replay::cupti::{launch_cbid, sys as csys};
 
 fn real_cubin(name: &str) -> Vec<u8> {
     let path = format!(
@@ -145,14 +146,12 @@ fn flattens_an_extra_parameter_buffer() {
 #[test]
 fn decodes_launch_kernel_ex_attributes() {
     // SAFETY: plain data; zero is valid for every field.
-    let mut attr: kreplay_replay::driver::sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    // SAFETY: CLUSTER_DIMENSION is a valid attribute id.
-    attr.id =
-        unsafe { std::mem::transmute::<u32, kreplay_replay::driver::sys::CUlaunchAttributeID>(4) };
+    let mut attr: kreplay_cuda::sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = kreplay_cuda::launch::attribute_id(4).expect("CLUSTER_DIMENSION");
     attr.value.clusterDim.x = 4;
     attr.value.clusterDim.y = 1;
     attr.value.clusterDim.z = 1;
-    let cfg = kreplay_replay::driver::sys::CUlaunchConfig {
+    let cfg = kreplay_cuda::sys::CUlaunchConfig {
         gridDimX: 64,
         gridDimY: 1,
         gridDimZ: 1,

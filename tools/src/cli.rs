@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use kreplay_protocol::config::MemoryScope;
 
 #[derive(Parser)]
 #[command(
@@ -152,12 +153,6 @@ pub struct RecordArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum MemoryScope {
-    Reachable,
-    All,
 }
 
 #[derive(Args)]

@@ -2,7 +2,7 @@
 //! Its JSON form is a stable interface, documented in `docs/FORMAT.md` ("info --json").
 
 use kreplay_format::{Capture, LaunchApi, MemoryKind, ModuleKind, RegionRole};
-pub use kreplay_record::config::demangle;
+pub use kreplay_protocol::config::demangle;
 use serde::Serialize;
 
 #[derive(Serialize)]

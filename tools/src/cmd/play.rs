@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use kreplay_format::Capture;
-use kreplay_player::{MetricRequest, MetricsReport, PlayOptions, PlayReport, Session};
+use kreplay_player::{
+    CacheState, CodeChoice, MetricRequest, MetricsReport, OpenOptions, Placement, PlayReport,
+    RunOptions, Session, Verification,
+};
 use serde::Serialize;
 
 use crate::cli::{CacheMode, PlayArgs};
@@ -28,7 +31,7 @@ struct JsonReport<'a> {
     metric_cache: Option<kreplay_player::CacheState>,
     /// Which CUPTI collected the counters: `path`, `api_version`, `nvperf`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    metric_cupti: Option<&'a kreplay_replay::cupti::CuptiInfo>,
+    metric_cupti: Option<&'a kreplay_cuda::cupti::CuptiInfo>,
     /// `--save-output`: the file and how many bytes the replay left different from the input.
     #[serde(skip_serializing_if = "Option::is_none")]
     saved_output: Option<&'a kreplay_player::SavedOutput>,
@@ -75,25 +78,41 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let request = if a.metrics.is_empty() {
         None
     } else {
-        Some(MetricRequest::new(a.device, &a.metrics).context("cannot collect counters")?)
+        let device = kreplay_cuda::Device::open(a.device).context("cannot collect counters")?;
+        Some(MetricRequest::new(&device, &a.metrics).context("cannot collect counters")?)
     };
-    let module_override = match &a.module {
-        Some(p) => Some(std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?),
-        None => None,
+    let code = match (&a.module, a.ptx) {
+        (Some(p), _) => CodeChoice::Variant(
+            std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+        ),
+        (None, true) => CodeChoice::Ptx,
+        (None, false) => CodeChoice::Captured,
     };
-    let opts = PlayOptions {
+    let open = OpenOptions {
         device: a.device,
+        code,
+        placement: if a.relocate {
+            Placement::Relocate
+        } else {
+            Placement::Original
+        },
+    };
+    let run = RunOptions {
         passes: a.passes,
         warmup: a.warmup,
-        verify: a.verify,
-        flush_cache: a.cache == Some(CacheMode::Flush),
-        module_override,
-        relocate: a.relocate,
-        ptx: a.ptx,
+        cache: match a.cache {
+            Some(CacheMode::Flush) => CacheState::Flush,
+            _ => CacheState::Keep,
+        },
+        verification: if a.verify {
+            Verification::Check
+        } else {
+            Verification::Off
+        },
     };
     let mut session =
-        Session::open(&cap, &opts).with_context(|| format!("cannot replay {}", path.display()))?;
-    let r = session.run(&opts).context("replay failed")?;
+        Session::open(&cap, &open).with_context(|| format!("cannot replay {}", path.display()))?;
+    let r = session.run(&run).context("replay failed")?;
     let saved = match &a.save_output {
         Some(p) => Some(
             session
@@ -105,7 +124,13 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let metrics = match &request {
         Some(req) => Some(
             session
-                .collect_metrics(req, a.cache != Some(CacheMode::Keep))
+                .collect_metrics(
+                    req,
+                    match a.cache {
+                        Some(CacheMode::Keep) => CacheState::Keep,
+                        _ => CacheState::Flush,
+                    },
+                )
                 .context("counter collection failed")?,
         ),
         None => None,
@@ -283,7 +308,8 @@ fn format_value(v: f64) -> String {
 }
 
 fn list_metrics(a: &PlayArgs) -> anyhow::Result<ExitCode> {
-    let (chip, list) = kreplay_player::list_metrics(a.device).context("cannot list metrics")?;
+    let device = kreplay_cuda::Device::open(a.device).context("cannot list metrics")?;
+    let (chip, list) = kreplay_player::list_metrics(&device).context("cannot list metrics")?;
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {

@@ -9,8 +9,8 @@ use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use anyhow::{bail, Context};
-use kreplay_record::config::{base_name, env, KernelFilter, CAPTURES_DIR, PARTIALS_DIR};
-use kreplay_record::report::{CaptureSummary, KernelStat, ProcessReport};
+use kreplay_protocol::config::{base_name, env, KernelFilter, CAPTURES_DIR, PARTIALS_DIR};
+use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport};
 
 use crate::cli::{ListArgs, RecordArgs};
 use crate::out;
@@ -275,7 +275,7 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         KernelFilter::parse(&kernel).map_err(anyhow::Error::msg)?;
     }
     if let Some(n) = &a.nvtx_include {
-        kreplay_record::nvtx::NvtxFilter::parse(n).map_err(anyhow::Error::msg)?;
+        kreplay_protocol::nvtx::NvtxFilter::parse(n).map_err(anyhow::Error::msg)?;
     }
     let nth = a.launch_skip.map_or(a.nth, |s| s.saturating_add(1));
     let count = a.launch_count.unwrap_or(a.count);
@@ -295,14 +295,7 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
             env::NVTX_INCLUDE,
             a.nvtx_include.clone().unwrap_or_default(),
         ),
-        (
-            env::MEMORY,
-            match a.memory {
-                crate::cli::MemoryScope::Reachable => "reachable",
-                crate::cli::MemoryScope::All => "all",
-            }
-            .to_string(),
-        ),
+        (env::MEMORY, a.memory.env_value().to_string()),
     ];
     let run = run_app(&a.command, &vars)?;
     let captures: Vec<_> = run

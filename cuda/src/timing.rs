@@ -10,17 +10,15 @@
 //! touches the word only under a lock and only while it is allocated: the context may be gone
 //! by the time it wakes.
 
-// CUDA handles (CUfunction, CUstream, CUmodule, ...) are opaque tokens the driver validates;
-// this crate passes them through and never dereferences them.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::driver::{check, sys, CuResult, Event};
+use crate::error::{check, CuResult};
+use crate::stream::{AsStream, Event};
+use crate::sys;
 
 const WATCHDOG: Duration = Duration::from_millis(200);
 
@@ -86,8 +84,8 @@ pub struct GatedTimer {
     word: Option<Arc<Gate>>,
     next: u32,
     armed: bool,
-    pub start: Event,
-    pub stop: Event,
+    start: Event,
+    stop: Event,
 }
 
 impl GatedTimer {
@@ -103,11 +101,13 @@ impl GatedTimer {
     }
 
     /// Call before the launch is queued on `stream`.
-    pub fn arm(&mut self, stream: sys::CUstream) -> CuResult<()> {
+    pub fn arm(&mut self, stream: &impl AsStream) -> CuResult<()> {
         if let Some(word) = &self.word {
             self.next = self.next.wrapping_add(1).max(1);
-            // SAFETY: waits on our own mapped word; GEQ flag is 0.
-            let r = unsafe { sys::cuStreamWaitValue32_v2(stream, word.device, self.next, 0) };
+            // SAFETY: waits on our own mapped word (GEQ flag 0) on a live stream.
+            let r = unsafe {
+                sys::cuStreamWaitValue32_v2(stream.raw_stream(), word.device, self.next, 0)
+            };
             if check(r, "cuStreamWaitValue32").is_ok() {
                 self.armed = true;
                 let w = Arc::clone(word);
@@ -126,12 +126,12 @@ impl GatedTimer {
                 self.word = None;
             }
         }
-        self.start.record_raw(stream)
+        self.start.record(stream)
     }
 
     /// Call after the launch was queued on `stream`.
-    pub fn finish(&mut self, stream: sys::CUstream) -> CuResult<()> {
-        let r = self.stop.record_raw(stream);
+    pub fn finish(&mut self, stream: &impl AsStream) -> CuResult<()> {
+        let r = self.stop.record(stream);
         self.open();
         r
     }

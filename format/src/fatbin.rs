@@ -167,8 +167,9 @@ pub fn ptx_entries(bytes: &[u8]) -> Vec<PtxEntry<'_>> {
 }
 
 /// A real fatbin from `testdata/fatbin` (tests of this module and of `ptx`).
-#[cfg(test)]
-pub(crate) fn golden(name: &str) -> Vec<u8> {
+/// A fatbin from `testdata/fatbin` (for tests, here and in the recorder).
+#[doc(hidden)]
+pub fn golden(name: &str) -> Vec<u8> {
     let p = format!("{}/../testdata/fatbin/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
 }
@@ -177,7 +178,7 @@ pub(crate) fn golden(name: &str) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    use kreplay_format::ptx::{defines_entry, entry_names};
+    use crate::ptx::{defines_entry, entry_names};
 
     #[test]
     fn compressed_and_plain_ptx_agree() {

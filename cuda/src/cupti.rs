@@ -219,26 +219,6 @@ impl Subscriber {
     }
 }
 
-/// Driver-API callback ids of every kernel launch entry point kreplay understands.
-pub mod launch_cbid {
-    use super::sys::CUpti_driver_api_trace_cbid_enum as C;
-    pub const LAUNCH_KERNEL: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel as u32;
-    pub const LAUNCH_KERNEL_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz as u32;
-    pub const LAUNCH_KERNEL_EX: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx as u32;
-    pub const LAUNCH_KERNEL_EX_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz as u32;
-    pub const LAUNCH_COOPERATIVE: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel as u32;
-    pub const LAUNCH_COOPERATIVE_PTSZ: u32 =
-        C::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz as u32;
-    pub const ALL: [u32; 6] = [
-        LAUNCH_KERNEL,
-        LAUNCH_KERNEL_PTSZ,
-        LAUNCH_KERNEL_EX,
-        LAUNCH_KERNEL_EX_PTSZ,
-        LAUNCH_COOPERATIVE,
-        LAUNCH_COOPERATIVE_PTSZ,
-    ];
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

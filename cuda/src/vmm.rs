@@ -3,7 +3,9 @@
 //! and ignores it for small ones (DESIGN.md), so reservations are padded to `MIN_RESERVATION`
 //! and several placements are tried; every result is checked against the hint.
 
-use crate::driver::{check, sys, CuResult, CudaError};
+use crate::device::Device;
+use crate::error::{check, CuResult, CudaError};
+use crate::sys;
 
 /// Smallest reservation asked for: wide enough that the driver places it where asked.
 pub const MIN_RESERVATION: u64 = 2 << 30;
@@ -28,8 +30,8 @@ fn prop(ordinal: i32) -> sys::CUmemAllocationProp {
 }
 
 /// Allocation granularity of the device.
-pub fn granularity(ordinal: i32) -> CuResult<u64> {
-    let p = prop(ordinal);
+pub fn granularity(device: &Device) -> CuResult<u64> {
+    let p = prop(device.ordinal());
     let mut g = 0usize;
     // SAFETY: writes one size_t for a filled-in property struct.
     check(
@@ -126,8 +128,9 @@ pub struct FixedMapping {
 
 impl FixedMapping {
     /// Maps read-write device memory over each range (address, length) at exactly that address.
-    pub fn map(ranges: &[(u64, u64)], ordinal: i32) -> Result<FixedMapping, MapError> {
-        let g = granularity(ordinal)?;
+    pub fn map(ranges: &[(u64, u64)], device: &Device) -> Result<FixedMapping, MapError> {
+        let ordinal = device.ordinal();
+        let g = granularity(device)?;
         let merged = merge_ranges(ranges, g);
         let mut m = FixedMapping {
             reservations: Vec::new(),

@@ -50,16 +50,11 @@ pub struct ProcessReport {
 }
 
 impl ProcessReport {
-    /// Writes `report-PID.json` into `dir`; failures are printed, never fatal.
-    pub fn write_to(&self, dir: &std::path::Path) {
+    /// Writes `report-PID.json` into `dir`.
+    pub fn write_to(&self, dir: &std::path::Path) -> Result<(), String> {
         let path = dir.join(format!("report-{}.json", self.pid));
-        match serde_json::to_vec(self) {
-            Ok(bytes) => {
-                if let Err(e) = std::fs::write(&path, bytes) {
-                    crate::diag!("kreplay: cannot write {}: {e}", path.display());
-                }
-            }
-            Err(e) => crate::diag!("kreplay: cannot encode the report: {e}"),
-        }
+        let bytes =
+            serde_json::to_vec(self).map_err(|e| format!("cannot encode the report: {e}"))?;
+        std::fs::write(&path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
     }
 }

@@ -10,8 +10,9 @@ use std::ffi::{c_char, CStr, CString};
 use std::mem;
 use std::ptr;
 
+use crate::context::ContextHandle;
 use crate::cupti::{check, sys, CuptiError};
-use cudarc::driver::sys::CUcontext;
+use crate::device::Device;
 use sys::CUptiResult;
 
 /// A CUPTI parameter struct, zeroed, with its size set (CUPTI checks the size to know which
@@ -118,13 +119,13 @@ impl Drop for ProfilerApi {
 }
 
 /// Why the range profiler cannot run on a device (`None` when it can).
-pub fn unsupported_reason(device: i32) -> Result<Option<String>, CuptiError> {
+pub fn unsupported_reason(device: &Device) -> Result<Option<String>, CuptiError> {
     use sys::CUpti_Profiler_Support_Level as L;
     let mut p = params!(
         CUpti_Profiler_DeviceSupported_Params,
         Profiler_DeviceSupported_Params_STRUCT_SIZE
     );
-    p.cuDevice = device;
+    p.cuDevice = device.raw();
     p.api = sys::CUpti_Profiler_API::CUPTI_PROFILER_RANGE_PROFILING;
     // SAFETY: valid sized parameters; CUPTI only fills the support levels.
     check(
@@ -160,12 +161,12 @@ pub fn unsupported_reason(device: i32) -> Result<Option<String>, CuptiError> {
 }
 
 /// The chip name the host API needs (e.g. `GH100`).
-pub fn chip_name(device: i32) -> Result<String, CuptiError> {
+pub fn chip_name(device: &Device) -> Result<String, CuptiError> {
     let mut p = params!(
         CUpti_Device_GetChipName_Params,
         Device_GetChipName_Params_STRUCT_SIZE
     );
-    p.deviceIndex = device.max(0) as usize;
+    p.deviceIndex = device.ordinal().max(0) as usize;
     // SAFETY: valid sized parameters; CUPTI writes a pointer to a static string.
     check(
         unsafe { sys::cuptiDeviceGetChipName(&mut p) },
@@ -175,12 +176,12 @@ pub fn chip_name(device: i32) -> Result<String, CuptiError> {
 }
 
 /// Which counters the context can read now (some are taken when another profiler runs).
-pub fn counter_availability(ctx: CUcontext) -> Result<Vec<u8>, CuptiError> {
+pub fn counter_availability(ctx: ContextHandle) -> Result<Vec<u8>, CuptiError> {
     let mut p = params!(
         CUpti_Profiler_GetCounterAvailability_Params,
         Profiler_GetCounterAvailability_Params_STRUCT_SIZE
     );
-    p.ctx = ctx as _;
+    p.ctx = ctx.raw() as _;
     // SAFETY: a null image pointer asks for the size only.
     check(
         unsafe { sys::cuptiProfilerGetCounterAvailability(&mut p) },
@@ -420,12 +421,12 @@ pub struct RangeProfiler {
 }
 
 impl RangeProfiler {
-    pub fn enable(ctx: CUcontext) -> Result<RangeProfiler, CuptiError> {
+    pub fn enable(ctx: ContextHandle) -> Result<RangeProfiler, CuptiError> {
         let mut p = params!(
             CUpti_RangeProfiler_Enable_Params,
             RangeProfiler_Enable_Params_STRUCT_SIZE
         );
-        p.ctx = ctx as _;
+        p.ctx = ctx.raw() as _;
         // SAFETY: ctx is a live context; CUPTI returns the profiler object.
         check(
             unsafe { sys::cuptiRangeProfilerEnable(&mut p) },

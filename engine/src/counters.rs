@@ -5,58 +5,20 @@
 
 use std::ffi::CString;
 
-use kreplay_replay::cupti::{self, sys::CUptiResult, CuptiError};
-use kreplay_replay::driver::{self, PrimaryContext};
-use kreplay_replay::profiler::{
+use kreplay_cuda::cupti;
+use kreplay_cuda::profiler::{
     self, passes_needed, MetricHost, MetricKind, ProfilerApi, RangeProfiler,
 };
+use kreplay_cuda::{AsFunction, ContextHandle, Device, PrimaryContext};
 use serde::Serialize;
 
-use crate::session::{open_device, CacheState, PlayError, Session};
+use crate::error::{MetricsError, PlayError};
+use crate::options::CacheState;
+use crate::passes::Replayer;
 
 /// More passes than any metric set needs: a profiler that never reports completion is a bug,
 /// not a reason to spin forever.
 const MAX_PASSES: usize = 256;
-
-/// Why counters cannot be collected.
-#[derive(Debug, thiserror::Error)]
-pub enum MetricsError {
-    #[error("counters need CUPTI, and libcupti.so could not be loaded: add the CUDA toolkit's library directory (e.g. /usr/local/cuda/lib64) to LD_LIBRARY_PATH")]
-    NoCupti,
-    #[error("device {device} cannot be profiled: {why}")]
-    Unsupported { device: i32, why: String },
-    #[error("cannot collect counters with the CUPTI at {path}: {why}")]
-    IncompatibleCupti { path: String, why: String },
-    #[error("another profiler holds the GPU performance counters in this process ({0}): under ncu or nsys, run `kreplay play` without --metrics and let that profiler collect them")]
-    Busy(CuptiError),
-    #[error("access to GPU performance counters is restricted to administrators on this machine ({0}): run as root, or load the NVIDIA driver with NVreg_RestrictProfilingToAdminUsers=0")]
-    Privileges(CuptiError),
-    #[error("unknown metric{} for {chip}: {}; `kreplay play --list-metrics` lists the base metrics (add a rollup: .sum, .avg, .min, .max for counters, .pct or .ratio for ratios, .avg.pct_of_peak_sustained_elapsed for throughputs)", if bad.len() == 1 { "" } else { "s" }, bad.join(", "))]
-    UnknownMetrics { bad: Vec<String>, chip: String },
-    #[error("metric name {0:?} is empty or contains a space or NUL")]
-    BadName(String),
-    #[error("the range profiler did not finish after {0} passes")]
-    NoCompletion(usize),
-    #[error("the range profiler dropped the replayed range; no counter values were produced")]
-    Dropped,
-    #[error("CUPTI: {0}")]
-    Cupti(CuptiError),
-}
-
-impl From<CuptiError> for MetricsError {
-    fn from(e: CuptiError) -> Self {
-        if e.is(CUptiResult::CUPTI_ERROR_INSUFFICIENT_PRIVILEGES) {
-            MetricsError::Privileges(e)
-        } else if e.is_multiple_subscribers()
-            || e.is(CUptiResult::CUPTI_ERROR_OLD_PROFILER_API_INITIALIZED)
-            || e.is(CUptiResult::CUPTI_ERROR_HARDWARE_BUSY)
-        {
-            MetricsError::Busy(e)
-        } else {
-            MetricsError::Cupti(e)
-        }
-    }
-}
 
 /// Checked metric names, ready to be collected on one device.
 pub struct MetricRequest {
@@ -74,7 +36,7 @@ pub struct MetricRequest {
 impl MetricRequest {
     /// Checks every name against the device's metrics, before any memory is uploaded or any
     /// kernel runs: a typo costs nothing.
-    pub fn new(device: i32, names: &[String]) -> Result<MetricRequest, PlayError> {
+    pub fn new(device: &Device, names: &[String]) -> Result<MetricRequest, PlayError> {
         let mut uniq: Vec<String> = Vec::new();
         for n in names {
             let n = n.trim();
@@ -88,7 +50,7 @@ impl MetricRequest {
         let (ctx, api) = open_profiler(device)?;
         let chip = profiler::chip_name(device).map_err(MetricsError::from)?;
         let availability =
-            profiler::counter_availability(ctx.ctx as _).map_err(MetricsError::from)?;
+            profiler::counter_availability(ctx.handle()).map_err(MetricsError::from)?;
         let cnames: Vec<CString> = uniq
             .iter()
             .map(|n| CString::new(n.as_str()).map_err(|_| MetricsError::BadName(n.clone())))
@@ -125,15 +87,14 @@ impl MetricRequest {
     }
 }
 
-fn open_profiler(device: i32) -> Result<(PrimaryContext, ProfilerApi), PlayError> {
-    open_device(device)?;
+fn open_profiler(device: &Device) -> Result<(PrimaryContext, ProfilerApi), PlayError> {
     if !cupti::cupti_present() {
         return Err(MetricsError::NoCupti.into());
     }
     // Before anything loads CUPTI's profiler libraries: take the ones beside this libcupti,
     // and refuse a CUPTI that cannot work with this driver (it would crash inside CUPTI).
     let info = cupti::pair_profiler_libraries().map_err(MetricsError::from)?;
-    let driver = driver::driver_version()?;
+    let driver = kreplay_cuda::driver_version()?;
     if let Err(why) = cupti::profiler_compatibility(info.api_version, driver) {
         return Err(MetricsError::IncompatibleCupti {
             path: info.path.clone(),
@@ -144,7 +105,11 @@ fn open_profiler(device: i32) -> Result<(PrimaryContext, ProfilerApi), PlayError
     let ctx = PrimaryContext::retain(device)?;
     let api = ProfilerApi::initialize().map_err(MetricsError::from)?;
     if let Some(why) = profiler::unsupported_reason(device).map_err(MetricsError::from)? {
-        return Err(MetricsError::Unsupported { device, why }.into());
+        return Err(MetricsError::Unsupported {
+            device: device.ordinal(),
+            why,
+        }
+        .into());
     }
     Ok((ctx, api))
 }
@@ -187,23 +152,20 @@ fn unit_of(name: &str, dim_unit: &str) -> String {
     }
 }
 
-impl Session<'_> {
+impl<F: AsFunction> Replayer<F> {
     /// Replays the dispatch as many times as the metric set needs, each pass on restored
-    /// memory, and evaluates the counters. `flush` empties L2 before each pass, as profilers
-    /// do by default.
+    /// memory, and evaluates the counters. `cache` flush empties L2 before each pass, as
+    /// profilers do by default. `kernel` names the dispatch's range.
     pub fn collect_metrics(
         &mut self,
         req: &MetricRequest,
-        flush: bool,
+        cache: CacheState,
+        kernel: &str,
     ) -> Result<MetricsReport, PlayError> {
-        let sweep = if flush {
-            Some(self.new_l2_flush()?)
-        } else {
-            None
-        };
         let mut config = req.config.clone();
         let needed = passes_needed(&mut config).map_err(MetricsError::from)?;
-        let mut rp = RangeProfiler::enable(self.context()).map_err(MetricsError::from)?;
+        let ctx = ContextHandle::current()?;
+        let mut rp = RangeProfiler::enable(ctx).map_err(MetricsError::from)?;
         // One automatic range per pass: the dispatch alone. The L2 sweep runs before the
         // profiler starts. (Running it inside the window as a range of its own was tried: it
         // leaves the kernel's output dirty in L2, and DRAM writes then read far below ncu's.)
@@ -212,9 +174,7 @@ impl Session<'_> {
         let mut passes = 0usize;
         loop {
             self.restore_if_launched()?;
-            if let Some(s) = &sweep {
-                s.run(self.stream())?;
-            }
+            self.prepare_cache(cache)?;
             self.stream().synchronize()?;
             rp.start().map_err(MetricsError::from)?;
             let launched = self.launch();
@@ -236,7 +196,6 @@ impl Session<'_> {
             return Err(MetricsError::Dropped.into());
         }
         // The dispatch's range: the one named after the kernel, else the last one.
-        let kernel = self.kernel_name().to_string();
         let range = (0..ranges)
             .find(|&i| {
                 rp.range_name(i)
@@ -268,7 +227,7 @@ impl Session<'_> {
         Ok(MetricsReport {
             metrics,
             passes: passes as u32,
-            cache: CacheState::flushed(flush),
+            cache,
             chip: req.chip.clone(),
             cupti: cupti::pair_profiler_libraries().ok().cloned(),
         })
@@ -286,10 +245,10 @@ pub struct MetricInfo {
 }
 
 /// Every base metric the device offers, sorted by name.
-pub fn list_metrics(device: i32) -> Result<(String, Vec<MetricInfo>), PlayError> {
+pub fn list_metrics(device: &Device) -> Result<(String, Vec<MetricInfo>), PlayError> {
     let (ctx, _api) = open_profiler(device)?;
     let chip = profiler::chip_name(device).map_err(MetricsError::from)?;
-    let availability = profiler::counter_availability(ctx.ctx as _).map_err(MetricsError::from)?;
+    let availability = profiler::counter_availability(ctx.handle()).map_err(MetricsError::from)?;
     let host = MetricHost::new(&chip, Some(availability)).map_err(MetricsError::from)?;
     let mut out = Vec::new();
     for kind in MetricKind::ALL {
@@ -310,8 +269,9 @@ pub fn list_metrics(device: i32) -> Result<(String, Vec<MetricInfo>), PlayError>
 
 #[cfg(test)]
 mod tests {
-    use super::{unit_of, MetricsError};
-    use kreplay_replay::cupti::{sys::CUptiResult, CuptiError};
+    use super::unit_of;
+    use crate::error::MetricsError;
+    use kreplay_cuda::cupti::{sys::CUptiResult, CuptiError};
 
     fn err(code: CUptiResult) -> MetricsError {
         MetricsError::from(CuptiError {

@@ -1,5 +1,6 @@
 //! The recorder's settings, handed over by `kreplay record` / `kreplay list` through the
-//! environment (the only channel into an injected library).
+//! environment (the only channel into an injected library): the names, the parsing, and the
+//! naming of outputs, shared by both sides.
 
 use std::path::PathBuf;
 
@@ -41,13 +42,30 @@ pub enum Mode {
     Record,
 }
 
-/// Which memory a capture takes.
+/// Which memory a capture takes (`--memory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum MemoryScope {
     /// Regions reachable from the arguments, transitively, plus module globals.
     Reachable,
     /// Every live allocation as well (tracked through the allocation entry points).
     All,
+}
+
+impl MemoryScope {
+    /// The value of `KREPLAY_MEMORY`.
+    pub fn env_value(self) -> &'static str {
+        match self {
+            MemoryScope::Reachable => "reachable",
+            MemoryScope::All => "all",
+        }
+    }
+
+    pub fn from_env(v: &str) -> Option<MemoryScope> {
+        [MemoryScope::Reachable, MemoryScope::All]
+            .into_iter()
+            .find(|m| m.env_value() == v)
+    }
 }
 
 /// Which kernels `-k` selects, in ncu's forms: a plain name is the kernel's function name
@@ -143,14 +161,9 @@ impl Config {
             }
         };
         let memory = match get(env::MEMORY).as_deref() {
-            None | Some("") | Some("reachable") => MemoryScope::Reachable,
-            Some("all") => MemoryScope::All,
-            Some(other) => {
-                return Err(format!(
-                    "{}={other}: expected reachable or all",
-                    env::MEMORY
-                ))
-            }
+            None | Some("") => MemoryScope::Reachable,
+            Some(v) => MemoryScope::from_env(v)
+                .ok_or_else(|| format!("{}={v}: expected reachable or all", env::MEMORY))?,
         };
         Ok(Some(Config {
             mode,

@@ -14,8 +14,11 @@
 //! (written to DRAM) inside the kernel. So on sm_80 and later a second kernel then discards the
 //! sweep buffer's lines (`discard.global.L2`: invalidated, no write-back), leaving L2 empty.
 
-use crate::driver::{self, sys, CuResult, DeviceBuffer, Module, Stream};
-use std::ffi::c_void;
+use crate::error::CuResult;
+use crate::launch::{launch, KernelArgs, LaunchConfig};
+use crate::memory::DeviceBuffer;
+use crate::module::{Function, Module};
+use crate::stream::Stream;
 
 /// The sweep kernel: XORs every 16-byte word of the buffer and stores the result only when
 /// it equals a value a zeroed buffer never produces, so the loads cannot be optimised away
@@ -118,19 +121,16 @@ pub const DISCARD_KERNEL: &str = "kreplay_l2_discard";
 
 /// The discard stage: its module and function.
 struct Discard {
-    function: sys::CUfunction,
-    _module: Module,
+    function: Function,
 }
 
 /// A loaded sweep kernel and its buffer.
 pub struct L2Flush {
     buf: DeviceBuffer,
     sink: DeviceBuffer,
-    function: sys::CUfunction,
+    function: Function,
     grid: u32,
     discard: Option<Discard>,
-    // Unloaded last: `function` lives in it.
-    _module: Module,
 }
 
 // SAFETY: the module, function and buffers are driver handles valid in the context they were
@@ -153,7 +153,6 @@ impl L2Flush {
                 .and_then(|m| {
                     Ok(Discard {
                         function: m.function(DISCARD_KERNEL)?,
-                        _module: m,
                     })
                 })
                 .ok()
@@ -161,18 +160,13 @@ impl L2Flush {
         let bytes = bytes.next_multiple_of(128);
         let buf = DeviceBuffer::new(bytes)?;
         let sink = DeviceBuffer::new(16)?;
-        // SAFETY: buf is our own allocation of `bytes` bytes.
-        driver::check(
-            unsafe { sys::cuMemsetD8_v2(buf.ptr, 0, bytes) },
-            "cuMemsetD8",
-        )?;
+        buf.fill(0)?;
         Ok(L2Flush {
             buf,
             sink,
             function,
             grid: sm_count.max(1) * 4,
             discard,
-            _module: module,
         })
     }
 
@@ -183,61 +177,24 @@ impl L2Flush {
 
     /// Queues one sweep on `stream`.
     pub fn run(&self, stream: &Stream) -> CuResult<()> {
-        let mut buf = self.buf.ptr;
-        let mut vectors = (self.buf.len / 16) as u64;
-        let mut sink = self.sink.ptr;
+        let vectors = (self.buf.len() / 16) as u64;
         self.launch(
-            self.function,
-            &mut [&mut buf, &mut vectors, &mut sink],
+            &self.function,
+            &[self.buf.ptr(), vectors, self.sink.ptr()],
             stream,
         )?;
         if let Some(d) = &self.discard {
-            let mut buf = self.buf.ptr;
-            let mut lines = (self.buf.len / 128) as u64;
-            self.launch(d.function, &mut [&mut buf, &mut lines], stream)?;
+            let lines = (self.buf.len() / 128) as u64;
+            self.launch(&d.function, &[self.buf.ptr(), lines], stream)?;
         }
         Ok(())
     }
 
     /// Queues one of the flush kernels (all take 64-bit parameters) over the whole GPU.
-    fn launch(
-        &self,
-        function: sys::CUfunction,
-        args: &mut [&mut u64],
-        stream: &Stream,
-    ) -> CuResult<()> {
-        let mut params: Vec<*mut c_void> = args
-            .iter_mut()
-            .map(|a| &mut **a as *mut u64 as *mut c_void)
-            .collect();
-        let mut l = driver::Launch {
-            function,
-            grid: [self.grid, 1, 1],
-            block: [512, 1, 1],
-            shared_bytes: 0,
-            attributes: &[],
-            params: &mut params,
-        };
-        driver::launch(&mut l, stream)
+    fn launch(&self, function: &Function, args: &[u64], stream: &Stream) -> CuResult<()> {
+        let cfg = LaunchConfig::new([self.grid, 1, 1], [512, 1, 1], 0);
+        launch(function, &cfg, &mut KernelArgs::words(args), stream)
     }
-}
-
-/// L2 cache size of a device in bytes.
-pub fn l2_bytes(ordinal: i32) -> CuResult<u64> {
-    let dev = driver::device(ordinal)?;
-    let mut v = 0;
-    // SAFETY: writes one int for a valid device handle.
-    driver::check(
-        unsafe {
-            sys::cuDeviceGetAttribute(
-                &mut v,
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
-                dev,
-            )
-        },
-        "cuDeviceGetAttribute(L2_CACHE_SIZE)",
-    )?;
-    Ok(v.max(0) as u64)
 }
 
 #[cfg(test)]

@@ -5,12 +5,11 @@
 
 use kreplay_format::LaunchAttribute;
 
-/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT`: { CUevent, int flags, int triggerAtBlockStart }.
-pub const ATTR_PROGRAMMATIC_EVENT: u32 = 7;
-/// `CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT`: { CUevent, int flags }.
-pub const ATTR_LAUNCH_COMPLETION_EVENT: u32 = 12;
-/// `CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE`: { int deviceUpdatable, CUgraphDeviceNode* }.
-pub const ATTR_DEVICE_UPDATABLE_KERNEL_NODE: u32 = 13;
+use kreplay_cuda::launch::attr::{
+    DEVICE_UPDATABLE_KERNEL_NODE as ATTR_DEVICE_UPDATABLE_KERNEL_NODE,
+    LAUNCH_COMPLETION_EVENT as ATTR_LAUNCH_COMPLETION_EVENT,
+    PROGRAMMATIC_EVENT as ATTR_PROGRAMMATIC_EVENT,
+};
 
 /// Attribute ids whose 64 value bytes are plain data, passed as recorded.
 const PLAIN: [u32; 13] = [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 14, 16];

@@ -1,0 +1,81 @@
+//! Contexts: the primary context the player retains, and a handle to the application's
+//! current context that the recorder's writer thread makes current.
+
+use std::ptr;
+
+use crate::device::Device;
+use crate::error::{check, CuResult};
+use crate::sys;
+
+/// The primary context of a device, retained for the owner's lifetime and made current.
+pub struct PrimaryContext {
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+}
+
+impl PrimaryContext {
+    pub fn retain(device: &Device) -> CuResult<PrimaryContext> {
+        let dev = device.raw();
+        let mut ctx = ptr::null_mut();
+        // SAFETY: writes one context handle for a device the driver resolved.
+        check(
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) },
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        // SAFETY: ctx was just retained.
+        check(unsafe { sys::cuCtxSetCurrent(ctx) }, "cuCtxSetCurrent")?;
+        Ok(PrimaryContext { dev, ctx })
+    }
+
+    /// A handle to this context (valid while `self` lives).
+    pub fn handle(&self) -> ContextHandle {
+        ContextHandle(self.ctx)
+    }
+}
+
+impl Drop for PrimaryContext {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in `retain`.
+        unsafe {
+            sys::cuDevicePrimaryCtxRelease_v2(self.dev);
+        }
+    }
+}
+
+/// A context handle that may be handed to another thread (to make it current there).
+#[derive(Clone, Copy)]
+pub struct ContextHandle(sys::CUcontext);
+
+// SAFETY: a CUcontext is an opaque token the driver accepts from any thread.
+unsafe impl Send for ContextHandle {}
+
+impl ContextHandle {
+    /// The calling thread's current context.
+    pub fn current() -> CuResult<ContextHandle> {
+        let mut c = ptr::null_mut();
+        // SAFETY: writes one context handle.
+        check(unsafe { sys::cuCtxGetCurrent(&mut c) }, "cuCtxGetCurrent")?;
+        Ok(ContextHandle(c))
+    }
+
+    /// The handle as a number, to key per-context state by.
+    pub fn id(&self) -> usize {
+        self.0 as usize
+    }
+
+    /// Makes this context current on the calling thread.
+    pub fn make_current(self) -> CuResult<()> {
+        // SAFETY: the handle came from the driver; a destroyed context yields an error.
+        check(unsafe { sys::cuCtxSetCurrent(self.0) }, "cuCtxSetCurrent")
+    }
+
+    pub(crate) fn raw(self) -> sys::CUcontext {
+        self.0
+    }
+}
+
+/// Waits for all work of the current context.
+pub fn ctx_synchronize() -> CuResult<()> {
+    // SAFETY: no arguments.
+    check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+}

@@ -1,0 +1,33 @@
+//! `kreplay-cuda`: the CUDA layer, the only crate that calls CUDA. Following cudarc's
+//! layering: raw driver and CUPTI calls are wrapped once into `Result`-returning functions;
+//! handle-owning types keep their handles private; a handle that comes from the application
+//! (a launch's function or stream) enters only through an `unsafe fn from_raw`/`from_launch`
+//! whose contract says it is live. libcuda and libcupti load lazily: `ensure_driver` /
+//! `Device::open` (and `cupti::cupti_present`) come first.
+
+pub mod cache;
+pub mod callbacks;
+pub mod context;
+pub mod cupti;
+pub mod device;
+pub mod error;
+pub mod image;
+pub mod launch;
+pub mod memory;
+pub mod module;
+pub mod pointer;
+pub mod profiler;
+pub mod stream;
+pub mod timing;
+pub mod vmm;
+
+/// The raw driver bindings (types and constants; calls go through this crate's wrappers).
+pub use cudarc::driver::sys;
+
+pub use context::{ctx_synchronize, ContextHandle, PrimaryContext};
+pub use device::{device_count, driver_version, ensure_driver, memory_info, Device, DeviceProps};
+pub use error::{CuResult, CudaError, DriverUnavailable};
+pub use launch::{launch, KernelArgs, LaunchConfig};
+pub use memory::{copy_dtod_async, copy_dtoh, copy_htod, DeviceBuffer, PinnedBuffer};
+pub use module::{AsFunction, ForeignFunction, ForeignModule, Function, Module};
+pub use stream::{AsStream, Event, ForeignStream, Stream};

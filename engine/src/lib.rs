@@ -1,0 +1,26 @@
+//! `kreplay-engine`: what replays a dispatch. A pure plan computed from a capture and the
+//! options (`plan`, `restore::WriteSet`), then the parts that run on the GPU and are shared by
+//! the player (a capture made live in a fresh process) and the in-process replay service: the
+//! pass loop (`passes`), restore (`restore`), counters (`counters`), verification (`verify`).
+
+pub mod attributes;
+pub mod counters;
+pub mod error;
+pub mod options;
+pub mod passes;
+pub mod plan;
+pub mod relocate;
+pub mod restore;
+pub mod verify;
+
+#[cfg(test)]
+mod testdata;
+
+pub use error::{MetricsError, PlayError};
+pub use options::{
+    AddressMode, CacheState, CodeChoice, CodeSource, OpenOptions, Placement, PristineStore,
+    RunOptions, Verification,
+};
+pub use passes::{Kernel, PassStats, Replayer};
+pub use plan::{CodePlan, LaunchPlan, MemoryPlan, PlanError, ReplayPlan, Target};
+pub use restore::{RegionPlacement, Restorer, WriteSet};

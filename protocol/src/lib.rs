@@ -1,0 +1,8 @@
+//! `kreplay-protocol`: the contract between the `kreplay` CLI and the injected recorder. The
+//! CLI sets environment variables (`config::env`) that the recorder parses (`config::Config`);
+//! the recorder leaves report files (`report`) that the CLI reads. Both sides link this crate,
+//! so the CLI never links the injected library.
+
+pub mod config;
+pub mod nvtx;
+pub mod report;

@@ -1,0 +1,606 @@
+//! The reachable-memory walk: which device memory a dispatch can read, decided as a pure
+//! function over an `AddressSpace` (the driver in the recorder, a fake in the tests).
+//!
+//! Roots are the argument words that point into device allocations and the module's globals
+//! (a library may keep its tables behind a pointer in a global, as cuFFT's `lut_sp`); every
+//! region found is scanned for 8-byte words that point into further allocations, transitively;
+//! `--memory all` adds every other live allocation. The words of captured memory that point
+//! into captured memory are the pointer slots a relocating replay rewrites.
+
+use std::collections::HashSet;
+
+use kreplay_format::{MemoryKind, RegionRole};
+
+/// A device allocation, as the address space reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    pub base: u64,
+    pub size: u64,
+    pub kind: MemoryKind,
+    /// Host memory (pinned or mapped) reachable through a device pointer: not captured.
+    pub host: bool,
+}
+
+/// What the walk may ask of the process's memory.
+pub trait AddressSpace {
+    /// The allocation containing `addr`, if any.
+    fn allocation(&mut self, addr: u64) -> Option<Allocation>;
+    /// The bytes of `[base, base + size)`, to scan for pointers.
+    fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError>;
+}
+
+/// The walk could not read memory it needed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("reading {size} bytes at {base:#x} for the pointer scan: {why}")]
+pub struct WalkError {
+    pub base: u64,
+    pub size: u64,
+    pub why: String,
+}
+
+/// Bounds that keep the walk's cost proportionate.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Regions larger than this are not scanned (pointer tables are small; gigabytes of floats
+    /// hold nothing but noise).
+    pub scan_bytes: u64,
+    /// Most address lookups while following stored pointers.
+    pub lookups: usize,
+    /// Most candidate words kept for the pointer slots (past it, regions are read again).
+    pub candidates: usize,
+    /// Stored pointers must lie within this distance of a root region.
+    pub window: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            scan_bytes: 64 << 20,
+            lookups: 1 << 14,
+            candidates: 1 << 22,
+            window: 1 << 40,
+        }
+    }
+}
+
+/// What the walk starts from.
+#[derive(Debug, Clone, Default)]
+pub struct Roots<'a> {
+    /// The kernel's argument bytes and (offset, size) of each parameter.
+    pub args: &'a [u8],
+    pub layout: &'a [(u32, u32)],
+    /// Module globals resolved in the application: (name, address, size).
+    pub globals: &'a [(String, u64, u64)],
+    /// Every live allocation, for `--memory all` (empty otherwise).
+    pub allocations: &'a [(u64, u64, MemoryKind)],
+}
+
+/// One region to capture; its index in `Walk::regions` is its region id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundRegion {
+    pub base: u64,
+    pub size: u64,
+    pub role: RegionRole,
+    pub kind: MemoryKind,
+    /// The module global it holds, for `RegionRole::Global`.
+    pub global: Option<String>,
+}
+
+/// What the dispatch reaches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Walk {
+    pub regions: Vec<FoundRegion>,
+    /// Offsets of argument words that hold device pointers.
+    pub pointer_words: Vec<u32>,
+    /// (region id, offset) of words in captured memory that point into captured memory.
+    pub pointer_slots: Vec<(u32, u64)>,
+    pub notes: Vec<String>,
+}
+
+fn word_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .and_then(|w| w.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn inside(known: &[(u64, u64)], v: u64) -> bool {
+    known.iter().any(|&(b, n)| v >= b && v < b + n)
+}
+
+struct State {
+    walk: Walk,
+    known: Vec<(u64, u64)>,
+}
+
+impl State {
+    fn add(&mut self, r: FoundRegion) {
+        self.known.push((r.base, r.size));
+        self.walk.regions.push(r);
+    }
+}
+
+/// Finds every region the dispatch can reach.
+pub fn walk(
+    roots: &Roots<'_>,
+    space: &mut dyn AddressSpace,
+    limits: &Limits,
+) -> Result<Walk, WalkError> {
+    let mut s = State {
+        walk: Walk::default(),
+        known: Vec::new(),
+    };
+    argument_regions(roots, space, &mut s);
+    for (name, addr, size) in roots.globals {
+        if *size == 0 {
+            continue;
+        }
+        s.add(FoundRegion {
+            base: *addr,
+            size: *size,
+            role: RegionRole::Global,
+            kind: MemoryKind::ModuleGlobal,
+            global: Some(name.clone()),
+        });
+    }
+    let scan = follow_stored_pointers(space, limits, &mut s)?;
+    for &(base, size, kind) in roots.allocations {
+        if s.known
+            .iter()
+            .any(|&(b, n)| base < b + n && b < base + size)
+        {
+            continue;
+        }
+        s.add(FoundRegion {
+            base,
+            size,
+            role: RegionRole::Allocation,
+            kind,
+            global: None,
+        });
+    }
+    s.walk.pointer_slots = pointer_slots(space, limits, &s, scan)?;
+    Ok(s.walk)
+}
+
+/// Every aligned 8-byte word inside a parameter of 8 bytes or more that lands in device memory.
+fn argument_regions(roots: &Roots<'_>, space: &mut dyn AddressSpace, s: &mut State) {
+    for &(off, size) in roots.layout {
+        if size < 8 {
+            continue;
+        }
+        let mut w = off.div_ceil(8) * 8;
+        while w + 8 <= off + size {
+            let word = word_at(roots.args, w as usize);
+            if word != 0 {
+                match space.allocation(word) {
+                    Some(a) if a.host => s.walk.notes.push(format!(
+                        "argument word at offset {w} points to host memory at {word:#x}; not captured"
+                    )),
+                    Some(a) => {
+                        s.walk.pointer_words.push(w);
+                        if !s.known.iter().any(|&(b, _)| b == a.base) {
+                            s.add(FoundRegion {
+                                base: a.base,
+                                size: a.size,
+                                role: RegionRole::Argument,
+                                kind: a.kind,
+                                global: None,
+                            });
+                        }
+                    }
+                    None => {}
+                }
+            }
+            w += 8;
+        }
+    }
+}
+
+/// What the pointer walk read, for the pointer slots.
+struct Scan {
+    /// (low, high) bounds of the words considered.
+    window: Option<(u64, u64)>,
+    /// Regions whose candidate words are all in `candidates`.
+    scanned: HashSet<u32>,
+    /// (region, offset, value) of words inside the window.
+    candidates: Vec<(u32, u64, u64)>,
+}
+
+fn follow_stored_pointers(
+    space: &mut dyn AddressSpace,
+    limits: &Limits,
+    s: &mut State,
+) -> Result<Scan, WalkError> {
+    let mut scan = Scan {
+        window: None,
+        scanned: HashSet::new(),
+        candidates: Vec::new(),
+    };
+    let (Some(lo), Some(hi)) = (
+        s.known.iter().map(|k| k.0).min(),
+        s.known.iter().map(|k| k.0 + k.1).max(),
+    ) else {
+        return Ok(scan);
+    };
+    let lo = lo.saturating_sub(limits.window);
+    let hi = hi.saturating_add(limits.window);
+    scan.window = Some((lo, hi));
+    let mut failed: HashSet<u64> = HashSet::new();
+    let mut lookups = 0usize;
+    let mut i = 0;
+    while i < s.walk.regions.len() {
+        let (base, size) = (s.walk.regions[i].base, s.walk.regions[i].size);
+        let region_id = i as u32;
+        i += 1;
+        if size > limits.scan_bytes {
+            continue;
+        }
+        let words: Vec<(u64, u64)> = space
+            .read(base, size)?
+            .chunks_exact(8)
+            .enumerate()
+            .map(|(k, c)| ((k * 8) as u64, word_at(c, 0)))
+            .filter(|&(_, v)| v >= lo && v < hi && v != 0)
+            .collect();
+        if scan.candidates.len() + words.len() <= limits.candidates {
+            scan.scanned.insert(region_id);
+            scan.candidates
+                .extend(words.iter().map(|&(off, v)| (region_id, off, v)));
+        }
+        for (_, v) in words {
+            if inside(&s.known, v) || failed.contains(&v) {
+                continue;
+            }
+            lookups += 1;
+            if lookups > limits.lookups {
+                s.walk.notes.push(format!(
+                    "stopped following stored pointers after {} lookups",
+                    limits.lookups
+                ));
+                return Ok(scan);
+            }
+            match space.allocation(v) {
+                Some(a) if !a.host => s.add(FoundRegion {
+                    base: a.base,
+                    size: a.size,
+                    role: RegionRole::Indirect,
+                    kind: a.kind,
+                    global: None,
+                }),
+                _ => {
+                    failed.insert(v);
+                }
+            }
+        }
+    }
+    Ok(scan)
+}
+
+/// Words in captured memory that point into captured memory. Regions the pointer walk read
+/// are settled from its candidates (exact when every captured region lies inside its window);
+/// only the others are read again.
+fn pointer_slots(
+    space: &mut dyn AddressSpace,
+    limits: &Limits,
+    s: &State,
+    mut scan: Scan,
+) -> Result<Vec<(u32, u64)>, WalkError> {
+    let covered = scan
+        .window
+        .is_some_and(|(lo, hi)| s.known.iter().all(|&(b, n)| b >= lo && b + n <= hi));
+    let mut slots = if covered {
+        slots_from_candidates(&scan.candidates, &s.known)
+    } else {
+        scan.scanned.clear();
+        Vec::new()
+    };
+    if let (Some(lo), Some(hi)) = (
+        s.known.iter().map(|k| k.0).min(),
+        s.known.iter().map(|k| k.0 + k.1).max(),
+    ) {
+        for (id, r) in s.walk.regions.iter().enumerate() {
+            if scan.scanned.contains(&(id as u32)) || r.size > limits.scan_bytes {
+                continue;
+            }
+            for (i, c) in space.read(r.base, r.size)?.chunks_exact(8).enumerate() {
+                let v = word_at(c, 0);
+                if v >= lo && v < hi && inside(&s.known, v) {
+                    slots.push((id as u32, (i * 8) as u64));
+                }
+            }
+        }
+    }
+    slots.sort_unstable();
+    Ok(slots)
+}
+
+/// Pointer slots from the pointer walk's candidate words `(region, offset, value)`: those whose
+/// value lies inside a captured region `(base, size)`, in region then offset order.
+fn slots_from_candidates(candidates: &[(u32, u64, u64)], known: &[(u64, u64)]) -> Vec<(u32, u64)> {
+    candidates
+        .iter()
+        .filter(|&&(_, _, v)| inside(known, v))
+        .map(|&(region, offset, _)| (region, offset))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Allocations with contents; host allocations flagged.
+    #[derive(Default)]
+    struct FakeSpace {
+        allocs: BTreeMap<u64, (Vec<u8>, MemoryKind, bool)>,
+        lookups: usize,
+        reads: Vec<u64>,
+    }
+
+    impl FakeSpace {
+        fn alloc(&mut self, base: u64, size: usize) -> &mut Self {
+            self.allocs
+                .insert(base, (vec![0; size], MemoryKind::Device, false));
+            self
+        }
+        fn host(&mut self, base: u64, size: usize) -> &mut Self {
+            self.allocs
+                .insert(base, (vec![0; size], MemoryKind::Unknown, true));
+            self
+        }
+        fn store(&mut self, base: u64, off: usize, v: u64) -> &mut Self {
+            let a = self.allocs.get_mut(&base).expect("allocation");
+            a.0[off..off + 8].copy_from_slice(&v.to_le_bytes());
+            self
+        }
+    }
+
+    impl AddressSpace for FakeSpace {
+        fn allocation(&mut self, addr: u64) -> Option<Allocation> {
+            self.lookups += 1;
+            let (&base, (bytes, kind, host)) = self.allocs.range(..=addr).next_back()?;
+            (addr < base + bytes.len() as u64).then_some(Allocation {
+                base,
+                size: bytes.len() as u64,
+                kind: *kind,
+                host: *host,
+            })
+        }
+        fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
+            self.reads.push(base);
+            match self.allocs.get(&base) {
+                Some((b, ..)) if b.len() as u64 == size => Ok(b),
+                _ => Err(WalkError {
+                    base,
+                    size,
+                    why: "not an allocation".into(),
+                }),
+            }
+        }
+    }
+
+    fn args(words: &[u64]) -> (Vec<u8>, Vec<(u32, u32)>) {
+        let bytes = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let layout = (0..words.len() as u32).map(|i| (i * 8, 8)).collect();
+        (bytes, layout)
+    }
+
+    fn run(space: &mut FakeSpace, words: &[u64], globals: &[(String, u64, u64)]) -> Walk {
+        let (bytes, layout) = args(words);
+        let roots = Roots {
+            args: &bytes,
+            layout: &layout,
+            globals,
+            allocations: &[],
+        };
+        walk(&roots, space, &Limits::default()).expect("walk")
+    }
+
+    fn bases(w: &Walk) -> Vec<(u64, RegionRole)> {
+        w.regions.iter().map(|r| (r.base, r.role)).collect()
+    }
+
+    #[test]
+    fn arguments_inside_allocations_become_regions_once() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 256).alloc(0x20_0000, 64);
+        // Two words into the same allocation (one at an interior address), a scalar, null.
+        let w = run(&mut s, &[0x10_0000, 0x10_0040, 42, 0, 0x20_0000], &[]);
+        assert_eq!(
+            bases(&w),
+            vec![
+                (0x10_0000, RegionRole::Argument),
+                (0x20_0000, RegionRole::Argument)
+            ]
+        );
+        assert_eq!(w.pointer_words, vec![0, 8, 32]);
+        assert!(w.pointer_slots.is_empty());
+    }
+
+    #[test]
+    fn pointer_tables_are_followed_transitively_and_cycles_end() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 64) // table of two pointers
+            .alloc(0x20_0000, 64) // points back at the table (a cycle) and on to 0x30_0000
+            .alloc(0x30_0000, 32)
+            .alloc(0x40_0000, 32); // unreachable
+        s.store(0x10_0000, 0, 0x20_0000)
+            .store(0x10_0000, 8, 0x20_0010)
+            .store(0x20_0000, 16, 0x10_0000)
+            .store(0x20_0000, 24, 0x30_0008);
+        let w = run(&mut s, &[0x10_0000], &[]);
+        assert_eq!(
+            bases(&w),
+            vec![
+                (0x10_0000, RegionRole::Argument),
+                (0x20_0000, RegionRole::Indirect),
+                (0x30_0000, RegionRole::Indirect)
+            ]
+        );
+        assert_eq!(w.pointer_slots, vec![(0, 0), (0, 8), (1, 16), (1, 24)]);
+        // Each region read once: the slots came from the walk's candidates.
+        assert_eq!(s.reads, vec![0x10_0000, 0x20_0000, 0x30_0000]);
+    }
+
+    #[test]
+    fn globals_are_roots_of_the_walk() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 16) // the global's storage
+            .alloc(0x50_0000, 128); // a lookup table only the global points to
+        s.store(0x10_0000, 8, 0x50_0000);
+        let globals = vec![("lut_sp".to_string(), 0x10_0000, 16)];
+        let w = run(&mut s, &[7], &globals);
+        assert_eq!(
+            bases(&w),
+            vec![
+                (0x10_0000, RegionRole::Global),
+                (0x50_0000, RegionRole::Indirect)
+            ]
+        );
+        assert_eq!(w.regions[0].global.as_deref(), Some("lut_sp"));
+        assert_eq!(w.regions[0].kind, MemoryKind::ModuleGlobal);
+        assert_eq!(w.pointer_slots, vec![(0, 8)]);
+        assert!(w.pointer_words.is_empty());
+    }
+
+    #[test]
+    fn host_memory_is_named_not_captured() {
+        let mut s = FakeSpace::default();
+        s.host(0x7000_0000, 64).alloc(0x10_0000, 64);
+        s.store(0x10_0000, 0, 0x7000_0008);
+        let w = run(&mut s, &[0x7000_0000, 0x10_0000], &[]);
+        assert_eq!(bases(&w), vec![(0x10_0000, RegionRole::Argument)]);
+        assert_eq!(w.pointer_words, vec![8]);
+        assert_eq!(w.notes.len(), 1);
+        assert!(
+            w.notes[0].contains("host memory at 0x70000000"),
+            "{:?}",
+            w.notes
+        );
+    }
+
+    #[test]
+    fn memory_all_adds_the_allocations_not_reached() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 64);
+        let (bytes, layout) = args(&[0x10_0000]);
+        let all = [
+            (0x10_0000, 64, MemoryKind::Device),    // reached already
+            (0x10_0020, 8, MemoryKind::Device),     // overlaps a reached region
+            (0x90_0000, 4096, MemoryKind::Managed), // new
+        ];
+        let roots = Roots {
+            args: &bytes,
+            layout: &layout,
+            globals: &[],
+            allocations: &all,
+        };
+        s.alloc(0x90_0000, 4096);
+        let w = walk(&roots, &mut s, &Limits::default()).expect("walk");
+        assert_eq!(
+            bases(&w),
+            vec![
+                (0x10_0000, RegionRole::Argument),
+                (0x90_0000, RegionRole::Allocation)
+            ]
+        );
+        assert_eq!(w.regions[1].kind, MemoryKind::Managed);
+    }
+
+    #[test]
+    fn large_regions_are_not_scanned_and_lookups_are_bounded() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 1024).alloc(0x20_0000, 64);
+        s.store(0x10_0000, 0, 0x20_0000);
+        let (bytes, layout) = args(&[0x10_0000]);
+        let roots = Roots {
+            args: &bytes,
+            layout: &layout,
+            ..Default::default()
+        };
+        let small = Limits {
+            scan_bytes: 512,
+            ..Limits::default()
+        };
+        let w = walk(&roots, &mut s, &small).expect("walk");
+        assert_eq!(
+            w.regions.len(),
+            1,
+            "a 1 KiB region is past a 512-byte scan limit"
+        );
+        assert!(s.reads.is_empty());
+
+        // Many distinct non-pointer words near the roots: the lookups stop at the limit.
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 8 * 100);
+        for i in 0..100 {
+            s.store(0x10_0000, i * 8, 0x10_0000 + 0x10_0000 * (i as u64 + 1));
+        }
+        let few = Limits {
+            lookups: 10,
+            ..Limits::default()
+        };
+        let w = walk(&roots, &mut s, &few).expect("walk");
+        assert!(
+            w.notes.iter().any(|n| n.contains("after 10 lookups")),
+            "{:?}",
+            w.notes
+        );
+        assert!(s.lookups <= 1 + 10, "{} lookups", s.lookups);
+    }
+
+    #[test]
+    fn slots_are_found_again_when_candidates_overflow() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 64).alloc(0x20_0000, 64);
+        s.store(0x10_0000, 0, 0x20_0000)
+            .store(0x20_0000, 8, 0x10_0000);
+        let (bytes, layout) = args(&[0x10_0000]);
+        let roots = Roots {
+            args: &bytes,
+            layout: &layout,
+            ..Default::default()
+        };
+        let none = Limits {
+            candidates: 0,
+            ..Limits::default()
+        };
+        let w = walk(&roots, &mut s, &none).expect("walk");
+        assert_eq!(w.pointer_slots, vec![(0, 0), (1, 8)]);
+        // The walk read each region, then the slots read them again.
+        assert_eq!(s.reads, vec![0x10_0000, 0x20_0000, 0x10_0000, 0x20_0000]);
+    }
+
+    #[test]
+    fn a_read_failure_is_an_error_not_a_silent_gap() {
+        struct Broken;
+        impl AddressSpace for Broken {
+            fn allocation(&mut self, addr: u64) -> Option<Allocation> {
+                Some(Allocation {
+                    base: addr,
+                    size: 64,
+                    kind: MemoryKind::Device,
+                    host: false,
+                })
+            }
+            fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
+                Err(WalkError {
+                    base,
+                    size,
+                    why: "gone".into(),
+                })
+            }
+        }
+        let (bytes, layout) = args(&[0x10_0000]);
+        let roots = Roots {
+            args: &bytes,
+            layout: &layout,
+            ..Default::default()
+        };
+        let e = walk(&roots, &mut Broken, &Limits::default()).unwrap_err();
+        assert!(
+            e.to_string().contains("0x100000") && e.to_string().contains("gone"),
+            "{e}"
+        );
+    }
+}
