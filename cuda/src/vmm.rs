@@ -1,6 +1,7 @@
 //! Mapping device memory back at the virtual addresses it had in the recorded process, through
 //! the virtual memory management API. The driver honours an address hint for wide reservations
-//! and ignores it for small ones (DESIGN.md), so reservations are padded to `MIN_RESERVATION`
+//! and ignores it for small ones (measured on an H200: a 1.5 GiB reservation placed as asked
+//! 7 times of 7, a 2 MiB one 0 of 3), so reservations are padded to `MIN_RESERVATION`
 //! and several placements are tried; every result is checked against the hint.
 
 use crate::device::Device;

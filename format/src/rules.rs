@@ -223,164 +223,183 @@ impl<'a> CaptureBuilder<'a> {
             self.skipped.push((off, frame.kind));
             return Ok(EventRef::Skipped);
         };
-        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
-        Ok(match kind {
+        match kind {
             EventKind::CaptureInfo => {
                 self.info = Some(self.decode(off, frame, kind)?);
-                EventRef::Other
+                Ok(EventRef::Other)
             }
             EventKind::Device => {
                 self.device = Some(self.decode(off, frame, kind)?);
-                EventRef::Other
+                Ok(EventRef::Other)
             }
-            EventKind::Module => {
-                let m: ModuleImage = self.decode(off, frame, kind)?;
-                if self.modules.iter().any(|x| x.module_id == m.module_id) {
-                    return Err(inconsistent(format!(
-                        "module {} appears twice",
-                        m.module_id
-                    )));
-                }
-                self.modules.push(m);
-                EventRef::Other
-            }
-            EventKind::Dispatch => {
-                if self.dispatch.is_some() {
-                    return Err(inconsistent(
-                        "a second dispatch event (a capture holds one)".into(),
-                    ));
-                }
-                let d: Dispatch = self.decode(off, frame, kind)?;
-                if d.pointer_words
-                    .iter()
-                    .any(|&w| w as usize + 8 > d.arg_bytes.len())
-                {
-                    return Err(inconsistent(
-                        "a pointer word lies outside the kernel-argument bytes".into(),
-                    ));
-                }
-                self.dispatch = Some(d);
-                EventRef::Other
-            }
-            EventKind::Region => {
-                let r: Region = self.decode(off, frame, kind)?;
-                if r.chunk_size == 0 || r.chunk_size > MAX_CHUNK_SIZE {
-                    return Err(inconsistent(format!(
-                        "region {} has chunk size {} (1 to {MAX_CHUNK_SIZE} allowed)",
-                        r.region_id, r.chunk_size
-                    )));
-                }
-                if r.address.checked_add(r.size).is_none() {
-                    return Err(inconsistent(format!(
-                        "region {} wraps the address space",
-                        r.region_id
-                    )));
-                }
-                if self.region(r.region_id).is_some() {
-                    return Err(inconsistent(format!(
-                        "region {} declared twice",
-                        r.region_id
-                    )));
-                }
-                let id = r.region_id;
-                self.regions.push(r);
-                EventRef::Region(id)
-            }
-            EventKind::MemoryChunk => {
-                let payload = payload_of(self.data, off, frame)?;
-                let p = ChunkPrefix::decode(payload, off + FRAME_LEN as u64)?;
-                let region = self.region(p.region_id).ok_or_else(|| {
-                    inconsistent(format!(
-                        "memory chunk for region {} before (or without) its region",
-                        p.region_id
-                    ))
-                })?;
-                let expected_len = region.size.saturating_sub(p.offset).min(region.chunk_size);
-                if p.offset % region.chunk_size != 0
-                    || p.offset >= region.size
-                    || p.raw_len != expected_len
-                {
-                    return Err(inconsistent(format!(
-                        "chunk of {} bytes at offset {} does not fit region {} ({} bytes, chunk size {})",
-                        p.raw_len, p.offset, region.region_id, region.size, region.chunk_size
-                    )));
-                }
-                let stored = frame.payload_len - CHUNK_PREFIX_LEN as u64;
-                if (p.encoding == ChunkEncoding::Raw && stored != p.raw_len)
-                    || (p.encoding == ChunkEncoding::Zero && stored != 0)
-                {
-                    return Err(inconsistent(format!(
-                        "{:?} chunk stores {stored} bytes for {} raw bytes",
-                        p.encoding, p.raw_len
-                    )));
-                }
-                let key = (p.region_id, p.state, p.offset);
-                if self.chunks.contains_key(&key) {
-                    return Err(inconsistent(format!(
-                        "duplicate {:?} chunk at offset {} of region {}",
-                        p.state, p.offset, p.region_id
-                    )));
-                }
-                self.chunks.insert(
-                    key,
-                    ChunkRef {
-                        region_id: p.region_id,
-                        state: p.state,
-                        encoding: p.encoding,
-                        offset: p.offset,
-                        raw_len: p.raw_len,
-                        raw_crc: p.raw_crc,
-                        event_offset: off,
-                        payload_offset: off + FRAME_LEN as u64,
-                        payload_len: frame.payload_len,
-                        payload_crc: frame.payload_crc,
-                    },
-                );
-                EventRef::Chunk(p.region_id)
-            }
-            EventKind::ModuleGlobal => {
-                let g: ModuleGlobal = self.decode(off, frame, kind)?;
-                if self.region(g.region_id).is_none() {
-                    return Err(inconsistent(format!(
-                        "global {} names region {}, which is not declared before it",
-                        g.name, g.region_id
-                    )));
-                }
-                let id = g.region_id;
-                self.globals.push(g);
-                EventRef::Global(id)
-            }
+            EventKind::Module => self.add_module(off, frame),
+            EventKind::Dispatch => self.add_dispatch(off, frame),
+            EventKind::Region => self.add_region(off, frame),
+            EventKind::MemoryChunk => self.add_chunk(off, frame),
+            EventKind::ModuleGlobal => self.add_global(off, frame),
             EventKind::Annotation => {
                 let a: Annotation = self.decode(off, frame, kind)?;
                 self.annotations.push(a);
-                EventRef::Other
+                Ok(EventRef::Other)
             }
             EventKind::TimingConditions => {
                 self.timing = Some(self.decode(off, frame, kind)?);
-                EventRef::Other
+                Ok(EventRef::Other)
             }
-            EventKind::PointerSlots => {
-                let p: PointerSlots = self.decode(off, frame, kind)?;
-                for &(region_id, offset) in &p.slots {
-                    let fits = self
-                        .region(region_id)
-                        .is_some_and(|r| offset.checked_add(8).is_some_and(|e| e <= r.size));
-                    if !fits {
-                        return Err(inconsistent(format!(
-                            "pointer slot at offset {offset} lies outside region {region_id}"
-                        )));
-                    }
-                }
-                self.pointer_slots.extend(p.slots);
-                EventRef::PointerSlots
-            }
-            EventKind::Index | EventKind::End => {
+            EventKind::PointerSlots => self.add_pointer_slots(off, frame),
+            EventKind::Index | EventKind::End => Err(FormatError::Inconsistent {
+                offset: off,
+                what: format!("{} event inside the event area", kind.name()),
+            }),
+        }
+    }
+
+    /// MODULE: ids are unique.
+    fn add_module(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        let m: ModuleImage = self.decode(off, frame, EventKind::Module)?;
+        if self.modules.iter().any(|x| x.module_id == m.module_id) {
+            return Err(inconsistent(format!(
+                "module {} appears twice",
+                m.module_id
+            )));
+        }
+        self.modules.push(m);
+        Ok(EventRef::Other)
+    }
+
+    /// DISPATCH: exactly one; its pointer words lie inside its argument bytes.
+    fn add_dispatch(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        if self.dispatch.is_some() {
+            return Err(inconsistent(
+                "a second dispatch event (a capture holds one)".into(),
+            ));
+        }
+        let d: Dispatch = self.decode(off, frame, EventKind::Dispatch)?;
+        if d.pointer_words
+            .iter()
+            .any(|&w| w as usize + 8 > d.arg_bytes.len())
+        {
+            return Err(inconsistent(
+                "a pointer word lies outside the kernel-argument bytes".into(),
+            ));
+        }
+        self.dispatch = Some(d);
+        Ok(EventRef::Other)
+    }
+
+    /// REGION: a sane chunk size, no wrap, ids unique.
+    fn add_region(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        let r: Region = self.decode(off, frame, EventKind::Region)?;
+        if r.chunk_size == 0 || r.chunk_size > MAX_CHUNK_SIZE {
+            return Err(inconsistent(format!(
+                "region {} has chunk size {} (1 to {MAX_CHUNK_SIZE} allowed)",
+                r.region_id, r.chunk_size
+            )));
+        }
+        if r.address.checked_add(r.size).is_none() {
+            return Err(inconsistent(format!(
+                "region {} wraps the address space",
+                r.region_id
+            )));
+        }
+        if self.region(r.region_id).is_some() {
+            return Err(inconsistent(format!(
+                "region {} declared twice",
+                r.region_id
+            )));
+        }
+        let id = r.region_id;
+        self.regions.push(r);
+        Ok(EventRef::Region(id))
+    }
+
+    /// MEMORY_CHUNK: after its region, at a chunk boundary inside it, of the size the region implies, stored as its encoding says, once.
+    fn add_chunk(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        let payload = payload_of(self.data, off, frame)?;
+        let p = ChunkPrefix::decode(payload, off + FRAME_LEN as u64)?;
+        let region = self.region(p.region_id).ok_or_else(|| {
+            inconsistent(format!(
+                "memory chunk for region {} before (or without) its region",
+                p.region_id
+            ))
+        })?;
+        let expected_len = region.size.saturating_sub(p.offset).min(region.chunk_size);
+        if p.offset % region.chunk_size != 0 || p.offset >= region.size || p.raw_len != expected_len
+        {
+            return Err(inconsistent(format!(
+                "chunk of {} bytes at offset {} does not fit region {} ({} bytes, chunk size {})",
+                p.raw_len, p.offset, region.region_id, region.size, region.chunk_size
+            )));
+        }
+        let stored = frame.payload_len - CHUNK_PREFIX_LEN as u64;
+        if (p.encoding == ChunkEncoding::Raw && stored != p.raw_len)
+            || (p.encoding == ChunkEncoding::Zero && stored != 0)
+        {
+            return Err(inconsistent(format!(
+                "{:?} chunk stores {stored} bytes for {} raw bytes",
+                p.encoding, p.raw_len
+            )));
+        }
+        let key = (p.region_id, p.state, p.offset);
+        if self.chunks.contains_key(&key) {
+            return Err(inconsistent(format!(
+                "duplicate {:?} chunk at offset {} of region {}",
+                p.state, p.offset, p.region_id
+            )));
+        }
+        self.chunks.insert(
+            key,
+            ChunkRef {
+                region_id: p.region_id,
+                state: p.state,
+                encoding: p.encoding,
+                offset: p.offset,
+                raw_len: p.raw_len,
+                raw_crc: p.raw_crc,
+                event_offset: off,
+                payload_offset: off + FRAME_LEN as u64,
+                payload_len: frame.payload_len,
+                payload_crc: frame.payload_crc,
+            },
+        );
+        Ok(EventRef::Chunk(p.region_id))
+    }
+
+    /// MODULE_GLOBAL: after the region holding its bytes.
+    fn add_global(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        let g: ModuleGlobal = self.decode(off, frame, EventKind::ModuleGlobal)?;
+        if self.region(g.region_id).is_none() {
+            return Err(inconsistent(format!(
+                "global {} names region {}, which is not declared before it",
+                g.name, g.region_id
+            )));
+        }
+        let id = g.region_id;
+        self.globals.push(g);
+        Ok(EventRef::Global(id))
+    }
+
+    /// POINTER_SLOTS: every slot is an 8-byte word inside a region declared before.
+    fn add_pointer_slots(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        let p: PointerSlots = self.decode(off, frame, EventKind::PointerSlots)?;
+        for &(region_id, offset) in &p.slots {
+            let fits = self
+                .region(region_id)
+                .is_some_and(|r| offset.checked_add(8).is_some_and(|e| e <= r.size));
+            if !fits {
                 return Err(inconsistent(format!(
-                    "{} event inside the event area",
-                    kind.name()
-                )))
+                    "pointer slot at offset {offset} lies outside region {region_id}"
+                )));
             }
-        })
+        }
+        self.pointer_slots.extend(p.slots);
+        Ok(EventRef::PointerSlots)
     }
 
     /// Regions that lack some of their pre-dispatch chunks, sorted.

@@ -113,3 +113,30 @@ fn no_dispatch_means_salvage_fails() {
         salvage(&bytes[..module_end as usize], Cursor::new(Vec::new())).expect_err("only a module");
     assert!(e.to_string().contains("no dispatch"), "{e}");
 }
+
+#[test]
+fn timing_conditions_round_trip_and_survive_salvage() {
+    let t = TimingConditions {
+        settle_sweeps: 18,
+        clocks_steady: true,
+        l2_empty: true,
+        skipped: None,
+    };
+    let mut w = common::writer_with_dispatch();
+    w.timing_conditions(&t).expect("timing");
+    let bytes = w.finish().expect("finish").into_inner();
+    let cap = Capture::parse(&bytes).expect("parse");
+    assert_eq!(cap.timing.as_ref(), Some(&t));
+    // A capture without the event (older recorders) reads as unknown conditions.
+    let plain = common::writer_with_dispatch()
+        .finish()
+        .expect("finish")
+        .into_inner();
+    assert!(Capture::parse(&plain).expect("parse").timing.is_none());
+    // Cut short after the event: salvage keeps it.
+    let cut = &bytes[..bytes.len() - 40];
+    let mut out = std::io::Cursor::new(Vec::new());
+    salvage(cut, &mut out).expect("salvage");
+    let saved = out.into_inner();
+    assert_eq!(Capture::parse(&saved).expect("parse").timing, Some(t));
+}

@@ -187,6 +187,71 @@ fn launch_config(cap: &Capture<'_>, plan: &LaunchPlan) -> Result<LaunchConfig, P
     Ok(cfg)
 }
 
+/// Loads the planned code and finds the kernel, refusing a kernel whose own parameter layout
+/// differs from the capture's: the driver reads the arguments by the kernel's layout, so a
+/// damaged or crafted file (or a --module variant with other parameters) would make it read
+/// past the argument bytes.
+fn load_kernel(
+    cap: &Capture<'_>,
+    code: &CodePlan,
+    launch: &LaunchPlan,
+) -> Result<(Module, Function), PlayError> {
+    let d = &cap.dispatch;
+    let module = Module::load(&code.image)?;
+    let function = module
+        .function(&d.kernel_name)
+        .map_err(|source| PlayError::KernelNotFound {
+            kernel: d.kernel_name.clone(),
+            source,
+        })?;
+    let layout = kernel_layout(&code.image, &d.kernel_name, &function, &launch.layout);
+    if layout != launch.layout {
+        return Err(if code.source == CodeSource::Variant {
+            PlayError::VariantMismatch {
+                kernel: d.kernel_name.clone(),
+                captured: launch.layout.clone(),
+                variant: layout,
+            }
+        } else {
+            PlayError::LayoutMismatch {
+                kernel: d.kernel_name.clone(),
+                captured: launch.layout.clone(),
+                actual: layout,
+            }
+        });
+    }
+    Ok((module, function))
+}
+
+/// Writes each module global's captured bytes into the loaded module's global, sized by the
+/// driver's global, never by the file's claim; returns where each landed.
+fn restore_globals(
+    cap: &Capture<'_>,
+    module: &Module,
+    relocation: Option<&Relocation>,
+) -> Result<Vec<RegionPlacement>, PlayError> {
+    let mut placed = Vec::new();
+    for g in &cap.globals {
+        let Ok((ptr, size)) = module.global(&g.name) else {
+            continue; // the variant module may lack it; the kernel cannot reference it then
+        };
+        let Some(r) = cap.region(g.region_id) else {
+            continue;
+        };
+        let mut data = read_region_prefix(cap, r, size)?;
+        if let Some(rel) = relocation {
+            rel.patch_region_window(cap, g.region_id, 0, &mut data);
+        }
+        copy_htod(ptr, &data)?;
+        placed.push(RegionPlacement {
+            region_id: g.region_id,
+            base: ptr,
+            usable: data.len() as u64,
+        });
+    }
+    Ok(placed)
+}
+
 impl<'c> Session<'c> {
     /// Prepares the capture on device `opts.device`.
     pub fn open(cap: &'c Capture<'c>, opts: &OpenOptions) -> Result<Session<'c>, PlayError> {
@@ -226,34 +291,7 @@ impl<'c> Session<'c> {
         }
         drop(staging);
 
-        let d = &cap.dispatch;
-        let module = Module::load(&code.image)?;
-        let function =
-            module
-                .function(&d.kernel_name)
-                .map_err(|source| PlayError::KernelNotFound {
-                    kernel: d.kernel_name.clone(),
-                    source,
-                })?;
-        // The driver reads the arguments by the kernel's own layout: a file whose layout
-        // differs (damaged, crafted, or a --module variant with other parameters) would make
-        // it read past the argument bytes.
-        let layout = kernel_layout(&code.image, &d.kernel_name, &function, &launch.layout);
-        if layout != launch.layout {
-            return Err(if code.source == CodeSource::Variant {
-                PlayError::VariantMismatch {
-                    kernel: d.kernel_name.clone(),
-                    captured: launch.layout,
-                    variant: layout,
-                }
-            } else {
-                PlayError::LayoutMismatch {
-                    kernel: d.kernel_name.clone(),
-                    captured: launch.layout,
-                    actual: layout,
-                }
-            });
-        }
+        let (module, function) = load_kernel(cap, &code, &launch)?;
         let mut placements: Vec<RegionPlacement> = cap
             .regions
             .iter()
@@ -264,25 +302,7 @@ impl<'c> Session<'c> {
                 usable: r.size,
             })
             .collect();
-        for g in &cap.globals {
-            let Ok((ptr, size)) = module.global(&g.name) else {
-                continue; // the variant module may lack it; the kernel cannot reference it then
-            };
-            let Some(r) = cap.region(g.region_id) else {
-                continue;
-            };
-            // Sized by the driver's global, never by the file's claim.
-            let mut data = read_region_prefix(cap, r, size)?;
-            if let Some(rel) = relocation {
-                rel.patch_region_window(cap, g.region_id, 0, &mut data);
-            }
-            copy_htod(ptr, &data)?;
-            placements.push(RegionPlacement {
-                region_id: g.region_id,
-                base: ptr,
-                usable: data.len() as u64,
-            });
-        }
+        placements.extend(restore_globals(cap, &module, relocation)?);
 
         if let Some(bytes) = launch.max_dynamic_shared {
             function.set_max_dynamic_shared(bytes)?;
@@ -291,6 +311,7 @@ impl<'c> Session<'c> {
             function.allow_non_portable_cluster()?;
         }
         let config = launch_config(cap, &launch)?;
+        let d = &cap.dispatch;
         let mut arg_bytes = d.arg_bytes.clone();
         if let Some(rel) = relocation {
             rel.patch_words(&mut arg_bytes, d.pointer_words.iter().map(|&w| w as u64));

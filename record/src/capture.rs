@@ -18,7 +18,7 @@ use kreplay_format::{
 
 use crate::error::RecordError;
 use crate::launch::{argument_bytes, LaunchView};
-use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, WalkError};
+use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, Walk, WalkError};
 
 /// Regions larger than this are not scanned for pointers (pointer tables are small; scanning
 /// gigabytes of floats finds nothing but noise).
@@ -279,6 +279,45 @@ impl AddressSpace for DeviceSpace<'_> {
     }
 }
 
+/// Copies every region the walk found: to device scratch when memory allows (the application
+/// waits for a 2 TB/s copy, not for PCIe), to the host otherwise. Returns the snapshots and the
+/// module globals they hold.
+fn take_snapshots(
+    found: &Walk,
+    module_id: u32,
+    stream: &Stream,
+) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>), RecordError> {
+    let mut snapshots = Vec::with_capacity(found.regions.len());
+    let mut module_globals = Vec::new();
+    for (id, r) in found.regions.iter().enumerate() {
+        let pre = match device_copy(r.base, r.size, stream) {
+            Some(b) => Bytes::Device(b),
+            None => Bytes::Host(copy_region(r.base, r.size)?),
+        };
+        if let Some(name) = &r.global {
+            module_globals.push(ModuleGlobal {
+                module_id,
+                name: name.clone(),
+                region_id: id as u32,
+            });
+        }
+        snapshots.push(Snapshot {
+            region: Region {
+                region_id: id as u32,
+                address: r.base,
+                size: r.size,
+                kind: r.kind,
+                role: r.role,
+                chunk_size: DEFAULT_CHUNK_SIZE,
+            },
+            device_addr: r.base,
+            pre,
+            post: None,
+        });
+    }
+    Ok((snapshots, module_globals))
+}
+
 /// Snapshots everything the dispatch reads. Call with the context synchronised.
 pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let began = Instant::now();
@@ -315,37 +354,8 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     )?;
     drop(staging);
 
-    // Device scratch when memory allows (the application waits for a 2 TB/s copy, not for
-    // PCIe); the host otherwise.
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
-    let mut snapshots = Vec::with_capacity(found.regions.len());
-    let mut module_globals = Vec::new();
-    for (id, r) in found.regions.iter().enumerate() {
-        let pre = match device_copy(r.base, r.size, &stream) {
-            Some(b) => Bytes::Device(b),
-            None => Bytes::Host(copy_region(r.base, r.size)?),
-        };
-        if let Some(name) = &r.global {
-            module_globals.push(ModuleGlobal {
-                module_id: input.module.module_id,
-                name: name.clone(),
-                region_id: id as u32,
-            });
-        }
-        snapshots.push(Snapshot {
-            region: Region {
-                region_id: id as u32,
-                address: r.base,
-                size: r.size,
-                kind: r.kind,
-                role: r.role,
-                chunk_size: DEFAULT_CHUNK_SIZE,
-            },
-            device_addr: r.base,
-            pre,
-            post: None,
-        });
-    }
+    let (snapshots, module_globals) = take_snapshots(&found, input.module.module_id, &stream)?;
 
     let measuring = crate::quiet::measure();
     let timing = match settle(&stream) {

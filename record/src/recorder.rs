@@ -778,3 +778,29 @@ pub extern "C" fn InitializeInjection() -> i32 {
     }
     1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    thread_local! {
+        static FLAG: Cell<bool> = const { Cell::new(false) };
+    }
+
+    #[test]
+    fn flags_are_cleared_even_when_a_panic_unwinds() {
+        {
+            let g = FlagGuard::set(&FLAG).expect("first entry");
+            assert!(FLAG.with(|f| f.get()));
+            assert!(FlagGuard::set(&FLAG).is_none(), "re-entry is refused");
+            drop(g);
+        }
+        assert!(!FLAG.with(|f| f.get()));
+        let r = std::panic::catch_unwind(|| {
+            let _g = FlagGuard::force(&FLAG);
+            panic!("inside the callback");
+        });
+        assert!(r.is_err());
+        assert!(!FLAG.with(|f| f.get()), "the unwind cleared the flag");
+    }
+}

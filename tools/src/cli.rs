@@ -177,7 +177,9 @@ pub struct ListArgs {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CacheMode {
-    /// Evict L2 before every pass (writes a 512 MiB buffer, outside the timed window).
+    /// Empty L2 before every pass, outside the timed window: a read-only sweep over 4 x the L2
+    /// size writes dirty lines back, then (sm_80 and later) the sweep's own lines are
+    /// discarded, so the kernel starts with an empty L2 as under ncu's cache control.
     Flush,
     /// Leave caches as the previous pass left them.
     Keep,

@@ -17,6 +17,8 @@ pub struct Description {
     pub modules: Vec<ModuleDesc>,
     pub device: Option<DeviceDesc>,
     pub original_ns: Option<u64>,
+    /// How the recorder measured `original_ns` (absent in older captures).
+    pub timing: Option<kreplay_format::TimingConditions>,
     /// Words in captured memory that point into captured regions (rewritten on relocation).
     pub pointer_slots: usize,
     pub recorder: Option<Recorder>,
@@ -265,6 +267,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             total_memory: v.total_memory,
         }),
         original_ns: d.original_duration_ns,
+        timing: cap.timing.clone(),
         pointer_slots: cap.pointer_slots.len(),
         recorder: cap.info.as_ref().map(|i| Recorder {
             version: i.tool_version.clone(),
@@ -287,6 +290,27 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
 }
 
 pub use kreplay_format::units::bytes;
+
+/// How the original duration was measured, in words.
+pub fn timing_conditions(t: &kreplay_format::TimingConditions) -> String {
+    match &t.skipped {
+        Some(why) => format!("measured without settling L2 ({why})"),
+        None => format!(
+            "measured after {} L2 read sweeps ({}; {}); compare with play --cache flush",
+            t.settle_sweeps,
+            if t.clocks_steady {
+                "clocks steady"
+            } else {
+                "clocks had not settled"
+            },
+            if t.l2_empty {
+                "empty L2"
+            } else {
+                "L2 full of clean lines: this GPU cannot discard them"
+            }
+        ),
+    }
+}
 
 /// Human-readable duration.
 pub fn duration(ns: u64) -> String {

@@ -99,8 +99,12 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
     );
     out!(
         w,
-        "original  {}",
-        d.original_ns.map_or("unknown".to_string(), duration)
+        "original  {}{}",
+        d.original_ns.map_or("unknown".to_string(), duration),
+        d.timing.as_ref().map_or(String::new(), |t| format!(
+            ", {}",
+            crate::describe::timing_conditions(t)
+        ))
     );
     out!(
         w,

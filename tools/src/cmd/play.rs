@@ -81,35 +81,7 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         let device = kreplay_cuda::Device::open(a.device).context("cannot collect counters")?;
         Some(MetricRequest::new(&device, &a.metrics).context("cannot collect counters")?)
     };
-    let code = match (&a.module, a.ptx) {
-        (Some(p), _) => CodeChoice::Variant(
-            std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
-        ),
-        (None, true) => CodeChoice::Ptx,
-        (None, false) => CodeChoice::Captured,
-    };
-    let open = OpenOptions {
-        device: a.device,
-        code,
-        placement: if a.relocate {
-            Placement::Relocate
-        } else {
-            Placement::Original
-        },
-    };
-    let run = RunOptions {
-        passes: a.passes,
-        warmup: a.warmup,
-        cache: match a.cache {
-            Some(CacheMode::Flush) => CacheState::Flush,
-            _ => CacheState::Keep,
-        },
-        verification: if a.verify {
-            Verification::Check
-        } else {
-            Verification::Off
-        },
-    };
+    let (open, run) = options(&a)?;
     let mut session =
         Session::open(&cap, &open).with_context(|| format!("cannot replay {}", path.display()))?;
     let r = session.run(&run).context("replay failed")?;
@@ -154,87 +126,7 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
             ],
         )?;
     } else if !a.quiet {
-        out!(w, "kernel    {}", demangle(&r.kernel));
-        out!(
-            w,
-            "device    {}; code {}; addresses {}; {}; cache {}",
-            r.device,
-            match r.code {
-                kreplay_player::CodeSource::Cubin => "captured cubin",
-                kreplay_player::CodeSource::PtxJit => "captured PTX (JIT-compiled)",
-                kreplay_player::CodeSource::Variant => "--module variant",
-            },
-            match r.address_mode {
-                kreplay_player::AddressMode::Original => "original",
-                kreplay_player::AddressMode::Relocated => "relocated",
-            },
-            match r.pristine {
-                kreplay_player::PristineStore::None => "nothing written, nothing to restore",
-                kreplay_player::PristineStore::Device => "pristine copy in device memory",
-                kreplay_player::PristineStore::Host => "pristine copy in host memory",
-            },
-            r.cache
-        );
-        out!(
-            w,
-            "duration  min {}  median {}  max {}  over {} pass(es) ({} warm-up); original {}",
-            duration(r.min_ns),
-            duration(r.median_ns),
-            duration(r.max_ns),
-            r.passes,
-            r.warmup,
-            r.original_ns.map_or("unknown".into(), duration)
-        );
-        let per: Vec<String> = r.durations_ns.iter().map(|&d| duration(d)).collect();
-        out!(w, "passes    {}", per.join(", "));
-        out!(
-            w,
-            "restore   write set {}, median {} per pass (outside the timed window); setup {:.0} ms",
-            bytes(r.write_set_bytes),
-            duration(r.restore_median_ns),
-            r.setup_ms
-        );
-        if r.verify.checked {
-            let v = &r.verify;
-            if v.matched {
-                out!(
-                    w,
-                    "verify    {} the recorded output bit for bit",
-                    crate::output::verdict("matched", true)
-                );
-            } else {
-                out!(
-                    w,
-                    "verify    {}: {} byte(s) differ from the recorded output",
-                    crate::output::verdict("MISMATCH", false),
-                    v.mismatched_bytes
-                );
-                for m in &v.first_mismatches {
-                    out!(
-                        w,
-                        "          region {} offset {:#x}: expected {:#04x} found {:#04x}",
-                        m.region_id,
-                        m.offset,
-                        m.expected,
-                        m.found
-                    );
-                }
-            }
-            if v.deterministic {
-                out!(
-                    w,
-                    "          all {} pass(es) produced identical output",
-                    r.passes
-                );
-            } else {
-                out!(
-                    w,
-                    "          {}: passes {:?} differ from pass 1 (atomics or races)",
-                    crate::output::verdict("NON-DETERMINISTIC", false),
-                    v.divergent_passes
-                );
-            }
-        }
+        print_text(&mut w, &r)?;
     }
     if let (Some(m), false) = (&metrics, a.json || a.csv || a.quiet) {
         print_metrics(&mut w, m)?;
@@ -253,6 +145,126 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The choices of the command line, as the player's option types.
+fn options(a: &PlayArgs) -> anyhow::Result<(OpenOptions, RunOptions)> {
+    let code = match (&a.module, a.ptx) {
+        (Some(p), _) => CodeChoice::Variant(
+            std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+        ),
+        (None, true) => CodeChoice::Ptx,
+        (None, false) => CodeChoice::Captured,
+    };
+    let open = OpenOptions {
+        device: a.device,
+        code,
+        placement: if a.relocate {
+            Placement::Relocate
+        } else {
+            Placement::Original
+        },
+    };
+    let run = RunOptions {
+        passes: a.passes,
+        warmup: a.warmup,
+        cache: match a.cache {
+            Some(CacheMode::Flush) => CacheState::Flush,
+            _ => CacheState::Keep,
+        },
+        verification: if a.verify {
+            Verification::Check
+        } else {
+            Verification::Off
+        },
+    };
+    Ok((open, run))
+}
+
+/// The human-readable report.
+fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
+    out!(w, "kernel    {}", demangle(&r.kernel));
+    out!(
+        w,
+        "device    {}; code {}; addresses {}; {}; cache {}",
+        r.device,
+        match r.code {
+            kreplay_player::CodeSource::Cubin => "captured cubin",
+            kreplay_player::CodeSource::PtxJit => "captured PTX (JIT-compiled)",
+            kreplay_player::CodeSource::Variant => "--module variant",
+        },
+        match r.address_mode {
+            kreplay_player::AddressMode::Original => "original",
+            kreplay_player::AddressMode::Relocated => "relocated",
+        },
+        match r.pristine {
+            kreplay_player::PristineStore::None => "nothing written, nothing to restore",
+            kreplay_player::PristineStore::Device => "pristine copy in device memory",
+            kreplay_player::PristineStore::Host => "pristine copy in host memory",
+        },
+        r.cache
+    );
+    out!(
+        w,
+        "duration  min {}  median {}  max {}  over {} pass(es) ({} warm-up); original {}",
+        duration(r.min_ns),
+        duration(r.median_ns),
+        duration(r.max_ns),
+        r.passes,
+        r.warmup,
+        r.original_ns.map_or("unknown".into(), duration)
+    );
+    let per: Vec<String> = r.durations_ns.iter().map(|&d| duration(d)).collect();
+    out!(w, "passes    {}", per.join(", "));
+    out!(
+        w,
+        "restore   write set {}, median {} per pass (outside the timed window); setup {:.0} ms",
+        bytes(r.write_set_bytes),
+        duration(r.restore_median_ns),
+        r.setup_ms
+    );
+    if r.verify.checked {
+        let v = &r.verify;
+        if v.matched {
+            out!(
+                w,
+                "verify    {} the recorded output bit for bit",
+                crate::output::verdict("matched", true)
+            );
+        } else {
+            out!(
+                w,
+                "verify    {}: {} byte(s) differ from the recorded output",
+                crate::output::verdict("MISMATCH", false),
+                v.mismatched_bytes
+            );
+            for m in &v.first_mismatches {
+                out!(
+                    w,
+                    "          region {} offset {:#x}: expected {:#04x} found {:#04x}",
+                    m.region_id,
+                    m.offset,
+                    m.expected,
+                    m.found
+                );
+            }
+        }
+        if v.deterministic {
+            out!(
+                w,
+                "          all {} pass(es) produced identical output",
+                r.passes
+            );
+        } else {
+            out!(
+                w,
+                "          {}: passes {:?} differ from pass 1 (atomics or races)",
+                crate::output::verdict("NON-DETERMINISTIC", false),
+                v.divergent_passes
+            );
+        }
+    }
+    Ok(())
 }
 
 fn print_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
