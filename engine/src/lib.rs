@@ -21,6 +21,6 @@ pub use options::{
     AddressMode, CacheState, CodeChoice, CodeSource, OpenOptions, Placement, PristineStore,
     RunOptions, Verification,
 };
-pub use passes::{Kernel, PassStats, Replayer};
+pub use passes::{Kernel, PassStats, PassTiming, Replayer};
 pub use plan::{CodePlan, LaunchPlan, MemoryPlan, PlanError, ReplayPlan, Target};
 pub use restore::{RegionPlacement, Restorer, WriteSet};

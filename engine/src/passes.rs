@@ -8,6 +8,7 @@ use std::time::Instant;
 use kreplay_cuda::cache::L2Flush;
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{AsFunction, DeviceProps, Event, KernelArgs, LaunchConfig, Stream};
+use serde::Serialize;
 
 use crate::error::PlayError;
 use crate::options::{CacheState, RunOptions, Verification};
@@ -30,9 +31,19 @@ pub struct Kernel<F: AsFunction> {
     pub args: KernelArgs,
 }
 
-/// Timing of the passes (and what the determinism check saw).
+/// What the pass loop measured.
 #[derive(Debug, Clone, Default)]
 pub struct PassStats {
+    pub timing: PassTiming,
+    /// Every pass produced the same bytes in the write set (checked only when verifying).
+    pub deterministic: bool,
+    /// Passes whose output differed from the first pass's (1-based).
+    pub divergent_passes: Vec<u32>,
+}
+
+/// Timing of the passes (`play --json` carries these fields at its top level).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PassTiming {
     pub passes: u32,
     pub warmup: u32,
     pub durations_ns: Vec<u64>,
@@ -45,10 +56,6 @@ pub struct PassStats {
     pub gated_timing: bool,
     /// From opening to the first launch, in milliseconds.
     pub setup_ms: f64,
-    /// Every pass produced the same bytes in the write set (checked only when verifying).
-    pub deterministic: bool,
-    /// Passes whose output differed from the first pass's (1-based).
-    pub divergent_passes: Vec<u32>,
 }
 
 fn median(v: &[u64]) -> u64 {
@@ -197,15 +204,17 @@ impl<F: AsFunction> Replayer<F> {
         let mut sorted = durations.clone();
         sorted.sort_unstable();
         Ok(PassStats {
-            passes: opts.passes.max(1),
-            warmup: opts.warmup,
-            min_ns: sorted.first().copied().unwrap_or(0),
-            median_ns: median(&durations),
-            max_ns: sorted.last().copied().unwrap_or(0),
-            durations_ns: durations,
-            restore_median_ns: median(&restores),
-            gated_timing: timer.is_gated(),
-            setup_ms,
+            timing: PassTiming {
+                passes: opts.passes.max(1),
+                warmup: opts.warmup,
+                min_ns: sorted.first().copied().unwrap_or(0),
+                median_ns: median(&durations),
+                max_ns: sorted.last().copied().unwrap_or(0),
+                durations_ns: durations,
+                restore_median_ns: median(&restores),
+                gated_timing: timer.is_gated(),
+                setup_ms,
+            },
             deterministic: divergent.is_empty(),
             divergent_passes: divergent,
         })

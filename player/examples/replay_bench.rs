@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut s = Session::open(&cap, &OpenOptions::default())?;
     let r = s.run(&run)?;
     drop(s);
-    let first_launch_s = (parse_ms + r.setup_ms) / 1e3;
+    let first_launch_s = (parse_ms + r.timing.setup_ms) / 1e3;
     let device = kreplay_cuda::Device::open(0)?;
     let _ctx = kreplay_cuda::PrimaryContext::retain(&device)?;
     let bw = kreplay_cuda::memory::measure_dtod_bandwidth(1 << 30, 5)?;
@@ -48,20 +48,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!(
         "bench: restore {:.1} us per pass; bound 1.2 x write set / dtod + 50 us = {:.1} us (dtod {:.0} GB/s measured now) -> {}",
-        r.restore_median_ns as f64 / 1e3,
+        r.timing.restore_median_ns as f64 / 1e3,
         bound_us,
         bw / 1e9,
-        if (r.restore_median_ns as f64 / 1e3) <= bound_us { "ok" } else { "OVER" }
+        if (r.timing.restore_median_ns as f64 / 1e3) <= bound_us { "ok" } else { "OVER" }
     );
     println!(
         "bench: file to first launch {:.3} s (parse {:.0} ms, setup {:.0} ms); target 2 s -> {}",
         first_launch_s,
         parse_ms,
-        r.setup_ms,
+        r.timing.setup_ms,
         if first_launch_s <= 2.0 { "ok" } else { "OVER" }
     );
     if let Some(o) = r.original_ns {
-        let d = (r.median_ns as f64 - o as f64) / o as f64 * 100.0;
+        let d = (r.timing.median_ns as f64 - o as f64) / o as f64 * 100.0;
         // The recorder measures with a settled, empty L2: --cache flush is the like-for-like
         // replay, and the +-5 % target applies to kernels of 20 us or more. The original is
         // one launch, one sample: gpu-bench.sh judges the target on medians of several runs.
@@ -74,9 +74,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         println!(
             "bench: replay median {:.1} us (min {:.1}, first pass {:.1}) original {:.1} us diff {:+.1}% cache {}{}",
-            r.median_ns as f64 / 1e3,
-            r.min_ns as f64 / 1e3,
-            r.durations_ns.first().copied().unwrap_or(0) as f64 / 1e3,
+            r.timing.median_ns as f64 / 1e3,
+            r.timing.min_ns as f64 / 1e3,
+            r.timing.durations_ns.first().copied().unwrap_or(0) as f64 / 1e3,
             o as f64 / 1e3,
             d,
             r.cache,

@@ -16,8 +16,8 @@ use kreplay_engine::relocate::Relocation;
 use kreplay_engine::restore::clipped;
 use kreplay_engine::verify::{compare, VerifyOutcome};
 use kreplay_engine::{
-    AddressMode, CacheState, CodeSource, Kernel, OpenOptions, Placement, PlayError, PristineStore,
-    RegionPlacement, Replayer, Restorer, RunOptions, Verification, WriteSet,
+    AddressMode, CacheState, CodeSource, Kernel, OpenOptions, PassTiming, Placement, PlayError,
+    PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification, WriteSet,
 };
 use kreplay_format::{Capture, MemoryState, Region, RegionRole};
 use rayon::prelude::*;
@@ -30,27 +30,17 @@ const UPLOAD_WINDOW: u64 = 256 << 20;
 #[derive(Debug, Clone, Serialize)]
 pub struct PlayReport {
     pub kernel: String,
-    pub passes: u32,
-    pub warmup: u32,
-    pub durations_ns: Vec<u64>,
-    pub min_ns: u64,
-    pub median_ns: u64,
-    pub max_ns: u64,
+    #[serde(flatten)]
+    pub timing: PassTiming,
     pub original_ns: Option<u64>,
     pub address_mode: AddressMode,
     /// Which code object ran: "cubin", "ptx-jit" or "variant".
     pub code: CodeSource,
     pub device: String,
     pub write_set_bytes: u64,
-    /// Restore copy time per pass (not inside `durations_ns`), median.
-    pub restore_median_ns: u64,
     /// Where the pristine copy of the write set lives.
     pub pristine: PristineStore,
     pub cache: CacheState,
-    /// Whether kernel times exclude launch overhead (stream gated until the launch is queued).
-    pub gated_timing: bool,
-    /// Wall time from opening the session to the first launch.
-    pub setup_ms: f64,
     pub verify: VerifyOutcome,
 }
 
@@ -397,12 +387,7 @@ impl<'c> Session<'c> {
         let restorer = self.replayer.restorer();
         Ok(PlayReport {
             kernel: cap.dispatch.kernel_name.clone(),
-            passes: stats.passes,
-            warmup: stats.warmup,
-            min_ns: stats.min_ns,
-            median_ns: stats.median_ns,
-            max_ns: stats.max_ns,
-            durations_ns: stats.durations_ns,
+            timing: stats.timing,
             original_ns: cap.dispatch.original_duration_ns,
             address_mode: if relocation.is_some() {
                 AddressMode::Relocated
@@ -412,11 +397,8 @@ impl<'c> Session<'c> {
             code: self.code,
             device: self.device.props().name.clone(),
             write_set_bytes: restorer.write_set().bytes(),
-            restore_median_ns: stats.restore_median_ns,
             pristine: restorer.store(),
             cache: opts.cache,
-            gated_timing: stats.gated_timing,
-            setup_ms: stats.setup_ms,
             verify: v,
         })
     }

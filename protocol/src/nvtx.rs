@@ -9,6 +9,13 @@ pub struct OpenRange {
 }
 
 impl OpenRange {
+    pub fn new(domain: Option<&str>, name: &str) -> OpenRange {
+        OpenRange {
+            domain: domain.map(str::to_string),
+            name: name.to_string(),
+        }
+    }
+
     /// `domain@name`, or `name` in the default domain (ncu's spelling).
     pub fn label(&self) -> String {
         match &self.domain {
@@ -60,10 +67,7 @@ mod tests {
     use super::*;
 
     fn r(domain: Option<&str>, name: &str) -> OpenRange {
-        OpenRange {
-            domain: domain.map(str::to_string),
-            name: name.into(),
-        }
+        OpenRange::new(domain, name)
     }
 
     #[test]

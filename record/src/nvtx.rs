@@ -225,13 +225,6 @@ pub extern "C" fn InitializeInjectionNvtx2(get_export_table: Option<GetExportTab
 mod tests {
     use super::*;
 
-    fn r(domain: Option<&str>, name: &str) -> OpenRange {
-        OpenRange {
-            domain: domain.map(str::to_string),
-            name: name.into(),
-        }
-    }
-
     #[test]
     fn pushes_and_pops_per_domain() {
         let dom = domain_create_a(c"mydomain".as_ptr());
@@ -246,14 +239,17 @@ mod tests {
         assert_eq!(innermost().as_deref(), Some("mydomain@inner"));
         // The default domain's pop leaves the other domain's range open.
         assert_eq!(range_pop(), 0);
-        assert_eq!(open_ranges(), vec![r(Some("mydomain"), "inner")]);
+        assert_eq!(
+            open_ranges(),
+            vec![OpenRange::new(Some("mydomain"), "inner")]
+        );
         assert_eq!(domain_range_pop(dom), 0);
         assert!(open_ranges().is_empty());
         assert_eq!(range_pop(), -1);
         // A too-short attribute struct gives no message rather than a wild read.
         let short = [0u8; 8];
         assert_eq!(range_push_ex(short.as_ptr()), 0);
-        assert_eq!(open_ranges(), vec![r(None, "")]);
+        assert_eq!(open_ranges(), vec![OpenRange::new(None, "")]);
         range_pop();
     }
 }

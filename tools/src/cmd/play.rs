@@ -207,21 +207,21 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
     out!(
         w,
         "duration  min {}  median {}  max {}  over {} pass(es) ({} warm-up); original {}",
-        duration(r.min_ns),
-        duration(r.median_ns),
-        duration(r.max_ns),
-        r.passes,
-        r.warmup,
+        duration(r.timing.min_ns),
+        duration(r.timing.median_ns),
+        duration(r.timing.max_ns),
+        r.timing.passes,
+        r.timing.warmup,
         r.original_ns.map_or("unknown".into(), duration)
     );
-    let per: Vec<String> = r.durations_ns.iter().map(|&d| duration(d)).collect();
+    let per: Vec<String> = r.timing.durations_ns.iter().map(|&d| duration(d)).collect();
     out!(w, "passes    {}", per.join(", "));
     out!(
         w,
         "restore   write set {}, median {} per pass (outside the timed window); setup {:.0} ms",
         bytes(r.write_set_bytes),
-        duration(r.restore_median_ns),
-        r.setup_ms
+        duration(r.timing.restore_median_ns),
+        r.timing.setup_ms
     );
     if r.verify.checked {
         let v = &r.verify;
@@ -253,7 +253,7 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
             out!(
                 w,
                 "          all {} pass(es) produced identical output",
-                r.passes
+                r.timing.passes
             );
         } else {
             out!(
