@@ -46,8 +46,8 @@ pub struct PlayReport {
 
 /// Where the captured memory went.
 enum Memory {
-    /// At the original addresses (unmapped on drop).
-    Fixed(#[allow(dead_code)] FixedMapping),
+    /// At the original addresses (unmapped when dropped).
+    Fixed { _mapping: FixedMapping },
     /// Moved to fresh allocations, pointers rewritten.
     Moved {
         relocation: Relocation,
@@ -134,7 +134,7 @@ fn read_region_prefix(cap: &Capture<'_>, r: &Region, limit: u64) -> Result<Vec<u
 fn place_memory(plan: &MemoryPlan, device: &Device) -> Result<Memory, PlayError> {
     if plan.placement == Placement::Original {
         match FixedMapping::map(&plan.fixed_ranges, device) {
-            Ok(m) => return Ok(Memory::Fixed(m)),
+            Ok(m) => return Ok(Memory::Fixed { _mapping: m }),
             Err(MapError::AddressInUse { start, end, got }) => {
                 if let Some(why) = &plan.relocation_blocker {
                     return Err(PlayError::CannotRelocate {
@@ -264,7 +264,7 @@ impl<'c> Session<'c> {
         let memory = place_memory(&memory_plan, &device)?;
         let relocation = match &memory {
             Memory::Moved { relocation, .. } => Some(relocation),
-            Memory::Fixed(_) => None,
+            Memory::Fixed { .. } => None,
         };
         let base_of = |r: &Region| {
             relocation
@@ -335,7 +335,7 @@ impl<'c> Session<'c> {
     fn relocation(&self) -> Option<&Relocation> {
         match &self.memory {
             Memory::Moved { relocation, .. } => Some(relocation),
-            Memory::Fixed(_) => None,
+            Memory::Fixed { .. } => None,
         }
     }
 
@@ -375,7 +375,7 @@ impl<'c> Session<'c> {
         };
         let relocation = match &self.memory {
             Memory::Moved { relocation, .. } => Some(relocation),
-            Memory::Fixed(_) => None,
+            Memory::Fixed { .. } => None,
         };
         let (cap, placements) = (self.cap, &self.placements);
         let stats = self.replayer.run(opts, &mut || {
