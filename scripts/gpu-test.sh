@@ -26,6 +26,7 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 echo "== building test apps ($ARCH) in $WORK"
 nvcc -O2 -std=c++17 -arch="$ARCH" -o "$WORK/kapps" "$APPS/kapps.cu" || exit 2
 nvcc -O2 -arch="$ARCH" -o "$WORK/driver_app" "$APPS/driver_app.cu" -lcuda || exit 2
+nvcc -O2 -std=c++17 -arch="$ARCH" -o "$WORK/graph_apps" "$APPS/graph_apps.cu" || exit 2
 nvcc -O2 -arch="$ARCH" -cubin -o "$WORK/driver_kernel.cubin" "$APPS/driver_kernel.cu" || exit 2
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 nvcc -O2 -arch="$ARCH" -I"$CUDA_HOME/extras/CUPTI/include" -o "$WORK/cupti_app" "$APPS/cupti_app.cu" \
@@ -182,7 +183,84 @@ PY
 }
 KARGS=(record -k 'no_such_kernel_xyz'); check_case robust-no-match 3 'no dispatch matched.*saxpy' -- "$K" saxpy 3
 KARGS=(record -k saxpy -o /proc/kreplay-denied/x.krr); check_case robust-unwritable 3 'could not be written' -- "$K" saxpy 3
-KARGS=(record -k saxpy); check_case robust-graph 3 'CUDA graph' -- "$K" graph
+# Kernels inside CUDA graphs: each node execution counts; the Nth may be a node of a later
+# launch, captured as the node saw memory (after its predecessors in that launch).
+G="$WORK/graph_apps"
+run_case graph-saxpy       '^saxpy'        2 "" -- "$K" graph
+run_case graph-stream      'graph_consume' 4 "" -- "$G" stream 5
+run_case graph-explicit    'graph_consume' 3 "" -- "$G" explicit 4
+run_case graph-child       'graph_consume' 2 "" -- "$G" child 3
+run_case graph-update      'graph_axpy'    4 "" -- "$G" update 5
+run_case torch-cudagraph   'Gelu'          3 "" -- python3 "$APPS/torch_graph_app.py" cudagraph 3
+if [[ "torch-compile" =~ $ONLY ]]; then
+  # The last execution of a Triton kernel that ran in a CUDA graph is a graph replay. A first
+  # run fills Inductor's cache, so the listing and the recording compile (and launch) alike.
+  python3 "$APPS/torch_graph_app.py" compile 3 > /dev/null 2>&1
+  "$KR" list --json -- python3 "$APPS/torch_graph_app.py" compile 3 > "$WORK/compile.list.json" 2> "$WORK/compile.list.err"
+  read -r n kname < <(python3 -c 'import json,sys
+ks = [k for k in json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]) if "triton_" in k["demangled"] and k.get("in_graphs")]
+print(ks[0]["count"], ks[0]["name"]) if ks else print(0, "-")' "$WORK/compile.list.json" 2> /dev/null || echo 0 -)
+  if [ "${n:-0}" -gt 0 ]; then
+    run_case torch-compile "^${kname}\$" "$n" "" -- python3 "$APPS/torch_graph_app.py" compile 3
+  else
+    note '{"case": "torch-compile", "kernel": "-", "ok": false, "known": "", "why": "list shows no Triton kernel inside a CUDA graph"}'
+  fi
+fi
+# A small graph-node capture for testdata/captures (the explicit graph, 4 Ki elements).
+if [[ "graph-small" =~ $ONLY ]]; then
+  "$KR" record -q -k graph_consume --nth 2 -o "$WORK/graph-small.krr" -- "$G" explicit 3 4096 > /dev/null 2> "$WORK/graph-small.err"
+  "$KR" play "$WORK/graph-small.krr" --passes 8 --verify > "$WORK/graph-small.play" 2>&1 && ok=true || ok=false
+  why=$(cat "$WORK/graph-small.err" "$WORK/graph-small.play" | tr '\n"\\' '   ' | cut -c1-300)
+  note "{\"case\": \"graph-small\", \"kernel\": \"graph_consume, 4 Ki elements (testdata)\", \"ok\": $ok, \"known\": \"\", \"why\": \"$why\"}"
+fi
+# list counts executions: every node each time its graph is launched, none at capture time.
+if [[ "graph-list" =~ $ONLY ]]; then
+  echo "== graph-list"
+  for m in "stream 5" "explicit 4" "child 3" "update 5"; do
+    "$KR" list --json -- "$G" $m > "$WORK/glist-${m% *}.json" 2> /dev/null
+  done
+  "$KR" list --json -- python3 "$APPS/torch_graph_app.py" cudagraph 3 > "$WORK/glist-torch.json" 2> /dev/null
+  python3 - "$WORK" >> "$RESULTS" <<'PY'
+import json, sys
+w = sys.argv[1]
+expect = {  # app: {kernel substring: (count, in_graphs)}
+    "stream": {"graph_produce": (5, 5), "graph_consume": (5, 5), "graph_finish": (5, 5)},
+    "explicit": {"graph_produce": (4, 4), "graph_consume": (4, 4), "graph_finish": (4, 4)},
+    "child": {"graph_produce": (3, 3), "graph_consume": (3, 3), "graph_finish": (3, 3)},
+    "update": {"graph_axpy": (5, 5)},
+    "torch": {"Gelu": (4, 3)},  # one eager warm-up, three replays; the capture is not a run
+}
+bad = []
+for app, want in expect.items():
+    try:
+        ks = json.loads(open(f"{w}/glist-{app}.json").read().strip().splitlines()[-1])
+    except Exception as e:
+        bad.append(f"{app}: {e}"); continue
+    for sub, (c, g) in want.items():
+        got = [(k["count"], k.get("in_graphs", 0)) for k in ks if sub in k["demangled"]]
+        if got != [(c, g)]:
+            bad.append(f"{app} {sub}: {got} != {(c, g)}")
+print(json.dumps({"case": "graph-list", "kernel": "stream, explicit, child, update, torch counts", "ok": not bad, "known": "", "why": "; ".join(bad)}))
+PY
+fi
+# Overhead: 10,000 launches of a 20-node graph, plain and under record matching nothing.
+if [[ "graph-bench" =~ $ONLY ]]; then
+  echo "== graph-bench"
+  "$G" bench 10000 > "$WORK/gbench.plain" 2>&1
+  "$KR" record -q -k no_such_kernel_xyz -- "$G" bench 10000 > "$WORK/gbench.rec" 2> "$WORK/gbench.rec.err"
+  python3 - "$WORK" >> "$RESULTS" <<'PY'
+import json, re, sys
+w = sys.argv[1]
+def ms(p):
+    m = re.search(r": ([0-9.]+) ms", open(p).read())
+    return float(m.group(1)) if m else None
+a, b = ms(f"{w}/gbench.plain"), ms(f"{w}/gbench.rec")
+ok = a is not None and b is not None and b <= a * 1.02
+pct = (b / a - 1) * 100 if a and b else float("nan")
+txt = f"plain {a} ms, recorded {b} ms: {pct:+.2f} % (target <= 2 %)"
+print(json.dumps({"case": "graph-bench", "kernel": txt, "ok": ok, "known": "", "why": "" if ok else txt}))
+PY
+fi
 KARGS=(list); check_case robust-list 0 '' -- "$K" saxpy 3
 # The app subscribes to CUPTI before its first CUDA call: recording stands down and says why.
 KARGS=(record -k 'saxpy_traced'); check_case robust-cupti-user 3 'another profiler or tracer already holds CUPTI.*nothing captured' -- "$WORK/cupti_app"

@@ -29,6 +29,31 @@ pub mod cbid {
     pub const FREE_ASYNC_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz as u32;
     pub const MAP: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemMap as u32;
     pub const UNMAP: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuMemUnmap as u32;
+    pub const GRAPH_INSTANTIATE: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate as u32;
+    pub const GRAPH_INSTANTIATE_V2: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2 as u32;
+    pub const GRAPH_INSTANTIATE_WITH_FLAGS: u32 =
+        C::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags as u32;
+    pub const GRAPH_INSTANTIATE_WITH_PARAMS: u32 =
+        C::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams as u32;
+    pub const GRAPH_INSTANTIATE_WITH_PARAMS_PTSZ: u32 =
+        C::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz as u32;
+    pub const GRAPH_LAUNCH: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch as u32;
+    pub const GRAPH_LAUNCH_PTSZ: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz as u32;
+    pub const GRAPH_EXEC_DESTROY: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy as u32;
+    pub const GRAPH_EXEC_KERNEL_SET: u32 =
+        C::CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams as u32;
+    pub const GRAPH_EXEC_KERNEL_SET_V2: u32 =
+        C::CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2 as u32;
+    pub const GRAPH_EXEC_UPDATE: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate as u32;
+    pub const GRAPH_EXEC_UPDATE_V2: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2 as u32;
+    pub const GRAPH_NODE_SET_ENABLED: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled as u32;
+    pub const GRAPH_EXEC_NODE_SET: u32 = C::CUPTI_DRIVER_TRACE_CBID_cuGraphExecNodeSetParams as u32;
+    pub const GRAPH_EXEC_MEMCPY_SET: u32 =
+        C::CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemcpyNodeSetParams as u32;
+    pub const GRAPH_EXEC_MEMSET_SET: u32 =
+        C::CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemsetNodeSetParams as u32;
+    pub const GRAPH_EXEC_CHILD_SET: u32 =
+        C::CUPTI_DRIVER_TRACE_CBID_cuGraphExecChildGraphNodeSetParams as u32;
 }
 
 /// What a driver callback is about.
@@ -40,10 +65,12 @@ pub enum Group {
     ImageLoad,
     /// An allocation or free (tracked for `--memory all`).
     Allocation,
+    /// An executable graph made, launched, updated or destroyed.
+    Graph,
 }
 
 /// Every driver callback kreplay understands.
-pub const TABLE: [(u32, Group); 22] = {
+pub const TABLE: [(u32, Group); 39] = {
     use cbid::*;
     use Group::*;
     [
@@ -69,6 +96,23 @@ pub const TABLE: [(u32, Group); 22] = {
         (FREE_ASYNC_PTSZ, Allocation),
         (MAP, Allocation),
         (UNMAP, Allocation),
+        (GRAPH_INSTANTIATE, Graph),
+        (GRAPH_INSTANTIATE_V2, Graph),
+        (GRAPH_INSTANTIATE_WITH_FLAGS, Graph),
+        (GRAPH_INSTANTIATE_WITH_PARAMS, Graph),
+        (GRAPH_INSTANTIATE_WITH_PARAMS_PTSZ, Graph),
+        (GRAPH_LAUNCH, Graph),
+        (GRAPH_LAUNCH_PTSZ, Graph),
+        (GRAPH_EXEC_DESTROY, Graph),
+        (GRAPH_EXEC_KERNEL_SET, Graph),
+        (GRAPH_EXEC_KERNEL_SET_V2, Graph),
+        (GRAPH_EXEC_UPDATE, Graph),
+        (GRAPH_EXEC_UPDATE_V2, Graph),
+        (GRAPH_NODE_SET_ENABLED, Graph),
+        (GRAPH_EXEC_NODE_SET, Graph),
+        (GRAPH_EXEC_MEMCPY_SET, Graph),
+        (GRAPH_EXEC_MEMSET_SET, Graph),
+        (GRAPH_EXEC_CHILD_SET, Graph),
     ]
 };
 
@@ -98,6 +142,7 @@ mod tests {
         assert_eq!(super::ids(Group::Launch).count(), 6);
         assert_eq!(super::ids(Group::ImageLoad).count(), 4);
         assert_eq!(super::ids(Group::Allocation).count(), 12);
+        assert_eq!(super::ids(Group::Graph).count(), 17);
         assert_eq!(group(cbid::LAUNCH_KERNEL_EX), Some(Group::Launch));
         assert_eq!(group(cbid::UNMAP), Some(Group::Allocation));
         assert_eq!(group(0), None);

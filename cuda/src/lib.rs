@@ -11,6 +11,7 @@ pub mod context;
 pub mod cupti;
 pub mod device;
 pub mod error;
+pub mod graph;
 pub mod image;
 pub mod launch;
 pub mod memory;

@@ -400,6 +400,17 @@ mod tests {
     }
 
     #[test]
+    fn a_graph_node_capture_plans_like_any_other() {
+        capture("graph-node", |cap| {
+            let p = ReplayPlan::new(cap, &OpenOptions::default(), &h200()).unwrap();
+            assert_eq!(p.code.source, CodeSource::Cubin);
+            assert!(p.launch.attributes.is_empty());
+            assert_eq!(p.launch.layout, vec![(0, 8), (8, 8), (16, 4)]);
+            assert!(cap.graph.is_some());
+        });
+    }
+
+    #[test]
     fn touching_ranges_move_together() {
         assert_eq!(
             move_groups(&[

@@ -18,6 +18,7 @@ pub enum EventKind {
     End = 10,
     PointerSlots = 11,
     TimingConditions = 12,
+    GraphOrigin = 13,
 }
 
 impl EventKind {
@@ -35,6 +36,7 @@ impl EventKind {
             10 => EventKind::End,
             11 => EventKind::PointerSlots,
             12 => EventKind::TimingConditions,
+            13 => EventKind::GraphOrigin,
             _ => return None,
         })
     }
@@ -49,6 +51,7 @@ impl EventKind {
                 | EventKind::Annotation
                 | EventKind::PointerSlots
                 | EventKind::TimingConditions
+                | EventKind::GraphOrigin
         )
     }
 
@@ -66,6 +69,7 @@ impl EventKind {
             EventKind::End => "END",
             EventKind::PointerSlots => "pointer slots",
             EventKind::TimingConditions => "timing conditions",
+            EventKind::GraphOrigin => "graph origin",
         }
     }
 }
@@ -84,6 +88,25 @@ pub struct TimingConditions {
     pub l2_empty: bool,
     /// Why the sweeps were skipped, when they were.
     pub skipped: Option<String>,
+}
+
+/// Where a dispatch captured from a CUDA graph came from: which launch of which executable
+/// graph, which of its kernel nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphOrigin {
+    /// 1-based count of the launches of this executable graph, this one included.
+    pub graph_launch: u64,
+    /// The executable graph's handle in the recorded process (identifies it among captures
+    /// of the same run).
+    pub graph_exec: u64,
+    /// 1-based position of the node among the graph's kernel nodes (child graphs included,
+    /// dependencies first).
+    pub kernel_node: u32,
+    pub kernel_nodes: u32,
+    /// All nodes of the graph (child graphs flattened).
+    pub nodes: u32,
+    /// Nodes the recorder ran before the captured one (its ancestors in the graph).
+    pub ancestors_run: u32,
 }
 
 /// Who recorded the capture, where and when.

@@ -60,6 +60,8 @@ pub struct Capture<'a> {
     pub annotations: Vec<Annotation>,
     /// How the original duration was measured (absent in older captures).
     pub timing: Option<TimingConditions>,
+    /// Where the dispatch came from when it ran inside a CUDA graph.
+    pub graph: Option<GraphOrigin>,
     /// Pointer words inside captured memory, sorted by (region, offset).
     pub pointer_slots: Vec<(u32, u64)>,
     /// Chunks by (region, state, offset).
@@ -268,6 +270,7 @@ impl<'a> Capture<'a> {
             globals: b.globals,
             annotations: b.annotations,
             timing: b.timing,
+            graph: b.graph,
             pointer_slots: b.pointer_slots,
             chunks: b.chunks,
             skipped: b.skipped,

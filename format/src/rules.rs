@@ -157,6 +157,7 @@ pub struct CaptureBuilder<'a> {
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
     pub timing: Option<TimingConditions>,
+    pub graph: Option<GraphOrigin>,
     pub pointer_slots: Vec<(u32, u64)>,
     pub chunks: BTreeMap<(u32, MemoryState, u64), ChunkRef>,
     pub skipped: Vec<(u64, u16)>,
@@ -176,6 +177,7 @@ impl<'a> CaptureBuilder<'a> {
             globals: Vec::new(),
             annotations: Vec::new(),
             timing: None,
+            graph: None,
             pointer_slots: Vec::new(),
             chunks: BTreeMap::new(),
             skipped: Vec::new(),
@@ -244,6 +246,10 @@ impl<'a> CaptureBuilder<'a> {
             }
             EventKind::TimingConditions => {
                 self.timing = Some(self.decode(off, frame, kind)?);
+                Ok(EventRef::Other)
+            }
+            EventKind::GraphOrigin => {
+                self.graph = Some(self.decode(off, frame, kind)?);
                 Ok(EventRef::Other)
             }
             EventKind::PointerSlots => self.add_pointer_slots(off, frame),

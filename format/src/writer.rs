@@ -160,6 +160,10 @@ impl<W: Write + Seek> CaptureWriter<W> {
         self.write_meta(EventKind::TimingConditions, v)
     }
 
+    pub fn graph_origin(&mut self, v: &GraphOrigin) -> Result<()> {
+        self.write_meta(EventKind::GraphOrigin, v)
+    }
+
     /// Declares a region; its memory follows with `memory`.
     pub fn region(&mut self, v: &Region) -> Result<()> {
         if v.chunk_size == 0 || v.chunk_size > MAX_CHUNK_SIZE {

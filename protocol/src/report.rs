@@ -8,7 +8,12 @@ use serde::{Deserialize, Serialize};
 pub struct KernelStat {
     pub name: String,
     pub demangled: String,
+    /// Executions: plain launches, and kernel nodes each time their graph was launched (a
+    /// launch made while its stream is captured into a graph is not one).
     pub count: u64,
+    /// Of `count`, how many ran as nodes of CUDA graphs.
+    #[serde(default)]
+    pub in_graphs: u64,
     /// Geometry of the first launch seen.
     pub grid: [u32; 3],
     pub block: [u32; 3],

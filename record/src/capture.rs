@@ -17,7 +17,7 @@ use kreplay_format::{
 };
 
 use crate::error::RecordError;
-use crate::launch::{argument_bytes, LaunchView};
+use crate::launch::LaunchView;
 use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, Walk, WalkError};
 
 /// Regions larger than this are not scanned for pointers (pointer tables are small; scanning
@@ -119,7 +119,7 @@ fn settle(stream: &Stream) -> Result<TimingConditions, String> {
     })
 }
 
-fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuffer>> {
+pub(crate) fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuffer>> {
     STAGING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -135,7 +135,7 @@ fn scratch_allowed(size: u64) -> bool {
 }
 
 /// Copies a region to a device scratch buffer on `stream` (the caller synchronises).
-fn device_copy(addr: u64, size: u64, stream: &Stream) -> Option<DeviceBuffer> {
+pub(crate) fn device_copy(addr: u64, size: u64, stream: &Stream) -> Option<DeviceBuffer> {
     if !scratch_allowed(size) {
         return None;
     }
@@ -200,6 +200,8 @@ pub struct CaptureData {
     pub notes: Vec<String>,
     /// How the original duration was measured.
     pub timing: TimingConditions,
+    /// Where the dispatch came from, when it ran as a graph node.
+    pub graph: Option<kreplay_format::GraphOrigin>,
     /// 1-based among matching dispatches, and among all launches of the process.
     pub match_index: u64,
     pub launch_index: u64,
@@ -212,7 +214,7 @@ pub struct CaptureData {
 /// A region that changed: (region id, chunk offset, post bytes).
 pub type PostChunk = (u32, u64, Vec<u8>);
 
-fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> {
+pub(crate) fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> {
     let n = usize::try_from(size).map_err(|_| RecordError::RegionTooLarge(size))?;
     let mut v = vec![0u8; n];
     copy_dtoh(&mut v, addr).map_err(|source| RecordError::Read { addr, size, source })?;
@@ -231,6 +233,9 @@ fn memory_kind(addr: u64) -> MemoryKind {
 pub struct PreInput<'a> {
     pub view: &'a LaunchView,
     pub function: ForeignFunction,
+    /// The argument bytes and (offset, size) of each parameter.
+    pub args: Vec<u8>,
+    pub layout: Vec<(u32, u32)>,
     pub kernel_name: String,
     pub module: CodeObject,
     /// Global variables of the module: (name, size).
@@ -242,8 +247,8 @@ pub struct PreInput<'a> {
 
 /// The process's memory as the walk sees it: the driver's allocation queries, and reads
 /// through the pinned staging buffer.
-struct DeviceSpace<'a> {
-    staging: &'a mut Option<PinnedBuffer>,
+pub(crate) struct DeviceSpace<'a> {
+    pub(crate) staging: &'a mut Option<PinnedBuffer>,
 }
 
 impl AddressSpace for DeviceSpace<'_> {
@@ -322,9 +327,7 @@ fn take_snapshots(
 pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let began = Instant::now();
     let view = input.view;
-    let layout = input.function.parameter_layout();
-    // SAFETY: the view was decoded in this very callback; the layout belongs to its function.
-    let args = unsafe { argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
+    let (args, layout) = (input.args, input.layout);
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
 
     // Module globals, resolved in the application's module (restored by name at replay).
@@ -417,6 +420,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             post: Vec::new(),
             notes: found.notes,
             timing,
+            graph: None,
             match_index: 0,
             launch_index: 0,
             device: None,

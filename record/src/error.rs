@@ -9,8 +9,8 @@ use crate::walk::WalkError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    #[error("the launch is being captured into a CUDA graph; kernels inside graphs are not captured yet")]
-    InsideGraphCapture,
+    #[error("the graph node cannot be captured: {0}")]
+    GraphNode(String),
     #[error("cannot query the launch stream: {0}")]
     StreamQuery(CudaError),
     #[error("the kernel's code object was not seen being loaded (was CUPTI attached before the module loaded?)")]
@@ -60,7 +60,7 @@ pub enum RecordError {
 
 impl RecordError {
     /// A driver error, with what the recorder was doing.
-    pub fn cuda(during: &'static str) -> impl FnOnce(CudaError) -> RecordError {
+    pub fn cuda(during: &'static str) -> impl Fn(CudaError) -> RecordError + Copy {
         move |source| RecordError::Cuda { during, source }
     }
 }

@@ -18,6 +18,8 @@ pub(crate) use diag;
 pub mod allocations;
 pub mod capture;
 pub mod error;
+pub mod graph;
+pub mod graph_track;
 pub mod launch;
 pub mod nvtx;
 pub mod ptx;

@@ -51,6 +51,29 @@ struct Inner {
     allocations: AllocationTable,
     /// Where PTX for wanted kernels can be found (see `ptx`).
     ptx_sources: Vec<PtxSource>,
+    /// Executable graphs, by handle.
+    execs: HashMap<usize, graphs::ExecState>,
+}
+
+mod graphs;
+
+/// One kernel execution, as counted.
+struct Execution<'a> {
+    name: &'a str,
+    demangled: &'a str,
+    /// The kernel filter selects it.
+    wanted: bool,
+    grid: [u32; 3],
+    block: [u32; 3],
+    in_graph: bool,
+}
+
+/// What a capture of one kernel needs besides the launch.
+struct Target {
+    module: CodeObject,
+    objects: Vec<(String, u64)>,
+    allocations: Vec<(u64, u64, kreplay_format::MemoryKind)>,
+    device: DeviceInfo,
 }
 
 struct Recorder {
@@ -245,41 +268,24 @@ impl Recorder {
                 .to_string_lossy()
                 .into_owned()
         };
-        let (is_match, demangled) = self.matches(&name);
-        let (launch_index, index) = {
-            let mut inner = lock(&self.inner);
-            inner.launches += 1;
-            let launches = inner.launches;
-            inner
-                .stats
-                .entry(name.clone())
-                .or_insert_with(|| KernelStat {
-                    name: name.clone(),
-                    demangled: demangled.clone(),
-                    count: 0,
-                    grid: view.grid,
-                    block: view.block,
-                    first_launch: launches,
-                    nvtx: crate::nvtx::innermost(),
-                })
-                .count += 1;
-            let is_match = is_match
-                && self.config.launch_index.is_none_or(|i| i == launches)
-                && self
-                    .config
-                    .nvtx
-                    .as_ref()
-                    .is_none_or(|f| f.matches(&crate::nvtx::open_ranges()));
-            if self.config.mode != Mode::Record || !is_match {
-                return;
-            }
-            inner.matches += 1;
-            (launches, inner.matches)
-        };
-        let first = self.config.nth;
-        if index < first || index >= first + self.config.count {
+        // A launch made while its stream is captured into a graph does not run now: it runs
+        // (and is counted) each time the graph is launched.
+        // SAFETY: inside the launch callback that decoded the view.
+        if matches!(unsafe { view.foreign_stream() }.is_capturing(), Ok(true)) {
             return;
         }
+        let (is_match, demangled) = self.matches(&name);
+        let execution = Execution {
+            name: &name,
+            demangled: &demangled,
+            wanted: is_match,
+            grid: view.grid,
+            block: view.block,
+            in_graph: false,
+        };
+        let Some((launch_index, index)) = self.count(&mut lock(&self.inner), &execution) else {
+            return;
+        };
         let begun = {
             let _self_calls = FlagGuard::force(&SELF_CALLS);
             self.begin(&view, name, index, launch_index, data.correlationId)
@@ -291,6 +297,44 @@ impl Recorder {
                 short_kernel_name(&demangled)
             )),
         }
+    }
+
+    /// Counts one execution; returns (launch index, match index) when it is to be captured.
+    fn count(&self, inner: &mut Inner, e: &Execution<'_>) -> Option<(u64, u64)> {
+        inner.launches += 1;
+        let launches = inner.launches;
+        let stat = match inner.stats.get_mut(e.name) {
+            Some(s) => s,
+            None => inner
+                .stats
+                .entry(e.name.to_string())
+                .or_insert_with(|| KernelStat {
+                    name: e.name.to_string(),
+                    demangled: e.demangled.to_string(),
+                    count: 0,
+                    in_graphs: 0,
+                    grid: e.grid,
+                    block: e.block,
+                    first_launch: launches,
+                    nvtx: crate::nvtx::innermost(),
+                }),
+        };
+        stat.count += 1;
+        stat.in_graphs += u64::from(e.in_graph);
+        let is_match = e.wanted
+            && self.config.launch_index.is_none_or(|i| i == launches)
+            && self
+                .config
+                .nvtx
+                .as_ref()
+                .is_none_or(|f| f.matches(&crate::nvtx::open_ranges()));
+        if self.config.mode != Mode::Record || !is_match {
+            return None;
+        }
+        inner.matches += 1;
+        let index = inner.matches;
+        let first = self.config.nth;
+        (index >= first && index < first + self.config.count).then_some((launches, index))
     }
 
     fn on_allocation(&self, cbid: u32, data: &csys::CUpti_CallbackData) {
@@ -320,64 +364,86 @@ impl Recorder {
         correlation: u32,
     ) -> Result<Pending, RecordError> {
         // SAFETY: inside the launch callback that decoded the view.
-        let (stream, function) = unsafe { (view.foreign_stream(), view.foreign_function()) };
-        if stream.is_capturing().map_err(RecordError::StreamQuery)? {
-            return Err(RecordError::InsideGraphCapture);
-        }
+        let function = unsafe { view.foreign_function() };
+        let layout = function.parameter_layout();
+        // SAFETY: the view was decoded in this very callback; the layout belongs to its function.
+        let args =
+            unsafe { launch::argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
+        let target = self.target(&name)?;
+        let mut p = before_launch(PreInput {
+            view,
+            function,
+            args,
+            layout,
+            kernel_name: name,
+            module: target.module,
+            module_objects: &target.objects,
+            allocations: target.allocations,
+            correlation,
+        })?;
+        self.describe(&mut p.data, index, launch_index, target.device);
+        Ok(p)
+    }
+
+    /// What a capture of kernel `name` needs from the recorder's state and the driver.
+    fn target(&self, name: &str) -> Result<Target, RecordError> {
         let (image, objects, module_id) = {
             let inner = lock(&self.inner);
             let m = inner
                 .modules
                 .iter()
                 .rev()
-                .find(|m| m.functions.contains(&name))
+                .find(|m| m.functions.iter().any(|f| f == name))
                 .ok_or(RecordError::ModuleNotSeen)?;
             (m.image.clone(), m.objects.clone(), m.id)
         };
         let device = Device::current().map_err(RecordError::cuda("finding the device"))?;
         let props = device.props().clone();
-        let module = CodeObject {
-            module_id,
-            arch: props.arch(),
-            image,
-        };
         let allocations = if self.config.memory == MemoryScope::All {
             lock(&self.inner).allocations.list()
         } else {
             Vec::new()
         };
-        let mut p = before_launch(PreInput {
-            view,
-            function,
-            kernel_name: name,
-            module,
-            module_objects: &objects,
+        Ok(Target {
+            module: CodeObject {
+                module_id,
+                arch: props.arch(),
+                image,
+            },
+            objects,
             allocations,
-            correlation,
-        })?;
-        p.data.match_index = index;
-        p.data.launch_index = launch_index;
-        p.data.ptx_sources = lock(&self.inner).ptx_sources.clone();
-        p.data.device = Some(DeviceInfo {
-            name: props.name,
-            ordinal: props.ordinal as u32,
-            cc_major: props.cc_major,
-            cc_minor: props.cc_minor,
-            uuid: props.uuid,
-            driver_version: kreplay_cuda::driver_version().unwrap_or(0),
-            total_memory: props.total_memory,
-            sm_count: props.sm_count,
-        });
-        Ok(p)
+            device: DeviceInfo {
+                name: props.name,
+                ordinal: props.ordinal as u32,
+                cc_major: props.cc_major,
+                cc_minor: props.cc_minor,
+                uuid: props.uuid,
+                driver_version: kreplay_cuda::driver_version().unwrap_or(0),
+                total_memory: props.total_memory,
+                sm_count: props.sm_count,
+            },
+        })
+    }
+
+    fn describe(&self, data: &mut CaptureData, index: u64, launch_index: u64, device: DeviceInfo) {
+        data.match_index = index;
+        data.launch_index = launch_index;
+        data.ptx_sources = lock(&self.inner).ptx_sources.clone();
+        data.device = Some(device);
     }
 
     fn finish(&self, mut pending: Pending) {
-        let name = short_kernel_name(&demangle(&pending.data.dispatch.kernel_name));
         if let Err(e) = after_launch(&mut pending) {
+            let name = short_kernel_name(&demangle(&pending.data.dispatch.kernel_name));
             self.error(format!("capture of {name} failed after the launch: {e}"));
             return;
         }
-        let p = pending.data;
+        self.write(pending.data);
+    }
+
+    /// Writes a finished capture on a writer thread (off the application's time).
+    fn write(&self, p: CaptureData) {
+        let name = short_kernel_name(&demangle(&p.dispatch.kernel_name));
         let (index, launch_index) = (p.match_index, p.launch_index);
         let path = PathBuf::from(expand_output(
             &self.config.output,
@@ -581,6 +647,9 @@ fn write_capture(
             .map_err(e)?;
         }
         w.timing_conditions(&p.timing).map_err(e)?;
+        if let Some(g) = &p.graph {
+            w.graph_origin(g).map_err(e)?;
+        }
         for n in &p.notes {
             w.annotation(&Annotation {
                 key: "recorder".into(),
@@ -643,6 +712,7 @@ unsafe extern "C" fn callback(
                 match callbacks::group(cbid) {
                     Some(Group::ImageLoad) => rec.on_image_load(cbid, data),
                     Some(Group::Allocation) => rec.on_allocation(cbid, data),
+                    Some(Group::Graph) => rec.on_graph(cbid, data),
                     Some(Group::Launch) => {
                         let enter =
                             data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
@@ -712,7 +782,7 @@ fn initialize() -> Result<(), RecordError> {
         return Err(RecordError::NoCupti);
     }
     let sub = Subscriber::subscribe(callback)?;
-    let mut groups = vec![Group::Launch];
+    let mut groups = vec![Group::Launch, Group::Graph];
     if config.mode == Mode::Record {
         groups.push(Group::ImageLoad);
     }

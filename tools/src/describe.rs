@@ -19,6 +19,8 @@ pub struct Description {
     pub original_ns: Option<u64>,
     /// How the recorder measured `original_ns` (absent in older captures).
     pub timing: Option<kreplay_format::TimingConditions>,
+    /// Where the dispatch came from when it ran as a node of a CUDA graph.
+    pub graph: Option<kreplay_format::GraphOrigin>,
     /// Words in captured memory that point into captured regions (rewritten on relocation).
     pub pointer_slots: usize,
     pub recorder: Option<Recorder>,
@@ -268,6 +270,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
         }),
         original_ns: d.original_duration_ns,
         timing: cap.timing.clone(),
+        graph: cap.graph.clone(),
         pointer_slots: cap.pointer_slots.len(),
         recorder: cap.info.as_ref().map(|i| Recorder {
             version: i.tool_version.clone(),
@@ -290,6 +293,14 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
 }
 
 pub use kreplay_format::units::bytes;
+
+/// Where a graph node came from, in words.
+pub fn graph_origin(g: &kreplay_format::GraphOrigin) -> String {
+    format!(
+        "kernel node {} of {} ({} nodes in all) in launch {} of executable graph {:#x}; the recorder ran the {} node(s) before it",
+        g.kernel_node, g.kernel_nodes, g.nodes, g.graph_launch, g.graph_exec, g.ancestors_run
+    )
+}
 
 /// How the original duration was measured, in words.
 pub fn timing_conditions(t: &kreplay_format::TimingConditions) -> String {

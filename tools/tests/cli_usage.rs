@@ -114,7 +114,10 @@ fn completions_and_man_page_are_generated() {
 fn csv_and_quiet_flags() {
     let (code, out, err) = kreplay(&["list", "--csv", "sh", "-c", "true"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out, "count,first_launch,grid,block,nvtx,name,demangled\n");
+    assert_eq!(
+        out,
+        "count,in_graphs,first_launch,grid,block,nvtx,name,demangled\n"
+    );
     let (code, _, err) = kreplay(&["list", "--csv", "--json", "sh", "-c", "true"]);
     assert_eq!(code, 2, "{err}");
     let (code, _, err) = kreplay(&["play", "x.krr", "--csv", "--json"]);

@@ -7,13 +7,14 @@ use std::process::Command;
 use serde_json::Value;
 
 /// Every capture in testdata/captures.
-const ALL: [&str; 6] = [
+const ALL: [&str; 7] = [
     "cuda-saxpy",
     "cuda-globals",
     "cuda-pointers",
     "driver-extra",
     "cuda-cluster",
     "cuda-coop",
+    "graph-node",
 ];
 
 fn capture(name: &str) -> PathBuf {
@@ -506,4 +507,27 @@ fn verdicts_are_coloured_only_when_asked() {
         !out.contains('\x1b') && out.contains("identical"),
         "{out:?}"
     );
+}
+
+#[test]
+fn a_graph_node_capture_says_where_it_came_from() {
+    // Recorded on the H200 from `graph_apps explicit 3 4096` with `-k graph_consume --nth 2`:
+    // the consumer node of the second graph launch, after the recorder re-ran the producer,
+    // the copy and the memset that precede it.
+    let v = info("graph-node");
+    let g = &v["graph"];
+    assert_eq!(g["graph_launch"], 2, "{g}");
+    assert_eq!(g["kernel_node"], 2, "{g}");
+    assert_eq!(g["kernel_nodes"], 3, "{g}");
+    assert_eq!(g["nodes"], 5, "{g}");
+    assert_eq!(g["ancestors_run"], 3, "{g}");
+    assert_eq!(v["kernel"]["mangled"], "_Z13graph_consumePKfPfi");
+    let (code, out, _) = kreplay(&["info", capture("graph-node").to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("graph     kernel node 2 of 3 (5 nodes in all) in launch 2"),
+        "{out}"
+    );
+    // A plain launch has no graph line.
+    assert!(info("cuda-saxpy")["graph"].is_null());
 }

@@ -97,6 +97,9 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             format!(" attributes {:?}", l.attributes)
         }
     );
+    if let Some(g) = &d.graph {
+        out!(w, "graph     {}", crate::describe::graph_origin(g));
+    }
     out!(
         w,
         "original  {}{}",

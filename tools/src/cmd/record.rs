@@ -260,7 +260,10 @@ fn merge_kernels(reports: &[ProcessReport]) -> Vec<KernelStat> {
         for k in &r.kernels {
             by_name
                 .entry(k.name.clone())
-                .and_modify(|e| e.count += k.count)
+                .and_modify(|e| {
+                    e.count += k.count;
+                    e.in_graphs += k.in_graphs;
+                })
                 .or_insert_with(|| k.clone());
         }
     }
@@ -435,6 +438,7 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
     } else if a.csv {
         let mut rows = vec![[
             "count",
+            "in_graphs",
             "first_launch",
             "grid",
             "block",
@@ -447,6 +451,7 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
         for k in &kernels {
             rows.push(vec![
                 k.count.to_string(),
+                k.in_graphs.to_string(),
                 k.first_launch.to_string(),
                 format!("{}x{}x{}", k.grid[0], k.grid[1], k.grid[2]),
                 format!("{}x{}x{}", k.block[0], k.block[1], k.block[2]),
@@ -478,8 +483,9 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
         };
         out!(
             w,
-            "{:>8} {:>8}  {:<16} {:<14} {header}kernel",
+            "{:>8} {:>8} {:>8}  {:<16} {:<14} {header}kernel",
             "count",
+            "in graph",
             "first",
             "grid",
             "block"
@@ -487,8 +493,9 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
         for k in &kernels {
             out!(
                 w,
-                "{:>8} {:>8}  {:<16} {:<14} {}{}",
+                "{:>8} {:>8} {:>8}  {:<16} {:<14} {}{}",
                 k.count,
+                k.in_graphs,
                 k.first_launch,
                 format!("({},{},{})", k.grid[0], k.grid[1], k.grid[2]),
                 format!("({},{},{})", k.block[0], k.block[1], k.block[2]),

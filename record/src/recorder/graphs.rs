@@ -1,0 +1,426 @@
+//! Kernels inside CUDA graphs. Each executable graph is modelled when it is instantiated (and
+//! kept current through updates); each launch of it counts its enabled kernel nodes as
+//! executions. When an execution is to be captured, the recorder saves the memory that the
+//! node and the nodes it waits for can write, runs those nodes itself on the launch's stream,
+//! captures the node like an ordinary launch, puts the memory back, and lets the
+//! application's graph launch run as it would have: only that launch pays, and the
+//! application's results are unchanged.
+
+use std::ffi::c_void;
+
+use kreplay_cuda::callbacks::cbid;
+use kreplay_cuda::cupti::sys as csys;
+use kreplay_cuda::graph::{ForeignGraph, KernelNodeParams};
+use kreplay_cuda::{
+    ctx_synchronize, launch, sys, AsStream, ForeignFunction, ForeignStream, KernelArgs,
+    LaunchConfig,
+};
+use kreplay_format::GraphOrigin;
+use kreplay_protocol::config::{short_kernel_name, Mode};
+
+use super::{lock, Execution, FlagGuard, Recorder, IN_LAUNCH, SELF_CALLS};
+use crate::capture::{after_launch, before_launch, PreInput};
+use crate::error::RecordError;
+use crate::graph::{unreplayable, GraphModel, NodeOp};
+use crate::graph_track::{
+    read_graph, run_nodes, target_view, updated_kernel, writable_ranges, Saved,
+};
+
+/// A kernel node as counted at each launch.
+#[derive(Debug, Clone)]
+pub(super) struct ExecKernel {
+    node: usize,
+    name: String,
+    demangled: String,
+    wanted: bool,
+}
+
+/// An executable graph of the application.
+#[derive(Debug, Clone)]
+pub(super) struct ExecState {
+    model: GraphModel,
+    kernels: Vec<ExecKernel>,
+    launches: u64,
+    /// Why the parameters in force may differ from the model (an update kreplay does not
+    /// follow): its nodes are counted, not captured.
+    stale: Option<String>,
+    /// Argument bytes were kept (the graph may hold a wanted kernel).
+    keep_args: bool,
+}
+
+/// The first two pointer-sized fields of a graph callback's parameters: every graph call
+/// kreplay follows starts with the executable graph (or where it is written) and a second
+/// handle (graph, node or stream).
+#[repr(C)]
+struct Head {
+    first: *mut c_void,
+    second: *mut c_void,
+}
+
+fn succeeded(data: &csys::CUpti_CallbackData) -> bool {
+    data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT
+        && !data.functionReturnValue.is_null()
+        // SAFETY: at EXIT functionReturnValue points at the call's CUresult.
+        && unsafe { *(data.functionReturnValue as *const u32) } == 0
+}
+
+impl Recorder {
+    pub(super) fn on_graph(&self, id: u32, data: &csys::CUpti_CallbackData) {
+        if data.functionParams.is_null() {
+            return;
+        }
+        // SAFETY: every graph callback kreplay enables passes a struct that starts with two
+        // pointer-sized handles (see `Head`).
+        let head = unsafe { &*(data.functionParams as *const Head) };
+        let enter = data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
+        let exec = head.first as usize;
+        match id {
+            cbid::GRAPH_LAUNCH | cbid::GRAPH_LAUNCH_PTSZ if enter => {
+                self.on_graph_launch(exec, head.second as sys::CUstream)
+            }
+            cbid::GRAPH_EXEC_DESTROY if enter => {
+                lock(&self.inner).execs.remove(&exec);
+            }
+            cbid::GRAPH_INSTANTIATE
+            | cbid::GRAPH_INSTANTIATE_V2
+            | cbid::GRAPH_INSTANTIATE_WITH_FLAGS
+            | cbid::GRAPH_INSTANTIATE_WITH_PARAMS
+            | cbid::GRAPH_INSTANTIATE_WITH_PARAMS_PTSZ
+                if succeeded(data) && !head.first.is_null() =>
+            {
+                // SAFETY: the call succeeded, so *phGraphExec holds the new executable graph.
+                let exec = unsafe { *(head.first as *const sys::CUgraphExec) } as usize;
+                // SAFETY: the graph it was instantiated from, live during the call.
+                let graph = unsafe { ForeignGraph::from_raw(head.second as sys::CUgraph) };
+                self.on_instantiate(exec, graph);
+            }
+            cbid::GRAPH_EXEC_KERNEL_SET | cbid::GRAPH_EXEC_KERNEL_SET_V2 if succeeded(data) => {
+                // SAFETY: the parameter struct of this callback id.
+                let p = unsafe {
+                    if id == cbid::GRAPH_EXEC_KERNEL_SET {
+                        let p = &*(data.functionParams
+                            as *const csys::cuGraphExecKernelNodeSetParams_params);
+                        p.nodeParams.as_ref().map(KernelNodeParams::from_v1)
+                    } else {
+                        let p = &*(data.functionParams
+                            as *const csys::cuGraphExecKernelNodeSetParams_v2_params);
+                        p.nodeParams.as_ref().map(KernelNodeParams::from_raw)
+                    }
+                };
+                if let Some(p) = p {
+                    self.on_kernel_set(exec, head.second as usize, &p);
+                }
+            }
+            cbid::GRAPH_EXEC_UPDATE | cbid::GRAPH_EXEC_UPDATE_V2 if succeeded(data) => {
+                // SAFETY: the graph the executable graph was updated from, live during the call.
+                let graph = unsafe { ForeignGraph::from_raw(head.second as sys::CUgraph) };
+                self.on_update(exec, graph);
+            }
+            cbid::GRAPH_NODE_SET_ENABLED if succeeded(data) => {
+                // SAFETY: the parameter struct of this callback id.
+                let p =
+                    unsafe { &*(data.functionParams as *const csys::cuGraphNodeSetEnabled_params) };
+                let mut inner = lock(&self.inner);
+                if let Some(s) = inner.execs.get_mut(&exec) {
+                    match s.model.by_handle(p.hNode as usize) {
+                        Some(i) => s.model.nodes[i].enabled = p.isEnabled != 0,
+                        None => s.stale = Some("a node inside a child graph was disabled".into()),
+                    }
+                }
+            }
+            cbid::GRAPH_EXEC_NODE_SET
+            | cbid::GRAPH_EXEC_MEMCPY_SET
+            | cbid::GRAPH_EXEC_MEMSET_SET
+            | cbid::GRAPH_EXEC_CHILD_SET
+                if succeeded(data) =>
+            {
+                if let Some(s) = lock(&self.inner).execs.get_mut(&exec) {
+                    s.stale = Some("the executable graph's nodes were updated in a way kreplay does not follow yet (cuGraphExecNodeSetParams, memcpy, memset or child-graph parameters)".into());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_instantiate(&self, exec: usize, graph: ForeignGraph) {
+        let _self_calls = FlagGuard::force(&SELF_CALLS);
+        let names = match read_graph(graph, false) {
+            Ok(m) => m,
+            Err(e) => {
+                self.error(format!(
+                    "cannot read an instantiated CUDA graph ({e}); its kernels are not counted"
+                ));
+                return;
+            }
+        };
+        let kernels = self.exec_kernels(&names);
+        let keep_args = self.config.mode == Mode::Record
+            && (self.config.launch_index.is_some() || kernels.iter().any(|k| k.wanted));
+        let model = if keep_args {
+            match read_graph(graph, true) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.error(format!("cannot read an instantiated CUDA graph ({e})"));
+                    names
+                }
+            }
+        } else {
+            names
+        };
+        lock(&self.inner).execs.insert(
+            exec,
+            ExecState {
+                model,
+                kernels,
+                launches: 0,
+                stale: None,
+                keep_args,
+            },
+        );
+    }
+
+    fn exec_kernels(&self, model: &GraphModel) -> Vec<ExecKernel> {
+        model
+            .kernels()
+            .into_iter()
+            .filter_map(|i| match &model.nodes[i].op {
+                NodeOp::Kernel(k) => {
+                    let (wanted, demangled) = self.matches(&k.name);
+                    Some(ExecKernel {
+                        node: i,
+                        name: k.name.clone(),
+                        demangled,
+                        wanted,
+                    })
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn on_kernel_set(&self, exec: usize, node: usize, p: &KernelNodeParams) {
+        let keep = match lock(&self.inner).execs.get(&exec) {
+            Some(s) => s.keep_args,
+            None => return,
+        };
+        let k = {
+            let _self_calls = FlagGuard::force(&SELF_CALLS);
+            updated_kernel(p, keep)
+        };
+        let (wanted, demangled) = self.matches(&k.name);
+        let mut inner = lock(&self.inner);
+        let Some(s) = inner.execs.get_mut(&exec) else {
+            return;
+        };
+        match s.model.by_handle(node) {
+            Some(i) => {
+                if let Some(e) = s.kernels.iter_mut().find(|e| e.node == i) {
+                    e.name = k.name.clone();
+                    e.demangled = demangled;
+                    e.wanted = wanted;
+                }
+                s.model.nodes[i].op = NodeOp::Kernel(k);
+            }
+            None => s.stale = Some("a kernel node inside a child graph was updated".into()),
+        }
+    }
+
+    fn on_update(&self, exec: usize, graph: ForeignGraph) {
+        let keep = match lock(&self.inner).execs.get(&exec) {
+            Some(s) => s.keep_args,
+            None => return,
+        };
+        let read = {
+            let _self_calls = FlagGuard::force(&SELF_CALLS);
+            read_graph(graph, keep)
+        };
+        let paired = {
+            let mut inner = lock(&self.inner);
+            let Some(s) = inner.execs.get_mut(&exec) else {
+                return;
+            };
+            let mut read = read.ok();
+            let paired = read.as_mut().is_some_and(|m| m.keep_handles_of(&s.model));
+            if !paired {
+                s.stale = Some(
+                    "the executable graph was updated from a graph kreplay could not pair with it"
+                        .into(),
+                );
+            }
+            read.filter(|_| paired)
+        };
+        if let Some(model) = paired {
+            let kernels = self.exec_kernels(&model);
+            if let Some(s) = lock(&self.inner).execs.get_mut(&exec) {
+                s.model = model;
+                s.kernels = kernels;
+            }
+        }
+    }
+
+    /// Counts the executions of one launch of `exec`, and captures those asked for.
+    fn on_graph_launch(&self, exec: usize, stream: sys::CUstream) {
+        // SAFETY: the stream the application is launching the graph on, now.
+        let stream = unsafe { ForeignStream::from_raw(stream) };
+        // A graph launched into a stream capture becomes part of that graph: it runs later.
+        if matches!(stream.is_capturing(), Ok(true)) {
+            return;
+        }
+        let mut targets = Vec::new();
+        {
+            let mut guard = lock(&self.inner);
+            let inner = &mut *guard;
+            let Some(state) = inner.execs.get_mut(&exec) else {
+                return;
+            };
+            state.launches += 1;
+            let kernels = std::mem::take(&mut state.kernels);
+            let launch = state.launches;
+            for k in &kernels {
+                let Some((enabled, grid, block)) = state_node(inner, exec, k.node) else {
+                    continue;
+                };
+                if !enabled {
+                    continue;
+                }
+                let e = Execution {
+                    name: &k.name,
+                    demangled: &k.demangled,
+                    wanted: k.wanted,
+                    grid,
+                    block,
+                    in_graph: true,
+                };
+                if let Some((launch_index, index)) = self.count(inner, &e) {
+                    targets.push((k.node, launch_index, index, launch));
+                }
+            }
+            if let Some(state) = inner.execs.get_mut(&exec) {
+                state.kernels = kernels;
+            }
+        }
+        for (node, launch_index, index, launch) in targets {
+            let _self_calls = FlagGuard::force(&SELF_CALLS);
+            let _in_launch = FlagGuard::force(&IN_LAUNCH);
+            if let Err(e) = self.capture_node(exec, node, &stream, launch_index, index, launch) {
+                let name = lock(&self.inner)
+                    .execs
+                    .get(&exec)
+                    .and_then(|s| {
+                        s.kernels
+                            .iter()
+                            .find(|k| k.node == node)
+                            .map(|k| k.demangled.clone())
+                    })
+                    .unwrap_or_default();
+                self.error(format!(
+                    "capture of {} (match {index}, a node of a CUDA graph) failed: {e}; the application continues",
+                    short_kernel_name(&name)
+                ));
+            }
+        }
+    }
+
+    /// Captures kernel node `node` of this launch of `exec` (see the module comment).
+    fn capture_node(
+        &self,
+        exec: usize,
+        node: usize,
+        stream: &ForeignStream,
+        launch_index: u64,
+        index: u64,
+        graph_launch: u64,
+    ) -> Result<(), RecordError> {
+        let state =
+            lock(&self.inner).execs.get(&exec).cloned().ok_or_else(|| {
+                RecordError::GraphNode("the executable graph was destroyed".into())
+            })?;
+        if let Some(why) = &state.stale {
+            return Err(RecordError::GraphNode(why.clone()));
+        }
+        let model = &state.model;
+        let before: Vec<usize> = model
+            .ancestors(node)
+            .into_iter()
+            .filter(|&i| model.nodes[i].enabled)
+            .collect();
+        if let Some(why) = unreplayable(model, &before) {
+            return Err(RecordError::GraphNode(why));
+        }
+        let NodeOp::Kernel(k) = &model.nodes[node].op else {
+            return Err(RecordError::GraphNode("not a kernel node".into()));
+        };
+        let Some(args) = k.args.clone() else {
+            return Err(RecordError::GraphNode(
+                "its arguments were not recorded".into(),
+            ));
+        };
+        let target = self.target(&k.name)?;
+        // SAFETY: the function of a node of a live executable graph.
+        let function = unsafe { ForeignFunction::from_launch(k.function as sys::CUfunction) };
+        ctx_synchronize().map_err(RecordError::cuda("synchronising before the graph launch"))?;
+        let mut globals = Vec::new();
+        if let Ok(m) = function.module() {
+            for (name, _) in &target.objects {
+                if let Ok((addr, size)) = m.global(name) {
+                    globals.push((name.clone(), addr, size));
+                }
+            }
+        }
+        let saved = Saved::take(&writable_ranges(model, &before, &globals, node)?)?;
+        let captured = (|| {
+            run_nodes(model, &before, stream)?;
+            ctx_synchronize().map_err(RecordError::cuda("running the nodes before the target"))?;
+            let view = target_view(k, stream.raw_stream());
+            let mut p = before_launch(PreInput {
+                view: &view,
+                function,
+                args: args.clone(),
+                layout: k.layout.clone(),
+                kernel_name: k.name.clone(),
+                module: target.module,
+                module_objects: &target.objects,
+                allocations: target.allocations,
+                correlation: 0,
+            })?;
+            let mut a = KernelArgs::new(args, &k.layout).map_err(RecordError::GraphNode)?;
+            let cfg = LaunchConfig::new(k.grid, k.block, k.shared_bytes);
+            launch(&function, &cfg, &mut a, stream)
+                .map_err(RecordError::cuda("launching the graph node"))?;
+            after_launch(&mut p)?;
+            Ok::<_, RecordError>(p)
+        })();
+        // Whatever happened, the application's launch must find the memory as it was.
+        let restored = saved.put_back();
+        let mut p = captured?;
+        restored?;
+        self.describe(&mut p.data, index, launch_index, target.device);
+        p.data.graph = Some(GraphOrigin {
+            graph_launch,
+            graph_exec: exec as u64,
+            kernel_node: state
+                .kernels
+                .iter()
+                .position(|e| e.node == node)
+                .map_or(0, |i| i as u32 + 1),
+            kernel_nodes: state.kernels.len() as u32,
+            nodes: model.nodes.len() as u32,
+            ancestors_run: before.len() as u32,
+        });
+        self.write(p.data);
+        Ok(())
+    }
+}
+
+/// (enabled, grid, block) of a node of an executable graph.
+fn state_node(
+    inner: &super::Inner,
+    exec: usize,
+    node: usize,
+) -> Option<(bool, [u32; 3], [u32; 3])> {
+    let n = inner.execs.get(&exec)?.model.nodes.get(node)?;
+    match &n.op {
+        NodeOp::Kernel(k) => Some((n.enabled, k.grid, k.block)),
+        _ => None,
+    }
+}

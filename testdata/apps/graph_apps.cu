@@ -1,0 +1,269 @@
+// CUDA graph test applications for kreplay: one binary, one scenario per argument. Each prints
+// a deterministic checksum of its results, and the number of times each kernel ran, so a run
+// under `kreplay record` can be compared with a plain run and `kreplay list` with the truth.
+//
+//   graph_apps stream N     stream-captured graph (produce -> scale -> sum), launched N times
+//                           on new inputs
+//   graph_apps explicit N   graph API: produce -> memcpy -> consume (consume reads what produce
+//                           wrote through a copy), plus a memset node; launched N times
+//   graph_apps child N      produce -> [child graph: memset, consume] -> finish; N launches
+//   graph_apps update N     one axpy node whose scalar and input buffer change between
+//                           launches (cudaGraphExecKernelNodeSetParams); N launches
+//   graph_apps bench N      a 20-node chain of tiny kernels launched N times; prints the time
+//
+// A third argument sets the elements per buffer (default 1 Mi).
+#include <cuda_runtime.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CK(x)                                                                          \
+  do {                                                                                 \
+    cudaError_t e = (x);                                                               \
+    if (e != cudaSuccess) {                                                            \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      exit(1);                                                                         \
+    }                                                                                  \
+  } while (0)
+
+static double checksum(const std::vector<float>& v) {
+  double s = 0;
+  for (size_t i = 0; i < v.size(); ++i) s += v[i] * (1.0 + (i % 7));
+  return s;
+}
+
+static std::vector<float> iota(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * (float)((i * 2654435761u) % 1000) / 1000.0f;
+  return v;
+}
+
+__global__ void graph_produce(const float* x, float* tmp, int n, float k) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) tmp[i] = x[i] * k + 1.0f;
+}
+
+// Reads what an earlier node of the same launch wrote.
+__global__ void graph_consume(const float* tmp, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = y[i] * 0.5f + tmp[i] * tmp[i];
+}
+
+__global__ void graph_finish(float* y, const float* z, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += z[i];
+}
+
+__global__ void graph_axpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+
+__global__ void graph_tick(float* v) {
+  if (threadIdx.x == 0) v[blockIdx.x] += 1.0f;
+}
+
+// Elements per buffer (third argument; default 1 Mi).
+static int N = 1 << 20;
+static unsigned BLOCKS = (N + 255) / 256;
+
+struct Buffers {
+  float *x, *tmp, *tmp2, *y, *z;
+  std::vector<float> hx, hy;
+  Buffers() : hx(iota(N, 1.0f)), hy(iota(N, 2.0f)) {
+    for (float** p : {&x, &tmp, &tmp2, &y, &z}) CK(cudaMalloc(p, N * 4));
+    CK(cudaMemcpy(x, hx.data(), N * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(y, hy.data(), N * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(tmp, 0, N * 4));
+    CK(cudaMemset(tmp2, 0, N * 4));
+    CK(cudaMemset(z, 0, N * 4));
+  }
+  // New input for the next launch.
+  void next_input(int launch, cudaStream_t s) {
+    for (int i = 0; i < N; i += 4097) hx[i] = (float)(launch * 3 + i % 11);
+    CK(cudaMemcpyAsync(x, hx.data(), N * 4, cudaMemcpyHostToDevice, s));
+    CK(cudaStreamSynchronize(s));
+  }
+  void print(const char* what, int launches) {
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(hy.data(), y, N * 4, cudaMemcpyDeviceToHost));
+    printf("%s %d launches %.6f\n", what, launches, checksum(hy));
+  }
+};
+
+static cudaGraphNode_t kernel_node(cudaGraph_t g, const cudaGraphNode_t* deps, size_t ndeps,
+                                   void* fn, void** args) {
+  cudaKernelNodeParams p = {};
+  p.func = fn;
+  p.gridDim = dim3(BLOCKS);
+  p.blockDim = dim3(256);
+  p.kernelParams = args;
+  cudaGraphNode_t node;
+  CK(cudaGraphAddKernelNode(&node, g, deps, ndeps, &p));
+  return node;
+}
+
+static int run_stream(int launches) {
+  Buffers b;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  graph_produce<<<BLOCKS, 256, 0, s>>>(b.x, b.tmp, N, 2.0f);
+  graph_consume<<<BLOCKS, 256, 0, s>>>(b.tmp, b.y, N);
+  graph_finish<<<BLOCKS, 256, 0, s>>>(b.y, b.tmp, N);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphDestroy(g));  // as PyTorch does: only the executable graph stays
+  for (int i = 0; i < launches; ++i) {
+    b.next_input(i, s);
+    CK(cudaGraphLaunch(ge, s));
+  }
+  b.print("stream", launches);
+  return 0;
+}
+
+static int run_explicit(int launches) {
+  Buffers b;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  CK(cudaGraphCreate(&g, 0));
+  int n = N;
+  float k = 3.0f;
+  void* pargs[] = {&b.x, &b.tmp, &n, &k};
+  cudaGraphNode_t produce = kernel_node(g, nullptr, 0, (void*)graph_produce, pargs);
+  cudaGraphNode_t copy;
+  CK(cudaGraphAddMemcpyNode1D(&copy, g, &produce, 1, b.tmp2, b.tmp, N * 4, cudaMemcpyDeviceToDevice));
+  cudaMemsetParams ms = {};
+  ms.dst = b.z;
+  ms.value = 0;
+  ms.elementSize = 4;
+  ms.width = N;
+  ms.height = 1;
+  cudaGraphNode_t zero;
+  CK(cudaGraphAddMemsetNode(&zero, g, nullptr, 0, &ms));
+  cudaGraphNode_t deps[] = {copy, zero};
+  void* cargs[] = {&b.tmp2, &b.y, &n};
+  cudaGraphNode_t consume = kernel_node(g, deps, 2, (void*)graph_consume, cargs);
+  void* fargs[] = {&b.y, &b.z, &n};
+  kernel_node(g, &consume, 1, (void*)graph_finish, fargs);
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < launches; ++i) {
+    b.next_input(i, s);
+    CK(cudaGraphLaunch(ge, s));
+  }
+  b.print("explicit", launches);
+  return 0;
+}
+
+static int run_child(int launches) {
+  Buffers b;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int n = N;
+  float k = 0.5f;
+  cudaGraph_t child;
+  CK(cudaGraphCreate(&child, 0));
+  cudaMemsetParams ms = {};
+  ms.dst = b.z;
+  ms.value = 0;
+  ms.elementSize = 4;
+  ms.width = N;
+  ms.height = 1;
+  cudaGraphNode_t zero;
+  CK(cudaGraphAddMemsetNode(&zero, child, nullptr, 0, &ms));
+  void* cargs[] = {&b.tmp, &b.y, &n};
+  kernel_node(child, &zero, 1, (void*)graph_consume, cargs);
+  cudaGraph_t g;
+  CK(cudaGraphCreate(&g, 0));
+  void* pargs[] = {&b.x, &b.tmp, &n, &k};
+  cudaGraphNode_t produce = kernel_node(g, nullptr, 0, (void*)graph_produce, pargs);
+  cudaGraphNode_t sub;
+  CK(cudaGraphAddChildGraphNode(&sub, g, &produce, 1, child));
+  void* fargs[] = {&b.y, &b.tmp, &n};
+  kernel_node(g, &sub, 1, (void*)graph_finish, fargs);
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < launches; ++i) {
+    b.next_input(i, s);
+    CK(cudaGraphLaunch(ge, s));
+  }
+  b.print("child", launches);
+  return 0;
+}
+
+static int run_update(int launches) {
+  Buffers b;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  CK(cudaGraphCreate(&g, 0));
+  int n = N;
+  float a = 1.0f;
+  void* args[] = {&a, &b.x, &b.y, &n};
+  cudaGraphNode_t node = kernel_node(g, nullptr, 0, (void*)graph_axpy, args);
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaMemcpy(b.tmp, b.hy.data(), N * 4, cudaMemcpyHostToDevice));
+  for (int i = 0; i < launches; ++i) {
+    // Each launch runs with another scalar, and every other one reads another buffer.
+    float na = 0.25f * (float)(i + 1);
+    float* src = (i % 2) ? b.tmp : b.x;
+    void* nargs[] = {&na, &src, &b.y, &n};
+    cudaKernelNodeParams p = {};
+    p.func = (void*)graph_axpy;
+    p.gridDim = dim3(BLOCKS);
+    p.blockDim = dim3(256);
+    p.kernelParams = nargs;
+    CK(cudaGraphExecKernelNodeSetParams(ge, node, &p));
+    CK(cudaGraphLaunch(ge, s));
+  }
+  b.print("update", launches);
+  return 0;
+}
+
+static int run_bench(int launches) {
+  float* v;
+  CK(cudaMalloc(&v, 64 * 4));
+  CK(cudaMemset(v, 0, 64 * 4));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < 20; ++i) graph_tick<<<64, 32, 0, s>>>(v);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, s));  // warm
+  CK(cudaStreamSynchronize(s));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < launches; ++i) CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<float> h(64);
+  CK(cudaMemcpy(h.data(), v, 64 * 4, cudaMemcpyDeviceToHost));
+  printf("bench %d launches of a 20-node graph: %.3f ms (%.2f us per launch), v[0] %.0f\n",
+         launches, ms, ms * 1e3 / launches, h[0]);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const char* m = argc > 1 ? argv[1] : "";
+  int launches = argc > 2 ? atoi(argv[2]) : 5;
+  if (argc > 3) {
+    N = atoi(argv[3]);
+    BLOCKS = (N + 255) / 256;
+  }
+  if (!strcmp(m, "stream")) return run_stream(launches);
+  if (!strcmp(m, "explicit")) return run_explicit(launches);
+  if (!strcmp(m, "child")) return run_child(launches);
+  if (!strcmp(m, "update")) return run_update(launches);
+  if (!strcmp(m, "bench")) return run_bench(launches);
+  fprintf(stderr, "usage: graph_apps stream|explicit|child|update|bench [N]\n");
+  return 2;
+}
