@@ -191,6 +191,9 @@ run_case graph-stream      'graph_consume' 4 "" -- "$G" stream 5
 run_case graph-explicit    'graph_consume' 3 "" -- "$G" explicit 4
 run_case graph-child       'graph_consume' 2 "" -- "$G" child 3
 run_case graph-update      'graph_axpy'    4 "" -- "$G" update 5
+run_case graph-exec-update 'graph_axpy'    4 "" -- "$G" whole 5
+# A host-function node before the target: not captured, said, the application unaffected.
+KARGS=(record -k graph_consume --nth 2); check_case graph-host 3 'host function.*the application continues' -- "$G" host 3
 run_case torch-cudagraph   'Gelu'          3 "" -- python3 "$APPS/torch_graph_app.py" cudagraph 3
 if [[ "torch-compile" =~ $ONLY ]]; then
   # The last execution of a Triton kernel that ran in a CUDA graph is a graph replay. A first
@@ -216,7 +219,7 @@ fi
 # list counts executions: every node each time its graph is launched, none at capture time.
 if [[ "graph-list" =~ $ONLY ]]; then
   echo "== graph-list"
-  for m in "stream 5" "explicit 4" "child 3" "update 5"; do
+  for m in "stream 5" "explicit 4" "child 3" "update 5" "whole 5" "host 3"; do
     "$KR" list --json -- "$G" $m > "$WORK/glist-${m% *}.json" 2> /dev/null
   done
   "$KR" list --json -- python3 "$APPS/torch_graph_app.py" cudagraph 3 > "$WORK/glist-torch.json" 2> /dev/null
@@ -228,6 +231,8 @@ expect = {  # app: {kernel substring: (count, in_graphs)}
     "explicit": {"graph_produce": (4, 4), "graph_consume": (4, 4), "graph_finish": (4, 4)},
     "child": {"graph_produce": (3, 3), "graph_consume": (3, 3), "graph_finish": (3, 3)},
     "update": {"graph_axpy": (5, 5)},
+    "whole": {"graph_produce": (5, 5), "graph_axpy": (5, 5)},
+    "host": {"graph_consume": (3, 3)},
     "torch": {"Gelu": (4, 3)},  # one eager warm-up, three replays; the capture is not a run
 }
 bad = []

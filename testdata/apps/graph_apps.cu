@@ -9,6 +9,11 @@
 //   graph_apps child N      produce -> [child graph: memset, consume] -> finish; N launches
 //   graph_apps update N     one axpy node whose scalar and input buffer change between
 //                           launches (cudaGraphExecKernelNodeSetParams); N launches
+//   graph_apps whole N      produce -> axpy; from launch 3 on, the executable graph is updated
+//                           from another graph of the same shape (cudaGraphExecUpdate: new
+//                           scalar, other buffers)
+//   graph_apps host N       a host-function node, then consume: the recorder cannot run the
+//                           host node again, so it does not capture consume (and says so)
 //   graph_apps bench N      a 20-node chain of tiny kernels launched N times; prints the time
 //
 // A third argument sets the elements per buffer (default 1 Mi).
@@ -227,6 +232,63 @@ static int run_update(int launches) {
   return 0;
 }
 
+static cudaGraph_t produce_axpy(Buffers& b, int* n, float* k, float* a, float** src, float** dst) {
+  cudaGraph_t g;
+  CK(cudaGraphCreate(&g, 0));
+  void* pargs[] = {&b.x, src, n, k};
+  cudaGraphNode_t produce = kernel_node(g, nullptr, 0, (void*)graph_produce, pargs);
+  void* aargs[] = {a, src, dst, n};
+  kernel_node(g, &produce, 1, (void*)graph_axpy, aargs);
+  return g;
+}
+
+static int run_whole_update(int launches) {
+  Buffers b;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int n = N;
+  float k1 = 2.0f, a1 = 1.0f, k2 = 3.0f, a2 = -0.5f;
+  cudaGraph_t g1 = produce_axpy(b, &n, &k1, &a1, &b.tmp, &b.y);
+  cudaGraph_t g2 = produce_axpy(b, &n, &k2, &a2, &b.tmp2, &b.y);
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g1, 0));
+  for (int i = 0; i < launches; ++i) {
+    if (i == 2) {
+      cudaGraphExecUpdateResultInfo info;
+      CK(cudaGraphExecUpdate(ge, g2, &info));
+    }
+    b.next_input(i, s);
+    CK(cudaGraphLaunch(ge, s));
+  }
+  b.print("whole", launches);
+  return 0;
+}
+
+static int host_calls = 0;
+static void CUDART_CB count_call(void*) { ++host_calls; }
+
+static int run_host(int launches) {
+  Buffers b;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  CK(cudaGraphCreate(&g, 0));
+  cudaHostNodeParams hp = {};
+  hp.fn = count_call;
+  cudaGraphNode_t host;
+  CK(cudaGraphAddHostNode(&host, g, nullptr, 0, &hp));
+  int n = N;
+  void* cargs[] = {&b.x, &b.y, &n};
+  kernel_node(g, &host, 1, (void*)graph_consume, cargs);
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < launches; ++i) CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  printf("host node ran %d times\n", host_calls);
+  b.print("host", launches);
+  return 0;
+}
+
 static int run_bench(int launches) {
   float* v;
   CK(cudaMalloc(&v, 64 * 4));
@@ -263,7 +325,9 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "explicit")) return run_explicit(launches);
   if (!strcmp(m, "child")) return run_child(launches);
   if (!strcmp(m, "update")) return run_update(launches);
+  if (!strcmp(m, "whole")) return run_whole_update(launches);
+  if (!strcmp(m, "host")) return run_host(launches);
   if (!strcmp(m, "bench")) return run_bench(launches);
-  fprintf(stderr, "usage: graph_apps stream|explicit|child|update|bench [N]\n");
+  fprintf(stderr, "usage: graph_apps stream|explicit|child|update|whole|host|bench [N [ELEMENTS]]\n");
   return 2;
 }
