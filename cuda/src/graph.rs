@@ -218,24 +218,30 @@ impl ForeignGraph {
 
     /// Every node, in the order the driver lists them.
     pub fn nodes(&self) -> CuResult<Vec<ForeignNode>> {
-        let mut n = 0usize;
-        // SAFETY: a null array asks for the count only; the graph is live.
-        check(
-            unsafe { sys::cuGraphGetNodes(self.0, ptr::null_mut(), &mut n) },
-            "cuGraphGetNodes",
-        )?;
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        let mut v = vec![ptr::null_mut(); n];
-        // SAFETY: v holds n node handles.
-        check(
-            unsafe { sys::cuGraphGetNodes(self.0, v.as_mut_ptr(), &mut n) },
-            "cuGraphGetNodes",
-        )?;
-        v.truncate(n);
-        Ok(v.into_iter().map(ForeignNode).collect())
+        let g = self.0;
+        // SAFETY: the graph is live; `fill` passes a null array (count only) or one of n handles.
+        handles("cuGraphGetNodes", |array, n| unsafe {
+            sys::cuGraphGetNodes(g, array, n)
+        })
     }
+}
+
+/// The driver's two-call pattern for a list of node handles: ask for the count, then fill an
+/// array of that many. A count of 0 is answered without the second call (the driver refuses
+/// an array with a count of 0).
+fn handles(
+    call: &'static str,
+    fill: impl Fn(*mut sys::CUgraphNode, &mut usize) -> sys::CUresult,
+) -> CuResult<Vec<ForeignNode>> {
+    let mut n = 0usize;
+    check(fill(ptr::null_mut(), &mut n), call)?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut v = vec![ptr::null_mut(); n];
+    check(fill(v.as_mut_ptr(), &mut n), call)?;
+    v.truncate(n);
+    Ok(v.into_iter().map(ForeignNode).collect())
 }
 
 impl ForeignNode {
@@ -262,28 +268,11 @@ impl ForeignNode {
 
     /// The nodes this one depends on.
     pub fn dependencies(&self) -> CuResult<Vec<ForeignNode>> {
-        let mut n = 0usize;
-        // SAFETY: null array: count only.
-        check(
-            unsafe {
-                sys::cuGraphNodeGetDependencies_v2(self.0, ptr::null_mut(), ptr::null_mut(), &mut n)
-            },
-            "cuGraphNodeGetDependencies",
-        )?;
-        // An array with a count of 0 is refused (INVALID_VALUE): a root node is done here.
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        let mut v = vec![ptr::null_mut(); n];
-        // SAFETY: v holds n handles.
-        check(
-            unsafe {
-                sys::cuGraphNodeGetDependencies_v2(self.0, v.as_mut_ptr(), ptr::null_mut(), &mut n)
-            },
-            "cuGraphNodeGetDependencies",
-        )?;
-        v.truncate(n);
-        Ok(v.into_iter().map(ForeignNode).collect())
+        let node = self.0;
+        // SAFETY: a node of a live graph; no edge data is asked for.
+        handles("cuGraphNodeGetDependencies", |array, n| unsafe {
+            sys::cuGraphNodeGetDependencies_v2(node, array, ptr::null_mut(), n)
+        })
     }
 
     pub fn kernel_params(&self) -> CuResult<KernelNodeParams> {

@@ -110,6 +110,29 @@ static cudaGraphNode_t kernel_node(cudaGraph_t g, const cudaGraphNode_t* deps, s
   return node;
 }
 
+// Launches the executable graph `launches` times, each on a new input, and prints the result.
+static int launch_all(cudaGraphExec_t ge, cudaStream_t s, Buffers& b, int launches, const char* what) {
+  for (int i = 0; i < launches; ++i) {
+    b.next_input(i, s);
+    CK(cudaGraphLaunch(ge, s));
+  }
+  b.print(what, launches);
+  return 0;
+}
+
+// A node that zeroes `dst` (N floats).
+static cudaGraphNode_t zero_node(cudaGraph_t g, float* dst) {
+  cudaMemsetParams ms = {};
+  ms.dst = dst;
+  ms.value = 0;
+  ms.elementSize = 4;
+  ms.width = N;
+  ms.height = 1;
+  cudaGraphNode_t node;
+  CK(cudaGraphAddMemsetNode(&node, g, nullptr, 0, &ms));
+  return node;
+}
+
 static int run_stream(int launches) {
   Buffers b;
   cudaStream_t s;
@@ -123,12 +146,7 @@ static int run_stream(int launches) {
   CK(cudaStreamEndCapture(s, &g));
   CK(cudaGraphInstantiate(&ge, g, 0));
   CK(cudaGraphDestroy(g));  // as PyTorch does: only the executable graph stays
-  for (int i = 0; i < launches; ++i) {
-    b.next_input(i, s);
-    CK(cudaGraphLaunch(ge, s));
-  }
-  b.print("stream", launches);
-  return 0;
+  return launch_all(ge, s, b, launches, "stream");
 }
 
 static int run_explicit(int launches) {
@@ -143,14 +161,7 @@ static int run_explicit(int launches) {
   cudaGraphNode_t produce = kernel_node(g, nullptr, 0, (void*)graph_produce, pargs);
   cudaGraphNode_t copy;
   CK(cudaGraphAddMemcpyNode1D(&copy, g, &produce, 1, b.tmp2, b.tmp, N * 4, cudaMemcpyDeviceToDevice));
-  cudaMemsetParams ms = {};
-  ms.dst = b.z;
-  ms.value = 0;
-  ms.elementSize = 4;
-  ms.width = N;
-  ms.height = 1;
-  cudaGraphNode_t zero;
-  CK(cudaGraphAddMemsetNode(&zero, g, nullptr, 0, &ms));
+  cudaGraphNode_t zero = zero_node(g, b.z);
   cudaGraphNode_t deps[] = {copy, zero};
   void* cargs[] = {&b.tmp2, &b.y, &n};
   cudaGraphNode_t consume = kernel_node(g, deps, 2, (void*)graph_consume, cargs);
@@ -158,12 +169,7 @@ static int run_explicit(int launches) {
   kernel_node(g, &consume, 1, (void*)graph_finish, fargs);
   cudaGraphExec_t ge;
   CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < launches; ++i) {
-    b.next_input(i, s);
-    CK(cudaGraphLaunch(ge, s));
-  }
-  b.print("explicit", launches);
-  return 0;
+  return launch_all(ge, s, b, launches, "explicit");
 }
 
 static int run_child(int launches) {
@@ -174,14 +180,7 @@ static int run_child(int launches) {
   float k = 0.5f;
   cudaGraph_t child;
   CK(cudaGraphCreate(&child, 0));
-  cudaMemsetParams ms = {};
-  ms.dst = b.z;
-  ms.value = 0;
-  ms.elementSize = 4;
-  ms.width = N;
-  ms.height = 1;
-  cudaGraphNode_t zero;
-  CK(cudaGraphAddMemsetNode(&zero, child, nullptr, 0, &ms));
+  cudaGraphNode_t zero = zero_node(child, b.z);
   void* cargs[] = {&b.tmp, &b.y, &n};
   kernel_node(child, &zero, 1, (void*)graph_consume, cargs);
   cudaGraph_t g;
@@ -194,12 +193,7 @@ static int run_child(int launches) {
   kernel_node(g, &sub, 1, (void*)graph_finish, fargs);
   cudaGraphExec_t ge;
   CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < launches; ++i) {
-    b.next_input(i, s);
-    CK(cudaGraphLaunch(ge, s));
-  }
-  b.print("child", launches);
-  return 0;
+  return launch_all(ge, s, b, launches, "child");
 }
 
 static int run_update(int launches) {
