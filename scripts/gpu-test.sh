@@ -192,6 +192,7 @@ run_case graph-explicit    'graph_consume' 3 "" -- "$G" explicit 4
 run_case graph-child       'graph_consume' 2 "" -- "$G" child 3
 run_case graph-update      'graph_axpy'    4 "" -- "$G" update 5
 run_case graph-exec-update 'graph_axpy'    4 "" -- "$G" whole 5
+run_case graph-cluster     'graph_cluster' 2 "" -- "$G" cluster 3
 # A host-function node before the target: not captured, said, the application unaffected.
 KARGS=(record -k graph_consume --nth 2); check_case graph-host 3 'host function.*the application continues' -- "$G" host 3
 run_case torch-cudagraph   'Gelu'          3 "" -- python3 "$APPS/torch_graph_app.py" cudagraph 3

@@ -286,6 +286,31 @@ impl ForeignNode {
         Ok(KernelNodeParams::from_raw(&p))
     }
 
+    /// The launch attributes set on a kernel node among `ids`, as (id, 64 value bytes); an
+    /// attribute whose value is all zero (not set) or that the node cannot hold is left out.
+    pub fn kernel_attributes(&self, ids: &[u32]) -> Vec<(u32, [u8; 64])> {
+        let mut out = Vec::new();
+        for &id in ids {
+            let Some(attr) = crate::launch::attribute_id(id) else {
+                continue;
+            };
+            let mut v = std::mem::MaybeUninit::<sys::CUkernelNodeAttrValue>::zeroed();
+            // SAFETY: writes one attribute value (a union of plain data) for a kernel node.
+            let r = unsafe { sys::cuGraphKernelNodeGetAttribute(self.0, attr, v.as_mut_ptr()) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                continue;
+            }
+            let mut bytes = [0u8; 64];
+            let n = 64.min(std::mem::size_of::<sys::CUkernelNodeAttrValue>());
+            // SAFETY: the union's first n bytes, zeroed and then written by the driver.
+            unsafe { ptr::copy_nonoverlapping(v.as_ptr().cast::<u8>(), bytes.as_mut_ptr(), n) };
+            if bytes.iter().any(|&b| b != 0) {
+                out.push((id, bytes));
+            }
+        }
+        out
+    }
+
     pub fn memset_params(&self) -> CuResult<MemsetParams> {
         // SAFETY: plain data.
         let mut p: sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };

@@ -19,6 +19,9 @@ pub struct KernelNode {
     pub layout: Vec<(u32, u32)>,
     /// Argument bytes (kept only for graphs that may hold a wanted kernel).
     pub args: Option<Vec<u8>>,
+    /// Launch attributes set on the node (cluster dimensions, cooperative, priority, ...):
+    /// (id, 64 value bytes).
+    pub attributes: Vec<(u32, [u8; 64])>,
 }
 
 /// What running a node means.
@@ -225,6 +228,7 @@ mod tests {
             shared_bytes: 0,
             layout: vec![],
             args: Some(vec![]),
+            attributes: vec![],
         })
     }
 

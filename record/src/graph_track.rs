@@ -4,7 +4,8 @@
 //! then runs on exactly the memory it would have found.
 
 use kreplay_cuda::graph::{
-    memcpy_async, memset_async, CopyDestination, ForeignGraph, KernelNodeParams, NodeKind,
+    memcpy_async, memset_async, CopyDestination, ForeignGraph, ForeignNode, KernelNodeParams,
+    NodeKind,
 };
 use kreplay_cuda::{
     copy_dtod_async, copy_htod, launch, pointer, ForeignFunction, ForeignStream, KernelArgs,
@@ -21,8 +22,15 @@ use crate::walk::{walk, Limits, Roots};
 /// Child graphs nested deeper than this are not read.
 const MAX_DEPTH: u32 = 16;
 
-/// Reads one kernel node: its name always, its layout and argument bytes when `keep_args`.
-fn kernel_node(p: &KernelNodeParams, keep_args: bool) -> KernelNode {
+/// Launch attributes read from kernel nodes: those whose values are plain data (no handles,
+/// no pointers): cooperative, synchronization policy, cluster dimension, cluster scheduling,
+/// priority, memory sync domain map and domain, shared memory carveout.
+const NODE_ATTRIBUTES: [u32; 8] = [2, 3, 4, 5, 8, 9, 10, 14];
+
+/// Reads one kernel node: its name always, its layout, argument bytes and launch attributes
+/// when `keep_args` (`node` is absent for parameters passed to an update call: the node's
+/// attributes are then kept by the caller).
+fn kernel_node(p: &KernelNodeParams, keep_args: bool, node: Option<&ForeignNode>) -> KernelNode {
     // SAFETY: the node's function, read from a live graph in the instantiate callback.
     let f = unsafe { ForeignFunction::from_launch(p.function) };
     let name = f.name().unwrap_or_default();
@@ -44,6 +52,10 @@ fn kernel_node(p: &KernelNodeParams, keep_args: bool) -> KernelNode {
         shared_bytes: p.shared_bytes,
         layout,
         args,
+        attributes: match node {
+            Some(n) if keep_args => n.kernel_attributes(&NODE_ATTRIBUTES),
+            _ => Vec::new(),
+        },
     }
 }
 
@@ -64,8 +76,18 @@ fn node_view(p: &KernelNodeParams, stream: kreplay_cuda::sys::CUstream) -> Launc
 
 /// The launch of a modelled kernel node on `stream`, for the capture.
 pub fn target_view(k: &KernelNode, stream: kreplay_cuda::sys::CUstream) -> LaunchView {
+    let cooperative = k
+        .attributes
+        .iter()
+        .any(|(id, v)| *id == kreplay_cuda::launch::attr::COOPERATIVE && v[..4] != [0; 4]);
     LaunchView {
-        api: LaunchApi::LaunchKernel,
+        api: if cooperative {
+            LaunchApi::LaunchCooperativeKernel
+        } else if k.attributes.is_empty() {
+            LaunchApi::LaunchKernel
+        } else {
+            LaunchApi::LaunchKernelEx
+        },
         function: k.function as kreplay_cuda::sys::CUfunction,
         grid: k.grid,
         block: k.block,
@@ -73,13 +95,23 @@ pub fn target_view(k: &KernelNode, stream: kreplay_cuda::sys::CUstream) -> Launc
         stream,
         kernel_params: std::ptr::null_mut(),
         extra: std::ptr::null_mut(),
-        attributes: Vec::new(),
+        attributes: k.attributes.clone(),
     }
 }
 
-/// Re-reads a kernel node's parameters from a set-params call.
+/// The launch configuration of a modelled kernel node.
+pub fn node_config(k: &KernelNode) -> Result<LaunchConfig, RecordError> {
+    let mut cfg = LaunchConfig::new(k.grid, k.block, k.shared_bytes);
+    for (id, v) in &k.attributes {
+        cfg.attribute(*id, v)
+            .map_err(RecordError::cuda("setting a graph node's launch attribute"))?;
+    }
+    Ok(cfg)
+}
+
+/// Re-reads a kernel node's parameters from a set-params call (attributes are not among them).
 pub fn updated_kernel(p: &KernelNodeParams, keep_args: bool) -> KernelNode {
-    kernel_node(p, keep_args)
+    kernel_node(p, keep_args, None)
 }
 
 fn read_level(g: ForeignGraph, keep_args: bool, depth: u32) -> Result<Vec<RawNode>, String> {
@@ -104,7 +136,11 @@ fn read_level(g: ForeignGraph, keep_args: bool, depth: u32) -> Result<Vec<RawNod
             .collect::<Result<Vec<usize>, _>>()?;
         let (op, child) = match kind {
             NodeKind::Kernel => (
-                NodeOp::Kernel(kernel_node(&n.kernel_params().map_err(e)?, keep_args)),
+                NodeOp::Kernel(kernel_node(
+                    &n.kernel_params().map_err(e)?,
+                    keep_args,
+                    Some(n),
+                )),
                 None,
             ),
             NodeKind::Memset => (NodeOp::Memset(n.memset_params().map_err(e)?), None),
@@ -162,8 +198,7 @@ pub fn run_nodes(
                 };
                 let mut a =
                     KernelArgs::new(args.clone(), &k.layout).map_err(RecordError::GraphNode)?;
-                let cfg = LaunchConfig::new(k.grid, k.block, k.shared_bytes);
-                launch(&f, &cfg, &mut a, stream).map_err(e)?;
+                launch(&f, &node_config(k)?, &mut a, stream).map_err(e)?;
             }
             NodeOp::Memset(p) => memset_async(p, stream).map_err(e)?,
             NodeOp::Memcpy(p) => memcpy_async(p, stream).map_err(e)?,

@@ -14,9 +14,12 @@
 //                           scalar, other buffers)
 //   graph_apps host N       a host-function node, then consume: the recorder cannot run the
 //                           host node again, so it does not capture consume (and says so)
+//   graph_apps cluster N    produce -> a kernel launched with 4-block clusters (its output
+//                           depends on the cluster size), stream-captured; N launches
 //   graph_apps bench N      a 20-node chain of tiny kernels launched N times; prints the time
 //
 // A third argument sets the elements per buffer (default 1 Mi).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <chrono>
 #include <cstdio>
@@ -64,6 +67,19 @@ __global__ void graph_finish(float* y, const float* z, int n) {
 __global__ void graph_axpy(float a, const float* x, float* y, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = a * x[i] + y[i];
+}
+
+// Each block adds the rank of its neighbour in the cluster: wrong without the cluster launch.
+__global__ void graph_cluster(const float* tmp, float* y, int n) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float rank;
+  if (threadIdx.x == 0) rank = (float)cluster.block_rank() + 10.0f * cluster.num_blocks();
+  cluster.sync();
+  float r = *cluster.map_shared_rank(&rank, (cluster.block_rank() + 1) % cluster.num_blocks());
+  cluster.sync();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = y[i] * 0.5f + tmp[i] + r;
 }
 
 __global__ void graph_tick(float* v) {
@@ -258,6 +274,31 @@ static int run_whole_update(int launches) {
   return 0;
 }
 
+static int run_cluster(int launches) {
+  Buffers b;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  graph_produce<<<BLOCKS, 256, 0, s>>>(b.x, b.tmp, N, 2.0f);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((BLOCKS + 3) / 4 * 4);
+  cfg.blockDim = dim3(256);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 4;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, graph_cluster, (const float*)b.tmp, b.y, N));
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  return launch_all(ge, s, b, launches, "cluster");
+}
+
 static int host_calls = 0;
 static void CUDART_CB count_call(void*) { ++host_calls; }
 
@@ -320,8 +361,9 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "child")) return run_child(launches);
   if (!strcmp(m, "update")) return run_update(launches);
   if (!strcmp(m, "whole")) return run_whole_update(launches);
+  if (!strcmp(m, "cluster")) return run_cluster(launches);
   if (!strcmp(m, "host")) return run_host(launches);
   if (!strcmp(m, "bench")) return run_bench(launches);
-  fprintf(stderr, "usage: graph_apps stream|explicit|child|update|whole|host|bench [N [ELEMENTS]]\n");
+  fprintf(stderr, "usage: graph_apps stream|explicit|child|update|whole|host|cluster|bench [N [ELEMENTS]]\n");
   return 2;
 }

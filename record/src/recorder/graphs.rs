@@ -13,7 +13,6 @@ use kreplay_cuda::cupti::sys as csys;
 use kreplay_cuda::graph::{ForeignGraph, KernelNodeParams};
 use kreplay_cuda::{
     ctx_synchronize, launch, sys, AsStream, ForeignFunction, ForeignStream, KernelArgs,
-    LaunchConfig,
 };
 use kreplay_format::GraphOrigin;
 use kreplay_protocol::config::{short_kernel_name, Mode};
@@ -23,7 +22,7 @@ use crate::capture::{after_launch, before_launch, PreInput};
 use crate::error::RecordError;
 use crate::graph::{unreplayable, GraphModel, NodeOp};
 use crate::graph_track::{
-    read_graph, run_nodes, target_view, updated_kernel, writable_ranges, Saved,
+    node_config, read_graph, run_nodes, target_view, updated_kernel, writable_ranges, Saved,
 };
 
 /// A kernel node as counted at each launch.
@@ -219,6 +218,11 @@ impl Recorder {
                     e.demangled = demangled;
                     e.wanted = wanted;
                 }
+                // The node's launch attributes are not among the parameters: they stay.
+                let mut k = k;
+                if let NodeOp::Kernel(old) = &s.model.nodes[i].op {
+                    k.attributes = old.attributes.clone();
+                }
                 s.model.nodes[i].op = NodeOp::Kernel(k);
             }
             None => s.stale = Some("a kernel node inside a child graph was updated".into()),
@@ -384,8 +388,7 @@ impl Recorder {
                 correlation: 0,
             })?;
             let mut a = KernelArgs::new(args, &k.layout).map_err(RecordError::GraphNode)?;
-            let cfg = LaunchConfig::new(k.grid, k.block, k.shared_bytes);
-            launch(&function, &cfg, &mut a, stream)
+            launch(&function, &node_config(k)?, &mut a, stream)
                 .map_err(RecordError::cuda("launching the graph node"))?;
             after_launch(&mut p)?;
             Ok::<_, RecordError>(p)
