@@ -263,7 +263,7 @@ def ms(p):
 a, b = ms(f"{w}/gbench.plain"), ms(f"{w}/gbench.rec")
 ok = a is not None and b is not None and b <= a * 1.02
 pct = (b / a - 1) * 100 if a and b else float("nan")
-txt = f"plain {a} ms, recorded {b} ms: {pct:+.2f} % (target <= 2 %)"
+txt = f"10,000 launches x 20 nodes, best of 3 rounds: plain {a} ms, recorded {b} ms: {pct:+.2f} % (target <= 2 %)"
 print(json.dumps({"case": "graph-bench", "kernel": txt, "ok": ok, "known": "", "why": "" if ok else txt}))
 PY
 fi
