@@ -17,10 +17,6 @@ pub struct ForeignGraph(sys::CUgraph);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ForeignNode(sys::CUgraphNode);
 
-/// An executable graph of the application (`CUgraphExec`), as a key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ExecId(pub usize);
-
 // SAFETY: graph and node handles are opaque tokens the driver accepts from any thread.
 unsafe impl Send for ForeignGraph {}
 // SAFETY: as above.
@@ -129,7 +125,6 @@ pub enum CopyDestination {
 
 impl MemcpyParams {
     /// `CUmemorytype` values.
-    const HOST: u32 = 1;
     const DEVICE: u32 = 2;
     const ARRAY: u32 = 3;
     const UNIFIED: u32 = 4;
@@ -149,17 +144,6 @@ impl MemcpyParams {
             Self::UNIFIED if dst != 0 => CopyDestination::Device(dst),
             Self::ARRAY => CopyDestination::Array,
             _ => CopyDestination::Host,
-        }
-    }
-
-    /// The source is host memory (read, never written).
-    pub fn reads_host(&self) -> bool {
-        // SAFETY: as in `destination`.
-        unsafe {
-            ptr::addr_of!((*self.0.as_ptr()).srcMemoryType)
-                .cast::<u32>()
-                .read()
-                == Self::HOST
         }
     }
 }

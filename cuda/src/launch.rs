@@ -179,7 +179,7 @@ pub fn launch(
         // SAFETY: `KernelArgs::new` checked every parameter lies inside `bytes`.
         .map(|&o| unsafe { base.add(o as usize) } as *mut c_void)
         .collect();
-    let mut attrs = cfg.attributes.clone();
+    let attrs = &cfg.attributes;
     let raw = sys::CUlaunchConfig {
         gridDimX: cfg.grid[0],
         gridDimY: cfg.grid[1],
@@ -189,10 +189,11 @@ pub fn launch(
         blockDimZ: cfg.block[2],
         sharedMemBytes: cfg.shared_bytes,
         hStream: stream.raw_stream(),
+        // The driver only reads the attributes (the field is not const in the C header).
         attrs: if attrs.is_empty() {
             ptr::null_mut()
         } else {
-            attrs.as_mut_ptr()
+            attrs.as_ptr() as *mut sys::CUlaunchAttribute
         },
         numAttrs: attrs.len() as u32,
     };

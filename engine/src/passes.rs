@@ -69,7 +69,8 @@ pub struct Replayer<F: AsFunction> {
     // Field order is drop order: the kernel and copies before the stream they ran on.
     kernel: Kernel<F>,
     restorer: Restorer,
-    flush: Option<(L2Flush, CacheState)>,
+    /// Made on the first pass that flushes.
+    flush: Option<L2Flush>,
     props: DeviceProps,
     stream: Stream,
     /// The kernel ran at least once, so the write set must be restored before the next pass.
@@ -106,10 +107,6 @@ impl<F: AsFunction> Replayer<F> {
         &self.restorer
     }
 
-    pub fn props(&self) -> &DeviceProps {
-        &self.props
-    }
-
     /// Puts the input back when an earlier pass changed it.
     pub fn restore_if_launched(&self) -> Result<(), PlayError> {
         if self.launched {
@@ -131,9 +128,9 @@ impl<F: AsFunction> Replayer<F> {
             return Ok(());
         }
         if self.flush.is_none() {
-            self.flush = Some((new_flush(&self.props)?, cache));
+            self.flush = Some(new_flush(&self.props)?);
         }
-        if let Some((f, _)) = &self.flush {
+        if let Some(f) = &self.flush {
             f.run(&self.stream)?;
         }
         Ok(())

@@ -323,6 +323,21 @@ fn take_snapshots(
     Ok((snapshots, module_globals))
 }
 
+/// The module's `__device__`/`__constant__` variables as the application's module holds them:
+/// (name, address, size); those the driver does not resolve are left out.
+pub(crate) fn resolve_globals(
+    function: &ForeignFunction,
+    objects: &[(String, u64)],
+) -> Vec<(String, u64, u64)> {
+    let Ok(module) = function.module() else {
+        return Vec::new();
+    };
+    objects
+        .iter()
+        .filter_map(|(name, _)| module.global(name).ok().map(|(a, s)| (name.clone(), a, s)))
+        .collect()
+}
+
 /// Snapshots everything the dispatch reads. Call with the context synchronised.
 pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let began = Instant::now();
@@ -331,14 +346,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
 
     // Module globals, resolved in the application's module (restored by name at replay).
-    let mut globals: Vec<(String, u64, u64)> = Vec::new();
-    if let Ok(module) = input.function.module() {
-        for (name, _) in input.module_objects {
-            if let Ok((addr, size)) = module.global(name) {
-                globals.push((name.clone(), addr, size));
-            }
-        }
-    }
+    let globals = resolve_globals(&input.function, input.module_objects);
     let mut staging = lock_staging();
     let found = walk(
         &Roots {

@@ -37,13 +37,19 @@ struct StoredModule {
     objects: Vec<(String, u64)>,
 }
 
+/// Executions seen so far.
 #[derive(Default)]
-struct Inner {
+struct Counters {
     launches: u64,
     matches: u64,
+    stats: HashMap<String, KernelStat>,
+}
+
+#[derive(Default)]
+struct Inner {
+    counts: Counters,
     /// Mangled name → (matches the filter, demangled).
     names: HashMap<String, (bool, String)>,
-    stats: HashMap<String, KernelStat>,
     modules: Vec<StoredModule>,
     next_module_id: u32,
     captures: Vec<CaptureSummary>,
@@ -283,7 +289,8 @@ impl Recorder {
             block: view.block,
             in_graph: false,
         };
-        let Some((launch_index, index)) = self.count(&mut lock(&self.inner), &execution) else {
+        let Some((launch_index, index)) = self.count(&mut lock(&self.inner).counts, &execution)
+        else {
             return;
         };
         let begun = {
@@ -300,12 +307,12 @@ impl Recorder {
     }
 
     /// Counts one execution; returns (launch index, match index) when it is to be captured.
-    fn count(&self, inner: &mut Inner, e: &Execution<'_>) -> Option<(u64, u64)> {
-        inner.launches += 1;
-        let launches = inner.launches;
-        let stat = match inner.stats.get_mut(e.name) {
+    fn count(&self, c: &mut Counters, e: &Execution<'_>) -> Option<(u64, u64)> {
+        c.launches += 1;
+        let launches = c.launches;
+        let stat = match c.stats.get_mut(e.name) {
             Some(s) => s,
-            None => inner
+            None => c
                 .stats
                 .entry(e.name.to_string())
                 .or_insert_with(|| KernelStat {
@@ -331,8 +338,8 @@ impl Recorder {
         if self.config.mode != Mode::Record || !is_match {
             return None;
         }
-        inner.matches += 1;
-        let index = inner.matches;
+        c.matches += 1;
+        let index = c.matches;
         let first = self.config.nth;
         (index >= first && index < first + self.config.count).then_some((launches, index))
     }
@@ -753,13 +760,13 @@ extern "C" fn at_exit() {
             let _ = h.join();
         }
         let inner = lock(&rec.inner);
-        let mut kernels: Vec<KernelStat> = inner.stats.values().cloned().collect();
+        let mut kernels: Vec<KernelStat> = inner.counts.stats.values().cloned().collect();
         kernels.sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
         let report = ProcessReport {
             pid: rec.pid,
             rank: rec.rank,
-            launches: inner.launches,
-            matches: inner.matches,
+            launches: inner.counts.launches,
+            matches: inner.counts.matches,
             kernels,
             captures: inner.captures.clone(),
             errors: inner.errors.clone(),

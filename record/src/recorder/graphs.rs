@@ -17,8 +17,8 @@ use kreplay_cuda::{
 use kreplay_format::GraphOrigin;
 use kreplay_protocol::config::{short_kernel_name, Mode};
 
-use super::{lock, Execution, FlagGuard, Recorder, IN_LAUNCH, SELF_CALLS};
-use crate::capture::{after_launch, before_launch, PreInput};
+use super::{lock, Execution, FlagGuard, Inner, Recorder, IN_LAUNCH, SELF_CALLS};
+use crate::capture::{after_launch, before_launch, resolve_globals, PreInput};
 use crate::error::RecordError;
 use crate::graph::{unreplayable, GraphModel, NodeOp};
 use crate::graph_track::{
@@ -28,8 +28,8 @@ use crate::graph_track::{
 /// A kernel node as counted at each launch.
 #[derive(Debug, Clone)]
 pub(super) struct ExecKernel {
+    /// Index of the node in the model (its name and geometry live there).
     node: usize,
-    name: String,
     demangled: String,
     wanted: bool,
 }
@@ -187,7 +187,6 @@ impl Recorder {
                     let (wanted, demangled) = self.matches(&k.name);
                     Some(ExecKernel {
                         node: i,
-                        name: k.name.clone(),
                         demangled,
                         wanted,
                     })
@@ -214,7 +213,6 @@ impl Recorder {
         match s.model.by_handle(node) {
             Some(i) => {
                 if let Some(e) = s.kernels.iter_mut().find(|e| e.node == i) {
-                    e.name = k.name.clone();
                     e.demangled = demangled;
                     e.wanted = wanted;
                 }
@@ -273,34 +271,30 @@ impl Recorder {
         let mut targets = Vec::new();
         {
             let mut guard = lock(&self.inner);
-            let inner = &mut *guard;
-            let Some(state) = inner.execs.get_mut(&exec) else {
+            let Inner { execs, counts, .. } = &mut *guard;
+            let Some(state) = execs.get_mut(&exec) else {
                 return;
             };
             state.launches += 1;
-            let kernels = std::mem::take(&mut state.kernels);
-            let launch = state.launches;
-            for k in &kernels {
-                let Some((enabled, grid, block)) = state_node(inner, exec, k.node) else {
+            for k in &state.kernels {
+                let node = &state.model.nodes[k.node];
+                let NodeOp::Kernel(kn) = &node.op else {
                     continue;
                 };
-                if !enabled {
+                if !node.enabled {
                     continue;
                 }
                 let e = Execution {
-                    name: &k.name,
+                    name: &kn.name,
                     demangled: &k.demangled,
                     wanted: k.wanted,
-                    grid,
-                    block,
+                    grid: kn.grid,
+                    block: kn.block,
                     in_graph: true,
                 };
-                if let Some((launch_index, index)) = self.count(inner, &e) {
-                    targets.push((k.node, launch_index, index, launch));
+                if let Some((launch_index, index)) = self.count(counts, &e) {
+                    targets.push((k.node, launch_index, index, state.launches));
                 }
-            }
-            if let Some(state) = inner.execs.get_mut(&exec) {
-                state.kernels = kernels;
             }
         }
         for (node, launch_index, index, launch) in targets {
@@ -363,14 +357,7 @@ impl Recorder {
         // SAFETY: the function of a node of a live executable graph.
         let function = unsafe { ForeignFunction::from_launch(k.function as sys::CUfunction) };
         ctx_synchronize().map_err(RecordError::cuda("synchronising before the graph launch"))?;
-        let mut globals = Vec::new();
-        if let Ok(m) = function.module() {
-            for (name, _) in &target.objects {
-                if let Ok((addr, size)) = m.global(name) {
-                    globals.push((name.clone(), addr, size));
-                }
-            }
-        }
+        let globals = resolve_globals(&function, &target.objects);
         let saved = Saved::take(&writable_ranges(model, &before, &globals, node)?)?;
         let captured = (|| {
             run_nodes(model, &before, stream)?;
@@ -412,18 +399,5 @@ impl Recorder {
         });
         self.write(p.data);
         Ok(())
-    }
-}
-
-/// (enabled, grid, block) of a node of an executable graph.
-fn state_node(
-    inner: &super::Inner,
-    exec: usize,
-    node: usize,
-) -> Option<(bool, [u32; 3], [u32; 3])> {
-    let n = inner.execs.get(&exec)?.model.nodes.get(node)?;
-    match &n.op {
-        NodeOp::Kernel(k) => Some((n.enabled, k.grid, k.block)),
-        _ => None,
     }
 }
