@@ -27,6 +27,7 @@ echo "== building test apps ($ARCH) in $WORK"
 nvcc -O2 -std=c++17 -arch="$ARCH" -o "$WORK/kapps" "$APPS/kapps.cu" || exit 2
 nvcc -O2 -arch="$ARCH" -o "$WORK/driver_app" "$APPS/driver_app.cu" -lcuda || exit 2
 nvcc -O2 -std=c++17 -arch="$ARCH" -o "$WORK/graph_apps" "$APPS/graph_apps.cu" || exit 2
+nvcc -O2 -std=c++17 -arch="$ARCH" -o "$WORK/beyond_apps" "$APPS/beyond_apps.cu" -lcuda || exit 2
 nvcc -O2 -arch="$ARCH" -cubin -o "$WORK/driver_kernel.cubin" "$APPS/driver_kernel.cu" || exit 2
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 nvcc -O2 -arch="$ARCH" -I"$CUDA_HOME/extras/CUPTI/include" -o "$WORK/cupti_app" "$APPS/cupti_app.cu" \
@@ -156,6 +157,16 @@ REC_EXTRA=(--memory all)
 run_case cuda-async-all    '^saxpy'        1 "" -- "$K" async
 run_case torch-vmm-all     'sigmoid'       1 "" -- env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$APPS/torch_app.py"
 REC_EXTRA=()
+
+# Beyond linear device memory (issue 19). A kernel that prints: play --json keeps stdout
+# parseable (the device output goes to stderr). The context goes away right after the target
+# (cuCtxDestroy, cudaDeviceReset, cuDevicePrimaryCtxReset) while its 2 x 256 MiB capture is
+# being written: the capture is complete.
+B="$WORK/beyond_apps"
+run_case beyond-printf       'print_scale'    1 "" -- "$B" printf
+run_case beyond-ctxdestroy   'teardown_scale' 1 "" -- timeout 300 "$B" ctxdestroy
+run_case beyond-devicereset  'teardown_scale' 1 "" -- timeout 300 "$B" devicereset
+run_case beyond-primaryreset 'teardown_scale' 1 "" -- timeout 300 "$B" primaryreset
 
 # Robustness: the application's output and exit status survive whatever the recorder meets.
 # check_case NAME EXPECTED_KREPLAY_RC STDERR_REGEX -- CMD...   (CMD runs plain, then recorded)

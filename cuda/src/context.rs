@@ -69,8 +69,39 @@ impl ContextHandle {
         check(unsafe { sys::cuCtxSetCurrent(self.0) }, "cuCtxSetCurrent")
     }
 
+    /// A context handle the driver passed to a callback.
+    ///
+    /// # Safety
+    /// `raw` must be a context handle the driver gave out (it may since have been destroyed:
+    /// calls then fail with an error).
+    pub unsafe fn from_raw(raw: usize) -> ContextHandle {
+        ContextHandle(raw as sys::CUcontext)
+    }
+
+    /// Makes this context current on the calling thread until the guard is dropped (the
+    /// previous one is current again then).
+    pub fn push(self) -> CuResult<PushedContext> {
+        // SAFETY: the handle came from the driver; a destroyed context yields an error.
+        check(
+            unsafe { sys::cuCtxPushCurrent_v2(self.0) },
+            "cuCtxPushCurrent",
+        )?;
+        Ok(PushedContext(()))
+    }
+
     pub(crate) fn raw(self) -> sys::CUcontext {
         self.0
+    }
+}
+
+/// A context pushed by `ContextHandle::push`, popped on drop.
+pub struct PushedContext(());
+
+impl Drop for PushedContext {
+    fn drop(&mut self) {
+        let mut c = ptr::null_mut();
+        // SAFETY: pops the context this guard pushed.
+        unsafe { sys::cuCtxPopCurrent_v2(&mut c) };
     }
 }
 

@@ -119,6 +119,16 @@ fn settle(stream: &Stream) -> Result<TimingConditions, String> {
     })
 }
 
+/// The recorder's buffers that belong to a context about to be destroyed are freed while it
+/// still exists: its L2 sweep, and the pinned staging buffer (page-locked memory dies with the
+/// context that allocated it; the next capture makes a new one).
+pub(crate) fn forget_context(context: usize) {
+    let mut sweeps = SETTLE.lock().unwrap_or_else(|e| e.into_inner());
+    sweeps.retain(|(c, _)| *c != context);
+    drop(sweeps);
+    *lock_staging() = None;
+}
+
 pub(crate) fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuffer>> {
     STAGING.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -20,6 +20,7 @@ pub mod capture;
 pub mod error;
 pub mod graph;
 pub mod graph_track;
+pub mod inflight;
 pub mod launch;
 pub mod nvtx;
 pub mod ptx;

@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use kreplay_cuda::callbacks::{self, cbid, Group};
 use kreplay_cuda::cupti::{self, sys as csys, Subscriber};
-use kreplay_cuda::{copy_dtoh, Device, DeviceBuffer};
+use kreplay_cuda::Device;
 use kreplay_format::cubin;
 use kreplay_format::file::PendingFile;
 use kreplay_format::{
@@ -23,10 +23,9 @@ use kreplay_protocol::config::{
 use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport};
 
 use crate::allocations::{self, AllocationTable};
-use crate::capture::{
-    after_launch, before_launch, changed_chunks, Bytes, CaptureData, CodeObject, Pending, PreInput,
-};
+use crate::capture::{after_launch, before_launch, CaptureData, CodeObject, Pending, PreInput};
 use crate::error::RecordError;
+use crate::inflight::InFlight;
 use crate::launch;
 use crate::ptx::{self, PtxSource};
 
@@ -90,6 +89,8 @@ struct Recorder {
     _subscriber: Subscriber,
     inner: Mutex<Inner>,
     writers: Mutex<Vec<JoinHandle<()>>>,
+    /// Captures whose writer thread may still read device scratch.
+    in_flight: Mutex<Vec<Arc<InFlight>>>,
 }
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
@@ -439,6 +440,29 @@ impl Recorder {
         data.device = Some(device);
     }
 
+    /// A context is about to be destroyed: snapshots of its captures still in device scratch
+    /// come to the host now (the writer threads write them afterwards), and the recorder's own
+    /// buffers in it are freed while it still exists.
+    fn on_context_destroy(&self, context: usize) {
+        let flights: Vec<Arc<InFlight>> = lock(&self.in_flight)
+            .iter()
+            .filter(|f| f.context == context || f.context == 0)
+            .cloned()
+            .collect();
+        let _self_calls = FlagGuard::force(&SELF_CALLS);
+        // SAFETY: CUPTI passed the handle of the context about to be destroyed; it is alive
+        // until this callback returns.
+        let _current = unsafe { kreplay_cuda::ContextHandle::from_raw(context) }.push();
+        for f in flights {
+            if let Err(e) = f.evacuate() {
+                self.error(format!(
+                    "a capture's snapshots could not be read back before the application destroyed its CUDA context: {e}"
+                ));
+            }
+        }
+        crate::capture::forget_context(context);
+    }
+
     fn finish(&self, mut pending: Pending) {
         if let Err(e) = after_launch(&mut pending) {
             let name = short_kernel_name(&demangle(&pending.data.dispatch.kernel_name));
@@ -474,6 +498,10 @@ impl Recorder {
             launch_index,
             kernel_filter: self.config.kernel_text.clone(),
         };
+        let mut p = p;
+        let context = p.context.map_or(0, |c| c.id());
+        let flight = InFlight::new(context, std::mem::take(&mut p.snapshots));
+        lock(&self.in_flight).push(flight.clone());
         let handle = std::thread::Builder::new()
             .name("kreplay-writer".into())
             .spawn(move || {
@@ -486,11 +514,13 @@ impl Recorder {
                         &path,
                         &info,
                         p,
+                        &flight,
                         rec.config.force,
                         rec.config.report_dir.as_deref(),
                     )
                 }))
                 .unwrap_or(Err(RecordError::WriterPanicked));
+                lock(&rec.in_flight).retain(|f| !Arc::ptr_eq(f, &flight));
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     match result {
                         Ok(summary) => {
@@ -526,14 +556,6 @@ impl Recorder {
     }
 }
 
-/// Brings a device-scratch snapshot to the host (on the writer thread).
-fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, RecordError> {
-    let mut v = vec![0u8; buf.len()];
-    crate::quiet::outside_measurement(|| copy_dtoh(&mut v, buf.ptr()))
-        .map_err(RecordError::ReadBack)?;
-    Ok(v)
-}
-
 /// Notes a `.partial` file in the report directory, so `kreplay record` can remove it if the
 /// application dies before the capture is finished (best effort: a failure here only means a
 /// leftover could stay behind).
@@ -566,21 +588,22 @@ fn note_capture(report_dir: &std::path::Path, summary: &CaptureSummary) {
 fn write_capture(
     path: &std::path::Path,
     info: &CaptureInfo,
-    mut p: CaptureData,
+    p: CaptureData,
+    flight: &InFlight,
     force: bool,
     report_dir: Option<&std::path::Path>,
 ) -> Result<CaptureSummary, RecordError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    if p.snapshots
-        .iter()
-        .any(|s| matches!(s.pre, Bytes::Device(_)))
-    {
-        p.context
-            .ok_or(RecordError::NoContext)?
-            .make_current()
-            .map_err(RecordError::ContextGone)?;
+    if flight.on_device() {
+        // Fails only when the context went away before this thread started, in which case
+        // the teardown callback has brought the snapshots home already (checked when read).
+        if let Some(c) = p.context {
+            let _ = c.make_current();
+        } else {
+            return Err(RecordError::NoContext);
+        }
     }
     let mut uuid = [0u8; 16];
     let seed = info.time_unix_ns ^ ((info.pid as u64) << 32) ^ info.match_index;
@@ -591,6 +614,7 @@ fn write_capture(
         note_partial(dir, f.partial_path());
     }
     let mut raw_bytes = 0u64;
+    let mut regions = 0usize;
     let result = (|| -> Result<(), RecordError> {
         let w = &mut f.writer;
         let e = RecordError::Format;
@@ -610,34 +634,23 @@ fn write_capture(
             .map_err(e)?;
         }
         w.dispatch(&p.dispatch).map_err(e)?;
-        for s in p.snapshots.iter_mut() {
-            w.region(&s.region).map_err(e)?;
-            raw_bytes += s.region.size;
-            match &s.pre {
-                Bytes::Host(pre) => w
-                    .memory(s.region.region_id, MemoryState::Pre, 0, pre)
-                    .map_err(e)?,
-                Bytes::Device(buf) => {
-                    let pre = fetch(buf)?;
-                    w.memory(s.region.region_id, MemoryState::Pre, 0, &pre)
-                        .map_err(e)?;
-                    if let Some(post_buf) = s.post.take() {
-                        let post = fetch(&post_buf)?;
-                        crate::quiet::outside_measurement(|| drop(post_buf));
-                        let cs = s.region.chunk_size as usize;
-                        for (region, offset, bytes) in
-                            changed_chunks(s.region.region_id, cs, &pre, &post)
-                        {
-                            raw_bytes += bytes.len() as u64;
-                            w.memory(region, MemoryState::Post, offset, &bytes)
-                                .map_err(e)?;
-                        }
-                    }
-                }
+        while let Some(taken) = flight.take(regions) {
+            let r = taken?;
+            regions += 1;
+            w.region(&r.region).map_err(e)?;
+            raw_bytes += r.region.size;
+            w.memory(r.region.region_id, MemoryState::Pre, 0, &r.pre)
+                .map_err(e)?;
+            for (region, offset, bytes) in &r.post {
+                raw_bytes += bytes.len() as u64;
+                w.memory(*region, MemoryState::Post, *offset, bytes)
+                    .map_err(e)?;
             }
-            // Free the scratch as soon as it is written.
-            let scratch = std::mem::replace(&mut s.pre, Bytes::Host(Vec::new()));
-            crate::quiet::outside_measurement(|| drop(scratch));
+        }
+        for (region, offset, bytes) in &flight.take_early_post() {
+            raw_bytes += bytes.len() as u64;
+            w.memory(*region, MemoryState::Post, *offset, bytes)
+                .map_err(e)?;
         }
         for (region, offset, bytes) in &p.post {
             raw_bytes += bytes.len() as u64;
@@ -676,7 +689,7 @@ fn write_capture(
         kernel: p.dispatch.kernel_name.clone(),
         match_index: info.match_index,
         file: path.display().to_string(),
-        regions: p.snapshots.len(),
+        regions,
         raw_bytes,
         stored_bytes: stored,
         stall_ms: p.stall_ns as f64 / 1e6,
@@ -712,6 +725,15 @@ unsafe extern "C" fn callback(
             {
                 // SAFETY: resource callbacks pass CUpti_ResourceData.
                 rec.on_module_loaded(unsafe { &*(cbdata as *const csys::CUpti_ResourceData) });
+            }
+            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE
+                if cbid
+                    == csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING
+                        as u32 =>
+            {
+                // SAFETY: resource callbacks pass CUpti_ResourceData.
+                let data = unsafe { &*(cbdata as *const csys::CUpti_ResourceData) };
+                rec.on_context_destroy(data.context as usize);
             }
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => {
                 // SAFETY: driver-API callbacks pass CUpti_CallbackData.
@@ -801,10 +823,15 @@ fn initialize() -> Result<(), RecordError> {
             sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, id)?;
         }
     }
-    sub.enable_callback(
-        csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,
-        csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED as u32,
-    )?;
+    for id in [
+        csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED,
+        csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+    ] {
+        sub.enable_callback(
+            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,
+            id as u32,
+        )?;
+    }
     let get = |k: &str| std::env::var(k).ok();
     let rec = Recorder {
         config,
@@ -814,6 +841,7 @@ fn initialize() -> Result<(), RecordError> {
         _subscriber: sub,
         inner: Mutex::new(Inner::default()),
         writers: Mutex::new(Vec::new()),
+        in_flight: Mutex::new(Vec::new()),
     };
     if RECORDER.set(rec).is_err() {
         return Ok(()); // initialised twice: keep the first

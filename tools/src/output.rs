@@ -26,6 +26,52 @@ macro_rules! warn {
     }};
 }
 
+/// While alive, file descriptor 1 is stderr: a replayed kernel that calls device `printf`
+/// writes through the driver to fd 1 (at every synchronisation), which would mix its text into
+/// `--json` / `--csv` output. Machine-readable output is written after the guard is dropped,
+/// to the stdout the command was given.
+pub struct StdoutToStderr {
+    saved: Option<std::os::fd::OwnedFd>,
+}
+
+impl StdoutToStderr {
+    /// Redirects fd 1 to fd 2 when `active`; a failure leaves stdout where it was (device
+    /// output then goes there, as it would without the guard).
+    pub fn new(active: bool) -> StdoutToStderr {
+        use std::os::fd::FromRawFd;
+        if !active {
+            return StdoutToStderr { saved: None };
+        }
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        // SAFETY: dup of fd 1 returns a new descriptor we own (or -1).
+        let saved = unsafe { libc::dup(1) };
+        if saved < 0 {
+            return StdoutToStderr { saved: None };
+        }
+        // SAFETY: `saved` is a fresh descriptor owned by nobody else.
+        let saved = unsafe { std::os::fd::OwnedFd::from_raw_fd(saved) };
+        // SAFETY: dup2 on two open descriptors; fd 1 now refers to stderr's file.
+        if unsafe { libc::dup2(2, 1) } < 0 {
+            return StdoutToStderr { saved: None };
+        }
+        StdoutToStderr { saved: Some(saved) }
+    }
+}
+
+impl Drop for StdoutToStderr {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        if let Some(saved) = self.saved.take() {
+            // C stdio may hold device output the driver wrote through `stdout`: flush it to
+            // stderr before fd 1 goes back.
+            // SAFETY: fflush(NULL) flushes every C output stream; no pointers of ours involved.
+            unsafe { libc::fflush(std::ptr::null_mut()) };
+            // SAFETY: both descriptors are open; fd 1 gets back the original stdout.
+            unsafe { libc::dup2(saved.as_raw_fd(), 1) };
+        }
+    }
+}
+
 /// When to colour verdicts (`--color`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ColorChoice {

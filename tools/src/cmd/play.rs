@@ -82,6 +82,8 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         Some(MetricRequest::new(&device, &a.metrics).context("cannot collect counters")?)
     };
     let (open, run) = options(&a)?;
+    // Device printf of the replayed kernel goes to stderr while stdout carries JSON or CSV.
+    let device_output = crate::output::StdoutToStderr::new(a.json || a.csv);
     let mut session =
         Session::open(&cap, &open).with_context(|| format!("cannot replay {}", path.display()))?;
     let r = session.run(&run).context("replay failed")?;
@@ -109,6 +111,7 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     };
     drop(session);
     drop(request);
+    drop(device_output);
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {
