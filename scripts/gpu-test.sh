@@ -167,6 +167,10 @@ run_case beyond-printf       'print_scale'    1 "" -- "$B" printf
 run_case beyond-ctxdestroy   'teardown_scale' 1 "" -- timeout 300 "$B" ctxdestroy
 run_case beyond-devicereset  'teardown_scale' 1 "" -- timeout 300 "$B" devicereset
 run_case beyond-primaryreset 'teardown_scale' 1 "" -- timeout 300 "$B" primaryreset
+# Host-mapped memory read and written through device pointers (cudaHostAlloc Mapped,
+# cudaHostRegister): captured as host-mapped regions, mapped at the same host address.
+run_case beyond-mapped       'mapped_mix'     1 "" -- "$B" mapped
+run_case beyond-registered   'mapped_mix'     1 "" -- "$B" registered
 
 # Robustness: the application's output and exit status survive whatever the recorder meets.
 # check_case NAME EXPECTED_KREPLAY_RC STDERR_REGEX -- CMD...   (CMD runs plain, then recorded)

@@ -82,6 +82,38 @@ impl PinnedBuffer {
         })
     }
 
+    /// Page-locked memory kernels can reach (zero-copy): for host-mapped regions moved by
+    /// a replay. Its device address is `device_ptr`.
+    pub fn mapped(len: usize) -> CuResult<PinnedBuffer> {
+        let mut p = ptr::null_mut();
+        // SAFETY: writes one host pointer to len bytes (portable | device-mapped).
+        check(
+            unsafe {
+                sys::cuMemHostAlloc(
+                    &mut p,
+                    len.max(1),
+                    sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
+                )
+            },
+            "cuMemHostAlloc",
+        )?;
+        Ok(PinnedBuffer {
+            ptr: p as *mut u8,
+            len,
+        })
+    }
+
+    /// The device address of memory made by `mapped`.
+    pub fn device_ptr(&self) -> CuResult<u64> {
+        let mut d = 0;
+        // SAFETY: writes one device pointer; fails for memory not mapped for the device.
+        check(
+            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, self.ptr as *mut c_void, 0) },
+            "cuMemHostGetDevicePointer",
+        )?;
+        Ok(d)
+    }
+
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr points to len bytes owned by self.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }

@@ -10,7 +10,7 @@
 //! - `WriteSet` (`restore`): the bytes each pass restores, from the capture's post-state.
 
 use kreplay_cuda::launch::attr;
-use kreplay_format::{ptx, Capture, FormatError, LaunchApi, ModuleKind, RegionRole};
+use kreplay_format::{ptx, Capture, FormatError, LaunchApi, MemoryKind, ModuleKind, RegionRole};
 
 use crate::attributes::{self, PlannedAttribute};
 use crate::options::{CodeChoice, CodeSource, OpenOptions, Placement};
@@ -193,21 +193,34 @@ impl CodePlan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryPlan {
     pub placement: Placement,
-    /// (address, size) of every region needed at its original address (module globals are
-    /// placed by the driver, in the loaded module).
+    /// (address, size) of every device region needed at its original address (module
+    /// globals are placed by the driver, in the loaded module).
     pub fixed_ranges: Vec<(u64, u64)>,
+    /// (address, size) of every host-mapped region: page-locked host memory at that address.
+    pub host_ranges: Vec<(u64, u64)>,
     /// When moved: ranges that touch or overlap move together, so a buffer spanning them
     /// (VMM pieces, sub-allocations) stays contiguous. (old base, size), sorted.
     pub move_groups: Vec<(u64, u64)>,
+    /// The same for the host-mapped ranges (moved into page-locked host memory).
+    pub host_move_groups: Vec<(u64, u64)>,
     /// Why moving would not be exact (a pointer kreplay cannot rewrite), if it would not.
     pub relocation_blocker: Option<String>,
 }
 
-/// The address ranges a capture needs at their original addresses.
+/// The device address ranges a capture needs at their original addresses.
 pub fn fixed_ranges(cap: &Capture<'_>) -> Vec<(u64, u64)> {
     cap.regions
         .iter()
-        .filter(|r| r.role != RegionRole::Global)
+        .filter(|r| r.role != RegionRole::Global && r.kind != MemoryKind::HostMapped)
+        .map(|r| (r.address, r.size))
+        .collect()
+}
+
+/// The host-mapped ranges of a capture.
+pub fn host_ranges(cap: &Capture<'_>) -> Vec<(u64, u64)> {
+    cap.regions
+        .iter()
+        .filter(|r| r.kind == MemoryKind::HostMapped)
         .map(|r| (r.address, r.size))
         .collect()
 }
@@ -230,10 +243,13 @@ pub fn move_groups(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
 impl MemoryPlan {
     pub fn new(cap: &Capture<'_>, placement: Placement) -> MemoryPlan {
         let fixed = fixed_ranges(cap);
+        let host = host_ranges(cap);
         MemoryPlan {
             placement,
             move_groups: move_groups(&fixed),
             fixed_ranges: fixed,
+            host_move_groups: move_groups(&host),
+            host_ranges: host,
             relocation_blocker: relocate::blocker(cap),
         }
     }

@@ -224,6 +224,10 @@ pub enum MemoryKind {
     /// A module `__device__` / `__constant__` variable.
     ModuleGlobal,
     Unknown,
+    /// Page-locked host memory the kernel reads or writes through a device pointer
+    /// (`cudaHostAlloc(..., Mapped)`, `cudaHostRegister`). Under unified addressing the device
+    /// address is the host address; the player maps host memory there (or moves it).
+    HostMapped,
 }
 
 /// Why a region is in the capture.

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use kreplay_cuda::hostmap::HostMapping;
 use kreplay_cuda::vmm::{FixedMapping, MapError};
 use kreplay_cuda::{
     copy_dtoh, copy_htod, Device, DeviceBuffer, Event, Function, KernelArgs, LaunchConfig, Module,
@@ -47,11 +48,15 @@ pub struct PlayReport {
 /// Where the captured memory went.
 enum Memory {
     /// At the original addresses (unmapped when dropped).
-    Fixed { _mapping: FixedMapping },
+    Fixed {
+        _mapping: FixedMapping,
+        _host: HostMapping,
+    },
     /// Moved to fresh allocations, pointers rewritten.
     Moved {
         relocation: Relocation,
         _buffers: Vec<DeviceBuffer>,
+        _host_buffers: Vec<PinnedBuffer>,
     },
 }
 
@@ -133,8 +138,14 @@ fn read_region_prefix(cap: &Capture<'_>, r: &Region, limit: u64) -> Result<Vec<u
 /// one per group of touching ranges) when asked or when the addresses are taken.
 fn place_memory(plan: &MemoryPlan, device: &Device) -> Result<Memory, PlayError> {
     if plan.placement == Placement::Original {
-        match FixedMapping::map(&plan.fixed_ranges, device) {
-            Ok(m) => return Ok(Memory::Fixed { _mapping: m }),
+        let mapped = FixedMapping::map(&plan.fixed_ranges, device).and_then(|device| {
+            Ok(Memory::Fixed {
+                _mapping: device,
+                _host: HostMapping::map(&plan.host_ranges)?,
+            })
+        });
+        match mapped {
+            Ok(m) => return Ok(m),
             Err(MapError::AddressInUse { start, end, got }) => {
                 if let Some(why) = &plan.relocation_blocker {
                     return Err(PlayError::CannotRelocate {
@@ -157,9 +168,16 @@ fn place_memory(plan: &MemoryPlan, device: &Device) -> Result<Memory, PlayError>
         moves.push((addr, size, b.ptr()));
         buffers.push(b);
     }
+    let mut host_buffers = Vec::new();
+    for &(addr, size) in &plan.host_move_groups {
+        let b = PinnedBuffer::mapped(size as usize)?;
+        moves.push((addr, size, b.device_ptr()?));
+        host_buffers.push(b);
+    }
     Ok(Memory::Moved {
         relocation: Relocation::new(moves),
         _buffers: buffers,
+        _host_buffers: host_buffers,
     })
 }
 

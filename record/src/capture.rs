@@ -232,7 +232,9 @@ pub(crate) fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> 
 }
 
 fn memory_kind(addr: u64) -> MemoryKind {
-    if pointer::is_managed(addr) {
+    if pointer::is_host_memory(addr) {
+        MemoryKind::HostMapped
+    } else if pointer::is_managed(addr) {
         MemoryKind::Managed
     } else {
         MemoryKind::Device
@@ -268,7 +270,6 @@ impl AddressSpace for DeviceSpace<'_> {
             base,
             size,
             kind: memory_kind(base),
-            host: pointer::is_host_memory(base),
         })
     }
 
@@ -305,7 +306,12 @@ fn take_snapshots(
     let mut snapshots = Vec::with_capacity(found.regions.len());
     let mut module_globals = Vec::new();
     for (id, r) in found.regions.iter().enumerate() {
-        let pre = match device_copy(r.base, r.size, stream) {
+        // Host-mapped memory is read straight to the host (a scratch copy would cross the bus
+        // just the same).
+        let scratch = (r.kind != MemoryKind::HostMapped)
+            .then(|| device_copy(r.base, r.size, stream))
+            .flatten();
+        let pre = match scratch {
             Some(b) => Bytes::Device(b),
             None => Bytes::Host(copy_region(r.base, r.size)?),
         };

@@ -11,14 +11,13 @@ use std::collections::HashSet;
 
 use kreplay_format::{MemoryKind, RegionRole};
 
-/// A device allocation, as the address space reports it.
+/// A device allocation, as the address space reports it (page-locked host memory reachable
+/// through a device pointer has kind `HostMapped`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation {
     pub base: u64,
     pub size: u64,
     pub kind: MemoryKind,
-    /// Host memory (pinned or mapped) reachable through a device pointer: not captured.
-    pub host: bool,
 }
 
 /// What the walk may ask of the process's memory.
@@ -173,9 +172,6 @@ fn argument_regions(roots: &Roots<'_>, space: &mut dyn AddressSpace, s: &mut Sta
             let word = word_at(roots.args, w as usize);
             if word != 0 {
                 match space.allocation(word) {
-                    Some(a) if a.host => s.walk.notes.push(format!(
-                        "argument word at offset {w} points to host memory at {word:#x}; not captured"
-                    )),
                     Some(a) => {
                         s.walk.pointer_words.push(w);
                         if !s.known.iter().any(|&(b, _)| b == a.base) {
@@ -260,7 +256,7 @@ fn follow_stored_pointers(
                 return Ok(scan);
             }
             match space.allocation(v) {
-                Some(a) if !a.host => s.add(FoundRegion {
+                Some(a) => s.add(FoundRegion {
                     base: a.base,
                     size: a.size,
                     role: RegionRole::Indirect,
@@ -329,10 +325,10 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    /// Allocations with contents; host allocations flagged.
+    /// Allocations with contents and kinds.
     #[derive(Default)]
     struct FakeSpace {
-        allocs: BTreeMap<u64, (Vec<u8>, MemoryKind, bool)>,
+        allocs: BTreeMap<u64, (Vec<u8>, MemoryKind)>,
         lookups: usize,
         reads: Vec<u64>,
     }
@@ -340,12 +336,12 @@ mod tests {
     impl FakeSpace {
         fn alloc(&mut self, base: u64, size: usize) -> &mut Self {
             self.allocs
-                .insert(base, (vec![0; size], MemoryKind::Device, false));
+                .insert(base, (vec![0; size], MemoryKind::Device));
             self
         }
         fn host(&mut self, base: u64, size: usize) -> &mut Self {
             self.allocs
-                .insert(base, (vec![0; size], MemoryKind::Unknown, true));
+                .insert(base, (vec![0; size], MemoryKind::HostMapped));
             self
         }
         fn store(&mut self, base: u64, off: usize, v: u64) -> &mut Self {
@@ -358,12 +354,11 @@ mod tests {
     impl AddressSpace for FakeSpace {
         fn allocation(&mut self, addr: u64) -> Option<Allocation> {
             self.lookups += 1;
-            let (&base, (bytes, kind, host)) = self.allocs.range(..=addr).next_back()?;
+            let (&base, (bytes, kind)) = self.allocs.range(..=addr).next_back()?;
             (addr < base + bytes.len() as u64).then_some(Allocation {
                 base,
                 size: bytes.len() as u64,
                 kind: *kind,
-                host: *host,
             })
         }
         fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
@@ -464,19 +459,23 @@ mod tests {
     }
 
     #[test]
-    fn host_memory_is_named_not_captured() {
+    fn host_mapped_memory_is_captured_like_device_memory() {
         let mut s = FakeSpace::default();
         s.host(0x7000_0000, 64).alloc(0x10_0000, 64);
         s.store(0x10_0000, 0, 0x7000_0008);
-        let w = run(&mut s, &[0x7000_0000, 0x10_0000], &[]);
-        assert_eq!(bases(&w), vec![(0x10_0000, RegionRole::Argument)]);
-        assert_eq!(w.pointer_words, vec![8]);
-        assert_eq!(w.notes.len(), 1);
-        assert!(
-            w.notes[0].contains("host memory at 0x70000000"),
-            "{:?}",
-            w.notes
+        let w = run(&mut s, &[0x10_0000, 0x7000_0000], &[]);
+        assert_eq!(
+            bases(&w),
+            vec![
+                (0x10_0000, RegionRole::Argument),
+                (0x7000_0000, RegionRole::Argument)
+            ]
         );
+        assert_eq!(w.regions[1].kind, MemoryKind::HostMapped);
+        assert_eq!(w.pointer_words, vec![0, 8]);
+        // The device buffer's word pointing into the host buffer is a pointer slot.
+        assert_eq!(w.pointer_slots, vec![(0, 0)]);
+        assert!(w.notes.is_empty(), "{:?}", w.notes);
     }
 
     #[test]
@@ -580,7 +579,6 @@ mod tests {
                     base: addr,
                     size: 64,
                     kind: MemoryKind::Device,
-                    host: false,
                 })
             }
             fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {

@@ -156,6 +156,7 @@ fn kind_name(k: MemoryKind) -> &'static str {
         MemoryKind::Managed => "managed",
         MemoryKind::ModuleGlobal => "module-global",
         MemoryKind::Unknown => "unknown",
+        MemoryKind::HostMapped => "host-mapped",
     }
 }
 
