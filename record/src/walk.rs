@@ -170,21 +170,16 @@ fn argument_regions(roots: &Roots<'_>, space: &mut dyn AddressSpace, s: &mut Sta
         let mut w = off.div_ceil(8) * 8;
         while w + 8 <= off + size {
             let word = word_at(roots.args, w as usize);
-            if word != 0 {
-                match space.allocation(word) {
-                    Some(a) => {
-                        s.walk.pointer_words.push(w);
-                        if !s.known.iter().any(|&(b, _)| b == a.base) {
-                            s.add(FoundRegion {
-                                base: a.base,
-                                size: a.size,
-                                role: RegionRole::Argument,
-                                kind: a.kind,
-                                global: None,
-                            });
-                        }
-                    }
-                    None => {}
+            if let Some(a) = (word != 0).then(|| space.allocation(word)).flatten() {
+                s.walk.pointer_words.push(w);
+                if !s.known.iter().any(|&(b, _)| b == a.base) {
+                    s.add(FoundRegion {
+                        base: a.base,
+                        size: a.size,
+                        role: RegionRole::Argument,
+                        kind: a.kind,
+                        global: None,
+                    });
                 }
             }
             w += 8;
