@@ -19,6 +19,7 @@ pub enum EventKind {
     PointerSlots = 11,
     TimingConditions = 12,
     GraphOrigin = 13,
+    Textures = 14,
 }
 
 impl EventKind {
@@ -37,6 +38,7 @@ impl EventKind {
             11 => EventKind::PointerSlots,
             12 => EventKind::TimingConditions,
             13 => EventKind::GraphOrigin,
+            14 => EventKind::Textures,
             _ => return None,
         })
     }
@@ -70,6 +72,7 @@ impl EventKind {
             EventKind::PointerSlots => "pointer slots",
             EventKind::TimingConditions => "timing conditions",
             EventKind::GraphOrigin => "graph origin",
+            EventKind::Textures => "textures",
         }
     }
 }
@@ -108,6 +111,159 @@ pub struct GraphOrigin {
     /// Nodes the recorder ran before the captured one (its ancestors in the graph).
     pub ancestors_run: u32,
 }
+
+/// A CUDA array (or mipmapped array) that a texture or surface object reads or writes. Its
+/// texels are the region `region_id` (kind `CudaArray`): level after level (a plain array has
+/// one), each level slice after slice (depth, layers, cube faces: as `cuMemcpy3D` counts them),
+/// rows packed (`width x element size` bytes, no pitch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayImage {
+    pub region_id: u32,
+    /// `CUDA_ARRAY3D_DESCRIPTOR` of level 0: height 0 for 1D, depth 0 for 1D/2D.
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+    /// `CUarray_format`.
+    pub format: u32,
+    pub channels: u32,
+    /// `CUDA_ARRAY3D_*` flags (layered, cubemap, surface load/store, texture gather, ...).
+    pub flags: u32,
+    /// 0: a plain array; N: a mipmapped array of N levels.
+    pub levels: u32,
+}
+
+/// What a texture or surface object views.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TextureResource {
+    /// `arrays[index]`, a plain array.
+    Array { index: u32 },
+    /// `arrays[index]`, a mipmapped array.
+    Mipmapped { index: u32 },
+    /// Linear device memory (captured as a region like any other).
+    Linear {
+        address: u64,
+        format: u32,
+        channels: u32,
+        size: u64,
+    },
+    /// Pitched 2D device memory (captured as a region like any other).
+    Pitch2D {
+        address: u64,
+        format: u32,
+        channels: u32,
+        width: u64,
+        height: u64,
+        pitch: u64,
+    },
+}
+
+/// `CUDA_TEXTURE_DESC`, floats as their bits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextureSampling {
+    pub address_mode: [u32; 3],
+    pub filter_mode: u32,
+    pub flags: u32,
+    pub max_anisotropy: u32,
+    pub mipmap_filter_mode: u32,
+    pub mipmap_level_bias: u32,
+    pub min_mipmap_level_clamp: u32,
+    pub max_mipmap_level_clamp: u32,
+    pub border_color: [u32; 4],
+}
+
+/// `CUDA_RESOURCE_VIEW_DESC`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextureView {
+    pub format: u32,
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+    pub first_mipmap_level: u32,
+    pub last_mipmap_level: u32,
+    pub first_layer: u32,
+    pub last_layer: u32,
+}
+
+/// A texture or surface object the kernel's arguments hold (a 64-bit handle passed by value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextureObject {
+    /// The handle in the recorded process.
+    pub handle: u64,
+    /// A surface object (`cuSurfObjectCreate`) rather than a texture object.
+    pub surface: bool,
+    pub resource: TextureResource,
+    /// Texture objects only.
+    pub sampling: Option<TextureSampling>,
+    pub view: Option<TextureView>,
+    /// Offsets of the argument words holding the handle (the player writes its own handle there).
+    pub arg_words: Vec<u32>,
+}
+
+/// The texture and surface objects of the dispatch and the arrays behind them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Textures {
+    pub arrays: Vec<ArrayImage>,
+    pub objects: Vec<TextureObject>,
+}
+
+impl Textures {
+    pub fn is_empty(&self) -> bool {
+        self.arrays.is_empty() && self.objects.is_empty()
+    }
+}
+
+/// Bytes per element of a `CUarray_format` (one channel), `None` for formats this version does
+/// not know.
+pub fn array_format_bytes(format: u32) -> Option<u64> {
+    Some(match format {
+        0x01 | 0x08 => 1,         // UNSIGNED_INT8, SIGNED_INT8
+        0x02 | 0x09 | 0x10 => 2,  // UNSIGNED_INT16, SIGNED_INT16, HALF
+        0x03 | 0x0a | 0x20 => 4,  // UNSIGNED_INT32, SIGNED_INT32, FLOAT
+        _ => return None,
+    })
+}
+
+impl ArrayImage {
+    /// Bytes of one element (all channels).
+    pub fn element_bytes(&self) -> Option<u64> {
+        array_format_bytes(self.format)?.checked_mul(self.channels as u64)
+    }
+
+    /// (width, height, slices) of each level, as `cuMemcpy3D` copies it (height and slices at
+    /// least 1; mip levels halve width, height and, for 3D arrays, depth).
+    pub fn level_extents(&self) -> Vec<(u64, u64, u64)> {
+        let layered = self.flags & (ARRAY_LAYERED | ARRAY_CUBEMAP) != 0;
+        let levels = self.levels.max(1);
+        (0..levels)
+            .map(|l| {
+                let shrink = |v: u64| (v >> l).max(1);
+                let w = shrink(self.width);
+                let h = if self.height == 0 { 1 } else { shrink(self.height) };
+                let d = match (self.depth, layered) {
+                    (0, _) => 1,
+                    (d, true) => d,
+                    (d, false) => shrink(d),
+                };
+                (w, h, d)
+            })
+            .collect()
+    }
+
+    /// Bytes of the packed texels, `None` on overflow or an unknown format.
+    pub fn texel_bytes(&self) -> Option<u64> {
+        let e = self.element_bytes()?;
+        self.level_extents().iter().try_fold(0u64, |acc, &(w, h, d)| {
+            acc.checked_add(w.checked_mul(h)?.checked_mul(d)?.checked_mul(e)?)
+        })
+    }
+}
+
+/// `CUDA_ARRAY3D_LAYERED`.
+pub const ARRAY_LAYERED: u32 = 0x01;
+/// `CUDA_ARRAY3D_CUBEMAP`.
+pub const ARRAY_CUBEMAP: u32 = 0x04;
+/// Most mip levels an array can have (2^31 texels wide is beyond any device).
+pub const MAX_MIP_LEVELS: u32 = 32;
 
 /// Who recorded the capture, where and when.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +380,9 @@ pub enum MemoryKind {
     /// A module `__device__` / `__constant__` variable.
     ModuleGlobal,
     Unknown,
+    /// The texels of a CUDA array (or mipmapped array) behind a texture or surface object,
+    /// packed (see `ArrayImage`). Not addressable: the region's address is 0.
+    CudaArray,
     /// Page-locked host memory the kernel reads or writes through a device pointer
     /// (`cudaHostAlloc(..., Mapped)`, `cudaHostRegister`). Under unified addressing the device
     /// address is the host address; the player maps host memory there (or moves it).
@@ -294,4 +453,57 @@ pub struct EndMark {
     /// Number of events before END.
     pub event_count: u32,
     pub index_offset: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn array(width: u64, height: u64, depth: u64, flags: u32, levels: u32) -> ArrayImage {
+        ArrayImage {
+            region_id: 0,
+            width,
+            height,
+            depth,
+            format: 0x20, // float
+            channels: 1,
+            flags,
+            levels,
+        }
+    }
+
+    #[test]
+    fn texel_bytes_follow_cuda_extents() {
+        assert_eq!(array(256, 0, 0, 0, 0).texel_bytes(), Some(1024)); // 1D
+        assert_eq!(array(256, 192, 0, 0, 0).texel_bytes(), Some(256 * 192 * 4));
+        assert_eq!(
+            array(256, 192, 5, ARRAY_LAYERED, 0).texel_bytes(),
+            Some(256 * 192 * 5 * 4)
+        );
+        assert_eq!(
+            array(128, 128, 6, ARRAY_CUBEMAP, 0).texel_bytes(),
+            Some(128 * 128 * 6 * 4)
+        );
+        // Mip levels halve every dimension of a 3D array, never below 1; layers stay.
+        assert_eq!(
+            array(8, 4, 2, 0, 4).level_extents(),
+            vec![(8, 4, 2), (4, 2, 1), (2, 1, 1), (1, 1, 1)]
+        );
+        assert_eq!(
+            array(8, 4, 3, ARRAY_LAYERED, 2).level_extents(),
+            vec![(8, 4, 3), (4, 2, 3)]
+        );
+        let mut rgba8 = array(16, 16, 0, 0, 0);
+        rgba8.format = 0x01;
+        rgba8.channels = 4;
+        assert_eq!(rgba8.texel_bytes(), Some(16 * 16 * 4));
+    }
+
+    #[test]
+    fn unknown_formats_and_overflow_have_no_size() {
+        let mut a = array(16, 16, 0, 0, 0);
+        a.format = 0xb0; // NV12: planar, not supported
+        assert_eq!(a.texel_bytes(), None);
+        assert_eq!(array(u64::MAX, u64::MAX, 0, 0, 0).texel_bytes(), None);
+    }
 }

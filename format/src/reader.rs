@@ -64,6 +64,8 @@ pub struct Capture<'a> {
     pub graph: Option<GraphOrigin>,
     /// Pointer words inside captured memory, sorted by (region, offset).
     pub pointer_slots: Vec<(u32, u64)>,
+    /// Texture and surface objects of the dispatch (empty when it uses none).
+    pub textures: Textures,
     /// Chunks by (region, state, offset).
     chunks: BTreeMap<(u32, MemoryState, u64), ChunkRef>,
     /// Unknown non-critical events that were skipped: (offset, kind).
@@ -272,6 +274,7 @@ impl<'a> Capture<'a> {
             timing: b.timing,
             graph: b.graph,
             pointer_slots: b.pointer_slots,
+            textures: b.textures,
             chunks: b.chunks,
             skipped: b.skipped,
             event_count: end.event_count + 1,

@@ -132,12 +132,14 @@ pub(crate) fn decode_meta<T: DeserializeOwned>(
 }
 
 /// What an accepted event is about; salvage drops the events that refer to dropped regions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventRef {
     Region(u32),
     Chunk(u32),
     Global(u32),
     PointerSlots,
+    /// The textures event, with the regions of its arrays.
+    Textures(Vec<u32>),
     /// An unknown non-critical event, skipped.
     Skipped,
     Other,
@@ -159,6 +161,7 @@ pub struct CaptureBuilder<'a> {
     pub timing: Option<TimingConditions>,
     pub graph: Option<GraphOrigin>,
     pub pointer_slots: Vec<(u32, u64)>,
+    pub textures: Textures,
     pub chunks: BTreeMap<(u32, MemoryState, u64), ChunkRef>,
     pub skipped: Vec<(u64, u16)>,
 }
@@ -179,6 +182,7 @@ impl<'a> CaptureBuilder<'a> {
             timing: None,
             graph: None,
             pointer_slots: Vec::new(),
+            textures: Textures::default(),
             chunks: BTreeMap::new(),
             skipped: Vec::new(),
         }
@@ -253,6 +257,7 @@ impl<'a> CaptureBuilder<'a> {
                 Ok(EventRef::Other)
             }
             EventKind::PointerSlots => self.add_pointer_slots(off, frame),
+            EventKind::Textures => self.add_textures(off, frame),
             EventKind::Index | EventKind::End => Err(FormatError::Inconsistent {
                 offset: off,
                 what: format!("{} event inside the event area", kind.name()),
@@ -408,6 +413,79 @@ impl<'a> CaptureBuilder<'a> {
         Ok(EventRef::PointerSlots)
     }
 
+    /// TEXTURES: once, after the dispatch and the array regions; each array's region is a
+    /// CUDA-array region exactly as large as its texels; each object names an array of its
+    /// kind and handle words inside the argument bytes.
+    fn add_textures(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        if !self.textures.is_empty() {
+            return Err(inconsistent("a second textures event".into()));
+        }
+        let t: Textures = self.decode(off, frame, EventKind::Textures)?;
+        let Some(d) = &self.dispatch else {
+            return Err(inconsistent(
+                "textures event before the dispatch it belongs to".into(),
+            ));
+        };
+        let arg_len = d.arg_bytes.len() as u64;
+        for (i, a) in t.arrays.iter().enumerate() {
+            if a.levels > MAX_MIP_LEVELS || !matches!(a.channels, 1 | 2 | 4) {
+                return Err(inconsistent(format!(
+                    "array {i}: {} channels, {} mip levels",
+                    a.channels, a.levels
+                )));
+            }
+            let Some(bytes) = a.texel_bytes() else {
+                return Err(inconsistent(format!(
+                    "array {i}: format {:#x} unknown or its size overflows",
+                    a.format
+                )));
+            };
+            match self.region(a.region_id) {
+                Some(r) if r.kind == MemoryKind::CudaArray && r.size == bytes => {}
+                Some(r) => {
+                    return Err(inconsistent(format!(
+                        "array {i} needs a CUDA-array region of {bytes} bytes; region {} is {:?} of {} bytes",
+                        a.region_id, r.kind, r.size
+                    )))
+                }
+                None => {
+                    return Err(inconsistent(format!(
+                        "array {i} names region {}, which is not declared before it",
+                        a.region_id
+                    )))
+                }
+            }
+        }
+        for (i, o) in t.objects.iter().enumerate() {
+            let array = match o.resource {
+                TextureResource::Array { index } => Some((index, false)),
+                TextureResource::Mipmapped { index } => Some((index, true)),
+                _ => None,
+            };
+            if let Some((index, mip)) = array {
+                let fits = t
+                    .arrays
+                    .get(index as usize)
+                    .is_some_and(|a| (a.levels > 0) == mip);
+                if !fits {
+                    return Err(inconsistent(format!(
+                        "texture object {i} views array {index}, which is not a{} array of this capture",
+                        if mip { " mipmapped" } else { " plain" }
+                    )));
+                }
+            }
+            if o.arg_words.iter().any(|&w| w as u64 + 8 > arg_len) {
+                return Err(inconsistent(format!(
+                    "texture object {i} has a handle word outside the kernel-argument bytes"
+                )));
+            }
+        }
+        let ids = t.arrays.iter().map(|a| a.region_id).collect();
+        self.textures = t;
+        Ok(EventRef::Textures(ids))
+    }
+
     /// Regions that lack some of their pre-dispatch chunks, sorted.
     pub fn incomplete_regions(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self
@@ -432,7 +510,12 @@ impl<'a> CaptureBuilder<'a> {
 
     /// Removes regions and everything that refers to them: their chunks, the module globals
     /// that live in them, the pointer slots inside them.
+    /// Texture objects cannot lose their arrays: a dropped array region drops the textures
+    /// event whole (`salvage` says so).
     pub fn drop_regions(&mut self, ids: &HashSet<u32>) {
+        if self.textures.arrays.iter().any(|a| ids.contains(&a.region_id)) {
+            self.textures = Textures::default();
+        }
         self.regions.retain(|r| !ids.contains(&r.region_id));
         self.chunks.retain(|k, _| !ids.contains(&k.0));
         self.globals.retain(|g| !ids.contains(&g.region_id));

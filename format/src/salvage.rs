@@ -58,11 +58,18 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
     let mut kept = 0u64;
     let mut slots_written = false;
     for (off, frame, r) in &accepted {
-        match *r {
+        match r {
             EventRef::Region(id) | EventRef::Chunk(id) | EventRef::Global(id)
-                if gone.contains(&id) =>
+                if gone.contains(id) =>
             {
                 continue
+            }
+            EventRef::Textures(ids) if ids.iter().any(|id| gone.contains(id)) => {
+                dropped_events.push((
+                    *off,
+                    "texture and surface objects whose array data was lost (the dispatch cannot be replayed faithfully without them)".into(),
+                ));
+                continue;
             }
             EventRef::PointerSlots => {
                 // The slots that survived, in one event where the first one was.

@@ -164,6 +164,11 @@ impl<W: Write + Seek> CaptureWriter<W> {
         self.write_meta(EventKind::GraphOrigin, v)
     }
 
+    /// After the dispatch and the regions of the arrays.
+    pub fn textures(&mut self, v: &Textures) -> Result<()> {
+        self.write_meta(EventKind::Textures, v)
+    }
+
     /// Declares a region; its memory follows with `memory`.
     pub fn region(&mut self, v: &Region) -> Result<()> {
         if v.chunk_size == 0 || v.chunk_size > MAX_CHUNK_SIZE {

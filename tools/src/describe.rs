@@ -157,6 +157,7 @@ fn kind_name(k: MemoryKind) -> &'static str {
         MemoryKind::ModuleGlobal => "module-global",
         MemoryKind::Unknown => "unknown",
         MemoryKind::HostMapped => "host-mapped",
+        MemoryKind::CudaArray => "cuda-array",
     }
 }
 
