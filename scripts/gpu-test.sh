@@ -171,6 +171,35 @@ run_case beyond-primaryreset 'teardown_scale' 1 "" -- timeout 300 "$B" primaryre
 # cudaHostRegister): captured as host-mapped regions, mapped at the same host address.
 run_case beyond-mapped       'mapped_mix'     1 "" -- "$B" mapped
 run_case beyond-registered   'mapped_mix'     1 "" -- "$B" registered
+# Texture and surface objects passed by value: the objects, their arrays (2D, layered,
+# cubemap, mipmapped) or pitched memory are captured, remade by the player, the handle words patched.
+run_case beyond-tex2d        'tex2d_read'       1 "" -- "$B" tex2d
+run_case beyond-texlayered   'tex_layered_read' 1 "" -- "$B" texlayered
+run_case beyond-texcube      'tex_cube_read'    1 "" -- "$B" texcube
+run_case beyond-texpitch     'tex2d_read'       1 "" -- "$B" texpitch
+run_case beyond-texmip       'tex_mip_read'     1 "" -- "$B" texmip
+run_case beyond-surface      'surf_write'       1 "" -- "$B" surface
+# info lists each object and what it views.
+if [[ "beyond-textures-info" =~ $ONLY ]]; then
+  python3 - "$WORK" >> "$RESULTS" <<'PY'
+import json, sys
+w = sys.argv[1]
+want = {"tex2d": ("texture", "array 2D 256x192 f32 x1"), "texlayered": ("texture", "layered 256x192 x5 layers"),
+        "texcube": ("texture", "cubemap 128x128 x6 faces"),
+        "texmip": ("texture", "array 2D 128x128 f32 x1, 4 mip levels"), "texpitch": ("texture", "pitch 2D 256x192 f32 x1"),
+        "surface": ("surface", "array 2D 256x192 f32 x1")}
+bad = []
+for app, (kind, text) in want.items():
+    try:
+        t = json.load(open(f"{w}/beyond-{app}.info.json")).get("textures") or []
+    except Exception as e:
+        bad.append(f"{app}: {e}"); continue
+    if not any(o["kind"] == kind and text in o["resource"] and o["arg_offsets"] for o in t):
+        bad.append(f"{app}: {t}")
+print(json.dumps({"case": "beyond-textures-info", "kernel": "info lists texture/surface objects", "ok": not bad,
+                  "known": "", "why": "; ".join(bad)[:900]}))
+PY
+fi
 
 # Robustness: the application's output and exit status survive whatever the recorder meets.
 # check_case NAME EXPECTED_KREPLAY_RC STDERR_REGEX -- CMD...   (CMD runs plain, then recorded)

@@ -20,6 +20,7 @@ pub mod module;
 pub mod pointer;
 pub mod profiler;
 pub mod stream;
+pub mod texture;
 pub mod timing;
 pub mod vmm;
 

@@ -3,6 +3,7 @@
 //! the player (a capture made live in a fresh process) and the in-process replay service: the
 //! pass loop (`passes`), restore (`restore`), counters (`counters`), verification (`verify`).
 
+pub mod arrays;
 pub mod attributes;
 pub mod counters;
 pub mod error;

@@ -10,6 +10,7 @@ use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{AsFunction, DeviceProps, Event, KernelArgs, LaunchConfig, Stream};
 use serde::Serialize;
 
+use crate::arrays::ArraySync;
 use crate::error::PlayError;
 use crate::options::{CacheState, RunOptions, Verification};
 use crate::restore::Restorer;
@@ -69,6 +70,8 @@ pub struct Replayer<F: AsFunction> {
     // Field order is drop order: the kernel and copies before the stream they ran on.
     kernel: Kernel<F>,
     restorer: Restorer,
+    /// Arrays the kernel writes, synchronised with their shadows around each pass.
+    arrays: ArraySync,
     /// Made on the first pass that flushes.
     flush: Option<L2Flush>,
     props: DeviceProps,
@@ -91,6 +94,7 @@ impl<F: AsFunction> Replayer<F> {
         Replayer {
             kernel,
             restorer,
+            arrays: ArraySync::default(),
             flush: None,
             props,
             stream,
@@ -99,8 +103,21 @@ impl<F: AsFunction> Replayer<F> {
         }
     }
 
+    /// Arrays the kernel writes (see `arrays`).
+    pub fn with_arrays(mut self, arrays: ArraySync) -> Replayer<F> {
+        self.arrays = arrays;
+        self
+    }
+
     pub fn stream(&self) -> &Stream {
         &self.stream
+    }
+
+    /// Restores the write set and puts the restored texels into written arrays.
+    fn restore(&self) -> Result<(), PlayError> {
+        self.restorer.restore(&self.stream)?;
+        self.arrays.push(&self.stream)?;
+        Ok(())
     }
 
     pub fn restorer(&self) -> &Restorer {
@@ -110,7 +127,7 @@ impl<F: AsFunction> Replayer<F> {
     /// Puts the input back when an earlier pass changed it.
     pub fn restore_if_launched(&self) -> Result<(), PlayError> {
         if self.launched {
-            self.restorer.restore(&self.stream)?;
+            self.restore()?;
         }
         Ok(())
     }
@@ -151,7 +168,7 @@ impl<F: AsFunction> Replayer<F> {
         let mut setup_ms = 0.0;
         for _ in 0..opts.warmup {
             if self.launched {
-                self.restorer.restore(&self.stream)?;
+                self.restore()?;
             } else {
                 setup_ms = self.opened.elapsed().as_secs_f64() * 1e3;
             }
@@ -165,7 +182,7 @@ impl<F: AsFunction> Replayer<F> {
         for pass in 0..opts.passes.max(1) {
             if self.launched {
                 restore_start.record(&self.stream)?;
-                self.restorer.restore(&self.stream)?;
+                self.restore()?;
                 stop.record(&self.stream)?;
                 stop.synchronize()?;
                 restores.push(stop.elapsed_ns_since(&restore_start)?);
@@ -179,6 +196,10 @@ impl<F: AsFunction> Replayer<F> {
             timer.finish(&self.stream)?;
             launched_ok?;
             durations.push(timer.elapsed_ns()?);
+            if verify && !self.arrays.is_empty() {
+                self.arrays.pull(&self.stream)?;
+                self.stream.synchronize()?;
+            }
             if verify {
                 if pass == 0 && opts.warmup == 0 {
                     check_reference()?;
@@ -193,10 +214,16 @@ impl<F: AsFunction> Replayer<F> {
         }
         if verify && opts.warmup > 0 {
             // Warm-up passes ran first: restore and run once more for the reference check.
-            self.restorer.restore(&self.stream)?;
+            self.restore()?;
             self.launch()?;
+            self.arrays.pull(&self.stream)?;
             self.stream.synchronize()?;
             check_reference()?;
+        }
+        if !self.arrays.is_empty() {
+            // The shadows hold the last pass's output (for --save-output).
+            self.arrays.pull(&self.stream)?;
+            self.stream.synchronize()?;
         }
         let mut sorted = durations.clone();
         sorted.sort_unstable();

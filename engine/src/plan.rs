@@ -211,12 +211,16 @@ pub struct MemoryPlan {
 pub fn fixed_ranges(cap: &Capture<'_>) -> Vec<(u64, u64)> {
     cap.regions
         .iter()
-        .filter(|r| r.role != RegionRole::Global && r.kind != MemoryKind::HostMapped)
+        .filter(|r| {
+            r.role != RegionRole::Global
+                && !matches!(r.kind, MemoryKind::HostMapped | MemoryKind::CudaArray)
+        })
         .map(|r| (r.address, r.size))
         .collect()
 }
 
-/// The host-mapped ranges of a capture.
+/// The host-mapped ranges of a capture (CUDA arrays have no address: the player gives their
+/// texels a device buffer of their own).
 pub fn host_ranges(cap: &Capture<'_>) -> Vec<(u64, u64)> {
     cap.regions
         .iter()

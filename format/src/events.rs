@@ -216,9 +216,9 @@ impl Textures {
 /// not know.
 pub fn array_format_bytes(format: u32) -> Option<u64> {
     Some(match format {
-        0x01 | 0x08 => 1,         // UNSIGNED_INT8, SIGNED_INT8
-        0x02 | 0x09 | 0x10 => 2,  // UNSIGNED_INT16, SIGNED_INT16, HALF
-        0x03 | 0x0a | 0x20 => 4,  // UNSIGNED_INT32, SIGNED_INT32, FLOAT
+        0x01 | 0x08 => 1,        // UNSIGNED_INT8, SIGNED_INT8
+        0x02 | 0x09 | 0x10 => 2, // UNSIGNED_INT16, SIGNED_INT16, HALF
+        0x03 | 0x0a | 0x20 => 4, // UNSIGNED_INT32, SIGNED_INT32, FLOAT
         _ => return None,
     })
 }
@@ -238,7 +238,11 @@ impl ArrayImage {
             .map(|l| {
                 let shrink = |v: u64| (v >> l).max(1);
                 let w = shrink(self.width);
-                let h = if self.height == 0 { 1 } else { shrink(self.height) };
+                let h = if self.height == 0 {
+                    1
+                } else {
+                    shrink(self.height)
+                };
                 let d = match (self.depth, layered) {
                     (0, _) => 1,
                     (d, true) => d,
@@ -252,9 +256,11 @@ impl ArrayImage {
     /// Bytes of the packed texels, `None` on overflow or an unknown format.
     pub fn texel_bytes(&self) -> Option<u64> {
         let e = self.element_bytes()?;
-        self.level_extents().iter().try_fold(0u64, |acc, &(w, h, d)| {
-            acc.checked_add(w.checked_mul(h)?.checked_mul(d)?.checked_mul(e)?)
-        })
+        self.level_extents()
+            .iter()
+            .try_fold(0u64, |acc, &(w, h, d)| {
+                acc.checked_add(w.checked_mul(h)?.checked_mul(d)?.checked_mul(e)?)
+            })
     }
 }
 

@@ -513,7 +513,12 @@ impl<'a> CaptureBuilder<'a> {
     /// Texture objects cannot lose their arrays: a dropped array region drops the textures
     /// event whole (`salvage` says so).
     pub fn drop_regions(&mut self, ids: &HashSet<u32>) {
-        if self.textures.arrays.iter().any(|a| ids.contains(&a.region_id)) {
+        if self
+            .textures
+            .arrays
+            .iter()
+            .any(|a| ids.contains(&a.region_id))
+        {
             self.textures = Textures::default();
         }
         self.regions.retain(|r| !ids.contains(&r.region_id));

@@ -76,6 +76,9 @@ impl Session<'_> {
             for g in &cap.globals {
                 w.module_global(g)?;
             }
+            if !cap.textures.is_empty() {
+                w.textures(&cap.textures)?;
+            }
             if !cap.pointer_slots.is_empty() {
                 w.pointer_slots(&PointerSlots {
                     slots: cap.pointer_slots.clone(),

@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use kreplay_cuda::hostmap::HostMapping;
+use kreplay_cuda::texture::{CudaArray, TexObject};
 use kreplay_cuda::vmm::{FixedMapping, MapError};
 use kreplay_cuda::{
     copy_dtoh, copy_htod, Device, DeviceBuffer, Event, Function, KernelArgs, LaunchConfig, Module,
     PinnedBuffer, PrimaryContext, Stream,
 };
+use kreplay_engine::arrays::{self, ArraySync};
 use kreplay_engine::counters::{MetricRequest, MetricsReport};
 use kreplay_engine::plan::{CodePlan, LaunchPlan, MemoryPlan, Target};
 use kreplay_engine::relocate::Relocation;
@@ -20,9 +22,10 @@ use kreplay_engine::{
     AddressMode, CacheState, CodeSource, Kernel, OpenOptions, PassTiming, Placement, PlayError,
     PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification, WriteSet,
 };
-use kreplay_format::{Capture, MemoryState, Region, RegionRole};
+use kreplay_format::{Capture, MemoryKind, MemoryState, Region, RegionRole, TextureResource};
 use rayon::prelude::*;
 use serde::Serialize;
+use std::rc::Rc;
 
 /// Staging window for uploads: decoded in parallel, then one DMA.
 const UPLOAD_WINDOW: u64 = 256 << 20;
@@ -60,14 +63,97 @@ enum Memory {
     },
 }
 
+/// The texture and surface objects a capture describes, made in this process.
+#[derive(Default)]
+struct Textures {
+    // Drop order: the objects before the arrays they view, the shadows last.
+    objects: Vec<TexObject>,
+    arrays: Vec<Rc<CudaArray>>,
+    /// Device buffers holding each array's texels (region id, buffer).
+    shadows: Vec<(u32, DeviceBuffer)>,
+}
+
+impl Textures {
+    /// A device buffer for the texels of each array region (they have no address to map).
+    fn shadows(cap: &Capture<'_>) -> Result<Textures, PlayError> {
+        let mut t = Textures::default();
+        for r in cap
+            .regions
+            .iter()
+            .filter(|r| r.kind == MemoryKind::CudaArray)
+        {
+            t.shadows
+                .push((r.region_id, DeviceBuffer::new(r.size as usize)?));
+        }
+        Ok(t)
+    }
+
+    fn shadow(&self, region_id: u32) -> Option<u64> {
+        self.shadows
+            .iter()
+            .find(|(id, _)| *id == region_id)
+            .map(|(_, b)| b.ptr())
+    }
+
+    /// Makes the arrays (filled from their shadows) and the objects; writes the new handles
+    /// into the argument bytes; returns the arrays the kernel writes, with their shadows.
+    fn make(
+        &mut self,
+        cap: &Capture<'_>,
+        relocation: Option<&Relocation>,
+        arg_bytes: &mut [u8],
+    ) -> Result<ArraySync, PlayError> {
+        let stream = Stream::new()?;
+        let mut written = Vec::new();
+        for image in &cap.textures.arrays {
+            let shadow = self.shadow(image.region_id).ok_or_else(|| {
+                PlayError::Format(kreplay_format::FormatError::Inconsistent {
+                    offset: 0,
+                    what: format!("array region {} has no texels", image.region_id),
+                })
+            })?;
+            let array = Rc::new(CudaArray::create(image)?);
+            array.copy_from_device(shadow, &stream)?;
+            if arrays::written(cap, image.region_id) {
+                written.push((array.clone(), shadow));
+            }
+            self.arrays.push(array);
+        }
+        stream.synchronize()?;
+        for obj in &cap.textures.objects {
+            let (array, address) = match obj.resource {
+                TextureResource::Array { index } | TextureResource::Mipmapped { index } => {
+                    (self.arrays.get(index as usize).map(|a| a.as_ref()), 0)
+                }
+                TextureResource::Linear { address, .. }
+                | TextureResource::Pitch2D { address, .. } => (
+                    None,
+                    relocation
+                        .and_then(|r| r.translate(address))
+                        .unwrap_or(address),
+                ),
+            };
+            let made = TexObject::create(obj, array, address)?;
+            for &w in &obj.arg_words {
+                if let Some(word) = arg_bytes.get_mut(w as usize..w as usize + 8) {
+                    word.copy_from_slice(&made.handle().to_le_bytes());
+                }
+            }
+            self.objects.push(made);
+        }
+        Ok(ArraySync::new(written))
+    }
+}
+
 /// A capture made live on the GPU.
 pub struct Session<'c> {
     cap: &'c Capture<'c>,
     // Field order is drop order: the replayer (kernel, module, pristine copy, stream) first,
-    // then the memory, the context last.
+    // then the textures, the memory, the context last.
     replayer: Replayer<Function>,
     placements: Vec<RegionPlacement>,
     code: CodeSource,
+    _textures: Textures,
     memory: Memory,
     device: Device,
     _ctx: PrimaryContext,
@@ -284,7 +370,11 @@ impl<'c> Session<'c> {
             Memory::Moved { relocation, .. } => Some(relocation),
             Memory::Fixed { .. } => None,
         };
+        let mut textures = Textures::shadows(cap)?;
         let base_of = |r: &Region| {
+            if r.kind == MemoryKind::CudaArray {
+                return textures.shadow(r.region_id).unwrap_or(0);
+            }
             relocation
                 .and_then(|rel| rel.translate(r.address))
                 .unwrap_or(r.address)
@@ -324,6 +414,7 @@ impl<'c> Session<'c> {
         if let Some(rel) = relocation {
             rel.patch_words(&mut arg_bytes, d.pointer_words.iter().map(|&w| w as u64));
         }
+        let written_arrays = textures.make(cap, relocation, &mut arg_bytes)?;
         let args = KernelArgs::new(arg_bytes, &launch.layout).map_err(|what| {
             PlayError::Format(kreplay_format::FormatError::Inconsistent { offset: 0, what })
         })?;
@@ -337,9 +428,11 @@ impl<'c> Session<'c> {
         };
         Ok(Session {
             cap,
-            replayer: Replayer::new(kernel, restorer, stream, props, opened),
+            replayer: Replayer::new(kernel, restorer, stream, props, opened)
+                .with_arrays(written_arrays),
             placements,
             code: code.source,
+            _textures: textures,
             memory,
             device,
             _ctx: ctx,

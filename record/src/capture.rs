@@ -6,14 +6,15 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use kreplay_cuda::cache::L2Flush;
+use kreplay_cuda::texture::ForeignArray;
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
     copy_dtod_async, copy_dtoh, ctx_synchronize, memory_info, pointer, ContextHandle, Device,
     DeviceBuffer, Event, ForeignFunction, ForeignStream, PinnedBuffer, Stream,
 };
 use kreplay_format::{
-    DeviceInfo, Dispatch, LaunchAttribute, MemoryKind, ModuleGlobal, ModuleImage, Param, Region,
-    TimingConditions, DEFAULT_CHUNK_SIZE,
+    ArrayImage, DeviceInfo, Dispatch, LaunchAttribute, MemoryKind, ModuleGlobal, ModuleImage,
+    Param, Region, RegionRole, Textures, TimingConditions, DEFAULT_CHUNK_SIZE,
 };
 
 use crate::error::RecordError;
@@ -42,6 +43,8 @@ pub struct Snapshot {
     pub pre: Bytes,
     /// Set after the launch for regions whose `pre` is on the device.
     pub post: Option<DeviceBuffer>,
+    /// The CUDA array whose texels the region holds (read through the array, not an address).
+    pub array: Option<(ForeignArray, ArrayImage)>,
 }
 
 /// Page-locked buffer the pointer scan reads regions into (full PCIe speed, allocated once).
@@ -208,6 +211,8 @@ pub struct CaptureData {
     /// Chunks that changed in regions snapshotted on the host.
     pub post: Vec<PostChunk>,
     pub notes: Vec<String>,
+    /// Texture and surface objects in the arguments, and their arrays.
+    pub textures: Textures,
     /// How the original duration was measured.
     pub timing: TimingConditions,
     /// Where the dispatch came from, when it ran as a graph node.
@@ -223,6 +228,27 @@ pub struct CaptureData {
 
 /// A region that changed: (region id, chunk offset, post bytes).
 pub type PostChunk = (u32, u64, Vec<u8>);
+
+/// A snapshot's bytes as they are now, on the host.
+fn read_now(s: &Snapshot) -> Result<Vec<u8>, RecordError> {
+    match &s.array {
+        Some((array, image)) => read_array(array, image, s.region.size),
+        None => copy_region(s.device_addr, s.region.size),
+    }
+}
+
+fn read_array(array: &ForeignArray, image: &ArrayImage, size: u64) -> Result<Vec<u8>, RecordError> {
+    let n = usize::try_from(size).map_err(|_| RecordError::RegionTooLarge(size))?;
+    let mut v = vec![0u8; n];
+    array
+        .read(image, &mut v)
+        .map_err(|source| RecordError::Read {
+            addr: 0,
+            size,
+            source,
+        })?;
+    Ok(v)
+}
 
 pub(crate) fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> {
     let n = usize::try_from(size).map_err(|_| RecordError::RegionTooLarge(size))?;
@@ -334,6 +360,7 @@ fn take_snapshots(
             device_addr: r.base,
             pre,
             post: None,
+            array: None,
         });
     }
     Ok((snapshots, module_globals))
@@ -363,6 +390,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
 
     // Module globals, resolved in the application's module (restored by name at replay).
     let globals = resolve_globals(&input.function, input.module_objects);
+    let textures = crate::textures::find(&args, &layout);
     let mut staging = lock_staging();
     let found = walk(
         &Roots {
@@ -370,6 +398,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             layout: &layout,
             globals: &globals,
             allocations: &input.allocations,
+            addresses: &textures.addresses,
         },
         &mut DeviceSpace {
             staging: &mut staging,
@@ -382,7 +411,27 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     drop(staging);
 
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
-    let (snapshots, module_globals) = take_snapshots(&found, input.module.module_id, &stream)?;
+    let (mut snapshots, module_globals) = take_snapshots(&found, input.module.module_id, &stream)?;
+    let first_array = snapshots.len() as u32;
+    for (i, (array, image)) in textures.arrays.iter().enumerate() {
+        let size = image.texel_bytes().unwrap_or(0);
+        let pre = read_array(array, image, size)?;
+        snapshots.push(Snapshot {
+            region: Region {
+                region_id: first_array + i as u32,
+                address: 0,
+                size,
+                kind: MemoryKind::CudaArray,
+                role: RegionRole::Argument,
+                chunk_size: DEFAULT_CHUNK_SIZE,
+            },
+            device_addr: 0,
+            pre: Bytes::Host(pre),
+            post: None,
+            array: Some((*array, image.clone())),
+        });
+    }
+    let texture_description = crate::textures::describe(&textures, first_array);
 
     let measuring = crate::quiet::measure();
     let timing = match settle(&stream) {
@@ -442,7 +491,8 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             pointer_slots: found.pointer_slots,
             context: ContextHandle::current().ok(),
             post: Vec::new(),
-            notes: found.notes,
+            notes: found.notes.into_iter().chain(textures.notes).collect(),
+            textures: texture_description,
             timing,
             graph: None,
             match_index: 0,
@@ -470,7 +520,7 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     for s in &mut p.data.snapshots {
         match &s.pre {
             Bytes::Host(pre) => {
-                let now = copy_region(s.device_addr, s.region.size)?;
+                let now = read_now(s)?;
                 post.extend(changed_chunks(
                     s.region.region_id,
                     s.region.chunk_size as usize,

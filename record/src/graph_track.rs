@@ -238,6 +238,7 @@ pub fn writable_ranges(
                         layout: &k.layout,
                         globals: if i == target { target_globals } else { &[] },
                         allocations: &[],
+                        addresses: &[],
                     },
                     &mut DeviceSpace {
                         staging: &mut staging,

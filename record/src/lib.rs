@@ -26,6 +26,7 @@ pub mod nvtx;
 pub mod ptx;
 pub mod quiet;
 mod recorder;
+pub mod textures;
 pub mod walk;
 
 pub use nvtx::InitializeInjectionNvtx2;

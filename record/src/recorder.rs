@@ -660,6 +660,9 @@ fn write_capture(
         for g in &p.globals {
             w.module_global(g).map_err(e)?;
         }
+        if !p.textures.is_empty() {
+            w.textures(&p.textures).map_err(e)?;
+        }
         if !p.pointer_slots.is_empty() {
             w.pointer_slots(&kreplay_format::PointerSlots {
                 slots: p.pointer_slots.clone(),

@@ -72,6 +72,9 @@ pub struct Roots<'a> {
     pub globals: &'a [(String, u64, u64)],
     /// Every live allocation, for `--memory all` (empty otherwise).
     pub allocations: &'a [(u64, u64, MemoryKind)],
+    /// Device addresses the dispatch reads other than through its pointer arguments (the
+    /// linear memory behind its texture objects).
+    pub addresses: &'a [u64],
 }
 
 /// One region to capture; its index in `Walk::regions` is its region id.
@@ -129,6 +132,21 @@ pub fn walk(
         known: Vec::new(),
     };
     argument_regions(roots, space, &mut s);
+    for &addr in roots.addresses {
+        match space.allocation(addr) {
+            Some(a) if !s.known.iter().any(|&(b, _)| b == a.base) => s.add(FoundRegion {
+                base: a.base,
+                size: a.size,
+                role: RegionRole::Argument,
+                kind: a.kind,
+                global: None,
+            }),
+            Some(_) => {}
+            None => s.walk.notes.push(format!(
+                "a texture object views {addr:#x}, which is in no allocation kreplay can read; not captured"
+            )),
+        }
+    }
     for (name, addr, size) in roots.globals {
         if *size == 0 {
             continue;
@@ -382,6 +400,7 @@ mod tests {
             layout: &layout,
             globals,
             allocations: &[],
+            addresses: &[],
         };
         walk(&roots, space, &Limits::default()).expect("walk")
     }
@@ -474,6 +493,30 @@ mod tests {
     }
 
     #[test]
+    fn texture_memory_is_a_root_without_a_pointer_word() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 64).alloc(0x20_0000, 256);
+        let (bytes, layout) = args(&[0x10_0000, 3]);
+        let roots = Roots {
+            args: &bytes,
+            layout: &layout,
+            addresses: &[0x20_0010, 0x10_0000, 0x99_0000],
+            ..Roots::default()
+        };
+        let w = walk(&roots, &mut s, &Limits::default()).expect("walk");
+        assert_eq!(
+            bases(&w),
+            vec![
+                (0x10_0000, RegionRole::Argument),
+                (0x20_0000, RegionRole::Argument)
+            ]
+        );
+        assert_eq!(w.pointer_words, vec![0], "the handle word is not a pointer");
+        assert_eq!(w.notes.len(), 1, "{:?}", w.notes);
+        assert!(w.notes[0].contains("0x990000"), "{:?}", w.notes);
+    }
+
+    #[test]
     fn memory_all_adds_the_allocations_not_reached() {
         let mut s = FakeSpace::default();
         s.alloc(0x10_0000, 64);
@@ -488,6 +531,7 @@ mod tests {
             layout: &layout,
             globals: &[],
             allocations: &all,
+            addresses: &[],
         };
         s.alloc(0x90_0000, 4096);
         let w = walk(&roots, &mut s, &Limits::default()).expect("walk");

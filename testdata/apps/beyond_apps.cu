@@ -10,21 +10,21 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e = (x);                                                               \
-    if (e != cudaSuccess) {                                                            \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                         \
-    }                                                                                  \
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    cudaError_t ck_err = (x);                                                             \
+    if (ck_err != cudaSuccess) {                                                          \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(ck_err)); \
+      exit(1);                                                                            \
+    }                                                                                     \
   } while (0)
-#define CU(x)                                                           \
-  do {                                                                  \
-    CUresult r = (x);                                                   \
-    if (r != CUDA_SUCCESS) {                                            \
-      fprintf(stderr, "%s:%d %s: error %d\n", __FILE__, __LINE__, #x, r); \
-      exit(1);                                                          \
-    }                                                                   \
+#define CU(x)                                                               \
+  do {                                                                      \
+    CUresult cu_res = (x);                                                  \
+    if (cu_res != CUDA_SUCCESS) {                                           \
+      fprintf(stderr, "%s:%d %s: error %d\n", __FILE__, __LINE__, #x, cu_res); \
+      exit(1);                                                              \
+    }                                                                       \
   } while (0)
 
 static double checksum(const float* v, size_t n) {
@@ -199,6 +199,15 @@ __global__ void tex_cube_read(cudaTextureObject_t t, float* out, int w) {
                    3.0f * texCubemap<float>(t, u, v, 1.0f);
 }
 
+__global__ void tex_mip_read(cudaTextureObject_t t, float* out, int w, int levels) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x >= w || y >= w) return;
+  float s = 0;
+  for (int l = 0; l < levels; ++l)
+    s += tex2DLod<float>(t, (x + 0.5f) / w, (y + 0.5f) / w, (float)l) * (l + 1);
+  out[y * w + x] = s;
+}
+
 __global__ void surf_write(cudaTextureObject_t src, cudaSurfaceObject_t dst, int w, int h) {
   int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x < w && y < h) {
@@ -272,19 +281,45 @@ static int run_texture(const char* how) {
     cudaTextureObject_t t = make_tex(array_resource(a), false, false);
     tex_layered_read<<<grid, block>>>(t, out, w, h, layers);
   } else if (!strcmp(how, "texcube")) {
-    const int e = 128;
+    const int edge = 128;
     cudaArray_t a;
-    CK(cudaMalloc3DArray(&a, &cd, make_cudaExtent(e, e, 6), cudaArrayCubemap));
-    auto src = iota((size_t)e * e * 6, 7.0f);
+    CK(cudaMalloc3DArray(&a, &cd, make_cudaExtent(edge, edge, 6), cudaArrayCubemap));
+    auto src = iota((size_t)edge * edge * 6, 7.0f);
     cudaMemcpy3DParms p;
     memset(&p, 0, sizeof p);
-    p.srcPtr = make_cudaPitchedPtr(src.data(), e * 4, e, e);
+    p.srcPtr = make_cudaPitchedPtr(src.data(), edge * 4, edge, edge);
     p.dstArray = a;
-    p.extent = make_cudaExtent(e, e, 6);
+    p.extent = make_cudaExtent(edge, edge, 6);
     p.kind = cudaMemcpyHostToDevice;
     CK(cudaMemcpy3D(&p));
     cudaTextureObject_t t = make_tex(array_resource(a), true, true);
-    tex_cube_read<<<dim3(e / 16, e / 16), block>>>(t, out, e);
+    tex_cube_read<<<dim3(edge / 16, edge / 16), block>>>(t, out, edge);
+  } else if (!strcmp(how, "texmip")) {
+    const int edge = 128, levels = 4;
+    cudaMipmappedArray_t m;
+    CK(cudaMallocMipmappedArray(&m, &cd, make_cudaExtent(edge, edge, 0), levels));
+    for (int l = 0; l < levels; ++l) {
+      cudaArray_t lvl;
+      CK(cudaGetMipmappedArrayLevel(&lvl, m, l));
+      int lw = edge >> l;
+      auto src = iota((size_t)lw * lw, 3.0f + l);
+      CK(cudaMemcpy2DToArray(lvl, 0, 0, src.data(), lw * 4, lw * 4, lw, cudaMemcpyHostToDevice));
+    }
+    cudaResourceDesc rd;
+    memset(&rd, 0, sizeof rd);
+    rd.resType = cudaResourceTypeMipmappedArray;
+    rd.res.mipmap.mipmap = m;
+    cudaTextureDesc td;
+    memset(&td, 0, sizeof td);
+    td.addressMode[0] = td.addressMode[1] = cudaAddressModeClamp;
+    td.filterMode = cudaFilterModeLinear;
+    td.mipmapFilterMode = cudaFilterModePoint;
+    td.maxMipmapLevelClamp = levels - 1;
+    td.readMode = cudaReadModeElementType;
+    td.normalizedCoords = 1;
+    cudaTextureObject_t t;
+    CK(cudaCreateTextureObject(&t, &rd, &td, nullptr));
+    tex_mip_read<<<dim3(edge / 16, edge / 16), block>>>(t, out, edge, levels);
   } else if (!strcmp(how, "texpitch")) {
     float* img;
     size_t pitch;

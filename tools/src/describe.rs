@@ -23,8 +23,122 @@ pub struct Description {
     pub graph: Option<kreplay_format::GraphOrigin>,
     /// Words in captured memory that point into captured regions (rewritten on relocation).
     pub pointer_slots: usize,
+    /// Texture and surface objects the arguments hold.
+    pub textures: Vec<TextureDesc>,
     pub recorder: Option<Recorder>,
     pub annotations: Vec<(String, String)>,
+}
+
+#[derive(Serialize)]
+pub struct TextureDesc {
+    /// The handle in the recorded process.
+    pub handle: u64,
+    /// `texture` or `surface`.
+    pub kind: &'static str,
+    /// What it views, in words.
+    pub resource: String,
+    /// The region holding the texels (arrays) or the memory viewed (linear, pitch 2D).
+    pub region: Option<u32>,
+    /// Argument offsets holding the handle.
+    pub arg_offsets: Vec<u32>,
+}
+
+/// A `CUarray_format` in words.
+fn array_format(format: u32) -> String {
+    match format {
+        0x01 => "u8".into(),
+        0x02 => "u16".into(),
+        0x03 => "u32".into(),
+        0x08 => "i8".into(),
+        0x09 => "i16".into(),
+        0x0a => "i32".into(),
+        0x10 => "f16".into(),
+        0x20 => "f32".into(),
+        f => format!("format {f:#x}"),
+    }
+}
+
+fn texture_desc(cap: &Capture<'_>, o: &kreplay_format::TextureObject) -> TextureDesc {
+    use kreplay_format::{TextureResource, ARRAY_CUBEMAP, ARRAY_LAYERED};
+    let region_at = |addr: u64| {
+        cap.regions
+            .iter()
+            .find(|r| addr >= r.address && addr - r.address < r.size.max(1))
+            .map(|r| r.region_id)
+    };
+    let (resource, region) = match &o.resource {
+        TextureResource::Array { index } | TextureResource::Mipmapped { index } => {
+            match cap.textures.arrays.get(*index as usize) {
+                Some(a) => {
+                    let shape = if a.flags & ARRAY_CUBEMAP != 0 {
+                        format!("cubemap {}x{} x{} faces", a.width, a.height, a.depth)
+                    } else if a.flags & ARRAY_LAYERED != 0 {
+                        format!(
+                            "layered {}x{} x{} layers",
+                            a.width,
+                            a.height.max(1),
+                            a.depth
+                        )
+                    } else if a.depth > 0 {
+                        format!("3D {}x{}x{}", a.width, a.height, a.depth)
+                    } else if a.height > 0 {
+                        format!("2D {}x{}", a.width, a.height)
+                    } else {
+                        format!("1D {}", a.width)
+                    };
+                    let mips = if a.levels > 0 {
+                        format!(", {} mip levels", a.levels)
+                    } else {
+                        String::new()
+                    };
+                    (
+                        format!(
+                            "array {shape} {} x{}{mips}",
+                            array_format(a.format),
+                            a.channels
+                        ),
+                        Some(a.region_id),
+                    )
+                }
+                None => (format!("array {index} (missing)"), None),
+            }
+        }
+        TextureResource::Linear {
+            address,
+            format,
+            channels,
+            size,
+        } => (
+            format!(
+                "linear {} x{} at {address:#x}, {}",
+                array_format(*format),
+                channels,
+                bytes(*size)
+            ),
+            region_at(*address),
+        ),
+        TextureResource::Pitch2D {
+            address,
+            format,
+            channels,
+            width,
+            height,
+            pitch,
+        } => (
+            format!(
+                "pitch 2D {width}x{height} {} x{channels} at {address:#x}, pitch {pitch} B",
+                array_format(*format)
+            ),
+            region_at(*address),
+        ),
+    };
+    TextureDesc {
+        handle: o.handle,
+        kind: if o.surface { "surface" } else { "texture" },
+        resource,
+        region,
+        arg_offsets: o.arg_words.clone(),
+    }
 }
 
 #[derive(Serialize)]
@@ -274,6 +388,12 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
         timing: cap.timing.clone(),
         graph: cap.graph.clone(),
         pointer_slots: cap.pointer_slots.len(),
+        textures: cap
+            .textures
+            .objects
+            .iter()
+            .map(|o| texture_desc(cap, o))
+            .collect(),
         recorder: cap.info.as_ref().map(|i| Recorder {
             version: i.tool_version.clone(),
             host: i.host.clone(),

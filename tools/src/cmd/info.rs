@@ -170,6 +170,18 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             p(r.global.as_deref().unwrap_or(""))
         );
     }
+    for t in &d.textures {
+        let offsets: Vec<String> = t.arg_offsets.iter().map(|o| o.to_string()).collect();
+        out!(
+            w,
+            "textures  {} {} in argument offset {}: {}{}",
+            t.kind,
+            t.handle,
+            offsets.join(", "),
+            p(&t.resource),
+            t.region.map_or(String::new(), |r| format!(" (region {r})"))
+        );
+    }
     if d.pointer_slots > 0 {
         out!(
             w,

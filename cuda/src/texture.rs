@@ -1,0 +1,669 @@
+//! Texture and surface objects and the CUDA arrays behind them. The recorder asks the driver
+//! what an argument's handle is (`ObjectQuery::of`) and reads the arrays' texels
+//! (`ForeignArray`); the player makes its own arrays (`CudaArray`) and objects (`TexObject`)
+//! from the capture's description.
+//!
+//! Descriptors go through `#[repr(C)]` mirrors with plain integer fields: the driver may
+//! write enum values newer than the bindings know, and a file may hold any number, so no
+//! value from either is ever stored in a Rust enum.
+
+use std::ffi::c_void;
+use std::mem::{size_of, MaybeUninit};
+
+use kreplay_format::{
+    ArrayImage, TextureObject, TextureResource, TextureSampling, TextureView, MAX_MIP_LEVELS,
+};
+
+use crate::error::{check, CuResult, CudaError};
+use crate::stream::{AsStream, Stream};
+use crate::sys::{self, CUresult};
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawResourceDesc {
+    res_type: u32,
+    res: [u64; 16],
+    flags: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawTextureDesc {
+    address_mode: [u32; 3],
+    filter_mode: u32,
+    flags: u32,
+    max_anisotropy: u32,
+    mipmap_filter_mode: u32,
+    mipmap_level_bias: u32,
+    min_mipmap_level_clamp: u32,
+    max_mipmap_level_clamp: u32,
+    border_color: [u32; 4],
+    reserved: [i32; 12],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawViewDesc {
+    format: u32,
+    width: usize,
+    height: usize,
+    depth: usize,
+    first_mipmap_level: u32,
+    last_mipmap_level: u32,
+    first_layer: u32,
+    last_layer: u32,
+    reserved: [u32; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawArrayDesc {
+    width: usize,
+    height: usize,
+    depth: usize,
+    format: u32,
+    channels: u32,
+    flags: u32,
+}
+
+const _: () = assert!(size_of::<RawResourceDesc>() == size_of::<sys::CUDA_RESOURCE_DESC>());
+const _: () = assert!(size_of::<RawTextureDesc>() == size_of::<sys::CUDA_TEXTURE_DESC>());
+const _: () = assert!(size_of::<RawViewDesc>() == size_of::<sys::CUDA_RESOURCE_VIEW_DESC>());
+const _: () = assert!(size_of::<RawArrayDesc>() == size_of::<sys::CUDA_ARRAY3D_DESCRIPTOR>());
+
+const RES_ARRAY: u32 = 0;
+const RES_MIPMAPPED: u32 = 1;
+const RES_LINEAR: u32 = 2;
+const RES_PITCH2D: u32 = 3;
+
+/// Handles in the argument words are small integers (the driver numbers objects from 1);
+/// larger words are not asked about.
+pub const MAX_HANDLE: u64 = u32::MAX as u64;
+
+/// The resource of an application's texture or surface object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForeignResource {
+    Array(ForeignArray),
+    Linear {
+        address: u64,
+        format: u32,
+        channels: u32,
+        size: u64,
+    },
+    Pitch2D {
+        address: u64,
+        format: u32,
+        channels: u32,
+        width: u64,
+        height: u64,
+        pitch: u64,
+    },
+}
+
+/// What the driver says a handle is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectQuery {
+    pub surface: bool,
+    pub resource: ForeignResource,
+    pub sampling: Option<TextureSampling>,
+    pub view: Option<TextureView>,
+}
+
+impl ObjectQuery {
+    /// The texture or surface object `handle` names in the current context, if it names one
+    /// (the driver answers an error for any other number).
+    pub fn of(handle: u64) -> Option<ObjectQuery> {
+        if handle == 0 || handle > MAX_HANDLE {
+            return None;
+        }
+        let mut rd = MaybeUninit::<RawResourceDesc>::zeroed();
+        // SAFETY: the driver writes one CUDA_RESOURCE_DESC (same size and layout as the mirror)
+        // or fails for a number that is not a live texture object.
+        let tex = unsafe {
+            sys::cuTexObjectGetResourceDesc(rd.as_mut_ptr() as *mut sys::CUDA_RESOURCE_DESC, handle)
+        } == CUresult::CUDA_SUCCESS;
+        let surface = !tex
+            // SAFETY: as above, for surface objects.
+            && unsafe {
+                sys::cuSurfObjectGetResourceDesc(
+                    rd.as_mut_ptr() as *mut sys::CUDA_RESOURCE_DESC,
+                    handle,
+                )
+            } == CUresult::CUDA_SUCCESS;
+        if !tex && !surface {
+            return None;
+        }
+        // SAFETY: zero-initialised, then written by the driver; every field is an integer.
+        let rd = unsafe { rd.assume_init() };
+        let resource = match rd.res_type {
+            RES_ARRAY => ForeignResource::Array(ForeignArray::Plain(rd.res[0])),
+            RES_MIPMAPPED => ForeignResource::Array(ForeignArray::Mipmapped(rd.res[0])),
+            RES_LINEAR => ForeignResource::Linear {
+                address: rd.res[0],
+                format: rd.res[1] as u32,
+                channels: (rd.res[1] >> 32) as u32,
+                size: rd.res[2],
+            },
+            RES_PITCH2D => ForeignResource::Pitch2D {
+                address: rd.res[0],
+                format: rd.res[1] as u32,
+                channels: (rd.res[1] >> 32) as u32,
+                width: rd.res[2],
+                height: rd.res[3],
+                pitch: rd.res[4],
+            },
+            _ => return None,
+        };
+        let (sampling, view) = if tex {
+            (texture_desc(handle), view_desc(handle))
+        } else {
+            (None, None)
+        };
+        Some(ObjectQuery {
+            surface,
+            resource,
+            sampling,
+            view,
+        })
+    }
+}
+
+fn texture_desc(handle: u64) -> Option<TextureSampling> {
+    let mut td = MaybeUninit::<RawTextureDesc>::zeroed();
+    // SAFETY: the driver writes one CUDA_TEXTURE_DESC into the same-sized mirror.
+    let r = unsafe {
+        sys::cuTexObjectGetTextureDesc(td.as_mut_ptr() as *mut sys::CUDA_TEXTURE_DESC, handle)
+    };
+    if r != CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    // SAFETY: zero-initialised, then written; integers only.
+    let td = unsafe { td.assume_init() };
+    Some(TextureSampling {
+        address_mode: td.address_mode,
+        filter_mode: td.filter_mode,
+        flags: td.flags,
+        max_anisotropy: td.max_anisotropy,
+        mipmap_filter_mode: td.mipmap_filter_mode,
+        mipmap_level_bias: td.mipmap_level_bias,
+        min_mipmap_level_clamp: td.min_mipmap_level_clamp,
+        max_mipmap_level_clamp: td.max_mipmap_level_clamp,
+        border_color: td.border_color,
+    })
+}
+
+fn view_desc(handle: u64) -> Option<TextureView> {
+    let mut vd = MaybeUninit::<RawViewDesc>::zeroed();
+    // SAFETY: the driver writes one CUDA_RESOURCE_VIEW_DESC into the same-sized mirror.
+    let r = unsafe {
+        sys::cuTexObjectGetResourceViewDesc(
+            vd.as_mut_ptr() as *mut sys::CUDA_RESOURCE_VIEW_DESC,
+            handle,
+        )
+    };
+    if r != CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    // SAFETY: zero-initialised, then written; integers only.
+    let vd = unsafe { vd.assume_init() };
+    // Format NONE: the object was made without a view.
+    (vd.format != 0).then_some(TextureView {
+        format: vd.format,
+        width: vd.width as u64,
+        height: vd.height as u64,
+        depth: vd.depth as u64,
+        first_mipmap_level: vd.first_mipmap_level,
+        last_mipmap_level: vd.last_mipmap_level,
+        first_layer: vd.first_layer,
+        last_layer: vd.last_layer,
+    })
+}
+
+/// An application's CUDA array or mipmapped array (not owned: the handle is the
+/// application's, valid while it keeps the array).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ForeignArray {
+    Plain(u64),
+    Mipmapped(u64),
+}
+
+// SAFETY: array handles are opaque tokens the driver accepts from any thread.
+unsafe impl Send for ForeignArray {}
+
+fn array_desc(array: sys::CUarray) -> CuResult<RawArrayDesc> {
+    let mut d = MaybeUninit::<RawArrayDesc>::zeroed();
+    // SAFETY: the driver writes one CUDA_ARRAY3D_DESCRIPTOR into the same-sized mirror.
+    check(
+        unsafe {
+            sys::cuArray3DGetDescriptor_v2(
+                d.as_mut_ptr() as *mut sys::CUDA_ARRAY3D_DESCRIPTOR,
+                array,
+            )
+        },
+        "cuArray3DGetDescriptor",
+    )?;
+    // SAFETY: zero-initialised, then written; integers only.
+    Ok(unsafe { d.assume_init() })
+}
+
+fn mip_level(m: sys::CUmipmappedArray, level: u32) -> Option<sys::CUarray> {
+    let mut a: sys::CUarray = std::ptr::null_mut();
+    // SAFETY: writes one array handle; fails past the last level.
+    let r = unsafe { sys::cuMipmappedArrayGetLevel(&mut a, m, level) };
+    (r == CUresult::CUDA_SUCCESS && !a.is_null()).then_some(a)
+}
+
+impl ForeignArray {
+    /// The array's level arrays (one for a plain array).
+    fn levels(&self) -> Vec<sys::CUarray> {
+        match *self {
+            ForeignArray::Plain(a) => vec![a as sys::CUarray],
+            ForeignArray::Mipmapped(m) => (0..MAX_MIP_LEVELS)
+                .map_while(|l| mip_level(m as sys::CUmipmappedArray, l))
+                .collect(),
+        }
+    }
+
+    /// Its description (region id left 0 for the caller to set).
+    pub fn image(&self) -> CuResult<ArrayImage> {
+        let levels = self.levels();
+        let Some(&first) = levels.first() else {
+            return Err(CudaError::refused(
+                "cuMipmappedArrayGetLevel",
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                "a mipmapped array without levels".into(),
+            ));
+        };
+        let d = array_desc(first)?;
+        Ok(ArrayImage {
+            region_id: 0,
+            width: d.width as u64,
+            height: d.height as u64,
+            depth: d.depth as u64,
+            format: d.format,
+            channels: d.channels,
+            flags: d.flags,
+            levels: match self {
+                ForeignArray::Plain(_) => 0,
+                ForeignArray::Mipmapped(_) => levels.len() as u32,
+            },
+        })
+    }
+
+    /// Copies every level's texels, packed as `ArrayImage` describes, into `out`.
+    pub fn read(&self, image: &ArrayImage, out: &mut [u8]) -> CuResult<()> {
+        let plan = copy_plan(image, out.len() as u64)?;
+        let levels = self.levels();
+        if levels.len() != plan.len() {
+            return Err(CudaError::refused(
+                "cuMemcpy3D",
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("{} levels, {} described", levels.len(), plan.len()),
+            ));
+        }
+        for (level, (dims, offset)) in levels.into_iter().zip(plan) {
+            copy3d(
+                Side::Array(level),
+                Side::Host(out[offset as usize..].as_mut_ptr() as *mut c_void),
+                dims,
+                None,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// (width in bytes, height, slices) of one level.
+type Extent = (u64, u64, u64);
+
+/// (extent, byte offset) of each level of a packed image, checked against the bytes available.
+fn copy_plan(image: &ArrayImage, available: u64) -> CuResult<Vec<(Extent, u64)>> {
+    let refuse =
+        |why: String| CudaError::refused("cuMemcpy3D", CUresult::CUDA_ERROR_INVALID_VALUE, why);
+    let e = image
+        .element_bytes()
+        .ok_or_else(|| refuse(format!("array format {:#x} is not supported", image.format)))?;
+    let total = image
+        .texel_bytes()
+        .ok_or_else(|| refuse("array size overflows".into()))?;
+    if total > available {
+        return Err(refuse(format!(
+            "array needs {total} bytes, {available} given"
+        )));
+    }
+    let mut offset = 0u64;
+    Ok(image
+        .level_extents()
+        .into_iter()
+        .map(|(w, h, d)| {
+            let at = offset;
+            offset += w * e * h * d;
+            ((w * e, h, d), at)
+        })
+        .collect())
+}
+
+/// One end of a 3D copy.
+#[derive(Clone, Copy)]
+enum Side {
+    Array(sys::CUarray),
+    Host(*mut c_void),
+    Device(u64),
+}
+
+/// Copies a packed (width_bytes x height x depth) block between an array level and linear
+/// memory, on `stream` when given, else synchronously.
+fn copy3d(
+    src: Side,
+    dst: Side,
+    (width_bytes, height, depth): Extent,
+    stream: Option<&Stream>,
+) -> CuResult<()> {
+    use sys::CUmemorytype::*;
+    let null = std::ptr::null_mut();
+    let mut c = sys::CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: CU_MEMORYTYPE_HOST,
+        srcHost: null,
+        srcDevice: 0,
+        srcArray: null as sys::CUarray,
+        reserved0: null,
+        srcPitch: width_bytes as usize,
+        srcHeight: height as usize,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: CU_MEMORYTYPE_HOST,
+        dstHost: null,
+        dstDevice: 0,
+        dstArray: null as sys::CUarray,
+        reserved1: null,
+        dstPitch: width_bytes as usize,
+        dstHeight: height as usize,
+        WidthInBytes: width_bytes as usize,
+        Height: height as usize,
+        Depth: depth as usize,
+    };
+    match src {
+        Side::Array(a) => (c.srcMemoryType, c.srcArray) = (CU_MEMORYTYPE_ARRAY, a),
+        Side::Host(p) => (c.srcMemoryType, c.srcHost) = (CU_MEMORYTYPE_HOST, p),
+        Side::Device(p) => (c.srcMemoryType, c.srcDevice) = (CU_MEMORYTYPE_DEVICE, p),
+    }
+    match dst {
+        Side::Array(a) => (c.dstMemoryType, c.dstArray) = (CU_MEMORYTYPE_ARRAY, a),
+        Side::Host(p) => (c.dstMemoryType, c.dstHost) = (CU_MEMORYTYPE_HOST, p),
+        Side::Device(p) => (c.dstMemoryType, c.dstDevice) = (CU_MEMORYTYPE_DEVICE, p),
+    }
+    match stream {
+        // SAFETY: the copy's ends were checked by the callers against the image's size; the
+        // stream is ours and alive.
+        Some(s) => check(
+            unsafe { sys::cuMemcpy3DAsync_v2(&c, s.raw_stream()) },
+            "cuMemcpy3DAsync",
+        ),
+        // SAFETY: as above, synchronous.
+        None => check(unsafe { sys::cuMemcpy3D_v2(&c) }, "cuMemcpy3D"),
+    }
+}
+
+/// A CUDA array (or mipmapped array) made by the player; destroyed on drop.
+pub struct CudaArray {
+    image: ArrayImage,
+    /// The mipmapped array, when it is one.
+    mipmapped: Option<sys::CUmipmappedArray>,
+    levels: Vec<sys::CUarray>,
+}
+
+// SAFETY: array handles are opaque tokens the driver accepts from any thread.
+unsafe impl Send for CudaArray {}
+
+impl CudaArray {
+    /// Makes an array as `image` describes (format and size checked first).
+    pub fn create(image: &ArrayImage) -> CuResult<CudaArray> {
+        let total = copy_plan(image, u64::MAX)?;
+        let refuse = |why: &str| {
+            CudaError::refused(
+                "cuArray3DCreate",
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                why.into(),
+            )
+        };
+        let dims = [image.width, image.height, image.depth];
+        if dims.iter().any(|&v| usize::try_from(v).is_err()) || total.is_empty() {
+            return Err(refuse("array dimensions out of range"));
+        }
+        let desc = RawArrayDesc {
+            width: image.width as usize,
+            height: image.height as usize,
+            depth: image.depth as usize,
+            format: image.format,
+            channels: image.channels,
+            flags: image.flags,
+        };
+        let desc_ptr = &desc as *const RawArrayDesc as *const sys::CUDA_ARRAY3D_DESCRIPTOR;
+        let mut a = CudaArray {
+            image: image.clone(),
+            mipmapped: None,
+            levels: Vec::new(),
+        };
+        if image.levels == 0 {
+            let mut h: sys::CUarray = std::ptr::null_mut();
+            // SAFETY: writes one handle; the descriptor mirror has the driver's layout and
+            // its format was checked to be a known one (copy_plan).
+            check(
+                unsafe { sys::cuArray3DCreate_v2(&mut h, desc_ptr) },
+                "cuArray3DCreate",
+            )?;
+            a.levels.push(h);
+        } else {
+            let mut m: sys::CUmipmappedArray = std::ptr::null_mut();
+            // SAFETY: as above, with the level count the image declares (at most 32).
+            check(
+                unsafe { sys::cuMipmappedArrayCreate(&mut m, desc_ptr, image.levels) },
+                "cuMipmappedArrayCreate",
+            )?;
+            a.mipmapped = Some(m);
+            a.levels = (0..image.levels).map_while(|l| mip_level(m, l)).collect();
+            if a.levels.len() != image.levels as usize {
+                return Err(refuse("the driver made fewer mip levels than asked"));
+            }
+        }
+        Ok(a)
+    }
+
+    /// The handle a resource descriptor names: the array, or the mipmapped array.
+    fn resource_handle(&self) -> u64 {
+        match self.mipmapped {
+            Some(m) => m as u64,
+            None => self.levels.first().map_or(0, |&a| a as u64),
+        }
+    }
+
+    /// Copies packed texels from device memory at `src` into every level, on `stream`.
+    pub fn copy_from_device(&self, src: u64, stream: &Stream) -> CuResult<()> {
+        for (&level, (dims, offset)) in self.levels.iter().zip(copy_plan(&self.image, u64::MAX)?) {
+            copy3d(
+                Side::Device(src + offset),
+                Side::Array(level),
+                dims,
+                Some(stream),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Copies every level's texels, packed, to device memory at `dst`, on `stream`.
+    pub fn copy_to_device(&self, dst: u64, stream: &Stream) -> CuResult<()> {
+        for (&level, (dims, offset)) in self.levels.iter().zip(copy_plan(&self.image, u64::MAX)?) {
+            copy3d(
+                Side::Array(level),
+                Side::Device(dst + offset),
+                dims,
+                Some(stream),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CudaArray {
+    fn drop(&mut self) {
+        // SAFETY: destroys the arrays made in `create` (levels belong to the mipmapped array).
+        unsafe {
+            match self.mipmapped {
+                Some(m) => {
+                    sys::cuMipmappedArrayDestroy(m);
+                }
+                None => {
+                    for &a in &self.levels {
+                        sys::cuArrayDestroy(a);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A texture or surface object made by the player; destroyed on drop.
+pub struct TexObject {
+    handle: u64,
+    surface: bool,
+}
+
+impl TexObject {
+    /// Makes the object a capture describes, over `array` (for array resources) or at
+    /// `address` (the linear memory's address in this process, for linear resources).
+    pub fn create(
+        obj: &TextureObject,
+        array: Option<&CudaArray>,
+        address: u64,
+    ) -> CuResult<TexObject> {
+        let refuse = |why: String| {
+            CudaError::refused("cuTexObjectCreate", CUresult::CUDA_ERROR_INVALID_VALUE, why)
+        };
+        let mut rd = RawResourceDesc {
+            res_type: 0,
+            res: [0; 16],
+            flags: 0,
+        };
+        match &obj.resource {
+            TextureResource::Array { .. } | TextureResource::Mipmapped { .. } => {
+                let a = array.ok_or_else(|| refuse("no array for an array resource".into()))?;
+                rd.res_type = if a.mipmapped.is_some() {
+                    RES_MIPMAPPED
+                } else {
+                    RES_ARRAY
+                };
+                rd.res[0] = a.resource_handle();
+            }
+            &TextureResource::Linear {
+                format,
+                channels,
+                size,
+                ..
+            } => {
+                known_format(format).ok_or_else(|| refuse(format!("format {format:#x}")))?;
+                rd.res_type = RES_LINEAR;
+                rd.res[0] = address;
+                rd.res[1] = format as u64 | (channels as u64) << 32;
+                rd.res[2] = size;
+            }
+            &TextureResource::Pitch2D {
+                format,
+                channels,
+                width,
+                height,
+                pitch,
+                ..
+            } => {
+                known_format(format).ok_or_else(|| refuse(format!("format {format:#x}")))?;
+                rd.res_type = RES_PITCH2D;
+                rd.res[0] = address;
+                rd.res[1] = format as u64 | (channels as u64) << 32;
+                rd.res[2] = width;
+                rd.res[3] = height;
+                rd.res[4] = pitch;
+            }
+        }
+        let rd_ptr = &rd as *const RawResourceDesc as *const sys::CUDA_RESOURCE_DESC;
+        let mut handle = 0u64;
+        if obj.surface {
+            // SAFETY: writes one handle; the resource mirror has the driver's layout and holds
+            // only handles made here, addresses the caller placed and checked formats.
+            check(
+                unsafe { sys::cuSurfObjectCreate(&mut handle, rd_ptr) },
+                "cuSurfObjectCreate",
+            )?;
+        } else {
+            let s = obj.sampling.clone().unwrap_or_default();
+            let td = RawTextureDesc {
+                address_mode: s.address_mode,
+                filter_mode: s.filter_mode,
+                flags: s.flags,
+                max_anisotropy: s.max_anisotropy,
+                mipmap_filter_mode: s.mipmap_filter_mode,
+                mipmap_level_bias: s.mipmap_level_bias,
+                min_mipmap_level_clamp: s.min_mipmap_level_clamp,
+                max_mipmap_level_clamp: s.max_mipmap_level_clamp,
+                border_color: s.border_color,
+                reserved: [0; 12],
+            };
+            let vd = obj.view.as_ref().map(|v| RawViewDesc {
+                format: v.format,
+                width: v.width as usize,
+                height: v.height as usize,
+                depth: v.depth as usize,
+                first_mipmap_level: v.first_mipmap_level,
+                last_mipmap_level: v.last_mipmap_level,
+                first_layer: v.first_layer,
+                last_layer: v.last_layer,
+                reserved: [0; 16],
+            });
+            let vd_ptr = vd.as_ref().map_or(std::ptr::null(), |v| {
+                v as *const RawViewDesc as *const sys::CUDA_RESOURCE_VIEW_DESC
+            });
+            // SAFETY: writes one handle; the mirrors have the driver's layouts; the driver
+            // validates the sampling and view numbers and answers an error for bad ones.
+            check(
+                unsafe {
+                    sys::cuTexObjectCreate(
+                        &mut handle,
+                        rd_ptr,
+                        &td as *const RawTextureDesc as *const sys::CUDA_TEXTURE_DESC,
+                        vd_ptr,
+                    )
+                },
+                "cuTexObjectCreate",
+            )?;
+        }
+        Ok(TexObject {
+            handle,
+            surface: obj.surface,
+        })
+    }
+
+    pub fn handle(&self) -> u64 {
+        self.handle
+    }
+}
+
+impl Drop for TexObject {
+    fn drop(&mut self) {
+        // SAFETY: destroys the object made in `create`.
+        unsafe {
+            if self.surface {
+                sys::cuSurfObjectDestroy(self.handle);
+            } else {
+                sys::cuTexObjectDestroy(self.handle);
+            }
+        }
+    }
+}
+
+fn known_format(format: u32) -> Option<u64> {
+    kreplay_format::array_format_bytes(format)
+}
