@@ -12,6 +12,7 @@ pub mod cupti;
 pub mod device;
 pub mod error;
 pub mod graph;
+pub mod heap;
 pub mod hostmap;
 pub mod image;
 pub mod launch;

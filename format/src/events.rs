@@ -438,6 +438,10 @@ pub struct PointerSlots {
     pub slots: Vec<(u32, u64)>,
 }
 
+/// The annotation key under which the recorder says which words of the dispatch point into
+/// the device heap (not captured); the player names it when the replay fails.
+pub const DEVICE_HEAP_ANNOTATION: &str = "device-heap";
+
 /// A free-form note attached to a capture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Annotation {

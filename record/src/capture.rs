@@ -213,6 +213,8 @@ pub struct CaptureData {
     pub notes: Vec<String>,
     /// Texture and surface objects in the arguments, and their arrays.
     pub textures: Textures,
+    /// What the dispatch reads from the device heap, which is not captured (see `heap`).
+    pub device_heap: Option<String>,
     /// How the original duration was measured.
     pub timing: TimingConditions,
     /// Where the dispatch came from, when it ran as a graph node.
@@ -381,6 +383,29 @@ pub(crate) fn resolve_globals(
         .collect()
 }
 
+/// Which words point into the device heap, in words, when some do.
+fn heap_note(found: &Walk) -> Option<String> {
+    if found.heap_word_count == 0 {
+        return None;
+    }
+    let shown: Vec<String> = found
+        .heap_words
+        .iter()
+        .take(4)
+        .map(|h| match h.region {
+            None => format!("argument offset {} = {:#x}", h.offset, h.value),
+            Some(r) => format!("region {r} offset {:#x} = {:#x}", h.offset, h.value),
+        })
+        .collect();
+    let more = found.heap_word_count - shown.len() as u64;
+    Some(format!(
+        "{} word(s) point into the device heap (malloc inside kernels): {}{}. The heap cannot be read outside a kernel (the driver resolves none of its addresses), so it is not captured: a replay that follows these pointers reads memory that is not there",
+        found.heap_word_count,
+        shown.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    ))
+}
+
 /// Snapshots everything the dispatch reads. Call with the context synchronised.
 pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let began = Instant::now();
@@ -391,6 +416,8 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     // Module globals, resolved in the application's module (restored by name at replay).
     let globals = resolve_globals(&input.function, input.module_objects);
     let textures = crate::textures::find(&args, &layout);
+    // Only where a kernel that calls malloc has run (the probe changes nothing otherwise).
+    let heap = kreplay_cuda::heap::probe().ok().flatten();
     let mut staging = lock_staging();
     let found = walk(
         &Roots {
@@ -399,6 +426,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             globals: &globals,
             allocations: &input.allocations,
             addresses: &textures.addresses,
+            heap: heap.map(|h| h.bounds()),
         },
         &mut DeviceSpace {
             staging: &mut staging,
@@ -432,6 +460,15 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         });
     }
     let texture_description = crate::textures::describe(&textures, first_array);
+    let device_heap = heap_note(&found);
+    if let Some(n) = &device_heap {
+        crate::diag!(
+            "kreplay: {}: {n}",
+            kreplay_protocol::config::short_kernel_name(&kreplay_protocol::config::demangle(
+                &input.kernel_name
+            ))
+        );
+    }
 
     let measuring = crate::quiet::measure();
     let timing = match settle(&stream) {
@@ -491,6 +528,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             pointer_slots: found.pointer_slots,
             context: ContextHandle::current().ok(),
             post: Vec::new(),
+            device_heap,
             notes: found.notes.into_iter().chain(textures.notes).collect(),
             textures: texture_description,
             timing,

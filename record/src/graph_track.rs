@@ -239,6 +239,7 @@ pub fn writable_ranges(
                         globals: if i == target { target_globals } else { &[] },
                         allocations: &[],
                         addresses: &[],
+                        heap: None,
                     },
                     &mut DeviceSpace {
                         staging: &mut staging,

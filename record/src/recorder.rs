@@ -680,6 +680,13 @@ fn write_capture(
             })
             .map_err(e)?;
         }
+        if let Some(n) = &p.device_heap {
+            w.annotation(&Annotation {
+                key: kreplay_format::DEVICE_HEAP_ANNOTATION.into(),
+                value: n.clone(),
+            })
+            .map_err(e)?;
+        }
         Ok(())
     })();
     if let Err(e) = result {

@@ -75,6 +75,8 @@ pub struct Roots<'a> {
     /// Device addresses the dispatch reads other than through its pointer arguments (the
     /// linear memory behind its texture objects).
     pub addresses: &'a [u64],
+    /// `[low, high)` holding the device heap (`malloc` in kernels), when the context has one.
+    pub heap: Option<(u64, u64)>,
 }
 
 /// One region to capture; its index in `Walk::regions` is its region id.
@@ -96,8 +98,24 @@ pub struct Walk {
     pub pointer_words: Vec<u32>,
     /// (region id, offset) of words in captured memory that point into captured memory.
     pub pointer_slots: Vec<(u32, u64)>,
+    /// Words that point into the device heap, which cannot be captured (the first
+    /// `HEAP_WORDS_KEPT`; `heap_word_count` counts them all).
+    pub heap_words: Vec<HeapWord>,
+    pub heap_word_count: u64,
     pub notes: Vec<String>,
 }
+
+/// A word holding a device-heap address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeapWord {
+    /// The region holding the word; `None` for an argument word.
+    pub region: Option<u32>,
+    pub offset: u64,
+    pub value: u64,
+}
+
+/// How many heap words a walk keeps (they are reported, not followed).
+pub const HEAP_WORDS_KEPT: usize = 16;
 
 fn word_at(b: &[u8], at: usize) -> u64 {
     b.get(at..at + 8)
@@ -112,9 +130,26 @@ fn inside(known: &[(u64, u64)], v: u64) -> bool {
 struct State {
     walk: Walk,
     known: Vec<(u64, u64)>,
+    heap: Option<(u64, u64)>,
 }
 
 impl State {
+    /// Notes `value` when it points into the heap window (and no captured region).
+    fn heap_word(&mut self, region: Option<u32>, offset: u64, value: u64) {
+        let Some((lo, hi)) = self.heap else { return };
+        if value < lo || value >= hi || inside(&self.known, value) {
+            return;
+        }
+        self.walk.heap_word_count += 1;
+        if self.walk.heap_words.len() < HEAP_WORDS_KEPT {
+            self.walk.heap_words.push(HeapWord {
+                region,
+                offset,
+                value,
+            });
+        }
+    }
+
     fn add(&mut self, r: FoundRegion) {
         self.known.push((r.base, r.size));
         self.walk.regions.push(r);
@@ -130,6 +165,7 @@ pub fn walk(
     let mut s = State {
         walk: Walk::default(),
         known: Vec::new(),
+        heap: roots.heap,
     };
     argument_regions(roots, space, &mut s);
     for &addr in roots.addresses {
@@ -199,6 +235,8 @@ fn argument_regions(roots: &Roots<'_>, space: &mut dyn AddressSpace, s: &mut Sta
                         global: None,
                     });
                 }
+            } else if word != 0 {
+                s.heap_word(None, w as u64, word);
             }
             w += 8;
         }
@@ -244,13 +282,20 @@ fn follow_stored_pointers(
         if size > limits.scan_bytes {
             continue;
         }
-        let words: Vec<(u64, u64)> = space
-            .read(base, size)?
-            .chunks_exact(8)
-            .enumerate()
-            .map(|(k, c)| ((k * 8) as u64, word_at(c, 0)))
-            .filter(|&(_, v)| v >= lo && v < hi && v != 0)
-            .collect();
+        let mut words: Vec<(u64, u64)> = Vec::new();
+        let mut heap: Vec<(u64, u64)> = Vec::new();
+        let in_heap = |v: u64| s.heap.is_some_and(|(a, b)| v >= a && v < b);
+        for (k, c) in space.read(base, size)?.chunks_exact(8).enumerate() {
+            let v = word_at(c, 0);
+            if in_heap(v) {
+                heap.push(((k * 8) as u64, v));
+            } else if v >= lo && v < hi && v != 0 {
+                words.push(((k * 8) as u64, v));
+            }
+        }
+        for (off, v) in heap {
+            s.heap_word(Some(region_id), off, v);
+        }
         if scan.candidates.len() + words.len() <= limits.candidates {
             scan.scanned.insert(region_id);
             scan.candidates
@@ -401,6 +446,7 @@ mod tests {
             globals,
             allocations: &[],
             addresses: &[],
+            heap: None,
         };
         walk(&roots, space, &Limits::default()).expect("walk")
     }
@@ -517,6 +563,51 @@ mod tests {
     }
 
     #[test]
+    fn device_heap_words_are_reported_not_followed() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 64);
+        // A table of heap pointers, and an argument word pointing into the heap.
+        s.store(0x10_0000, 0, 0x2054_0320)
+            .store(0x10_0000, 8, 0x2054_0420)
+            .store(0x10_0000, 16, 0x10_0008); // a pointer into the table itself
+        let (bytes, layout) = args(&[0x10_0000, 0x2054_0600]);
+        let roots = Roots {
+            args: &bytes,
+            layout: &layout,
+            heap: Some((0x2000_0000, 0x2200_0000)),
+            ..Roots::default()
+        };
+        let w = walk(&roots, &mut s, &Limits::default()).expect("walk");
+        assert_eq!(bases(&w), vec![(0x10_0000, RegionRole::Argument)]);
+        assert_eq!(w.pointer_words, vec![0]);
+        assert_eq!(w.heap_word_count, 3);
+        assert_eq!(
+            w.heap_words,
+            vec![
+                HeapWord {
+                    region: None,
+                    offset: 8,
+                    value: 0x2054_0600
+                },
+                HeapWord {
+                    region: Some(0),
+                    offset: 0,
+                    value: 0x2054_0320
+                },
+                HeapWord {
+                    region: Some(0),
+                    offset: 8,
+                    value: 0x2054_0420
+                },
+            ]
+        );
+        assert_eq!(w.pointer_slots, vec![(0, 16)]);
+        // Without a heap, the same words are plain values.
+        let w = run(&mut s, &[0x10_0000, 0x2054_0600], &[]);
+        assert_eq!(w.heap_word_count, 0);
+    }
+
+    #[test]
     fn memory_all_adds_the_allocations_not_reached() {
         let mut s = FakeSpace::default();
         s.alloc(0x10_0000, 64);
@@ -532,6 +623,7 @@ mod tests {
             globals: &[],
             allocations: &all,
             addresses: &[],
+            heap: None,
         };
         s.alloc(0x90_0000, 4096);
         let w = walk(&roots, &mut s, &Limits::default()).expect("walk");

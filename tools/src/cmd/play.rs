@@ -86,7 +86,20 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let device_output = crate::output::StdoutToStderr::new(a.json || a.csv);
     let mut session =
         Session::open(&cap, &open).with_context(|| format!("cannot replay {}", path.display()))?;
-    let r = session.run(&run).context("replay failed")?;
+    // The recorder could not capture the device heap the kernel reads: say so before the
+    // replay (it will likely fault) and with its error.
+    let heap = cap
+        .annotations
+        .iter()
+        .find(|a| a.key == kreplay_format::DEVICE_HEAP_ANNOTATION)
+        .map(|a| crate::output::printable(&a.value).into_owned());
+    if let (Some(n), false) = (&heap, a.quiet) {
+        crate::warn!("kreplay: warning: {n}");
+    }
+    let r = session.run(&run).with_context(|| match &heap {
+        Some(n) => format!("replay failed (the kernel reads the device heap, not captured: {n})"),
+        None => "replay failed".to_string(),
+    })?;
     let saved = match &a.save_output {
         Some(p) => Some(
             session
