@@ -431,6 +431,34 @@ mod tests {
     }
 
     #[test]
+    fn arrays_and_host_memory_are_not_mapped_as_device_memory() {
+        capture("surface", |cap| {
+            let p = MemoryPlan::new(cap, Placement::Original);
+            let arrays: Vec<u32> = cap.textures.arrays.iter().map(|a| a.region_id).collect();
+            assert_eq!(arrays.len(), 2);
+            assert!(p.fixed_ranges.iter().all(|&(a, _)| a != 0), "{p:?}");
+            assert!(p.host_ranges.is_empty());
+            // Only the surface's array is written: only it is synchronised around passes.
+            let written: Vec<bool> = arrays
+                .iter()
+                .map(|&r| crate::arrays::written(cap, r))
+                .collect();
+            assert_eq!(written, vec![false, true]);
+        });
+        capture("host-mapped", |cap| {
+            let p = MemoryPlan::new(cap, Placement::Original);
+            assert_eq!(p.host_ranges.len(), 2);
+            // The two 1 MiB pinned buffers are adjacent: they move together.
+            let moved: u64 = p.host_move_groups.iter().map(|g| g.1).sum();
+            assert_eq!(moved, p.host_ranges.iter().map(|r| r.1).sum::<u64>());
+            assert_eq!(p.fixed_ranges.len(), 1, "the device buffer only");
+            for (a, _) in &p.host_ranges {
+                assert!(!p.fixed_ranges.iter().any(|(f, _)| f == a));
+            }
+        });
+    }
+
+    #[test]
     fn touching_ranges_move_together() {
         assert_eq!(
             move_groups(&[

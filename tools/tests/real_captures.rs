@@ -7,7 +7,7 @@ use std::process::Command;
 use serde_json::Value;
 
 /// Every capture in testdata/captures.
-const ALL: [&str; 7] = [
+const ALL: [&str; 9] = [
     "cuda-saxpy",
     "cuda-globals",
     "cuda-pointers",
@@ -15,6 +15,8 @@ const ALL: [&str; 7] = [
     "cuda-cluster",
     "cuda-coop",
     "graph-node",
+    "surface",
+    "host-mapped",
 ];
 
 fn capture(name: &str) -> PathBuf {
@@ -530,4 +532,58 @@ fn a_graph_node_capture_says_where_it_came_from() {
     );
     // A plain launch has no graph line.
     assert!(info("cuda-saxpy")["graph"].is_null());
+}
+
+#[test]
+fn texture_and_surface_objects_are_listed_with_their_arrays() {
+    // beyond_apps surface: surf_write(texture over array a, surface over array b, w, h).
+    let v = info("surface");
+    let t = v["textures"].as_array().expect("textures");
+    assert_eq!(t.len(), 2, "{t:?}");
+    let kinds: Vec<&str> = t
+        .iter()
+        .map(|o| o["kind"].as_str().expect("kind"))
+        .collect();
+    assert_eq!(kinds, ["texture", "surface"]);
+    for (o, offset) in t.iter().zip([0u64, 8]) {
+        assert_eq!(o["resource"], "array 2D 256x192 f32 x1");
+        assert_eq!(o["arg_offsets"], serde_json::json!([offset]));
+    }
+    // The arrays' texels are cuda-array regions at address 0; only the surface's is written.
+    let regions = v["regions"].as_array().expect("regions");
+    let arrays: Vec<(u64, bool)> = regions
+        .iter()
+        .filter(|r| r["kind"] == "cuda-array")
+        .map(|r| {
+            (
+                r["address"].as_u64().expect("address"),
+                r["written"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(arrays, vec![(0, false), (0, true)]);
+    let path = capture("surface");
+    let (code, out, err) = kreplay(&["info", path.to_str().expect("path")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "textures  surface 2 in argument offset 8: array 2D 256x192 f32 x1 (region 2)"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn host_mapped_regions_are_named() {
+    let v = info("host-mapped");
+    let kinds: Vec<&str> = v["regions"]
+        .as_array()
+        .expect("regions")
+        .iter()
+        .map(|r| r["kind"].as_str().expect("kind"))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["host-mapped", "host-mapped", "device", "module-global"]
+    );
 }
