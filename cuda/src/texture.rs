@@ -81,23 +81,57 @@ const RES_PITCH2D: u32 = 3;
 pub const MAX_HANDLE: u64 = u32::MAX as u64;
 
 /// The resource of an application's texture or surface object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ForeignResource {
     Array(ForeignArray),
-    Linear {
-        address: u64,
-        format: u32,
-        channels: u32,
-        size: u64,
-    },
-    Pitch2D {
-        address: u64,
-        format: u32,
-        channels: u32,
-        width: u64,
-        height: u64,
-        pitch: u64,
-    },
+    /// Linear or pitch-2D device memory (`TextureResource::Linear` / `Pitch2D`).
+    Memory(TextureResource),
+}
+
+/// The union words of a `CUDA_RESOURCE_DESC` for linear memory at `address`: the resource
+/// type and `res[0..5]`. `None` for array resources.
+fn memory_words(r: &TextureResource, address: u64) -> Option<(u32, [u64; 5])> {
+    let (res_type, format, channels, rest) = match *r {
+        TextureResource::Linear {
+            format,
+            channels,
+            size,
+            ..
+        } => (RES_LINEAR, format, channels, [size, 0, 0]),
+        TextureResource::Pitch2D {
+            format,
+            channels,
+            width,
+            height,
+            pitch,
+            ..
+        } => (RES_PITCH2D, format, channels, [width, height, pitch]),
+        _ => return None,
+    };
+    let fc = format as u64 | (channels as u64) << 32;
+    Some((res_type, [address, fc, rest[0], rest[1], rest[2]]))
+}
+
+/// The inverse of `memory_words`, for a descriptor the driver wrote.
+fn memory_resource(res_type: u32, res: &[u64; 16]) -> Option<TextureResource> {
+    let (format, channels) = (res[1] as u32, (res[1] >> 32) as u32);
+    match res_type {
+        RES_LINEAR => Some(TextureResource::Linear {
+            address: res[0],
+            format,
+            channels,
+            size: res[2],
+        }),
+        RES_PITCH2D => Some(TextureResource::Pitch2D {
+            address: res[0],
+            format,
+            channels,
+            width: res[2],
+            height: res[3],
+            pitch: res[4],
+        }),
+        _ => None,
+    }
 }
 
 /// What the driver says a handle is.
@@ -138,21 +172,7 @@ impl ObjectQuery {
         let resource = match rd.res_type {
             RES_ARRAY => ForeignResource::Array(ForeignArray::Plain(rd.res[0])),
             RES_MIPMAPPED => ForeignResource::Array(ForeignArray::Mipmapped(rd.res[0])),
-            RES_LINEAR => ForeignResource::Linear {
-                address: rd.res[0],
-                format: rd.res[1] as u32,
-                channels: (rd.res[1] >> 32) as u32,
-                size: rd.res[2],
-            },
-            RES_PITCH2D => ForeignResource::Pitch2D {
-                address: rd.res[0],
-                format: rd.res[1] as u32,
-                channels: (rd.res[1] >> 32) as u32,
-                width: rd.res[2],
-                height: rd.res[3],
-                pitch: rd.res[4],
-            },
-            _ => return None,
+            t => ForeignResource::Memory(memory_resource(t, &rd.res)?),
         };
         let (sampling, view) = if tex {
             (texture_desc(handle), view_desc(handle))
@@ -560,33 +580,13 @@ impl TexObject {
                 };
                 rd.res[0] = a.resource_handle();
             }
-            &TextureResource::Linear {
-                format,
-                channels,
-                size,
-                ..
-            } => {
+            other => {
+                let (res_type, words) = memory_words(other, address)
+                    .ok_or_else(|| refuse("not a memory resource".into()))?;
+                let format = words[1] as u32;
                 known_format(format).ok_or_else(|| refuse(format!("format {format:#x}")))?;
-                rd.res_type = RES_LINEAR;
-                rd.res[0] = address;
-                rd.res[1] = format as u64 | (channels as u64) << 32;
-                rd.res[2] = size;
-            }
-            &TextureResource::Pitch2D {
-                format,
-                channels,
-                width,
-                height,
-                pitch,
-                ..
-            } => {
-                known_format(format).ok_or_else(|| refuse(format!("format {format:#x}")))?;
-                rd.res_type = RES_PITCH2D;
-                rd.res[0] = address;
-                rd.res[1] = format as u64 | (channels as u64) << 32;
-                rd.res[2] = width;
-                rd.res[3] = height;
-                rd.res[4] = pitch;
+                rd.res_type = res_type;
+                rd.res[..5].copy_from_slice(&words);
             }
         }
         let rd_ptr = &rd as *const RawResourceDesc as *const sys::CUDA_RESOURCE_DESC;
@@ -666,4 +666,49 @@ impl Drop for TexObject {
 
 fn known_format(format: u32) -> Option<u64> {
     kreplay_format::array_format_bytes(format)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_resources_round_trip_through_descriptor_words() {
+        for r in [
+            TextureResource::Linear {
+                address: 0x7f00_0000_1000,
+                format: 0x20,
+                channels: 4,
+                size: 1 << 20,
+            },
+            TextureResource::Pitch2D {
+                address: 0x7f00_0010_0000,
+                format: 0x01,
+                channels: 2,
+                width: 256,
+                height: 192,
+                pitch: 1024,
+            },
+        ] {
+            let (t, words) = memory_words(&r, r.address().expect("address")).expect("memory");
+            let mut res = [0u64; 16];
+            res[..5].copy_from_slice(&words);
+            assert_eq!(memory_resource(t, &res), Some(r));
+        }
+        assert_eq!(memory_words(&TextureResource::Array { index: 0 }, 0), None);
+        assert_eq!(memory_resource(RES_ARRAY, &[0; 16]), None);
+    }
+
+    #[test]
+    fn mirrors_have_the_driver_layouts() {
+        // Field offsets the driver reads (sizes are checked at compile time above).
+        let rd = RawResourceDesc {
+            res_type: 0,
+            res: [0; 16],
+            flags: 0,
+        };
+        let base = &rd as *const _ as usize;
+        assert_eq!(&rd.res as *const _ as usize - base, 8);
+        assert_eq!(&rd.flags as *const _ as usize - base, 136);
+    }
 }

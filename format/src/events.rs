@@ -157,6 +157,18 @@ pub enum TextureResource {
     },
 }
 
+impl TextureResource {
+    /// The device address of the linear memory it views (none for arrays).
+    pub fn address(&self) -> Option<u64> {
+        match *self {
+            TextureResource::Linear { address, .. } | TextureResource::Pitch2D { address, .. } => {
+                Some(address)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// `CUDA_TEXTURE_DESC`, floats as their bits.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TextureSampling {

@@ -91,37 +91,9 @@ pub fn find(args: &[u8], layout: &[(u32, u32)]) -> Found {
                     ForeignArray::Mipmapped(_) => TextureResource::Mipmapped { index },
                 }
             }
-            ForeignResource::Linear {
-                address,
-                format,
-                channels,
-                size,
-            } => {
-                found.addresses.push(address);
-                TextureResource::Linear {
-                    address,
-                    format,
-                    channels,
-                    size,
-                }
-            }
-            ForeignResource::Pitch2D {
-                address,
-                format,
-                channels,
-                width,
-                height,
-                pitch,
-            } => {
-                found.addresses.push(address);
-                TextureResource::Pitch2D {
-                    address,
-                    format,
-                    channels,
-                    width,
-                    height,
-                    pitch,
-                }
+            ForeignResource::Memory(r) => {
+                found.addresses.extend(r.address());
+                r
             }
         };
         found.objects.push(TextureObject {
