@@ -172,13 +172,15 @@ run_case beyond-primaryreset 'teardown_scale' 1 "" -- timeout 300 "$B" primaryre
 run_case beyond-mapped       'mapped_mix'     1 "" -- "$B" mapped
 run_case beyond-registered   'mapped_mix'     1 "" -- "$B" registered
 # Texture and surface objects passed by value: the objects, their arrays (2D, layered,
-# cubemap, mipmapped) or pitched memory are captured, remade by the player, the handle words patched.
+# cubemap, mipmapped) or pitched memory are captured, remade by the player, the handle words
+# patched (in the arguments, and in a table of handles in device memory: textable).
 run_case beyond-tex2d        'tex2d_read'       1 "" -- "$B" tex2d
 run_case beyond-texlayered   'tex_layered_read' 1 "" -- "$B" texlayered
 run_case beyond-texcube      'tex_cube_read'    1 "" -- "$B" texcube
 run_case beyond-texpitch     'tex2d_read'       1 "" -- "$B" texpitch
 run_case beyond-texmip       'tex_mip_read'     1 "" -- "$B" texmip
 run_case beyond-surface      'surf_write'       1 "" -- "$B" surface
+run_case beyond-textable     'tex_table_read'   1 "" -- "$B" textable
 # The device heap (malloc inside kernels) has no driver-visible range and cannot be read from
 # outside a kernel: the recorder names the heap words at record time (512 row pointers in the
 # table the kernel reads), the capture carries the note, play repeats it; the app is unaffected.
@@ -217,15 +219,18 @@ w = sys.argv[1]
 want = {"tex2d": ("texture", "array 2D 256x192 f32 x1"), "texlayered": ("texture", "layered 256x192 x5 layers"),
         "texcube": ("texture", "cubemap 128x128 x6 faces"),
         "texmip": ("texture", "array 2D 128x128 f32 x1, 4 mip levels"), "texpitch": ("texture", "pitch 2D 256x192 f32 x1"),
-        "surface": ("surface", "array 2D 256x192 f32 x1")}
+        "surface": ("surface", "array 2D 256x192 f32 x1"), "textable": ("texture", "array 2D 256x192 f32 x1")}
 bad = []
 for app, (kind, text) in want.items():
     try:
         t = json.load(open(f"{w}/beyond-{app}.info.json")).get("textures") or []
     except Exception as e:
         bad.append(f"{app}: {e}"); continue
-    if not any(o["kind"] == kind and text in o["resource"] and o["arg_offsets"] for o in t):
+    where = "memory_words" if app == "textable" else "arg_offsets"
+    if not any(o["kind"] == kind and text in o["resource"] and o[where] for o in t):
         bad.append(f"{app}: {t}")
+    if app == "textable" and len(t) != 3:
+        bad.append(f"textable: {len(t)} objects, 3 expected")
 print(json.dumps({"case": "beyond-textures-info", "kernel": "info lists texture/surface objects", "ok": not bad,
                   "known": "", "why": "; ".join(bad)[:900]}))
 PY

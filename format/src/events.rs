@@ -209,6 +209,9 @@ pub struct TextureObject {
     pub view: Option<TextureView>,
     /// Offsets of the argument words holding the handle (the player writes its own handle there).
     pub arg_words: Vec<u32>,
+    /// (region id, offset) of words in captured memory holding the handle (a table of handles
+    /// the kernel indexes); the player writes its own handle there too.
+    pub memory_words: Vec<(u32, u64)>,
 }
 
 /// The texture and surface objects of the dispatch and the arrays behind them.

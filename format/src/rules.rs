@@ -480,8 +480,28 @@ impl<'a> CaptureBuilder<'a> {
                     "texture object {i} has a handle word outside the kernel-argument bytes"
                 )));
             }
+            for &(region_id, offset) in &o.memory_words {
+                let fits = self.region(region_id).is_some_and(|r| {
+                    r.kind != MemoryKind::CudaArray
+                        && offset.checked_add(8).is_some_and(|e| e <= r.size)
+                });
+                if !fits {
+                    return Err(inconsistent(format!(
+                        "texture object {i} has a handle word at offset {offset} outside region {region_id}"
+                    )));
+                }
+            }
         }
-        let ids = t.arrays.iter().map(|a| a.region_id).collect();
+        let ids = t
+            .arrays
+            .iter()
+            .map(|a| a.region_id)
+            .chain(
+                t.objects
+                    .iter()
+                    .flat_map(|o| o.memory_words.iter().map(|w| w.0)),
+            )
+            .collect();
         self.textures = t;
         Ok(EventRef::Textures(ids))
     }
@@ -510,15 +530,15 @@ impl<'a> CaptureBuilder<'a> {
 
     /// Removes regions and everything that refers to them: their chunks, the module globals
     /// that live in them, the pointer slots inside them.
-    /// Texture objects cannot lose their arrays: a dropped array region drops the textures
-    /// event whole (`salvage` says so).
+    /// Texture objects cannot lose their arrays or handle tables: a dropped region they refer
+    /// to drops the textures event whole (`salvage` says so).
     pub fn drop_regions(&mut self, ids: &HashSet<u32>) {
-        if self
-            .textures
-            .arrays
-            .iter()
-            .any(|a| ids.contains(&a.region_id))
-        {
+        let t = &self.textures;
+        let refers = t.arrays.iter().any(|a| ids.contains(&a.region_id))
+            || t.objects
+                .iter()
+                .any(|o| o.memory_words.iter().any(|w| ids.contains(&w.0)));
+        if refers {
             self.textures = Textures::default();
         }
         self.regions.retain(|r| !ids.contains(&r.region_id));

@@ -35,6 +35,7 @@ fn object() -> TextureObject {
         }),
         view: None,
         arg_words: vec![16],
+        memory_words: vec![],
     }
 }
 
@@ -138,6 +139,22 @@ fn objects_must_name_their_array_and_argument_words() {
     refused(
         &capture_with(512, MemoryKind::CudaArray, &t),
         "outside the kernel-argument bytes",
+    );
+}
+
+#[test]
+fn handle_words_in_memory_must_lie_inside_a_region() {
+    let mut t = good();
+    t.objects[0].memory_words = vec![(7, 0)]; // inside the array's own texels: not a table
+    refused(
+        &capture_with(512, MemoryKind::CudaArray, &t),
+        "outside region 7",
+    );
+    let mut t = good();
+    t.objects[0].memory_words = vec![(3, 0)]; // no such region
+    refused(
+        &capture_with(512, MemoryKind::CudaArray, &t),
+        "outside region 3",
     );
 }
 

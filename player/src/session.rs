@@ -71,6 +71,8 @@ struct Textures {
     arrays: Vec<Rc<CudaArray>>,
     /// Device buffers holding each array's texels (region id, buffer).
     shadows: Vec<(u32, DeviceBuffer)>,
+    /// Handle words in captured memory, rewritten: (region id, offset, handle here).
+    memory_words: Vec<(u32, u64, u64)>,
 }
 
 impl Textures {
@@ -101,6 +103,7 @@ impl Textures {
         &mut self,
         cap: &Capture<'_>,
         relocation: Option<&Relocation>,
+        placements: &[RegionPlacement],
         arg_bytes: &mut [u8],
     ) -> Result<ArraySync, PlayError> {
         let stream = Stream::new()?;
@@ -139,6 +142,15 @@ impl Textures {
                     word.copy_from_slice(&made.handle().to_le_bytes());
                 }
             }
+            for &(region_id, offset) in &obj.memory_words {
+                let Some(p) = placements.iter().find(|p| p.region_id == region_id) else {
+                    continue;
+                };
+                if clipped(offset, 8, p.usable) == Some(8) {
+                    copy_htod(p.base + offset, &made.handle().to_le_bytes())?;
+                    self.memory_words.push((region_id, offset, made.handle()));
+                }
+            }
             self.objects.push(made);
         }
         Ok(ArraySync::new(written))
@@ -153,7 +165,7 @@ pub struct Session<'c> {
     replayer: Replayer<Function>,
     placements: Vec<RegionPlacement>,
     code: CodeSource,
-    _textures: Textures,
+    textures: Textures,
     memory: Memory,
     device: Device,
     _ctx: PrimaryContext,
@@ -414,7 +426,7 @@ impl<'c> Session<'c> {
         if let Some(rel) = relocation {
             rel.patch_words(&mut arg_bytes, d.pointer_words.iter().map(|&w| w as u64));
         }
-        let written_arrays = textures.make(cap, relocation, &mut arg_bytes)?;
+        let written_arrays = textures.make(cap, relocation, &placements, &mut arg_bytes)?;
         let args = KernelArgs::new(arg_bytes, &launch.layout).map_err(|what| {
             PlayError::Format(kreplay_format::FormatError::Inconsistent { offset: 0, what })
         })?;
@@ -432,7 +444,7 @@ impl<'c> Session<'c> {
                 .with_arrays(written_arrays),
             placements,
             code: code.source,
-            _textures: textures,
+            textures,
             memory,
             device,
             _ctx: ctx,
@@ -489,8 +501,9 @@ impl<'c> Session<'c> {
             Memory::Fixed { .. } => None,
         };
         let (cap, placements) = (self.cap, &self.placements);
+        let handles = &self.textures.memory_words;
         let stats = self.replayer.run(opts, &mut || {
-            check_against_capture(cap, placements, relocation, &mut v)
+            check_against_capture(cap, placements, relocation, handles, &mut v)
         })?;
         v.deterministic = stats.deterministic;
         v.divergent_passes = stats.divergent_passes.clone();
@@ -520,6 +533,7 @@ fn check_against_capture(
     cap: &Capture<'_>,
     placements: &[RegionPlacement],
     relocation: Option<&Relocation>,
+    handles: &[(u32, u64, u64)],
     v: &mut VerifyOutcome,
 ) -> Result<(), PlayError> {
     let mut expected = Vec::new();
@@ -535,6 +549,13 @@ fn check_against_capture(
             cap.read_chunk_into(src, &mut expected)?;
             if let Some(rel) = relocation {
                 rel.patch_region_window(cap, p.region_id, c.offset, &mut expected);
+            }
+            // Handle words hold this process's handles.
+            for &(_, off, h) in handles.iter().filter(|w| w.0 == p.region_id) {
+                let at = off.wrapping_sub(c.offset);
+                if off >= c.offset && at + 8 <= expected.len() as u64 {
+                    expected[at as usize..at as usize + 8].copy_from_slice(&h.to_le_bytes());
+                }
             }
             let Some(len) = clipped(c.offset, c.raw_len, p.usable) else {
                 continue;

@@ -415,7 +415,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
 
     // Module globals, resolved in the application's module (restored by name at replay).
     let globals = resolve_globals(&input.function, input.module_objects);
-    let textures = crate::textures::find(&args, &layout);
+    let mut textures = crate::textures::find(&args, &layout);
     // Only where a kernel that calls malloc has run (the probe changes nothing otherwise).
     let heap = kreplay_cuda::heap::probe().ok().flatten();
     let mut staging = lock_staging();
@@ -440,6 +440,23 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
 
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let (mut snapshots, module_globals) = take_snapshots(&found, input.module.module_id, &stream)?;
+    // Tables of handles in the memory just captured (read before the launch, like the rest).
+    let small: Vec<(u32, u64, u64)> = found
+        .regions
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i as u32, r.base, r.size))
+        .collect();
+    textures.add_tables(&small, |base, size| copy_region(base, size).ok());
+    for o in &textures.objects {
+        let address = o.resource.address();
+        if let Some(a) = address.filter(|&a| !small.iter().any(|&(_, b, n)| a >= b && a < b + n)) {
+            textures.notes.push(format!(
+                "texture object {} views {a:#x}, which is in no captured region (it was found in a handle table only); not captured",
+                o.handle
+            ));
+        }
+    }
     let first_array = snapshots.len() as u32;
     for (i, (array, image)) in textures.arrays.iter().enumerate() {
         let size = image.texel_bytes().unwrap_or(0);

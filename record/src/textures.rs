@@ -29,60 +29,55 @@ pub fn candidate_words(args: &[u8], layout: &[(u32, u32)]) -> Vec<(u32, u64)> {
     out
 }
 
-/// The objects the arguments hold, before their arrays are read.
+/// The objects the arguments (and handle tables in captured memory) hold, before their
+/// arrays are read.
+#[derive(Default)]
 pub struct Found {
-    /// Objects with `arg_words`; array resources index `arrays`.
+    /// Objects with `arg_words` and `memory_words`; array resources index `arrays`.
     pub objects: Vec<TextureObject>,
     pub arrays: Vec<(ForeignArray, ArrayImage)>,
     /// Linear memory the objects view (walk roots).
     pub addresses: Vec<u64>,
     pub notes: Vec<String>,
+    /// Handles asked about: the object's index, or none when the number names no object
+    /// kreplay can capture.
+    seen: Vec<(u64, Option<usize>)>,
 }
 
-/// Asks the driver about each candidate word (current context).
-pub fn find(args: &[u8], layout: &[(u32, u32)]) -> Found {
-    let mut found = Found {
-        objects: Vec::new(),
-        arrays: Vec::new(),
-        addresses: Vec::new(),
-        notes: Vec::new(),
-    };
-    let mut seen: Vec<(u64, Option<usize>)> = Vec::new();
-    for (word, handle) in candidate_words(args, layout) {
-        if let Some(&(_, at)) = seen.iter().find(|(h, _)| *h == handle) {
-            if let Some(i) = at {
-                found.objects[i].arg_words.push(word);
-            }
-            continue;
+impl Found {
+    /// The object `handle` names (asked of the driver once), added when new.
+    fn object(&mut self, handle: u64, at: &str) -> Option<usize> {
+        if let Some(&(_, i)) = self.seen.iter().find(|(h, _)| *h == handle) {
+            return i;
         }
-        let Some(q) = ObjectQuery::of(handle) else {
-            seen.push((handle, None));
-            continue;
-        };
+        let i = ObjectQuery::of(handle).and_then(|q| self.add(handle, q, at));
+        self.seen.push((handle, i));
+        i
+    }
+
+    fn add(&mut self, handle: u64, q: ObjectQuery, at: &str) -> Option<usize> {
         let resource = match q.resource {
             ForeignResource::Array(a) => {
-                let index = match found.arrays.iter().position(|(x, _)| *x == a) {
+                let index = match self.arrays.iter().position(|(x, _)| *x == a) {
                     Some(i) => i,
                     None => match a.image() {
                         Ok(image) if image.texel_bytes().is_some() => {
-                            found.arrays.push((a, image));
-                            found.arrays.len() - 1
+                            self.arrays.push((a, image));
+                            self.arrays.len() - 1
                         }
                         Ok(image) => {
-                            found.notes.push(format!(
-                                "argument word at offset {word} holds {} {handle}, whose array has format {:#x} ({} channels), which kreplay cannot capture: the replay passes a handle that means nothing",
+                            self.notes.push(format!(
+                                "{at} holds {} {handle}, whose array has format {:#x} ({} channels), which kreplay cannot capture: the replay passes a handle that means nothing",
                                 kind_name(q.surface), image.format, image.channels
                             ));
-                            seen.push((handle, None));
-                            continue;
+                            return None;
                         }
                         Err(e) => {
-                            found.notes.push(format!(
-                                "argument word at offset {word} holds {} {handle}, whose array could not be described: {e}",
+                            self.notes.push(format!(
+                                "{at} holds {} {handle}, whose array could not be described: {e}",
                                 kind_name(q.surface)
                             ));
-                            seen.push((handle, None));
-                            continue;
+                            return None;
                         }
                     },
                 } as u32;
@@ -92,19 +87,86 @@ pub fn find(args: &[u8], layout: &[(u32, u32)]) -> Found {
                 }
             }
             ForeignResource::Memory(r) => {
-                found.addresses.extend(r.address());
+                self.addresses.extend(r.address());
                 r
             }
         };
-        found.objects.push(TextureObject {
+        self.objects.push(TextureObject {
             handle,
             surface: q.surface,
             resource,
             sampling: q.sampling,
             view: q.view,
-            arg_words: vec![word],
+            arg_words: Vec::new(),
+            memory_words: Vec::new(),
         });
-        seen.push((handle, Some(found.objects.len() - 1)));
+        Some(self.objects.len() - 1)
+    }
+
+    /// Handle tables in captured memory (an array of `cudaTextureObject_t` the kernel indexes):
+    /// a small region whose every word is zero or a live object's handle. Objects found only
+    /// here view arrays, or memory the walk already captured (said otherwise).
+    pub fn add_tables(
+        &mut self,
+        regions: &[(u32, u64, u64)],
+        read: impl Fn(u64, u64) -> Option<Vec<u8>>,
+    ) {
+        for &(region_id, base, size) in regions {
+            if size > HANDLE_TABLE_BYTES {
+                continue;
+            }
+            let Some(bytes) = read(base, size) else {
+                continue;
+            };
+            let Some(words) = table_words(&bytes) else {
+                continue;
+            };
+            let mut values: Vec<u64> = words.iter().map(|w| w.1).collect();
+            values.sort_unstable();
+            values.dedup();
+            let at = format!("region {region_id}");
+            let objects: Option<Vec<(u64, usize)>> = values
+                .iter()
+                .map(|&v| self.object(v, &at).map(|i| (v, i)))
+                .collect();
+            let Some(objects) = objects else { continue };
+            for (offset, value) in words {
+                if let Some(&(_, i)) = objects.iter().find(|(v, _)| *v == value) {
+                    self.objects[i].memory_words.push((region_id, offset));
+                }
+            }
+        }
+    }
+}
+
+/// Regions larger than this are not taken for handle tables.
+pub const HANDLE_TABLE_BYTES: u64 = 64 << 10;
+
+/// The (offset, value) of every nonzero word of `bytes` when all its aligned 8-byte words are
+/// zero or could be handles, and at least one is not zero; otherwise `None`.
+pub fn table_words(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+    if !bytes.len().is_multiple_of(8) {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (k, c) in bytes.chunks_exact(8).enumerate() {
+        let v = u64::from_le_bytes(c.try_into().ok()?);
+        match v {
+            0 => {}
+            1..=MAX_HANDLE => out.push(((k * 8) as u64, v)),
+            _ => return None,
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Asks the driver about each candidate argument word (current context).
+pub fn find(args: &[u8], layout: &[(u32, u32)]) -> Found {
+    let mut found = Found::default();
+    for (word, handle) in candidate_words(args, layout) {
+        if let Some(i) = found.object(handle, &format!("argument word at offset {word}")) {
+            found.objects[i].arg_words.push(word);
+        }
     }
     found
 }
@@ -137,6 +199,23 @@ pub fn describe(found: &Found, first_region: u32) -> Textures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handle_tables_hold_nothing_but_small_words() {
+        let table: Vec<u8> = [2u64, 0, 3, 4]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(table_words(&table), Some(vec![(0, 2), (16, 3), (24, 4)]));
+        // A pointer or a float pair among them: not a table.
+        let mixed: Vec<u8> = [2u64, 0x7f00_0000_0000]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(table_words(&mixed), None);
+        assert_eq!(table_words(&[0u8; 64]), None, "all zero");
+        assert_eq!(table_words(&[1u8; 12]), None, "not whole words");
+    }
 
     #[test]
     fn handle_candidates_are_small_aligned_words_of_wide_parameters() {

@@ -208,6 +208,14 @@ __global__ void tex_mip_read(cudaTextureObject_t t, float* out, int w, int level
   out[y * w + x] = s;
 }
 
+__global__ void tex_table_read(const cudaTextureObject_t* texs, int n, float* out, int w, int h) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x >= w || y >= h) return;
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += tex2D<float>(texs[i], x + 0.5f, y + 0.5f) * (i + 1);
+  out[y * w + x] = s;
+}
+
 __global__ void surf_write(cudaTextureObject_t src, cudaSurfaceObject_t dst, int w, int h) {
   int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x < w && y < h) {
@@ -320,6 +328,24 @@ static int run_texture(const char* how) {
     cudaTextureObject_t t;
     CK(cudaCreateTextureObject(&t, &rd, &td, nullptr));
     tex_mip_read<<<dim3(edge / 16, edge / 16), block>>>(t, out, edge, levels);
+  } else if (!strcmp(how, "textable")) {
+    // Three textures reached through a table in device memory, not the arguments. Three
+    // others stay alive unused, so the table's handles are not the ones a fresh process (the
+    // player) hands out: the player must rewrite the table.
+    const int n = 3;
+    cudaTextureObject_t hs[n];
+    for (int i = 0; i < 2 * n; ++i) {
+      cudaArray_t a;
+      CK(cudaMallocArray(&a, &cd, w, h));
+      auto src = iota((size_t)w * h, 2.0f + i);
+      CK(cudaMemcpy2DToArray(a, 0, 0, src.data(), w * 4, w * 4, h, cudaMemcpyHostToDevice));
+      cudaTextureObject_t t = make_tex(array_resource(a), i % 2 == 1, false);
+      if (i >= n) hs[i - n] = t;
+    }
+    cudaTextureObject_t* table;
+    CK(cudaMalloc(&table, sizeof hs));
+    CK(cudaMemcpy(table, hs, sizeof hs, cudaMemcpyHostToDevice));
+    tex_table_read<<<grid, block>>>(table, n, out, w, h);
   } else if (!strcmp(how, "texpitch")) {
     float* img;
     size_t pitch;

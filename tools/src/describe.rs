@@ -41,6 +41,8 @@ pub struct TextureDesc {
     pub region: Option<u32>,
     /// Argument offsets holding the handle.
     pub arg_offsets: Vec<u32>,
+    /// (region, offset) of words in captured memory holding the handle (handle tables).
+    pub memory_words: Vec<(u32, u64)>,
 }
 
 /// A `CUarray_format` in words.
@@ -138,6 +140,7 @@ fn texture_desc(cap: &Capture<'_>, o: &kreplay_format::TextureObject) -> Texture
         resource,
         region,
         arg_offsets: o.arg_words.clone(),
+        memory_words: o.memory_words.clone(),
     }
 }
 

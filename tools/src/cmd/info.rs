@@ -171,13 +171,22 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
         );
     }
     for t in &d.textures {
-        let offsets: Vec<String> = t.arg_offsets.iter().map(|o| o.to_string()).collect();
+        let mut at: Vec<String> = t
+            .arg_offsets
+            .iter()
+            .map(|o| format!("argument offset {o}"))
+            .collect();
+        at.extend(
+            t.memory_words
+                .iter()
+                .map(|(r, o)| format!("region {r} offset {o:#x}")),
+        );
         out!(
             w,
-            "textures  {} {} in argument offset {}: {}{}",
+            "textures  {} {} in {}: {}{}",
             t.kind,
             t.handle,
-            offsets.join(", "),
+            at.join(", "),
             p(&t.resource),
             t.region.map_or(String::new(), |r| format!(" (region {r})"))
         );
