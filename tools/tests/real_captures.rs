@@ -7,7 +7,7 @@ use std::process::Command;
 use serde_json::Value;
 
 /// Every capture in testdata/captures.
-const ALL: [&str; 9] = [
+const ALL: [&str; 10] = [
     "cuda-saxpy",
     "cuda-globals",
     "cuda-pointers",
@@ -17,6 +17,7 @@ const ALL: [&str; 9] = [
     "graph-node",
     "surface",
     "host-mapped",
+    "texture-table",
 ];
 
 fn capture(name: &str) -> PathBuf {
@@ -586,4 +587,30 @@ fn host_mapped_regions_are_named() {
         kinds,
         ["host-mapped", "host-mapped", "device", "module-global"]
     );
+}
+
+#[test]
+fn handles_in_a_table_in_memory_are_listed_where_they_lie() {
+    // beyond_apps textable: tex_table_read(const cudaTextureObject_t* table, n, out, w, h);
+    // the table (24 bytes, region 0) holds handles 4, 5, 6.
+    let v = info("texture-table");
+    let t = v["textures"].as_array().expect("textures");
+    let got: Vec<(u64, serde_json::Value)> = t
+        .iter()
+        .map(|o| {
+            (
+                o["handle"].as_u64().expect("handle"),
+                o["memory_words"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (4, serde_json::json!([[0, 0]])),
+            (5, serde_json::json!([[0, 8]])),
+            (6, serde_json::json!([[0, 16]])),
+        ]
+    );
+    assert!(t.iter().all(|o| o["arg_offsets"] == serde_json::json!([])));
 }
