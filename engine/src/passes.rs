@@ -220,8 +220,9 @@ impl<F: AsFunction> Replayer<F> {
             self.stream.synchronize()?;
             check_reference()?;
         }
-        if !self.arrays.is_empty() {
-            // The shadows hold the last pass's output (for --save-output).
+        if !verify && !self.arrays.is_empty() {
+            // The shadows hold the last pass's output (for --save-output); a verified run
+            // pulled it already.
             self.arrays.pull(&self.stream)?;
             self.stream.synchronize()?;
         }

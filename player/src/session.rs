@@ -63,6 +63,13 @@ enum Memory {
     },
 }
 
+/// Where a captured address lives in this replay.
+fn placed(relocation: Option<&Relocation>, address: u64) -> u64 {
+    relocation
+        .and_then(|rel| rel.translate(address))
+        .unwrap_or(address)
+}
+
 /// The texture and surface objects a capture describes, made in this process.
 #[derive(Default)]
 struct Textures {
@@ -124,18 +131,13 @@ impl Textures {
         }
         stream.synchronize()?;
         for obj in &cap.textures.objects {
-            let (array, address) = match obj.resource {
+            let array = match obj.resource {
                 TextureResource::Array { index } | TextureResource::Mipmapped { index } => {
-                    (self.arrays.get(index as usize).map(|a| a.as_ref()), 0)
+                    self.arrays.get(index as usize).map(|a| a.as_ref())
                 }
-                TextureResource::Linear { address, .. }
-                | TextureResource::Pitch2D { address, .. } => (
-                    None,
-                    relocation
-                        .and_then(|r| r.translate(address))
-                        .unwrap_or(address),
-                ),
+                _ => None,
             };
+            let address = obj.resource.address().map_or(0, |a| placed(relocation, a));
             let made = TexObject::create(obj, array, address)?;
             for &w in &obj.arg_words {
                 if let Some(word) = arg_bytes.get_mut(w as usize..w as usize + 8) {
@@ -387,9 +389,7 @@ impl<'c> Session<'c> {
             if r.kind == MemoryKind::CudaArray {
                 return textures.shadow(r.region_id).unwrap_or(0);
             }
-            relocation
-                .and_then(|rel| rel.translate(r.address))
-                .unwrap_or(r.address)
+            placed(relocation, r.address)
         };
 
         let largest = cap.regions.iter().map(|r| r.size).max().unwrap_or(0);

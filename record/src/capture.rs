@@ -440,17 +440,16 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
 
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let (mut snapshots, module_globals) = take_snapshots(&found, input.module.module_id, &stream)?;
-    // Tables of handles in the memory just captured (read before the launch, like the rest).
-    let small: Vec<(u32, u64, u64)> = found
-        .regions
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (i as u32, r.base, r.size))
-        .collect();
-    textures.add_tables(&small, |base, size| copy_region(base, size).ok());
+    // Tables of handles the walk found in the memory it read (confirmed by the driver).
+    textures.add_tables(&found.handle_tables);
     for o in &textures.objects {
-        let address = o.resource.address();
-        if let Some(a) = address.filter(|&a| !small.iter().any(|&(_, b, n)| a >= b && a < b + n)) {
+        let captured = |a: u64| {
+            found
+                .regions
+                .iter()
+                .any(|r| a >= r.base && a < r.base + r.size)
+        };
+        if let Some(a) = o.resource.address().filter(|&a| !captured(a)) {
             textures.notes.push(format!(
                 "texture object {} views {a:#x}, which is in no captured region (it was found in a handle table only); not captured",
                 o.handle

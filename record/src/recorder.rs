@@ -473,7 +473,7 @@ impl Recorder {
     }
 
     /// Writes a finished capture on a writer thread (off the application's time).
-    fn write(&self, p: CaptureData) {
+    fn write(&self, mut p: CaptureData) {
         let name = short_kernel_name(&demangle(&p.dispatch.kernel_name));
         let (index, launch_index) = (p.match_index, p.launch_index);
         let path = PathBuf::from(expand_output(
@@ -498,7 +498,6 @@ impl Recorder {
             launch_index,
             kernel_filter: self.config.kernel_text.clone(),
         };
-        let mut p = p;
         let context = p.context.map_or(0, |c| c.id());
         let flight = InFlight::new(context, std::mem::take(&mut p.snapshots));
         lock(&self.in_flight).push(flight.clone());
@@ -647,12 +646,8 @@ fn write_capture(
                     .map_err(e)?;
             }
         }
-        for (region, offset, bytes) in &flight.take_early_post() {
-            raw_bytes += bytes.len() as u64;
-            w.memory(*region, MemoryState::Post, *offset, bytes)
-                .map_err(e)?;
-        }
-        for (region, offset, bytes) in &p.post {
+        // Post chunks of host snapshots, and of those the teardown callback brought home.
+        for (region, offset, bytes) in flight.take_early_post().iter().chain(&p.post) {
             raw_bytes += bytes.len() as u64;
             w.memory(*region, MemoryState::Post, *offset, bytes)
                 .map_err(e)?;

@@ -103,24 +103,12 @@ impl Found {
         Some(self.objects.len() - 1)
     }
 
-    /// Handle tables in captured memory (an array of `cudaTextureObject_t` the kernel indexes):
-    /// a small region whose every word is zero or a live object's handle. Objects found only
-    /// here view arrays, or memory the walk already captured (said otherwise).
-    pub fn add_tables(
-        &mut self,
-        regions: &[(u32, u64, u64)],
-        read: impl Fn(u64, u64) -> Option<Vec<u8>>,
-    ) {
-        for &(region_id, base, size) in regions {
-            if size > HANDLE_TABLE_BYTES {
-                continue;
-            }
-            let Some(bytes) = read(base, size) else {
-                continue;
-            };
-            let Some(words) = table_words(&bytes) else {
-                continue;
-            };
+    /// Handle tables in captured memory (an array of `cudaTextureObject_t` the kernel indexes),
+    /// as the walk found them (`Walk::handle_tables`): kept when the driver confirms every
+    /// value is a live object. Objects found only here view arrays, or memory the walk already
+    /// captured (said otherwise).
+    pub fn add_tables(&mut self, tables: &[(u32, Vec<(u64, u64)>)]) {
+        for (region_id, words) in tables {
             let mut values: Vec<u64> = words.iter().map(|w| w.1).collect();
             values.sort_unstable();
             values.dedup();
@@ -130,34 +118,13 @@ impl Found {
                 .map(|&v| self.object(v, &at).map(|i| (v, i)))
                 .collect();
             let Some(objects) = objects else { continue };
-            for (offset, value) in words {
+            for &(offset, value) in words {
                 if let Some(&(_, i)) = objects.iter().find(|(v, _)| *v == value) {
-                    self.objects[i].memory_words.push((region_id, offset));
+                    self.objects[i].memory_words.push((*region_id, offset));
                 }
             }
         }
     }
-}
-
-/// Regions larger than this are not taken for handle tables.
-pub const HANDLE_TABLE_BYTES: u64 = 64 << 10;
-
-/// The (offset, value) of every nonzero word of `bytes` when all its aligned 8-byte words are
-/// zero or could be handles, and at least one is not zero; otherwise `None`.
-pub fn table_words(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
-    if !bytes.len().is_multiple_of(8) {
-        return None;
-    }
-    let mut out = Vec::new();
-    for (k, c) in bytes.chunks_exact(8).enumerate() {
-        let v = u64::from_le_bytes(c.try_into().ok()?);
-        match v {
-            0 => {}
-            1..=MAX_HANDLE => out.push(((k * 8) as u64, v)),
-            _ => return None,
-        }
-    }
-    (!out.is_empty()).then_some(out)
 }
 
 /// Asks the driver about each candidate argument word (current context).
@@ -199,23 +166,6 @@ pub fn describe(found: &Found, first_region: u32) -> Textures {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn handle_tables_hold_nothing_but_small_words() {
-        let table: Vec<u8> = [2u64, 0, 3, 4]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        assert_eq!(table_words(&table), Some(vec![(0, 2), (16, 3), (24, 4)]));
-        // A pointer or a float pair among them: not a table.
-        let mixed: Vec<u8> = [2u64, 0x7f00_0000_0000]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        assert_eq!(table_words(&mixed), None);
-        assert_eq!(table_words(&[0u8; 64]), None, "all zero");
-        assert_eq!(table_words(&[1u8; 12]), None, "not whole words");
-    }
 
     #[test]
     fn handle_candidates_are_small_aligned_words_of_wide_parameters() {

@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 
+use kreplay_cuda::texture::MAX_HANDLE;
 use kreplay_format::{MemoryKind, RegionRole};
 
 /// A device allocation, as the address space reports it (page-locked host memory reachable
@@ -102,6 +103,9 @@ pub struct Walk {
     /// `HEAP_WORDS_KEPT`; `heap_word_count` counts them all).
     pub heap_words: Vec<HeapWord>,
     pub heap_word_count: u64,
+    /// Small regions holding nothing but zeros and words that could be texture handles:
+    /// (region id, (offset, value) of each nonzero word), for the driver to confirm.
+    pub handle_tables: Vec<(u32, Vec<(u64, u64)>)>,
     pub notes: Vec<String>,
 }
 
@@ -116,6 +120,26 @@ pub struct HeapWord {
 
 /// How many heap words a walk keeps (they are reported, not followed).
 pub const HEAP_WORDS_KEPT: usize = 16;
+
+/// Regions larger than this are not taken for handle tables.
+pub const HANDLE_TABLE_BYTES: u64 = 64 << 10;
+
+/// The (offset, value) of every nonzero word of `bytes` when all its aligned 8-byte words are
+/// zero or could be handles, and at least one is not zero; otherwise `None`.
+pub fn handle_table(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+    if !bytes.len().is_multiple_of(8) {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (k, c) in bytes.chunks_exact(8).enumerate() {
+        match word_at(c, 0) {
+            0 => {}
+            v @ 1..=MAX_HANDLE => out.push(((k * 8) as u64, v)),
+            _ => return None,
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
 
 fn word_at(b: &[u8], at: usize) -> u64 {
     b.get(at..at + 8)
@@ -154,6 +178,19 @@ impl State {
         self.known.push((r.base, r.size));
         self.walk.regions.push(r);
     }
+
+    /// Adds the allocation an argument reaches, unless it is already known.
+    fn add_argument(&mut self, a: Allocation) {
+        if !self.known.iter().any(|&(b, _)| b == a.base) {
+            self.add(FoundRegion {
+                base: a.base,
+                size: a.size,
+                role: RegionRole::Argument,
+                kind: a.kind,
+                global: None,
+            });
+        }
+    }
 }
 
 /// Finds every region the dispatch can reach.
@@ -170,14 +207,7 @@ pub fn walk(
     argument_regions(roots, space, &mut s);
     for &addr in roots.addresses {
         match space.allocation(addr) {
-            Some(a) if !s.known.iter().any(|&(b, _)| b == a.base) => s.add(FoundRegion {
-                base: a.base,
-                size: a.size,
-                role: RegionRole::Argument,
-                kind: a.kind,
-                global: None,
-            }),
-            Some(_) => {}
+            Some(a) => s.add_argument(a),
             None => s.walk.notes.push(format!(
                 "a texture object views {addr:#x}, which is in no allocation kreplay can read; not captured"
             )),
@@ -226,15 +256,7 @@ fn argument_regions(roots: &Roots<'_>, space: &mut dyn AddressSpace, s: &mut Sta
             let word = word_at(roots.args, w as usize);
             if let Some(a) = (word != 0).then(|| space.allocation(word)).flatten() {
                 s.walk.pointer_words.push(w);
-                if !s.known.iter().any(|&(b, _)| b == a.base) {
-                    s.add(FoundRegion {
-                        base: a.base,
-                        size: a.size,
-                        role: RegionRole::Argument,
-                        kind: a.kind,
-                        global: None,
-                    });
-                }
+                s.add_argument(a);
             } else if word != 0 {
                 s.heap_word(None, w as u64, word);
             }
@@ -285,7 +307,13 @@ fn follow_stored_pointers(
         let mut words: Vec<(u64, u64)> = Vec::new();
         let mut heap: Vec<(u64, u64)> = Vec::new();
         let in_heap = |v: u64| s.heap.is_some_and(|(a, b)| v >= a && v < b);
-        for (k, c) in space.read(base, size)?.chunks_exact(8).enumerate() {
+        let bytes = space.read(base, size)?;
+        if size <= HANDLE_TABLE_BYTES {
+            if let Some(t) = handle_table(bytes) {
+                s.walk.handle_tables.push((region_id, t));
+            }
+        }
+        for (k, c) in bytes.chunks_exact(8).enumerate() {
             let v = word_at(c, 0);
             if in_heap(v) {
                 heap.push(((k * 8) as u64, v));
@@ -560,6 +588,36 @@ mod tests {
         assert_eq!(w.pointer_words, vec![0], "the handle word is not a pointer");
         assert_eq!(w.notes.len(), 1, "{:?}", w.notes);
         assert!(w.notes[0].contains("0x990000"), "{:?}", w.notes);
+    }
+
+    #[test]
+    fn handle_tables_hold_nothing_but_small_words() {
+        let table: Vec<u8> = [2u64, 0, 3, 4]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(handle_table(&table), Some(vec![(0, 2), (16, 3), (24, 4)]));
+        // A pointer or a float pair among them: not a table.
+        let mixed: Vec<u8> = [2u64, 0x7f00_0000_0000]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(handle_table(&mixed), None);
+        assert_eq!(handle_table(&[0u8; 64]), None, "all zero");
+        assert_eq!(handle_table(&[1u8; 12]), None, "not whole words");
+    }
+
+    #[test]
+    fn small_regions_of_handle_like_words_are_offered_as_handle_tables() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 24).alloc(0x20_0000, 16);
+        s.store(0x10_0000, 0, 4)
+            .store(0x10_0000, 8, 5)
+            .store(0x10_0000, 16, 6);
+        s.store(0x20_0000, 0, 7)
+            .store(0x20_0000, 8, 0x7f00_0000_0000); // not a table
+        let w = run(&mut s, &[0x10_0000, 0x20_0000], &[]);
+        assert_eq!(w.handle_tables, vec![(0, vec![(0, 4), (8, 5), (16, 6)])]);
     }
 
     #[test]
