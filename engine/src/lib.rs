@@ -11,6 +11,7 @@ pub mod options;
 pub mod passes;
 pub mod plan;
 pub mod relocate;
+pub mod repro;
 pub mod restore;
 pub mod verify;
 

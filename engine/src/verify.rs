@@ -16,7 +16,11 @@ pub struct Mismatch {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct VerifyOutcome {
     pub checked: bool,
-    /// Every region matched the recorded post-dispatch state after the first pass.
+    /// What the output was compared with: `recorded` (the application's), or nothing
+    /// (`dropped`, `redacted` by `kreplay pack`: only determinism is checked).
+    pub reference: kreplay_format::Reference,
+    /// Every region matched the recorded post-dispatch state after the first pass (without
+    /// a reference: every byte the kernel must not write stayed as it was).
     pub matched: bool,
     /// Every pass produced the same bytes in the write set.
     pub deterministic: bool,

@@ -457,6 +457,42 @@ pub struct PointerSlots {
 /// the device heap (not captured); the player names it when the replay fails.
 pub const DEVICE_HEAP_ANNOTATION: &str = "device-heap";
 
+/// The annotation key under which `pack` says the capture holds no reference output (value
+/// `redacted` or `dropped`); absent, the post-dispatch chunks are the recorded output.
+pub const REFERENCE_ANNOTATION: &str = "reference";
+
+/// What a capture's post-dispatch chunks hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reference {
+    /// The bytes the kernel wrote in the recorded process: `play --verify` compares with them.
+    #[default]
+    Recorded,
+    /// `pack --drop-post`: only where the kernel writes (the write set), not what.
+    Dropped,
+    /// `pack --redact`: the memory was replaced by pseudo-random data, and the output with it.
+    Redacted,
+}
+
+impl Reference {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reference::Recorded => "recorded",
+            Reference::Dropped => "dropped",
+            Reference::Redacted => "redacted",
+        }
+    }
+
+    /// The reference an annotation value names; an unknown value counts as no reference
+    /// (a newer packer's reason: the post chunks are not the recorded output either).
+    pub fn from_annotation(value: &str) -> Reference {
+        match value {
+            "redacted" => Reference::Redacted,
+            _ => Reference::Dropped,
+        }
+    }
+}
+
 /// A free-form note attached to a capture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Annotation {

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use crate::error::Result;
-use crate::reader::verify;
+use crate::pack::{pack, PackOptions, PackReport};
+use crate::reader::{verify, Capture};
 use crate::salvage::{salvage, SalvageReport};
 use crate::writer::{CaptureWriter, WriterOptions};
 
@@ -187,6 +188,36 @@ pub fn salvage_to_file(data: &[u8], path: &Path, force: bool) -> Result<SalvageR
         .take_file()
         .ok_or_else(|| std::io::Error::other("no file"))?;
     let (w, report) = salvage(data, BufWriter::with_capacity(1 << 20, file))?;
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    file.sync_data()?;
+    drop(file);
+    let written = MappedFile::open(out.partial_path())?;
+    verify(written.bytes())?;
+    drop(written);
+    out.publish()?;
+    Ok(report)
+}
+
+/// Repacks `data` into `path` (see [`crate::pack`]): streamed to `path.partial`, checked with
+/// `verify` there, renamed when it verifies. The capture keeps its UUID: it is the same
+/// dispatch.
+pub fn pack_to_file(
+    data: &[u8],
+    path: &Path,
+    force: bool,
+    opts: PackOptions,
+) -> Result<PackReport> {
+    let cap = Capture::parse(data)?;
+    let mut out = AtomicOutput::create(path, force)?;
+    let file = out
+        .take_file()
+        .ok_or_else(|| std::io::Error::other("no file"))?;
+    let (w, report) = pack(
+        &cap,
+        BufWriter::with_capacity(1 << 20, file),
+        cap.header.uuid,
+        opts,
+    )?;
     let file = w.into_inner().map_err(|e| e.into_error())?;
     file.sync_data()?;
     drop(file);

@@ -318,6 +318,18 @@ impl<'a> Capture<'a> {
     }
 
     /// Whether the kernel wrote into the region (it has post-dispatch chunks).
+    /// Whether the post-dispatch chunks are the recorded output (`pack` may have dropped or
+    /// redacted it, keeping only where the kernel writes).
+    pub fn reference(&self) -> crate::events::Reference {
+        self.annotations
+            .iter()
+            .rev()
+            .find(|a| a.key == crate::events::REFERENCE_ANNOTATION)
+            .map_or(crate::events::Reference::Recorded, |a| {
+                crate::events::Reference::from_annotation(&a.value)
+            })
+    }
+
     pub fn is_written(&self, region_id: u32) -> bool {
         self.chunks(region_id, MemoryState::Post).next().is_some()
     }

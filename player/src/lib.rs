@@ -10,6 +10,7 @@ pub use kreplay_engine::counters::{
     list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport,
 };
 pub use kreplay_engine::plan::fixed_ranges;
+pub use kreplay_engine::repro::{Content as ReproContent, ReproError, Reproducer};
 pub use kreplay_engine::verify::{Mismatch, VerifyOutcome};
 pub use kreplay_engine::{
     AddressMode, CacheState, CodeChoice, CodeSource, MetricsError, OpenOptions, Placement,

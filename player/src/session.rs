@@ -22,7 +22,9 @@ use kreplay_engine::{
     AddressMode, CacheState, CodeSource, Kernel, OpenOptions, PassTiming, Placement, PlayError,
     PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification, WriteSet,
 };
-use kreplay_format::{Capture, MemoryKind, MemoryState, Region, RegionRole, TextureResource};
+use kreplay_format::{
+    Capture, MemoryKind, MemoryState, Reference, Region, RegionRole, TextureResource,
+};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::rc::Rc;
@@ -493,6 +495,7 @@ impl<'c> Session<'c> {
         let checked = opts.verification == Verification::Check;
         let mut v = VerifyOutcome {
             checked,
+            reference: self.cap.reference(),
             deterministic: true,
             ..Default::default()
         };
@@ -538,13 +541,20 @@ fn check_against_capture(
 ) -> Result<(), PlayError> {
     let mut expected = Vec::new();
     let mut found = Vec::new();
+    // Without a recorded output, the post chunks say only where the kernel writes: those
+    // bytes are checked across passes (determinism), the rest against the input.
+    let reference = cap.reference() == Reference::Recorded;
     for p in placements {
         let post: HashMap<u64, _> = cap
             .chunks(p.region_id, MemoryState::Post)
             .map(|c| (c.offset, c))
             .collect();
         for c in cap.chunks(p.region_id, MemoryState::Pre) {
-            let src = post.get(&c.offset).copied().unwrap_or(c);
+            let src = match post.get(&c.offset) {
+                Some(_) if !reference => continue,
+                Some(&post) => post,
+                None => c,
+            };
             expected.resize(c.raw_len as usize, 0);
             cap.read_chunk_into(src, &mut expected)?;
             if let Some(rel) = relocation {

@@ -43,6 +43,9 @@ pub enum Command {
     Extract(ExtractArgs),
     /// Compare two captures: which regions and chunks differ, and by how much as numbers.
     Diff(DiffArgs),
+    /// Rewrite a capture for sharing: smaller (--drop-post, --level) or without the
+    /// application's data (--redact).
+    Pack(PackArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
     Completions(CompletionsArgs),
     /// Print the man page (roff) on stdout: `kreplay man > kreplay.1`.
@@ -283,11 +286,49 @@ pub struct ExtractArgs {
     /// The capture to unpack.
     pub file: PathBuf,
     /// Directory to write into (created if missing; must be empty unless --force).
-    #[arg(short = 'o', long = "output", value_name = "DIR")]
-    pub output: PathBuf,
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "DIR",
+        required_unless_present = "repro"
+    )]
+    pub output: Option<PathBuf>,
     /// Write into a non-empty directory (replacing files of the same names), and write
     /// regions even when they add up to more than 16 x the capture's size (at least 256 MiB);
     /// extracted memory is written at its full size (zero chunks as sparse holes).
+    #[arg(long)]
+    pub force: bool,
+    /// Write a standalone reproducer into DIR (created if missing; must be empty unless
+    /// --force): one C++ file on the CUDA driver API, a Makefile, the code objects and the
+    /// region files. `make -C DIR && DIR/repro` replays, times and verifies the dispatch with
+    /// nvcc and a GPU alone, no kreplay.
+    #[arg(long, value_name = "DIR")]
+    pub repro: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct PackArgs {
+    /// The capture to rewrite (left as it is).
+    pub file: PathBuf,
+    /// The new capture (written to OUT.partial, renamed once it verifies).
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: PathBuf,
+    /// Replace every region's contents with deterministic pseudo-random data of the same
+    /// size, keeping pointer words, texture handles, module globals and `__constant__` data,
+    /// the argument bytes, and which chunks were all zeros. The output is dropped with the
+    /// data (`play --verify` then checks determinism only). Kernels whose control flow
+    /// depends on the data (indices, lengths, sparse structure) may take another path or
+    /// fault on redacted data.
+    #[arg(long)]
+    pub redact: bool,
+    /// Keep only where the kernel writes, not what it wrote: no reference output for
+    /// `play --verify` (it checks determinism instead), a smaller file.
+    #[arg(long)]
+    pub drop_post: bool,
+    /// zstd level for memory (1-22; 19 and up are slow, for files to attach).
+    #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
+    pub level: i32,
+    /// Replace OUT when it exists.
     #[arg(long)]
     pub force: bool,
 }

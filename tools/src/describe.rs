@@ -26,6 +26,9 @@ pub struct Description {
     /// Texture and surface objects the arguments hold.
     pub textures: Vec<TextureDesc>,
     pub recorder: Option<Recorder>,
+    /// What the post-dispatch state holds: `recorded` (the application's output), `dropped`
+    /// or `redacted` (by `kreplay pack`: only where the kernel writes).
+    pub reference: kreplay_format::Reference,
     pub annotations: Vec<(String, String)>,
 }
 
@@ -409,6 +412,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             launch_index: i.launch_index,
             kernel_filter: i.kernel_filter.clone(),
         }),
+        reference: cap.reference(),
         annotations: cap
             .annotations
             .iter()

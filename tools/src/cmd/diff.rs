@@ -149,6 +149,18 @@ pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
     let fb = super::open(&a.b)?;
     let ca = Capture::parse(fa.bytes()).with_context(|| format!("{}", a.a.display()))?;
     let cb = Capture::parse(fb.bytes()).with_context(|| format!("{}", a.b.display()))?;
+    if a.state == DiffState::Post {
+        for (c, path) in [(&ca, &a.a), (&cb, &a.b)] {
+            let r = c.reference();
+            if r != kreplay_format::Reference::Recorded {
+                anyhow::bail!(
+                    "{} holds no recorded output ({} by kreplay pack): compare the inputs with --state pre",
+                    path.display(),
+                    r.name()
+                );
+            }
+        }
+    }
     let pairs = pair_regions(&ca.regions, &cb.regions);
     let mut regions = Vec::new();
     for (ra, rb) in &pairs {

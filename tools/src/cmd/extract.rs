@@ -8,7 +8,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use kreplay_format::{Capture, ChunkEncoding, ChunkRef, MemoryState, ModuleKind, Region};
+use kreplay_format::{
+    Capture, ChunkEncoding, ChunkRef, MemoryState, ModuleKind, Reference, Region,
+};
+use kreplay_player::ReproContent;
 
 use crate::cli::ExtractArgs;
 use crate::describe::{bytes, describe};
@@ -84,10 +87,33 @@ pub fn output_size(cap: &Capture<'_>) -> u64 {
         .saturating_add(regions)
 }
 
+/// Creates `dir` (or takes an empty one; a non-empty one only with `force`).
+fn output_dir(dir: &Path, force: bool) -> anyhow::Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let non_empty = fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .next()
+        .is_some();
+    if non_empty && !force {
+        anyhow::bail!(
+            "{} is not empty: extract into a new directory, or pass --force to replace files in it",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Writes a new file of `dir` (replacing one of that name with `force`).
+fn write_file(dir: &Path, name: &str, bytes: &[u8], force: bool) -> anyhow::Result<()> {
+    let p = dir.join(name);
+    let mut f = create(&p, force).with_context(|| format!("cannot write {}", p.display()))?;
+    f.write_all(bytes)
+        .with_context(|| format!("cannot write {}", p.display()))
+}
+
 pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(&a.file)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
-    let dir = &a.output;
     let total = output_size(&cap);
     let limit = output_limit(file.bytes().len() as u64);
     if total > limit && !a.force {
@@ -98,23 +124,47 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
             bytes(limit)
         );
     }
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let non_empty = fs::read_dir(dir)
-        .with_context(|| format!("cannot read {}", dir.display()))?
-        .next()
-        .is_some();
-    if non_empty && !a.force {
-        anyhow::bail!(
-            "{} is not empty: extract into a new directory, or pass --force to replace files in it",
+    // The reproducer is planned before anything is written: a capture it cannot carry is
+    // refused with nothing left behind.
+    let repro = match &a.repro {
+        Some(dir) => Some((
+            dir,
+            kreplay_player::Reproducer::of(&cap)
+                .with_context(|| format!("no reproducer for {}", a.file.display()))?,
+        )),
+        None => None,
+    };
+    if let Some(dir) = &a.output {
+        extract_into(&a, &cap, dir)?;
+    }
+    if let Some((dir, r)) = repro {
+        output_dir(dir, a.force)?;
+        for (name, content) in &r.files {
+            match content {
+                ReproContent::Text(t) => write_file(dir, name, t.as_bytes(), a.force)?,
+                ReproContent::Bytes(b) => write_file(dir, name, b, a.force)?,
+                ReproContent::Region { region_id, post } => {
+                    let Some(region) = cap.region(*region_id) else {
+                        continue;
+                    };
+                    write_region(&cap, region, &dir.join(name), *post, a.force)?;
+                }
+            }
+        }
+        crate::warn!(
+            "kreplay: wrote a reproducer into {} ({} files): make -C {} && {}/repro",
+            dir.display(),
+            r.files.len(),
+            dir.display(),
             dir.display()
         );
     }
-    let write = |name: String, bytes: &[u8]| -> anyhow::Result<()> {
-        let p = dir.join(name);
-        let mut f = create(&p, a.force).with_context(|| format!("cannot write {}", p.display()))?;
-        f.write_all(bytes)
-            .with_context(|| format!("cannot write {}", p.display()))
-    };
+    Ok(ExitCode::SUCCESS)
+}
+
+fn extract_into(a: &ExtractArgs, cap: &Capture<'_>, dir: &Path) -> anyhow::Result<()> {
+    output_dir(dir, a.force)?;
+    let write = |name: String, bytes: &[u8]| write_file(dir, &name, bytes, a.force);
     for m in &cap.modules {
         let ext = match m.kind {
             ModuleKind::Cubin => "cubin",
@@ -124,15 +174,17 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         write(format!("module-{}.{ext}", m.module_id), &m.image)?;
     }
     write("args.bin".into(), &cap.dispatch.arg_bytes)?;
+    // Without a recorded output the post chunks only say where the kernel writes.
+    let reference = cap.reference() == Reference::Recorded;
     for r in &cap.regions {
         let pre = dir.join(format!("region-{}-{:#x}.bin", r.region_id, r.address));
-        write_region(&cap, r, &pre, false, a.force)?;
-        if cap.is_written(r.region_id) {
+        write_region(cap, r, &pre, false, a.force)?;
+        if reference && cap.is_written(r.region_id) {
             let post = dir.join(format!("region-{}-{:#x}.post.bin", r.region_id, r.address));
-            write_region(&cap, r, &post, true, a.force)?;
+            write_region(cap, r, &post, true, a.force)?;
         }
     }
-    let desc = describe(&a.file.display().to_string(), &cap);
+    let desc = describe(&a.file.display().to_string(), cap);
     write("capture.json".into(), &serde_json::to_vec_pretty(&desc)?)?;
     crate::warn!(
         "kreplay: extracted {} module(s), args.bin and {} region(s) into {}",
@@ -140,5 +192,5 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         cap.regions.len(),
         dir.display()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -97,6 +97,17 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             format!(" attributes {:?}", l.attributes)
         }
     );
+    match d.reference {
+        kreplay_format::Reference::Recorded => {}
+        kreplay_format::Reference::Dropped => out!(
+            w,
+            "output    dropped by kreplay pack: the write set is kept, not the bytes (play --verify checks determinism)"
+        ),
+        kreplay_format::Reference::Redacted => out!(
+            w,
+            "redacted  by kreplay pack: region data replaced by pseudo-random bytes (pointers, handles, module globals kept); no recorded output (play --verify checks determinism)"
+        ),
+    }
     if let Some(g) = &d.graph {
         out!(w, "graph     {}", crate::describe::graph_origin(g));
     }

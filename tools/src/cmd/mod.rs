@@ -1,6 +1,7 @@
 pub mod diff;
 pub mod extract;
 pub mod info;
+pub mod pack;
 pub mod play;
 pub mod record;
 pub mod verify;

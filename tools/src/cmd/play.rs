@@ -241,18 +241,32 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
     );
     if r.verify.checked {
         let v = &r.verify;
-        if v.matched {
+        let recorded = v.reference == kreplay_format::Reference::Recorded;
+        if !recorded {
+            out!(
+                w,
+                "verify    no recorded output in this capture ({} by kreplay pack): only determinism is checked{}",
+                v.reference.name(),
+                if v.matched { ", and that nothing outside the write set changed" } else { "" }
+            );
+        }
+        if v.matched && recorded {
             out!(
                 w,
                 "verify    {} the recorded output bit for bit",
                 crate::output::verdict("matched", true)
             );
-        } else {
+        } else if !v.matched {
             out!(
                 w,
-                "verify    {}: {} byte(s) differ from the recorded output",
+                "verify    {}: {} byte(s) differ from the {}",
                 crate::output::verdict("MISMATCH", false),
-                v.mismatched_bytes
+                v.mismatched_bytes,
+                if recorded {
+                    "recorded output"
+                } else {
+                    "input, outside the write set"
+                }
             );
             for m in &v.first_mismatches {
                 out!(

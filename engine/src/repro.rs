@@ -1,0 +1,356 @@
+//! The standalone reproducer (`kreplay extract --repro`): the replay plan written out as one
+//! C++ program on the CUDA driver API, so that anyone with nvcc and a GPU replays, times and
+//! verifies the dispatch without kreplay. The program is fixed (`repro.cpp`); what a capture
+//! decides (geometry, attributes, argument bytes, placement, pointer words, region files) is
+//! generated into its tables here, from the same plan the player uses, without a GPU.
+
+use std::fmt::Write as _;
+
+use kreplay_format::{ptx, Capture, MemoryKind, ModuleKind, Reference, RegionRole};
+
+use crate::options::Placement;
+use crate::plan::{LaunchPlan, MemoryPlan, PlanError};
+
+const PROGRAM: &str = include_str!("repro.cpp");
+
+const MAKEFILE: &str =
+    "# Builds the reproducer written by `kreplay extract --repro`: nvcc and a CUDA driver.
+NVCC ?= nvcc
+
+repro: repro.cpp
+\t$(NVCC) -O2 -std=c++17 -o repro repro.cpp -lcuda
+
+run: repro
+\t./repro
+
+clean:
+\trm -f repro
+
+.PHONY: run clean
+";
+
+/// Why a capture has no reproducer.
+#[derive(Debug, thiserror::Error)]
+pub enum ReproError {
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("the dispatch uses {0} texture/surface object(s): the reproducer does not rebuild CUDA arrays and texture objects yet; replay it with `kreplay play`")]
+    Textures(usize),
+    #[error(
+        "a region file name or global name holds a character the C++ source cannot carry: {0:?}"
+    )]
+    Name(String),
+}
+
+/// What goes into a file of the reproducer's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    Text(String),
+    Bytes(Vec<u8>),
+    /// A region's bytes before the dispatch (`post: false`) or after it (`post: true`: the
+    /// recorded output where the kernel wrote, the input elsewhere).
+    Region {
+        region_id: u32,
+        post: bool,
+    },
+}
+
+/// The files of a reproducer, by name.
+#[derive(Debug, Clone)]
+pub struct Reproducer {
+    pub files: Vec<(String, Content)>,
+}
+
+fn c_string(s: &str) -> Result<String, ReproError> {
+    if s.chars()
+        .any(|c| c.is_control() || c == '"' || c == '\\' || c == '?')
+    {
+        return Err(ReproError::Name(s.to_string()));
+    }
+    Ok(format!("\"{s}\""))
+}
+
+fn bytes_list(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 5);
+    for (i, v) in b.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+            if i % 24 == 0 {
+                s.push_str("\n   ");
+            }
+        }
+        let _ = write!(s, "{v:#04x}");
+    }
+    s
+}
+
+fn ranges(v: &[(u64, u64)]) -> String {
+    v.iter()
+        .map(|(b, s)| format!("{{{b:#x}ull, {s:#x}ull}}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Reproducer {
+    /// The reproducer of a capture: the program with its tables, the Makefile, a README, the
+    /// code objects and the region files.
+    pub fn of(cap: &Capture<'_>) -> Result<Reproducer, ReproError> {
+        if !cap.textures.objects.is_empty() {
+            return Err(ReproError::Textures(cap.textures.objects.len()));
+        }
+        let d = &cap.dispatch;
+        let launch = LaunchPlan::new(cap)?;
+        let memory = MemoryPlan::new(cap, Placement::Original);
+        let module = cap
+            .module(d.module_id)
+            .ok_or(PlanError::NoModule(d.module_id))?;
+        let ext = |k: ModuleKind| match k {
+            ModuleKind::Cubin => "cubin",
+            ModuleKind::Ptx => "ptx",
+            ModuleKind::Fatbin => "fatbin",
+        };
+        let mut files = Vec::new();
+        let code_file = format!("module-{}.{}", module.module_id, ext(module.kind));
+        files.push((code_file.clone(), Content::Bytes(module.image.clone())));
+        let ptx_file = cap
+            .modules
+            .iter()
+            .find(|p| {
+                p.kind == ModuleKind::Ptx
+                    && p.module_id != module.module_id
+                    && ptx::defines_entry(&p.image, &d.kernel_name)
+            })
+            .map(|p| {
+                let name = format!("module-{}.ptx", p.module_id);
+                files.push((name.clone(), Content::Bytes(p.image.clone())));
+                name
+            });
+
+        let reference = cap.reference();
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "static const char *KERNEL = {};",
+            c_string(&d.kernel_name)?
+        );
+        let recorded = cap
+            .device
+            .as_ref()
+            .map_or("an unknown GPU".to_string(), |v| {
+                format!("{} (sm_{}{})", v.name, v.cc_major, v.cc_minor)
+            });
+        let _ = writeln!(
+            t,
+            "static const char *RECORDED_DEVICE = {};",
+            c_string(&recorded).unwrap_or("\"?\"".into())
+        );
+        let _ = writeln!(t, "static const char *CODE_FILE = \"{code_file}\";");
+        let _ = writeln!(
+            t,
+            "static const bool CODE_IS_TEXT = {};",
+            module.kind == ModuleKind::Ptx
+        );
+        let _ = writeln!(
+            t,
+            "static const char *PTX_FILE = \"{}\";",
+            ptx_file.as_deref().unwrap_or("")
+        );
+        let _ = writeln!(
+            t,
+            "static const unsigned GRID[3] = {{{}, {}, {}}};",
+            d.grid[0], d.grid[1], d.grid[2]
+        );
+        let _ = writeln!(
+            t,
+            "static const unsigned BLOCK[3] = {{{}, {}, {}}};",
+            d.block[0], d.block[1], d.block[2]
+        );
+        let _ = writeln!(
+            t,
+            "static const unsigned DYNAMIC_SHARED = {};",
+            d.dynamic_shared_bytes
+        );
+        let _ = writeln!(
+            t,
+            "static const unsigned MAX_DYNAMIC_SHARED = {};",
+            launch.max_dynamic_shared.unwrap_or(0)
+        );
+        let _ = writeln!(
+            t,
+            "static const bool NON_PORTABLE_CLUSTER = {};",
+            launch.non_portable_cluster
+        );
+        let _ = writeln!(
+            t,
+            "static const unsigned long long ORIGINAL_NS = {}ull;",
+            d.original_duration_ns.unwrap_or(0)
+        );
+        let _ = writeln!(
+            t,
+            "static const bool REFERENCE = {};",
+            reference == Reference::Recorded
+        );
+        let _ = writeln!(
+            t,
+            "static const char *REFERENCE_WHY = \"{}\";",
+            reference.name()
+        );
+        let _ = writeln!(
+            t,
+            "static const char *RELOCATION_BLOCKER = {};",
+            c_string(memory.relocation_blocker.as_deref().unwrap_or(""))
+                .unwrap_or("\"a TMA tensor map\"".into())
+        );
+        let _ = writeln!(
+            t,
+            "static const std::vector<unsigned char> ARGS = {{\n    {}}};",
+            bytes_list(&d.arg_bytes)
+        );
+        let params: Vec<String> = launch
+            .layout
+            .iter()
+            .map(|(o, s)| format!("{{{o}, {s}}}"))
+            .collect();
+        let _ = writeln!(
+            t,
+            "static const std::vector<Param> PARAMS = {{{}}};",
+            params.join(", ")
+        );
+        let words: Vec<String> = d.pointer_words.iter().map(|w| w.to_string()).collect();
+        let _ = writeln!(
+            t,
+            "static const std::vector<unsigned> POINTER_WORDS = {{{}}};",
+            words.join(", ")
+        );
+        let attrs: Vec<String> = launch
+            .attributes
+            .iter()
+            .map(|a| {
+                format!(
+                    "{{{}, {}, {{{}}}}}",
+                    a.id,
+                    a.needs_event,
+                    bytes_list(&a.value)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            t,
+            "static const std::vector<Attribute> ATTRIBUTES = {{{}}};",
+            attrs.join(",\n    ")
+        );
+        let _ = writeln!(
+            t,
+            "static const std::vector<Range> DEVICE_RANGES = {{{}}};",
+            ranges(&memory.fixed_ranges)
+        );
+        let _ = writeln!(
+            t,
+            "static const std::vector<Range> DEVICE_GROUPS = {{{}}};",
+            ranges(&memory.move_groups)
+        );
+        let _ = writeln!(
+            t,
+            "static const std::vector<Range> HOST_GROUPS = {{{}}};",
+            ranges(&memory.host_move_groups)
+        );
+
+        let mut regions = Vec::new();
+        for r in &cap.regions {
+            let (kind, global) = if r.role == RegionRole::Global {
+                match cap.globals.iter().find(|g| g.region_id == r.region_id) {
+                    Some(g) => ("MODULE_GLOBAL", c_string(&g.name)?),
+                    // A global region no variable names cannot be placed: the player skips it too.
+                    None => continue,
+                }
+            } else if r.kind == MemoryKind::HostMapped {
+                ("HOST_MAPPED", "nullptr".to_string())
+            } else {
+                ("DEVICE", "nullptr".to_string())
+            };
+            let pre = format!("region-{}.bin", r.region_id);
+            files.push((
+                pre.clone(),
+                Content::Region {
+                    region_id: r.region_id,
+                    post: false,
+                },
+            ));
+            let post = if cap.is_written(r.region_id) {
+                let name = format!("region-{}.post.bin", r.region_id);
+                if reference == Reference::Recorded {
+                    files.push((
+                        name.clone(),
+                        Content::Region {
+                            region_id: r.region_id,
+                            post: true,
+                        },
+                    ));
+                }
+                format!("\"{name}\"")
+            } else {
+                "nullptr".into()
+            };
+            regions.push(format!(
+                "{{{}, {:#x}ull, {:#x}ull, {kind}, {global}, \"{pre}\", {post}}}",
+                r.region_id, r.address, r.size
+            ));
+        }
+        let _ = writeln!(
+            t,
+            "static const std::vector<Region> REGIONS = {{\n    {}}};",
+            regions.join(",\n    ")
+        );
+        let slots: Vec<String> = cap
+            .pointer_slots
+            .iter()
+            .map(|(r, o)| format!("{{{r}, {o:#x}ull}}"))
+            .collect();
+        let _ = writeln!(
+            t,
+            "static const std::vector<Slot> SLOTS = {{{}}};",
+            slots.join(", ")
+        );
+
+        files.push((
+            "repro.cpp".into(),
+            Content::Text(PROGRAM.replace("@CAPTURE@", &t)),
+        ));
+        files.push(("Makefile".into(), Content::Text(MAKEFILE.into())));
+        files.push(("README.txt".into(), Content::Text(readme(cap, reference))));
+        Ok(Reproducer { files })
+    }
+}
+
+fn readme(cap: &Capture<'_>, reference: Reference) -> String {
+    let d = &cap.dispatch;
+    let mut s = format!(
+        "Standalone reproducer of one dispatch of {}, written by kreplay extract --repro.\n\n\
+         make            # nvcc -O2 -std=c++17 -o repro repro.cpp -lcuda\n\
+         ./repro         # 8 timed passes, memory restored between them, output verified\n\
+         ./repro --passes 100 --relocate --ptx --device 1\n\n\
+         Grid {:?}, block {:?}, {} bytes of dynamic shared memory, {} argument bytes, {} memory region(s).\n\
+         repro.cpp holds the launch (its first part is generated from the capture); module-*.cubin/ptx\n\
+         the code; region-N.bin each buffer's bytes before the dispatch",
+        d.kernel_name,
+        d.grid,
+        d.block,
+        d.dynamic_shared_bytes,
+        d.arg_bytes.len(),
+        cap.regions.len()
+    );
+    if reference == Reference::Recorded {
+        s.push_str(", region-N.post.bin after it (the reference output).\n");
+    } else {
+        s.push_str(&format!(
+            ".\nThe capture holds no reference output ({}): the reproducer checks that passes agree.\n",
+            reference.name()
+        ));
+    }
+    s.push_str(
+        "The buffers are mapped at their original device addresses when this process can have them;\n\
+         otherwise (or with --relocate) they move and the pointers the capture knows of are rewritten.\n\
+         Exit status: 0 matched, 1 output differs from the recorded one, 2 could not replay.\n",
+    );
+    s
+}

@@ -1,0 +1,199 @@
+//! Captures as attachments: `pack` (redacted, output dropped, recompressed) and
+//! `extract --repro` on the real H200 captures in testdata. No GPU needed; the GPU suite
+//! builds and runs the reproducers.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn capture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../testdata/captures/{name}.krr"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn kreplay(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kreplay"))
+        .args(args)
+        .output()
+        .expect("run kreplay");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kreplay-share-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn info_json(path: &str) -> Value {
+    let (code, out, err) = kreplay(&["info", "--json", path]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).expect("JSON")
+}
+
+#[test]
+fn a_redacted_capture_says_so_and_keeps_its_shape() {
+    let d = tmp("redact");
+    let out = d.join("red.krr");
+    let out = out.to_str().expect("utf-8");
+    let src = capture("cuda-pointers");
+    let (code, _, err) = kreplay(&["pack", &src, "-o", out, "--redact", "--level", "3"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("replaced by pseudo-random bytes"), "{err}");
+    assert!(err.contains("determinism only"), "{err}");
+    let (a, b) = (info_json(&src), info_json(out));
+    assert_eq!(a["reference"], "recorded");
+    assert_eq!(b["reference"], "redacted");
+    for key in ["kernel", "launch", "params", "pointer_slots"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    let sizes = |v: &Value| -> Vec<(u64, u64)> {
+        v["regions"]
+            .as_array()
+            .expect("regions")
+            .iter()
+            .map(|r| {
+                (
+                    r["address"].as_u64().unwrap_or(0),
+                    r["size"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(sizes(&a), sizes(&b));
+    let (code, text, _) = kreplay(&["info", out]);
+    assert_eq!(code, 0);
+    assert!(text.contains("redacted  by kreplay pack"), "{text}");
+    // The inputs differ; the outputs cannot be compared.
+    let (code, text, err) = kreplay(&["diff", &src, out, "--state", "pre", "--json"]);
+    assert!(code == 0 || code == 1, "{err}");
+    let v: Value = serde_json::from_str(&text).expect("diff JSON");
+    assert!(
+        text.contains("differ") || v.to_string().contains("chunks"),
+        "{text}"
+    );
+    let (code, _, err) = kreplay(&["diff", &src, out]);
+    assert_eq!(code, 2);
+    assert!(err.contains("holds no recorded output (redacted"), "{err}");
+    // An existing output is not replaced without --force; the input never.
+    let (code, _, err) = kreplay(&["pack", &src, "-o", out]);
+    assert_eq!(code, 2);
+    assert!(err.contains("already exists"), "{err}");
+    let (code, _, err) = kreplay(&["pack", out, "-o", out, "--force"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("that is the capture itself"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn drop_post_makes_a_smaller_capture_without_a_reference() {
+    let d = tmp("drop");
+    let out = d.join("small.krr");
+    let out = out.to_str().expect("utf-8");
+    let src = capture("cuda-saxpy");
+    let (code, _, err) = kreplay(&["pack", &src, "-o", out, "--drop-post"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("recorded output dropped"), "{err}");
+    let len = |p: &str| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    assert!(len(out) < len(&src), "{} !< {}", len(out), len(&src));
+    assert_eq!(info_json(out)["reference"], "dropped");
+    let (code, _, err) = kreplay(&["verify", out]);
+    assert_eq!(code, 0, "{err}");
+    // extract writes no .post.bin for it.
+    let x = d.join("x");
+    let (code, _, err) = kreplay(&["extract", out, "-o", x.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{err}");
+    let names: Vec<String> = std::fs::read_dir(&x)
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n.starts_with("region-")), "{names:?}");
+    assert!(!names.iter().any(|n| n.ends_with(".post.bin")), "{names:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_reproducer_holds_the_program_the_code_and_the_memory() {
+    for name in [
+        "cuda-saxpy",
+        "cuda-globals",
+        "cuda-pointers",
+        "cuda-cluster",
+        "cuda-coop",
+        "driver-extra",
+        "graph-node",
+        "host-mapped",
+    ] {
+        let d = tmp(&format!("repro-{name}"));
+        let dir = d.join("r");
+        let (code, _, err) = kreplay(&[
+            "extract",
+            &capture(name),
+            "--repro",
+            dir.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(err.contains("make -C"), "{err}");
+        let cpp = std::fs::read_to_string(dir.join("repro.cpp")).expect("repro.cpp");
+        let v = info_json(&capture(name));
+        let mangled = v["kernel"]["mangled"]
+            .as_str()
+            .or(v["kernel"]["name"].as_str())
+            .unwrap_or("");
+        assert!(
+            cpp.contains(&format!("KERNEL = \"{mangled}\"")),
+            "{name}: kernel name"
+        );
+        assert!(!cpp.contains("@CAPTURE@"), "{name}: tables generated");
+        assert!(std::fs::read_to_string(dir.join("Makefile"))
+            .expect("Makefile")
+            .contains("-lcuda"));
+        // Every region file has its region's size; written regions have their output.
+        for r in v["regions"].as_array().expect("regions") {
+            let id = r["id"].as_u64().expect("id");
+            let size = r["size"].as_u64().expect("size");
+            let pre = dir.join(format!("region-{id}.bin"));
+            let global = r["global"].as_str().is_some_and(|g| !g.is_empty());
+            if let Ok(m) = std::fs::metadata(&pre) {
+                assert_eq!(m.len(), size, "{name}: region {id}");
+            } else {
+                assert!(global, "{name}: region {id} has no file");
+            }
+            if r["written"].as_bool() == Some(true) && !global {
+                let post = std::fs::metadata(dir.join(format!("region-{id}.post.bin")));
+                assert_eq!(
+                    post.map(|m| m.len()).ok(),
+                    Some(size),
+                    "{name}: region {id} output"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+#[test]
+fn a_reproducer_of_a_capture_it_cannot_carry_is_refused_with_nothing_written() {
+    let d = tmp("repro-tex");
+    let dir = d.join("r");
+    let (code, _, err) = kreplay(&[
+        "extract",
+        &capture("texture-table"),
+        "--repro",
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("texture/surface object"), "{err}");
+    assert!(err.contains("kreplay play"), "{err}");
+    assert!(!dir.exists());
+    let _ = std::fs::remove_dir_all(&d);
+}
