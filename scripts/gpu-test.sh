@@ -687,6 +687,113 @@ if [[ "robust-stderr-full" =~ $ONLY ]]; then
   note "{\"case\": \"robust-stderr-full\", \"kernel\": \"app stderr on /dev/full (rc $rc, $rc2)\", \"ok\": $ok, \"known\": \"\", \"matched\": $ok, \"why\": \"$why\"}"
 fi
 
+# Captures as attachments. Redaction on a GEMM and an elementwise kernel (and saxpy): the
+# redacted capture replays, deterministic, no recorded output to compare with, in the same
+# time within noise; --drop-post keeps the write set and the verdict.
+share_case() {
+  local name=$1 src=$2 flags=$3
+  [[ "$name" =~ $ONLY ]] && [ -f "$WORK/$src.krr" ] || return 0
+  echo "== $name: pack $flags $src"
+  local w="$WORK/$name"
+  rm -f "$w.krr"
+  "$KR" pack "$WORK/$src.krr" -o "$w.krr" $flags --level 3 > "$w.pack.out" 2> "$w.pack.err"; local prc=$?
+  "$KR" info --json "$w.krr" > "$w.info.json" 2> /dev/null
+  "$KR" play "$w.krr" --passes 8 --verify --json > "$w.play.json" 2> "$w.play.err"; local rc=$?
+  python3 - "$name" "$w" "$WORK/$src" "$prc" "$rc" "$flags" >> "$RESULTS" <<'PY'
+import json, os, sys
+name, w, src, prc, rc, flags = sys.argv[1:]
+def load(p):
+    try: return json.load(open(p))
+    except Exception: return {}
+info, play, orig = load(w + ".info.json"), load(w + ".play.json"), load(src + ".play.json")
+v = play.get("verify") or {}
+want = "redacted" if "--redact" in flags else "dropped"
+m, m0 = (play.get("median_ns") or 0), (orig.get("median_ns") or 0)
+ratio = m / m0 if m0 else 0
+ok = (prc == "0" and rc == "0" and info.get("reference") == want and v.get("reference") == want
+      and v.get("deterministic") is True and v.get("matched") is True and 0.8 <= ratio <= 1.25)
+print(json.dumps({"case": name, "kernel": f"{want}: {m/1e3:.1f} us vs {m0/1e3:.1f} us recorded ({ratio:.2f}x)",
+    "regions": len(info.get("regions") or []), "bytes": os.path.getsize(w + ".krr") if os.path.exists(w + ".krr") else 0,
+    "original_us": m0 / 1e3, "median_us": m / 1e3, "matched": bool(v.get("matched")), "deterministic": v.get("deterministic"),
+    "address_mode": play.get("address_mode", "-"), "known": "", "ok": ok,
+    "why": "" if ok else (open(w + ".pack.err").read() + open(w + ".play.err").read())[-800:] + f" reference={v.get('reference')} ratio={ratio:.2f}"}))
+PY
+}
+share_case share-redact-gemm torch-gemm --redact
+share_case share-redact-elementwise torch-elementwise --redact
+share_case share-redact-saxpy cuda-saxpy --redact
+share_case share-drop-post cuda-saxpy --drop-post
+
+# Standalone reproducers (extract --repro) of every capture above, built with nvcc alone (in
+# parallel), run with 3 passes at the original addresses and 2 relocated: the same verdict as
+# play --verify and play --relocate --verify.
+if [[ "repro" =~ $ONLY ]] || [ "$ONLY" != "." ]; then
+  echo "== repro: extract --repro, make, run"
+  RCASES=()
+  for pj in "$WORK"/*.play.json; do
+    n=$(basename "$pj" .play.json)
+    case "$n" in mpi-r*) continue ;; esac
+    [ -f "$WORK/$n.krr" ] || continue
+    rm -rf "$WORK/$n.repro"
+    "$KR" extract "$WORK/$n.krr" --repro "$WORK/$n.repro" --force > /dev/null 2> "$WORK/$n.rx.err"
+    RCASES+=("$n")
+  done
+  printf '%s\n' "${RCASES[@]}" | xargs -P 16 -I{} sh -c '[ -d "$0/{}.repro" ] && make -s -C "$0/{}.repro" > "$0/{}.rx-make.log" 2>&1' "$WORK"
+  for n in "${RCASES[@]}"; do
+    d="$WORK/$n.repro"
+    rm -f "$WORK/$n.rx.out" "$WORK/$n.rx-reloc.out"
+    if [ -x "$d/repro" ]; then
+      (cd "$d" && timeout 300 ./repro --passes 3 > "../$n.rx.out" 2>> "../$n.rx.err"; echo $? > "../$n.rx.rc")
+      (cd "$d" && timeout 300 ./repro --relocate --passes 2 > "../$n.rx-reloc.out" 2> "../$n.rx-reloc.err"; echo $? > "../$n.rx-reloc.rc")
+    fi
+    python3 - "$n" "$WORK" >> "$RESULTS" <<'PY'
+import json, os, re, sys
+n, work = sys.argv[1:]
+w = f"{work}/{n}"
+def load(p):
+    try: return json.load(open(p))
+    except Exception: return {}
+def read(p):
+    try: return open(p).read()
+    except Exception: return ""
+def verdict(v):
+    if (v.get("reference") or "recorded") != "recorded":
+        return "deterministic" if v.get("deterministic") else "nondeterministic"
+    if v.get("deterministic") is False: return "nondeterministic"
+    return "matched" if v.get("matched") else "mismatch"
+def repro_verdict(out):
+    m = re.search(r"^verdict\s+(\S+)", out, re.M)
+    return m.group(1) if m else "none"
+play, info = load(w + ".play.json"), load(w + ".info.json")
+want = verdict(play.get("verify") or {})
+out, err = read(w + ".rx.out"), read(w + ".rx.err")
+got = repro_verdict(out)
+reloc = load(w + ".reloc.json")
+reloc_err = read(w + ".reloc.err")
+rout, rerr = read(w + ".rx-reloc.out"), read(w + ".rx-reloc.err")
+if reloc:
+    want_r, got_r = verdict(reloc.get("verify") or {}), repro_verdict(rout)
+elif "cannot be relocated" in reloc_err:
+    want_r, got_r = "refused", ("refused" if "cannot be relocated" in rerr else repro_verdict(rout))
+else:
+    want_r, got_r = "-", "-"
+med = re.search(r"median ([0-9.]+) us", out)
+addr = re.search(r"^addresses\s+(\S+)", out, re.M)
+known = ""
+if "texture/surface object" in err:
+    known = "reproducer does not rebuild texture objects (refused at extract)"
+ok = got == want and got_r == want_r and (not known)
+print(json.dumps({"case": "repro:" + n, "kernel": f"play {want}/{want_r}, repro {got}/{got_r}",
+    "regions": len(info.get("regions") or []), "bytes": os.path.getsize(w + ".krr") if os.path.exists(w + ".krr") else 0,
+    "original_us": (play.get("median_ns") or 0) / 1e3, "median_us": float(med.group(1)) if med else 0,
+    "matched": got in ("matched", "deterministic"), "address_mode": addr.group(1) if addr else "-",
+    "relocated": "ok" if got_r == want_r and want_r != "-" else ("-" if want_r == "-" else "FAIL"),
+    "known": known, "ok": ok,
+    "why": "" if ok else (err[-500:] + " | make: " + read(w + ".rx-make.log")[-500:] + " | reloc: " + rerr[-300:])}))
+PY
+  done
+fi
+
 # Two ranks, one capture each, named by rank.
 if [[ "mpi-2ranks" =~ $ONLY ]]; then
   echo "== mpi-2ranks"

@@ -1,7 +1,7 @@
 // Standalone reproducer of one kernel dispatch, written by `kreplay extract --repro`.
 // Needs a CUDA driver and nvcc (for cuda.h and libcuda), not kreplay:
 //
-//   make && ./repro [--passes N] [--device D] [--relocate] [--ptx]
+//   make && ./repro [--passes N] [--warmup N] [--device D] [--relocate] [--ptx]
 //
 // It maps every captured buffer at its original device address (or moves them all and
 // rewrites the pointers the capture knows of), uploads the captured memory, launches the
@@ -263,20 +263,23 @@ static int compare(const Region &r, const unsigned char *expected, const unsigne
 }
 
 int main(int argc, char **argv) {
-  int passes = 8, ordinal = 0;
+  int passes = 8, warmup = 1, ordinal = 0;
   bool relocate = false, force_ptx = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     if (a == "--passes" && i + 1 < argc) passes = atoi(argv[++i]);
+    else if (a == "--warmup" && i + 1 < argc) warmup = atoi(argv[++i]);
     else if (a == "--device" && i + 1 < argc) ordinal = atoi(argv[++i]);
     else if (a == "--relocate") relocate = true;
     else if (a == "--ptx") force_ptx = true;
     else {
-      fprintf(stderr, "usage: %s [--passes N] [--device D] [--relocate] [--ptx]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--passes N] [--warmup N] [--device D] [--relocate] [--ptx]\n",
+              argv[0]);
       return 2;
     }
   }
   if (passes < 1) die("--passes must be at least 1");
+  if (warmup < 0) die("--warmup must be at least 0");
   check(cuInit(0), "cuInit");
   CUdevice dev;
   check(cuDeviceGet(&dev, ordinal), "cuDeviceGet");
@@ -402,11 +405,19 @@ int main(int argc, char **argv) {
   int reported = 0;
   bool matched = true, deterministic = true;
   std::vector<int> divergent;
+  auto restore = [&]() {
+    for (size_t i = 0; i < placed.size(); i++)
+      if (pristine[i])
+        check(cuMemcpyDtoD(placed[i].at, pristine[i], placed[i].usable), "cuMemcpyDtoD (restore)");
+  };
+  // Warm-up launches (untimed): the first launch of a module pays for loading it.
+  for (int i = 0; i < warmup; i++) {
+    check(cuLaunchKernelEx(&cfg, fn, params.data(), nullptr), "cuLaunchKernelEx (warm-up)");
+    check(cuCtxSynchronize(), "the kernel (warm-up)");
+    restore();
+  }
   for (int pass = 0; pass < passes; pass++) {
-    if (pass > 0)
-      for (size_t i = 0; i < placed.size(); i++)
-        if (pristine[i]) check(cuMemcpyDtoD(placed[i].at, pristine[i], placed[i].usable),
-                               "cuMemcpyDtoD (restore)");
+    if (pass > 0) restore();
     check(cuCtxSynchronize(), "cuCtxSynchronize");
     check(cuEventRecord(start, stream), "cuEventRecord");
     check(cuLaunchKernelEx(&cfg, fn, params.data(), nullptr), "cuLaunchKernelEx");
@@ -437,7 +448,8 @@ int main(int argc, char **argv) {
   std::vector<float> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   double median_us = sorted[sorted.size() / 2] * 1e3;
-  printf("passes    %d, median %.1f us, min %.1f us, max %.1f us", passes, median_us,
+  printf("passes    %d (%d warm-up), median %.1f us, min %.1f us, max %.1f us", passes, warmup,
+         median_us,
          sorted.front() * 1e3, sorted.back() * 1e3);
   if (ORIGINAL_NS) printf(" (%.1f us in the application)", ORIGINAL_NS / 1e3);
   printf("\n");
