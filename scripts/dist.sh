@@ -11,3 +11,11 @@ for f in kreplay libkreplay_record.so examples/replay_bench examples/craft_hosti
   strip --strip-debug "dist/$(basename "$f")"
 done
 ls -la dist
+# The Python package (one abi3 wheel) and the pure-Python wheels its GPU tests run with, when
+# maturin is at hand (pip install maturin).
+if command -v maturin > /dev/null; then
+  rm -rf dist/python && mkdir -p dist/python/deps
+  maturin build --release --compatibility linux -m python/Cargo.toml -o dist/python
+  pip download -q --no-deps -d dist/python/deps pytest pluggy iniconfig packaging
+  ls -la dist/python dist/python/deps
+fi

@@ -724,6 +724,32 @@ share_case share-redact-elementwise torch-elementwise --redact
 share_case share-redact-saxpy cuda-saxpy --redact
 share_case share-drop-post cuda-saxpy --drop-post
 
+# The Python package on the GPU: the abi3 wheel from dist/python installed into a folder of
+# its own, its CPU tests and its GPU tests (record with the pytest fixture, play in-process,
+# counters, the same report as the CLI).
+if [[ "python-package" =~ $ONLY ]]; then
+  echo "== python-package"
+  whl=$(ls "$BIN"/python/kreplay-*.whl 2> /dev/null | head -1)
+  PYT="$WORK/pylib"; rm -rf "$PYT"
+  if [ -n "$whl" ]; then
+    python3 -m pip install -q --no-deps --no-index --target "$PYT" "$whl" "$BIN"/python/deps/*.whl > "$WORK/py-install.log" 2>&1
+    (cd "$WORK" && PYTHONPATH="$PYT" KREPLAY_BIN="$KR" KREPLAY_KAPPS="$K" KREPLAY_APPS="$APPS" \
+      python3 -m pytest -q -p no:cacheprovider "$HERE/python/tests" "$HERE/python/tests_gpu" > "$WORK/py-test.log" 2>&1); prc=$?
+  else
+    prc=99; echo "no wheel in $BIN/python (pip install maturin before scripts/dist.sh)" > "$WORK/py-test.log"
+  fi
+  python3 - "$prc" "$WORK/py-test.log" >> "$RESULTS" <<'PY'
+import json, re, sys
+rc, log = sys.argv[1:]
+text = open(log).read()
+m = re.search(r"(\d+) passed", text)
+skipped = re.search(r"(\d+) skipped", text)
+ok = rc == "0" and m is not None and int(m.group(1)) >= 12 and not re.search(r"\d+ failed", text)
+print(json.dumps({"case": "python-package", "kernel": (text.strip().splitlines() or ["-"])[-1][:40], "ok": ok, "known": "",
+    "matched": ok, "why": "" if ok else text[-1500:]}))
+PY
+fi
+
 # Standalone reproducers (extract --repro) of every capture above, built with nvcc alone (in
 # parallel), run with 3 passes at the original addresses and 2 relocated: the same verdict as
 # play --verify and play --relocate --verify.

@@ -7,3 +7,12 @@ cd "$(dirname "$0")/.."
 cargo fmt --all --check
 cargo clippy --all-targets -- -D warnings
 cargo test --workspace
+# The Python package (python/): its own crate, built by maturin into a virtual environment,
+# linted like the rest, and its tests run on the captures in testdata.
+cargo fmt --manifest-path python/Cargo.toml --check
+cargo clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
+VENV=${KREPLAY_VENV:-target/python-venv}
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.5,<2" numpy pytest
+(cd python && VIRTUAL_ENV="$PWD/../$VENV" PATH="$PWD/../$VENV/bin:$PATH" maturin develop -q)
+KREPLAY_BIN="$PWD/target/debug/kreplay" "$VENV/bin/python" -m pytest -q python/tests

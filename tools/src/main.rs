@@ -4,9 +4,9 @@
 mod cli;
 mod cmd;
 mod compare;
-mod describe;
 mod output;
-mod params;
+
+use kreplay::describe;
 
 use std::process::ExitCode;
 

@@ -1,6 +1,5 @@
 //! `kreplay play`.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -10,60 +9,11 @@ use kreplay_player::{
     CacheState, CodeChoice, MetricRequest, MetricsReport, OpenOptions, Placement, PlayReport,
     RunOptions, Session, Verification,
 };
-use serde::Serialize;
 
 use crate::cli::{CacheMode, PlayArgs};
 use crate::describe::{bytes, demangle, duration};
 use crate::out;
-
-/// `--json` output: the replay report, plus the counters when `--metrics` was given.
-#[derive(Serialize)]
-struct JsonReport<'a> {
-    #[serde(flatten)]
-    play: &'a PlayReport,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    metrics: Option<BTreeMap<&'a str, f64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    metric_units: Option<BTreeMap<&'a str, &'a str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    metric_passes: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    metric_cache: Option<kreplay_player::CacheState>,
-    /// Which CUPTI collected the counters: `path`, `api_version`, `nvperf`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    metric_cupti: Option<&'a kreplay_cuda::cupti::CuptiInfo>,
-    /// `--save-output`: the file and how many bytes the replay left different from the input.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    saved_output: Option<&'a kreplay_player::SavedOutput>,
-}
-
-impl<'a> JsonReport<'a> {
-    fn new(
-        play: &'a PlayReport,
-        m: Option<&'a MetricsReport>,
-        saved_output: Option<&'a kreplay_player::SavedOutput>,
-    ) -> Self {
-        JsonReport {
-            play,
-            metrics: m.map(|m| {
-                m.metrics
-                    .iter()
-                    .map(|v| (v.name.as_str(), v.value))
-                    .collect()
-            }),
-            metric_units: m.map(|m| {
-                m.metrics
-                    .iter()
-                    .map(|v| (v.name.as_str(), v.unit.as_str()))
-                    .collect()
-            }),
-            metric_passes: m.map(|m| m.passes),
-            metric_cache: m.map(|m| m.cache),
-            metric_cupti: m.and_then(|m| m.cupti.as_ref()),
-            saved_output,
-        }
-    }
-}
+use kreplay::report::PlayJson;
 
 pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     if a.list_metrics {
@@ -128,11 +78,11 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {
-        let j = JsonReport::new(&r, metrics.as_ref(), saved.as_ref());
+        let j = PlayJson::new(&r, metrics.as_ref(), saved.as_ref());
         serde_json::to_writer(&mut w, &j)?;
         out!(w);
     } else if a.csv {
-        let j = serde_json::to_value(JsonReport::new(&r, metrics.as_ref(), saved.as_ref()))?;
+        let j = serde_json::to_value(PlayJson::new(&r, metrics.as_ref(), saved.as_ref()))?;
         let cols = crate::output::flatten_json(&j);
         crate::output::write_csv(
             &mut w,

@@ -1,0 +1,210 @@
+"""kreplay from Python: GPU kernel captures (.krr) as Python objects.
+
+    import kreplay
+    cap = kreplay.open("saxpy.krr")
+    cap.kernel["name"], cap.launch["grid"], cap.params
+    y = cap.regions[1].array("float32")             # NumPy view, no copy
+    out = cap.regions[1].array("float32", post=True)  # the recorded output
+    report = kreplay.play("saxpy.krr", passes=8, verify=True)   # needs a GPU
+    caps = kreplay.record(["python", "app.py"], kernel="saxpy", out="saxpy.krr")
+
+Reading and inspecting captures needs no GPU. `play` replays in this process through the
+CUDA driver; `record` runs a command under the `kreplay` command-line tool (on PATH, or named
+by KREPLAY_BIN), which injects the recorder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _native
+
+__all__ = ["open", "play", "record", "Capture", "Region", "RecordError", "__version__"]
+__version__ = _native.__version__
+
+
+@dataclass(frozen=True)
+class Region:
+    """One captured buffer: where it was, how large, why it is in the capture."""
+
+    path: str
+    id: int
+    address: int
+    size: int
+    kind: str
+    role: str
+    written: bool
+    global_name: str | None
+    info: dict = field(repr=False, compare=False)
+
+    def bytes(self, post: bool = False) -> memoryview:
+        """The region's bytes (before the dispatch, or after it with `post=True`), decoded
+        once into memory that is read-only and shared by every view of it."""
+        return memoryview(_native.region_bytes(self.path, self.id, post))
+
+    def array(self, dtype: Any = np.uint8, post: bool = False, shape: Sequence[int] | None = None) -> np.ndarray:
+        """The region as a read-only NumPy array of `dtype` (no copy of the decoded bytes).
+        Trailing bytes that do not fill an element are left out; `shape` reshapes."""
+        dt = np.dtype(dtype)
+        buf = _native.region_bytes(self.path, self.id, post)
+        count = len(buf) // dt.itemsize
+        a = np.frombuffer(buf, dtype=dt, count=count)
+        return a.reshape(shape) if shape is not None else a
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A .krr capture: `info` is what `kreplay info --json` prints."""
+
+    path: str
+    info: dict = field(repr=False)
+
+    @property
+    def kernel(self) -> dict:
+        return self.info["kernel"]
+
+    @property
+    def launch(self) -> dict:
+        return self.info["launch"]
+
+    @property
+    def params(self) -> list[dict]:
+        """Each parameter: offset, size, type (from the kernel's signature when known),
+        decoded value, and whether it is a device pointer."""
+        return self.info["params"]
+
+    @property
+    def device(self) -> dict | None:
+        return self.info.get("device")
+
+    @property
+    def reference(self) -> str:
+        """`recorded`, or `dropped`/`redacted` when `kreplay pack` removed the output."""
+        return self.info.get("reference", "recorded")
+
+    @property
+    def regions(self) -> list[Region]:
+        return [
+            Region(
+                path=self.path,
+                id=r["id"],
+                address=r["address"],
+                size=r["size"],
+                kind=r["kind"],
+                role=r["role"],
+                written=bool(r.get("written")),
+                global_name=r.get("global") or None,
+                info=r,
+            )
+            for r in self.info["regions"]
+        ]
+
+    def region(self, id_or_address: int) -> Region:
+        """The region with this id, or the one holding this device address."""
+        for r in self.regions:
+            if r.id == id_or_address:
+                return r
+        for r in self.regions:
+            if r.address <= id_or_address < r.address + r.size and r.address != 0:
+                return r
+        raise KeyError(f"{self.path}: no region {id_or_address:#x}")
+
+    def play(self, **kwargs: Any) -> dict:
+        return play(self.path, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Capture({self.path!r}, kernel={self.kernel.get('name')!r}, regions={len(self.info['regions'])})"
+
+
+def open(path: str | os.PathLike) -> Capture:  # noqa: A001 - the package's entry point
+    """Opens a capture (checks its structure; no GPU needed)."""
+    p = os.fspath(path)
+    return Capture(path=p, info=json.loads(_native.describe(p)))
+
+
+def play(
+    path: str | os.PathLike,
+    passes: int = 8,
+    verify: bool = True,
+    metrics: Sequence[str] = (),
+    warmup: int = 0,
+    device: int = 0,
+    relocate: bool = False,
+    ptx: bool = False,
+    flush_cache: bool = False,
+) -> dict:
+    """Replays a capture on a GPU in this process; returns the object `kreplay play --json`
+    prints (median_ns, durations_ns, verify.matched, metrics, ...). Raises RuntimeError with
+    the reason when it cannot (no GPU, another architecture, address in use)."""
+    return json.loads(
+        _native.play(os.fspath(path), passes, verify, list(metrics), warmup, device, relocate, ptx, flush_cache)
+    )
+
+
+class RecordError(RuntimeError):
+    """`kreplay record` failed or captured nothing; `stderr` says why."""
+
+    def __init__(self, message: str, returncode: int, stderr: str):
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+def _kreplay_bin() -> str:
+    b = os.environ.get("KREPLAY_BIN") or shutil.which("kreplay")
+    if not b:
+        raise RecordError("the kreplay command is not on PATH (set KREPLAY_BIN to its path)", 127, "")
+    return b
+
+
+def record(
+    cmd: Sequence[str],
+    kernel: str,
+    out: str | os.PathLike = "capture.krr",
+    nth: int = 1,
+    count: int = 1,
+    memory: str | None = None,
+    env: dict | None = None,
+    cwd: str | os.PathLike | None = None,
+    timeout: float | None = None,
+) -> list[Capture]:
+    """Runs `cmd` under `kreplay record -k KERNEL --nth N --count M -o OUT` and returns the
+    captures it wrote (one per dispatch; with count > 1, OUT names them as `record` does).
+    The application's own exit status is kept: a failing application raises RecordError."""
+    args = [_kreplay_bin(), "record", "-k", kernel, "--nth", str(nth), "--count", str(count), "-o", os.fspath(out), "--json"]
+    if memory:
+        args += ["--memory", memory]
+    args += ["--", *map(str, cmd)]
+    r = subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    paths = _written(r.stdout)
+    if r.returncode != 0 or not paths:
+        why = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}"
+        raise RecordError(f"kreplay record -k {kernel}: {why}", r.returncode, r.stderr)
+    base = Path(cwd) if cwd else Path.cwd()
+    return [open(p if os.path.isabs(p) else base / p) for p in paths]
+
+
+def _written(stdout: str) -> list[str]:
+    """The capture files named in `record --json`'s output."""
+    paths: list[str] = []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            v = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        for c in v.get("captures") or []:
+            p = c.get("file") or c.get("path")
+            if p:
+                paths.append(p)
+    return paths

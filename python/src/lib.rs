@@ -1,0 +1,245 @@
+//! `kreplay._native`: the Rust side of the Python package. Thin: the description of a capture
+//! (the same JSON as `kreplay info --json`), a region's bytes decoded once into an anonymous
+//! memory map that NumPy views without a copy (buffer protocol), and a replay (the same JSON
+//! as `kreplay play --json`). The Python layer (`kreplay/__init__.py`) builds the objects.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::path::Path;
+
+use kreplay_format::file::MappedFile;
+use kreplay_format::{Capture, ChunkEncoding, MemoryState};
+use kreplay_player::{
+    CacheState, CodeChoice, MetricRequest, OpenOptions, Placement, RunOptions, Session,
+    Verification,
+};
+use memmap2::MmapMut;
+use pyo3::exceptions::{PyBufferError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+fn open_file(path: &str) -> PyResult<MappedFile> {
+    MappedFile::open(Path::new(path)).map_err(|e| PyOSError::new_err(format!("{path}: {e}")))
+}
+
+fn parse<'a>(path: &str, file: &'a MappedFile) -> PyResult<Capture<'a>> {
+    Capture::parse(file.bytes()).map_err(|e| PyValueError::new_err(format!("{path}: {e}")))
+}
+
+/// `kreplay info --json` of the capture at `path`, as a string.
+#[pyfunction]
+fn describe(path: &str) -> PyResult<String> {
+    let file = open_file(path)?;
+    let cap = parse(path, &file)?;
+    serde_json::to_string(&kreplay::describe::describe(path, &cap))
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// A region's bytes, decoded into anonymous memory (chunks stored as zeros are never
+/// touched: they cost no memory). Read-only through the buffer protocol.
+#[pyclass(frozen)]
+struct RegionBytes {
+    map: MmapMut,
+    len: usize,
+}
+
+#[pymethods]
+impl RegionBytes {
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    /// # Safety
+    /// Called by the interpreter with a valid `view` to fill; the buffer stays valid while
+    /// `view.obj` holds a reference to this object, which owns the mapping and never changes
+    /// it after construction (the class is frozen).
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no view to fill"));
+        }
+        if flags & pyo3::ffi::PyBUF_WRITABLE == pyo3::ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err(
+                "a capture's region is read-only: copy it (numpy.array(region.array())) to change it",
+            ));
+        }
+        let this = slf.get();
+        let ptr = this.map.as_ptr() as *mut c_void;
+        let len = this.len as isize;
+        const FORMAT: &CStr = c"B";
+        // SAFETY: `view` is non-null and ours to fill (the buffer protocol's contract); the
+        // fields point into `this` (the mapping) and into `view` itself, both alive as long
+        // as the view holds its reference to `slf`.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = ptr;
+            (*view).len = len;
+            (*view).readonly = 1;
+            (*view).itemsize = 1;
+            (*view).format = if flags & pyo3::ffi::PyBUF_FORMAT == pyo3::ffi::PyBUF_FORMAT {
+                FORMAT.as_ptr() as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if flags & pyo3::ffi::PyBUF_ND == pyo3::ffi::PyBUF_ND {
+                &mut (*view).len
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if flags & pyo3::ffi::PyBUF_STRIDES == pyo3::ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// Nothing was allocated for the view.
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
+}
+
+/// The bytes of region `region_id` before the dispatch (`post=False`) or after it (`True`:
+/// the recorded output where the kernel wrote, the input elsewhere).
+#[pyfunction]
+#[pyo3(signature = (path, region_id, post=false))]
+fn region_bytes(py: Python<'_>, path: &str, region_id: u32, post: bool) -> PyResult<RegionBytes> {
+    let file = open_file(path)?;
+    let cap = parse(path, &file)?;
+    let region = cap
+        .region(region_id)
+        .ok_or_else(|| PyValueError::new_err(format!("{path}: no region {region_id}")))?;
+    if post && cap.reference() != kreplay_format::Reference::Recorded {
+        return Err(PyValueError::new_err(format!(
+            "{path}: holds no recorded output ({} by kreplay pack)",
+            cap.reference().name()
+        )));
+    }
+    let len = usize::try_from(region.size)
+        .map_err(|_| PyValueError::new_err("region larger than this machine's address space"))?;
+    // The size comes from the file, but only reserves address space: pages are touched
+    // chunk by chunk as each is decoded (and each chunk's length is checked by the reader).
+    let mut map = MmapMut::map_anon(len.max(1))
+        .map_err(|e| PyOSError::new_err(format!("cannot map {len} bytes: {e}")))?;
+    let decode = |map: &mut MmapMut| -> Result<(), kreplay_format::FormatError> {
+        let states: &[MemoryState] = if post {
+            &[MemoryState::Pre, MemoryState::Post]
+        } else {
+            &[MemoryState::Pre]
+        };
+        for &s in states {
+            for c in cap.chunks(region_id, s) {
+                if c.encoding == ChunkEncoding::Zero && s == MemoryState::Pre {
+                    continue;
+                }
+                let end = c.offset.saturating_add(c.raw_len);
+                let Some(dst) = map.get_mut(c.offset as usize..end as usize) else {
+                    continue;
+                };
+                cap.read_chunk_into(c, dst)?;
+            }
+        }
+        Ok(())
+    };
+    py.detach(|| decode(&mut map))
+        .map_err(|e| PyValueError::new_err(format!("{path}: {e}")))?;
+    Ok(RegionBytes { map, len })
+}
+
+/// Replays the capture at `path`; returns `kreplay play --json`'s object as a string.
+#[pyfunction]
+#[pyo3(signature = (path, passes=8, verify=true, metrics=Vec::new(), warmup=0, device=0, relocate=false, ptx=false, flush_cache=false))]
+#[allow(clippy::too_many_arguments)]
+fn play(
+    py: Python<'_>,
+    path: &str,
+    passes: u32,
+    verify: bool,
+    metrics: Vec<String>,
+    warmup: u32,
+    device: i32,
+    relocate: bool,
+    ptx: bool,
+    flush_cache: bool,
+) -> PyResult<String> {
+    if passes == 0 {
+        return Err(PyValueError::new_err("passes must be at least 1"));
+    }
+    let file = open_file(path)?;
+    let cap = parse(path, &file)?;
+    let replay = || -> Result<String, String> {
+        let request = if metrics.is_empty() {
+            None
+        } else {
+            let d = kreplay_cuda_device(device)?;
+            Some(
+                MetricRequest::new(&d, &metrics)
+                    .map_err(|e| format!("cannot collect counters: {e}"))?,
+            )
+        };
+        let open = OpenOptions {
+            device,
+            code: if ptx {
+                CodeChoice::Ptx
+            } else {
+                CodeChoice::Captured
+            },
+            placement: if relocate {
+                Placement::Relocate
+            } else {
+                Placement::Original
+            },
+        };
+        let cache = if flush_cache {
+            CacheState::Flush
+        } else {
+            CacheState::Keep
+        };
+        let run = RunOptions {
+            passes,
+            warmup,
+            cache,
+            verification: if verify {
+                Verification::Check
+            } else {
+                Verification::Off
+            },
+        };
+        let mut session =
+            Session::open(&cap, &open).map_err(|e| format!("cannot replay {path}: {e}"))?;
+        let report = session
+            .run(&run)
+            .map_err(|e| format!("replay failed: {e}"))?;
+        let m = match &request {
+            Some(req) => Some(
+                session
+                    .collect_metrics(req, cache)
+                    .map_err(|e| format!("counter collection failed: {e}"))?,
+            ),
+            None => None,
+        };
+        drop(session);
+        serde_json::to_string(&kreplay::report::PlayJson::new(&report, m.as_ref(), None))
+            .map_err(|e| e.to_string())
+    };
+    py.detach(replay).map_err(PyRuntimeError::new_err)
+}
+
+fn kreplay_cuda_device(ordinal: i32) -> Result<kreplay_cuda::Device, String> {
+    kreplay_cuda::Device::open(ordinal).map_err(|e| format!("cannot collect counters: {e}"))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(describe, m)?)?;
+    m.add_function(wrap_pyfunction!(region_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(play, m)?)?;
+    m.add_class::<RegionBytes>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,133 @@
+"""The Python package on the real H200 captures in testdata (no GPU needed): captures open as
+objects, regions are NumPy arrays over decoded memory (no copy), the recorded output is the
+kernel's math, and what needs a GPU or the kreplay command says so."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kreplay
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = ROOT / "testdata" / "captures"
+ALL = sorted(CAPTURES.glob("*.krr"))
+
+
+def kreplay_bin():
+    for p in (os.environ.get("KREPLAY_BIN"), ROOT / "target" / "debug" / "kreplay", ROOT / "target" / "release" / "kreplay"):
+        if p and Path(p).is_file():
+            return str(p)
+    return shutil.which("kreplay")
+
+
+def test_every_capture_opens_with_its_regions():
+    assert len(ALL) >= 10
+    for path in ALL:
+        cap = kreplay.open(path)
+        assert cap.kernel["name"], path
+        assert len(cap.launch["grid"]) == 3
+        assert cap.reference == "recorded"
+        for r in cap.regions:
+            a = r.array()
+            assert a.nbytes == r.size, (path, r.id)
+            assert not a.flags.writeable
+
+
+def test_saxpy_output_is_the_kernels_math():
+    cap = kreplay.open(CAPTURES / "cuda-saxpy.krr")
+    n = int(cap.params[0]["value"])
+    a = float(cap.params[1]["value"])
+    x = cap.region(cap.params[2]["region"]).array(np.float32)[:n]
+    y = cap.region(cap.params[3]["region"])
+    assert y.written
+    before, after = y.array("float32")[:n], y.array("float32", post=True)[:n]
+    assert not np.array_equal(before, after)
+    np.testing.assert_allclose(after, a * x + before, rtol=1e-6, atol=1e-6)
+    # The input is not written: its post state is its pre state.
+    xr = cap.region(cap.params[2]["region"])
+    assert np.array_equal(xr.array(np.float32, post=True), xr.array(np.float32))
+
+
+def test_any_dtype_and_shape_views_the_same_bytes():
+    cap = kreplay.open(CAPTURES / "cuda-saxpy.krr")
+    r = cap.regions[1]
+    f = r.array("float32")
+    assert np.array_equal(r.array(np.uint8).view(np.float32), f)
+    assert r.array("float64").nbytes == r.size
+    assert r.array("float32", shape=(-1, 1024)).shape == (r.size // 4096, 1024)
+    with pytest.raises(ValueError):
+        f[0] = 1.0
+    mv = r.bytes()
+    assert mv.readonly and len(mv) == r.size
+
+
+def test_regions_are_found_by_address_and_globals_by_name():
+    cap = kreplay.open(CAPTURES / "cuda-globals.krr")
+    globals_ = {r.global_name: r for r in cap.regions if r.global_name}
+    assert globals_, cap.regions
+    for r in cap.regions:
+        if r.address:
+            assert cap.region(r.address + r.size - 1).id == r.id
+    with pytest.raises(KeyError):
+        cap.region(0xDEAD)
+
+
+def test_pointer_words_read_as_addresses_of_regions():
+    # gather_sum(Batch): the argument points at a table of 5 pointers, each to a buffer
+    # the recorder followed and captured.
+    cap = kreplay.open(CAPTURES / "cuda-pointers.krr")
+    assert cap.info["pointer_slots"] == 5
+    table = next(r for r in cap.regions if r.size == 40)
+    targets = {cap.region(int(p)).id for p in table.array("uint64")}
+    assert len(targets) == 5 and table.id not in targets
+
+
+def test_damaged_and_missing_files_raise_clear_errors(tmp_path):
+    with pytest.raises(OSError):
+        kreplay.open(tmp_path / "missing.krr")
+    bad = tmp_path / "bad.krr"
+    data = bytearray((CAPTURES / "cuda-saxpy.krr").read_bytes())
+    bad.write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(ValueError, match="incomplete|truncated|offset"):
+        kreplay.open(bad)
+
+
+def test_a_redacted_capture_has_no_output_to_read(tmp_path):
+    b = kreplay_bin()
+    if b is None:
+        pytest.skip("the kreplay command is not built (cargo build) and not on PATH")
+    out = tmp_path / "red.krr"
+    subprocess.run([b, "pack", str(CAPTURES / "cuda-saxpy.krr"), "-o", str(out), "--redact", "--level", "3"], check=True, capture_output=True)
+    cap = kreplay.open(out)
+    assert cap.reference == "redacted"
+    orig = kreplay.open(CAPTURES / "cuda-saxpy.krr")
+    assert not np.array_equal(cap.regions[0].array(), orig.regions[0].array())
+    assert np.array_equal(cap.regions[2].array(), orig.regions[2].array()), "module globals kept"
+    with pytest.raises(ValueError, match="no recorded output"):
+        cap.regions[1].array(post=True)
+
+
+def test_play_without_a_gpu_says_why():
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("a GPU is present: play is proven by the GPU suite (python-package case)")
+    with pytest.raises(RuntimeError, match="(?i)cuda|gpu|driver"):
+        kreplay.play(CAPTURES / "cuda-saxpy.krr", passes=2)
+
+
+def test_record_says_what_is_missing(monkeypatch, kreplay_record):
+    monkeypatch.setenv("KREPLAY_BIN", "")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(kreplay.RecordError, match="KREPLAY_BIN"):
+        kreplay.record(["true"], kernel="saxpy")
+    b = kreplay_bin()
+    if b is None:
+        pytest.skip("the kreplay command is not built")
+    monkeypatch.setenv("KREPLAY_BIN", b)
+    # A command that never initialises CUDA captures nothing: the fixture raises, saying so.
+    with pytest.raises(kreplay.RecordError) as e:
+        kreplay_record(["/bin/true"], kernel="saxpy")
+    assert "kreplay record -k saxpy" in str(e.value)

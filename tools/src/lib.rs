@@ -1,0 +1,6 @@
+//! The logic behind the `kreplay` command that other front ends share (the Python package):
+//! the description of a capture (`info`) and the replay report (`play --json`).
+
+pub mod describe;
+pub mod params;
+pub mod report;
