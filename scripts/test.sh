@@ -15,4 +15,4 @@ VENV=${KREPLAY_VENV:-target/python-venv}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.5,<2" numpy pytest
 (cd python && VIRTUAL_ENV="$PWD/../$VENV" PATH="$PWD/../$VENV/bin:$PATH" maturin develop -q)
-KREPLAY_BIN="$PWD/target/debug/kreplay" "$VENV/bin/python" -m pytest -q python/tests
+KREPLAY_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/kreplay" "$VENV/bin/python" -m pytest -q python/tests
