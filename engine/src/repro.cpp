@@ -24,7 +24,7 @@
 
 struct Param { unsigned offset, size; };
 struct Attribute { unsigned id; bool needs_event; unsigned char value[64]; };
-enum Kind { DEVICE = 0, HOST_MAPPED = 1, MODULE_GLOBAL = 2 };
+enum Kind { DEVICE = 0, HOST_MAPPED = 1, MODULE_GLOBAL = 2, CUDA_ARRAY = 3 };
 struct Region {
   unsigned id;
   unsigned long long address, size;
@@ -35,6 +35,35 @@ struct Region {
 };
 struct Slot { unsigned region; unsigned long long offset; };
 struct Range { unsigned long long base, size; };
+// A CUDA array behind a texture or surface object; its texels are a region (CUDA_ARRAY),
+// packed level after level (LEVELS says where each level lies in it).
+struct ArrayDesc {
+  unsigned region;
+  unsigned long long width, height, depth;
+  unsigned format, channels, flags, levels;  // levels 0: a plain array
+};
+struct LevelCopy {
+  unsigned array, level;
+  unsigned long long width_bytes, height, depth, offset;
+};
+// A texture or surface object: what it views, how it samples, where its handle goes.
+struct TexObject {
+  bool surface;
+  int kind;  // 0 array, 1 mipmapped array, 2 linear, 3 pitch 2D
+  int array;
+  unsigned long long address;
+  unsigned format, channels;
+  unsigned long long size, width, height, pitch;
+  unsigned address_mode[3], filter_mode, flags, max_anisotropy, mipmap_filter_mode;
+  unsigned mipmap_level_bias, min_mipmap_level_clamp, max_mipmap_level_clamp;  // float bits
+  unsigned border_color[4];                                                     // float bits
+  bool has_view;
+  unsigned view_format;
+  unsigned long long view_width, view_height, view_depth;
+  unsigned first_mipmap_level, last_mipmap_level, first_layer, last_layer;
+  std::vector<unsigned> arg_words;  // argument offsets holding the handle
+  std::vector<Slot> memory_words;   // words in captured memory holding it
+};
 
 // ---- the captured dispatch (generated) ----
 @CAPTURE@
@@ -248,6 +277,130 @@ static void map_moved() {
 
 struct Placed { const Region *r; CUdeviceptr at; size_t usable; };
 
+static float bits_to_float(unsigned b) {
+  float f;
+  memcpy(&f, &b, 4);
+  return f;
+}
+
+// The arrays made here: (plain array or mipmapped array, the array of each level).
+struct MadeArray { CUmipmappedArray mipmapped; std::vector<CUarray> levels; };
+
+static MadeArray make_array(const ArrayDesc &a) {
+  CUDA_ARRAY3D_DESCRIPTOR d;
+  memset(&d, 0, sizeof d);
+  d.Width = a.width;
+  d.Height = a.height;
+  d.Depth = a.depth;
+  d.Format = (CUarray_format)a.format;
+  d.NumChannels = a.channels;
+  d.Flags = a.flags;
+  MadeArray m = {nullptr, {}};
+  if (a.levels == 0) {
+    CUarray arr;
+    check(cuArray3DCreate(&arr, &d), "cuArray3DCreate");
+    m.levels.push_back(arr);
+  } else {
+    check(cuMipmappedArrayCreate(&m.mipmapped, &d, a.levels), "cuMipmappedArrayCreate");
+    for (unsigned l = 0; l < a.levels; l++) {
+      CUarray arr;
+      check(cuMipmappedArrayGetLevel(&arr, m.mipmapped, l), "cuMipmappedArrayGetLevel");
+      m.levels.push_back(arr);
+    }
+  }
+  return m;
+}
+
+// Copies the packed texels of array `index` between host bytes and the array, every level.
+static void copy_texels(const MadeArray &m, unsigned index, unsigned char *host, bool to_array) {
+  for (const LevelCopy &l : LEVELS) {
+    if (l.array != index || l.level >= m.levels.size()) continue;
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    if (to_array) {
+      c.srcMemoryType = CU_MEMORYTYPE_HOST;
+      c.srcHost = host + l.offset;
+      c.srcPitch = l.width_bytes;
+      c.srcHeight = l.height;
+      c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+      c.dstArray = m.levels[l.level];
+    } else {
+      c.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+      c.srcArray = m.levels[l.level];
+      c.dstMemoryType = CU_MEMORYTYPE_HOST;
+      c.dstHost = host + l.offset;
+      c.dstPitch = l.width_bytes;
+      c.dstHeight = l.height;
+    }
+    c.WidthInBytes = l.width_bytes;
+    c.Height = l.height;
+    c.Depth = l.depth;
+    check(cuMemcpy3D(&c), "cuMemcpy3D");
+  }
+}
+
+static unsigned long long make_object(const TexObject &o, const std::vector<MadeArray> &arrays) {
+  CUDA_RESOURCE_DESC rd;
+  memset(&rd, 0, sizeof rd);
+  if (o.kind == 0 || o.kind == 1) {
+    if (o.array < 0 || (size_t)o.array >= arrays.size()) die("a texture views an array not made");
+    const MadeArray &m = arrays[o.array];
+    if (o.kind == 1) {
+      rd.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+      rd.res.mipmap.hMipmappedArray = m.mipmapped;
+    } else {
+      rd.resType = CU_RESOURCE_TYPE_ARRAY;
+      rd.res.array.hArray = m.levels[0];
+    }
+  } else if (o.kind == 2) {
+    rd.resType = CU_RESOURCE_TYPE_LINEAR;
+    rd.res.linear.devPtr = translate(o.address);
+    rd.res.linear.format = (CUarray_format)o.format;
+    rd.res.linear.numChannels = o.channels;
+    rd.res.linear.sizeInBytes = o.size;
+  } else {
+    rd.resType = CU_RESOURCE_TYPE_PITCH2D;
+    rd.res.pitch2D.devPtr = translate(o.address);
+    rd.res.pitch2D.format = (CUarray_format)o.format;
+    rd.res.pitch2D.numChannels = o.channels;
+    rd.res.pitch2D.width = o.width;
+    rd.res.pitch2D.height = o.height;
+    rd.res.pitch2D.pitchInBytes = o.pitch;
+  }
+  unsigned long long handle = 0;
+  if (o.surface) {
+    CUsurfObject s;
+    check(cuSurfObjectCreate(&s, &rd), "cuSurfObjectCreate");
+    handle = s;
+  } else {
+    CUDA_TEXTURE_DESC td;
+    memset(&td, 0, sizeof td);
+    for (int i = 0; i < 3; i++) td.addressMode[i] = (CUaddress_mode)o.address_mode[i];
+    td.filterMode = (CUfilter_mode)o.filter_mode;
+    td.flags = o.flags;
+    td.maxAnisotropy = o.max_anisotropy;
+    td.mipmapFilterMode = (CUfilter_mode)o.mipmap_filter_mode;
+    td.mipmapLevelBias = bits_to_float(o.mipmap_level_bias);
+    td.minMipmapLevelClamp = bits_to_float(o.min_mipmap_level_clamp);
+    td.maxMipmapLevelClamp = bits_to_float(o.max_mipmap_level_clamp);
+    for (int i = 0; i < 4; i++) td.borderColor[i] = bits_to_float(o.border_color[i]);
+    CUDA_RESOURCE_VIEW_DESC vd;
+    memset(&vd, 0, sizeof vd);
+    vd.format = (CUresourceViewFormat)o.view_format;
+    vd.width = o.view_width;
+    vd.height = o.view_height;
+    vd.depth = o.view_depth;
+    vd.firstMipmapLevel = o.first_mipmap_level;
+    vd.lastMipmapLevel = o.last_mipmap_level;
+    vd.firstLayer = o.first_layer;
+    vd.lastLayer = o.last_layer;
+    CUtexObject t;
+    check(cuTexObjectCreate(&t, &rd, &td, o.has_view ? &vd : nullptr), "cuTexObjectCreate");
+    handle = t;
+  }
+  return handle;
+}
+
 static int compare(const Region &r, const unsigned char *expected, const unsigned char *found,
                    size_t n, unsigned long long *differ, int *reported) {
   int bad = 0;
@@ -326,6 +479,7 @@ int main(int argc, char **argv) {
   for (const Region &r : REGIONS) {
     CUdeviceptr at = 0;
     size_t usable = r.size;
+    if (r.kind == CUDA_ARRAY) continue;  // texels: into the arrays, below
     if (r.kind == MODULE_GLOBAL) {
       size_t size = 0;
       if (cuModuleGetGlobal(&at, &size, module, r.global_name) != CUDA_SUCCESS) continue;
@@ -351,6 +505,38 @@ int main(int argc, char **argv) {
   std::vector<unsigned char> args(ARGS.begin(), ARGS.end());
   for (unsigned w : POINTER_WORDS)
     if (w + 8 <= args.size()) patch_word(&args[w]);
+  // Arrays filled with their captured texels, then the objects over them (or over placed
+  // linear memory); their handles go where the recorded process had its own.
+  std::vector<MadeArray> arrays;
+  std::vector<std::vector<unsigned char>> texels;  // each array's bytes before the dispatch
+  std::vector<std::vector<unsigned char>> texels_after;  // written arrays: the recorded output
+  for (size_t i = 0; i < ARRAYS.size(); i++) {
+    const Region *r = nullptr;
+    for (const Region &x : REGIONS)
+      if (x.id == ARRAYS[i].region) r = &x;
+    if (!r) die("an array has no texel region");
+    arrays.push_back(make_array(ARRAYS[i]));
+    texels.push_back(read_file(r->pre_file));
+    if (texels.back().size() != r->size) die("a texel file does not have its region's size");
+    copy_texels(arrays.back(), (unsigned)i, texels.back().data(), true);
+    texels_after.push_back(r->post_file && REFERENCE ? read_file(r->post_file)
+                                                     : std::vector<unsigned char>());
+  }
+  std::vector<std::pair<Slot, unsigned long long>> handle_words;
+  for (const TexObject &o : OBJECTS) {
+    unsigned long long h = make_object(o, arrays);
+    for (unsigned w : o.arg_words)
+      if (w + 8 <= args.size()) memcpy(&args[w], &h, 8);
+    for (const Slot &s : o.memory_words) {
+      for (const Placed &p : placed)
+        if (p.r->id == s.region && s.offset + 8 <= p.usable) {
+          check(cuMemcpyHtoD(p.at + s.offset, &h, 8), "cuMemcpyHtoD (handle)");
+          handle_words.push_back({s, h});
+        }
+    }
+  }
+  printf("textures  %zu object(s) over %zu array(s) made here\n", OBJECTS.size(), ARRAYS.size());
+
   std::vector<void *> params;
   for (const Param &p : PARAMS) {
     if (p.offset + p.size > args.size()) die("a parameter lies outside the argument bytes");
@@ -393,6 +579,9 @@ int main(int argc, char **argv) {
       expected[i] = read_file(p.r->post_file);
       if (expected[i].size() != p.r->size) die("a post file does not have its region's size");
       patch_region(p.r->id, expected[i]);
+      for (auto &hw : handle_words)  // handle words hold this process's handles
+        if (hw.first.region == p.r->id && hw.first.offset + 8 <= expected[i].size())
+          memcpy(&expected[i][hw.first.offset], &hw.second, 8);
     }
   }
 
@@ -405,11 +594,19 @@ int main(int argc, char **argv) {
   int reported = 0;
   bool matched = true, deterministic = true;
   std::vector<int> divergent;
+  auto written_array = [&](size_t i) {
+    for (const Region &x : REGIONS)
+      if (x.id == ARRAYS[i].region) return x.post_file != nullptr;
+    return false;
+  };
   auto restore = [&]() {
     for (size_t i = 0; i < placed.size(); i++)
       if (pristine[i])
         check(cuMemcpyDtoD(placed[i].at, pristine[i], placed[i].usable), "cuMemcpyDtoD (restore)");
+    for (size_t i = 0; i < arrays.size(); i++)
+      if (written_array(i)) copy_texels(arrays[i], (unsigned)i, texels[i].data(), true);
   };
+  std::vector<std::vector<unsigned char>> first_texels(arrays.size());
   // Warm-up launches (untimed): the first launch of a module pays for loading it.
   for (int i = 0; i < warmup; i++) {
     check(cuLaunchKernelEx(&cfg, fn, params.data(), nullptr), "cuLaunchKernelEx (warm-up)");
@@ -438,6 +635,22 @@ int main(int argc, char **argv) {
         first[i] = std::move(found);
       } else {
         same &= first[i] == found;
+      }
+    }
+    for (size_t i = 0; i < arrays.size(); i++) {
+      if (!written_array(i)) continue;
+      std::vector<unsigned char> found(texels[i].size());
+      copy_texels(arrays[i], (unsigned)i, found.data(), false);
+      const Region *r = nullptr;
+      for (const Region &x : REGIONS)
+        if (x.id == ARRAYS[i].region) r = &x;
+      if (pass == 0) {
+        if (REFERENCE && texels_after[i].size() == found.size())
+          matched &= !compare(*r, texels_after[i].data(), found.data(), found.size(), &differ,
+                              &reported);
+        first_texels[i] = std::move(found);
+      } else {
+        same &= first_texels[i] == found;
       }
     }
     if (!same) {

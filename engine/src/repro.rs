@@ -34,8 +34,8 @@ clean:
 pub enum ReproError {
     #[error(transparent)]
     Plan(#[from] PlanError),
-    #[error("the dispatch uses {0} texture/surface object(s): the reproducer does not rebuild CUDA arrays and texture objects yet; replay it with `kreplay play`")]
-    Textures(usize),
+    #[error("CUDA array {0} has a format or size the reproducer cannot lay out: replay it with `kreplay play`")]
+    Array(u32),
     #[error(
         "a region file name or global name holds a character the C++ source cannot carry: {0:?}"
     )]
@@ -95,9 +95,6 @@ impl Reproducer {
     /// The reproducer of a capture: the program with its tables, the Makefile, a README, the
     /// code objects and the region files.
     pub fn of(cap: &Capture<'_>) -> Result<Reproducer, ReproError> {
-        if !cap.textures.objects.is_empty() {
-            return Err(ReproError::Textures(cap.textures.objects.len()));
-        }
         let d = &cap.dispatch;
         let launch = LaunchPlan::new(cap)?;
         let memory = MemoryPlan::new(cap, Placement::Original);
@@ -263,6 +260,8 @@ impl Reproducer {
                     // A global region no variable names cannot be placed: the player skips it too.
                     None => continue,
                 }
+            } else if r.kind == MemoryKind::CudaArray {
+                ("CUDA_ARRAY", "nullptr".to_string())
             } else if r.kind == MemoryKind::HostMapped {
                 ("HOST_MAPPED", "nullptr".to_string())
             } else {
@@ -312,6 +311,7 @@ impl Reproducer {
             slots.join(", ")
         );
 
+        textures(cap, &mut t)?;
         files.push((
             "repro.cpp".into(),
             Content::Text(PROGRAM.replace("@CAPTURE@", &t)),
@@ -320,6 +320,115 @@ impl Reproducer {
         files.push(("README.txt".into(), Content::Text(readme(cap, reference))));
         Ok(Reproducer { files })
     }
+}
+
+/// The arrays (with the packed layout of each level in their region) and the texture and
+/// surface objects, as tables.
+fn textures(cap: &Capture<'_>, t: &mut String) -> Result<(), ReproError> {
+    let mut arrays = Vec::new();
+    let mut levels = Vec::new();
+    for (i, a) in cap.textures.arrays.iter().enumerate() {
+        let e = a.element_bytes().ok_or(ReproError::Array(a.region_id))?;
+        arrays.push(format!(
+            "{{{}, {}ull, {}ull, {}ull, {:#x}, {}, {:#x}, {}}}",
+            a.region_id, a.width, a.height, a.depth, a.format, a.channels, a.flags, a.levels
+        ));
+        let mut offset = 0u64;
+        for (level, (w, h, d)) in a.level_extents().into_iter().enumerate() {
+            let bytes = w
+                .checked_mul(e)
+                .and_then(|x| x.checked_mul(h))
+                .and_then(|x| x.checked_mul(d))
+                .ok_or(ReproError::Array(a.region_id))?;
+            levels.push(format!(
+                "{{{i}, {level}, {}ull, {h}ull, {d}ull, {offset}ull}}",
+                w * e
+            ));
+            offset += bytes;
+        }
+        let size = cap.region(a.region_id).map_or(0, |r| r.size);
+        if offset > size {
+            return Err(ReproError::Array(a.region_id));
+        }
+    }
+    let mut objects = Vec::new();
+    for o in &cap.textures.objects {
+        use kreplay_format::TextureResource as R;
+        let (kind, array, address, format, channels, size, width, height, pitch) = match o.resource
+        {
+            R::Array { index } => (0, index as i64, 0, 0, 0, 0, 0, 0, 0),
+            R::Mipmapped { index } => (1, index as i64, 0, 0, 0, 0, 0, 0, 0),
+            R::Linear {
+                address,
+                format,
+                channels,
+                size,
+            } => (2, -1, address, format, channels, size, 0, 0, 0),
+            R::Pitch2D {
+                address,
+                format,
+                channels,
+                width,
+                height,
+                pitch,
+            } => (3, -1, address, format, channels, 0, width, height, pitch),
+        };
+        let s = o.sampling.clone().unwrap_or_default();
+        let v = o.view.clone();
+        let words: Vec<String> = o.arg_words.iter().map(|w| w.to_string()).collect();
+        let memory: Vec<String> = o
+            .memory_words
+            .iter()
+            .map(|(r, off)| format!("{{{r}, {off:#x}ull}}"))
+            .collect();
+        objects.push(format!(
+            "{{{}, {kind}, {array}, {address:#x}ull, {format:#x}, {channels}, {size}ull, {width}ull, {height}ull, {pitch}ull,\n     \
+             {{{}, {}, {}}}, {}, {:#x}, {}, {}, {:#x}, {:#x}, {:#x}, {{{:#x}, {:#x}, {:#x}, {:#x}}},\n     \
+             {}, {:#x}, {}ull, {}ull, {}ull, {}, {}, {}, {},\n     {{{}}}, {{{}}}}}",
+            o.surface,
+            s.address_mode[0],
+            s.address_mode[1],
+            s.address_mode[2],
+            s.filter_mode,
+            s.flags,
+            s.max_anisotropy,
+            s.mipmap_filter_mode,
+            s.mipmap_level_bias,
+            s.min_mipmap_level_clamp,
+            s.max_mipmap_level_clamp,
+            s.border_color[0],
+            s.border_color[1],
+            s.border_color[2],
+            s.border_color[3],
+            v.is_some(),
+            v.as_ref().map_or(0, |v| v.format),
+            v.as_ref().map_or(0, |v| v.width),
+            v.as_ref().map_or(0, |v| v.height),
+            v.as_ref().map_or(0, |v| v.depth),
+            v.as_ref().map_or(0, |v| v.first_mipmap_level),
+            v.as_ref().map_or(0, |v| v.last_mipmap_level),
+            v.as_ref().map_or(0, |v| v.first_layer),
+            v.as_ref().map_or(0, |v| v.last_layer),
+            words.join(", "),
+            memory.join(", ")
+        ));
+    }
+    let _ = writeln!(
+        t,
+        "static const std::vector<ArrayDesc> ARRAYS = {{{}}};",
+        arrays.join(",\n    ")
+    );
+    let _ = writeln!(
+        t,
+        "static const std::vector<LevelCopy> LEVELS = {{{}}};",
+        levels.join(",\n    ")
+    );
+    let _ = writeln!(
+        t,
+        "static const std::vector<TexObject> OBJECTS = {{{}}};",
+        objects.join(",\n    ")
+    );
+    Ok(())
 }
 
 fn readme(cap: &Capture<'_>, reference: Reference) -> String {

@@ -182,18 +182,45 @@ fn a_reproducer_holds_the_program_the_code_and_the_memory() {
 }
 
 #[test]
-fn a_reproducer_of_a_capture_it_cannot_carry_is_refused_with_nothing_written() {
-    let d = tmp("repro-tex");
-    let dir = d.join("r");
-    let (code, _, err) = kreplay(&[
-        "extract",
-        &capture("texture-table"),
-        "--repro",
-        dir.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(code, 2);
-    assert!(err.contains("texture/surface object"), "{err}");
-    assert!(err.contains("kreplay play"), "{err}");
-    assert!(!dir.exists());
-    let _ = std::fs::remove_dir_all(&d);
+fn a_reproducer_rebuilds_textures_surfaces_and_handle_tables() {
+    for (name, objects, arrays) in [("surface", 2, 2), ("texture-table", 3, 3)] {
+        let d = tmp(&format!("repro-{name}"));
+        let dir = d.join("r");
+        let (code, _, err) = kreplay(&[
+            "extract",
+            &capture(name),
+            "--repro",
+            dir.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(code, 0, "{name}: {err}");
+        let cpp = std::fs::read_to_string(dir.join("repro.cpp")).expect("repro.cpp");
+        let table = |what: &str| -> String {
+            let start = cpp.find(&format!("{what} = {{")).expect(what);
+            let end = cpp[start..].find("};").expect("end of table") + start;
+            cpp[start..end].to_string()
+        };
+        // One entry per object (each starts with its surface flag), per array.
+        let objs = table("OBJECTS");
+        assert_eq!(
+            objs.matches("{false, ").count() + objs.matches("{true, ").count(),
+            objects,
+            "{name}: {objs}"
+        );
+        let arrs = table("ARRAYS");
+        assert_eq!(arrs.matches("ull, ").count() / 3, arrays, "{name}: {arrs}");
+        let v: Value = {
+            let (_, out, _) = kreplay(&["info", "--json", &capture(name)]);
+            serde_json::from_str(&out).expect("JSON")
+        };
+        for t in v["textures"].as_array().expect("textures") {
+            for w in t["memory_words"].as_array().expect("memory words") {
+                let (r, off) = (w[0].as_u64().unwrap_or(0), w[1].as_u64().unwrap_or(0));
+                assert!(
+                    objs.contains(&format!("{{{r}, {off:#x}ull}}")),
+                    "{name}: handle word {w}"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
