@@ -16,6 +16,6 @@ ls -la dist
 if command -v maturin > /dev/null; then
   rm -rf dist/python && mkdir -p dist/python/deps
   maturin build --release --compatibility linux -m python/Cargo.toml -o dist/python
-  pip download -q --no-deps -d dist/python/deps pytest pluggy iniconfig packaging
+  pip download -q --no-deps -d dist/python/deps pytest pluggy iniconfig packaging pygments
   ls -la dist/python dist/python/deps
 fi
