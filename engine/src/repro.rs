@@ -18,7 +18,7 @@ const MAKEFILE: &str =
 NVCC ?= nvcc
 
 repro: repro.cpp
-\t$(NVCC) -O2 -std=c++17 -o repro repro.cpp -lcuda
+\t$(NVCC) -O2 -std=c++17 -o repro repro.cpp -lcuda -lpthread
 
 run: repro
 \t./repro
@@ -435,7 +435,7 @@ fn readme(cap: &Capture<'_>, reference: Reference) -> String {
     let d = &cap.dispatch;
     let mut s = format!(
         "Standalone reproducer of one dispatch of {}, written by kreplay extract --repro.\n\n\
-         make            # nvcc -O2 -std=c++17 -o repro repro.cpp -lcuda\n\
+         make            # nvcc -O2 -std=c++17 -o repro repro.cpp -lcuda -lpthread\n\
          ./repro         # 8 timed passes, memory restored between them, output verified\n\
          ./repro --passes 100 --relocate --ptx --device 1\n\n\
          Grid {:?}, block {:?}, {} bytes of dynamic shared memory, {} argument bytes, {} memory region(s).\n\

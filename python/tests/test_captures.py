@@ -119,11 +119,11 @@ def test_play_without_a_gpu_says_why():
 
 
 def test_record_says_what_is_missing(monkeypatch, kreplay_record):
+    b = kreplay_bin()
     monkeypatch.setenv("KREPLAY_BIN", "")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(kreplay.RecordError, match="KREPLAY_BIN"):
         kreplay.record(["true"], kernel="saxpy")
-    b = kreplay_bin()
     if b is None:
         pytest.skip("the kreplay command is not built")
     monkeypatch.setenv("KREPLAY_BIN", b)
