@@ -84,11 +84,29 @@ fn bytes_list(b: &[u8]) -> String {
     s
 }
 
-fn ranges(v: &[(u64, u64)]) -> String {
-    v.iter()
-        .map(|(b, s)| format!("{{{b:#x}ull, {s:#x}ull}}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+fn ranges(v: &[(u64, u64)]) -> impl Iterator<Item = String> + '_ {
+    v.iter().map(|(b, s)| format!("{{{b:#x}ull, {s:#x}ull}}"))
+}
+
+/// The generated part of `repro.cpp`: one `static const` definition per line or table.
+#[derive(Default)]
+struct Tables(String);
+
+impl Tables {
+    /// `static const DECL = VALUE;`
+    fn def(&mut self, decl: &str, value: impl std::fmt::Display) {
+        let _ = writeln!(self.0, "static const {decl} = {value};");
+    }
+
+    /// `static const std::vector<TYPE> NAME = {ITEM, ...};`, one item per line.
+    fn list(&mut self, ty: &str, name: &str, items: impl IntoIterator<Item = String>) {
+        let items: Vec<String> = items.into_iter().collect();
+        let _ = writeln!(
+            self.0,
+            "static const std::vector<{ty}> {name} = {{{}}};",
+            items.join(",\n    ")
+        );
+    }
 }
 
 impl Reproducer {
@@ -124,133 +142,73 @@ impl Reproducer {
             });
 
         let reference = cap.reference();
-        let mut t = String::new();
-        let _ = writeln!(
-            t,
-            "static const char *KERNEL = {};",
-            c_string(&d.kernel_name)?
-        );
+        let mut t = Tables::default();
         let recorded = cap
             .device
             .as_ref()
             .map_or("an unknown GPU".to_string(), |v| {
                 format!("{} (sm_{}{})", v.name, v.cc_major, v.cc_minor)
             });
-        let _ = writeln!(
-            t,
-            "static const char *RECORDED_DEVICE = {};",
-            c_string(&recorded).unwrap_or("\"?\"".into())
+        let blocker = memory.relocation_blocker.as_deref().unwrap_or("");
+        let attrs = launch.attributes.iter().map(|a| {
+            format!(
+                "{{{}, {}, {{{}}}}}",
+                a.id,
+                a.needs_event,
+                bytes_list(&a.value)
+            )
+        });
+        t.def("char *KERNEL", c_string(&d.kernel_name)?);
+        t.def(
+            "char *RECORDED_DEVICE",
+            c_string(&recorded).unwrap_or("\"?\"".into()),
         );
-        let _ = writeln!(t, "static const char *CODE_FILE = \"{code_file}\";");
-        let _ = writeln!(
-            t,
-            "static const bool CODE_IS_TEXT = {};",
-            module.kind == ModuleKind::Ptx
+        t.def("char *CODE_FILE", format!("\"{code_file}\""));
+        t.def("bool CODE_IS_TEXT", module.kind == ModuleKind::Ptx);
+        t.def(
+            "char *PTX_FILE",
+            format!("\"{}\"", ptx_file.as_deref().unwrap_or("")),
         );
-        let _ = writeln!(
-            t,
-            "static const char *PTX_FILE = \"{}\";",
-            ptx_file.as_deref().unwrap_or("")
+        t.def(
+            "unsigned GRID[3]",
+            format!("{{{}, {}, {}}}", d.grid[0], d.grid[1], d.grid[2]),
         );
-        let _ = writeln!(
-            t,
-            "static const unsigned GRID[3] = {{{}, {}, {}}};",
-            d.grid[0], d.grid[1], d.grid[2]
+        t.def(
+            "unsigned BLOCK[3]",
+            format!("{{{}, {}, {}}}", d.block[0], d.block[1], d.block[2]),
         );
-        let _ = writeln!(
-            t,
-            "static const unsigned BLOCK[3] = {{{}, {}, {}}};",
-            d.block[0], d.block[1], d.block[2]
+        t.def("unsigned DYNAMIC_SHARED", d.dynamic_shared_bytes);
+        t.def(
+            "unsigned MAX_DYNAMIC_SHARED",
+            launch.max_dynamic_shared.unwrap_or(0),
         );
-        let _ = writeln!(
-            t,
-            "static const unsigned DYNAMIC_SHARED = {};",
-            d.dynamic_shared_bytes
+        t.def("bool NON_PORTABLE_CLUSTER", launch.non_portable_cluster);
+        t.def(
+            "unsigned long long ORIGINAL_NS",
+            format!("{}ull", d.original_duration_ns.unwrap_or(0)),
         );
-        let _ = writeln!(
-            t,
-            "static const unsigned MAX_DYNAMIC_SHARED = {};",
-            launch.max_dynamic_shared.unwrap_or(0)
+        t.def("bool REFERENCE", reference == Reference::Recorded);
+        t.def("char *REFERENCE_WHY", format!("\"{}\"", reference.name()));
+        // The only blocker today names a TMA tensor map; a name the source cannot carry says so.
+        t.def(
+            "char *RELOCATION_BLOCKER",
+            c_string(blocker).unwrap_or("\"a TMA tensor map\"".into()),
         );
-        let _ = writeln!(
-            t,
-            "static const bool NON_PORTABLE_CLUSTER = {};",
-            launch.non_portable_cluster
+        t.list("unsigned char", "ARGS", [bytes_list(&d.arg_bytes)]);
+        t.list(
+            "Param",
+            "PARAMS",
+            launch.layout.iter().map(|(o, s)| format!("{{{o}, {s}}}")),
         );
-        let _ = writeln!(
-            t,
-            "static const unsigned long long ORIGINAL_NS = {}ull;",
-            d.original_duration_ns.unwrap_or(0)
+        t.list(
+            "unsigned",
+            "POINTER_WORDS",
+            d.pointer_words.iter().map(|w| w.to_string()),
         );
-        let _ = writeln!(
-            t,
-            "static const bool REFERENCE = {};",
-            reference == Reference::Recorded
-        );
-        let _ = writeln!(
-            t,
-            "static const char *REFERENCE_WHY = \"{}\";",
-            reference.name()
-        );
-        let _ = writeln!(
-            t,
-            "static const char *RELOCATION_BLOCKER = {};",
-            c_string(memory.relocation_blocker.as_deref().unwrap_or(""))
-                .unwrap_or("\"a TMA tensor map\"".into())
-        );
-        let _ = writeln!(
-            t,
-            "static const std::vector<unsigned char> ARGS = {{\n    {}}};",
-            bytes_list(&d.arg_bytes)
-        );
-        let params: Vec<String> = launch
-            .layout
-            .iter()
-            .map(|(o, s)| format!("{{{o}, {s}}}"))
-            .collect();
-        let _ = writeln!(
-            t,
-            "static const std::vector<Param> PARAMS = {{{}}};",
-            params.join(", ")
-        );
-        let words: Vec<String> = d.pointer_words.iter().map(|w| w.to_string()).collect();
-        let _ = writeln!(
-            t,
-            "static const std::vector<unsigned> POINTER_WORDS = {{{}}};",
-            words.join(", ")
-        );
-        let attrs: Vec<String> = launch
-            .attributes
-            .iter()
-            .map(|a| {
-                format!(
-                    "{{{}, {}, {{{}}}}}",
-                    a.id,
-                    a.needs_event,
-                    bytes_list(&a.value)
-                )
-            })
-            .collect();
-        let _ = writeln!(
-            t,
-            "static const std::vector<Attribute> ATTRIBUTES = {{{}}};",
-            attrs.join(",\n    ")
-        );
-        let _ = writeln!(
-            t,
-            "static const std::vector<Range> DEVICE_RANGES = {{{}}};",
-            ranges(&memory.fixed_ranges)
-        );
-        let _ = writeln!(
-            t,
-            "static const std::vector<Range> DEVICE_GROUPS = {{{}}};",
-            ranges(&memory.move_groups)
-        );
-        let _ = writeln!(
-            t,
-            "static const std::vector<Range> HOST_GROUPS = {{{}}};",
-            ranges(&memory.host_move_groups)
-        );
+        t.list("Attribute", "ATTRIBUTES", attrs);
+        t.list("Range", "DEVICE_RANGES", ranges(&memory.fixed_ranges));
+        t.list("Range", "DEVICE_GROUPS", ranges(&memory.move_groups));
+        t.list("Range", "HOST_GROUPS", ranges(&memory.host_move_groups));
 
         let mut regions = Vec::new();
         for r in &cap.regions {
@@ -295,26 +253,19 @@ impl Reproducer {
                 r.region_id, r.address, r.size
             ));
         }
-        let _ = writeln!(
-            t,
-            "static const std::vector<Region> REGIONS = {{\n    {}}};",
-            regions.join(",\n    ")
-        );
-        let slots: Vec<String> = cap
-            .pointer_slots
-            .iter()
-            .map(|(r, o)| format!("{{{r}, {o:#x}ull}}"))
-            .collect();
-        let _ = writeln!(
-            t,
-            "static const std::vector<Slot> SLOTS = {{{}}};",
-            slots.join(", ")
+        t.list("Region", "REGIONS", regions);
+        t.list(
+            "Slot",
+            "SLOTS",
+            cap.pointer_slots
+                .iter()
+                .map(|(r, o)| format!("{{{r}, {o:#x}ull}}")),
         );
 
         textures(cap, &mut t)?;
         files.push((
             "repro.cpp".into(),
-            Content::Text(PROGRAM.replace("@CAPTURE@", &t)),
+            Content::Text(PROGRAM.replace("@CAPTURE@", &t.0)),
         ));
         files.push(("Makefile".into(), Content::Text(MAKEFILE.into())));
         files.push(("README.txt".into(), Content::Text(readme(cap, reference))));
@@ -324,7 +275,7 @@ impl Reproducer {
 
 /// The arrays (with the packed layout of each level in their region) and the texture and
 /// surface objects, as tables.
-fn textures(cap: &Capture<'_>, t: &mut String) -> Result<(), ReproError> {
+fn textures(cap: &Capture<'_>, t: &mut Tables) -> Result<(), ReproError> {
     let mut arrays = Vec::new();
     let mut levels = Vec::new();
     for (i, a) in cap.textures.arrays.iter().enumerate() {
@@ -413,21 +364,9 @@ fn textures(cap: &Capture<'_>, t: &mut String) -> Result<(), ReproError> {
             memory.join(", ")
         ));
     }
-    let _ = writeln!(
-        t,
-        "static const std::vector<ArrayDesc> ARRAYS = {{{}}};",
-        arrays.join(",\n    ")
-    );
-    let _ = writeln!(
-        t,
-        "static const std::vector<LevelCopy> LEVELS = {{{}}};",
-        levels.join(",\n    ")
-    );
-    let _ = writeln!(
-        t,
-        "static const std::vector<TexObject> OBJECTS = {{{}}};",
-        objects.join(",\n    ")
-    );
+    t.list("ArrayDesc", "ARRAYS", arrays);
+    t.list("LevelCopy", "LEVELS", levels);
+    t.list("TexObject", "OBJECTS", objects);
     Ok(())
 }
 

@@ -183,19 +183,7 @@ impl Drop for AtomicOutput {
 /// given its final name only when it verifies (nothing is left behind otherwise). Memory stays
 /// bounded by the verifier's, not by the capture's size.
 pub fn salvage_to_file(data: &[u8], path: &Path, force: bool) -> Result<SalvageReport> {
-    let mut out = AtomicOutput::create(path, force)?;
-    let file = out
-        .take_file()
-        .ok_or_else(|| std::io::Error::other("no file"))?;
-    let (w, report) = salvage(data, BufWriter::with_capacity(1 << 20, file))?;
-    let file = w.into_inner().map_err(|e| e.into_error())?;
-    file.sync_data()?;
-    drop(file);
-    let written = MappedFile::open(out.partial_path())?;
-    verify(written.bytes())?;
-    drop(written);
-    out.publish()?;
-    Ok(report)
+    write_verified(path, force, |out| salvage(data, out))
 }
 
 /// Repacks `data` into `path` (see [`crate::pack`]): streamed to `path.partial`, checked with
@@ -208,16 +196,21 @@ pub fn pack_to_file(
     opts: PackOptions,
 ) -> Result<PackReport> {
     let cap = Capture::parse(data)?;
+    write_verified(path, force, |out| pack(&cap, out, cap.header.uuid, opts))
+}
+
+/// Runs `write` into `path.partial`, syncs it, checks it with `verify`, and gives it its
+/// final name only then (nothing is left behind otherwise).
+fn write_verified<R>(
+    path: &Path,
+    force: bool,
+    write: impl FnOnce(BufWriter<File>) -> Result<(BufWriter<File>, R)>,
+) -> Result<R> {
     let mut out = AtomicOutput::create(path, force)?;
     let file = out
         .take_file()
         .ok_or_else(|| std::io::Error::other("no file"))?;
-    let (w, report) = pack(
-        &cap,
-        BufWriter::with_capacity(1 << 20, file),
-        cap.header.uuid,
-        opts,
-    )?;
+    let (w, report) = write(BufWriter::with_capacity(1 << 20, file))?;
     let file = w.into_inner().map_err(|e| e.into_error())?;
     file.sync_data()?;
     drop(file);

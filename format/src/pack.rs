@@ -134,16 +134,7 @@ pub fn pack<W: Write + Seek>(
             ..WriterOptions::default()
         },
     )?;
-    if let Some(i) = &cap.info {
-        w.capture_info(i)?;
-    }
-    if let Some(d) = &cap.device {
-        w.device(d)?;
-    }
-    for m in &cap.modules {
-        w.module(m)?;
-    }
-    w.dispatch(&cap.dispatch)?;
+    write_head(&mut w, cap)?;
 
     // Words a redacted region keeps: pointer slots and texture handle words, per region.
     let mut keep: Vec<(u32, u64)> = cap.pointer_slots.clone();
@@ -201,10 +192,47 @@ pub fn pack<W: Write + Seek>(
             w.memory(r.region_id, MemoryState::Post, c.offset, &buf)?;
         }
     }
+    write_tail(&mut w, cap)?;
+    let before = cap.reference();
+    let reference = match (opts.redact, drop_post, before) {
+        (true, _, _) => Reference::Redacted,
+        (false, _, Reference::Redacted) => Reference::Redacted,
+        (false, true, _) => Reference::Dropped,
+        (false, false, r) => r,
+    };
+    if reference != Reference::Recorded {
+        w.annotation(&Annotation {
+            key: REFERENCE_ANNOTATION.into(),
+            value: reference.name().into(),
+        })?;
+    }
+    report.reference = Some(reference);
+    Ok((w.finish()?, report))
+}
+
+/// Writes what describes a capture's dispatch, as `cap` has it: capture info, device, code
+/// objects, the dispatch. (Rewriters of a capture start with this, then the regions.)
+pub fn write_head<W: Write + Seek>(w: &mut CaptureWriter<W>, cap: &Capture<'_>) -> Result<()> {
+    if let Some(i) = &cap.info {
+        w.capture_info(i)?;
+    }
+    if let Some(d) = &cap.device {
+        w.device(d)?;
+    }
+    for m in &cap.modules {
+        w.module(m)?;
+    }
+    w.dispatch(&cap.dispatch)
+}
+
+/// Writes what follows the regions, as `cap` has it: module globals, textures, pointer
+/// slots, timing conditions, graph origin, and the annotations but the reference one (what
+/// the post chunks hold is for the rewriter to say).
+pub fn write_tail<W: Write + Seek>(w: &mut CaptureWriter<W>, cap: &Capture<'_>) -> Result<()> {
     for g in &cap.globals {
         w.module_global(g)?;
     }
-    if !cap.textures.arrays.is_empty() || !cap.textures.objects.is_empty() {
+    if !cap.textures.is_empty() {
         w.textures(&cap.textures)?;
     }
     if !cap.pointer_slots.is_empty() {
@@ -218,13 +246,6 @@ pub fn pack<W: Write + Seek>(
     if let Some(g) = &cap.graph {
         w.graph_origin(g)?;
     }
-    let before = cap.reference();
-    let reference = match (opts.redact, drop_post, before) {
-        (true, _, _) => Reference::Redacted,
-        (false, _, Reference::Redacted) => Reference::Redacted,
-        (false, true, _) => Reference::Dropped,
-        (false, false, r) => r,
-    };
     for a in cap
         .annotations
         .iter()
@@ -232,12 +253,5 @@ pub fn pack<W: Write + Seek>(
     {
         w.annotation(a)?;
     }
-    if reference != Reference::Recorded {
-        w.annotation(&Annotation {
-            key: REFERENCE_ANNOTATION.into(),
-            value: reference.name().into(),
-        })?;
-    }
-    report.reference = Some(reference);
-    Ok((w.finish()?, report))
+    Ok(())
 }

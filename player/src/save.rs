@@ -7,7 +7,7 @@ use std::path::Path;
 use kreplay_cuda::copy_dtoh;
 use kreplay_format::file::PendingFile;
 use kreplay_format::layout::FLAG_CRITICAL;
-use kreplay_format::{Annotation, EventKind, MemoryState, PointerSlots, WriterOptions};
+use kreplay_format::{Annotation, EventKind, MemoryState, WriterOptions};
 
 use kreplay_engine::PlayError;
 
@@ -32,16 +32,7 @@ impl Session<'_> {
         let mut changed_bytes = 0u64;
         {
             let w = &mut f.writer;
-            if let Some(i) = &cap.info {
-                w.capture_info(i)?;
-            }
-            if let Some(d) = &cap.device {
-                w.device(d)?;
-            }
-            for m in &cap.modules {
-                w.module(m)?;
-            }
-            w.dispatch(&cap.dispatch)?;
+            kreplay_format::pack::write_head(w, cap)?;
             let (mut pre, mut now) = (Vec::new(), Vec::new());
             for r in &cap.regions {
                 w.region(r)?;
@@ -73,20 +64,8 @@ impl Session<'_> {
                     }
                 }
             }
-            for g in &cap.globals {
-                w.module_global(g)?;
-            }
-            if !cap.textures.is_empty() {
-                w.textures(&cap.textures)?;
-            }
-            if !cap.pointer_slots.is_empty() {
-                w.pointer_slots(&PointerSlots {
-                    slots: cap.pointer_slots.clone(),
-                })?;
-            }
-            for a in &cap.annotations {
-                w.annotation(a)?;
-            }
+            // The replay's output is a reference for these inputs, whatever the capture said.
+            kreplay_format::pack::write_tail(w, cap)?;
             w.annotation(&Annotation {
                 key: "replay".into(),
                 value: format!(

@@ -1,6 +1,9 @@
 //! The CLI against hostile and unlucky inputs (issue 14). No GPU needed: everything here is
 //! refused or handled before any GPU work.
 
+mod common;
+
+use common::*;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -8,25 +11,6 @@ use std::time::{Duration, Instant};
 
 use kreplay_format::layout::{ChunkPrefix, FLAG_CRITICAL};
 use kreplay_format::*;
-
-fn kreplay(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kreplay"))
-        .args(args)
-        .output()
-        .expect("run kreplay");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kreplay-hostile-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch");
-    d
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")

@@ -1,8 +1,10 @@
 //! `kreplay info`, `verify` and `extract` on real captures recorded on an H200 by
 //! scripts/gpu-test.sh (testdata/captures). No GPU needed.
 
+mod common;
+
+use common::*;
 use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -19,22 +21,6 @@ const ALL: [&str; 10] = [
     "host-mapped",
     "texture-table",
 ];
-
-fn capture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../testdata/captures/{name}.krr"))
-}
-
-fn kreplay(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kreplay"))
-        .args(args)
-        .output()
-        .expect("run kreplay");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn info(name: &str) -> Value {
     let path = capture(name);

@@ -2,35 +2,14 @@
 //! `extract --repro` on the real H200 captures in testdata. No GPU needed; the GPU suite
 //! builds and runs the reproducers.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
+
+use common::*;
 
 use serde_json::Value;
 
 fn capture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../testdata/captures/{name}.krr"))
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn kreplay(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kreplay"))
-        .args(args)
-        .output()
-        .expect("run kreplay");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kreplay-share-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    common::capture(name).to_string_lossy().into_owned()
 }
 
 fn info_json(path: &str) -> Value {
@@ -41,7 +20,7 @@ fn info_json(path: &str) -> Value {
 
 #[test]
 fn a_redacted_capture_says_so_and_keeps_its_shape() {
-    let d = tmp("redact");
+    let d = scratch("redact");
     let out = d.join("red.krr");
     let out = out.to_str().expect("utf-8");
     let src = capture("cuda-pointers");
@@ -95,7 +74,7 @@ fn a_redacted_capture_says_so_and_keeps_its_shape() {
 
 #[test]
 fn drop_post_makes_a_smaller_capture_without_a_reference() {
-    let d = tmp("drop");
+    let d = scratch("drop");
     let out = d.join("small.krr");
     let out = out.to_str().expect("utf-8");
     let src = capture("cuda-saxpy");
@@ -133,7 +112,7 @@ fn a_reproducer_holds_the_program_the_code_and_the_memory() {
         "graph-node",
         "host-mapped",
     ] {
-        let d = tmp(&format!("repro-{name}"));
+        let d = scratch(&format!("repro-{name}"));
         let dir = d.join("r");
         let (code, _, err) = kreplay(&[
             "extract",
@@ -184,7 +163,7 @@ fn a_reproducer_holds_the_program_the_code_and_the_memory() {
 #[test]
 fn a_reproducer_rebuilds_textures_surfaces_and_handle_tables() {
     for (name, objects, arrays) in [("surface", 2, 2), ("texture-table", 3, 3)] {
-        let d = tmp(&format!("repro-{name}"));
+        let d = scratch(&format!("repro-{name}"));
         let dir = d.join("r");
         let (code, _, err) = kreplay(&[
             "extract",

@@ -1,0 +1,32 @@
+//! Helpers shared by the CLI tests: run the built `kreplay`, find the real captures, make a
+//! scratch directory.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Runs the built `kreplay` with `args`: (exit status, stdout, stderr).
+pub fn kreplay(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kreplay"))
+        .args(args)
+        .output()
+        .expect("run kreplay");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A real H200 capture of testdata/captures.
+pub fn capture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../testdata/captures/{name}.krr"))
+}
+
+/// An empty directory of its own for a test (`tag` names it).
+pub fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kreplay-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch");
+    d
+}
