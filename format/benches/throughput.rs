@@ -6,6 +6,12 @@
 //!
 //! KREPLAY_BENCH_MIB=256 for a quicker run; KREPLAY_BENCH_SINK=1 writes to a sink that
 //! discards instead of a file, to separate the file system's share.
+//!
+//! Then the streaming line: a child process writes a 4 GiB capture of float-like data window
+//! by window (never holding it whole) and verifies it through its mapping, once dropping each
+//! checked stretch of the file (`file::verify_mapped`, what `kreplay verify` does) and, as the
+//! baseline, once keeping the mapping resident (plain `verify`); the peak RSS of each run is
+//! printed. KREPLAY_BENCH_STREAM_MIB sets the size (0 skips it).
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -30,6 +36,86 @@ fn float_like(bytes: usize) -> Vec<u8> {
         out.extend_from_slice(&v.to_le_bytes());
     }
     out
+}
+
+/// `float_like` bytes starting at float index `first`, generated on all threads.
+fn float_like_at(first: u64, bytes: usize) -> Vec<u8> {
+    let mut out = vec![0u8; bytes];
+    out.par_chunks_mut(1 << 20)
+        .enumerate()
+        .for_each(|(ci, piece)| {
+            let base = first + (ci as u64) * (1 << 18);
+            let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ base;
+            for (j, v) in piece.chunks_exact_mut(4).enumerate() {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let x = (base + j as u64) as f32 * 1e-4;
+                let f = (x.sin() * 3.0 + (x * 0.37).cos()) * (1.0 + (s & 0xff) as f32 * 1e-6);
+                v.copy_from_slice(&f.to_le_bytes());
+            }
+        });
+    out
+}
+
+/// The child of the streaming line: writes `bytes` of float-like data as one region, 64 MiB
+/// at a time, to `path`, then verifies it (`release`: dropping checked pages).
+fn stream_child(path: &std::path::Path, bytes: u64, release: bool) {
+    const WINDOW: u64 = 64 << 20;
+    let f = File::create(path).expect("create");
+    let mut w = CaptureWriter::new(
+        BufWriter::with_capacity(1 << 20, f),
+        [0; 16],
+        WriterOptions::default(),
+    )
+    .expect("writer");
+    w.dispatch(&dispatch()).expect("dispatch");
+    w.region(&Region {
+        region_id: 0,
+        address: 0x7f00_0000_0000,
+        size: bytes,
+        kind: MemoryKind::Device,
+        role: RegionRole::Argument,
+        chunk_size: CHUNK as u64,
+    })
+    .expect("region");
+    let mut at = 0u64;
+    while at < bytes {
+        let n = WINDOW.min(bytes - at);
+        let data = float_like_at(at / 4, n as usize);
+        w.memory(0, MemoryState::Pre, at, &data).expect("memory");
+        at += n;
+    }
+    let out = w.finish().expect("finish");
+    out.into_inner().expect("flush").sync_all().expect("sync");
+    let file = file::MappedFile::open(path).expect("open");
+    let report = if release {
+        file::verify_mapped(&file, &mut |_, _, _| {}).expect("verify")
+    } else {
+        verify(file.bytes()).expect("verify")
+    };
+    assert_eq!(report.raw_bytes, bytes);
+}
+
+/// Runs this bench as a child doing `stream_child`; (peak RSS in MiB, seconds).
+fn stream_run(path: &std::path::Path, bytes: u64, release: bool) -> (u64, f64) {
+    let exe = std::env::current_exe().expect("own path");
+    let t = Instant::now();
+    let status = std::process::Command::new(exe)
+        .arg("--stream-child")
+        .arg(path)
+        .arg(bytes.to_string())
+        .arg(if release { "release" } else { "keep" })
+        .status()
+        .expect("run the child");
+    let secs = t.elapsed().as_secs_f64();
+    assert!(status.success(), "stream child failed");
+    // SAFETY: getrusage writes one struct; RUSAGE_CHILDREN covers the children waited for
+    // (only this one since the last call: the peak of the largest so far, so keep runs in
+    // increasing order of expected peak).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    (ru.ru_maxrss as u64 / 1024, secs)
 }
 
 fn gbps(bytes: usize, secs: f64) -> f64 {
@@ -60,10 +146,8 @@ impl Seek for Sink {
     }
 }
 
-/// A complete capture with one region holding `data`.
-fn write_capture<W: Write + Seek>(out: W, data: &[u8]) {
-    let mut w = CaptureWriter::new(out, [0; 16], WriterOptions::default()).expect("writer");
-    w.dispatch(&Dispatch {
+fn dispatch() -> Dispatch {
+    Dispatch {
         kernel_name: "bench".into(),
         module_id: 0,
         api: LaunchApi::LaunchKernel,
@@ -76,8 +160,13 @@ fn write_capture<W: Write + Seek>(out: W, data: &[u8]) {
         arg_bytes: vec![],
         pointer_words: vec![],
         original_duration_ns: None,
-    })
-    .expect("dispatch");
+    }
+}
+
+/// A complete capture with one region holding `data`.
+fn write_capture<W: Write + Seek>(out: W, data: &[u8]) {
+    let mut w = CaptureWriter::new(out, [0; 16], WriterOptions::default()).expect("writer");
+    w.dispatch(&dispatch()).expect("dispatch");
     w.region(&Region {
         region_id: 0,
         address: 0x7f00_0000_0000,
@@ -165,6 +254,17 @@ fn bench(name: &str, data: &[u8], path: &std::path::Path, to_sink: bool) {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--stream-child") {
+        let path = std::path::PathBuf::from(&args[i + 1]);
+        let bytes: u64 = args[i + 2].parse().expect("bytes");
+        stream_child(&path, bytes, args[i + 3] == "release");
+        return;
+    }
+    let stream_mib: u64 = std::env::var("KREPLAY_BENCH_STREAM_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096);
     let mib: usize = std::env::var("KREPLAY_BENCH_MIB")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -177,5 +277,23 @@ fn main() {
     drop(floats);
     let zeros = vec![0u8; size];
     bench("zeros", &zeros, &path, to_sink);
+    drop(zeros);
     let _ = std::fs::remove_file(&path);
+    if stream_mib > 0 {
+        let bytes = stream_mib << 20;
+        let (rss, secs) = stream_run(&path, bytes, true);
+        let stored = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let _ = std::fs::remove_file(&path);
+        let (base_rss, base_secs) = stream_run(&path, bytes, false);
+        let _ = std::fs::remove_file(&path);
+        let size = if stream_mib.is_multiple_of(1024) {
+            format!("{} GiB", stream_mib / 1024)
+        } else {
+            format!("{stream_mib} MiB")
+        };
+        println!(
+            "bench: stream {size} write+verify peak RSS {rss} MiB baseline {base_rss} MiB (mapping kept resident); {secs:.1} s and {base_secs:.1} s; stored {} MiB",
+            stored >> 20
+        );
+    }
 }

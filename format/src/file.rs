@@ -10,7 +10,7 @@ use memmap2::Mmap;
 
 use crate::error::Result;
 use crate::pack::{pack, PackOptions, PackReport};
-use crate::reader::{verify, Capture};
+use crate::reader::{verify, verify_observed, Capture, VerifyObserver, VerifyPhase, VerifyReport};
 use crate::salvage::{salvage, SalvageReport};
 use crate::writer::{CaptureWriter, WriterOptions};
 
@@ -60,10 +60,54 @@ impl MappedFile {
         self.map.as_deref().unwrap_or(&[])
     }
 
+    /// Drops the pages of bytes `[start, end)` from this process's memory (one pass over a
+    /// large file then stays bounded); touched again, they are read back from the file.
+    pub fn release(&self, start: u64, end: u64) {
+        let Some(m) = &self.map else {
+            return;
+        };
+        let end = end.min(m.len() as u64);
+        if start >= end {
+            return;
+        }
+        // SAFETY: the mapping is read-only and file-backed: MADV_DONTNEED only drops pages,
+        // which the next access reads back from the file with the same bytes, so references
+        // into the mapping stay valid and see the same data. The range lies inside the map.
+        let _ = unsafe {
+            m.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                start as usize,
+                (end - start) as usize,
+            )
+        };
+    }
+
     /// Whether `path` names this very file (another name, a link or a symlink to it).
     pub fn is_same_file(&self, path: &Path) -> bool {
         fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
     }
+}
+
+/// Verifies a mapped capture (see [`crate::verify`]), dropping each stretch of the file once
+/// checked, so resident memory stays near one verification wave (64 MiB) whatever the
+/// file's size; `progress` hears how far each phase got.
+pub fn verify_mapped(
+    file: &MappedFile,
+    progress: &mut dyn FnMut(VerifyPhase, u64, u64),
+) -> Result<VerifyReport> {
+    struct Releasing<'a> {
+        file: &'a MappedFile,
+        progress: &'a mut dyn FnMut(VerifyPhase, u64, u64),
+    }
+    impl VerifyObserver for Releasing<'_> {
+        fn progress(&mut self, phase: VerifyPhase, done: u64, total: u64) {
+            (self.progress)(phase, done, total);
+        }
+        fn done_with(&mut self, start: u64, end: u64) {
+            self.file.release(start, end);
+        }
+    }
+    verify_observed(file.bytes(), &mut Releasing { file, progress })
 }
 
 /// Creates a new file for output: never follows a symlink planted at `path`, never opens an

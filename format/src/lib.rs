@@ -25,6 +25,9 @@ pub use error::{FormatError, Result};
 pub use events::*;
 pub use layout::{ChunkEncoding, MemoryState, VERSION_MAJOR, VERSION_MINOR};
 pub use pack::{pack, PackOptions, PackReport};
-pub use reader::{scan, verify, Capture, ChunkRef, ScanReport, VerifyReport};
+pub use reader::{
+    scan, scan_observed, verify, verify_observed, Capture, ChunkRef, ScanReport, VerifyObserver,
+    VerifyPhase, VerifyReport,
+};
 pub use salvage::{salvage, salvage_verified, SalvageReport};
 pub use writer::{CaptureWriter, WriterOptions};

@@ -87,15 +87,45 @@ pub struct ScanReport {
     pub complete: bool,
 }
 
+/// The two passes of a verification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyPhase {
+    /// Every event's frame and payload CRC, front to back (progress in file bytes).
+    Scan,
+    /// Every stored chunk decoded against its CRC (progress in decoded bytes).
+    Chunks,
+}
+
+/// What a long verification tells its caller as it goes: progress (for a progress bar) and
+/// which bytes it will not read again (a caller reading a mapped file drops those pages, so
+/// memory stays bounded whatever the file's size). Both default to doing nothing.
+pub trait VerifyObserver {
+    /// `done` of `total` checked in `phase`.
+    fn progress(&mut self, _phase: VerifyPhase, _done: u64, _total: u64) {}
+    /// The bytes `[start, end)` of the data will not be read again.
+    fn done_with(&mut self, _start: u64, _end: u64) {}
+}
+
+impl VerifyObserver for () {}
+
+/// Bytes scanned between two reports to the observer.
+const OBSERVE_EVERY: u64 = 64 << 20;
+
 /// Walks the log from the first event, checking every frame CRC and payload CRC, until END,
 /// the first damaged event, or the end of the data. Never fails except on a bad header.
 pub fn scan(data: &[u8]) -> Result<ScanReport> {
+    scan_observed(data, &mut ())
+}
+
+/// `scan`, telling `observer` how far it got.
+pub fn scan_observed(data: &[u8], observer: &mut dyn VerifyObserver) -> Result<ScanReport> {
     let header = FileHeader::decode(data)?;
     let mut intact = Vec::new();
     let mut pos = HEADER_LEN as u64;
     let mut stopped = None;
     let mut complete = false;
     let len = data.len() as u64;
+    let mut reported = 0u64;
     while pos < len {
         let frame = match Frame::decode(data, pos) {
             Ok(f) => f,
@@ -118,6 +148,11 @@ pub fn scan(data: &[u8]) -> Result<ScanReport> {
         }
         intact.push(ScannedEvent { offset: pos, frame });
         pos += FRAME_LEN as u64 + frame.payload_len;
+        if pos - reported >= OBSERVE_EVERY {
+            observer.progress(VerifyPhase::Scan, pos, len);
+            observer.done_with(reported, pos);
+            reported = pos;
+        }
         if frame.kind == EventKind::End as u16 {
             match Trailer::decode(data, pos) {
                 Ok(t) => {
@@ -142,6 +177,9 @@ pub fn scan(data: &[u8]) -> Result<ScanReport> {
             break;
         }
     }
+    // Complete: the trailer after END was read too.
+    let scanned = if complete { len } else { pos.min(len) };
+    observer.progress(VerifyPhase::Scan, scanned, len);
     if !complete && stopped.is_none() {
         stopped = Some(FormatError::Truncated {
             offset: pos,
@@ -504,28 +542,44 @@ impl<'a> Capture<'a> {
     /// a window of up to a chunk's size per decoder, so chunks are checked in waves whose
     /// decoded sizes add up to at most `VERIFY_WAVE_BYTES`.
     pub fn verify_chunks(&self) -> Result<()> {
-        let stored: Vec<&ChunkRef> = self
+        self.verify_chunks_observed(&mut ())
+    }
+
+    /// `verify_chunks`, telling `observer` after each wave (chunks in file order, so the
+    /// bytes left behind are not read again).
+    pub fn verify_chunks_observed(&self, observer: &mut dyn VerifyObserver) -> Result<()> {
+        let mut stored: Vec<&ChunkRef> = self
             .all_chunks()
             .into_iter()
             .filter(|c| c.encoding != ChunkEncoding::Zero)
             .collect();
+        stored.sort_unstable_by_key(|c| c.payload_offset);
+        let total: u64 = stored.iter().map(|c| c.raw_len).sum();
+        let mut done = 0u64;
+        let mut check = |wave: &[&ChunkRef]| -> Result<()> {
+            wave.par_iter().try_for_each(|c| self.verify_chunk(c))?;
+            for c in wave {
+                done += c.raw_len;
+                observer.done_with(c.payload_offset, c.payload_offset + c.payload_len);
+            }
+            observer.progress(VerifyPhase::Chunks, done, total);
+            Ok(())
+        };
         let mut wave: Vec<&ChunkRef> = Vec::new();
         let mut wave_bytes = 0u64;
         for c in stored {
-            let cost = if c.encoding == ChunkEncoding::Zstd {
-                c.raw_len
-            } else {
-                0
-            };
+            // zstd keeps a window per decoder; raw chunks are read straight, but still count,
+            // so a wave of raw chunks does not map the whole file at once either.
+            let cost = c.raw_len;
             if wave_bytes + cost > VERIFY_WAVE_BYTES && !wave.is_empty() {
-                wave.par_iter().try_for_each(|c| self.verify_chunk(c))?;
+                check(&wave)?;
                 wave.clear();
                 wave_bytes = 0;
             }
             wave.push(c);
             wave_bytes += cost;
         }
-        wave.par_iter().try_for_each(|c| self.verify_chunk(c))
+        check(&wave)
     }
 }
 
@@ -546,7 +600,12 @@ pub struct VerifyReport {
 /// Full check: sequential scan (every frame and payload CRC, END, trailer), the index path
 /// must agree with it, and every chunk decompresses to its CRC.
 pub fn verify(data: &[u8]) -> Result<VerifyReport> {
-    let report = scan(data)?;
+    verify_observed(data, &mut ())
+}
+
+/// `verify`, telling `observer` its progress and which bytes it is done with.
+pub fn verify_observed(data: &[u8], observer: &mut dyn VerifyObserver) -> Result<VerifyReport> {
+    let report = scan_observed(data, observer)?;
     if report.header.state == STATE_RECORDING {
         return Err(FormatError::Incomplete {
             intact_events: report.intact.len() as u64,
@@ -567,7 +626,7 @@ pub fn verify(data: &[u8]) -> Result<VerifyReport> {
             ),
         });
     }
-    cap.verify_chunks()?;
+    cap.verify_chunks_observed(observer)?;
     let chunks = cap.all_chunks();
     Ok(VerifyReport {
         events: report.intact.len() as u64,

@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod compare;
 mod output;
+mod progress;
 
 use kreplay::describe;
 

@@ -47,7 +47,17 @@ fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result
     let file = super::open(path)?;
     let data = file.bytes();
     let name = crate::output::printable(&path.display().to_string()).into_owned();
-    match kreplay_format::verify(data) {
+    // Each stretch of the file is dropped from memory once checked: bounded whatever its size.
+    let progress = crate::progress::Progress::bytes("verifying", data.len() as u64);
+    let verified = kreplay_format::file::verify_mapped(&file, &mut |phase, done, total| {
+        let what = match phase {
+            kreplay_format::VerifyPhase::Scan => "checksums",
+            kreplay_format::VerifyPhase::Chunks => "decoding",
+        };
+        progress.set(what, done, total);
+    });
+    drop(progress);
+    match verified {
         Ok(r) => {
             if a.json {
                 out!(
