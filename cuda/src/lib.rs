@@ -32,6 +32,6 @@ pub use context::{ctx_synchronize, ContextHandle, PrimaryContext};
 pub use device::{device_count, driver_version, ensure_driver, memory_info, Device, DeviceProps};
 pub use error::{CuResult, CudaError, DriverUnavailable};
 pub use launch::{launch, KernelArgs, LaunchConfig};
-pub use memory::{copy_dtod_async, copy_dtoh, copy_htod, DeviceBuffer, PinnedBuffer};
+pub use memory::{copy_dtod_async, copy_dtoh, copy_htod, DeviceBuffer, PinnedBuffer, UploadRing};
 pub use module::{AsFunction, ForeignFunction, ForeignModule, Function, Module};
 pub use stream::{AsStream, Event, ForeignStream, Stream};

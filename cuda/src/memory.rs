@@ -134,6 +134,93 @@ impl Drop for PinnedBuffer {
     }
 }
 
+/// Host-to-device uploads through a ring of page-locked buffers: the caller fills one buffer
+/// (decoding, say) while the copy engine drains the others, so decoding and the bus overlap.
+/// A buffer is handed out again only after its last copy completed: its bytes never change
+/// under a copy in flight.
+pub struct UploadRing {
+    // Field order is drop order: `Drop` waits for the stream before the buffers go.
+    stream: Stream,
+    slots: Vec<(PinnedBuffer, Event, bool)>,
+    next: usize,
+}
+
+impl UploadRing {
+    /// `count` buffers of `bytes` each.
+    pub fn new(count: usize, bytes: usize) -> CuResult<UploadRing> {
+        let mut slots = Vec::with_capacity(count.max(1));
+        for _ in 0..count.max(1) {
+            slots.push((PinnedBuffer::new(bytes.max(1))?, Event::new()?, false));
+        }
+        Ok(UploadRing {
+            stream: Stream::new()?,
+            slots,
+            next: 0,
+        })
+    }
+
+    /// Bytes one upload can carry.
+    pub fn capacity(&self) -> usize {
+        self.slots.first().map_or(0, |s| s.0.len)
+    }
+
+    /// Fills the next free buffer's first `len` bytes with `fill`, then copies them to `dst`
+    /// asynchronously. `len` is at most `capacity()`.
+    pub fn upload<E: From<crate::error::CudaError>>(
+        &mut self,
+        dst: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let cap = self.capacity();
+        let i = self.next;
+        self.next = (self.next + 1) % self.slots.len();
+        let (buf, done, in_flight) = &mut self.slots[i];
+        if *in_flight {
+            done.synchronize()?;
+            *in_flight = false;
+        }
+        let len = len.min(cap);
+        fill(&mut buf.as_mut_slice()[..len])?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the source is `len` bytes of page-locked memory owned by this ring, which is
+        // not handed out again (nor freed: Drop waits for the stream) until `done` fires
+        // after this copy; the device range is checked by the driver.
+        check(
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    dst,
+                    buf.as_slice().as_ptr() as *const c_void,
+                    len,
+                    self.stream.raw_stream(),
+                )
+            },
+            "cuMemcpyHtoDAsync",
+        )?;
+        done.record(&self.stream)?;
+        *in_flight = true;
+        Ok(())
+    }
+
+    /// Waits until every upload has landed.
+    pub fn finish(&mut self) -> CuResult<()> {
+        self.stream.synchronize()?;
+        for s in &mut self.slots {
+            s.2 = false;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for UploadRing {
+    fn drop(&mut self) {
+        // The buffers are freed after this: no copy may still read them.
+        let _ = self.stream.synchronize();
+    }
+}
+
 /// Copies device memory into a host slice (synchronous).
 pub fn copy_dtoh(dst: &mut [u8], src: u64) -> CuResult<()> {
     if dst.is_empty() {

@@ -10,7 +10,7 @@ use kreplay_cuda::texture::{CudaArray, TexObject};
 use kreplay_cuda::vmm::{FixedMapping, MapError};
 use kreplay_cuda::{
     copy_dtoh, copy_htod, Device, DeviceBuffer, Event, Function, KernelArgs, LaunchConfig, Module,
-    PinnedBuffer, PrimaryContext, Stream,
+    PinnedBuffer, PrimaryContext, Stream, UploadRing,
 };
 use kreplay_engine::arrays::{self, ArraySync};
 use kreplay_engine::counters::{MetricRequest, MetricsReport};
@@ -29,8 +29,10 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::rc::Rc;
 
-/// Staging window for uploads: decoded in parallel, then one DMA.
-const UPLOAD_WINDOW: u64 = 256 << 20;
+/// Staging for uploads: a ring of page-locked buffers of this size, each decoded in parallel
+/// while the one before it is copied to the device.
+const UPLOAD_WINDOW: u64 = 128 << 20;
+const UPLOAD_BUFFERS: usize = 2;
 
 /// Everything a replay produced.
 #[derive(Debug, Clone, Serialize)]
@@ -179,23 +181,27 @@ fn upload_region(
     cap: &Capture<'_>,
     r: &Region,
     dst: u64,
-    staging: &mut PinnedBuffer,
+    ring: &mut UploadRing,
     relocation: Option<&Relocation>,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<(), PlayError> {
     let region_id = r.region_id;
     let chunks: Vec<_> = cap.chunks(region_id, MemoryState::Pre).collect();
-    let per_window = (staging.as_slice().len() as u64 / r.chunk_size).max(1) as usize;
+    let per_window = (ring.capacity() as u64 / r.chunk_size).max(1) as usize;
     for window in chunks.chunks(per_window) {
         let start = window[0].offset;
         let len: u64 = window.iter().map(|c| c.raw_len).sum();
-        let buf = &mut staging.as_mut_slice()[..len as usize];
-        buf.par_chunks_mut(r.chunk_size as usize)
-            .zip(window.par_iter())
-            .try_for_each(|(dst, c)| cap.read_chunk_into(c, dst))?;
-        if let Some(rel) = relocation {
-            rel.patch_region_window(cap, region_id, start, buf);
-        }
-        copy_htod(dst + start, buf)?;
+        // Decoded on all cores into one staging buffer while the previous one is on the bus.
+        ring.upload(dst + start, len as usize, |buf| -> Result<(), PlayError> {
+            buf.par_chunks_mut(r.chunk_size as usize)
+                .zip(window.par_iter())
+                .try_for_each(|(dst, c)| cap.read_chunk_into(c, dst))?;
+            if let Some(rel) = relocation {
+                rel.patch_region_window(cap, region_id, start, buf);
+            }
+            Ok(())
+        })?;
+        progress(len);
     }
     Ok(())
 }
@@ -365,6 +371,15 @@ fn restore_globals(
 impl<'c> Session<'c> {
     /// Prepares the capture on device `opts.device`.
     pub fn open(cap: &'c Capture<'c>, opts: &OpenOptions) -> Result<Session<'c>, PlayError> {
+        Self::open_with_progress(cap, opts, &mut |_, _| {})
+    }
+
+    /// `open`, telling `progress` how many of the capture's memory bytes are on the device.
+    pub fn open_with_progress(
+        cap: &'c Capture<'c>,
+        opts: &OpenOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Session<'c>, PlayError> {
         let opened = Instant::now();
         // A damaged dispatch is refused before any GPU work.
         let launch = LaunchPlan::new(cap)?;
@@ -397,11 +412,22 @@ impl<'c> Session<'c> {
         let largest = cap.regions.iter().map(|r| r.size).max().unwrap_or(0);
         let chunk = cap.regions.iter().map(|r| r.chunk_size).max().unwrap_or(1);
         let window = largest.min(UPLOAD_WINDOW.max(chunk)).max(1);
-        let mut staging = PinnedBuffer::new(window as usize)?;
+        let mut ring = UploadRing::new(UPLOAD_BUFFERS, window as usize)?;
+        let total: u64 = cap
+            .regions
+            .iter()
+            .filter(|r| r.role != RegionRole::Global)
+            .map(|r| r.size)
+            .sum();
+        let mut loaded = 0u64;
         for r in cap.regions.iter().filter(|r| r.role != RegionRole::Global) {
-            upload_region(cap, r, base_of(r), &mut staging, relocation)?;
+            upload_region(cap, r, base_of(r), &mut ring, relocation, &mut |n| {
+                loaded += n;
+                progress(loaded, total);
+            })?;
         }
-        drop(staging);
+        ring.finish()?;
+        drop(ring);
 
         let (module, function) = load_kernel(cap, &code, &launch)?;
         let mut placements: Vec<RegionPlacement> = cap

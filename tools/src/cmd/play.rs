@@ -34,8 +34,13 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let (open, run) = options(&a)?;
     // Device printf of the replayed kernel goes to stderr while stdout carries JSON or CSV.
     let device_output = crate::output::StdoutToStderr::new(a.json || a.csv);
-    let mut session =
-        Session::open(&cap, &open).with_context(|| format!("cannot replay {}", path.display()))?;
+    let memory: u64 = cap.regions.iter().map(|r| r.size).sum();
+    let loading = crate::progress::Progress::bytes("loading", memory);
+    let mut session = Session::open_with_progress(&cap, &open, &mut |done, total| {
+        loading.set("loading", done, total)
+    })
+    .with_context(|| format!("cannot replay {}", path.display()))?;
+    drop(loading);
     // The recorder could not capture the device heap the kernel reads: say so before the
     // replay (it will likely fault) and with its error.
     let heap = cap
