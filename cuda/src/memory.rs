@@ -204,6 +204,19 @@ impl UploadRing {
         Ok(())
     }
 
+    /// Zeroes `len` bytes of device memory at `dst`, in order with the uploads (nothing
+    /// crosses the bus: chunks stored as zeros need no staging).
+    pub fn zero(&mut self, dst: u64, len: usize) -> CuResult<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: a device range (checked by the driver) on our own stream.
+        check(
+            unsafe { sys::cuMemsetD8Async(dst, 0, len, self.stream.raw_stream()) },
+            "cuMemsetD8Async",
+        )
+    }
+
     /// Waits until every upload has landed.
     pub fn finish(&mut self) -> CuResult<()> {
         self.stream.synchronize()?;

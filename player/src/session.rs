@@ -23,7 +23,8 @@ use kreplay_engine::{
     PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification, WriteSet,
 };
 use kreplay_format::{
-    Capture, MemoryKind, MemoryState, Reference, Region, RegionRole, TextureResource,
+    Capture, ChunkEncoding, ChunkRef, MemoryKind, MemoryState, Reference, Region, RegionRole,
+    TextureResource,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -188,19 +189,34 @@ fn upload_region(
     let region_id = r.region_id;
     let chunks: Vec<_> = cap.chunks(region_id, MemoryState::Pre).collect();
     let per_window = (ring.capacity() as u64 / r.chunk_size).max(1) as usize;
-    for window in chunks.chunks(per_window) {
+    // Runs of chunks stored as zeros are zeroed on the device (device memory only: host
+    // memory goes through the staging like the rest).
+    let zeroed_here = r.kind != MemoryKind::HostMapped;
+    let is_zero = |c: &&ChunkRef| zeroed_here && c.encoding == ChunkEncoding::Zero;
+    let mut i = 0;
+    while i < chunks.len() {
+        let zero = is_zero(&chunks[i]);
+        let first = i;
+        while i < chunks.len() && is_zero(&chunks[i]) == zero && (zero || i - first < per_window) {
+            i += 1;
+        }
+        let window = &chunks[first..i];
         let start = window[0].offset;
         let len: u64 = window.iter().map(|c| c.raw_len).sum();
-        // Decoded on all cores into one staging buffer while the previous one is on the bus.
-        ring.upload(dst + start, len as usize, |buf| -> Result<(), PlayError> {
-            buf.par_chunks_mut(r.chunk_size as usize)
-                .zip(window.par_iter())
-                .try_for_each(|(dst, c)| cap.read_chunk_into(c, dst))?;
-            if let Some(rel) = relocation {
-                rel.patch_region_window(cap, region_id, start, buf);
-            }
-            Ok(())
-        })?;
+        if zero {
+            ring.zero(dst + start, len as usize)?;
+        } else {
+            // Decoded on all cores into one staging buffer while the previous one is copied.
+            ring.upload(dst + start, len as usize, |buf| -> Result<(), PlayError> {
+                buf.par_chunks_mut(r.chunk_size as usize)
+                    .zip(window.par_iter())
+                    .try_for_each(|(dst, c)| cap.read_chunk_into(c, dst))?;
+                if let Some(rel) = relocation {
+                    rel.patch_region_window(cap, region_id, start, buf);
+                }
+                Ok(())
+            })?;
+        }
         progress(len);
     }
     Ok(())
