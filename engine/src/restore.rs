@@ -8,6 +8,9 @@ use kreplay_format::{Capture, MemoryState};
 
 use crate::options::PristineStore;
 
+/// Bytes of the write set read back at once for a pass's digest.
+const DIGEST_WINDOW: u64 = 64 << 20;
+
 /// One range the kernel writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteRange {
@@ -183,11 +186,19 @@ impl Restorer {
     /// CRC of each write range as it is on the device now (for determinism checks).
     pub fn digest(&self) -> kreplay_cuda::CuResult<Vec<u32>> {
         let mut out = Vec::with_capacity(self.write_set.ranges.len());
+        // Read back in windows: host memory stays at one window whatever the write set's size.
         let mut buf = Vec::new();
         for w in self.write_set.ranges() {
-            buf.resize(w.len as usize, 0);
-            copy_dtoh(&mut buf, w.device_addr)?;
-            out.push(crc32fast::hash(&buf));
+            let mut h = crc32fast::Hasher::new();
+            let mut at = 0u64;
+            while at < w.len {
+                let n = (w.len - at).min(DIGEST_WINDOW);
+                buf.resize(n as usize, 0);
+                copy_dtoh(&mut buf, w.device_addr + at)?;
+                h.update(&buf);
+                at += n;
+            }
+            out.push(h.finalize());
         }
         Ok(out)
     }
