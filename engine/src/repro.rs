@@ -402,3 +402,72 @@ fn readme(cap: &Capture<'_>, reference: Reference) -> String {
     );
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata::capture;
+
+    fn text<'a>(r: &'a Reproducer, name: &str) -> &'a str {
+        match r.files.iter().find(|f| f.0 == name) {
+            Some((_, Content::Text(t))) => t,
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_the_source_cannot_carry_are_refused() {
+        for bad in ["a\"b", "a\\b", "a\nb", "a??=b"] {
+            assert!(matches!(c_string(bad), Err(ReproError::Name(_))), "{bad:?}");
+        }
+        assert_eq!(c_string("_Z5saxpyifPKfPf").unwrap(), "\"_Z5saxpyifPKfPf\"");
+        capture("cuda-saxpy", |cap| {
+            let mut cap = cap.clone();
+            cap.dispatch.kernel_name = "evil\"); system(\"rm".into();
+            assert!(matches!(Reproducer::of(&cap), Err(ReproError::Name(_))));
+        });
+    }
+
+    #[test]
+    fn the_program_carries_the_plan() {
+        capture("cuda-globals", |cap| {
+            let r = Reproducer::of(cap).unwrap();
+            let cpp = text(&r, "repro.cpp");
+            assert!(!cpp.contains("@CAPTURE@"));
+            // Every region has a file, globals by name, the written one its output.
+            for reg in &cap.regions {
+                assert!(r.files.iter().any(|f| f.1
+                    == Content::Region {
+                        region_id: reg.region_id,
+                        post: false
+                    }));
+                assert!(cpp.contains(&format!("{{{}, {:#x}ull,", reg.region_id, reg.address)));
+            }
+            for g in &cap.globals {
+                assert!(
+                    cpp.contains(&format!("MODULE_GLOBAL, \"{}\"", g.name)),
+                    "{}",
+                    g.name
+                );
+            }
+            let outputs = r
+                .files
+                .iter()
+                .filter(|f| matches!(f.1, Content::Region { post: true, .. }))
+                .count();
+            let written = cap
+                .regions
+                .iter()
+                .filter(|x| cap.is_written(x.region_id))
+                .count();
+            assert_eq!(outputs, written);
+            assert!(cpp.contains("static const bool REFERENCE = true;"));
+            assert!(text(&r, "Makefile").contains("-lcuda"));
+        });
+        // The cooperative launch becomes an attribute (id 2) of cuLaunchKernelEx.
+        capture("cuda-coop", |cap| {
+            let r = Reproducer::of(cap).unwrap();
+            assert!(text(&r, "repro.cpp").contains("ATTRIBUTES = {{2, false, {0x01,"));
+        });
+    }
+}
