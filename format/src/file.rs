@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use crate::error::Result;
-use crate::pack::{pack, PackOptions, PackReport};
-use crate::reader::{verify, verify_observed, Capture, VerifyObserver, VerifyPhase, VerifyReport};
+use crate::observe::{Observer, Phase};
+use crate::pack::{pack_observed, PackOptions, PackReport};
+use crate::reader::{verify_observed, Capture, VerifyReport};
 use crate::salvage::{salvage, SalvageReport};
 use crate::writer::{CaptureWriter, WriterOptions};
 
@@ -93,20 +94,8 @@ impl MappedFile {
 /// file's size; `progress` hears how far each phase got.
 pub fn verify_mapped(
     file: &MappedFile,
-    progress: &mut dyn FnMut(VerifyPhase, u64, u64),
+    progress: &mut dyn FnMut(Phase, u64, u64),
 ) -> Result<VerifyReport> {
-    struct Releasing<'a> {
-        file: &'a MappedFile,
-        progress: &'a mut dyn FnMut(VerifyPhase, u64, u64),
-    }
-    impl VerifyObserver for Releasing<'_> {
-        fn progress(&mut self, phase: VerifyPhase, done: u64, total: u64) {
-            (self.progress)(phase, done, total);
-        }
-        fn done_with(&mut self, start: u64, end: u64) {
-            self.file.release(start, end);
-        }
-    }
     verify_observed(file.bytes(), &mut Releasing { file, progress })
 }
 
@@ -230,21 +219,45 @@ pub fn salvage_to_file(data: &[u8], path: &Path, force: bool) -> Result<SalvageR
     write_verified(path, force, |out| salvage(data, out))
 }
 
-/// Repacks `data` into `path` (see [`crate::pack`]): streamed to `path.partial`, checked with
-/// `verify` there, renamed when it verifies. The capture keeps its UUID: it is the same
-/// dispatch.
+/// Repacks the capture `input` into `path` (see [`crate::pack`]): streamed to `path.partial`,
+/// checked with `verify` there, renamed when it verifies. The capture keeps its UUID: it is
+/// the same dispatch. The input's pages are dropped as they are consumed, and the output's
+/// as they are verified: memory stays bounded whatever the capture's size.
 pub fn pack_to_file(
-    data: &[u8],
+    input: &MappedFile,
     path: &Path,
     force: bool,
     opts: PackOptions,
+    progress: &mut dyn FnMut(Phase, u64, u64),
 ) -> Result<PackReport> {
-    let cap = Capture::parse(data)?;
-    write_verified(path, force, |out| pack(&cap, out, cap.header.uuid, opts))
+    let cap = Capture::parse(input.bytes())?;
+    let mut observer = Releasing {
+        file: input,
+        progress,
+    };
+    write_verified(path, force, |out| {
+        pack_observed(&cap, out, cap.header.uuid, opts, &mut observer)
+    })
 }
 
-/// Runs `write` into `path.partial`, syncs it, checks it with `verify`, and gives it its
-/// final name only then (nothing is left behind otherwise).
+/// Reports `file`'s progress and drops the pages of what it is done with.
+struct Releasing<'a> {
+    file: &'a MappedFile,
+    progress: &'a mut dyn FnMut(Phase, u64, u64),
+}
+
+impl Observer for Releasing<'_> {
+    fn progress(&mut self, phase: Phase, done: u64, total: u64) {
+        (self.progress)(phase, done, total);
+    }
+    fn done_with(&mut self, start: u64, end: u64) {
+        self.file.release(start, end);
+    }
+}
+
+/// Runs `write` into `path.partial`, syncs it, checks it with `verify` (dropping the pages of
+/// the new file as they are checked), and gives it its final name only then (nothing is left
+/// behind otherwise).
 fn write_verified<R>(
     path: &Path,
     force: bool,
@@ -259,7 +272,7 @@ fn write_verified<R>(
     file.sync_data()?;
     drop(file);
     let written = MappedFile::open(out.partial_path())?;
-    verify(written.bytes())?;
+    verify_mapped(&written, &mut |_, _, _| {})?;
     drop(written);
     out.publish()?;
     Ok(report)

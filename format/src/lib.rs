@@ -12,6 +12,7 @@ pub mod events;
 pub mod fatbin;
 pub mod file;
 pub mod layout;
+pub mod observe;
 pub mod pack;
 pub mod ptx;
 pub mod reader;
@@ -24,10 +25,10 @@ pub use chunk::{DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL};
 pub use error::{FormatError, Result};
 pub use events::*;
 pub use layout::{ChunkEncoding, MemoryState, VERSION_MAJOR, VERSION_MINOR};
-pub use pack::{pack, PackOptions, PackReport};
+pub use observe::{Observer, Phase};
+pub use pack::{pack, pack_observed, PackOptions, PackReport};
 pub use reader::{
-    scan, scan_observed, verify, verify_observed, Capture, ChunkRef, ScanReport, VerifyObserver,
-    VerifyPhase, VerifyReport,
+    scan, scan_observed, verify, verify_observed, Capture, ChunkRef, ScanReport, VerifyReport,
 };
 pub use salvage::{salvage, salvage_verified, SalvageReport};
 pub use writer::{CaptureWriter, WriterOptions};

@@ -18,6 +18,7 @@ use crate::events::{
     Annotation, MemoryKind, PointerSlots, Reference, RegionRole, REFERENCE_ANNOTATION,
 };
 use crate::layout::MemoryState;
+use crate::observe::{Observer, Phase};
 use crate::reader::Capture;
 use crate::writer::{CaptureWriter, WriterOptions};
 
@@ -118,6 +119,18 @@ pub fn pack<W: Write + Seek>(
     uuid: [u8; 16],
     opts: PackOptions,
 ) -> Result<(W, PackReport)> {
+    pack_observed(cap, out, uuid, opts, &mut ())
+}
+
+/// `pack`, telling `observer` how much region memory is done (`Phase::Pack`) and which
+/// stretches of the input it will not read again.
+pub fn pack_observed<W: Write + Seek>(
+    cap: &Capture<'_>,
+    out: W,
+    uuid: [u8; 16],
+    opts: PackOptions,
+    observer: &mut dyn Observer,
+) -> Result<(W, PackReport)> {
     if !(1..=22).contains(&opts.level) {
         return Err(FormatError::Limit {
             what: "zstd level",
@@ -144,6 +157,8 @@ pub fn pack<W: Write + Seek>(
     keep.sort_unstable();
     keep.dedup();
 
+    let total: u64 = cap.regions.iter().map(|r| r.size).sum();
+    let mut done = 0u64;
     let mut buf = Vec::new();
     for r in &cap.regions {
         w.region(r)?;
@@ -176,6 +191,11 @@ pub fn pack<W: Write + Seek>(
                 report.kept_bytes += kept;
             }
             w.memory(r.region_id, MemoryState::Pre, start, &buf)?;
+            for c in window {
+                observer.done_with(c.payload_offset, c.payload_offset + c.payload_len);
+            }
+            done += len;
+            observer.progress(Phase::Pack, done, total);
         }
     }
     // Post chunks: the recorded output, or (no reference) zeros that mark the write set and
@@ -188,6 +208,7 @@ pub fn pack<W: Write + Seek>(
                 report.dropped_post_bytes += c.raw_len;
             } else {
                 cap.read_chunk_into(c, &mut buf)?;
+                observer.done_with(c.payload_offset, c.payload_offset + c.payload_len);
             }
             w.memory(r.region_id, MemoryState::Post, c.offset, &buf)?;
         }

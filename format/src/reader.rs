@@ -12,6 +12,7 @@ use crate::chunk::MAX_CHUNK_SIZE;
 use crate::error::{FormatError, Result};
 use crate::events::*;
 use crate::layout::*;
+use crate::observe::{Observer, Phase};
 use crate::rules::{check_payload_crc, payload_of, CaptureBuilder};
 
 /// Where one memory chunk lies in the file.
@@ -87,27 +88,6 @@ pub struct ScanReport {
     pub complete: bool,
 }
 
-/// The two passes of a verification.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerifyPhase {
-    /// Every event's frame and payload CRC, front to back (progress in file bytes).
-    Scan,
-    /// Every stored chunk decoded against its CRC (progress in decoded bytes).
-    Chunks,
-}
-
-/// What a long verification tells its caller as it goes: progress (for a progress bar) and
-/// which bytes it will not read again (a caller reading a mapped file drops those pages, so
-/// memory stays bounded whatever the file's size). Both default to doing nothing.
-pub trait VerifyObserver {
-    /// `done` of `total` checked in `phase`.
-    fn progress(&mut self, _phase: VerifyPhase, _done: u64, _total: u64) {}
-    /// The bytes `[start, end)` of the data will not be read again.
-    fn done_with(&mut self, _start: u64, _end: u64) {}
-}
-
-impl VerifyObserver for () {}
-
 /// Bytes scanned between two reports to the observer.
 const OBSERVE_EVERY: u64 = 64 << 20;
 
@@ -118,7 +98,7 @@ pub fn scan(data: &[u8]) -> Result<ScanReport> {
 }
 
 /// `scan`, telling `observer` how far it got.
-pub fn scan_observed(data: &[u8], observer: &mut dyn VerifyObserver) -> Result<ScanReport> {
+pub fn scan_observed(data: &[u8], observer: &mut dyn Observer) -> Result<ScanReport> {
     let header = FileHeader::decode(data)?;
     let mut intact = Vec::new();
     let mut pos = HEADER_LEN as u64;
@@ -149,7 +129,7 @@ pub fn scan_observed(data: &[u8], observer: &mut dyn VerifyObserver) -> Result<S
         intact.push(ScannedEvent { offset: pos, frame });
         pos += FRAME_LEN as u64 + frame.payload_len;
         if pos - reported >= OBSERVE_EVERY {
-            observer.progress(VerifyPhase::Scan, pos, len);
+            observer.progress(Phase::Scan, pos, len);
             observer.done_with(reported, pos);
             reported = pos;
         }
@@ -179,7 +159,7 @@ pub fn scan_observed(data: &[u8], observer: &mut dyn VerifyObserver) -> Result<S
     }
     // Complete: the trailer after END was read too.
     let scanned = if complete { len } else { pos.min(len) };
-    observer.progress(VerifyPhase::Scan, scanned, len);
+    observer.progress(Phase::Scan, scanned, len);
     if !complete && stopped.is_none() {
         stopped = Some(FormatError::Truncated {
             offset: pos,
@@ -547,7 +527,7 @@ impl<'a> Capture<'a> {
 
     /// `verify_chunks`, telling `observer` after each wave (chunks in file order, so the
     /// bytes left behind are not read again).
-    pub fn verify_chunks_observed(&self, observer: &mut dyn VerifyObserver) -> Result<()> {
+    pub fn verify_chunks_observed(&self, observer: &mut dyn Observer) -> Result<()> {
         let mut stored: Vec<&ChunkRef> = self
             .all_chunks()
             .into_iter()
@@ -562,7 +542,7 @@ impl<'a> Capture<'a> {
                 done += c.raw_len;
                 observer.done_with(c.payload_offset, c.payload_offset + c.payload_len);
             }
-            observer.progress(VerifyPhase::Chunks, done, total);
+            observer.progress(Phase::Chunks, done, total);
             Ok(())
         };
         let mut wave: Vec<&ChunkRef> = Vec::new();
@@ -604,7 +584,7 @@ pub fn verify(data: &[u8]) -> Result<VerifyReport> {
 }
 
 /// `verify`, telling `observer` its progress and which bytes it is done with.
-pub fn verify_observed(data: &[u8], observer: &mut dyn VerifyObserver) -> Result<VerifyReport> {
+pub fn verify_observed(data: &[u8], observer: &mut dyn Observer) -> Result<VerifyReport> {
     let report = scan_observed(data, observer)?;
     if report.header.state == STATE_RECORDING {
         return Err(FormatError::Incomplete {

@@ -4,12 +4,12 @@
 use kreplay_format::*;
 
 struct Seen {
-    progress: Vec<(VerifyPhase, u64, u64)>,
+    progress: Vec<(Phase, u64, u64)>,
     done: Vec<(u64, u64)>,
 }
 
-impl VerifyObserver for Seen {
-    fn progress(&mut self, phase: VerifyPhase, done: u64, total: u64) {
+impl Observer for Seen {
+    fn progress(&mut self, phase: Phase, done: u64, total: u64) {
         self.progress.push((phase, done, total));
     }
     fn done_with(&mut self, start: u64, end: u64) {
@@ -32,12 +32,12 @@ fn progress_and_released_ranges_cover_the_file() {
     let scan: Vec<_> = seen
         .progress
         .iter()
-        .filter(|p| p.0 == VerifyPhase::Scan)
+        .filter(|p| p.0 == Phase::Scan)
         .collect();
     let chunks: Vec<_> = seen
         .progress
         .iter()
-        .filter(|p| p.0 == VerifyPhase::Chunks)
+        .filter(|p| p.0 == Phase::Chunks)
         .collect();
     assert_eq!(
         scan.last().map(|p| (p.1, p.2)),

@@ -325,9 +325,10 @@ pub struct PackArgs {
     /// `play --verify` (it checks determinism instead), a smaller file.
     #[arg(long)]
     pub drop_post: bool,
-    /// zstd level for memory (1-22; 19 and up are slow, for files to attach).
-    #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
-    pub level: i32,
+    /// zstd level for memory (1-22). Default: 19 (the smallest files) for captures of up to
+    /// 1 GiB of memory, 3 above (19 takes minutes per GiB of float-like data).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=22))]
+    pub level: Option<i32>,
     /// Replace OUT when it exists.
     #[arg(long)]
     pub force: bool,

@@ -9,6 +9,16 @@ use kreplay_format::{PackOptions, Reference};
 use crate::cli::PackArgs;
 use crate::describe::bytes;
 
+/// The zstd level when none is asked: the smallest files while that takes seconds (zstd's
+/// levels are not monotonic below 19 on every kind of data: 9 can be larger than 1).
+fn default_level(memory_bytes: u64) -> i32 {
+    if memory_bytes <= 1 << 30 {
+        19
+    } else {
+        3
+    }
+}
+
 pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(&a.file)?;
     if file.is_same_file(&a.output) {
@@ -17,13 +27,31 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
             a.output.display()
         );
     }
+    let memory: u64 = kreplay_format::Capture::parse(file.bytes())
+        .map(|c| c.regions.iter().map(|r| r.size).sum())
+        .unwrap_or(0);
     let opts = PackOptions {
-        level: a.level,
+        level: a.level.unwrap_or(default_level(memory)),
         drop_post: a.drop_post,
         redact: a.redact,
     };
-    let report = pack_to_file(file.bytes(), &a.output, a.force, opts)
-        .with_context(|| format!("cannot pack {}", a.file.display()))?;
+    let progress = crate::progress::Progress::bytes("packing", memory);
+    let report = pack_to_file(
+        &file,
+        &a.output,
+        a.force,
+        opts,
+        &mut |phase, done, total| {
+            let what = match phase {
+                kreplay_format::Phase::Pack => "packing",
+                kreplay_format::Phase::Scan => "checksums",
+                kreplay_format::Phase::Chunks => "verifying",
+            };
+            progress.set(what, done, total)
+        },
+    )
+    .with_context(|| format!("cannot pack {}", a.file.display()))?;
+    drop(progress);
     let size = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
     let mut what = Vec::new();
     if a.redact {
@@ -49,7 +77,7 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
         bytes(file.bytes().len() as u64),
         a.output.display(),
         bytes(size),
-        a.level,
+        opts.level,
         if what.is_empty() { "" } else { ": " },
         what.join("; ")
     );

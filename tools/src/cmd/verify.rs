@@ -51,8 +51,8 @@ fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result
     let progress = crate::progress::Progress::bytes("verifying", data.len() as u64);
     let verified = kreplay_format::file::verify_mapped(&file, &mut |phase, done, total| {
         let what = match phase {
-            kreplay_format::VerifyPhase::Scan => "checksums",
-            kreplay_format::VerifyPhase::Chunks => "decoding",
+            kreplay_format::Phase::Scan => "checksums",
+            kreplay_format::Phase::Chunks | kreplay_format::Phase::Pack => "decoding",
         };
         progress.set(what, done, total);
     });
