@@ -15,12 +15,13 @@ use kreplay_player::ReproContent;
 
 use crate::cli::ExtractArgs;
 use crate::describe::{bytes, describe};
-use kreplay_format::file::create_new_private;
+use kreplay_format::file::{create_new_private, MappedFile};
 
 /// Writes one region chunk by chunk (memory stays bounded by the chunk size whatever the
 /// region's size); all-zero chunks become holes of a sparse file. With `post`, chunks the
 /// kernel changed are taken from the post-dispatch state.
 fn write_region(
+    file: &MappedFile,
     cap: &Capture<'_>,
     r: &Region,
     path: &Path,
@@ -46,6 +47,8 @@ fn write_region(
         buf.resize(src.raw_len as usize, 0);
         cap.read_chunk_into(src, &mut buf)?;
         f.write_all_at(&buf, c.offset).with_context(ctx)?;
+        // Read once per output file: the input's pages need not stay resident.
+        file.release(src.payload_offset, src.payload_offset + src.payload_len);
     }
     Ok(())
 }
@@ -135,7 +138,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     if let Some(dir) = &a.output {
-        extract_into(&a, &cap, dir)?;
+        extract_into(&a, &file, &cap, dir)?;
     }
     if let Some((dir, r)) = repro {
         output_dir(dir, a.force)?;
@@ -147,7 +150,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
                     let Some(region) = cap.region(*region_id) else {
                         continue;
                     };
-                    write_region(&cap, region, &dir.join(name), *post, a.force)?;
+                    write_region(&file, &cap, region, &dir.join(name), *post, a.force)?;
                 }
             }
         }
@@ -162,7 +165,12 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn extract_into(a: &ExtractArgs, cap: &Capture<'_>, dir: &Path) -> anyhow::Result<()> {
+fn extract_into(
+    a: &ExtractArgs,
+    file: &MappedFile,
+    cap: &Capture<'_>,
+    dir: &Path,
+) -> anyhow::Result<()> {
     output_dir(dir, a.force)?;
     let write = |name: String, bytes: &[u8]| write_file(dir, &name, bytes, a.force);
     for m in &cap.modules {
@@ -178,10 +186,10 @@ fn extract_into(a: &ExtractArgs, cap: &Capture<'_>, dir: &Path) -> anyhow::Resul
     let reference = cap.reference() == Reference::Recorded;
     for r in &cap.regions {
         let pre = dir.join(format!("region-{}-{:#x}.bin", r.region_id, r.address));
-        write_region(cap, r, &pre, false, a.force)?;
+        write_region(file, cap, r, &pre, false, a.force)?;
         if reference && cap.is_written(r.region_id) {
             let post = dir.join(format!("region-{}-{:#x}.post.bin", r.region_id, r.address));
-            write_region(cap, r, &post, true, a.force)?;
+            write_region(file, cap, r, &post, true, a.force)?;
         }
     }
     let desc = describe(&a.file.display().to_string(), cap);
