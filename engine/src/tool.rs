@@ -1,0 +1,514 @@
+//! The pass API (`include/kreplay_tool.h`): a tool decides how many times a dispatch runs and
+//! sees each pass begin and end. `drive` is the pass loop's control flow, pure: the GPU work
+//! (restore, launch, timing, the output check) is the `PassRunner`'s, so the loop is tested
+//! on the CPU, with the C example tool among others. `CTool` is a tool loaded from a shared
+//! library.
+//!
+//! Not wired to a command yet: the in-process replay service (issue 12) and the player will
+//! host tools through `drive`.
+
+use std::ffi::{c_char, c_void, CString};
+use std::path::Path;
+
+/// `KREPLAY_TOOL_API_VERSION`.
+pub const API_VERSION: u32 = 1;
+/// `KREPLAY_PASSES_UNTIL_STOP`.
+pub const PASSES_UNTIL_STOP: u32 = u32::MAX;
+
+/// What a tool asks for a dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassRequest {
+    /// Run it once, as the application would, without the tool.
+    Skip,
+    Passes(u32),
+    /// Until the tool says stop (or the cap).
+    UntilStop,
+}
+
+impl PassRequest {
+    fn from_raw(n: u32) -> PassRequest {
+        match n {
+            0 => PassRequest::Skip,
+            PASSES_UNTIL_STOP => PassRequest::UntilStop,
+            n => PassRequest::Passes(n),
+        }
+    }
+}
+
+/// `kreplay_tool_flow`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
+}
+
+impl Flow {
+    fn from_raw(v: i32) -> Flow {
+        if v == 1 {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    }
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassOutcome {
+    pub index: u32,
+    pub duration_ns: u64,
+    /// Whether its output equals the first pass's (`None`: not checked).
+    pub matches_first: Option<bool>,
+}
+
+/// A dispatch as tools see it (owned; `raw` lends the C view of it).
+#[derive(Debug, Clone)]
+pub struct DispatchView {
+    kernel: CString,
+    demangled: CString,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub cluster: [u32; 3],
+    pub dynamic_shared_bytes: u32,
+    pub arg_bytes: Vec<u8>,
+    pub stream: u64,
+    pub launch_index: u64,
+    pub match_index: u64,
+    pub write_set_bytes: u64,
+    pub max_passes: u32,
+}
+
+/// `kreplay_dispatch`.
+#[repr(C)]
+pub struct RawDispatch {
+    struct_size: u32,
+    kernel: *const c_char,
+    demangled: *const c_char,
+    grid: [u32; 3],
+    block: [u32; 3],
+    cluster: [u32; 3],
+    dynamic_shared_bytes: u32,
+    arg_bytes: *const u8,
+    arg_len: u64,
+    stream: u64,
+    launch_index: u64,
+    match_index: u64,
+    write_set_bytes: u64,
+    max_passes: u32,
+}
+
+/// `kreplay_pass`.
+#[repr(C)]
+pub struct RawPass {
+    struct_size: u32,
+    index: u32,
+    duration_ns: u64,
+    output_matches_first: i32,
+}
+
+impl RawPass {
+    fn new(index: u32, outcome: Option<&PassOutcome>) -> RawPass {
+        RawPass {
+            struct_size: std::mem::size_of::<RawPass>() as u32,
+            index,
+            duration_ns: outcome.map_or(0, |o| o.duration_ns),
+            output_matches_first: match outcome.and_then(|o| o.matches_first) {
+                Some(true) => 1,
+                Some(false) => 0,
+                None => -1,
+            },
+        }
+    }
+}
+
+type ConfigFn = unsafe extern "C" fn(*mut c_void, *const RawDispatch) -> u32;
+type PassFn = unsafe extern "C" fn(*mut c_void, *const RawDispatch, *const RawPass) -> i32;
+type FinishFn = unsafe extern "C" fn(*mut c_void, *const RawDispatch, u32, i32);
+
+/// `kreplay_tool`.
+#[repr(C)]
+pub struct RawTool {
+    struct_size: u32,
+    user: *mut c_void,
+    config: Option<ConfigFn>,
+    begin: Option<PassFn>,
+    end: Option<PassFn>,
+    finish: Option<FinishFn>,
+}
+
+type InitFn = unsafe extern "C" fn(u32, *mut RawTool) -> i32;
+
+impl DispatchView {
+    /// Names with a NUL byte are cut at it (C strings cannot carry one).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        kernel: &str,
+        demangled: &str,
+        grid: [u32; 3],
+        block: [u32; 3],
+        cluster: [u32; 3],
+        dynamic_shared_bytes: u32,
+        arg_bytes: Vec<u8>,
+        max_passes: u32,
+    ) -> DispatchView {
+        let c = |s: &str| CString::new(s.split('\0').next().unwrap_or("")).unwrap_or_default();
+        DispatchView {
+            kernel: c(kernel),
+            demangled: c(demangled),
+            grid,
+            block,
+            cluster,
+            dynamic_shared_bytes,
+            arg_bytes,
+            stream: 0,
+            launch_index: 0,
+            match_index: 0,
+            write_set_bytes: 0,
+            max_passes: max_passes.max(1),
+        }
+    }
+
+    pub fn kernel(&self) -> &str {
+        self.kernel.to_str().unwrap_or("")
+    }
+
+    /// The C view; it borrows `self`.
+    fn raw(&self) -> RawDispatch {
+        RawDispatch {
+            struct_size: std::mem::size_of::<RawDispatch>() as u32,
+            kernel: self.kernel.as_ptr(),
+            demangled: self.demangled.as_ptr(),
+            grid: self.grid,
+            block: self.block,
+            cluster: self.cluster,
+            dynamic_shared_bytes: self.dynamic_shared_bytes,
+            arg_bytes: self.arg_bytes.as_ptr(),
+            arg_len: self.arg_bytes.len() as u64,
+            stream: self.stream,
+            launch_index: self.launch_index,
+            match_index: self.match_index,
+            write_set_bytes: self.write_set_bytes,
+            max_passes: self.max_passes,
+        }
+    }
+}
+
+/// A tool: kreplay's own (timing, counters) or a library's (`CTool`).
+pub trait PassTool {
+    fn config(&mut self, d: &DispatchView) -> PassRequest;
+    fn begin(&mut self, _d: &DispatchView, _pass: u32) -> Flow {
+        Flow::Continue
+    }
+    fn end(&mut self, _d: &DispatchView, _outcome: &PassOutcome) -> Flow {
+        Flow::Continue
+    }
+    fn finish(&mut self, _d: &DispatchView, _passes: u32, _deterministic: Option<bool>) {}
+}
+
+/// The GPU side of the loop.
+pub trait PassRunner {
+    type Error;
+    /// Puts back the memory the kernel writes (before every pass after the first).
+    fn restore(&mut self) -> Result<(), Self::Error>;
+    /// Runs the dispatch once.
+    fn run(&mut self, pass: u32) -> Result<PassOutcome, Self::Error>;
+}
+
+/// What `drive` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopSummary {
+    /// Times the dispatch ran (at least once: the application needs its effect).
+    pub passes: u32,
+    /// The tool skipped the dispatch.
+    pub skipped: bool,
+    /// The tool asked to stop (from BEGIN or END).
+    pub stopped_by_tool: bool,
+    /// The loop ended at `max_passes` while the tool wanted more.
+    pub capped: bool,
+    /// Every checked pass wrote the same bytes as the first (`None`: none checked).
+    pub deterministic: Option<bool>,
+    pub outcomes: Vec<PassOutcome>,
+}
+
+/// Runs the dispatch as `tool` asks. Memory is restored before each pass after the first, so
+/// the memory after the last pass is one run's effect, as the application expects.
+pub fn drive<R: PassRunner>(
+    tool: &mut dyn PassTool,
+    d: &DispatchView,
+    runner: &mut R,
+) -> Result<LoopSummary, R::Error> {
+    let cap = d.max_passes.max(1);
+    let (wanted, until_stop) = match tool.config(d) {
+        PassRequest::Skip => {
+            let o = runner.run(0)?;
+            return Ok(LoopSummary {
+                passes: 1,
+                skipped: true,
+                stopped_by_tool: false,
+                capped: false,
+                deterministic: o.matches_first.map(|_| true),
+                outcomes: vec![o],
+            });
+        }
+        PassRequest::Passes(n) => (n, false),
+        PassRequest::UntilStop => (u32::MAX, true),
+    };
+    let mut outcomes = Vec::new();
+    let mut stopped = false;
+    let mut pass = 0u32;
+    while pass < wanted.min(cap) {
+        if pass > 0 {
+            runner.restore()?;
+        }
+        let last = tool.begin(d, pass) == Flow::Stop;
+        let o = runner.run(pass)?;
+        outcomes.push(o);
+        pass += 1;
+        if tool.end(d, &o) == Flow::Stop || last {
+            stopped = true;
+            break;
+        }
+    }
+    let checked: Vec<bool> = outcomes.iter().filter_map(|o| o.matches_first).collect();
+    let deterministic = (!checked.is_empty()).then(|| checked.iter().all(|&m| m));
+    tool.finish(d, pass, deterministic);
+    Ok(LoopSummary {
+        passes: pass,
+        skipped: false,
+        stopped_by_tool: stopped,
+        capped: !stopped && (until_stop || wanted > cap) && pass == cap,
+        deterministic,
+        outcomes,
+    })
+}
+
+/// Why a tool library was not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("cannot load the tool {path}: {why}")]
+    Load { path: String, why: String },
+    #[error("the tool {path} exports no kreplay_tool_init (see kreplay_tool.h)")]
+    NoInit { path: String },
+    #[error("the tool {path} declined to start (kreplay_tool_init returned {code})")]
+    Declined { path: String, code: i32 },
+}
+
+/// A tool from a shared library exporting `kreplay_tool_init`.
+pub struct CTool {
+    table: RawTool,
+    // Unloaded last: the callbacks live in it.
+    _lib: libloading::Library,
+}
+
+impl CTool {
+    pub fn load(path: &Path) -> Result<CTool, ToolError> {
+        let name = path.display().to_string();
+        // SAFETY: loading a library runs its initialisers; the user named this library as the
+        // tool to run in this process, as with any LD_PRELOAD or plugin.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| ToolError::Load {
+            path: name.clone(),
+            why: e.to_string(),
+        })?;
+        // SAFETY: the symbol's type is the header's kreplay_tool_init_fn.
+        let init: libloading::Symbol<'_, InitFn> = unsafe { lib.get(b"kreplay_tool_init\0") }
+            .map_err(|_| ToolError::NoInit { path: name.clone() })?;
+        let mut table = RawTool {
+            struct_size: std::mem::size_of::<RawTool>() as u32,
+            user: std::ptr::null_mut(),
+            config: None,
+            begin: None,
+            end: None,
+            finish: None,
+        };
+        // SAFETY: `table` is a valid, initialised kreplay_tool the tool may fill.
+        let code = unsafe { init(API_VERSION, &mut table) };
+        if code != 0 {
+            return Err(ToolError::Declined { path: name, code });
+        }
+        Ok(CTool { table, _lib: lib })
+    }
+}
+
+impl PassTool for CTool {
+    fn config(&mut self, d: &DispatchView) -> PassRequest {
+        let Some(f) = self.table.config else {
+            return PassRequest::Passes(1);
+        };
+        let raw = d.raw();
+        // SAFETY: the tool's own callback with its own user pointer and a dispatch view that
+        // lives until the call returns.
+        PassRequest::from_raw(unsafe { f(self.table.user, &raw) })
+    }
+
+    fn begin(&mut self, d: &DispatchView, pass: u32) -> Flow {
+        let Some(f) = self.table.begin else {
+            return Flow::Continue;
+        };
+        let (raw, p) = (d.raw(), RawPass::new(pass, None));
+        // SAFETY: as in `config`; both views live until the call returns.
+        Flow::from_raw(unsafe { f(self.table.user, &raw, &p) })
+    }
+
+    fn end(&mut self, d: &DispatchView, o: &PassOutcome) -> Flow {
+        let Some(f) = self.table.end else {
+            return Flow::Continue;
+        };
+        let (raw, p) = (d.raw(), RawPass::new(o.index, Some(o)));
+        // SAFETY: as in `begin`.
+        Flow::from_raw(unsafe { f(self.table.user, &raw, &p) })
+    }
+
+    fn finish(&mut self, d: &DispatchView, passes: u32, deterministic: Option<bool>) {
+        let Some(f) = self.table.finish else {
+            return;
+        };
+        let raw = d.raw();
+        let det = deterministic.map_or(-1, i32::from);
+        // SAFETY: as in `config`.
+        unsafe { f(self.table.user, &raw, passes, det) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runner that records what the loop asked of the GPU (a stand-in for the GPU in these
+    /// CPU tests of the control flow only).
+    struct Recorded {
+        log: Vec<String>,
+        durations: Vec<u64>,
+        differs_at: Option<u32>,
+    }
+
+    impl PassRunner for Recorded {
+        type Error = String;
+        fn restore(&mut self) -> Result<(), String> {
+            self.log.push("restore".into());
+            Ok(())
+        }
+        fn run(&mut self, pass: u32) -> Result<PassOutcome, String> {
+            self.log.push(format!("run {pass}"));
+            Ok(PassOutcome {
+                index: pass,
+                duration_ns: self.durations.get(pass as usize).copied().unwrap_or(100),
+                matches_first: Some(self.differs_at != Some(pass)),
+            })
+        }
+    }
+
+    fn runner() -> Recorded {
+        Recorded {
+            log: vec![],
+            durations: vec![],
+            differs_at: None,
+        }
+    }
+
+    fn view(max: u32) -> DispatchView {
+        DispatchView::new(
+            "_Z5saxpyifPKfPf",
+            "saxpy(int, float, float const*, float*)",
+            [4, 1, 1],
+            [256, 1, 1],
+            [0; 3],
+            0,
+            vec![1, 2, 3],
+            max,
+        )
+    }
+
+    struct Fixed(PassRequest, Option<u32>);
+
+    impl PassTool for Fixed {
+        fn config(&mut self, _: &DispatchView) -> PassRequest {
+            self.0
+        }
+        fn end(&mut self, _: &DispatchView, o: &PassOutcome) -> Flow {
+            if Some(o.index) == self.1 {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        }
+    }
+
+    #[test]
+    fn passes_are_restored_between_and_counted() {
+        let mut r = runner();
+        let s = drive(&mut Fixed(PassRequest::Passes(3), None), &view(100), &mut r).unwrap();
+        assert_eq!(r.log, ["run 0", "restore", "run 1", "restore", "run 2"]);
+        assert_eq!((s.passes, s.stopped_by_tool, s.capped), (3, false, false));
+        assert_eq!(s.deterministic, Some(true));
+    }
+
+    #[test]
+    fn skip_runs_once_and_until_stop_ends_at_the_tool_or_the_cap() {
+        let mut r = runner();
+        let s = drive(&mut Fixed(PassRequest::Skip, None), &view(100), &mut r).unwrap();
+        assert_eq!((s.passes, s.skipped), (1, true));
+        assert_eq!(r.log, ["run 0"]);
+        let mut r = runner();
+        let s = drive(
+            &mut Fixed(PassRequest::UntilStop, Some(4)),
+            &view(100),
+            &mut r,
+        )
+        .unwrap();
+        assert_eq!((s.passes, s.stopped_by_tool, s.capped), (5, true, false));
+        let mut r = runner();
+        let s = drive(&mut Fixed(PassRequest::UntilStop, None), &view(7), &mut r).unwrap();
+        assert_eq!((s.passes, s.stopped_by_tool, s.capped), (7, false, true));
+        let mut r = runner();
+        let s = drive(&mut Fixed(PassRequest::Passes(50), None), &view(7), &mut r).unwrap();
+        assert_eq!((s.passes, s.capped), (7, true));
+    }
+
+    #[test]
+    fn a_pass_that_differs_makes_the_dispatch_nondeterministic() {
+        let mut r = runner();
+        r.differs_at = Some(2);
+        let s = drive(&mut Fixed(PassRequest::Passes(4), None), &view(100), &mut r).unwrap();
+        assert_eq!(s.deterministic, Some(false));
+    }
+
+    /// The example tool of `testdata/tools`, compiled with the system's C compiler against the
+    /// header, loaded and driven: it asks for passes until three consecutive durations agree
+    /// within 5 %.
+    #[test]
+    fn the_c_example_tool_decides_the_passes() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let src = root.join("../testdata/tools/example_tool.c");
+        let dir = std::env::temp_dir().join(format!("kreplay-tool-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join("libexample_tool.so");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let built = std::process::Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .arg("-I")
+            .arg(root.join("include"))
+            .status()
+            .unwrap_or_else(|e| panic!("{cc}: {e} (set CC to a C compiler)"));
+        assert!(built.success(), "the example tool does not compile");
+        // Only this test reads the variable; the tool reads it once, in its init.
+        std::env::set_var("KREPLAY_EXAMPLE_TOOL_KERNEL", "saxpy");
+        let mut tool = CTool::load(&lib).unwrap();
+        let mut r = runner();
+        r.durations = vec![900, 400, 120, 100, 101, 103, 100, 100];
+        let s = drive(&mut tool, &view(64), &mut r).unwrap();
+        // Passes 3, 4, 5 (100, 101, 103 ns) are the first three within 5 % of each other.
+        assert_eq!((s.passes, s.stopped_by_tool), (6, true));
+        // A kernel it is not interested in is skipped.
+        let mut other = view(64);
+        other.kernel = CString::new("_Z5otheri").unwrap();
+        let mut r = runner();
+        let s = drive(&mut tool, &other, &mut r).unwrap();
+        assert!(s.skipped);
+        // A library without the entry point is refused, saying so.
+        let e = CTool::load(Path::new("libc.so.6")).err().unwrap();
+        assert!(e.to_string().contains("kreplay_tool_init"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
