@@ -511,6 +511,7 @@ int main(int argc, char **argv) {
   // Arrays filled with their captured texels, then the objects over them (or over placed
   // linear memory); their handles go where the recorded process had its own.
   std::vector<MadeArray> arrays;
+  std::vector<const Region *> array_region;  // each array's texel region
   std::vector<std::vector<unsigned char>> texels;  // each array's bytes before the dispatch
   std::vector<std::vector<unsigned char>> texels_after;  // written arrays: the recorded output
   for (size_t i = 0; i < ARRAYS.size(); i++) {
@@ -518,6 +519,7 @@ int main(int argc, char **argv) {
     for (const Region &x : REGIONS)
       if (x.id == ARRAYS[i].region) r = &x;
     if (!r) die("an array has no texel region");
+    array_region.push_back(r);
     arrays.push_back(make_array(ARRAYS[i]));
     texels.push_back(read_file(r->pre_file));
     if (texels.back().size() != r->size) die("a texel file does not have its region's size");
@@ -608,11 +610,7 @@ int main(int argc, char **argv) {
   int reported = 0;
   bool matched = true, deterministic = true;
   std::vector<int> divergent;
-  auto written_array = [&](size_t i) {
-    for (const Region &x : REGIONS)
-      if (x.id == ARRAYS[i].region) return x.post_file != nullptr;
-    return false;
-  };
+  auto written_array = [&](size_t i) { return array_region[i]->post_file != nullptr; };
   auto restore = [&]() {
     for (size_t i = 0; i < placed.size(); i++)
       if (pristine[i])
@@ -672,13 +670,10 @@ int main(int argc, char **argv) {
       if (!written_array(i)) continue;
       std::vector<unsigned char> found(texels[i].size());
       copy_texels(arrays[i], (unsigned)i, found.data(), false);
-      const Region *r = nullptr;
-      for (const Region &x : REGIONS)
-        if (x.id == ARRAYS[i].region) r = &x;
       if (pass == 0) {
         if (REFERENCE && texels_after[i].size() == found.size())
-          matched &= !compare(*r, texels_after[i].data(), found.data(), found.size(), &differ,
-                              &reported);
+          matched &= !compare(*array_region[i], texels_after[i].data(), found.data(),
+                              found.size(), &differ, &reported);
         first_texels[i] = std::move(found);
       } else {
         same &= first_texels[i] == found;

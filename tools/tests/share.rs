@@ -100,6 +100,23 @@ fn drop_post_makes_a_smaller_capture_without_a_reference() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// `extract --repro` of a testdata capture into a scratch folder: (scratch, reproducer dir,
+/// repro.cpp).
+fn reproducer(name: &str) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let d = scratch(&format!("repro-{name}"));
+    let dir = d.join("r");
+    let (code, _, err) = kreplay(&[
+        "extract",
+        &capture(name),
+        "--repro",
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{name}: {err}");
+    assert!(err.contains("make -C"), "{err}");
+    let cpp = std::fs::read_to_string(dir.join("repro.cpp")).expect("repro.cpp");
+    (d, dir, cpp)
+}
+
 #[test]
 fn a_reproducer_holds_the_program_the_code_and_the_memory() {
     for name in [
@@ -112,17 +129,7 @@ fn a_reproducer_holds_the_program_the_code_and_the_memory() {
         "graph-node",
         "host-mapped",
     ] {
-        let d = scratch(&format!("repro-{name}"));
-        let dir = d.join("r");
-        let (code, _, err) = kreplay(&[
-            "extract",
-            &capture(name),
-            "--repro",
-            dir.to_str().expect("utf-8"),
-        ]);
-        assert_eq!(code, 0, "{name}: {err}");
-        assert!(err.contains("make -C"), "{err}");
-        let cpp = std::fs::read_to_string(dir.join("repro.cpp")).expect("repro.cpp");
+        let (d, dir, cpp) = reproducer(name);
         let v = info_json(&capture(name));
         let mangled = v["kernel"]["mangled"]
             .as_str()
@@ -163,16 +170,7 @@ fn a_reproducer_holds_the_program_the_code_and_the_memory() {
 #[test]
 fn a_reproducer_rebuilds_textures_surfaces_and_handle_tables() {
     for (name, objects, arrays) in [("surface", 2, 2), ("texture-table", 3, 3)] {
-        let d = scratch(&format!("repro-{name}"));
-        let dir = d.join("r");
-        let (code, _, err) = kreplay(&[
-            "extract",
-            &capture(name),
-            "--repro",
-            dir.to_str().expect("utf-8"),
-        ]);
-        assert_eq!(code, 0, "{name}: {err}");
-        let cpp = std::fs::read_to_string(dir.join("repro.cpp")).expect("repro.cpp");
+        let (d, _dir, cpp) = reproducer(name);
         let table = |what: &str| -> String {
             let start = cpp.find(&format!("{what} = {{")).expect(what);
             let end = cpp[start..].find("};").expect("end of table") + start;
