@@ -4,9 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p kreplay -p kreplay-record
 cargo build --release -p kreplay-player --example replay_bench
-cargo build --release -p kreplay-format --example craft_hostile
+cargo build --release -p kreplay-format --example craft_hostile --example stream_rates
 mkdir -p dist
-for f in kreplay libkreplay_record.so examples/replay_bench examples/craft_hostile; do
+for f in kreplay libkreplay_record.so examples/replay_bench examples/craft_hostile examples/stream_rates; do
   cp "target/release/$f" "dist/$(basename "$f")"
   strip --strip-debug "dist/$(basename "$f")"
 done

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod callbacks;
+pub mod chunks;
 pub mod context;
 pub mod cupti;
 pub mod device;
@@ -32,6 +33,8 @@ pub use context::{ctx_synchronize, ContextHandle, PrimaryContext};
 pub use device::{device_count, driver_version, ensure_driver, memory_info, Device, DeviceProps};
 pub use error::{CuResult, CudaError, DriverUnavailable};
 pub use launch::{launch, KernelArgs, LaunchConfig};
-pub use memory::{copy_dtod_async, copy_dtoh, copy_htod, DeviceBuffer, PinnedBuffer, UploadRing};
+pub use memory::{
+    copy_dtod_async, copy_dtoh, copy_htod, DeviceBuffer, DownloadRing, PinnedBuffer, UploadRing,
+};
 pub use module::{AsFunction, ForeignFunction, ForeignModule, Function, Module};
 pub use stream::{AsStream, Event, ForeignStream, Stream};

@@ -234,6 +234,93 @@ impl Drop for UploadRing {
     }
 }
 
+/// Device-to-host copies into a ring of page-locked buffers, at full bus speed, for callers
+/// that consume one buffer (compressing it, say) while the copy engine fills the others.
+/// A slot's bytes are read only after its copy completed (`wait`), and a slot is refilled
+/// only by the caller, after it is done with it.
+pub struct DownloadRing {
+    // Field order is drop order: `Drop` waits for the stream before the buffers go.
+    stream: Stream,
+    slots: Vec<(PinnedBuffer, Event)>,
+}
+
+impl DownloadRing {
+    /// `count` buffers of `bytes` each.
+    pub fn new(count: usize, bytes: usize) -> CuResult<DownloadRing> {
+        let mut slots = Vec::with_capacity(count.max(1));
+        for _ in 0..count.max(1) {
+            slots.push((PinnedBuffer::new(bytes.max(1))?, Event::new()?));
+        }
+        Ok(DownloadRing {
+            stream: Stream::new()?,
+            slots,
+        })
+    }
+
+    /// Bytes one copy can carry.
+    pub fn capacity(&self) -> usize {
+        self.slots.first().map_or(0, |s| s.0.len)
+    }
+
+    /// How many buffers the ring has.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Queues a copy of `len` bytes (at most `capacity()`) from device address `src` into
+    /// buffer `slot`. The caller must not start another copy into `slot` before it has waited
+    /// for this one.
+    pub fn start(&mut self, slot: usize, src: u64, len: usize) -> CuResult<()> {
+        let cap = self.capacity();
+        let Some((buf, done)) = self.slots.get_mut(slot) else {
+            return Err(crate::error::CudaError::refused(
+                "cuMemcpyDtoHAsync",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("no ring slot {slot}"),
+            ));
+        };
+        let len = len.min(cap);
+        if len > 0 {
+            // SAFETY: the destination is `len` bytes of page-locked memory owned by this ring;
+            // it is neither read (`wait` synchronises first) nor freed (Drop waits for the
+            // stream) before the copy completes; the device range is checked by the driver.
+            check(
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(
+                        buf.as_mut_slice().as_mut_ptr() as *mut c_void,
+                        src,
+                        len,
+                        self.stream.raw_stream(),
+                    )
+                },
+                "cuMemcpyDtoHAsync",
+            )?;
+        }
+        done.record(&self.stream)
+    }
+
+    /// Waits for the last copy into `slot`, then lends its first `len` bytes.
+    pub fn wait(&self, slot: usize, len: usize) -> CuResult<&[u8]> {
+        let Some((buf, done)) = self.slots.get(slot) else {
+            return Ok(&[]);
+        };
+        done.synchronize()?;
+        Ok(&buf.as_slice()[..len.min(buf.len)])
+    }
+
+    /// Waits for every copy queued so far.
+    pub fn quiesce(&self) -> CuResult<()> {
+        self.stream.synchronize()
+    }
+}
+
+impl Drop for DownloadRing {
+    fn drop(&mut self) {
+        // The buffers are freed after this: no copy may still write them.
+        let _ = self.stream.synchronize();
+    }
+}
+
 /// Copies device memory into a host slice (synchronous).
 pub fn copy_dtoh(dst: &mut [u8], src: u64) -> CuResult<()> {
     if dst.is_empty() {

@@ -48,6 +48,8 @@ pub struct CaptureWriter<W: Write + Seek> {
     index: Vec<IndexEntry>,
     regions: HashMap<u32, RegionShape>,
     opts: WriterOptions,
+    /// CRCs of zero chunks by length (`zeros` writes many of the same length).
+    zero_crcs: Vec<(u64, u32)>,
 }
 
 impl<W: Write + Seek> CaptureWriter<W> {
@@ -69,6 +71,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
             index: Vec::new(),
             regions: HashMap::new(),
             opts,
+            zero_crcs: Vec::new(),
         })
     }
 
@@ -194,6 +197,69 @@ impl<W: Write + Seek> CaptureWriter<W> {
         Ok(())
     }
 
+    /// The chunk size of `region_id`, once `[offset, offset + len)` is checked to lie inside
+    /// it and to start at a chunk boundary and end at one or at the region's end.
+    fn check_range(&self, region_id: u32, offset: u64, len: u64) -> Result<u64> {
+        let shape = self.regions.get(&region_id).ok_or(FormatError::Limit {
+            what: "region id",
+            message: format!("memory for undeclared region {region_id}"),
+        })?;
+        let (size, cs) = (shape.size, shape.chunk_size);
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= size)
+            .ok_or_else(|| FormatError::Limit {
+                what: "memory range",
+                message: format!(
+                    "{len} bytes at offset {offset} exceed region {region_id} of {size} bytes"
+                ),
+            })?;
+        if !offset.is_multiple_of(cs) || (!end.is_multiple_of(cs) && end != size) {
+            return Err(FormatError::Limit {
+                what: "memory range",
+                message: format!("[{offset}, {end}) is not aligned to chunk size {cs}"),
+            });
+        }
+        Ok(cs)
+    }
+
+    /// Writes `len` bytes of zeros at `offset` as zero chunks, without being handed the bytes:
+    /// for memory known to be zero (the recorder learns it on the GPU). The range rules are
+    /// `memory`'s.
+    pub fn zeros(
+        &mut self,
+        region_id: u32,
+        state: MemoryState,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let cs = self.check_range(region_id, offset, len)?;
+        let mut at = offset;
+        while at < offset + len {
+            let n = cs.min(offset + len - at);
+            let raw_crc = match self.zero_crcs.iter().find(|(l, _)| *l == n) {
+                Some(&(_, c)) => c,
+                None => {
+                    let c = crate::layout::crc(&vec![0u8; n as usize]);
+                    self.zero_crcs.push((n, c));
+                    c
+                }
+            };
+            let prefix = ChunkPrefix {
+                region_id,
+                state,
+                encoding: crate::layout::ChunkEncoding::Zero,
+                offset: at,
+                raw_len: n,
+                raw_crc,
+            }
+            .encode();
+            self.write_event(EventKind::MemoryChunk as u16, FLAG_CRITICAL, &[&prefix])?;
+            at += n;
+        }
+        Ok(())
+    }
+
     /// Writes `data`, the region's bytes starting at `offset` (a multiple of the region's chunk
     /// size), as chunks of `state`. `data` must end at a chunk boundary or at the region's end.
     /// Call repeatedly to stream a region larger than memory.
@@ -204,27 +270,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
         offset: u64,
         data: &[u8],
     ) -> Result<()> {
-        let shape = self.regions.get(&region_id).ok_or(FormatError::Limit {
-            what: "region id",
-            message: format!("memory for undeclared region {region_id}"),
-        })?;
-        let (size, cs) = (shape.size, shape.chunk_size);
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= size)
-            .ok_or_else(|| FormatError::Limit {
-                what: "memory range",
-                message: format!(
-                    "{} bytes at offset {offset} exceed region {region_id} of {size} bytes",
-                    data.len()
-                ),
-            })?;
-        if !offset.is_multiple_of(cs) || (!end.is_multiple_of(cs) && end != size) {
-            return Err(FormatError::Limit {
-                what: "memory range",
-                message: format!("[{offset}, {end}) is not aligned to chunk size {cs}"),
-            });
-        }
+        let cs = self.check_range(region_id, offset, data.len() as u64)?;
         let level = self.opts.level;
         // Batches bound the encoded bytes held at once; the next batch is encoded while the
         // previous one is written, so the file I/O hides behind compression.

@@ -1,5 +1,7 @@
 //! Property tests: whatever is written reads back identically.
 
+mod common;
+
 use std::io::Cursor;
 
 use kreplay_format::*;
@@ -158,4 +160,68 @@ proptest! {
         let _ = verify(&bytes);
         let _ = salvage(&bytes, Cursor::new(Vec::new()));
     }
+}
+
+/// `zeros` (the recorder's path for chunks the GPU found all zero) writes exactly what
+/// `memory` writes for the same zero bytes, and refuses the ranges `memory` refuses.
+#[test]
+fn zeros_writes_what_memory_writes_for_zero_bytes() {
+    let size = 5 * CS + 123;
+    let write = |as_zeros: bool| {
+        let mut w = common::writer_with_dispatch();
+        w.region(&Region {
+            region_id: 0,
+            address: 0x1000,
+            size,
+            kind: MemoryKind::Device,
+            role: RegionRole::Argument,
+            chunk_size: CS,
+        })
+        .expect("region");
+        if as_zeros {
+            w.zeros(0, MemoryState::Pre, 0, 2 * CS).expect("zeros");
+            w.memory(0, MemoryState::Pre, 2 * CS, &vec![7u8; CS as usize])
+                .expect("memory");
+            w.zeros(0, MemoryState::Pre, 3 * CS, size - 3 * CS)
+                .expect("zeros to the end");
+            w.zeros(0, MemoryState::Post, 0, CS).expect("post zeros");
+        } else {
+            let mut data = vec![0u8; size as usize];
+            data[2 * CS as usize..3 * CS as usize].fill(7);
+            w.memory(0, MemoryState::Pre, 0, &data).expect("memory");
+            w.memory(0, MemoryState::Post, 0, &vec![0u8; CS as usize])
+                .expect("post memory");
+        }
+        w.finish().expect("finish").into_inner()
+    };
+    let (a, b) = (write(true), write(false));
+    assert_eq!(a, b, "zero chunks differ from encoded zero bytes");
+    verify(&a).expect("verifies");
+
+    let mut w = common::writer_with_dispatch();
+    w.region(&Region {
+        region_id: 0,
+        address: 0x1000,
+        size,
+        kind: MemoryKind::Device,
+        role: RegionRole::Argument,
+        chunk_size: CS,
+    })
+    .expect("region");
+    assert!(
+        w.zeros(0, MemoryState::Pre, 1, CS).is_err(),
+        "unaligned start"
+    );
+    assert!(
+        w.zeros(0, MemoryState::Pre, 0, CS + 1).is_err(),
+        "unaligned end"
+    );
+    assert!(
+        w.zeros(0, MemoryState::Pre, 5 * CS, 124).is_err(),
+        "past the end"
+    );
+    assert!(
+        w.zeros(1, MemoryState::Pre, 0, CS).is_err(),
+        "undeclared region"
+    );
 }

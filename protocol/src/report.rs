@@ -37,6 +37,16 @@ pub struct CaptureSummary {
     pub stored_bytes: u64,
     pub stall_ms: f64,
     pub total_ms: f64,
+    /// Where the stall went, phase by phase, in order (they add up to `stall_ms`).
+    #[serde(default)]
+    pub stall_phases: Vec<StallPhase>,
+}
+
+/// One phase of a capture's stall of the application.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StallPhase {
+    pub phase: String,
+    pub ms: f64,
 }
 
 /// A process's report.

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use kreplay_cuda::cache::L2Flush;
+use kreplay_cuda::chunks::ChunkKernels;
 use kreplay_cuda::texture::ForeignArray;
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
@@ -19,6 +20,7 @@ use kreplay_format::{
 
 use crate::error::RecordError;
 use crate::launch::LaunchView;
+use crate::readback::{pack_changed, PackedRun};
 use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, Walk, WalkError};
 
 /// Regions larger than this are not scanned for pointers (pointer tables are small; scanning
@@ -42,9 +44,21 @@ pub struct Snapshot {
     pub device_addr: u64,
     pub pre: Bytes,
     /// Set after the launch for regions whose `pre` is on the device.
-    pub post: Option<DeviceBuffer>,
+    pub post: Option<PostScratch>,
+    /// Which chunks of `pre` hold a nonzero byte, when the GPU said (the others are written
+    /// as zero chunks without being copied home).
+    pub pre_nonzero: Option<Vec<bool>>,
     /// The CUDA array whose texels the region holds (read through the array, not an address).
     pub array: Option<(ForeignArray, ArrayImage)>,
+}
+
+/// The post-dispatch bytes of a region snapshotted in device scratch.
+pub struct PostScratch {
+    /// The scratch (none when nothing changed).
+    pub buf: Option<DeviceBuffer>,
+    /// The chunks that changed, found on the GPU, and where each run is in `buf`; `None` when
+    /// the GPU could not compare (`buf` then holds the whole region, compared on the host).
+    pub runs: Option<Vec<PackedRun>>,
 }
 
 /// Page-locked buffer the pointer scan reads regions into (full PCIe speed, allocated once).
@@ -122,6 +136,30 @@ fn settle(stream: &Stream) -> Result<TimingConditions, String> {
     })
 }
 
+/// The chunk kernels, one per context (loaded on the context's first capture), or why there
+/// are none.
+static CHUNK_KERNELS: Mutex<Vec<(usize, Result<ChunkKernels, String>)>> = Mutex::new(Vec::new());
+
+/// Runs `f` with the current context's chunk kernels, loading them on first use.
+fn with_chunk_kernels<T>(
+    f: impl FnOnce(&ChunkKernels) -> kreplay_cuda::CuResult<T>,
+) -> Result<T, String> {
+    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
+    let mut all = CHUNK_KERNELS.lock().unwrap_or_else(|e| e.into_inner());
+    let at = match all.iter().position(|(c, _)| *c == ctx) {
+        Some(i) => i,
+        None => {
+            let loaded = Device::current()
+                .and_then(|d| ChunkKernels::load(d.props().sm_count))
+                .map_err(|e| e.to_string());
+            all.push((ctx, loaded));
+            all.len() - 1
+        }
+    };
+    let kernels = all[at].1.as_ref().map_err(|e| e.clone())?;
+    f(kernels).map_err(|e| e.to_string())
+}
+
 /// The recorder's buffers that belong to a context about to be destroyed are freed while it
 /// still exists: its L2 sweep, and the pinned staging buffer (page-locked memory dies with the
 /// context that allocated it; the next capture makes a new one).
@@ -129,6 +167,9 @@ pub(crate) fn forget_context(context: usize) {
     let mut sweeps = SETTLE.lock().unwrap_or_else(|e| e.into_inner());
     sweeps.retain(|(c, _)| *c != context);
     drop(sweeps);
+    let mut kernels = CHUNK_KERNELS.lock().unwrap_or_else(|e| e.into_inner());
+    kernels.retain(|(c, _)| *c != context);
+    drop(kernels);
     *lock_staging() = None;
 }
 
@@ -165,6 +206,69 @@ pub fn changed_chunks(region_id: u32, cs: usize, pre: &[u8], post: &[u8]) -> Vec
         .filter(|(_, (a, b))| a != b)
         .map(|(i, (_, b))| (region_id, (i * cs) as u64, b.to_vec()))
         .collect()
+}
+
+/// The post-dispatch state of a region whose pre bytes are in device scratch: the GPU compares
+/// the scratch with the memory as the kernel left it, and only the chunks that changed are
+/// copied to (packed) post scratch, so the application waits for a read of both and a copy of
+/// the write set. Where the memory is not 16-byte aligned, the region is copied whole and the
+/// two scratch buffers are compared; where the kernels cannot run, the whole copy is compared
+/// on the host later. Also says which pre chunks are nonzero.
+fn post_on_device(
+    pre: &DeviceBuffer,
+    addr: u64,
+    region: &Region,
+    stream: &Stream,
+) -> Result<(PostScratch, Option<Vec<bool>>), RecordError> {
+    let (size, cs) = (region.size, region.chunk_size);
+    let no_scratch = |n: u64| RecordError::NoPostScratch(n);
+    if let Ok(flags) = with_chunk_kernels(|k| k.scan(pre.ptr(), Some(addr), size, cs, stream)) {
+        let (runs, total) = pack_changed(&flags.changed, cs, size);
+        let buf = if total > 0 {
+            if !scratch_allowed(total) {
+                return Err(no_scratch(total));
+            }
+            let buf = DeviceBuffer::new(total as usize).map_err(|_| no_scratch(total))?;
+            for r in &runs {
+                copy_dtod_async(buf.ptr() + r.at, addr + r.offset, r.len as usize, stream)
+                    .map_err(RecordError::cuda("copying the changed chunks"))?;
+            }
+            Some(buf)
+        } else {
+            None
+        };
+        let post = PostScratch {
+            buf,
+            runs: Some(runs),
+        };
+        return Ok((post, Some(flags.nonzero)));
+    }
+    let whole = device_copy(addr, size, stream).ok_or(no_scratch(size))?;
+    stream
+        .synchronize()
+        .map_err(RecordError::cuda("waiting for the post-dispatch copy"))?;
+    match with_chunk_kernels(|k| k.scan(pre.ptr(), Some(whole.ptr()), size, cs, stream)) {
+        Ok(flags) => {
+            // The runs stay where they are in the whole copy.
+            let (runs, _) = pack_changed(&flags.changed, cs, size);
+            let runs = runs
+                .into_iter()
+                .map(|r| PackedRun { at: r.offset, ..r })
+                .collect();
+            let post = PostScratch {
+                buf: Some(whole),
+                runs: Some(runs),
+            };
+            Ok((post, Some(flags.nonzero)))
+        }
+        Err(_) => Ok((
+            PostScratch {
+                buf: Some(whole),
+                runs: None,
+            },
+            None,
+        )),
+    }
 }
 
 /// A capture between launch ENTER and EXIT.
@@ -226,6 +330,31 @@ pub struct CaptureData {
     pub device: Option<DeviceInfo>,
     pub began: Instant,
     pub stall_ns: u64,
+    /// Where the stall went: (phase, nanoseconds), in order.
+    pub stall_phases: Vec<(&'static str, u64)>,
+}
+
+/// Times the phases of a stall, one lap each.
+struct Laps {
+    last: Instant,
+    phases: Vec<(&'static str, u64)>,
+}
+
+impl Laps {
+    fn new() -> Laps {
+        Laps {
+            last: Instant::now(),
+            phases: Vec::new(),
+        }
+    }
+
+    /// Ends the phase `name` now.
+    fn lap(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.phases
+            .push((name, now.duration_since(self.last).as_nanos() as u64));
+        self.last = now;
+    }
 }
 
 /// A region that changed: (region id, chunk offset, post bytes).
@@ -362,6 +491,7 @@ fn take_snapshots(
             device_addr: r.base,
             pre,
             post: None,
+            pre_nonzero: None,
             array: None,
         });
     }
@@ -409,9 +539,11 @@ fn heap_note(found: &Walk) -> Option<String> {
 /// Snapshots everything the dispatch reads. Call with the context synchronised.
 pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let began = Instant::now();
+    let mut laps = Laps::new();
     let view = input.view;
     let (args, layout) = (input.args, input.layout);
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
+    laps.lap("synchronise");
 
     // Module globals, resolved in the application's module (restored by name at replay).
     let globals = resolve_globals(&input.function, input.module_objects);
@@ -437,9 +569,11 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         },
     )?;
     drop(staging);
+    laps.lap("walk");
 
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let (mut snapshots, module_globals) = take_snapshots(&found, input.module.module_id, &stream)?;
+    laps.lap("scratch");
     // Tables of handles the walk found in the memory it read (confirmed by the driver).
     textures.add_tables(&found.handle_tables);
     for o in &textures.objects {
@@ -472,9 +606,11 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             device_addr: 0,
             pre: Bytes::Host(pre),
             post: None,
+            pre_nonzero: None,
             array: Some((*array, image.clone())),
         });
     }
+    laps.lap("arrays");
     let texture_description = crate::textures::describe(&textures, first_array);
     let device_heap = heap_note(&found);
     if let Some(n) = &device_heap {
@@ -486,6 +622,11 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         );
     }
 
+    // The copies first, on their own: their time is the snapshot's, not the settling's.
+    stream
+        .synchronize()
+        .map_err(RecordError::cuda("waiting for the snapshot copies"))?;
+    laps.lap("copies");
     let measuring = crate::quiet::measure();
     let timing = match settle(&stream) {
         Ok(settled) => settled,
@@ -494,10 +635,11 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             ..Default::default()
         },
     };
-    // The kernel must not start before the scratch copies (and sweeps) are done.
+    // The kernel must not start before the sweeps are done.
     stream
         .synchronize()
-        .map_err(RecordError::cuda("waiting for the snapshot copies"))?;
+        .map_err(RecordError::cuda("waiting for the settle sweeps"))?;
+    laps.lap("settle");
 
     // Last: the stream stays gated until the launch is queued (see GatedTimer).
     // SAFETY: inside the launch callback that decoded the view.
@@ -553,6 +695,10 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             launch_index: 0,
             device: None,
             stall_ns: began.elapsed().as_nanos() as u64,
+            stall_phases: {
+                laps.lap("arm");
+                laps.phases
+            },
             began,
         },
     })
@@ -562,12 +708,14 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
 /// copied to device scratch for the others).
 pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     let t = Instant::now();
+    let mut laps = Laps::new();
     p.timer
         .finish(&p.stream)
         .map_err(RecordError::cuda("stopping the timer"))?;
     let done = ctx_synchronize().map_err(RecordError::KernelFailed);
     p.measuring = None;
     done?;
+    laps.lap("kernel");
     p.data.dispatch.original_duration_ns = p.timer.elapsed_ns().ok();
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let mut post = Vec::new();
@@ -582,12 +730,10 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
                     &now,
                 ));
             }
-            Bytes::Device(_) => {
-                let copy = device_copy(s.device_addr, s.region.size, &stream);
-                match copy {
-                    Some(b) => s.post = Some(b),
-                    None => return Err(RecordError::NoPostScratch(s.region.size)),
-                }
+            Bytes::Device(pre) => {
+                let (post, nonzero) = post_on_device(pre, s.device_addr, &s.region, &stream)?;
+                s.post = Some(post);
+                s.pre_nonzero = nonzero;
             }
         }
     }
@@ -595,6 +741,8 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
         .synchronize()
         .map_err(RecordError::cuda("waiting for the post-dispatch copies"))?;
     p.data.post = post;
+    laps.lap("post");
+    p.data.stall_phases.extend(laps.phases);
     p.data.stall_ns += t.elapsed().as_nanos() as u64;
     Ok(())
 }

@@ -2,15 +2,24 @@
 //! application may destroy the context first (`cuCtxDestroy`, `cudaDeviceReset` or
 //! `cuDevicePrimaryCtxReset` right after its work): CUPTI announces the destruction before it
 //! happens, and that callback brings every snapshot of the context to the host before it
-//! returns. Otherwise the writer brings them home one region at a time (host memory stays at
-//! one region's pre and post bytes).
+//! returns. Otherwise the writer streams them to the file one region at a time, through a ring
+//! of page-locked buffers (`readback`): host memory stays at the ring and the writer's batch,
+//! whatever the regions' sizes.
 
+use std::io::{Seek, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kreplay_cuda::{copy_dtoh, DeviceBuffer};
+use kreplay_cuda::{copy_dtoh, DeviceBuffer, DownloadRing};
+use kreplay_format::{CaptureWriter, MemoryState};
 
-use crate::capture::{changed_chunks, Bytes, PostChunk, Snapshot};
+use crate::capture::{changed_chunks, Bytes, PostChunk, PostScratch, Snapshot};
 use crate::error::RecordError;
+use crate::readback;
+
+/// Bytes one staging buffer of the ring holds, and how many there are: two copies in flight
+/// while the writer compresses the third.
+const STAGING_BYTES: u64 = 64 << 20;
+const STAGING_SLOTS: usize = 3;
 
 /// One capture's snapshots, shared by its writer thread and the teardown callback.
 pub struct InFlight {
@@ -25,46 +34,70 @@ struct Home {
     post: Vec<PostChunk>,
 }
 
-/// A region's bytes on the host: its pre bytes and the post chunks that differ.
-pub struct RegionBytes {
-    pub region: kreplay_format::Region,
-    pub pre: Vec<u8>,
-    pub post: Vec<PostChunk>,
-}
-
 fn lock(m: &Mutex<Home>) -> MutexGuard<'_, Home> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Brings a device-scratch buffer to the host, between measurements (see `quiet`).
-fn fetch(buf: &DeviceBuffer) -> Result<Vec<u8>, RecordError> {
-    let mut v = vec![0u8; buf.len()];
-    crate::quiet::outside_measurement(|| copy_dtoh(&mut v, buf.ptr()))
-        .map_err(RecordError::ReadBack)?;
+/// Brings `len` bytes of device scratch at `addr` to the host, between measurements (see
+/// `quiet`). Only for the teardown path and the host-compare fallback.
+fn fetch(addr: u64, len: u64) -> Result<Vec<u8>, RecordError> {
+    let n = usize::try_from(len).map_err(|_| RecordError::RegionTooLarge(len))?;
+    let mut v = vec![0u8; n];
+    crate::quiet::outside_measurement(|| copy_dtoh(&mut v, addr)).map_err(RecordError::ReadBack)?;
     Ok(v)
 }
 
-/// Turns a device snapshot into a host one: pre bytes to the host, post compared and kept as
-/// the chunks that changed (appended to `post`); the scratch is freed. Host snapshots are left.
+fn free(buf: DeviceBuffer) {
+    crate::quiet::outside_measurement(|| drop(buf));
+}
+
+/// The post chunks of `post` as host chunks (the scratch is freed).
+fn post_home(
+    post: PostScratch,
+    pre: &[u8],
+    region: &kreplay_format::Region,
+    out: &mut Vec<PostChunk>,
+) -> Result<(), RecordError> {
+    let Some(buf) = post.buf else {
+        return Ok(());
+    };
+    let cs = region.chunk_size.max(1);
+    match post.runs {
+        None => {
+            let now = fetch(buf.ptr(), buf.len() as u64)?;
+            out.extend(changed_chunks(region.region_id, cs as usize, pre, &now));
+        }
+        Some(runs) => {
+            for r in runs {
+                let bytes = fetch(buf.ptr() + r.at, r.len)?;
+                for (k, c) in bytes.chunks(cs as usize).enumerate() {
+                    out.push((region.region_id, r.offset + k as u64 * cs, c.to_vec()));
+                }
+            }
+        }
+    }
+    free(buf);
+    Ok(())
+}
+
+/// Turns a device snapshot into a host one: pre bytes to the host, post kept as the chunks
+/// that changed (appended to `post`); the scratch is freed. Host snapshots are left.
 fn bring_home(s: &mut Snapshot, post: &mut Vec<PostChunk>) -> Result<(), RecordError> {
     let Bytes::Device(buf) = &s.pre else {
         return Ok(());
     };
-    let pre = fetch(buf)?;
-    if let Some(post_buf) = s.post.take() {
-        let now = fetch(&post_buf)?;
-        crate::quiet::outside_measurement(|| drop(post_buf));
-        post.extend(changed_chunks(
-            s.region.region_id,
-            s.region.chunk_size as usize,
-            &pre,
-            &now,
-        ));
+    let pre = fetch(buf.ptr(), buf.len() as u64)?;
+    if let Some(p) = s.post.take() {
+        post_home(p, &pre, &s.region, post)?;
     }
-    let scratch = std::mem::replace(&mut s.pre, Bytes::Host(pre));
-    crate::quiet::outside_measurement(|| drop(scratch));
+    if let Bytes::Device(scratch) = std::mem::replace(&mut s.pre, Bytes::Host(pre)) {
+        free(scratch);
+    }
     Ok(())
 }
+
+/// What a region put in the file: memory bytes (pre and post, uncompressed).
+pub type RawBytes = u64;
 
 impl InFlight {
     pub fn new(context: usize, snapshots: Vec<Snapshot>) -> Arc<InFlight> {
@@ -85,25 +118,32 @@ impl InFlight {
             .any(|s| matches!(s.pre, Bytes::Device(_)))
     }
 
-    /// The `i`th region's bytes, brought home now if they are still on the device; its pre
-    /// bytes leave the snapshot (host memory is freed as the writer goes).
-    /// `None` past the last region.
-    pub fn take(&self, i: usize) -> Option<Result<RegionBytes, RecordError>> {
+    /// The staging size the ring needs: the largest region in device scratch, up to
+    /// `STAGING_BYTES` (small captures pin little).
+    fn staging_bytes(&self) -> usize {
+        let largest = lock(&self.home)
+            .snapshots
+            .iter()
+            .filter(|s| matches!(s.pre, Bytes::Device(_)))
+            .map(|s| s.region.size.next_multiple_of(s.region.chunk_size.max(1)))
+            .max()
+            .unwrap_or(0);
+        largest.min(STAGING_BYTES) as usize
+    }
+
+    /// Declares the `i`th region in `w` and writes its memory: streamed from device scratch
+    /// when it is there, else from the host copy. Its bytes leave the snapshot (host and
+    /// device memory are freed as the writer goes). `None` past the last region.
+    pub fn write_region<W: Write + Seek>(
+        &self,
+        i: usize,
+        w: &mut CaptureWriter<W>,
+        ring: &mut Option<DownloadRing>,
+    ) -> Option<Result<RawBytes, RecordError>> {
+        let staging = self.staging_bytes();
         let mut h = lock(&self.home);
         let s = h.snapshots.get_mut(i)?;
-        let mut post = Vec::new();
-        if let Err(e) = bring_home(s, &mut post) {
-            return Some(Err(e));
-        }
-        let pre = match std::mem::replace(&mut s.pre, Bytes::Host(Vec::new())) {
-            Bytes::Host(v) => v,
-            Bytes::Device(_) => Vec::new(), // bring_home made it Host
-        };
-        Some(Ok(RegionBytes {
-            region: s.region.clone(),
-            pre,
-            post,
-        }))
+        Some(write_snapshot(s, w, ring, staging))
     }
 
     /// Post chunks the teardown callback brought home.
@@ -120,4 +160,101 @@ impl InFlight {
         }
         Ok(())
     }
+}
+
+fn write_snapshot<W: Write + Seek>(
+    s: &mut Snapshot,
+    w: &mut CaptureWriter<W>,
+    ring: &mut Option<DownloadRing>,
+    staging: usize,
+) -> Result<RawBytes, RecordError> {
+    let format = RecordError::Format;
+    let (id, size, cs) = (s.region.region_id, s.region.size, s.region.chunk_size);
+    w.region(&s.region).map_err(format)?;
+    // A whole copy the GPU could not compare is compared on the host (bounded by the region).
+    let unscanned = matches!(
+        &s.post,
+        Some(PostScratch {
+            buf: Some(_),
+            runs: None
+        })
+    );
+    if unscanned {
+        let mut post = Vec::new();
+        bring_home(s, &mut post)?;
+        let raw = write_host(s, w)?;
+        let mut extra = 0;
+        for (region, offset, bytes) in &post {
+            extra += bytes.len() as u64;
+            w.memory(*region, MemoryState::Post, *offset, bytes)
+                .map_err(format)?;
+        }
+        return Ok(raw + extra);
+    }
+    let Bytes::Device(pre) = &s.pre else {
+        return write_host(s, w);
+    };
+    if ring.is_none() {
+        *ring =
+            Some(DownloadRing::new(STAGING_SLOTS, staging.max(1)).map_err(RecordError::ReadBack)?);
+    }
+    let Some(r) = ring.as_mut() else {
+        return Err(RecordError::NoContext);
+    };
+    let cap = r.capacity() as u64;
+    let steps = readback::pre_steps(pre.ptr(), size, cs, s.pre_nonzero.as_deref(), cap);
+    let mut raw = size;
+    // `w` is used by both callbacks, one at a time.
+    let w = std::cell::RefCell::new(w);
+    readback::run(
+        r,
+        &steps,
+        |offset, bytes| {
+            w.borrow_mut()
+                .memory(id, MemoryState::Pre, offset, bytes)
+                .map_err(format)
+        },
+        |offset, len| {
+            w.borrow_mut()
+                .zeros(id, MemoryState::Pre, offset, len)
+                .map_err(format)
+        },
+    )?;
+    if let Some(post) = s.post.take() {
+        if let (Some(buf), Some(runs)) = (&post.buf, &post.runs) {
+            let steps = readback::post_steps(buf.ptr(), runs, cs, cap);
+            readback::run(
+                r,
+                &steps,
+                |offset, bytes| {
+                    raw += bytes.len() as u64;
+                    w.borrow_mut()
+                        .memory(id, MemoryState::Post, offset, bytes)
+                        .map_err(format)
+                },
+                |_, _| Ok(()),
+            )?;
+        }
+        if let Some(buf) = post.buf {
+            free(buf);
+        }
+    }
+    if let Bytes::Device(scratch) = std::mem::replace(&mut s.pre, Bytes::Host(Vec::new())) {
+        free(scratch);
+    }
+    Ok(raw)
+}
+
+/// Writes a host snapshot's pre bytes (their memory is freed after).
+fn write_host<W: Write + Seek>(
+    s: &mut Snapshot,
+    w: &mut CaptureWriter<W>,
+) -> Result<RawBytes, RecordError> {
+    let pre = match std::mem::replace(&mut s.pre, Bytes::Host(Vec::new())) {
+        Bytes::Host(v) => v,
+        Bytes::Device(_) => Vec::new(),
+    };
+    w.memory(s.region.region_id, MemoryState::Pre, 0, &pre)
+        .map_err(RecordError::Format)?;
+    Ok(s.region.size)
 }

@@ -25,6 +25,7 @@ pub mod launch;
 pub mod nvtx;
 pub mod ptx;
 pub mod quiet;
+pub mod readback;
 mod recorder;
 pub mod textures;
 pub mod walk;

@@ -59,26 +59,41 @@ pub fn measure() -> Measuring {
     Measuring(())
 }
 
+/// A piece of the writer's device work in progress (copies from device scratch in flight,
+/// say); measured windows wait until it is dropped.
+#[must_use]
+pub struct Reading(());
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        let mut s = state();
+        s.reading -= 1;
+        drop(s);
+        CHANGED.notify_all();
+    }
+}
+
+/// Starts a piece of the writer's device work: waits while a measured window is open or
+/// waiting, then holds new ones off until the `Reading` is dropped.
+pub fn reading() -> Reading {
+    let mut s = state();
+    while s.measuring > 0 || s.waiting > 0 {
+        s = wait(s);
+    }
+    s.reading += 1;
+    Reading(())
+}
+
+/// Whether a measured window is waiting for the writer's work in progress: a writer holding a
+/// `Reading` for long (a pipeline of copies) lets its copies land and drops it.
+pub fn window_waiting() -> bool {
+    state().waiting > 0
+}
+
 /// Runs one piece of the writer's device work (a read-back of device scratch, freeing it)
 /// outside any measured window.
 pub fn outside_measurement<T>(f: impl FnOnce() -> T) -> T {
-    {
-        let mut s = state();
-        while s.measuring > 0 || s.waiting > 0 {
-            s = wait(s);
-        }
-        s.reading += 1;
-    }
-    struct Done;
-    impl Drop for Done {
-        fn drop(&mut self) {
-            let mut s = state();
-            s.reading -= 1;
-            drop(s);
-            CHANGED.notify_all();
-        }
-    }
-    let _done = Done;
+    let _reading = reading();
     f()
 }
 

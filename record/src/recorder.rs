@@ -536,6 +536,14 @@ impl Recorder {
                                 summary.total_ms
                             );
                             }
+                            if std::env::var_os("KREPLAY_DEBUG_STALL").is_some() {
+                                let phases: Vec<String> = summary
+                                    .stall_phases
+                                    .iter()
+                                    .map(|p| format!("{} {:.1} ms", p.phase, p.ms))
+                                    .collect();
+                                crate::diag!("kreplay: stall of match {}: {}", summary.match_index, phases.join(", "));
+                            }
                             if let Some(dir) = &rec.config.report_dir {
                                 note_capture(dir, &summary);
                             }
@@ -633,19 +641,12 @@ fn write_capture(
             .map_err(e)?;
         }
         w.dispatch(&p.dispatch).map_err(e)?;
-        while let Some(taken) = flight.take(regions) {
-            let r = taken?;
+        let mut ring = None;
+        while let Some(written) = flight.write_region(regions, w, &mut ring) {
+            raw_bytes += written?;
             regions += 1;
-            w.region(&r.region).map_err(e)?;
-            raw_bytes += r.region.size;
-            w.memory(r.region.region_id, MemoryState::Pre, 0, &r.pre)
-                .map_err(e)?;
-            for (region, offset, bytes) in &r.post {
-                raw_bytes += bytes.len() as u64;
-                w.memory(*region, MemoryState::Post, *offset, bytes)
-                    .map_err(e)?;
-            }
         }
+        drop(ring);
         // Post chunks of host snapshots, and of those the teardown callback brought home.
         for (region, offset, bytes) in flight.take_early_post().iter().chain(&p.post) {
             raw_bytes += bytes.len() as u64;
@@ -699,6 +700,14 @@ fn write_capture(
         stored_bytes: stored,
         stall_ms: p.stall_ns as f64 / 1e6,
         total_ms: p.began.elapsed().as_secs_f64() * 1e3,
+        stall_phases: p
+            .stall_phases
+            .iter()
+            .map(|&(phase, ns)| kreplay_protocol::report::StallPhase {
+                phase: phase.into(),
+                ms: ns as f64 / 1e6,
+            })
+            .collect(),
     })
 }
 

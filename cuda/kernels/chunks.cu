@@ -1,0 +1,127 @@
+// Per-chunk facts about device memory, computed where the memory is (the recorder's write set
+// and zero detection, #13). Source of `chunks.ptx`, which is what ships (the driver compiles it
+// at load time, so kreplay needs no nvcc). Regenerate after an edit with
+//   scripts/gen-ptx.sh        (nvcc -ptx, then the PTX version lowered to 7.0 for old drivers)
+//
+// Every buffer is 16-byte aligned (device scratch, or an allocation's base); `bytes` need not
+// be a multiple of 16. A chunk is 1 << chunk_shift bytes; flags are one u32 per chunk, set to 1
+// (never cleared: the caller zeroes them first).
+
+typedef unsigned long long u64;
+
+// kreplay_chunk_scan: nonzero[c] = 1 when chunk c of `pre` holds a nonzero byte; when `post` is
+// not null, changed[c] = 1 when chunk c of `post` differs from `pre`. One store per warp that
+// finds something, not per thread.
+extern "C" __global__ void kreplay_chunk_scan(const uint4* pre, const uint4* post, u64 bytes,
+                                              unsigned chunk_shift, unsigned* nonzero,
+                                              unsigned* changed) {
+  const u64 vectors = bytes >> 4;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const unsigned lane = threadIdx.x & 31;
+  // The loop runs whole warps (the vote below needs every lane): the trip count is rounded up.
+  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 warp_first = first - lane;
+  for (u64 base = warp_first; base < vectors; base += stride) {
+    const u64 i = base + lane;
+    bool nz = false, diff = false;
+    if (i < vectors) {
+      const uint4 a = pre[i];
+      nz = (a.x | a.y | a.z | a.w) != 0;
+      if (post) {
+        const uint4 b = post[i];
+        diff = a.x != b.x || a.y != b.y || a.z != b.z || a.w != b.w;
+      }
+    }
+    // A warp's 32 vectors (512 bytes) can straddle two chunks only when chunks are smaller
+    // than 512 bytes, which the caller never asks for; the chunk is the warp's first lane's.
+    const unsigned c = (unsigned)((base << 4) >> chunk_shift);
+    const unsigned any_nz = __any_sync(0xffffffffu, nz);
+    const unsigned any_diff = __any_sync(0xffffffffu, diff);
+    if (lane == 0) {
+      if (any_nz) nonzero[c] = 1;
+      if (any_diff) changed[c] = 1;
+    }
+  }
+  // The last bytes past the final 16-byte vector.
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const unsigned char* p = (const unsigned char*)pre;
+    const unsigned char* q = (const unsigned char*)post;
+    for (u64 k = vectors << 4; k < bytes; ++k) {
+      const unsigned c = (unsigned)(k >> chunk_shift);
+      if (p[k]) nonzero[c] = 1;
+      if (q && q[k] != p[k]) changed[c] = 1;
+    }
+  }
+}
+
+__device__ __forceinline__ u64 mix64(u64 z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// kreplay_chunk_digest: a 128-bit digest per chunk (digest[2c], digest[2c+1], zeroed by the
+// caller), for memory that has no copy to compare with: the digest before the launch against
+// the digest after it says which chunks changed. Each 8-byte word contributes two mixes of
+// (word, position) to two sums, so any change to a chunk changes its digest except with
+// probability about 2^-128. Also sets nonzero[c] like the scan. A block sums a span of 64 KiB
+// (chunks are multiples of it) and adds it with one atomic per half.
+#define SPAN_BYTES 65536
+#define THREADS 256
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kreplay_chunk_digest(const uint4* p, u64 bytes, unsigned chunk_shift, u64* digest,
+                         unsigned* nonzero) {
+  __shared__ u64 sh1[THREADS / 32], sh2[THREADS / 32];
+  __shared__ unsigned shz[THREADS / 32];
+  const u64 spans = (bytes + SPAN_BYTES - 1) / SPAN_BYTES;
+  const u64 vectors = bytes >> 4;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (u64 s = blockIdx.x; s < spans; s += gridDim.x) {
+    u64 h1 = 0, h2 = 0;
+    unsigned nz = 0;
+    const u64 v0 = s * (SPAN_BYTES / 16);
+    for (u64 v = v0 + threadIdx.x; v < v0 + SPAN_BYTES / 16 && v < vectors; v += THREADS) {
+      const uint4 a = p[v];
+      const u64 w0 = ((u64)a.y << 32) | a.x, w1 = ((u64)a.w << 32) | a.z;
+      const u64 k = v << 1;
+      h1 += mix64(w0 ^ (k * 0x9e3779b97f4a7c15ull)) + mix64(w1 ^ ((k + 1) * 0x9e3779b97f4a7c15ull));
+      h2 += mix64(w0 + k * 0xd6e8feb86659fd93ull + 0x632be59bd9b4e019ull) +
+            mix64(w1 + (k + 1) * 0xd6e8feb86659fd93ull + 0x632be59bd9b4e019ull);
+      nz |= a.x | a.y | a.z | a.w;
+    }
+    // The bytes past the last vector belong to the last span.
+    if (s == spans - 1 && threadIdx.x == 0) {
+      const unsigned char* b = (const unsigned char*)p;
+      for (u64 k = vectors << 4; k < bytes; ++k) {
+        h1 += mix64((u64)b[k] ^ ((k | (1ull << 62)) * 0x9e3779b97f4a7c15ull));
+        h2 += mix64((u64)b[k] + (k | (1ull << 62)) * 0xd6e8feb86659fd93ull);
+        nz |= b[k];
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      h1 += __shfl_xor_sync(0xffffffffu, h1, o);
+      h2 += __shfl_xor_sync(0xffffffffu, h2, o);
+      nz |= __shfl_xor_sync(0xffffffffu, nz, o);
+    }
+    if (lane == 0) {
+      sh1[warp] = h1;
+      sh2[warp] = h2;
+      shz[warp] = nz;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      u64 t1 = 0, t2 = 0;
+      unsigned z = 0;
+      for (int w = 0; w < THREADS / 32; ++w) {
+        t1 += sh1[w];
+        t2 += sh2[w];
+        z |= shz[w];
+      }
+      const u64 c = (s * SPAN_BYTES) >> chunk_shift;
+      atomicAdd(&digest[2 * c], t1);
+      atomicAdd(&digest[2 * c + 1], t2);
+      if (z) nonzero[c] = 1;
+    }
+    __syncthreads();
+  }
+}

@@ -1,0 +1,217 @@
+//! Per-chunk facts about device memory, computed on the GPU where the memory is: which chunks
+//! hold a nonzero byte, which differ between two copies, and a 128-bit digest per chunk for
+//! memory that has no copy to compare with (#13). The kernels are CUDA C in
+//! `kernels/chunks.cu`, shipped as the PTX `scripts/gen-ptx.sh` makes of it (the driver
+//! compiles it at load time, like the L2 sweep).
+//!
+//! The recorder uses them to find a dispatch's write set without bringing gigabytes to the
+//! host, and to skip the device-to-host copy of chunks that are all zeros.
+
+use crate::error::{CuResult, CudaError};
+use crate::launch::{launch, KernelArgs, LaunchConfig};
+use crate::memory::{copy_dtoh, DeviceBuffer};
+use crate::module::{Function, Module};
+use crate::stream::{AsStream, Stream};
+use crate::sys;
+
+const CHUNKS_PTX: &str = include_str!("../kernels/chunks.ptx");
+/// Kernel names in the PTX (they show in profilers that list every kernel).
+pub const SCAN_KERNEL: &str = "kreplay_chunk_scan";
+pub const DIGEST_KERNEL: &str = "kreplay_chunk_digest";
+/// The digest kernel sums 64 KiB spans; a chunk must be a whole number of them.
+const DIGEST_SPAN: u64 = 64 << 10;
+/// Threads per block the digest kernel is built for (`__launch_bounds__`).
+const DIGEST_THREADS: u32 = 256;
+
+/// What the scan found, one entry per chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkFlags {
+    /// The chunk holds a nonzero byte (of `pre`).
+    pub nonzero: Vec<bool>,
+    /// The chunk differs between `pre` and `post` (all false without `post`).
+    pub changed: Vec<bool>,
+}
+
+/// A 128-bit digest per chunk, and which chunks hold a nonzero byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkDigests {
+    pub digests: Vec<[u64; 2]>,
+    pub nonzero: Vec<bool>,
+}
+
+/// Why a range cannot be scanned on the GPU (the caller then works on the host).
+fn unsuitable(why: String) -> CudaError {
+    CudaError::refused(
+        "kreplay_chunk_scan",
+        sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+        why,
+    )
+}
+
+/// The number of chunks of `chunk_size` in `bytes`, once the shapes are checked: chunk size a
+/// power of two of at least 64 KiB, addresses 16-byte aligned.
+pub fn chunk_count(addrs: &[u64], bytes: u64, chunk_size: u64) -> CuResult<usize> {
+    if !chunk_size.is_power_of_two() || chunk_size < DIGEST_SPAN {
+        return Err(unsuitable(format!(
+            "chunk size {chunk_size} is not a power of two of at least {DIGEST_SPAN}"
+        )));
+    }
+    if let Some(a) = addrs.iter().find(|&&a| a % 16 != 0) {
+        return Err(unsuitable(format!("address {a:#x} is not 16-byte aligned")));
+    }
+    usize::try_from(bytes.div_ceil(chunk_size))
+        .map_err(|_| unsuitable(format!("{bytes} bytes is too many chunks")))
+}
+
+/// The chunk kernels, loaded in one context.
+pub struct ChunkKernels {
+    scan: Function,
+    digest: Function,
+    grid: u32,
+    _module: Module,
+}
+
+// SAFETY: the module and functions are driver handles valid in the context they were loaded
+// in, from any thread that makes it current; nothing here has thread affinity.
+unsafe impl Send for ChunkKernels {}
+
+impl ChunkKernels {
+    /// Loads the kernels into the current context (a JIT compile: about a millisecond, so
+    /// callers keep one per context).
+    pub fn load(sm_count: u32) -> CuResult<ChunkKernels> {
+        let module = Module::load(CHUNKS_PTX.as_bytes())?;
+        Ok(ChunkKernels {
+            scan: module.function(SCAN_KERNEL)?,
+            digest: module.function(DIGEST_KERNEL)?,
+            grid: sm_count.max(1) * 8,
+            _module: module,
+        })
+    }
+
+    /// Which chunks of `bytes` at `pre` hold a nonzero byte and, with `post`, which differ
+    /// from `post`. Queued on `stream` and waited for.
+    pub fn scan(
+        &self,
+        pre: u64,
+        post: Option<u64>,
+        bytes: u64,
+        chunk_size: u64,
+        stream: &Stream,
+    ) -> CuResult<ChunkFlags> {
+        let chunks = chunk_count(&[pre, post.unwrap_or(0)], bytes, chunk_size)?;
+        let flags = DeviceBuffer::new(chunks * 8)?;
+        memset_async(flags.ptr(), flags.len(), stream)?;
+        let (nonzero, changed) = (flags.ptr(), flags.ptr() + chunks as u64 * 4);
+        let shift = chunk_size.trailing_zeros() as u64;
+        let cfg = LaunchConfig::new([self.grid, 1, 1], [256, 1, 1], 0);
+        // The 32-bit `chunk_shift` parameter reads the low half of its little-endian word.
+        let args = [pre, post.unwrap_or(0), bytes, shift, nonzero, changed];
+        launch(&self.scan, &cfg, &mut KernelArgs::words(&args), stream)?;
+        stream.synchronize()?;
+        let mut host = vec![0u8; chunks * 8];
+        copy_dtoh(&mut host, flags.ptr())?;
+        let word = |i: usize| host[i * 4..i * 4 + 4] != [0, 0, 0, 0];
+        Ok(ChunkFlags {
+            nonzero: (0..chunks).map(word).collect(),
+            changed: (chunks..2 * chunks).map(word).collect(),
+        })
+    }
+
+    /// A 128-bit digest of each chunk of `bytes` at `addr`, and which chunks are nonzero.
+    /// Queued on `stream` and waited for.
+    pub fn digest(
+        &self,
+        addr: u64,
+        bytes: u64,
+        chunk_size: u64,
+        stream: &Stream,
+    ) -> CuResult<ChunkDigests> {
+        let chunks = chunk_count(&[addr], bytes, chunk_size)?;
+        let out = DeviceBuffer::new(chunks * 20)?;
+        memset_async(out.ptr(), out.len(), stream)?;
+        let (digests, nonzero) = (out.ptr(), out.ptr() + chunks as u64 * 16);
+        let shift = chunk_size.trailing_zeros() as u64;
+        let cfg = LaunchConfig::new([self.grid, 1, 1], [DIGEST_THREADS, 1, 1], 0);
+        let args = [addr, bytes, shift, digests, nonzero];
+        launch(&self.digest, &cfg, &mut KernelArgs::words(&args), stream)?;
+        stream.synchronize()?;
+        let mut host = vec![0u8; chunks * 20];
+        copy_dtoh(&mut host, out.ptr())?;
+        let u64_at = |o: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&host[o..o + 8]);
+            u64::from_le_bytes(w)
+        };
+        let base = chunks * 16;
+        Ok(ChunkDigests {
+            digests: (0..chunks)
+                .map(|i| [u64_at(i * 16), u64_at(i * 16 + 8)])
+                .collect(),
+            nonzero: (0..chunks)
+                .map(|i| host[base + i * 4..base + i * 4 + 4] != [0, 0, 0, 0])
+                .collect(),
+        })
+    }
+}
+
+fn memset_async(dst: u64, len: usize, stream: &impl AsStream) -> CuResult<()> {
+    // SAFETY: a device range of our own allocation, on a live stream.
+    crate::error::check(
+        unsafe { sys::cuMemsetD8Async(dst, 0, len, stream.raw_stream()) },
+        "cuMemsetD8Async",
+    )
+}
+
+/// Runs of consecutive chunks whose flag is `want`, as (first chunk, chunk count), each at
+/// most `max_chunks` long: the pieces one copy moves.
+pub fn runs(flags: &[bool], want: bool, max_chunks: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < flags.len() {
+        if flags[i] != want {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < flags.len() && flags[i] == want && i - start < max_chunks.max(1) {
+            i += 1;
+        }
+        out.push((start, i - start));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kreplay_format::ptx::entry_names;
+
+    #[test]
+    fn the_ptx_defines_both_kernels_and_loads_on_old_drivers() {
+        let mut names = entry_names(CHUNKS_PTX.as_bytes());
+        names.sort();
+        assert_eq!(names, vec![DIGEST_KERNEL, SCAN_KERNEL]);
+        assert!(CHUNKS_PTX.contains(".version 7.0"));
+    }
+
+    #[test]
+    fn shapes_the_kernels_cannot_take_are_refused() {
+        assert_eq!(chunk_count(&[0, 256], 10 << 20, 4 << 20).ok(), Some(3));
+        assert_eq!(chunk_count(&[0], 0, 4 << 20).ok(), Some(0));
+        assert!(chunk_count(&[8], 1 << 20, 4 << 20).is_err());
+        assert!(chunk_count(&[0], 1 << 20, 3 << 20).is_err());
+        assert!(chunk_count(&[0], 1 << 20, 4096).is_err());
+    }
+
+    #[test]
+    fn runs_split_at_flag_changes_and_at_the_cap() {
+        let f = [true, true, false, true, true, true, true, true, false];
+        assert_eq!(runs(&f, true, 3), vec![(0, 2), (3, 3), (6, 2)]);
+        assert_eq!(runs(&f, false, 3), vec![(2, 1), (8, 1)]);
+        assert_eq!(runs(&[], true, 3), vec![]);
+        // Every chunk lands in exactly one run of its own flag.
+        let all: usize = runs(&f, true, 2).iter().map(|r| r.1).sum::<usize>()
+            + runs(&f, false, 2).iter().map(|r| r.1).sum::<usize>();
+        assert_eq!(all, f.len());
+    }
+}

@@ -1,0 +1,262 @@
+//! Bringing snapshots home from device scratch, bounded: a region is read in pieces of at most
+//! the staging size through a ring of page-locked buffers, the copy engine filling the next
+//! buffers while the writer compresses the last one, and chunks the GPU found all zero are
+//! written as zero chunks without crossing the bus (#13). Host memory stays at the ring and the
+//! writer's batch whatever the region's size.
+//!
+//! The plans (which copies, in which order) are pure functions tested on the CPU; `run` only
+//! drives the ring.
+
+use kreplay_cuda::DownloadRing;
+
+use crate::error::RecordError;
+use crate::quiet;
+
+/// One step of writing a region's memory, in region order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Copy `len` bytes from device address `src`; they are the region's bytes at `offset`.
+    Copy { src: u64, offset: u64, len: u64 },
+    /// The region's bytes at `offset` are `len` zeros (nothing to copy).
+    Zeros { offset: u64, len: u64 },
+}
+
+/// The steps that write a region of `size` bytes held at device address `base`, in chunks of
+/// `chunk`: runs of chunks marked nonzero are copied in pieces of at most `max` bytes (a
+/// multiple of `chunk`); runs of zero chunks are written as zeros. Without flags every chunk
+/// is copied.
+pub fn pre_steps(
+    base: u64,
+    size: u64,
+    chunk: u64,
+    nonzero: Option<&[bool]>,
+    max: u64,
+) -> Vec<Step> {
+    let chunk = chunk.max(1);
+    let max = (max / chunk).max(1) * chunk;
+    let chunks = size.div_ceil(chunk) as usize;
+    let flag = |i: usize| nonzero.is_none_or(|f| f.get(i).copied().unwrap_or(true));
+    let mut steps = Vec::new();
+    let mut i = 0;
+    while i < chunks {
+        let want = flag(i);
+        let start = i;
+        while i < chunks && flag(i) == want {
+            i += 1;
+        }
+        let (from, to) = (start as u64 * chunk, (i as u64 * chunk).min(size));
+        if want {
+            let mut at = from;
+            while at < to {
+                let len = max.min(to - at);
+                steps.push(Step::Copy {
+                    src: base + at,
+                    offset: at,
+                    len,
+                });
+                at += len;
+            }
+        } else {
+            steps.push(Step::Zeros {
+                offset: from,
+                len: to - from,
+            });
+        }
+    }
+    steps
+}
+
+/// A run of changed chunks packed into post scratch: the region's bytes at `offset`, `len`
+/// long, are at `at` in the scratch buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedRun {
+    pub offset: u64,
+    pub len: u64,
+    pub at: u64,
+}
+
+/// Packs the runs of changed chunks of a region of `size` bytes end to end: where each lands
+/// in a scratch buffer of the returned total length.
+pub fn pack_changed(changed: &[bool], chunk: u64, size: u64) -> (Vec<PackedRun>, u64) {
+    let mut runs = Vec::new();
+    let mut at = 0;
+    for (first, count) in kreplay_cuda::chunks::runs(changed, true, usize::MAX) {
+        let offset = first as u64 * chunk;
+        let len = (count as u64 * chunk).min(size.saturating_sub(offset));
+        if len > 0 {
+            runs.push(PackedRun { offset, len, at });
+            at += len;
+        }
+    }
+    (runs, at)
+}
+
+/// The copies that bring packed post runs home from the scratch at `base`, in pieces of at
+/// most `max` bytes (a multiple of `chunk`).
+pub fn post_steps(base: u64, runs: &[PackedRun], chunk: u64, max: u64) -> Vec<Step> {
+    let max = (max / chunk.max(1)).max(1) * chunk.max(1);
+    let mut steps = Vec::new();
+    for r in runs {
+        let mut done = 0;
+        while done < r.len {
+            let len = max.min(r.len - done);
+            steps.push(Step::Copy {
+                src: base + r.at + done,
+                offset: r.offset + done,
+                len,
+            });
+            done += len;
+        }
+    }
+    steps
+}
+
+/// Runs `steps` in order through `ring`: copies are started up to the ring's size ahead, and
+/// each one's bytes are handed to `data(offset, bytes)` once landed; zero runs go to
+/// `zeros(offset, len)`. Copies run outside measured windows (see `quiet`): when a capture's
+/// window is waiting, the copies in flight are let land and the next ones wait for it.
+pub fn run(
+    ring: &mut DownloadRing,
+    steps: &[Step],
+    mut data: impl FnMut(u64, &[u8]) -> Result<(), RecordError>,
+    mut zeros: impl FnMut(u64, u64) -> Result<(), RecordError>,
+) -> Result<(), RecordError> {
+    let copies: Vec<(u64, u64, usize)> = steps
+        .iter()
+        .filter_map(|s| match *s {
+            Step::Copy { src, offset, len } => Some((src, offset, len as usize)),
+            Step::Zeros { .. } => None,
+        })
+        .collect();
+    let slots = ring.slots();
+    let (mut started, mut consumed) = (0usize, 0usize);
+    let mut guard: Option<quiet::Reading> = None;
+    let read_back = RecordError::ReadBack;
+    for step in steps {
+        let (offset, len) = match *step {
+            Step::Zeros { offset, len } => {
+                zeros(offset, len)?;
+                continue;
+            }
+            Step::Copy { offset, len, .. } => (offset, len as usize),
+        };
+        while started < copies.len() && started - consumed < slots {
+            match &guard {
+                None => guard = Some(quiet::reading()),
+                Some(_) if quiet::window_waiting() => break,
+                Some(_) => {}
+            }
+            let (src, _, n) = copies[started];
+            ring.start(started % slots, src, n).map_err(read_back)?;
+            started += 1;
+        }
+        if guard.is_some() && quiet::window_waiting() {
+            ring.quiesce().map_err(read_back)?;
+            guard = None;
+        }
+        let bytes = ring.wait(consumed % slots, len).map_err(read_back)?;
+        consumed += 1;
+        if consumed == started {
+            guard = None;
+        }
+        data(offset, bytes)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: u64 = 4;
+
+    #[test]
+    fn zero_runs_are_not_copied_and_copies_are_capped() {
+        let flags = [true, true, true, false, false, true, false];
+        let steps = pre_steps(1000, 27, C, Some(&flags), 8);
+        assert_eq!(
+            steps,
+            vec![
+                Step::Copy {
+                    src: 1000,
+                    offset: 0,
+                    len: 8
+                },
+                Step::Copy {
+                    src: 1008,
+                    offset: 8,
+                    len: 4
+                },
+                Step::Zeros { offset: 12, len: 8 },
+                Step::Copy {
+                    src: 1020,
+                    offset: 20,
+                    len: 4
+                },
+                // The last chunk is short (27 bytes).
+                Step::Zeros { offset: 24, len: 3 },
+            ]
+        );
+    }
+
+    #[test]
+    fn without_flags_everything_is_copied_and_every_byte_is_covered_once() {
+        for size in [0u64, 1, 4, 5, 31, 64] {
+            let steps = pre_steps(0, size, C, None, 12);
+            let mut next = 0;
+            for s in &steps {
+                let Step::Copy { offset, len, .. } = *s else {
+                    panic!("zeros without flags")
+                };
+                assert_eq!(offset, next);
+                assert!(len <= 12 && len > 0);
+                next += len;
+            }
+            assert_eq!(next, size);
+        }
+    }
+
+    #[test]
+    fn changed_runs_pack_end_to_end_and_come_home_to_their_offsets() {
+        let changed = [false, true, true, false, true];
+        let (runs, total) = pack_changed(&changed, C, 18);
+        assert_eq!(
+            runs,
+            vec![
+                PackedRun {
+                    offset: 4,
+                    len: 8,
+                    at: 0
+                },
+                PackedRun {
+                    offset: 16,
+                    len: 2,
+                    at: 8
+                },
+            ]
+        );
+        assert_eq!(total, 10);
+        let steps = post_steps(500, &runs, C, 4);
+        assert_eq!(
+            steps,
+            vec![
+                Step::Copy {
+                    src: 500,
+                    offset: 4,
+                    len: 4
+                },
+                Step::Copy {
+                    src: 504,
+                    offset: 8,
+                    len: 4
+                },
+                Step::Copy {
+                    src: 508,
+                    offset: 16,
+                    len: 2
+                },
+            ]
+        );
+        assert_eq!(pack_changed(&[false; 3], C, 12), (vec![], 0));
+    }
+}
