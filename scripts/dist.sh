@@ -6,6 +6,10 @@ cargo build --release -p kreplay -p kreplay-record
 cargo build --release -p kreplay-player --example replay_bench
 cargo build --release -p kreplay-format --example craft_hostile --example stream_rates
 mkdir -p dist
+# The GPU test of the chunk kernels (a cargo test binary; it skips where there is no GPU).
+t=$(cargo test --release -p kreplay-cuda --test chunks_gpu --no-run --message-format=json 2> /dev/null \
+  | python3 -c 'import json, sys; print([j["executable"] for j in map(json.loads, sys.stdin) if j.get("executable")][-1])')
+cp "$t" dist/chunks_gpu && strip --strip-debug dist/chunks_gpu
 for f in kreplay libkreplay_record.so examples/replay_bench examples/craft_hostile examples/stream_rates; do
   cp "target/release/$f" "dist/$(basename "$f")"
   strip --strip-debug "dist/$(basename "$f")"

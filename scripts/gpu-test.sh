@@ -144,6 +144,11 @@ run_case cupy              'cupy_scale_add' 1 "" -- python3 "$APPS/cupy_app.py"
 run_case jax               'fusion|tanh'   1 "" -- python3 "$APPS/jax_app.py"
 run_case cuda-async        '^saxpy'        1 "" -- "$K" async
 run_case torch-vmm         'sigmoid'       1 "" -- env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$APPS/torch_app.py"
+# No device scratch (as when the dispatch reaches more memory than the GPU has free): regions
+# go to the file during the stall, the write set found by GPU digests (#13).
+run_case spill-saxpy       '^saxpy'        2 "" -- env KREPLAY_DEBUG_SNAPSHOT=host "$K" saxpy 3
+run_case spill-pointers    'gather_sum'    1 "" -- env KREPLAY_DEBUG_SNAPSHOT=host "$K" pointers
+run_case spill-torch-gemm  'gemm|xmma|cutlass' 1 "" -- env KREPLAY_DEBUG_SNAPSHOT=host python3 "$APPS/torch_app.py"
 # The app runs under its own profiler (Kineto, a CUPTI user): recording wins the one CUPTI
 # slot, the app's output is unchanged (its profiler reports missing CUDA activities).
 run_case torch-profiler    'sigmoid'       1 "" -- python3 "$APPS/torch_profiler_app.py"
@@ -723,6 +728,25 @@ share_case share-redact-gemm torch-gemm --redact
 share_case share-redact-elementwise torch-elementwise --redact
 share_case share-redact-saxpy cuda-saxpy --redact
 share_case share-drop-post cuda-saxpy --drop-post
+
+# The chunk kernels (write set, zero chunks, digests) against the host, on this GPU: the
+# kreplay-cuda test binary scripts/dist.sh builds.
+if [[ "chunk-kernels" =~ $ONLY ]]; then
+  echo "== chunk-kernels"
+  if [ -x "$BIN/chunks_gpu" ]; then
+    "$BIN/chunks_gpu" --nocapture > "$WORK/chunks.log" 2>&1; crc=$?
+  else
+    crc=99; echo "no chunks_gpu in $BIN (scripts/dist.sh builds it)" > "$WORK/chunks.log"
+  fi
+  python3 - "$crc" "$WORK/chunks.log" >> "$RESULTS" <<'PY'
+import json, sys
+rc, log = sys.argv[1:]
+text = open(log).read()
+ok = rc == "0" and "1 passed" in text and "skipped" not in text
+print(json.dumps({"case": "chunk-kernels", "kernel": "kreplay_chunk_scan/digest vs host", "ok": ok, "known": "",
+    "matched": ok, "why": "" if ok else text[-1500:]}))
+PY
+fi
 
 # The Python package on the GPU: the abi3 wheel from dist/python installed into a folder of
 # its own, its CPU tests and its GPU tests (record with the pytest fixture, play in-process,

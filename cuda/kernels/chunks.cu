@@ -9,47 +9,46 @@
 
 typedef unsigned long long u64;
 
+#define SPAN_BYTES 65536
+#define THREADS 256
+
 // kreplay_chunk_scan: nonzero[c] = 1 when chunk c of `pre` holds a nonzero byte; when `post` is
-// not null, changed[c] = 1 when chunk c of `post` differs from `pre`. One store per warp that
-// finds something, not per thread.
-extern "C" __global__ void kreplay_chunk_scan(const uint4* pre, const uint4* post, u64 bytes,
-                                              unsigned chunk_shift, unsigned* nonzero,
-                                              unsigned* changed) {
+// not null, changed[c] = 1 when chunk c of `post` differs from `pre`. A block ORs the flags of
+// a 64 KiB span (chunks are multiples of it) and stores once per span: a store per warp would
+// put tens of millions of stores on the same few flag words for a large region.
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kreplay_chunk_scan(const uint4* pre, const uint4* post, u64 bytes, unsigned chunk_shift,
+                       unsigned* nonzero, unsigned* changed) {
+  const u64 spans = (bytes + SPAN_BYTES - 1) / SPAN_BYTES;
   const u64 vectors = bytes >> 4;
-  const u64 stride = (u64)gridDim.x * blockDim.x;
-  const unsigned lane = threadIdx.x & 31;
-  // The loop runs whole warps (the vote below needs every lane): the trip count is rounded up.
-  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  const u64 warp_first = first - lane;
-  for (u64 base = warp_first; base < vectors; base += stride) {
-    const u64 i = base + lane;
-    bool nz = false, diff = false;
-    if (i < vectors) {
-      const uint4 a = pre[i];
-      nz = (a.x | a.y | a.z | a.w) != 0;
+  for (u64 s = blockIdx.x; s < spans; s += gridDim.x) {
+    int nz = 0, diff = 0;
+    const u64 v0 = s * (SPAN_BYTES / 16);
+    const u64 v1 = v0 + SPAN_BYTES / 16 < vectors ? v0 + SPAN_BYTES / 16 : vectors;
+#pragma unroll 4
+    for (u64 v = v0 + threadIdx.x; v < v1; v += THREADS) {
+      const uint4 a = pre[v];
+      nz |= (a.x | a.y | a.z | a.w) != 0;
       if (post) {
-        const uint4 b = post[i];
-        diff = a.x != b.x || a.y != b.y || a.z != b.z || a.w != b.w;
+        const uint4 b = post[v];
+        diff |= (a.x != b.x) | (a.y != b.y) | (a.z != b.z) | (a.w != b.w);
       }
     }
-    // A warp's 32 vectors (512 bytes) can straddle two chunks only when chunks are smaller
-    // than 512 bytes, which the caller never asks for; the chunk is the warp's first lane's.
-    const unsigned c = (unsigned)((base << 4) >> chunk_shift);
-    const unsigned any_nz = __any_sync(0xffffffffu, nz);
-    const unsigned any_diff = __any_sync(0xffffffffu, diff);
-    if (lane == 0) {
-      if (any_nz) nonzero[c] = 1;
-      if (any_diff) changed[c] = 1;
+    // The bytes past the last vector belong to the last span.
+    if (s == spans - 1 && threadIdx.x == 0) {
+      const unsigned char* p = (const unsigned char*)pre;
+      const unsigned char* q = (const unsigned char*)post;
+      for (u64 k = vectors << 4; k < bytes; ++k) {
+        nz |= p[k] != 0;
+        if (q) diff |= q[k] != p[k];
+      }
     }
-  }
-  // The last bytes past the final 16-byte vector.
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    const unsigned char* p = (const unsigned char*)pre;
-    const unsigned char* q = (const unsigned char*)post;
-    for (u64 k = vectors << 4; k < bytes; ++k) {
-      const unsigned c = (unsigned)(k >> chunk_shift);
-      if (p[k]) nonzero[c] = 1;
-      if (q && q[k] != p[k]) changed[c] = 1;
+    nz = __syncthreads_or(nz);
+    diff = __syncthreads_or(diff);
+    if (threadIdx.x == 0) {
+      const u64 c = (s * SPAN_BYTES) >> chunk_shift;
+      if (nz) nonzero[c] = 1;
+      if (diff) changed[c] = 1;
     }
   }
 }
@@ -65,9 +64,7 @@ __device__ __forceinline__ u64 mix64(u64 z) {
 // the digest after it says which chunks changed. Each 8-byte word contributes two mixes of
 // (word, position) to two sums, so any change to a chunk changes its digest except with
 // probability about 2^-128. Also sets nonzero[c] like the scan. A block sums a span of 64 KiB
-// (chunks are multiples of it) and adds it with one atomic per half.
-#define SPAN_BYTES 65536
-#define THREADS 256
+// and adds it with one atomic per half.
 extern "C" __global__ void __launch_bounds__(THREADS)
     kreplay_chunk_digest(const uint4* p, u64 bytes, unsigned chunk_shift, u64* digest,
                          unsigned* nonzero) {

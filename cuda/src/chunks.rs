@@ -20,7 +20,7 @@ pub const SCAN_KERNEL: &str = "kreplay_chunk_scan";
 pub const DIGEST_KERNEL: &str = "kreplay_chunk_digest";
 /// The digest kernel sums 64 KiB spans; a chunk must be a whole number of them.
 const DIGEST_SPAN: u64 = 64 << 10;
-/// Threads per block the digest kernel is built for (`__launch_bounds__`).
+/// Threads per block both kernels are built for (`__launch_bounds__`).
 const DIGEST_THREADS: u32 = 256;
 
 /// What the scan found, one entry per chunk.
@@ -103,7 +103,7 @@ impl ChunkKernels {
         memset_async(flags.ptr(), flags.len(), stream)?;
         let (nonzero, changed) = (flags.ptr(), flags.ptr() + chunks as u64 * 4);
         let shift = chunk_size.trailing_zeros() as u64;
-        let cfg = LaunchConfig::new([self.grid, 1, 1], [256, 1, 1], 0);
+        let cfg = LaunchConfig::new([self.grid, 1, 1], [DIGEST_THREADS, 1, 1], 0);
         // The 32-bit `chunk_shift` parameter reads the low half of its little-endian word.
         let args = [pre, post.unwrap_or(0), bytes, shift, nonzero, changed];
         launch(&self.scan, &cfg, &mut KernelArgs::words(&args), stream)?;

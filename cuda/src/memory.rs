@@ -244,6 +244,11 @@ pub struct DownloadRing {
     slots: Vec<(PinnedBuffer, Event)>,
 }
 
+// SAFETY: the stream and events are driver handles usable from any thread that makes their
+// context current, and the buffers are plain page-locked memory owned by the ring; a ring
+// moves between threads (a capture's callback and its writer) but is used by one at a time.
+unsafe impl Send for DownloadRing {}
+
 impl DownloadRing {
     /// `count` buffers of `bytes` each.
     pub fn new(count: usize, bytes: usize) -> CuResult<DownloadRing> {

@@ -2,7 +2,7 @@
 //! name only once complete.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, ErrorKind};
+use std::io::{BufWriter, ErrorKind, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -278,9 +278,73 @@ fn write_verified<R>(
     Ok(report)
 }
 
+/// The capture file as its writer sees it: every `WRITEBACK_EVERY` bytes written, the kernel
+/// is asked to start writing them to the disk (`sync_file_range`, not waiting). Otherwise the
+/// page cache holds gigabytes of a large capture until the final sync, which then writes them
+/// all while nothing else happens; started early, the disk works while the next chunks
+/// compress.
+pub struct WritebackFile {
+    file: File,
+    /// Bytes written from `kicked` on that the kernel was not yet asked to write.
+    pending: u64,
+    kicked: u64,
+}
+
+const WRITEBACK_EVERY: u64 = 64 << 20;
+
+impl WritebackFile {
+    fn new(file: File) -> WritebackFile {
+        WritebackFile {
+            file,
+            pending: 0,
+            kicked: 0,
+        }
+    }
+
+    fn into_inner(self) -> File {
+        self.file
+    }
+}
+
+impl Write for WritebackFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.pending += n as u64;
+        if self.pending >= WRITEBACK_EVERY {
+            #[cfg(target_os = "linux")]
+            {
+                use std::os::fd::AsRawFd;
+                // SAFETY: a plain system call on our own open descriptor; it only starts the
+                // write-out of pages already written (a failure leaves that to the final sync).
+                unsafe {
+                    libc::sync_file_range(
+                        self.file.as_raw_fd(),
+                        self.kicked as libc::off64_t,
+                        self.pending as libc::off64_t,
+                        libc::SYNC_FILE_RANGE_WRITE,
+                    );
+                }
+            }
+            self.kicked += self.pending;
+            self.pending = 0;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Seek for WritebackFile {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        self.file.seek(pos)
+    }
+}
+
 /// A capture being written to `NAME.partial`, renamed to `NAME` by `finish`.
 pub struct PendingFile {
-    pub writer: CaptureWriter<BufWriter<File>>,
+    pub writer: CaptureWriter<BufWriter<WritebackFile>>,
     out: AtomicOutput,
 }
 
@@ -296,7 +360,11 @@ impl PendingFile {
         let file = out
             .take_file()
             .ok_or_else(|| std::io::Error::other("no file"))?;
-        let writer = CaptureWriter::new(BufWriter::with_capacity(1 << 20, file), uuid, opts)?;
+        let writer = CaptureWriter::new(
+            BufWriter::with_capacity(1 << 20, WritebackFile::new(file)),
+            uuid,
+            opts,
+        )?;
         Ok(PendingFile { writer, out })
     }
 
@@ -310,7 +378,7 @@ impl PendingFile {
     /// removed: nothing half-written is left behind.
     pub fn finish(self) -> Result<u64> {
         let out = self.writer.finish()?;
-        let file = out.into_inner().map_err(|e| e.into_error())?;
+        let file = out.into_inner().map_err(|e| e.into_error())?.into_inner();
         file.sync_data()?;
         let len = file.metadata()?.len();
         drop(file);

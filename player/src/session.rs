@@ -30,6 +30,17 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::rc::Rc;
 
+/// Drops the file pages of bytes `[start, end)` of the capture from the process's memory
+/// (`MappedFile::release`): the session calls it for chunks it has consumed, so a pass over a
+/// capture larger than memory stays bounded.
+pub type FilePages<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+/// For captures not read from a mapping, or kept resident.
+fn keep_pages(_: u64, _: u64) {}
+
+/// Verification reads device memory back in windows of this size (decoded in parallel).
+const VERIFY_WINDOW: u64 = 64 << 20;
+
 /// Staging for uploads: a ring of page-locked buffers of this size, each decoded in parallel
 /// while the one before it is copied to the device.
 const UPLOAD_WINDOW: u64 = 128 << 20;
@@ -175,6 +186,8 @@ pub struct Session<'c> {
     textures: Textures,
     memory: Memory,
     device: Device,
+    /// Pages of the file the session is done with are dropped through this.
+    release: FilePages<'c>,
     _ctx: PrimaryContext,
 }
 
@@ -185,6 +198,7 @@ fn upload_region(
     ring: &mut UploadRing,
     relocation: Option<&Relocation>,
     progress: &mut dyn FnMut(u64),
+    release: FilePages<'_>,
 ) -> Result<(), PlayError> {
     let region_id = r.region_id;
     let chunks: Vec<_> = cap.chunks(region_id, MemoryState::Pre).collect();
@@ -216,6 +230,10 @@ fn upload_region(
                 }
                 Ok(())
             })?;
+            // Decoded into the staging buffer: the file's pages are no longer needed.
+            for c in window {
+                release(c.payload_offset, c.payload_offset + c.payload_len);
+            }
         }
         progress(len);
     }
@@ -387,14 +405,17 @@ fn restore_globals(
 impl<'c> Session<'c> {
     /// Prepares the capture on device `opts.device`.
     pub fn open(cap: &'c Capture<'c>, opts: &OpenOptions) -> Result<Session<'c>, PlayError> {
-        Self::open_with_progress(cap, opts, &mut |_, _| {})
+        Self::open_with_progress(cap, opts, &mut |_, _| {}, &keep_pages)
     }
 
     /// `open`, telling `progress` how many of the capture's memory bytes are on the device.
+    /// `open`, telling `progress` how many bytes of memory are loaded (of how many), and
+    /// `release` which bytes of the file it is done with.
     pub fn open_with_progress(
         cap: &'c Capture<'c>,
         opts: &OpenOptions,
         progress: &mut dyn FnMut(u64, u64),
+        release: FilePages<'c>,
     ) -> Result<Session<'c>, PlayError> {
         let opened = Instant::now();
         // A damaged dispatch is refused before any GPU work.
@@ -437,10 +458,18 @@ impl<'c> Session<'c> {
             .sum();
         let mut loaded = 0u64;
         for r in cap.regions.iter().filter(|r| r.role != RegionRole::Global) {
-            upload_region(cap, r, base_of(r), &mut ring, relocation, &mut |n| {
-                loaded += n;
-                progress(loaded, total);
-            })?;
+            upload_region(
+                cap,
+                r,
+                base_of(r),
+                &mut ring,
+                relocation,
+                &mut |n| {
+                    loaded += n;
+                    progress(loaded, total);
+                },
+                release,
+            )?;
         }
         ring.finish()?;
         drop(ring);
@@ -491,6 +520,7 @@ impl<'c> Session<'c> {
             textures,
             memory,
             device,
+            release,
             _ctx: ctx,
         })
     }
@@ -545,10 +575,10 @@ impl<'c> Session<'c> {
             Memory::Moved { relocation, .. } => Some(relocation),
             Memory::Fixed { .. } => None,
         };
-        let (cap, placements) = (self.cap, &self.placements);
+        let (cap, placements, release) = (self.cap, &self.placements, self.release);
         let handles = &self.textures.memory_words;
         let stats = self.replayer.run(opts, &mut || {
-            check_against_capture(cap, placements, relocation, handles, &mut v)
+            check_against_capture(cap, placements, relocation, handles, release, &mut v)
         })?;
         v.deterministic = stats.deterministic;
         v.divergent_passes = stats.divergent_passes.clone();
@@ -579,42 +609,84 @@ fn check_against_capture(
     placements: &[RegionPlacement],
     relocation: Option<&Relocation>,
     handles: &[(u32, u64, u64)],
+    release: FilePages<'_>,
     v: &mut VerifyOutcome,
 ) -> Result<(), PlayError> {
-    let mut expected = Vec::new();
-    let mut found = Vec::new();
     // Without a recorded output, the post chunks say only where the kernel writes: those
     // bytes are checked across passes (determinism), the rest against the input.
     let reference = cap.reference() == Reference::Recorded;
+    let mut staging: Option<PinnedBuffer> = None;
     for p in placements {
         let post: HashMap<u64, _> = cap
             .chunks(p.region_id, MemoryState::Post)
             .map(|c| (c.offset, c))
             .collect();
+        // (what to expect, where in the region, bytes there), in region order.
+        let mut items: Vec<(&ChunkRef, u64, u64)> = Vec::new();
         for c in cap.chunks(p.region_id, MemoryState::Pre) {
             let src = match post.get(&c.offset) {
                 Some(_) if !reference => continue,
-                Some(&post) => post,
+                Some(post) => post,
                 None => c,
             };
-            expected.resize(c.raw_len as usize, 0);
-            cap.read_chunk_into(src, &mut expected)?;
-            if let Some(rel) = relocation {
-                rel.patch_region_window(cap, p.region_id, c.offset, &mut expected);
+            if let Some(len) = clipped(c.offset, c.raw_len, p.usable) {
+                items.push((src, c.offset, len));
             }
-            // Handle words hold this process's handles.
-            for &(_, off, h) in handles.iter().filter(|w| w.0 == p.region_id) {
-                let at = off.wrapping_sub(c.offset);
-                if off >= c.offset && at + 8 <= expected.len() as u64 {
-                    expected[at as usize..at as usize + 8].copy_from_slice(&h.to_le_bytes());
-                }
+        }
+        items.sort_by_key(|i| i.1);
+        // Windows of adjacent chunks: decoded on all cores, read back with one copy.
+        let mut start = 0;
+        while start < items.len() {
+            let mut end = start + 1;
+            let mut bytes = items[start].2;
+            while end < items.len()
+                && items[end].1 == items[end - 1].1 + items[end - 1].2
+                && bytes + items[end].2 <= VERIFY_WINDOW
+            {
+                bytes += items[end].2;
+                end += 1;
             }
-            let Some(len) = clipped(c.offset, c.raw_len, p.usable) else {
+            let window = &items[start..end];
+            let expected: Vec<Vec<u8>> = window
+                .par_iter()
+                .map(|&(src, offset, len)| -> Result<Vec<u8>, PlayError> {
+                    let mut e = vec![0u8; src.raw_len as usize];
+                    cap.read_chunk_into(src, &mut e)?;
+                    if let Some(rel) = relocation {
+                        rel.patch_region_window(cap, p.region_id, offset, &mut e);
+                    }
+                    // Handle words hold this process's handles.
+                    for &(_, off, h) in handles.iter().filter(|w| w.0 == p.region_id) {
+                        let at = off.wrapping_sub(offset);
+                        if off >= offset && at + 8 <= e.len() as u64 {
+                            e[at as usize..at as usize + 8].copy_from_slice(&h.to_le_bytes());
+                        }
+                    }
+                    e.truncate(len as usize);
+                    Ok(e)
+                })
+                .collect::<Result<_, _>>()?;
+            for &(src, _, _) in window {
+                release(src.payload_offset, src.payload_offset + src.payload_len);
+            }
+            if staging
+                .as_ref()
+                .is_none_or(|b| (b.as_slice().len() as u64) < bytes)
+            {
+                drop(staging.take());
+                staging = Some(PinnedBuffer::new(bytes as usize)?);
+            }
+            let Some(found) = staging.as_mut() else {
                 continue;
             };
-            found.resize(len as usize, 0);
-            copy_dtoh(&mut found, p.base + c.offset)?;
-            compare(p.region_id, c.offset, &expected[..len as usize], &found, v);
+            let found = &mut found.as_mut_slice()[..bytes as usize];
+            copy_dtoh(found, p.base + window[0].1)?;
+            let mut at = 0usize;
+            for (&(_, offset, len), e) in window.iter().zip(&expected) {
+                compare(p.region_id, offset, e, &found[at..at + len as usize], v);
+                at += len as usize;
+            }
+            start = end;
         }
     }
     Ok(())

@@ -5,4 +5,5 @@
 
 pub mod config;
 pub mod nvtx;
+pub mod progress;
 pub mod report;

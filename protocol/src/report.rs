@@ -37,7 +37,8 @@ pub struct CaptureSummary {
     pub stored_bytes: u64,
     pub stall_ms: f64,
     pub total_ms: f64,
-    /// Where the stall went, phase by phase, in order (they add up to `stall_ms`).
+    /// Where the stall went, phase by phase, in order. They add up to `stall_ms`, except
+    /// `kernel`: the dispatch's own run, which the application waits for anyway.
     #[serde(default)]
     pub stall_phases: Vec<StallPhase>,
 }

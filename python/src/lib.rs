@@ -210,8 +210,10 @@ fn play(
                 Verification::Off
             },
         };
-        let mut session =
-            Session::open(&cap, &open).map_err(|e| format!("cannot replay {path}: {e}"))?;
+        // As `kreplay play`: each chunk's file pages are dropped once uploaded and verified.
+        let release = |start: u64, end: u64| file.release(start, end);
+        let mut session = Session::open_with_progress(&cap, &open, &mut |_, _| {}, &release)
+            .map_err(|e| format!("cannot replay {path}: {e}"))?;
         let report = session
             .run(&run)
             .map_err(|e| format!("replay failed: {e}"))?;

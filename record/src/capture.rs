@@ -21,6 +21,7 @@ use kreplay_format::{
 use crate::error::RecordError;
 use crate::launch::LaunchView;
 use crate::readback::{pack_changed, PackedRun};
+use crate::spill::{OpenFile, Spill, Spilled};
 use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, Walk, WalkError};
 
 /// Regions larger than this are not scanned for pointers (pointer tables are small; scanning
@@ -48,6 +49,9 @@ pub struct Snapshot {
     /// Which chunks of `pre` hold a nonzero byte, when the GPU said (the others are written
     /// as zero chunks without being copied home).
     pub pre_nonzero: Option<Vec<bool>>,
+    /// Written to the capture file during the stall (it did not fit in device scratch); `pre`
+    /// is then empty.
+    pub spilled: Option<Spilled>,
     /// The CUDA array whose texels the region holds (read through the array, not an address).
     pub array: Option<(ForeignArray, ArrayImage)>,
 }
@@ -66,8 +70,16 @@ static STAGING: Mutex<Option<PinnedBuffer>> = Mutex::new(None);
 
 /// Read sweeps over 4 x L2 run before the measured launch (see `settle`): at least this many,
 const SETTLE_MIN_SWEEPS: u32 = 16;
-/// and then more until two in a row take the same time within `SETTLE_STABLE`, up to this many.
+/// (this many when the snapshot copies just kept the GPU busy for `BUSY_NS`: its clocks are up,
+/// and two sweeps write back the copies' dirty lines and leave L2 empty),
+const SETTLE_BUSY_MIN_SWEEPS: u32 = 2;
+const BUSY_NS: u64 = 2_000_000;
+/// and then more until two in a row take the same time within `SETTLE_STABLE`, up to this many
+/// or this long (the application waits for the sweeps: after gigabytes of copies, power
+/// management can keep the sweep times drifting for a hundred milliseconds; the capture then
+/// says the clocks were not steady rather than stall the application for them).
 const SETTLE_MAX_SWEEPS: u32 = 128;
+const SETTLE_BUDGET: std::time::Duration = std::time::Duration::from_millis(4);
 const SETTLE_STABLE: f64 = 0.02;
 /// The application's sweep kernels, one per context (made on the context's first capture),
 /// or why there is none.
@@ -81,7 +93,7 @@ static SETTLE: Mutex<Vec<(usize, Result<L2Flush, String>)>> = Mutex::new(Vec::ne
 /// in-app figure is the kernel's own duration with an empty L2 (what `kreplay play --cache
 /// flush` replays: each sweep ends by discarding its own lines, see `cache`). Skipped (and said
 /// so) when device memory is short. `KREPLAY_DEBUG_SETTLE=0` turns it off (a measurement aid).
-fn settle(stream: &Stream) -> Result<TimingConditions, String> {
+fn settle(stream: &Stream, busy: bool) -> Result<TimingConditions, String> {
     if std::env::var_os("KREPLAY_DEBUG_SETTLE").is_some_and(|v| v == "0") {
         return Err("disabled".into());
     }
@@ -105,12 +117,26 @@ fn settle(stream: &Stream) -> Result<TimingConditions, String> {
     };
     let sweep = sweeps[at].1.as_ref().map_err(|e| e.clone())?;
     let e = |e: kreplay_cuda::CudaError| e.to_string();
-    for _ in 0..SETTLE_MIN_SWEEPS - 2 {
+    let min = if busy {
+        SETTLE_BUSY_MIN_SWEEPS
+    } else {
+        SETTLE_MIN_SWEEPS
+    };
+    for _ in 0..min - 2 {
         sweep.run(stream).map_err(e)?;
     }
     let (start, stop) = (Event::new().map_err(e)?, Event::new().map_err(e)?);
     let mut last: Option<u64> = None;
-    for n in SETTLE_MIN_SWEEPS - 1..=SETTLE_MAX_SWEEPS {
+    let began = Instant::now();
+    for n in min - 1..=SETTLE_MAX_SWEEPS {
+        if n > min && began.elapsed() > SETTLE_BUDGET {
+            return Ok(TimingConditions {
+                settle_sweeps: n - 1,
+                clocks_steady: false,
+                l2_empty: sweep.empties(),
+                skipped: None,
+            });
+        }
         start.record(stream).map_err(e)?;
         sweep.run(stream).map_err(e)?;
         stop.record(stream).map_err(e)?;
@@ -141,7 +167,7 @@ fn settle(stream: &Stream) -> Result<TimingConditions, String> {
 static CHUNK_KERNELS: Mutex<Vec<(usize, Result<ChunkKernels, String>)>> = Mutex::new(Vec::new());
 
 /// Runs `f` with the current context's chunk kernels, loading them on first use.
-fn with_chunk_kernels<T>(
+pub(crate) fn with_chunk_kernels<T>(
     f: impl FnOnce(&ChunkKernels) -> kreplay_cuda::CuResult<T>,
 ) -> Result<T, String> {
     let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
@@ -179,7 +205,8 @@ pub(crate) fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuff
 
 /// Device scratch for snapshots is used only while this much device memory stays free after
 /// it, so the application never runs out of memory because of a capture.
-/// `KREPLAY_DEBUG_SNAPSHOT=host` forces host snapshots (a measurement aid, not a user option).
+/// `KREPLAY_DEBUG_SNAPSHOT=host` makes every region take the path of those that do not fit
+/// (into the file during the stall, see `spill`): a test and measurement aid, not a user option.
 fn scratch_allowed(size: u64) -> bool {
     if std::env::var_os("KREPLAY_DEBUG_SNAPSHOT").is_some_and(|v| v == "host") {
         return false;
@@ -328,6 +355,8 @@ pub struct CaptureData {
     pub launch_index: u64,
     /// The GPU, as the recorder saw it before the launch.
     pub device: Option<DeviceInfo>,
+    /// The capture file, when regions were written to it during the stall.
+    pub spill: Option<Spill>,
     pub began: Instant,
     pub stall_ns: u64,
     /// Where the stall went: (phase, nanoseconds), in order.
@@ -412,6 +441,8 @@ pub struct PreInput<'a> {
     /// Every live allocation, for `--memory all` (empty otherwise).
     pub allocations: Vec<(u64, u64, MemoryKind)>,
     pub correlation: u32,
+    /// Opens the capture file, for regions that do not fit in device scratch.
+    pub open_file: Option<OpenFile<'a>>,
 }
 
 /// The process's memory as the walk sees it: the driver's allocation queries, and reads
@@ -459,18 +490,50 @@ fn take_snapshots(
     found: &Walk,
     module_id: u32,
     stream: &Stream,
+    open_file: Option<OpenFile<'_>>,
+    spill: &mut Option<Spill>,
 ) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>), RecordError> {
     let mut snapshots = Vec::with_capacity(found.regions.len());
     let mut module_globals = Vec::new();
     for (id, r) in found.regions.iter().enumerate() {
+        let region = Region {
+            region_id: id as u32,
+            address: r.base,
+            size: r.size,
+            kind: r.kind,
+            role: r.role,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+        };
         // Host-mapped memory is read straight to the host (a scratch copy would cross the bus
         // just the same).
         let scratch = (r.kind != MemoryKind::HostMapped)
             .then(|| device_copy(r.base, r.size, stream))
             .flatten();
+        let mut spilled = None;
         let pre = match scratch {
             Some(b) => Bytes::Device(b),
-            None => Bytes::Host(copy_region(r.base, r.size)?),
+            None => {
+                // Too large for scratch: straight into the file where the GPU can digest it.
+                let digests = (r.kind != MemoryKind::HostMapped)
+                    .then_some(open_file)
+                    .flatten()
+                    .and_then(|open| {
+                        crate::spill::digest(&region, r.base, stream).map(|d| (open, d))
+                    });
+                match digests {
+                    Some((open, d)) => {
+                        if spill.is_none() {
+                            *spill = Some(Spill::open(open)?);
+                        }
+                        let Some(sp) = spill.as_mut() else {
+                            return Err(RecordError::NoContext);
+                        };
+                        spilled = Some(sp.pre(&region, r.base, d)?);
+                        Bytes::Host(Vec::new())
+                    }
+                    None => Bytes::Host(copy_region(r.base, r.size)?),
+                }
+            }
         };
         if let Some(name) = &r.global {
             module_globals.push(ModuleGlobal {
@@ -480,18 +543,12 @@ fn take_snapshots(
             });
         }
         snapshots.push(Snapshot {
-            region: Region {
-                region_id: id as u32,
-                address: r.base,
-                size: r.size,
-                kind: r.kind,
-                role: r.role,
-                chunk_size: DEFAULT_CHUNK_SIZE,
-            },
+            region,
             device_addr: r.base,
             pre,
             post: None,
             pre_nonzero: None,
+            spilled,
             array: None,
         });
     }
@@ -572,7 +629,14 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     laps.lap("walk");
 
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
-    let (mut snapshots, module_globals) = take_snapshots(&found, input.module.module_id, &stream)?;
+    let mut spill = None;
+    let (mut snapshots, module_globals) = take_snapshots(
+        &found,
+        input.module.module_id,
+        &stream,
+        input.open_file,
+        &mut spill,
+    )?;
     laps.lap("scratch");
     // Tables of handles the walk found in the memory it read (confirmed by the driver).
     textures.add_tables(&found.handle_tables);
@@ -607,6 +671,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             pre: Bytes::Host(pre),
             post: None,
             pre_nonzero: None,
+            spilled: None,
             array: Some((*array, image.clone())),
         });
     }
@@ -627,8 +692,9 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         .synchronize()
         .map_err(RecordError::cuda("waiting for the snapshot copies"))?;
     laps.lap("copies");
+    let busy = laps.phases.last().is_some_and(|&(_, ns)| ns >= BUSY_NS);
     let measuring = crate::quiet::measure();
-    let timing = match settle(&stream) {
+    let timing = match settle(&stream, busy) {
         Ok(settled) => settled,
         Err(why) => TimingConditions {
             skipped: Some(why),
@@ -694,6 +760,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             match_index: 0,
             launch_index: 0,
             device: None,
+            spill,
             stall_ns: began.elapsed().as_nanos() as u64,
             stall_phases: {
                 laps.lap("arm");
@@ -720,6 +787,15 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let mut post = Vec::new();
     for s in &mut p.data.snapshots {
+        if let Some(before) = &mut s.spilled {
+            let Some(spill) = p.data.spill.as_mut() else {
+                return Err(RecordError::NoContext);
+            };
+            let after = crate::spill::digest(&s.region, s.device_addr, &stream)
+                .ok_or(RecordError::NoPostScratch(s.region.size))?;
+            before.raw += spill.post(&s.region, s.device_addr, before, &after)?;
+            continue;
+        }
         match &s.pre {
             Bytes::Host(pre) => {
                 let now = read_now(s)?;
@@ -742,7 +818,9 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
         .map_err(RecordError::cuda("waiting for the post-dispatch copies"))?;
     p.data.post = post;
     laps.lap("post");
+    // The kernel's own run is not the capture's: the application waits for it anyway.
+    let kernel_ns = laps.phases.first().map_or(0, |&(_, ns)| ns);
     p.data.stall_phases.extend(laps.phases);
-    p.data.stall_ns += t.elapsed().as_nanos() as u64;
+    p.data.stall_ns += (t.elapsed().as_nanos() as u64).saturating_sub(kernel_ns);
     Ok(())
 }

@@ -134,16 +134,28 @@ impl InFlight {
     /// Declares the `i`th region in `w` and writes its memory: streamed from device scratch
     /// when it is there, else from the host copy. Its bytes leave the snapshot (host and
     /// device memory are freed as the writer goes). `None` past the last region.
+    /// `progress` is told of each stretch of pre bytes written.
     pub fn write_region<W: Write + Seek>(
         &self,
         i: usize,
         w: &mut CaptureWriter<W>,
         ring: &mut Option<DownloadRing>,
+        progress: &dyn Fn(u64),
     ) -> Option<Result<RawBytes, RecordError>> {
         let staging = self.staging_bytes();
         let mut h = lock(&self.home);
         let s = h.snapshots.get_mut(i)?;
-        Some(write_snapshot(s, w, ring, staging))
+        let written = write_snapshot(s, w, ring, staging, progress);
+        Some(written)
+    }
+
+    /// The pre bytes of every region (what the writer's progress counts).
+    pub fn total_bytes(&self) -> u64 {
+        lock(&self.home)
+            .snapshots
+            .iter()
+            .map(|s| s.region.size)
+            .sum()
     }
 
     /// Post chunks the teardown callback brought home.
@@ -167,9 +179,15 @@ fn write_snapshot<W: Write + Seek>(
     w: &mut CaptureWriter<W>,
     ring: &mut Option<DownloadRing>,
     staging: usize,
+    progress: &dyn Fn(u64),
 ) -> Result<RawBytes, RecordError> {
     let format = RecordError::Format;
     let (id, size, cs) = (s.region.region_id, s.region.size, s.region.chunk_size);
+    // Written during the stall (it did not fit in device scratch): declared and stored.
+    if let Some(spilled) = &s.spilled {
+        progress(size);
+        return Ok(spilled.raw);
+    }
     w.region(&s.region).map_err(format)?;
     // A whole copy the GPU could not compare is compared on the host (bounded by the region).
     let unscanned = matches!(
@@ -183,6 +201,7 @@ fn write_snapshot<W: Write + Seek>(
         let mut post = Vec::new();
         bring_home(s, &mut post)?;
         let raw = write_host(s, w)?;
+        progress(size);
         let mut extra = 0;
         for (region, offset, bytes) in &post {
             extra += bytes.len() as u64;
@@ -192,7 +211,9 @@ fn write_snapshot<W: Write + Seek>(
         return Ok(raw + extra);
     }
     let Bytes::Device(pre) = &s.pre else {
-        return write_host(s, w);
+        let raw = write_host(s, w)?;
+        progress(size);
+        return Ok(raw);
     };
     if ring.is_none() {
         *ring =
@@ -210,11 +231,13 @@ fn write_snapshot<W: Write + Seek>(
         r,
         &steps,
         |offset, bytes| {
+            progress(bytes.len() as u64);
             w.borrow_mut()
                 .memory(id, MemoryState::Pre, offset, bytes)
                 .map_err(format)
         },
         |offset, len| {
+            progress(len);
             w.borrow_mut()
                 .zeros(id, MemoryState::Pre, offset, len)
                 .map_err(format)

@@ -27,6 +27,7 @@ pub mod ptx;
 pub mod quiet;
 pub mod readback;
 mod recorder;
+pub mod spill;
 pub mod textures;
 pub mod walk;
 

@@ -378,6 +378,7 @@ impl Recorder {
         let args =
             unsafe { launch::argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
         let target = self.target(&name)?;
+        let name_for_file = name.clone();
         let mut p = before_launch(PreInput {
             view,
             function,
@@ -388,6 +389,7 @@ impl Recorder {
             module_objects: &target.objects,
             allocations: target.allocations,
             correlation,
+            open_file: Some(&self.file_opener(index, &name_for_file)),
         })?;
         self.describe(&mut p.data, index, launch_index, target.device);
         Ok(p)
@@ -472,28 +474,49 @@ impl Recorder {
         self.write(pending.data);
     }
 
-    /// Writes a finished capture on a writer thread (off the application's time).
-    fn write(&self, mut p: CaptureData) {
-        let name = short_kernel_name(&demangle(&p.dispatch.kernel_name));
-        let (index, launch_index) = (p.match_index, p.launch_index);
-        let path = PathBuf::from(expand_output(
+    /// Where match `index` of kernel `kernel` (mangled) is written.
+    fn output_path(&self, index: u64, kernel: &str) -> PathBuf {
+        let name = short_kernel_name(&demangle(kernel));
+        PathBuf::from(expand_output(
             &self.config.output,
             self.pid,
             self.rank,
             &self.host,
             index,
             &name,
-        ));
+        ))
+    }
+
+    /// Opens the capture file of match `index` of `kernel` (its `.partial`), noted in the
+    /// report directory so that `kreplay record` removes it if the application dies.
+    fn file_opener(
+        &self,
+        index: u64,
+        kernel: &str,
+    ) -> impl Fn() -> Result<PendingFile, RecordError> + '_ {
+        let path = self.output_path(index, kernel);
+        move || {
+            open_capture_file(
+                &path,
+                capture_uuid(now_unix_ns(), self.pid, index, &path),
+                self.config.force,
+                self.config.report_dir.as_deref(),
+            )
+        }
+    }
+
+    /// Writes a finished capture on a writer thread (off the application's time).
+    fn write(&self, mut p: CaptureData) {
+        let name = short_kernel_name(&demangle(&p.dispatch.kernel_name));
+        let (index, launch_index) = (p.match_index, p.launch_index);
+        let path = self.output_path(index, &p.dispatch.kernel_name);
         let info = CaptureInfo {
             tool_version: env!("CARGO_PKG_VERSION").into(),
             host: self.host.clone(),
             pid: self.pid,
             rank: self.rank,
             command_line: command_line(),
-            time_unix_ns: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0),
+            time_unix_ns: now_unix_ns(),
             match_index: index,
             launch_index,
             kernel_filter: self.config.kernel_text.clone(),
@@ -595,14 +618,11 @@ fn note_capture(report_dir: &std::path::Path, summary: &CaptureSummary) {
 fn write_capture(
     path: &std::path::Path,
     info: &CaptureInfo,
-    p: CaptureData,
+    mut p: CaptureData,
     flight: &InFlight,
     force: bool,
     report_dir: Option<&std::path::Path>,
 ) -> Result<CaptureSummary, RecordError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
     if flight.on_device() {
         // Fails only when the context went away before this thread started, in which case
         // the teardown callback has brought the snapshots home already (checked when read).
@@ -612,14 +632,16 @@ fn write_capture(
             return Err(RecordError::NoContext);
         }
     }
-    let mut uuid = [0u8; 16];
-    let seed = info.time_unix_ns ^ ((info.pid as u64) << 32) ^ info.match_index;
-    uuid[..8].copy_from_slice(&seed.to_le_bytes());
-    uuid[8..].copy_from_slice(&fnv1a(path.to_string_lossy().as_bytes()).to_le_bytes());
-    let mut f = PendingFile::create(path, uuid, WriterOptions::default(), force)?;
-    if let Some(dir) = report_dir {
-        note_partial(dir, f.partial_path());
-    }
+    // Regions that did not fit in device scratch are in the file already.
+    let mut f = match p.spill.take() {
+        Some(spill) => spill.file,
+        None => open_capture_file(
+            path,
+            capture_uuid(info.time_unix_ns, info.pid, info.match_index, path),
+            force,
+            report_dir,
+        )?,
+    };
     let mut raw_bytes = 0u64;
     let mut regions = 0usize;
     let result = (|| -> Result<(), RecordError> {
@@ -642,10 +664,19 @@ fn write_capture(
         }
         w.dispatch(&p.dispatch).map_err(e)?;
         let mut ring = None;
-        while let Some(written) = flight.write_region(regions, w, &mut ring) {
+        let total = flight.total_bytes();
+        let name = short_kernel_name(&demangle(&p.dispatch.kernel_name));
+        let bar = kreplay_protocol::progress::Progress::bytes(&format!("kreplay: {name}"), total);
+        let done = std::cell::Cell::new(0u64);
+        let progress = |n: u64| {
+            done.set(done.get() + n);
+            bar.set("writing", done.get(), total);
+        };
+        while let Some(written) = flight.write_region(regions, w, &mut ring, &progress) {
             raw_bytes += written?;
             regions += 1;
         }
+        drop(bar);
         drop(ring);
         // Post chunks of host snapshots, and of those the teardown callback brought home.
         for (region, offset, bytes) in flight.take_early_post().iter().chain(&p.post) {
@@ -709,6 +740,39 @@ fn write_capture(
             })
             .collect(),
     })
+}
+
+fn now_unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// A capture's UUID: its time, process and match, and its path.
+fn capture_uuid(time_unix_ns: u64, pid: u32, index: u64, path: &std::path::Path) -> [u8; 16] {
+    let mut uuid = [0u8; 16];
+    let seed = time_unix_ns ^ ((pid as u64) << 32) ^ index;
+    uuid[..8].copy_from_slice(&seed.to_le_bytes());
+    uuid[8..].copy_from_slice(&fnv1a(path.to_string_lossy().as_bytes()).to_le_bytes());
+    uuid
+}
+
+/// Creates the capture file's `.partial` (and its directory), noted in the report directory.
+fn open_capture_file(
+    path: &std::path::Path,
+    uuid: [u8; 16],
+    force: bool,
+    report_dir: Option<&std::path::Path>,
+) -> Result<PendingFile, RecordError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let f = PendingFile::create(path, uuid, WriterOptions::default(), force)?;
+    if let Some(dir) = report_dir {
+        note_partial(dir, f.partial_path());
+    }
+    Ok(f)
 }
 
 /// 64-bit FNV-1a, for the capture UUID's second half.

@@ -3,6 +3,8 @@
 //                       values in the ranges weights and activations take: not compressible
 //                       like zeros) and writes 1 GiB
 //   bigmem zeros GIB    the same shape over zeros
+//   bigmem mixed GIB    the first 4 GiB float-like, the rest zeros (for sizes beyond free device
+//                       memory: large, yet small on disk)
 // Prints the output's checksum (the same with and without the recorder) and the dispatch's
 // wall time as the application saw it.
 #include <cuda_runtime.h>
@@ -56,8 +58,8 @@ __global__ void bigmem_reduce(const float* in, size_t in_n, float* out, size_t o
 }
 
 int main(int argc, char** argv) {
-  if (argc < 3 || (strcmp(argv[1], "floats") && strcmp(argv[1], "zeros"))) {
-    fprintf(stderr, "usage: bigmem floats|zeros GIB\n");
+  if (argc < 3 || (strcmp(argv[1], "floats") && strcmp(argv[1], "zeros") && strcmp(argv[1], "mixed"))) {
+    fprintf(stderr, "usage: bigmem floats|zeros|mixed GIB\n");
     return 2;
   }
   const size_t gib = strtoull(argv[2], nullptr, 0);
@@ -71,6 +73,10 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&out, out_n * 4));
   if (!strcmp(argv[1], "floats")) {
     fill_floats<<<4096, 256>>>((unsigned*)in, in_n);
+  } else if (!strcmp(argv[1], "mixed")) {
+    const size_t floats = in_n < ((size_t)1 << 30) ? in_n : ((size_t)1 << 30);  // 4 GiB
+    CK(cudaMemset(in, 0, in_n * 4));
+    fill_floats<<<4096, 256>>>((unsigned*)in, floats);
   } else {
     CK(cudaMemset(in, 0, in_n * 4));
   }

@@ -5,7 +5,7 @@ mod cli;
 mod cmd;
 mod compare;
 mod output;
-mod progress;
+use kreplay_protocol::progress;
 
 use kreplay::describe;
 

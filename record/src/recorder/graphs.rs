@@ -358,6 +358,7 @@ impl Recorder {
         let function = unsafe { ForeignFunction::from_launch(k.function as sys::CUfunction) };
         ctx_synchronize().map_err(RecordError::cuda("synchronising before the graph launch"))?;
         let globals = resolve_globals(&function, &target.objects);
+        let open_file = self.file_opener(index, &k.name);
         let saved = Saved::take(&writable_ranges(model, &before, &globals, node)?)?;
         let captured = (|| {
             run_nodes(model, &before, stream)?;
@@ -373,6 +374,7 @@ impl Recorder {
                 module_objects: &target.objects,
                 allocations: target.allocations,
                 correlation: 0,
+                open_file: Some(&open_file),
             })?;
             let mut a = KernelArgs::new(args, &k.layout).map_err(RecordError::GraphNode)?;
             launch(&function, &node_config(k)?, &mut a, stream)

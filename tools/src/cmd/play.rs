@@ -36,9 +36,15 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let device_output = crate::output::StdoutToStderr::new(a.json || a.csv);
     let memory: u64 = cap.regions.iter().map(|r| r.size).sum();
     let loading = crate::progress::Progress::bytes("loading", memory);
-    let mut session = Session::open_with_progress(&cap, &open, &mut |done, total| {
-        loading.set("loading", done, total)
-    })
+    // Each chunk's file pages are dropped once uploaded (and once verified): a capture larger
+    // than host memory replays in bounded memory.
+    let release = |start: u64, end: u64| file.release(start, end);
+    let mut session = Session::open_with_progress(
+        &cap,
+        &open,
+        &mut |done, total| loading.set("loading", done, total),
+        &release,
+    )
     .with_context(|| format!("cannot replay {}", path.display()))?;
     drop(loading);
     // The recorder could not capture the device heap the kernel reads: say so before the

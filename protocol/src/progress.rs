@@ -1,6 +1,6 @@
-//! Progress on stderr for long work (verifying, loading, writing a capture): a bar when stderr
-//! is a terminal and the work is large enough to take more than about a second; nothing
-//! otherwise (logs and pipes get no control characters).
+//! Progress on stderr for long work (verifying, loading, writing a capture, the recorder's
+//! background write): a bar when stderr is a terminal and the work is large enough to take more
+//! than about a second; nothing otherwise (logs and pipes get no control characters).
 
 use std::io::IsTerminal;
 

@@ -1,0 +1,95 @@
+//! The chunk kernels against the same facts computed on the host, on a GPU (skipped, and said
+//! so, where there is none). Shapes: a region ending mid-vector and mid-chunk, zero and
+//! nonzero chunks, a single changed byte in the middle of a chunk and one in the tail bytes,
+//! a chunk that changes to zeros.
+
+use kreplay_cuda::chunks::ChunkKernels;
+use kreplay_cuda::{copy_htod, Device, DeviceBuffer, PrimaryContext, Stream};
+
+const CHUNK: u64 = 256 << 10;
+
+fn host_flags(pre: &[u8], post: &[u8]) -> (Vec<bool>, Vec<bool>) {
+    let cs = CHUNK as usize;
+    let nonzero = pre.chunks(cs).map(|c| c.iter().any(|&b| b != 0)).collect();
+    let changed = pre
+        .chunks(cs)
+        .zip(post.chunks(cs))
+        .map(|(a, b)| a != b)
+        .collect();
+    (nonzero, changed)
+}
+
+#[test]
+fn scan_and_digest_agree_with_the_host() {
+    let Ok(device) = Device::open(0) else {
+        eprintln!("skipped: no GPU (the CUDA driver or a device is missing)");
+        return;
+    };
+    let ctx = PrimaryContext::retain(&device).expect("primary context");
+    ctx.handle().make_current().expect("current");
+    let kernels = ChunkKernels::load(device.props().sm_count).expect("the PTX loads");
+    let stream = Stream::new().expect("stream");
+
+    let size = 9 * CHUNK + 4099; // ends mid-chunk and mid-vector
+    let n = size as usize;
+    let mut pre = vec![0u8; n];
+    for (i, b) in pre.iter_mut().enumerate() {
+        let chunk = i / CHUNK as usize;
+        if chunk % 3 != 1 {
+            *b = (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3] | 1;
+        }
+    }
+    let mut post = pre.clone();
+    post[2 * CHUNK as usize + 12345] ^= 0x40; // one byte mid-chunk
+    post[n - 1] ^= 1; // one tail byte (past the last 16-byte vector)
+    post[5 * CHUNK as usize..6 * CHUNK as usize].fill(0); // a chunk cleared
+    let (a, b) = (
+        DeviceBuffer::new(n).expect("a"),
+        DeviceBuffer::new(n).expect("b"),
+    );
+    copy_htod(a.ptr(), &pre).expect("upload");
+    copy_htod(b.ptr(), &post).expect("upload");
+
+    let flags = kernels
+        .scan(a.ptr(), Some(b.ptr()), size, CHUNK, &stream)
+        .expect("scan");
+    let (nonzero, changed) = host_flags(&pre, &post);
+    assert_eq!(flags.nonzero, nonzero);
+    assert_eq!(flags.changed, changed);
+    assert_eq!(
+        changed.iter().filter(|&&c| c).count(),
+        3,
+        "the test's own changes"
+    );
+    let alone = kernels
+        .scan(a.ptr(), None, size, CHUNK, &stream)
+        .expect("scan");
+    assert_eq!(alone.nonzero, nonzero);
+    assert!(alone.changed.iter().all(|&c| !c));
+
+    let da = kernels
+        .digest(a.ptr(), size, CHUNK, &stream)
+        .expect("digest");
+    let db = kernels
+        .digest(b.ptr(), size, CHUNK, &stream)
+        .expect("digest");
+    assert_eq!(da.nonzero, nonzero);
+    let differ: Vec<bool> = da
+        .digests
+        .iter()
+        .zip(&db.digests)
+        .map(|(x, y)| x != y)
+        .collect();
+    assert_eq!(differ, changed, "digests differ exactly where the bytes do");
+    let again = kernels
+        .digest(a.ptr(), size, CHUNK, &stream)
+        .expect("digest");
+    assert_eq!(again, da, "the digest is deterministic");
+
+    assert!(
+        kernels
+            .scan(a.ptr() + 8, None, CHUNK, CHUNK, &stream)
+            .is_err(),
+        "an unaligned address is refused"
+    );
+}
