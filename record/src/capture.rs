@@ -79,7 +79,7 @@ const BUSY_NS: u64 = 2_000_000;
 /// management can keep the sweep times drifting for a hundred milliseconds; the capture then
 /// says the clocks were not steady rather than stall the application for them).
 const SETTLE_MAX_SWEEPS: u32 = 128;
-const SETTLE_BUDGET: std::time::Duration = std::time::Duration::from_millis(4);
+const SETTLE_BUDGET: std::time::Duration = std::time::Duration::from_millis(2);
 const SETTLE_STABLE: f64 = 0.02;
 /// The application's sweep kernels, one per context (made on the context's first capture),
 /// or why there is none.
