@@ -167,7 +167,8 @@ proptest! {
 #[test]
 fn zeros_writes_what_memory_writes_for_zero_bytes() {
     let size = 5 * CS + 123;
-    let write = |as_zeros: bool| {
+    // A writer with one region of `size` bytes declared.
+    let declared = || {
         let mut w = common::writer_with_dispatch();
         w.region(&Region {
             region_id: 0,
@@ -178,6 +179,10 @@ fn zeros_writes_what_memory_writes_for_zero_bytes() {
             chunk_size: CS,
         })
         .expect("region");
+        w
+    };
+    let write = |as_zeros: bool| {
+        let mut w = declared();
         if as_zeros {
             w.zeros(0, MemoryState::Pre, 0, 2 * CS).expect("zeros");
             w.memory(0, MemoryState::Pre, 2 * CS, &vec![7u8; CS as usize])
@@ -198,16 +203,7 @@ fn zeros_writes_what_memory_writes_for_zero_bytes() {
     assert_eq!(a, b, "zero chunks differ from encoded zero bytes");
     verify(&a).expect("verifies");
 
-    let mut w = common::writer_with_dispatch();
-    w.region(&Region {
-        region_id: 0,
-        address: 0x1000,
-        size,
-        kind: MemoryKind::Device,
-        role: RegionRole::Argument,
-        chunk_size: CS,
-    })
-    .expect("region");
+    let mut w = declared();
     assert!(
         w.zeros(0, MemoryState::Pre, 1, CS).is_err(),
         "unaligned start"

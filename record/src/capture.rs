@@ -518,7 +518,9 @@ fn take_snapshots(
                     .then_some(open_file)
                     .flatten()
                     .and_then(|open| {
-                        crate::spill::digest(&region, r.base, stream).map(|d| (open, d))
+                        crate::spill::digest(&region, r.base, stream)
+                            .ok()
+                            .map(|d| (open, d))
                     });
                 match digests {
                     Some((open, d)) => {
@@ -791,8 +793,7 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
             let Some(spill) = p.data.spill.as_mut() else {
                 return Err(RecordError::NoContext);
             };
-            let after = crate::spill::digest(&s.region, s.device_addr, &stream)
-                .ok_or(RecordError::NoPostScratch(s.region.size))?;
+            let after = crate::spill::digest(&s.region, s.device_addr, &stream)?;
             before.raw += spill.post(&s.region, s.device_addr, before, &after)?;
             continue;
         }

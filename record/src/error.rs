@@ -36,6 +36,8 @@ pub enum RecordError {
     KernelFailed(CudaError),
     #[error("no device memory left for the post-dispatch copy of {0} bytes")]
     NoPostScratch(u64),
+    #[error("finding the dispatch's write set on the GPU: {0}")]
+    WriteSet(String),
     #[error("no CUDA context to read the snapshots back")]
     NoContext,
     #[error("the application's CUDA context is gone: {0}")]

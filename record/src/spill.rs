@@ -133,11 +133,11 @@ fn write_steps(
     )
 }
 
-/// Digests `region`'s bytes at `addr` on the GPU (`None` where the GPU cannot: an unaligned
-/// address; the caller then copies to the host).
-pub fn digest(region: &Region, addr: u64, stream: &Stream) -> Option<ChunkDigests> {
+/// Digests `region`'s bytes at `addr` on the GPU (an error where the GPU cannot: an unaligned
+/// address, say; before the launch the caller then copies to the host instead).
+pub fn digest(region: &Region, addr: u64, stream: &Stream) -> Result<ChunkDigests, RecordError> {
     crate::capture::with_chunk_kernels(|k| k.digest(addr, region.size, region.chunk_size, stream))
-        .ok()
+        .map_err(RecordError::WriteSet)
 }
 
 #[cfg(test)]
