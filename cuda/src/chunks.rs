@@ -21,7 +21,7 @@ pub const DIGEST_KERNEL: &str = "kreplay_chunk_digest";
 /// The digest kernel sums 64 KiB spans; a chunk must be a whole number of them.
 const DIGEST_SPAN: u64 = 64 << 10;
 /// Threads per block both kernels are built for (`__launch_bounds__`).
-const DIGEST_THREADS: u32 = 256;
+const THREADS: u32 = 256;
 
 /// What the scan found, one entry per chunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +88,31 @@ impl ChunkKernels {
         })
     }
 
+    /// Runs `function` over the whole GPU with the word arguments `args(out)`, where `out` is a
+    /// zeroed device buffer of `out_len` bytes the kernel fills; waits, and returns `out`.
+    fn run_into(
+        &self,
+        function: &Function,
+        out_len: usize,
+        args: impl FnOnce(u64) -> Vec<u64>,
+        stream: &Stream,
+    ) -> CuResult<Vec<u8>> {
+        let out = DeviceBuffer::new(out_len)?;
+        memset_async(out.ptr(), out.len(), stream)?;
+        let cfg = LaunchConfig::new([self.grid, 1, 1], [THREADS, 1, 1], 0);
+        // A 32-bit parameter (`chunk_shift`) reads the low half of its little-endian word.
+        launch(
+            function,
+            &cfg,
+            &mut KernelArgs::words(&args(out.ptr())),
+            stream,
+        )?;
+        stream.synchronize()?;
+        let mut host = vec![0u8; out_len];
+        copy_dtoh(&mut host, out.ptr())?;
+        Ok(host)
+    }
+
     /// Which chunks of `bytes` at `pre` hold a nonzero byte and, with `post`, which differ
     /// from `post`. Queued on `stream` and waited for.
     pub fn scan(
@@ -99,21 +124,25 @@ impl ChunkKernels {
         stream: &Stream,
     ) -> CuResult<ChunkFlags> {
         let chunks = chunk_count(&[pre, post.unwrap_or(0)], bytes, chunk_size)?;
-        let flags = DeviceBuffer::new(chunks * 8)?;
-        memset_async(flags.ptr(), flags.len(), stream)?;
-        let (nonzero, changed) = (flags.ptr(), flags.ptr() + chunks as u64 * 4);
         let shift = chunk_size.trailing_zeros() as u64;
-        let cfg = LaunchConfig::new([self.grid, 1, 1], [DIGEST_THREADS, 1, 1], 0);
-        // The 32-bit `chunk_shift` parameter reads the low half of its little-endian word.
-        let args = [pre, post.unwrap_or(0), bytes, shift, nonzero, changed];
-        launch(&self.scan, &cfg, &mut KernelArgs::words(&args), stream)?;
-        stream.synchronize()?;
-        let mut host = vec![0u8; chunks * 8];
-        copy_dtoh(&mut host, flags.ptr())?;
-        let word = |i: usize| host[i * 4..i * 4 + 4] != [0, 0, 0, 0];
+        let host = self.run_into(
+            &self.scan,
+            chunks * 8,
+            |out| {
+                vec![
+                    pre,
+                    post.unwrap_or(0),
+                    bytes,
+                    shift,
+                    out,
+                    out + chunks as u64 * 4,
+                ]
+            },
+            stream,
+        )?;
         Ok(ChunkFlags {
-            nonzero: (0..chunks).map(word).collect(),
-            changed: (chunks..2 * chunks).map(word).collect(),
+            nonzero: flags(&host[..chunks * 4]),
+            changed: flags(&host[chunks * 4..]),
         })
     }
 
@@ -127,31 +156,32 @@ impl ChunkKernels {
         stream: &Stream,
     ) -> CuResult<ChunkDigests> {
         let chunks = chunk_count(&[addr], bytes, chunk_size)?;
-        let out = DeviceBuffer::new(chunks * 20)?;
-        memset_async(out.ptr(), out.len(), stream)?;
-        let (digests, nonzero) = (out.ptr(), out.ptr() + chunks as u64 * 16);
         let shift = chunk_size.trailing_zeros() as u64;
-        let cfg = LaunchConfig::new([self.grid, 1, 1], [DIGEST_THREADS, 1, 1], 0);
-        let args = [addr, bytes, shift, digests, nonzero];
-        launch(&self.digest, &cfg, &mut KernelArgs::words(&args), stream)?;
-        stream.synchronize()?;
-        let mut host = vec![0u8; chunks * 20];
-        copy_dtoh(&mut host, out.ptr())?;
-        let u64_at = |o: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&host[o..o + 8]);
-            u64::from_le_bytes(w)
+        let host = self.run_into(
+            &self.digest,
+            chunks * 20,
+            |out| vec![addr, bytes, shift, out, out + chunks as u64 * 16],
+            stream,
+        )?;
+        let (sums, nonzero) = host.split_at(chunks * 16);
+        let word = |w: &[u8]| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            u64::from_le_bytes(b)
         };
-        let base = chunks * 16;
         Ok(ChunkDigests {
-            digests: (0..chunks)
-                .map(|i| [u64_at(i * 16), u64_at(i * 16 + 8)])
+            digests: sums
+                .chunks_exact(16)
+                .map(|d| [word(&d[..8]), word(&d[8..])])
                 .collect(),
-            nonzero: (0..chunks)
-                .map(|i| host[base + i * 4..base + i * 4 + 4] != [0, 0, 0, 0])
-                .collect(),
+            nonzero: flags(nonzero),
         })
     }
+}
+
+/// One flag per little-endian u32 word: set when nonzero.
+fn flags(words: &[u8]) -> Vec<bool> {
+    words.chunks_exact(4).map(|w| w != [0, 0, 0, 0]).collect()
 }
 
 fn memset_async(dst: u64, len: usize, stream: &impl AsStream) -> CuResult<()> {
@@ -201,6 +231,15 @@ mod tests {
         assert!(chunk_count(&[8], 1 << 20, 4 << 20).is_err());
         assert!(chunk_count(&[0], 1 << 20, 3 << 20).is_err());
         assert!(chunk_count(&[0], 1 << 20, 4096).is_err());
+    }
+
+    #[test]
+    fn flag_words_read_as_little_endian_u32s() {
+        assert_eq!(
+            flags(&[0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x80]),
+            vec![false, true, true]
+        );
+        assert!(flags(&[]).is_empty());
     }
 
     #[test]

@@ -83,7 +83,7 @@ const SETTLE_BUDGET: std::time::Duration = std::time::Duration::from_millis(2);
 const SETTLE_STABLE: f64 = 0.02;
 /// The application's sweep kernels, one per context (made on the context's first capture),
 /// or why there is none.
-static SETTLE: Mutex<Vec<(usize, Result<L2Flush, String>)>> = Mutex::new(Vec::new());
+static SETTLE: PerContext<L2Flush> = Mutex::new(Vec::new());
 
 /// Before the measured launch: the snapshot copies left L2 full of dirty scratch lines, whose
 /// write-backs would land inside the kernel's time, and the GPU may have idled at low clocks
@@ -97,25 +97,23 @@ fn settle(stream: &Stream, busy: bool) -> Result<TimingConditions, String> {
     if std::env::var_os("KREPLAY_DEBUG_SETTLE").is_some_and(|v| v == "0") {
         return Err("disabled".into());
     }
-    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
-    let mut sweeps = SETTLE.lock().unwrap_or_else(|e| e.into_inner());
-    let at = match sweeps.iter().position(|(c, _)| *c == ctx) {
-        Some(i) => i,
-        None => {
-            let made = (|| {
-                let device = Device::current().map_err(|e| e.to_string())?;
-                let props = device.props();
-                let bytes = props.l2_bytes * 4;
-                if !scratch_allowed(bytes) {
-                    return Err("not enough free device memory for the L2 sweep".to_string());
-                }
-                L2Flush::new(bytes as usize, props.sm_count).map_err(|e| e.to_string())
-            })();
-            sweeps.push((ctx, made));
-            sweeps.len() - 1
-        }
-    };
-    let sweep = sweeps[at].1.as_ref().map_err(|e| e.clone())?;
+    with_per_context(&SETTLE, make_sweep, |sweep| {
+        settle_with(sweep, stream, busy)
+    })
+}
+
+/// The L2 sweep for the current context (4 x L2), when device memory allows.
+fn make_sweep() -> Result<L2Flush, String> {
+    let device = Device::current().map_err(|e| e.to_string())?;
+    let props = device.props();
+    let bytes = props.l2_bytes * 4;
+    if !scratch_allowed(bytes) {
+        return Err("not enough free device memory for the L2 sweep".to_string());
+    }
+    L2Flush::new(bytes as usize, props.sm_count).map_err(|e| e.to_string())
+}
+
+fn settle_with(sweep: &L2Flush, stream: &Stream, busy: bool) -> Result<TimingConditions, String> {
     let e = |e: kreplay_cuda::CudaError| e.to_string();
     let min = if busy {
         SETTLE_BUSY_MIN_SWEEPS
@@ -162,40 +160,56 @@ fn settle(stream: &Stream, busy: bool) -> Result<TimingConditions, String> {
     })
 }
 
-/// The chunk kernels, one per context (loaded on the context's first capture), or why there
-/// are none.
-static CHUNK_KERNELS: Mutex<Vec<(usize, Result<ChunkKernels, String>)>> = Mutex::new(Vec::new());
+/// Something the recorder makes once per context (made on the context's first capture and
+/// freed before the context goes, see `forget_context`), or why it could not be made.
+type PerContext<T> = Mutex<Vec<(usize, Result<T, String>)>>;
+
+/// Runs `f` with the current context's entry of `cache`, made by `make` on first use.
+fn with_per_context<T, R>(
+    cache: &PerContext<T>,
+    make: impl FnOnce() -> Result<T, String>,
+    f: impl FnOnce(&T) -> Result<R, String>,
+) -> Result<R, String> {
+    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
+    let mut all = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let at = match all.iter().position(|(c, _)| *c == ctx) {
+        Some(i) => i,
+        None => {
+            all.push((ctx, make()));
+            all.len() - 1
+        }
+    };
+    let entry = all[at].1.as_ref().map_err(|e| e.clone())?;
+    f(entry)
+}
+
+/// Drops the entries of `cache` that belong to `context`.
+fn forget_in<T>(cache: &PerContext<T>, context: usize) {
+    let mut all = cache.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(c, _)| *c != context);
+}
+
+/// The chunk kernels, one per context.
+static CHUNK_KERNELS: PerContext<ChunkKernels> = Mutex::new(Vec::new());
 
 /// Runs `f` with the current context's chunk kernels, loading them on first use.
 pub(crate) fn with_chunk_kernels<T>(
     f: impl FnOnce(&ChunkKernels) -> kreplay_cuda::CuResult<T>,
 ) -> Result<T, String> {
-    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
-    let mut all = CHUNK_KERNELS.lock().unwrap_or_else(|e| e.into_inner());
-    let at = match all.iter().position(|(c, _)| *c == ctx) {
-        Some(i) => i,
-        None => {
-            let loaded = Device::current()
-                .and_then(|d| ChunkKernels::load(d.props().sm_count))
-                .map_err(|e| e.to_string());
-            all.push((ctx, loaded));
-            all.len() - 1
-        }
+    let load = || {
+        Device::current()
+            .and_then(|d| ChunkKernels::load(d.props().sm_count))
+            .map_err(|e| e.to_string())
     };
-    let kernels = all[at].1.as_ref().map_err(|e| e.clone())?;
-    f(kernels).map_err(|e| e.to_string())
+    with_per_context(&CHUNK_KERNELS, load, |k| f(k).map_err(|e| e.to_string()))
 }
 
 /// The recorder's buffers that belong to a context about to be destroyed are freed while it
 /// still exists: its L2 sweep, and the pinned staging buffer (page-locked memory dies with the
 /// context that allocated it; the next capture makes a new one).
 pub(crate) fn forget_context(context: usize) {
-    let mut sweeps = SETTLE.lock().unwrap_or_else(|e| e.into_inner());
-    sweeps.retain(|(c, _)| *c != context);
-    drop(sweeps);
-    let mut kernels = CHUNK_KERNELS.lock().unwrap_or_else(|e| e.into_inner());
-    kernels.retain(|(c, _)| *c != context);
-    drop(kernels);
+    forget_in(&SETTLE, context);
+    forget_in(&CHUNK_KERNELS, context);
     *lock_staging() = None;
 }
 

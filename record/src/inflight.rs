@@ -142,7 +142,12 @@ impl InFlight {
         ring: &mut Option<DownloadRing>,
         progress: &dyn Fn(u64),
     ) -> Option<Result<RawBytes, RecordError>> {
-        let staging = self.staging_bytes();
+        // Sized once, when the ring is made (for the first region in device scratch).
+        let staging = if ring.is_none() {
+            self.staging_bytes()
+        } else {
+            0
+        };
         let mut h = lock(&self.home);
         let s = h.snapshots.get_mut(i)?;
         let written = write_snapshot(s, w, ring, staging, progress);
@@ -224,39 +229,12 @@ fn write_snapshot<W: Write + Seek>(
     };
     let cap = r.capacity() as u64;
     let steps = readback::pre_steps(pre.ptr(), size, cs, s.pre_nonzero.as_deref(), cap);
+    readback::write_steps(r, w, (id, MemoryState::Pre), &steps, progress)?;
     let mut raw = size;
-    // `w` is used by both callbacks, one at a time.
-    let w = std::cell::RefCell::new(w);
-    readback::run(
-        r,
-        &steps,
-        |offset, bytes| {
-            progress(bytes.len() as u64);
-            w.borrow_mut()
-                .memory(id, MemoryState::Pre, offset, bytes)
-                .map_err(format)
-        },
-        |offset, len| {
-            progress(len);
-            w.borrow_mut()
-                .zeros(id, MemoryState::Pre, offset, len)
-                .map_err(format)
-        },
-    )?;
     if let Some(post) = s.post.take() {
         if let (Some(buf), Some(runs)) = (&post.buf, &post.runs) {
             let steps = readback::post_steps(buf.ptr(), runs, cs, cap);
-            readback::run(
-                r,
-                &steps,
-                |offset, bytes| {
-                    raw += bytes.len() as u64;
-                    w.borrow_mut()
-                        .memory(id, MemoryState::Post, offset, bytes)
-                        .map_err(format)
-                },
-                |_, _| Ok(()),
-            )?;
+            raw += readback::write_steps(r, w, (id, MemoryState::Post), &steps, &|_| {})?;
         }
         if let Some(buf) = post.buf {
             free(buf);

@@ -7,7 +7,10 @@
 //! The plans (which copies, in which order) are pure functions tested on the CPU; `run` only
 //! drives the ring.
 
+use std::io::{Seek, Write};
+
 use kreplay_cuda::DownloadRing;
+use kreplay_format::{CaptureWriter, MemoryState};
 
 use crate::error::RecordError;
 use crate::quiet;
@@ -162,6 +165,34 @@ pub fn run(
         data(offset, bytes)?;
     }
     Ok(())
+}
+
+/// Runs `steps` of region `id` through `ring` into `w` as chunks of `state`, telling `progress`
+/// of each stretch written; returns the bytes copied home (zero runs not counted).
+pub fn write_steps<W: Write + Seek>(
+    ring: &mut DownloadRing,
+    w: &mut CaptureWriter<W>,
+    (id, state): (u32, MemoryState),
+    steps: &[Step],
+    progress: &dyn Fn(u64),
+) -> Result<u64, RecordError> {
+    let copied = std::cell::Cell::new(0u64);
+    // `w` is used by both callbacks, one at a time.
+    let w = std::cell::RefCell::new(w);
+    run(
+        ring,
+        steps,
+        |offset, bytes| {
+            progress(bytes.len() as u64);
+            copied.set(copied.get() + bytes.len() as u64);
+            Ok(w.borrow_mut().memory(id, state, offset, bytes)?)
+        },
+        |offset, len| {
+            progress(len);
+            Ok(w.borrow_mut().zeros(id, state, offset, len)?)
+        },
+    )?;
+    Ok(copied.get())
 }
 
 #[cfg(test)]

@@ -9,12 +9,10 @@
 //! The capture file is opened for the first such region (the format lets regions come before
 //! the dispatch); the writer thread later appends the rest of the capture to it.
 
-use std::io::BufWriter;
-
 use kreplay_cuda::chunks::ChunkDigests;
 use kreplay_cuda::{DownloadRing, Stream};
-use kreplay_format::file::{PendingFile, WritebackFile};
-use kreplay_format::{CaptureWriter, MemoryState, Region};
+use kreplay_format::file::PendingFile;
+use kreplay_format::{MemoryState, Region};
 
 use crate::error::RecordError;
 use crate::readback::{self, PackedRun};
@@ -38,8 +36,6 @@ pub struct Spilled {
     pub digests: Vec<[u64; 2]>,
     pub raw: u64,
 }
-
-type Writer = CaptureWriter<BufWriter<WritebackFile>>;
 
 impl Spill {
     pub fn open(open: OpenFile<'_>) -> Result<Spill, RecordError> {
@@ -67,12 +63,12 @@ impl Spill {
             Some(&digests.nonzero),
             cap,
         );
-        write_steps(
+        readback::write_steps(
             &mut self.ring,
             w,
-            region.region_id,
-            MemoryState::Pre,
+            (region.region_id, MemoryState::Pre),
             &steps,
+            &|_| {},
         )?;
         Ok(Spilled {
             digests: digests.digests,
@@ -98,14 +94,13 @@ impl Spill {
         let cap = self.ring.capacity() as u64;
         let steps = readback::post_steps(addr, &runs, region.chunk_size, cap);
         let w = &mut self.file.writer;
-        write_steps(
+        readback::write_steps(
             &mut self.ring,
             w,
-            region.region_id,
-            MemoryState::Post,
+            (region.region_id, MemoryState::Post),
             &steps,
-        )?;
-        Ok(runs.iter().map(|r| r.len).sum())
+            &|_| {},
+        )
     }
 }
 
@@ -115,22 +110,6 @@ pub fn changed_chunks(before: &[[u64; 2]], after: &[[u64; 2]]) -> Vec<bool> {
         return vec![true; after.len()];
     }
     before.iter().zip(after).map(|(a, b)| a != b).collect()
-}
-
-fn write_steps(
-    ring: &mut DownloadRing,
-    w: &mut Writer,
-    id: u32,
-    state: MemoryState,
-    steps: &[readback::Step],
-) -> Result<(), RecordError> {
-    let w = std::cell::RefCell::new(w);
-    readback::run(
-        ring,
-        steps,
-        |offset, bytes| Ok(w.borrow_mut().memory(id, state, offset, bytes)?),
-        |offset, len| Ok(w.borrow_mut().zeros(id, state, offset, len)?),
-    )
 }
 
 /// Digests `region`'s bytes at `addr` on the GPU (an error where the GPU cannot: an unaligned
