@@ -75,7 +75,11 @@ fn plain(id: u32, value: [u8; 64]) -> PlannedAttribute {
 
 impl LaunchPlan {
     pub fn new(cap: &Capture<'_>) -> Result<LaunchPlan, PlanError> {
-        let d = &cap.dispatch;
+        Self::of_dispatch(&cap.dispatch)
+    }
+
+    /// The plan of a dispatch as the recorder holds it (in-process replay) or a file does.
+    pub fn of_dispatch(d: &kreplay_format::Dispatch) -> Result<LaunchPlan, PlanError> {
         if let Some(p) = d
             .params
             .iter()
@@ -125,6 +129,23 @@ impl LaunchPlan {
             non_portable_cluster: cluster_blocks > PORTABLE_CLUSTER_BLOCKS,
         })
     }
+}
+
+/// The driver's launch configuration of a planned dispatch: geometry, dynamic shared memory,
+/// attributes (an attribute naming an event gets a fresh one).
+pub fn launch_config(
+    d: &kreplay_format::Dispatch,
+    plan: &LaunchPlan,
+) -> Result<kreplay_cuda::LaunchConfig, kreplay_cuda::CudaError> {
+    let mut cfg = kreplay_cuda::LaunchConfig::new(d.grid, d.block, d.dynamic_shared_bytes);
+    for a in &plan.attributes {
+        if a.needs_event {
+            cfg.event_attribute(a.id, &a.value, kreplay_cuda::Event::new()?)?;
+        } else {
+            cfg.attribute(a.id, &a.value)?;
+        }
+    }
+    Ok(cfg)
 }
 
 /// Which code object runs.

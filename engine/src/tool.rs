@@ -300,6 +300,11 @@ pub struct CTool {
     _lib: libloading::Library,
 }
 
+// SAFETY: the table holds the tool's callbacks and its `user` pointer, which kreplay_tool.h
+// lets kreplay call from whichever application thread launched the kernel; kreplay calls them
+// one at a time (the tool is behind a lock), never concurrently.
+unsafe impl Send for CTool {}
+
 impl CTool {
     pub fn load(path: &Path) -> Result<CTool, ToolError> {
         let name = path.display().to_string();

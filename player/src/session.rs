@@ -9,7 +9,7 @@ use kreplay_cuda::hostmap::HostMapping;
 use kreplay_cuda::texture::{CudaArray, TexObject};
 use kreplay_cuda::vmm::{FixedMapping, MapError};
 use kreplay_cuda::{
-    copy_dtoh, copy_htod, Device, DeviceBuffer, Event, Function, KernelArgs, LaunchConfig, Module,
+    copy_dtoh, copy_htod, Device, DeviceBuffer, Function, KernelArgs, LaunchConfig, Module,
     PinnedBuffer, PrimaryContext, Stream, UploadRing,
 };
 use kreplay_engine::arrays::{self, ArraySync};
@@ -325,16 +325,7 @@ fn place_memory(plan: &MemoryPlan, device: &Device) -> Result<Memory, PlayError>
 
 /// The launch configuration of the plan, with fresh events where the plan asks for them.
 fn launch_config(cap: &Capture<'_>, plan: &LaunchPlan) -> Result<LaunchConfig, PlayError> {
-    let d = &cap.dispatch;
-    let mut cfg = LaunchConfig::new(d.grid, d.block, d.dynamic_shared_bytes);
-    for a in &plan.attributes {
-        if a.needs_event {
-            cfg.event_attribute(a.id, &a.value, Event::new()?)?;
-        } else {
-            cfg.attribute(a.id, &a.value)?;
-        }
-    }
-    Ok(cfg)
+    Ok(kreplay_engine::plan::launch_config(&cap.dispatch, plan)?)
 }
 
 /// Loads the planned code and finds the kernel, refusing a kernel whose own parameter layout

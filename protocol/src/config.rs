@@ -23,6 +23,12 @@ pub mod env {
     pub const QUIET: &str = "KREPLAY_QUIET";
     /// Only launches inside this NVTX push/pop range (`--nvtx-include`).
     pub const NVTX_INCLUDE: &str = "KREPLAY_NVTX_INCLUDE";
+    /// Profile mode: timed passes per dispatch (`kreplay profile --passes`).
+    pub const PASSES: &str = "KREPLAY_PASSES";
+    /// Profile mode: `flush` (L2 emptied before each pass) or `keep`.
+    pub const CACHE: &str = "KREPLAY_CACHE";
+    /// Profile mode: a tool library (`kreplay_tool.h`) deciding the passes (`--tool`).
+    pub const TOOL: &str = "KREPLAY_TOOL";
 }
 
 /// Where, inside the report directory, the recorder notes each `.partial` file it creates, so
@@ -40,6 +46,8 @@ pub enum Mode {
     List,
     /// Capture matching dispatches (`kreplay record`).
     Record,
+    /// Replay matching dispatches in place, timed (`kreplay profile`).
+    Profile,
 }
 
 /// Which memory a capture takes (`--memory`).
@@ -114,7 +122,17 @@ pub struct Config {
     pub quiet: bool,
     /// Only launches inside this NVTX range.
     pub nvtx: Option<crate::nvtx::NvtxFilter>,
+    /// Profile mode: passes per dispatch, L2 emptied before each, a tool library.
+    pub passes: u32,
+    pub cache_flush: bool,
+    pub tool: Option<PathBuf>,
 }
+
+/// Passes per dispatch `kreplay profile` runs by default.
+pub const DEFAULT_PASSES: u32 = 5;
+/// The most passes in-process replay runs for one dispatch (a tool asking for more, or "until
+/// stop", is stopped there).
+pub const MAX_PASSES: u32 = 1000;
 
 pub const DEFAULT_OUTPUT: &str = "%k-%p-%n.krr";
 
@@ -129,7 +147,13 @@ impl Config {
             None | Some("") => return Ok(None),
             Some("list") => Mode::List,
             Some("record") => Mode::Record,
-            Some(other) => return Err(format!("{}={other}: expected list or record", env::MODE)),
+            Some("profile") => Mode::Profile,
+            Some(other) => {
+                return Err(format!(
+                    "{}={other}: expected list, record or profile",
+                    env::MODE
+                ))
+            }
         };
         let kernel_text = get(env::KERNEL).unwrap_or_default();
         let kernel = if kernel_text.is_empty() {
@@ -143,9 +167,9 @@ impl Config {
                 format!("{}={v}: expected a whole number >= 1", env::LAUNCH_INDEX)
             })?),
         };
-        if mode == Mode::Record && kernel.is_none() && launch_index.is_none() {
+        if mode != Mode::List && kernel.is_none() && launch_index.is_none() {
             return Err(format!(
-                "{} or {} is required in record mode",
+                "{} or {} is required in record and profile modes",
                 env::KERNEL,
                 env::LAUNCH_INDEX
             ));
@@ -185,8 +209,25 @@ impl Config {
                 Some(v) => Some(crate::nvtx::NvtxFilter::parse(&v)?),
                 None => None,
             },
+            passes: num(env::PASSES, DEFAULT_PASSES as u64)?.min(MAX_PASSES as u64) as u32,
+            cache_flush: match get(env::CACHE).as_deref() {
+                None | Some("") | Some("flush") => true,
+                Some("keep") => false,
+                Some(v) => return Err(format!("{}={v}: expected flush or keep", env::CACHE)),
+            },
+            tool: get(env::TOOL).filter(|s| !s.is_empty()).map(PathBuf::from),
         }))
     }
+}
+
+/// This machine's name, for `%h` in output names.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// The rank of this process in an MPI / torchrun job, if any.

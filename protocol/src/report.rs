@@ -43,6 +43,40 @@ pub struct CaptureSummary {
     pub stall_phases: Vec<StallPhase>,
 }
 
+/// One dispatch profiled in place (`kreplay profile`): its passes, or why it was skipped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileRow {
+    /// Mangled name, and its short demangled form.
+    pub kernel: String,
+    pub short_name: String,
+    pub match_index: u64,
+    /// 1-based among all kernel launches of the process.
+    pub launch_index: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub rank: Option<u32>,
+    pub pid: u32,
+    /// Kernel time of each pass, in ns (launch overhead excluded).
+    pub durations_ns: Vec<u64>,
+    pub median_ns: u64,
+    pub min_ns: u64,
+    /// Bytes the dispatch wrote (restored before each pass after the first).
+    pub write_set_bytes: u64,
+    /// Bytes it can reach (copied aside once, on the device).
+    pub reachable_bytes: u64,
+    /// Median time of one restore between passes, in ns.
+    pub restore_median_ns: u64,
+    /// Every pass wrote the same bytes as the first (`None`: a single pass).
+    pub deterministic: Option<bool>,
+    /// The L2 was emptied before each pass (`--cache flush`).
+    pub cache_flush: bool,
+    /// The tool ended the loop, or the pass cap did.
+    pub stopped_by_tool: bool,
+    pub capped: bool,
+    /// Why the dispatch ran once, unprofiled (`None`: profiled).
+    pub skipped: Option<String>,
+}
+
 /// One phase of a capture's stall of the application.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StallPhase {
@@ -59,6 +93,9 @@ pub struct ProcessReport {
     pub matches: u64,
     pub kernels: Vec<KernelStat>,
     pub captures: Vec<CaptureSummary>,
+    /// Dispatches profiled in place (`kreplay profile`).
+    #[serde(default)]
+    pub profiles: Vec<ProfileRow>,
     pub errors: Vec<String>,
     /// Why recording never started in this process (another CUPTI user, no libcupti).
     #[serde(default)]

@@ -609,27 +609,27 @@ fn heap_note(found: &Walk) -> Option<String> {
     ))
 }
 
-/// Snapshots everything the dispatch reads. Call with the context synchronised.
-pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
-    let began = Instant::now();
-    let mut laps = Laps::new();
-    let view = input.view;
-    let (args, layout) = (input.args, input.layout);
-    ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
-    laps.lap("synchronise");
-
-    // Module globals, resolved in the application's module (restored by name at replay).
-    let globals = resolve_globals(&input.function, input.module_objects);
-    let mut textures = crate::textures::find(&args, &layout);
+/// Everything a dispatch can reach: the regions (walked from its arguments, module globals and
+/// texture objects, following pointers in the memory read), and the texture objects found.
+/// Call with the context synchronised.
+pub(crate) fn reach(
+    args: &[u8],
+    layout: &[(u32, u32)],
+    function: &ForeignFunction,
+    module_objects: &[(String, u64)],
+    allocations: &[(u64, u64, MemoryKind)],
+) -> Result<(Walk, crate::textures::Found), RecordError> {
+    let globals = resolve_globals(function, module_objects);
+    let textures = crate::textures::find(args, layout);
     // Only where a kernel that calls malloc has run (the probe changes nothing otherwise).
     let heap = kreplay_cuda::heap::probe().ok().flatten();
     let mut staging = lock_staging();
     let found = walk(
         &Roots {
-            args: &args,
-            layout: &layout,
+            args,
+            layout,
             globals: &globals,
-            allocations: &input.allocations,
+            allocations,
             addresses: &textures.addresses,
             heap: heap.map(|h| h.bounds()),
         },
@@ -641,7 +641,69 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             ..Limits::default()
         },
     )?;
-    drop(staging);
+    Ok((found, textures))
+}
+
+/// Queues one L2 flush (the settle sweep, see `cache`) on `stream`, loading it for the current
+/// context on first use; an error says why there is none (device memory short).
+pub(crate) fn flush_l2(stream: &Stream) -> Result<(), String> {
+    with_per_context(&SETTLE, make_sweep, |sweep| {
+        sweep.run(stream).map_err(|e| e.to_string())
+    })
+}
+
+/// The dispatch as the format describes it, from the launch the recorder sees.
+pub(crate) fn dispatch_of(
+    view: &LaunchView,
+    kernel_name: String,
+    module_id: u32,
+    layout: &[(u32, u32)],
+    args: Vec<u8>,
+    pointer_words: Vec<u32>,
+) -> Dispatch {
+    Dispatch {
+        kernel_name,
+        module_id,
+        api: view.api,
+        grid: view.grid,
+        block: view.block,
+        cluster: view.cluster(),
+        dynamic_shared_bytes: view.shared_bytes,
+        attributes: view
+            .attributes
+            .iter()
+            .map(|(id, v)| LaunchAttribute {
+                id: *id,
+                value: v.to_vec(),
+            })
+            .collect(),
+        params: layout
+            .iter()
+            .map(|&(offset, size)| Param { offset, size })
+            .collect(),
+        arg_bytes: args,
+        pointer_words,
+        original_duration_ns: None,
+    }
+}
+
+/// Snapshots everything the dispatch reads. Call with the context synchronised.
+pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
+    let began = Instant::now();
+    let mut laps = Laps::new();
+    let view = input.view;
+    let (args, layout) = (input.args, input.layout);
+    ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
+    laps.lap("synchronise");
+
+    // Module globals, resolved in the application's module (restored by name at replay).
+    let (found, mut textures) = reach(
+        &args,
+        &layout,
+        &input.function,
+        input.module_objects,
+        &input.allocations,
+    )?;
     laps.lap("walk");
 
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
@@ -730,30 +792,14 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     timer
         .arm(&app_stream)
         .map_err(RecordError::cuda("arming the timer"))?;
-    let dispatch = Dispatch {
-        kernel_name: input.kernel_name,
-        module_id: input.module.module_id,
-        api: view.api,
-        grid: view.grid,
-        block: view.block,
-        cluster: view.cluster(),
-        dynamic_shared_bytes: view.shared_bytes,
-        attributes: view
-            .attributes
-            .iter()
-            .map(|(id, v)| LaunchAttribute {
-                id: *id,
-                value: v.to_vec(),
-            })
-            .collect(),
-        params: layout
-            .iter()
-            .map(|&(offset, size)| Param { offset, size })
-            .collect(),
-        arg_bytes: args,
-        pointer_words: found.pointer_words,
-        original_duration_ns: None,
-    };
+    let dispatch = dispatch_of(
+        view,
+        input.kernel_name,
+        input.module.module_id,
+        &layout,
+        args,
+        found.pointer_words,
+    );
     Ok(Pending {
         correlation: input.correlation,
         stream: app_stream,

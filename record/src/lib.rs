@@ -23,6 +23,7 @@ pub mod graph_track;
 pub mod inflight;
 pub mod launch;
 pub mod nvtx;
+pub mod profile;
 pub mod ptx;
 pub mod quiet;
 pub mod readback;

@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use kreplay_cuda::callbacks::{self, cbid, Group};
 use kreplay_cuda::cupti::{self, sys as csys, Subscriber};
 use kreplay_cuda::Device;
+use kreplay_engine::tool::{CTool, PassTool};
 use kreplay_format::cubin;
 use kreplay_format::file::PendingFile;
 use kreplay_format::{
@@ -20,13 +21,14 @@ use kreplay_format::{
 use kreplay_protocol::config::{
     demangle, expand_output, rank_from, short_kernel_name, Config, MemoryScope, Mode,
 };
-use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport};
+use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport, ProfileRow};
 
 use crate::allocations::{self, AllocationTable};
 use crate::capture::{after_launch, before_launch, CaptureData, CodeObject, Pending, PreInput};
 use crate::error::RecordError;
 use crate::inflight::InFlight;
 use crate::launch;
+use crate::profile::{self, FixedPasses, ProfileInput};
 use crate::ptx::{self, PtxSource};
 
 struct StoredModule {
@@ -52,6 +54,8 @@ struct Inner {
     modules: Vec<StoredModule>,
     next_module_id: u32,
     captures: Vec<CaptureSummary>,
+    /// Dispatches profiled in place (`kreplay profile`).
+    profiles: Vec<ProfileRow>,
     errors: Vec<String>,
     allocations: AllocationTable,
     /// Where PTX for wanted kernels can be found (see `ptx`).
@@ -91,6 +95,8 @@ struct Recorder {
     writers: Mutex<Vec<JoinHandle<()>>>,
     /// Captures whose writer thread may still read device scratch.
     in_flight: Mutex<Vec<Arc<InFlight>>>,
+    /// Profile mode: the tool deciding the passes (kreplay's timing unless `--tool`).
+    tool: Mutex<Box<dyn PassTool + Send>>,
 }
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
@@ -138,15 +144,6 @@ impl Drop for FlagGuard {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding the lock was caught already; the data is still usable.
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
 }
 
 fn command_line() -> Vec<String> {
@@ -294,6 +291,11 @@ impl Recorder {
         else {
             return;
         };
+        if self.config.mode == Mode::Profile {
+            let _self_calls = FlagGuard::force(&SELF_CALLS);
+            self.profile_one(&view, name, &demangled, index, launch_index);
+            return;
+        }
         let begun = {
             let _self_calls = FlagGuard::force(&SELF_CALLS);
             self.begin(&view, name, index, launch_index, data.correlationId)
@@ -336,7 +338,7 @@ impl Recorder {
                 .nvtx
                 .as_ref()
                 .is_none_or(|f| f.matches(&crate::nvtx::open_ranges()));
-        if self.config.mode != Mode::Record || !is_match {
+        if self.config.mode == Mode::List || !is_match {
             return None;
         }
         c.matches += 1;
@@ -393,6 +395,78 @@ impl Recorder {
         })?;
         self.describe(&mut p.data, index, launch_index, target.device);
         Ok(p)
+    }
+
+    /// Profile mode: runs the dispatch's passes in place, before the application's launch
+    /// (see `profile`), and keeps its row. A failure is reported; the application's launch
+    /// runs regardless.
+    fn profile_one(
+        &self,
+        view: &launch::LaunchView,
+        name: String,
+        demangled: &str,
+        index: u64,
+        launch_index: u64,
+    ) {
+        let short = short_kernel_name(demangled);
+        let result = (|| {
+            // SAFETY: inside the launch callback that decoded the view.
+            let function = unsafe { view.foreign_function() };
+            let layout = function.parameter_layout();
+            // SAFETY: the view was decoded in this very callback; the layout is its function's.
+            let args =
+                unsafe { launch::argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
+            let target = self.target(&name)?;
+            let mut tool = lock(&self.tool);
+            profile::profile(
+                ProfileInput {
+                    view,
+                    function,
+                    args,
+                    layout,
+                    kernel_name: name.clone(),
+                    short_name: short.clone(),
+                    module_objects: &target.objects,
+                    allocations: target.allocations,
+                    match_index: index,
+                    launch_index,
+                    cache_flush: self.config.cache_flush,
+                    max_passes: kreplay_protocol::config::MAX_PASSES,
+                },
+                tool.as_mut(),
+            )
+        })();
+        match result {
+            Ok(mut row) => {
+                row.pid = self.pid;
+                row.rank = self.rank;
+                lock(&self.inner).profiles.push(row);
+            }
+            Err(e) => self.error(format!(
+                "profiling {short} (match {index}) failed: {e}; the application continues"
+            )),
+        }
+    }
+
+    /// A matching kernel node of a CUDA graph in profile mode: not replayed in place yet.
+    fn profile_skipped(
+        &self,
+        name: &str,
+        demangled: &str,
+        index: u64,
+        launch_index: u64,
+        why: &str,
+    ) {
+        lock(&self.inner).profiles.push(ProfileRow {
+            kernel: name.to_string(),
+            short_name: short_kernel_name(demangled),
+            match_index: index,
+            launch_index,
+            pid: self.pid,
+            rank: self.rank,
+            skipped: Some(why.to_string()),
+            ..Default::default()
+        });
     }
 
     /// What a capture of kernel `name` needs from the recorder's state and the driver.
@@ -823,7 +897,8 @@ unsafe extern "C" fn callback(
                     Some(Group::Launch) => {
                         let enter =
                             data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
-                        // Launches made by the recorder itself (none today) must not recurse.
+                        // Launches made by the recorder itself (settle sweeps, chunk scans,
+                        // profile passes) must not recurse.
                         let _in_launch = if enter {
                             match FlagGuard::set(&IN_LAUNCH) {
                                 Some(g) => Some(g),
@@ -869,6 +944,7 @@ extern "C" fn at_exit() {
             matches: inner.counts.matches,
             kernels,
             captures: inner.captures.clone(),
+            profiles: inner.profiles.clone(),
             errors: inner.errors.clone(),
             disabled: None,
         };
@@ -911,15 +987,20 @@ fn initialize() -> Result<(), RecordError> {
         )?;
     }
     let get = |k: &str| std::env::var(k).ok();
+    let tool: Box<dyn PassTool + Send> = match &config.tool {
+        Some(path) => Box::new(CTool::load(path).map_err(|e| RecordError::Config(e.to_string()))?),
+        None => Box::new(FixedPasses(config.passes)),
+    };
     let rec = Recorder {
         config,
         pid: std::process::id(),
         rank: rank_from(get),
-        host: host_name(),
+        host: kreplay_protocol::config::host_name(),
         _subscriber: sub,
         inner: Mutex::new(Inner::default()),
         writers: Mutex::new(Vec::new()),
         in_flight: Mutex::new(Vec::new()),
+        tool: Mutex::new(tool),
     };
     if RECORDER.set(rec).is_err() {
         return Ok(()); // initialised twice: keep the first

@@ -33,6 +33,10 @@ pub enum Command {
     Record(RecordArgs),
     /// Run an application and list every kernel it launches (name, count, grid, block).
     List(ListArgs),
+    /// Run an application and time matching dispatches where they happen: each runs several
+    /// times in place (memory restored between passes), then the application continues with
+    /// one run's result.
+    Profile(ProfileArgs),
     /// Replay a capture on a GPU: N timed passes, memory restored between them.
     Play(PlayArgs),
     /// Describe a capture: kernel, launch, parameters, regions, module, device (no GPU needed).
@@ -149,6 +153,59 @@ pub struct RecordArgs {
     /// The application and its arguments: the first argument that is not one of kreplay's
     /// options, and everything after it, belong to the application (`--` before it is
     /// optional: `kreplay record -k foo ./app -k bar` passes `-k bar` to the app).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        num_args = 1..,
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct ProfileArgs {
+    /// Kernel to profile, as `record -k` takes it: a plain name (function name or mangled
+    /// name, exactly) or `regex:RE`.
+    #[arg(short = 'k', long = "kernel", value_name = "NAME|regex:RE")]
+    pub kernel: String,
+    /// The first matching dispatch to profile (1-based).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub nth: u64,
+    /// Profile M consecutive matching dispatches from --nth.
+    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "all")]
+    pub count: u64,
+    /// Profile every matching dispatch from --nth on.
+    #[arg(long)]
+    pub all: bool,
+    /// Timed passes per dispatch (kreplay's own timing; a --tool decides instead).
+    #[arg(long, default_value_t = kreplay_protocol::config::DEFAULT_PASSES, value_parser = clap::value_parser!(u32).range(1..=kreplay_protocol::config::MAX_PASSES as i64))]
+    pub passes: u32,
+    /// `flush`: L2 emptied before every pass (as ncu's cache control); `keep`: as the
+    /// previous pass left it.
+    #[arg(long, value_enum, default_value_t = CacheMode::Flush)]
+    pub cache: CacheMode,
+    /// Only launches made inside an NVTX push/pop range (as `record --nvtx-include`).
+    #[arg(long, value_name = "RANGE")]
+    pub nvtx_include: Option<String>,
+    /// A tool library (`kreplay_tool.h`): it decides each dispatch's passes and sees each one
+    /// begin and end.
+    #[arg(long, value_name = "LIB.so")]
+    pub tool: Option<PathBuf>,
+    /// Print one JSON object per dispatch on stdout (the table still goes to stderr).
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print CSV on stdout: a header and one row per dispatch.
+    #[arg(long)]
+    pub csv: bool,
+    /// Write the report to a file instead of stdout: JSON or CSV as --json/--csv or the
+    /// name's extension (`.json`, `.csv`) say, else the table. `%p` pid, `%r` MPI/torchrun
+    /// rank, `%h` host (`mpirun -n 2 kreplay profile ... -o prof-%r.json`: one per rank).
+    #[arg(short = 'o', long = "output", value_name = "REPORT")]
+    pub output: Option<String>,
+    /// No table on stderr.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// The application and its arguments (`--` before it is optional).
     #[arg(
         required = true,
         trailing_var_arg = true,

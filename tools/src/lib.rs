@@ -3,4 +3,5 @@
 
 pub mod describe;
 pub mod params;
+pub mod profile;
 pub mod report;

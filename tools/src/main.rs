@@ -37,6 +37,7 @@ fn main() -> ExitCode {
         cli::Command::Play(a) => cmd::play::run(a),
         cli::Command::Record(a) => cmd::record::run_record(a),
         cli::Command::List(a) => cmd::record::run_list(a),
+        cli::Command::Profile(a) => cmd::profile::run(a),
         cli::Command::Diff(a) => cmd::diff::run(a),
         cli::Command::Pack(a) => cmd::pack::run(a),
         cli::Command::Completions(a) => generated(|w| {

@@ -3,6 +3,7 @@ pub mod extract;
 pub mod info;
 pub mod pack;
 pub mod play;
+pub mod profile;
 pub mod record;
 pub mod verify;
 

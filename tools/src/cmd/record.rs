@@ -40,9 +40,9 @@ fn recorder_library() -> anyhow::Result<PathBuf> {
     )
 }
 
-struct Run {
-    status: std::process::ExitStatus,
-    reports: Vec<ProcessReport>,
+pub(crate) struct Run {
+    pub(crate) status: std::process::ExitStatus,
+    pub(crate) reports: Vec<ProcessReport>,
     /// Captures completed by processes that wrote no report (they ended through `_exit` or
     /// `exec`, or were killed, after the capture was written).
     orphan_captures: Vec<CaptureSummary>,
@@ -179,7 +179,7 @@ impl Drop for ReportDir {
     }
 }
 
-fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Result<Run> {
+pub(crate) fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Result<Run> {
     let lib = recorder_library()?;
     if let Ok(other) = std::env::var("CUDA_INJECTION64_PATH") {
         if !other.is_empty() {
@@ -240,7 +240,7 @@ fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Result<Run> {
     })
 }
 
-fn app_exit_code(status: std::process::ExitStatus) -> ExitCode {
+pub(crate) fn app_exit_code(status: std::process::ExitStatus) -> ExitCode {
     if let Some(c) = status.code() {
         return ExitCode::from(c.clamp(0, 255) as u8);
     }

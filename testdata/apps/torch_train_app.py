@@ -1,0 +1,33 @@
+"""A PyTorch training step for `kreplay profile` (issue 12): an MLP forward and backward and an
+SGD update, STEPS times (default 3), deterministic inputs. Prints the loss of each step and a
+checksum of the weights: the same with and without kreplay.
+
+    python3 torch_train_app.py [STEPS]
+"""
+import sys
+
+import torch
+
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+torch.manual_seed(0)
+torch.backends.cuda.matmul.allow_tf32 = False
+dev = "cuda"
+model = torch.nn.Sequential(
+    torch.nn.Linear(1024, 2048),
+    torch.nn.ReLU(),
+    torch.nn.Linear(2048, 2048),
+    torch.nn.ReLU(),
+    torch.nn.Linear(2048, 512),
+).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(512, 1024, device=dev)
+y = torch.randn(512, 512, device=dev)
+for step in range(steps):
+    opt.zero_grad(set_to_none=False)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    print(f"step {step} loss {loss.item():.9e}")
+torch.cuda.synchronize()
+total = sum(float(p.double().sum()) for p in model.parameters())
+print(f"weights checksum {total:.12e}")

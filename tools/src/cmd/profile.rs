@@ -1,0 +1,209 @@
+//! `kreplay profile`: run the application with the recorder injected in profile mode, then
+//! report every profiled dispatch (table on stderr; JSON or CSV on stdout or in `-o`).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use kreplay_protocol::config::{env, expand_output, rank_from, KernelFilter};
+use kreplay_protocol::report::ProfileRow;
+
+use crate::cli::{CacheMode, ProfileArgs};
+use crate::cmd::record::{app_exit_code, run_app};
+
+/// How a report is written.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+/// --json/--csv, else the output name's extension, else the table.
+fn format_of(a: &ProfileArgs) -> Format {
+    if a.json {
+        return Format::Json;
+    }
+    if a.csv {
+        return Format::Csv;
+    }
+    match a
+        .output
+        .as_deref()
+        .and_then(|o| o.rsplit_once('.'))
+        .map(|(_, e)| e)
+    {
+        Some("json") | Some("jsonl") => Format::Json,
+        Some("csv") => Format::Csv,
+        _ => Format::Table,
+    }
+}
+
+fn render(rows: &[ProfileRow], f: Format) -> anyhow::Result<String> {
+    Ok(match f {
+        Format::Table => kreplay::profile::table(rows),
+        Format::Json => kreplay::profile::json_lines(rows)?,
+        Format::Csv => kreplay::profile::csv(rows)?,
+    })
+}
+
+pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
+    KernelFilter::parse(&a.kernel).map_err(anyhow::Error::msg)?;
+    if let Some(n) = &a.nvtx_include {
+        kreplay_protocol::nvtx::NvtxFilter::parse(n).map_err(anyhow::Error::msg)?;
+    }
+    let tool = match &a.tool {
+        Some(t) => Some(
+            t.canonicalize()
+                .with_context(|| format!("the tool {} does not exist", t.display()))?,
+        ),
+        None => None,
+    };
+    let count = if a.all { u64::MAX } else { a.count };
+    let vars = [
+        (env::MODE, "profile".to_string()),
+        (env::KERNEL, a.kernel.clone()),
+        (env::NTH, a.nth.to_string()),
+        (env::COUNT, count.to_string()),
+        (env::PASSES, a.passes.to_string()),
+        (
+            env::CACHE,
+            if a.cache == CacheMode::Flush {
+                "flush"
+            } else {
+                "keep"
+            }
+            .to_string(),
+        ),
+        (
+            env::TOOL,
+            tool.map_or(String::new(), |t| t.display().to_string()),
+        ),
+        (
+            env::NVTX_INCLUDE,
+            a.nvtx_include.clone().unwrap_or_default(),
+        ),
+    ];
+    let run = run_app(&a.command, &vars)?;
+    let mut rows: Vec<ProfileRow> = run
+        .reports
+        .iter()
+        .flat_map(|r| r.profiles.iter().cloned())
+        .collect();
+    rows.sort_by_key(|r| (r.rank, r.pid, r.launch_index));
+    for e in run.reports.iter().flat_map(|r| r.errors.iter()) {
+        crate::warn!("kreplay: {e}");
+    }
+    if !a.quiet && !rows.is_empty() {
+        crate::warn!("{}", kreplay::profile::table(&rows).trim_end());
+    }
+    let format = format_of(&a);
+    match &a.output {
+        Some(pattern) => {
+            let path = expand_output(
+                pattern,
+                std::process::id(),
+                rank_from(|k| std::env::var(k).ok()),
+                &kreplay_protocol::config::host_name(),
+                0,
+                "",
+            );
+            std::fs::write(&path, render(&rows, format)?)
+                .with_context(|| format!("cannot write the report {path}"))?;
+        }
+        None if format != Format::Table => {
+            let stdout = std::io::stdout();
+            let mut w = stdout.lock();
+            w.write_all(render(&rows, format)?.as_bytes())?;
+            crate::out!(w);
+        }
+        None => {}
+    }
+    if !run.status.success() {
+        crate::warn!("kreplay: the application exited with {}", run.status);
+        return Ok(app_exit_code(run.status));
+    }
+    if rows.is_empty() {
+        let matches: u64 = run.reports.iter().map(|r| r.matches).sum();
+        crate::warn!(
+            "kreplay: nothing profiled: -k '{}' matched {matches} dispatch(es){}",
+            a.kernel,
+            if matches > 0 {
+                format!(", fewer than --nth {}", a.nth)
+            } else {
+                String::new()
+            }
+        );
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(v: &[&str]) -> ProfileArgs {
+        let mut all = vec!["kreplay", "profile"];
+        all.extend_from_slice(v);
+        match crate::cli::Cli::try_parse_from(all).map(|c| c.command) {
+            Ok(crate::cli::Command::Profile(a)) => a,
+            Ok(_) => panic!("not a profile command"),
+            Err(e) => panic!("{v:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn the_report_format_comes_from_the_flags_then_the_name() {
+        assert_eq!(format_of(&args(&["-k", "f", "./app"])), Format::Table);
+        assert_eq!(
+            format_of(&args(&["-k", "f", "--json", "./app"])),
+            Format::Json
+        );
+        assert_eq!(
+            format_of(&args(&["-k", "f", "-o", "p-%r.json", "./app"])),
+            Format::Json
+        );
+        assert_eq!(
+            format_of(&args(&["-k", "f", "-o", "p.csv", "./app"])),
+            Format::Csv
+        );
+        assert_eq!(
+            format_of(&args(&["-k", "f", "--csv", "-o", "p.txt", "./app"])),
+            Format::Csv
+        );
+        assert_eq!(
+            format_of(&args(&["-k", "f", "-o", "p.txt", "./app"])),
+            Format::Table
+        );
+    }
+
+    #[test]
+    fn flags_and_the_application_parse_as_record_does() {
+        let a = args(&[
+            "-k",
+            "regex:gemm",
+            "--all",
+            "--passes",
+            "3",
+            "--cache",
+            "keep",
+            "./app",
+            "-k",
+            "x",
+        ]);
+        assert!(a.all);
+        assert_eq!(a.passes, 3);
+        assert!(a.cache == CacheMode::Keep);
+        assert_eq!(a.command, vec!["./app", "-k", "x"]);
+        let parsed = crate::cli::Cli::try_parse_from([
+            "kreplay", "profile", "-k", "f", "--all", "--count", "2", "./app",
+        ]);
+        assert!(parsed.is_err(), "--all and --count together");
+        let parsed = crate::cli::Cli::try_parse_from([
+            "kreplay", "profile", "-k", "f", "--passes", "0", "./app",
+        ]);
+        assert!(parsed.is_err(), "zero passes");
+    }
+}
