@@ -344,7 +344,8 @@ impl Recorder {
         c.matches += 1;
         let index = c.matches;
         let first = self.config.nth;
-        (index >= first && index < first + self.config.count).then_some((launches, index))
+        (index >= first && index < first.saturating_add(self.config.count))
+            .then_some((launches, index))
     }
 
     fn on_allocation(&self, cbid: u32, data: &csys::CUpti_CallbackData) {

@@ -29,5 +29,5 @@ for step in range(steps):
     opt.step()
     print(f"step {step} loss {loss.item():.9e}")
 torch.cuda.synchronize()
-total = sum(float(p.double().sum()) for p in model.parameters())
+total = sum(float(p.detach().double().sum()) for p in model.parameters())
 print(f"weights checksum {total:.12e}")
