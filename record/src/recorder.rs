@@ -179,7 +179,9 @@ impl Recorder {
     }
 
     fn on_module_loaded(&self, data: &csys::CUpti_ResourceData) {
-        if self.config.mode != Mode::Record || data.resourceDescriptor.is_null() {
+        // Profile mode needs the module's globals (what a dispatch can reach), record mode
+        // also its image.
+        if self.config.mode == Mode::List || data.resourceDescriptor.is_null() {
             return;
         }
         // SAFETY: for MODULE_LOADED the descriptor is a CUpti_ModuleResourceData.
@@ -454,8 +456,8 @@ impl Recorder {
         &self,
         name: &str,
         demangled: &str,
-        index: u64,
-        launch_index: u64,
+        (index, launch_index): (u64, u64),
+        (grid, block): ([u32; 3], [u32; 3]),
         why: &str,
     ) {
         lock(&self.inner).profiles.push(ProfileRow {
@@ -463,6 +465,8 @@ impl Recorder {
             short_name: short_kernel_name(demangled),
             match_index: index,
             launch_index,
+            grid,
+            block,
             pid: self.pid,
             rank: self.rank,
             skipped: Some(why.to_string()),

@@ -295,19 +295,25 @@ impl Recorder {
                 };
                 if let Some((launch_index, index)) = self.count(counts, &e) {
                     if self.config.mode == Mode::Profile {
-                        skipped.push((kn.name.clone(), k.demangled.clone(), index, launch_index));
+                        skipped.push((
+                            kn.name.clone(),
+                            k.demangled.clone(),
+                            (index, launch_index),
+                            (kn.grid, kn.block),
+                        ));
                     } else {
                         targets.push((k.node, launch_index, index, state.launches));
                     }
                 }
             }
         }
-        for (name, demangled, index, launch_index) in skipped {
+        // (The lock on the recorder's state is released by now.)
+        for (name, demangled, indices, geometry) in skipped {
             self.profile_skipped(
                 &name,
                 &demangled,
-                index,
-                launch_index,
+                indices,
+                geometry,
                 "a kernel node of a CUDA graph: not replayed in place yet (it ran once, unprofiled; `kreplay record` captures graph nodes)",
             );
         }

@@ -91,9 +91,7 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         .flat_map(|r| r.profiles.iter().cloned())
         .collect();
     rows.sort_by_key(|r| (r.rank, r.pid, r.launch_index));
-    for e in run.reports.iter().flat_map(|r| r.errors.iter()) {
-        crate::warn!("kreplay: {e}");
-    }
+    // The recorder printed its errors as they happened.
     if !a.quiet && !rows.is_empty() {
         crate::warn!("{}", kreplay::profile::table(&rows).trim_end());
     }
