@@ -31,6 +31,20 @@ use crate::error::RecordError;
 use crate::launch::LaunchView;
 use crate::readback::{pack_changed, PackedRun};
 
+/// `KREPLAY_DEBUG_PROFILE=1`: each step of in-place replay on stderr, with the time since the
+/// process's first step (a diagnosis aid for a dispatch that does not come back).
+fn trace(step: &str) {
+    static ON: std::sync::OnceLock<Option<std::time::Instant>> = std::sync::OnceLock::new();
+    if let Some(t0) = ON.get_or_init(|| {
+        std::env::var_os("KREPLAY_DEBUG_PROFILE").map(|_| std::time::Instant::now())
+    }) {
+        crate::diag!(
+            "kreplay: profile: {:>10.3} ms {step}",
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+    }
+}
+
 /// kreplay's own timing as a tool: a fixed number of passes.
 pub struct FixedPasses(pub u32);
 
@@ -189,9 +203,11 @@ impl PassRunner for InPlace<'_> {
     }
 
     fn run(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
+        trace(&format!("pass {pass}: begin"));
         if self.cache_flush {
             // Without a sweep (device memory short) the pass runs with what L2 holds.
             let _ = flush_l2(self.stream);
+            trace("L2 flush queued");
         }
         self.timer
             .arm(self.stream)
@@ -199,6 +215,7 @@ impl PassRunner for InPlace<'_> {
         let launched = kreplay_cuda::launch(self.function, self.config, self.args, self.stream)
             .map_err(Self::err("launching a pass"));
         let stopped = self.timer.finish(self.stream);
+        trace("pass launched, gate opened");
         launched?;
         stopped.map_err(Self::err("stopping the pass timer"))?;
         self.stream
@@ -208,8 +225,10 @@ impl PassRunner for InPlace<'_> {
             .timer
             .elapsed_ns()
             .map_err(Self::err("reading the pass timer"))?;
+        trace(&format!("pass {pass}: done, {duration_ns} ns"));
         let matches_first = if pass == 0 {
             self.learn_write_set()?;
+            trace("write set found");
             None
         } else {
             Some(self.same_as_first()?)
@@ -239,7 +258,12 @@ pub fn profile(
         cache_flush: input.cache_flush,
         ..Default::default()
     };
+    trace(&format!(
+        "{} (launch {}): start",
+        input.short_name, input.launch_index
+    ));
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the passes"))?;
+    trace("synchronised");
     let (found, textures) = reach(
         &input.args,
         &input.layout,
@@ -248,6 +272,11 @@ pub fn profile(
         &input.allocations,
     )?;
     row.reachable_bytes = found.regions.iter().map(|r| r.size).sum();
+    trace(&format!(
+        "walked: {} regions, {} bytes",
+        found.regions.len(),
+        row.reachable_bytes
+    ));
     if !textures.arrays.is_empty() {
         row.skipped = Some(
             "it reaches CUDA arrays (texture or surface objects), not replayed in place yet".into(),
@@ -281,6 +310,7 @@ pub fn profile(
     stream
         .synchronize()
         .map_err(RecordError::cuda("copying the reachable memory aside"))?;
+    trace("pristine copy made");
 
     let dispatch = dispatch_of(
         view,
@@ -323,11 +353,14 @@ pub fn profile(
         saved: &mut saved,
         restores_ns: Vec::new(),
     };
+    trace("passes start");
     let looped = drive(tool, &d, &mut runner);
+    trace("passes done");
     let restores = std::mem::take(&mut runner.restores_ns);
     drop(runner);
     // Whatever happened, the application's launch must find its memory as it was.
     let put_back = put_everything_back(&saved, &stream);
+    trace("memory put back");
     let summary = looped?;
     put_back?;
 
