@@ -7,6 +7,9 @@
  * continues with one run's effect. kreplay's own timing and hardware counters are tools of
  * this kind.
  *
+ * In-process replay (`kreplay profile`): pass 0 is the application's own launch (BEGIN before
+ * it is queued, END after it completed); the further passes follow right after it.
+ *
  * Callbacks run on the thread that launched the kernel, with the launch's CUDA context
  * current; BEGIN runs right before the launch and END right after it completed, so a tool
  * may start and stop its own measurement (CUPTI range profiling, events) there. A tool must
@@ -56,7 +59,8 @@ typedef struct kreplay_dispatch {
   uint64_t stream;            /* the CUstream of the launch */
   uint64_t launch_index;      /* 1-based, among all kernel launches of the process */
   uint64_t match_index;       /* 1-based, among the launches matching kreplay's filter */
-  uint64_t write_set_bytes;   /* bytes restored before each extra pass */
+  uint64_t write_set_bytes;   /* bytes restored before each extra pass (in-process replay: the
+                                 reachable bytes, an upper bound, until pass 0 has run) */
   uint32_t max_passes;        /* the most passes kreplay will run */
 } kreplay_dispatch;
 

@@ -230,6 +230,73 @@ pub struct LoopSummary {
     pub outcomes: Vec<PassOutcome>,
 }
 
+/// The pass loop, split where the first pass runs: in-process replay (`kreplay profile`) lets
+/// the application's own launch be the first pass, between `PassLoop::begin` (at the launch's
+/// callback, before it) and `PassLoop::after_first` (after it completed). `drive` is both
+/// halves around a pass the runner makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassLoop {
+    wanted: u32,
+    until_stop: bool,
+    cap: u32,
+    /// BEGIN of pass 0 asked for no pass after it.
+    last: bool,
+}
+
+impl PassLoop {
+    /// CONFIG, then BEGIN of pass 0; `None` when the tool skips the dispatch (it runs once,
+    /// untouched by the tool).
+    pub fn begin(tool: &mut dyn PassTool, d: &DispatchView) -> Option<PassLoop> {
+        let (wanted, until_stop) = match tool.config(d) {
+            PassRequest::Skip => return None,
+            PassRequest::Passes(n) => (n, false),
+            PassRequest::UntilStop => (u32::MAX, true),
+        };
+        let last = tool.begin(d, 0) == Flow::Stop;
+        Some(PassLoop {
+            wanted,
+            until_stop,
+            cap: d.max_passes.max(1),
+            last,
+        })
+    }
+
+    /// END of pass 0 (which ran with outcome `first`), the further passes through `runner`
+    /// (memory restored before each), and FINISH.
+    pub fn after_first<R: PassRunner>(
+        self,
+        tool: &mut dyn PassTool,
+        d: &DispatchView,
+        first: PassOutcome,
+        runner: &mut R,
+    ) -> Result<LoopSummary, R::Error> {
+        let mut outcomes = vec![first];
+        let mut pass = 1u32;
+        let mut stopped = tool.end(d, &first) == Flow::Stop || self.last;
+        while !stopped && pass < self.wanted.min(self.cap) {
+            runner.restore()?;
+            let last = tool.begin(d, pass) == Flow::Stop;
+            let o = runner.run(pass)?;
+            outcomes.push(o);
+            pass += 1;
+            if tool.end(d, &o) == Flow::Stop || last {
+                stopped = true;
+            }
+        }
+        let checked: Vec<bool> = outcomes.iter().filter_map(|o| o.matches_first).collect();
+        let deterministic = (!checked.is_empty()).then(|| checked.iter().all(|&m| m));
+        tool.finish(d, pass, deterministic);
+        Ok(LoopSummary {
+            passes: pass,
+            skipped: false,
+            stopped_by_tool: stopped,
+            capped: !stopped && (self.until_stop || self.wanted > self.cap) && pass == self.cap,
+            deterministic,
+            outcomes,
+        })
+    }
+}
+
 /// Runs the dispatch as `tool` asks. Memory is restored before each pass after the first, so
 /// the memory after the last pass is one run's effect, as the application expects.
 pub fn drive<R: PassRunner>(
@@ -237,49 +304,23 @@ pub fn drive<R: PassRunner>(
     d: &DispatchView,
     runner: &mut R,
 ) -> Result<LoopSummary, R::Error> {
-    let cap = d.max_passes.max(1);
-    let (wanted, until_stop) = match tool.config(d) {
-        PassRequest::Skip => {
+    match PassLoop::begin(tool, d) {
+        None => {
             let o = runner.run(0)?;
-            return Ok(LoopSummary {
+            Ok(LoopSummary {
                 passes: 1,
                 skipped: true,
                 stopped_by_tool: false,
                 capped: false,
                 deterministic: o.matches_first.map(|_| true),
                 outcomes: vec![o],
-            });
+            })
         }
-        PassRequest::Passes(n) => (n, false),
-        PassRequest::UntilStop => (u32::MAX, true),
-    };
-    let mut outcomes = Vec::new();
-    let mut stopped = false;
-    let mut pass = 0u32;
-    while pass < wanted.min(cap) {
-        if pass > 0 {
-            runner.restore()?;
-        }
-        let last = tool.begin(d, pass) == Flow::Stop;
-        let o = runner.run(pass)?;
-        outcomes.push(o);
-        pass += 1;
-        if tool.end(d, &o) == Flow::Stop || last {
-            stopped = true;
-            break;
+        Some(l) => {
+            let first = runner.run(0)?;
+            l.after_first(tool, d, first, runner)
         }
     }
-    let checked: Vec<bool> = outcomes.iter().filter_map(|o| o.matches_first).collect();
-    let deterministic = (!checked.is_empty()).then(|| checked.iter().all(|&m| m));
-    tool.finish(d, pass, deterministic);
-    Ok(LoopSummary {
-        passes: pass,
-        skipped: false,
-        stopped_by_tool: stopped,
-        capped: !stopped && (until_stop || wanted > cap) && pass == cap,
-        deterministic,
-        outcomes,
-    })
 }
 
 /// Why a tool library was not loaded.

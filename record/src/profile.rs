@@ -1,15 +1,21 @@
 //! In-process kernel replay (`kreplay profile`, issue 12): a matching dispatch runs as many
-//! times as the tool asks, where it happens, before the application's own launch.
+//! times as the tool asks, where it happens; the application's own launch is the first pass.
 //!
-//! At the launch callback (the application is stalled, its context synchronised): everything
-//! the dispatch can reach is copied aside to device scratch (the pristine copy); the passes run
-//! on kreplay's own stream, each timed behind a stream gate, the L2 emptied before each with
-//! `--cache flush`. After the first pass the GPU compares the pristine copy with memory
-//! (`kreplay_chunk_scan`): the chunks that changed are the write set, and before every further
-//! pass only they are put back, from the device copy. Each pass's output is compared with the
-//! first's (determinism). Last, the whole reachable memory is compared once more and whatever
-//! differs is put back, so the application's own launch, which then runs, finds its memory as
-//! it was and produces one run's result, bit for bit as in a plain run.
+//! At the launch callback's ENTER (the application is stalled, its context synchronised):
+//! everything the dispatch can reach is copied aside to device scratch (the pristine copy), the
+//! tool is asked for its passes (CONFIG) and told pass 0 begins, the L2 is emptied
+//! (`--cache flush`) and the application's stream is gated for timing, as a capture does.
+//! At EXIT, once the application's kernel completed: the GPU compares the pristine copy with
+//! memory (`kreplay_chunk_scan`); the chunks that changed are the write set, and the
+//! application's output there is kept aside. The further passes run on kreplay's own stream,
+//! each after the write set was put back from the pristine copy, each timed behind a gate, each
+//! output compared with the application's (determinism). Last, the application's output is put
+//! back, and any other chunk a pass changed gets its pristine bytes: the application goes on
+//! with its own launch's result, bit for bit as in a plain run.
+//!
+//! The passes run at EXIT, not at ENTER, because launching the application's kernel from the
+//! callback of its own launch, before that launch went through, can stall inside the driver
+//! (a kernel loaded lazily on its first launch, say).
 //!
 //! Not replayed in place yet, and said so in the dispatch's row: dispatches that reach CUDA
 //! arrays (textures, surfaces), the device heap, or more memory than device scratch can hold;
@@ -19,10 +25,12 @@ use kreplay_cuda::chunks::ChunkFlags;
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
     copy_dtod_async, copy_dtoh, ctx_synchronize, AsStream, DeviceBuffer, ForeignFunction,
-    KernelArgs, LaunchConfig, Stream,
+    ForeignStream, KernelArgs, LaunchConfig, Stream,
 };
 use kreplay_engine::plan::{launch_config, LaunchPlan};
-use kreplay_engine::tool::{drive, DispatchView, PassOutcome, PassRequest, PassRunner, PassTool};
+use kreplay_engine::tool::{
+    DispatchView, PassLoop, PassOutcome, PassRequest, PassRunner, PassTool,
+};
 use kreplay_format::{MemoryKind, DEFAULT_CHUNK_SIZE};
 use kreplay_protocol::report::ProfileRow;
 
@@ -226,13 +234,7 @@ impl PassRunner for InPlace<'_> {
             .elapsed_ns()
             .map_err(Self::err("reading the pass timer"))?;
         trace(&format!("pass {pass}: done, {duration_ns} ns"));
-        let matches_first = if pass == 0 {
-            self.learn_write_set()?;
-            trace("write set found");
-            None
-        } else {
-            Some(self.same_as_first()?)
-        };
+        let matches_first = Some(self.same_as_first()?);
         Ok(PassOutcome {
             index: pass,
             duration_ns,
@@ -241,12 +243,52 @@ impl PassRunner for InPlace<'_> {
     }
 }
 
-/// Profiles one dispatch in place; the row says what ran, or why it was skipped. On return
-/// the dispatch's memory is as it was on entry (the application's launch runs next).
-pub fn profile(
+/// A dispatch between its launch callback's ENTER and EXIT: its application launch is pass 0.
+pub struct ProfilePending {
+    pub correlation: u32,
+    row: ProfileRow,
+    view: DispatchView,
+    passes: PassLoop,
+    saved: Vec<Saved>,
+    stream: Stream,
+    app_stream: ForeignStream,
+    timer: GatedTimer,
+    function: ForeignFunction,
+    config: LaunchConfig,
+    args: KernelArgs,
+    cache_flush: bool,
+}
+
+// SAFETY: the handles (streams, function, timer, buffers) are driver handles usable from any
+// thread with the context current; a pending profile lives in one thread's slot from ENTER
+// to EXIT of the same launch.
+unsafe impl Send for ProfilePending {}
+
+impl ProfilePending {
+    pub fn short_name(&self) -> &str {
+        &self.row.short_name
+    }
+
+    pub fn match_index(&self) -> u64 {
+        self.row.match_index
+    }
+}
+
+/// What ENTER decided.
+pub enum Begun {
+    /// The dispatch runs once, unprofiled (the row says why).
+    Skipped(ProfileRow),
+    /// Its passes follow at EXIT.
+    Pending(Box<ProfilePending>),
+}
+
+/// At ENTER: the pristine copy, CONFIG and BEGIN of pass 0, the L2 emptied, the application's
+/// stream gated. Call with the launch's context current, before the launch goes through.
+pub fn profile_begin(
     input: ProfileInput<'_>,
+    correlation: u32,
     tool: &mut dyn PassTool,
-) -> Result<ProfileRow, RecordError> {
+) -> Result<Begun, RecordError> {
     let view = input.view;
     let mut row = ProfileRow {
         kernel: input.kernel_name.clone(),
@@ -259,11 +301,10 @@ pub fn profile(
         ..Default::default()
     };
     trace(&format!(
-        "{} (launch {}): start",
+        "{} (launch {}): enter",
         input.short_name, input.launch_index
     ));
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the passes"))?;
-    trace("synchronised");
     let (found, textures) = reach(
         &input.args,
         &input.layout,
@@ -281,13 +322,13 @@ pub fn profile(
         row.skipped = Some(
             "it reaches CUDA arrays (texture or surface objects), not replayed in place yet".into(),
         );
-        return Ok(row);
+        return Ok(Begun::Skipped(row));
     }
     if found.heap_word_count > 0 {
         row.skipped = Some(
             "it reads the device heap (malloc inside kernels), which cannot be copied aside".into(),
         );
-        return Ok(row);
+        return Ok(Begun::Skipped(row));
     }
     let stream = Stream::new().map_err(RecordError::cuda("creating the pass stream"))?;
     let mut saved = Vec::with_capacity(found.regions.len());
@@ -297,7 +338,7 @@ pub fn profile(
                 "its reachable memory ({}) does not fit in free device memory for the pristine copy",
                 kreplay_format::units::bytes(row.reachable_bytes)
             ));
-            return Ok(row);
+            return Ok(Begun::Skipped(row));
         };
         saved.push(Saved {
             addr: r.base,
@@ -324,8 +365,7 @@ pub fn profile(
         .map_err(|e| RecordError::Config(format!("this launch cannot be replayed: {e}")))?;
     let config =
         launch_config(&dispatch, &plan).map_err(RecordError::cuda("configuring the passes"))?;
-    let mut args =
-        KernelArgs::new(input.args.clone(), &input.layout).map_err(RecordError::Config)?;
+    let args = KernelArgs::new(input.args.clone(), &input.layout).map_err(RecordError::Config)?;
     let mut d = DispatchView::new(
         &input.kernel_name,
         &kreplay_protocol::config::demangle(&input.kernel_name),
@@ -339,28 +379,92 @@ pub fn profile(
     d.launch_index = input.launch_index;
     d.match_index = input.match_index;
     // SAFETY: inside the launch callback that decoded the view.
-    d.stream = unsafe { view.foreign_stream() }.raw_stream() as u64;
+    let app_stream = unsafe { view.foreign_stream() };
+    d.stream = app_stream.raw_stream() as u64;
     // Before the first pass only the reachable bytes are known (an upper bound).
     d.write_set_bytes = row.reachable_bytes;
+    let Some(passes) = PassLoop::begin(tool, &d) else {
+        row.skipped = Some("the tool skipped it".into());
+        return Ok(Begun::Skipped(row));
+    };
+    if input.cache_flush {
+        let _ = flush_l2(&stream);
+        stream
+            .synchronize()
+            .map_err(RecordError::cuda("emptying the L2 before pass 0"))?;
+    }
+    // Last: the application's stream stays gated until its launch is queued.
+    let mut timer = GatedTimer::new().map_err(RecordError::cuda("creating the pass timer"))?;
+    timer
+        .arm(&app_stream)
+        .map_err(RecordError::cuda("arming the pass timer"))?;
+    trace("pass 0 (the application's launch) armed");
+    Ok(Begun::Pending(Box::new(ProfilePending {
+        correlation,
+        row,
+        view: d,
+        passes,
+        saved,
+        stream,
+        app_stream,
+        timer,
+        function: input.function,
+        config,
+        args,
+        cache_flush: input.cache_flush,
+    })))
+}
 
+/// At EXIT: pass 0's time, the write set, the further passes, and the application's output
+/// put back. Call with the launch's context current.
+pub fn profile_finish(
+    p: ProfilePending,
+    tool: &mut dyn PassTool,
+) -> Result<ProfileRow, RecordError> {
+    let ProfilePending {
+        mut row,
+        view: d,
+        passes,
+        mut saved,
+        stream,
+        app_stream,
+        mut timer,
+        function,
+        config,
+        mut args,
+        cache_flush,
+        ..
+    } = p;
+    let finished = timer.finish(&app_stream);
+    ctx_synchronize().map_err(RecordError::KernelFailed)?;
+    finished.map_err(RecordError::cuda("stopping the pass timer"))?;
+    let first = PassOutcome {
+        index: 0,
+        duration_ns: timer
+            .elapsed_ns()
+            .map_err(RecordError::cuda("reading the pass timer"))?,
+        matches_first: None,
+    };
+    trace(&format!("pass 0 done, {} ns", first.duration_ns));
     let mut runner = InPlace {
-        function: &input.function,
+        function: &function,
         config: &config,
         args: &mut args,
         stream: &stream,
-        timer: GatedTimer::new().map_err(RecordError::cuda("creating the pass timer"))?,
-        cache_flush: input.cache_flush,
+        timer,
+        cache_flush,
         saved: &mut saved,
         restores_ns: Vec::new(),
     };
-    trace("passes start");
-    let looped = drive(tool, &d, &mut runner);
-    trace("passes done");
+    runner.learn_write_set()?;
+    trace("write set found");
+    let looped = passes.after_first(tool, &d, first, &mut runner);
     let restores = std::mem::take(&mut runner.restores_ns);
     drop(runner);
-    // Whatever happened, the application's launch must find its memory as it was.
-    let put_back = put_everything_back(&saved, &stream);
-    trace("memory put back");
+    trace("passes done");
+    // Whatever happened, the application goes on with its own launch's result.
+    let put_back = put_back_application_output(&saved, &stream);
+    trace("application output put back");
     let summary = looped?;
     put_back?;
 
@@ -379,26 +483,40 @@ pub fn profile(
     row.deterministic = summary.deterministic;
     row.stopped_by_tool = summary.stopped_by_tool;
     row.capped = summary.capped;
-    if summary.skipped {
-        row.skipped = Some("the tool skipped it".into());
-    }
     Ok(row)
 }
 
-/// Compares all reachable memory with its pristine copy and puts back whatever differs.
-fn put_everything_back(saved: &[Saved], stream: &Stream) -> Result<(), RecordError> {
+/// Puts the application's own output back over the write set, and the pristine bytes over any
+/// other chunk a pass changed.
+fn put_back_application_output(saved: &[Saved], stream: &Stream) -> Result<(), RecordError> {
+    let e = RecordError::cuda("putting the application's output back");
     for s in saved {
+        let mut at = 0;
+        if let Some(first) = &s.first_output {
+            for r in &s.write_set {
+                copy_dtod_async(s.addr + r.offset, first.ptr() + at, r.len as usize, stream)
+                    .map_err(e)?;
+                at += r.len;
+            }
+        }
+        stream.synchronize().map_err(e)?;
+        let in_write_set = |off: u64| {
+            s.write_set
+                .iter()
+                .any(|r| off >= r.offset && off < r.offset + r.len)
+        };
         for r in changed_runs(s.pristine.ptr(), s.addr, s.size, stream) {
-            copy_dtod_async(
-                s.addr + r.offset,
-                s.pristine.ptr() + r.offset,
-                r.len as usize,
-                stream,
-            )
-            .map_err(RecordError::cuda("putting the dispatch's memory back"))?;
+            let cs = DEFAULT_CHUNK_SIZE;
+            let mut off = r.offset;
+            while off < r.offset + r.len {
+                let n = cs.min(r.offset + r.len - off);
+                if !in_write_set(off) {
+                    copy_dtod_async(s.addr + off, s.pristine.ptr() + off, n as usize, stream)
+                        .map_err(e)?;
+                }
+                off += n;
+            }
         }
     }
-    stream
-        .synchronize()
-        .map_err(RecordError::cuda("putting the dispatch's memory back"))
+    stream.synchronize().map_err(e)
 }

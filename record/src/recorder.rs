@@ -28,7 +28,7 @@ use crate::capture::{after_launch, before_launch, CaptureData, CodeObject, Pendi
 use crate::error::RecordError;
 use crate::inflight::InFlight;
 use crate::launch;
-use crate::profile::{self, FixedPasses, ProfileInput};
+use crate::profile::{self, Begun, FixedPasses, ProfileInput, ProfilePending};
 use crate::ptx::{self, PtxSource};
 
 struct StoredModule {
@@ -116,6 +116,8 @@ thread_local! {
     /// application's).
     static SELF_CALLS: Cell<bool> = const { Cell::new(false) };
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+    /// Profile mode: the dispatch between its launch's ENTER and EXIT.
+    static PROFILE_PENDING: RefCell<Option<Box<ProfilePending>>> = const { RefCell::new(None) };
 }
 
 /// Sets a thread-local flag for its lifetime; cleared on drop, also when a panic unwinds
@@ -246,6 +248,10 @@ impl Recorder {
     fn on_launch(&self, cbid: u32, data: &csys::CUpti_CallbackData) {
         let site = data.callbackSite;
         if site == csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT {
+            if self.config.mode == Mode::Profile {
+                self.profile_exit(data.correlationId);
+                return;
+            }
             let pending = PENDING.with(|p| {
                 let mut p = p.borrow_mut();
                 match p.as_ref() {
@@ -295,7 +301,13 @@ impl Recorder {
         };
         if self.config.mode == Mode::Profile {
             let _self_calls = FlagGuard::force(&SELF_CALLS);
-            self.profile_one(&view, name, &demangled, index, launch_index);
+            self.profile_enter(
+                &view,
+                name,
+                &demangled,
+                (index, launch_index),
+                data.correlationId,
+            );
             return;
         }
         let begun = {
@@ -400,16 +412,16 @@ impl Recorder {
         Ok(p)
     }
 
-    /// Profile mode: runs the dispatch's passes in place, before the application's launch
-    /// (see `profile`), and keeps its row. A failure is reported; the application's launch
+    /// Profile mode, at the launch's ENTER: the pristine copy and pass 0 prepared (see
+    /// `profile`); the passes follow at EXIT. A failure is reported; the application's launch
     /// runs regardless.
-    fn profile_one(
+    fn profile_enter(
         &self,
         view: &launch::LaunchView,
         name: String,
         demangled: &str,
-        index: u64,
-        launch_index: u64,
+        (index, launch_index): (u64, u64),
+        correlation: u32,
     ) {
         let short = short_kernel_name(demangled);
         let result = (|| {
@@ -421,7 +433,7 @@ impl Recorder {
                 unsafe { launch::argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
             let target = self.target(&name)?;
             let mut tool = lock(&self.tool);
-            profile::profile(
+            profile::profile_begin(
                 ProfileInput {
                     view,
                     function,
@@ -436,19 +448,48 @@ impl Recorder {
                     cache_flush: self.config.cache_flush,
                     max_passes: kreplay_protocol::config::MAX_PASSES,
                 },
+                correlation,
                 tool.as_mut(),
             )
         })();
         match result {
-            Ok(mut row) => {
-                row.pid = self.pid;
-                row.rank = self.rank;
-                lock(&self.inner).profiles.push(row);
-            }
+            Ok(Begun::Skipped(row)) => self.profile_row(row),
+            Ok(Begun::Pending(p)) => PROFILE_PENDING.with(|slot| *slot.borrow_mut() = Some(p)),
             Err(e) => self.error(format!(
                 "profiling {short} (match {index}) failed: {e}; the application continues"
             )),
         }
+    }
+
+    /// Profile mode, at the launch's EXIT: the passes, and the application's output put back.
+    fn profile_exit(&self, correlation: u32) {
+        let Some(p) = PROFILE_PENDING.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            match slot.as_ref() {
+                Some(p) if p.correlation == correlation => slot.take(),
+                _ => None,
+            }
+        }) else {
+            return;
+        };
+        let _self_calls = FlagGuard::force(&SELF_CALLS);
+        // Launches of the passes must not be taken for the application's.
+        let _in_launch = FlagGuard::force(&IN_LAUNCH);
+        let short = p.short_name().to_string();
+        let index = p.match_index();
+        let result = profile::profile_finish(*p, lock(&self.tool).as_mut());
+        match result {
+            Ok(row) => self.profile_row(row),
+            Err(e) => self.error(format!(
+                "profiling {short} (match {index}) failed after the launch: {e}; the application continues"
+            )),
+        }
+    }
+
+    fn profile_row(&self, mut row: ProfileRow) {
+        row.pid = self.pid;
+        row.rank = self.rank;
+        lock(&self.inner).profiles.push(row);
     }
 
     /// A matching kernel node of a CUDA graph in profile mode: not replayed in place yet.
