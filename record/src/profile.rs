@@ -220,8 +220,10 @@ impl PassRunner for InPlace<'_> {
         self.timer
             .arm(self.stream)
             .map_err(Self::err("arming the pass timer"))?;
+        trace("pass timer armed");
         let launched = kreplay_cuda::launch(self.function, self.config, self.args, self.stream)
             .map_err(Self::err("launching a pass"));
+        trace("pass queued");
         let stopped = self.timer.finish(self.stream);
         trace("pass launched, gate opened");
         launched?;

@@ -127,7 +127,13 @@ struct FlagGuard(&'static std::thread::LocalKey<Cell<bool>>);
 impl FlagGuard {
     /// Sets the flag; `None` when it was set already (a re-entrant call).
     fn set(flag: &'static std::thread::LocalKey<Cell<bool>>) -> Option<FlagGuard> {
-        (!flag.with(|f| f.replace(true))).then_some(FlagGuard(flag))
+        // No guard is built on re-entry: one built and dropped (`then_some` builds eagerly)
+        // would clear the flag the outer call still holds.
+        if flag.with(|f| f.replace(true)) {
+            None
+        } else {
+            Some(FlagGuard(flag))
+        }
     }
 
     /// Sets the flag whether or not it was set, clearing it on drop.
@@ -1103,6 +1109,10 @@ mod tests {
             let g = FlagGuard::set(&FLAG).expect("first entry");
             assert!(FLAG.with(|f| f.get()));
             assert!(FlagGuard::set(&FLAG).is_none(), "re-entry is refused");
+            assert!(
+                FLAG.with(|f| f.get()),
+                "a refused re-entry leaves the outer call's flag set"
+            );
             drop(g);
         }
         assert!(!FLAG.with(|f| f.get()));
