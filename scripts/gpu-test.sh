@@ -883,6 +883,139 @@ PY
   done
 fi
 
+# kreplay profile (in-process replay): the application's output must be bit-identical to a
+# plain run, and every row sane. pcase NAME CHECK REPORT -- CMD...: runs the app plain, then
+# under `kreplay profile ARGS` (PROFILE_ARGS), and lets python check the rows (JSON lines in
+# REPORT) against CHECK.
+pcase() {
+  local name=$1 check=$2; shift 3
+  [[ "$name" =~ $ONLY ]] || return 0
+  echo "== $name"
+  local w="$WORK/$name"
+  "$@" > "$w.plain.out" 2> "$w.plain.err"
+  rm -f "$w".prof*.json
+  timeout 600 "$KR" profile "${PROFILE_ARGS[@]}" -o "$w.prof.json" -- "$@" > "$w.prof.out" 2> "$w.prof.err"
+  local rc=$?
+  python3 - "$name" "$w" "$rc" "$check" >> "$RESULTS" <<'PY'
+import json, sys
+name, w, rc, check = sys.argv[1:]
+def read(p):
+    try:
+        return open(p).read()
+    except Exception:
+        return ""
+rows = [json.loads(l) for l in read(w + ".prof.json").splitlines() if l.strip()]
+same = read(w + ".plain.out") == read(w + ".prof.out") and read(w + ".plain.out") != ""
+why = []
+if rc not in ("0",):
+    why.append(f"exit {rc}")
+if not same:
+    why.append("the application's output differs from a plain run")
+prof = [r for r in rows if not r.get("skipped")]
+skipped = [r for r in rows if r.get("skipped")]
+env = {"rows": rows, "prof": prof, "skipped": skipped, "why": why, "w": w, "read": read}
+exec(check, env)
+ok = not why
+r0 = prof[0] if prof else (rows[0] if rows else {})
+print(json.dumps({"case": name, "kernel": r0.get("short_name", "-"), "regions": len(rows),
+    "bytes": r0.get("write_set_bytes", 0), "original_us": r0.get("durations_ns", [0])[0] / 1e3 if r0.get("durations_ns") else 0,
+    "median_us": r0.get("median_ns", 0) / 1e3, "matched": same, "deterministic": all(r.get("deterministic") for r in prof) if prof else None,
+    "address_mode": "in place", "known": "", "ok": ok,
+    "why": "" if ok else "; ".join(why) + " | " + read(w + ".prof.err")[-900:]}))
+PY
+}
+
+# saxpy, three launches: five timed passes each, deterministic, 16 MiB written (y).
+PROFILE_ARGS=(-k saxpy --all --passes 5)
+pcase profile-saxpy '
+if len(prof) != 3: why.append(f"{len(prof)} rows, expected 3")
+for r in prof:
+    d = r["durations_ns"]
+    if len(d) != 5 or r["median_ns"] <= 0: why.append(f"passes {d}")
+    if r["deterministic"] is not True: why.append("not deterministic")
+    ws = r["write_set_bytes"]
+    if ws != 16 << 20: why.append(f"write set {ws}")
+    if r["restore_median_ns"] <= 0 or r["pass_overhead_ns"] <= 0: why.append("no restore or overhead time")
+' -- "$K" saxpy 3
+
+# Counters in place: warps launched is exact (grid x block / 32), instructions positive.
+PROFILE_ARGS=(-k saxpy --all --metrics smsp__warps_launched.sum,smsp__inst_executed.sum,dram__bytes_read.sum)
+pcase profile-metrics '
+if len(prof) != 3: why.append(f"{len(prof)} rows, expected 3")
+for r in prof:
+    m = {x["name"]: x["value"] for x in r.get("metrics", [])}
+    warps = r["grid"][0] * r["block"][0] // 32
+    if r.get("metrics_error"): why.append("no counters: " + r["metrics_error"])
+    got = m.get("smsp__warps_launched.sum")
+    if not r.get("metrics_error") and got != warps: why.append(f"warps {got} != {warps}")
+    if not m.get("smsp__inst_executed.sum", 0) > 0: why.append("no instructions")
+    if not m.get("dram__bytes_read.sum", 0) > 0: why.append("no DRAM reads")
+    if r.get("counter_passes", 0) < 1: why.append("no counter passes")
+    if len(r["durations_ns"]) != 1: why.append("--metrics times the application launch alone by default")
+' -- "$K" saxpy 3
+
+# The example C tool (testdata/tools/example_tool.c) decides the passes: until three agree.
+if [[ profile-tool =~ $ONLY ]]; then
+  cc -shared -fPIC -O2 -I"$HERE/engine/include" -o "$WORK/libexample_tool.so" "$HERE/testdata/tools/example_tool.c" || exit 2
+fi
+PROFILE_ARGS=(-k saxpy --all --tool "$WORK/libexample_tool.so")
+pcase profile-tool '
+if len(prof) != 3: why.append(f"{len(prof)} rows, expected 3")
+said = [l for l in read(w + ".prof.err").splitlines() if l.startswith("example_tool:")]
+if len(said) != 3: why.append(f"{len(said)} lines from the tool, expected 3")
+for r in prof:
+    n = len(r["durations_ns"])
+    if not 3 <= n <= 1000: why.append(f"{n} passes")
+' -- "$K" saxpy 3
+
+# A PyTorch training step, every GEMM profiled: losses and weights unchanged.
+PROFILE_ARGS=(-k 'regex:gemm|xmma|cutlass' --all --passes 3)
+pcase profile-train '
+if len(prof) < 24: why.append(f"{len(prof)} GEMMs profiled, expected 8 per step")
+if skipped:
+    first = skipped[0]["skipped"]
+    why.append(f"{len(skipped)} skipped: {first}")
+for r in prof:
+    if r["deterministic"] is not True: why.append(r["short_name"] + " not deterministic")
+    if len(r["durations_ns"]) != 3: why.append("passes")
+' -- python3 "$APPS/torch_train_app.py" 3
+
+# Graph kernel nodes are not replayed in place yet: each says so in a skipped row.
+PROFILE_ARGS=(-k saxpy --all)
+pcase profile-graph '
+if prof: why.append("a graph node was profiled")
+if len(skipped) < 1 or not all("graph" in r["skipped"] for r in skipped): why.append("no skipped graph rows")
+' -- "$K" graph
+
+# Two ranks, one report each (-o prof-r%r.json).
+if [[ "profile-2ranks" =~ $ONLY ]]; then
+  echo "== profile-2ranks"
+  if command -v mpirun > /dev/null; then
+    LAUNCH=(mpirun -n 2 --allow-run-as-root --oversubscribe)
+  else
+    LAUNCH=(torchrun --nproc_per_node 2 --no-python)
+  fi
+  rm -f "$WORK"/prof-r*.json
+  "${LAUNCH[@]}" python3 "$APPS/mpi_app.py" 2>/dev/null | sort > "$WORK/prof2.plain.out"
+  "${LAUNCH[@]}" "$KR" profile -k 'regex:erf' --all --passes 4 -o "$WORK/prof-r%r.json" -- python3 "$APPS/mpi_app.py" 2> "$WORK/prof2.err" | sort > "$WORK/prof2.out"
+  python3 - "$WORK" "${LAUNCH[0]}" >> "$RESULTS" <<'PY'
+import json, os, sys
+w, launcher = sys.argv[1:]
+why = []
+for r in (0, 1):
+    p = f"{w}/prof-r{r}.json"
+    rows = [json.loads(l) for l in open(p).read().splitlines() if l.strip()] if os.path.exists(p) else []
+    if not rows: why.append(f"no report for rank {r}")
+    for x in rows:
+        if x.get("rank") != r: why.append(f"rank {x.get('rank')} in the report of rank {r}")
+        if x.get("skipped") or x.get("deterministic") is not True or len(x.get("durations_ns", [])) != 4: why.append(f"rank {r}: {x}")
+plain, prof = open(w + "/prof2.plain.out").read(), open(w + "/prof2.out").read()
+if plain != prof or plain.count("rank") != 2: why.append(f"outputs differ: {plain!r} vs {prof!r}")
+print(json.dumps({"case": f"profile-2ranks ({launcher})", "kernel": "erf", "regions": 2, "matched": plain == prof,
+    "address_mode": "in place", "known": "", "ok": not why, "why": "; ".join(why) + " | " + open(w + "/prof2.err").read()[-600:]}))
+PY
+fi
+
 python3 - "$RESULTS" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -28,15 +28,37 @@ pub struct MetricRequest {
     /// Holds the metrics: made the configuration image, later evaluates the counters.
     host: MetricHost,
     config: Vec<u8>,
-    // Drop order: the host object, then the profiler API, then the context.
+    // Drop order: the host object, then the profiler API, then the context (the player's
+    // primary context; none in the application's process, whose context is its own).
     _api: ProfilerApi,
-    _ctx: PrimaryContext,
+    _ctx: Option<PrimaryContext>,
 }
 
 impl MetricRequest {
     /// Checks every name against the device's metrics, before any memory is uploaded or any
     /// kernel runs: a typo costs nothing.
     pub fn new(device: &Device, names: &[String]) -> Result<MetricRequest, PlayError> {
+        let (ctx, api) = open_profiler(device)?;
+        let handle = ctx.handle();
+        MetricRequest::build(device, names, handle, api, Some(ctx))
+    }
+
+    /// The same checks for the current context of the application's process (in-process
+    /// replay, `kreplay profile --metrics`): no context is retained.
+    pub fn in_current_context(names: &[String]) -> Result<MetricRequest, PlayError> {
+        let device = Device::current()?;
+        let handle = ContextHandle::current()?;
+        let api = open_profiler_api(&device)?;
+        MetricRequest::build(&device, names, handle, api, None)
+    }
+
+    fn build(
+        device: &Device,
+        names: &[String],
+        context: ContextHandle,
+        api: ProfilerApi,
+        ctx: Option<PrimaryContext>,
+    ) -> Result<MetricRequest, PlayError> {
         let mut uniq: Vec<String> = Vec::new();
         for n in names {
             let n = n.trim();
@@ -47,10 +69,9 @@ impl MetricRequest {
                 uniq.push(n.to_string());
             }
         }
-        let (ctx, api) = open_profiler(device)?;
         let chip = profiler::chip_name(device).map_err(MetricsError::from)?;
         let availability =
-            profiler::counter_availability(ctx.handle()).map_err(MetricsError::from)?;
+            profiler::counter_availability(context).map_err(MetricsError::from)?;
         let cnames: Vec<CString> = uniq
             .iter()
             .map(|n| CString::new(n.as_str()).map_err(|_| MetricsError::BadName(n.clone())))
@@ -85,9 +106,75 @@ impl MetricRequest {
             _ctx: ctx,
         })
     }
+
+    /// The range profiler on the current context, configured for these metrics with room for
+    /// `max_ranges` automatic ranges (one per kernel launched while it is started).
+    pub fn range_profiler(&self, max_ranges: usize) -> Result<RangeProfiler, PlayError> {
+        let ctx = ContextHandle::current()?;
+        let mut rp = RangeProfiler::enable(ctx).map_err(MetricsError::from)?;
+        rp.configure(self.config.clone(), &self.cnames, max_ranges)
+            .map_err(MetricsError::from)?;
+        Ok(rp)
+    }
+
+    /// The counters of a finished range profiler: from the range named after `kernel` (an
+    /// automatic range is named after the kernel it bounds), else the last one; in the order
+    /// the user asked for them.
+    pub fn evaluate(
+        &self,
+        rp: &mut RangeProfiler,
+        kernel: &str,
+    ) -> Result<Vec<MetricValue>, PlayError> {
+        rp.decode().map_err(MetricsError::from)?;
+        let ranges = rp.ranges().map_err(MetricsError::from)?;
+        if ranges == 0 {
+            return Err(MetricsError::Dropped.into());
+        }
+        let range = (0..ranges)
+            .find(|&i| {
+                rp.range_name(i)
+                    .is_ok_and(|n| n == kernel || n.ends_with(kernel))
+            })
+            .unwrap_or(ranges - 1);
+        let values = self
+            .host
+            .evaluate(rp.counter_data(), range, &self.cnames)
+            .map_err(MetricsError::from)?;
+        Ok(self
+            .names
+            .iter()
+            .zip(values)
+            .map(|(name, value)| {
+                let base = name.split('.').next().unwrap_or(name);
+                let dim = self
+                    .host
+                    .properties(base)
+                    .map(|p| p.dim_unit)
+                    .unwrap_or_default();
+                MetricValue {
+                    unit: unit_of(name, &dim),
+                    name: name.clone(),
+                    value,
+                }
+            })
+            .collect())
+    }
+
+    pub fn chip(&self) -> &str {
+        &self.chip
+    }
 }
 
 fn open_profiler(device: &Device) -> Result<(PrimaryContext, ProfilerApi), PlayError> {
+    // The context first: the profiler API checks the device through it.
+    let ctx = PrimaryContext::retain(device)?;
+    let api = open_profiler_api(device)?;
+    Ok((ctx, api))
+}
+
+/// CUPTI's profiler API, once CUPTI and the driver were found to work together on `device`
+/// (a context of it current).
+fn open_profiler_api(device: &Device) -> Result<ProfilerApi, PlayError> {
     if !cupti::cupti_present() {
         return Err(MetricsError::NoCupti.into());
     }
@@ -102,7 +189,6 @@ fn open_profiler(device: &Device) -> Result<(PrimaryContext, ProfilerApi), PlayE
         }
         .into());
     }
-    let ctx = PrimaryContext::retain(device)?;
     let api = ProfilerApi::initialize().map_err(MetricsError::from)?;
     if let Some(why) = profiler::unsupported_reason(device).map_err(MetricsError::from)? {
         return Err(MetricsError::Unsupported {
@@ -111,7 +197,7 @@ fn open_profiler(device: &Device) -> Result<(PrimaryContext, ProfilerApi), PlayE
         }
         .into());
     }
-    Ok((ctx, api))
+    Ok(api)
 }
 
 /// One counter of the replayed dispatch.
@@ -164,13 +250,10 @@ impl<F: AsFunction> Replayer<F> {
     ) -> Result<MetricsReport, PlayError> {
         let mut config = req.config.clone();
         let needed = passes_needed(&mut config).map_err(MetricsError::from)?;
-        let ctx = ContextHandle::current()?;
-        let mut rp = RangeProfiler::enable(ctx).map_err(MetricsError::from)?;
         // One automatic range per pass: the dispatch alone. The L2 sweep runs before the
         // profiler starts. (Running it inside the window as a range of its own was tried: it
         // leaves the kernel's output dirty in L2, and DRAM writes then read far below ncu's.)
-        rp.configure(config, &req.cnames, 1)
-            .map_err(MetricsError::from)?;
+        let mut rp = req.range_profiler(1)?;
         let mut passes = 0usize;
         loop {
             self.restore_if_launched()?;
@@ -190,40 +273,7 @@ impl<F: AsFunction> Replayer<F> {
                 return Err(MetricsError::NoCompletion(passes).into());
             }
         }
-        rp.decode().map_err(MetricsError::from)?;
-        let ranges = rp.ranges().map_err(MetricsError::from)?;
-        if ranges == 0 {
-            return Err(MetricsError::Dropped.into());
-        }
-        // The dispatch's range: the one named after the kernel, else the last one.
-        let range = (0..ranges)
-            .find(|&i| {
-                rp.range_name(i)
-                    .is_ok_and(|n| n == kernel || n.ends_with(&kernel))
-            })
-            .unwrap_or(ranges - 1);
-        let values = req
-            .host
-            .evaluate(rp.counter_data(), range, &req.cnames)
-            .map_err(MetricsError::from)?;
-        let metrics = req
-            .names
-            .iter()
-            .zip(values)
-            .map(|(name, value)| {
-                let base = name.split('.').next().unwrap_or(name);
-                let dim = req
-                    .host
-                    .properties(base)
-                    .map(|p| p.dim_unit)
-                    .unwrap_or_default();
-                MetricValue {
-                    unit: unit_of(name, &dim),
-                    name: name.clone(),
-                    value,
-                }
-            })
-            .collect();
+        let metrics = req.evaluate(&mut rp, kernel)?;
         Ok(MetricsReport {
             metrics,
             passes: passes as u32,

@@ -29,6 +29,8 @@ pub mod env {
     pub const CACHE: &str = "KREPLAY_CACHE";
     /// Profile mode: a tool library (`kreplay_tool.h`) deciding the passes (`--tool`).
     pub const TOOL: &str = "KREPLAY_TOOL";
+    /// Profile mode: hardware counters per dispatch, comma-separated (`--metrics`).
+    pub const METRICS: &str = "KREPLAY_METRICS";
 }
 
 /// Where, inside the report directory, the recorder notes each `.partial` file it creates, so
@@ -126,6 +128,8 @@ pub struct Config {
     pub passes: u32,
     pub cache_flush: bool,
     pub tool: Option<PathBuf>,
+    /// Profile mode: counters collected per dispatch (CUPTI metric names).
+    pub metrics: Vec<String>,
 }
 
 /// Passes per dispatch `kreplay profile` runs by default.
@@ -216,8 +220,20 @@ impl Config {
                 Some(v) => return Err(format!("{}={v}: expected flush or keep", env::CACHE)),
             },
             tool: get(env::TOOL).filter(|s| !s.is_empty()).map(PathBuf::from),
+            metrics: get(env::METRICS)
+                .map(|v| split_metrics(&v))
+                .unwrap_or_default(),
         }))
     }
+}
+
+/// Metric names from a comma-separated list (blanks around names and empty entries dropped).
+pub fn split_metrics(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// This machine's name, for `%h` in output names.

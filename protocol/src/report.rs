@@ -75,6 +75,27 @@ pub struct ProfileRow {
     pub capped: bool,
     /// Why the dispatch ran once, unprofiled (`None`: profiled).
     pub skipped: Option<String>,
+    /// Median wall time an extra pass costs beyond the kernel's own run (restore, cache
+    /// flush, launch, output check), in ns.
+    #[serde(default)]
+    pub pass_overhead_ns: u64,
+    /// Hardware counters (`--metrics`), in the order asked for; collected in passes of their
+    /// own (`counter_passes`, untimed), each on restored memory.
+    #[serde(default)]
+    pub metrics: Vec<MetricValue>,
+    #[serde(default)]
+    pub counter_passes: u32,
+    /// Why the counters are missing (`None`: collected, or none asked for).
+    #[serde(default)]
+    pub metrics_error: Option<String>,
+}
+
+/// One counter of a dispatch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricValue {
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
 }
 
 /// One phase of a capture's stall of the application.

@@ -28,11 +28,13 @@ use kreplay_cuda::{
     ForeignStream, KernelArgs, LaunchConfig, Stream,
 };
 use kreplay_engine::plan::{launch_config, LaunchPlan};
+use kreplay_cuda::profiler::RangeProfiler;
+use kreplay_engine::counters::MetricRequest;
 use kreplay_engine::tool::{
-    DispatchView, PassLoop, PassOutcome, PassRequest, PassRunner, PassTool,
+    drive, DispatchView, Flow, PassLoop, PassOutcome, PassRequest, PassRunner, PassTool,
 };
 use kreplay_format::{MemoryKind, DEFAULT_CHUNK_SIZE};
-use kreplay_protocol::report::ProfileRow;
+use kreplay_protocol::report::{MetricValue, ProfileRow};
 
 use crate::capture::{device_copy, dispatch_of, flush_l2, reach, with_chunk_kernels};
 use crate::error::RecordError;
@@ -114,6 +116,12 @@ struct InPlace<'a> {
     cache_flush: bool,
     saved: &'a mut [Saved],
     restores_ns: Vec<u64>,
+    /// Counter passes: no timing gate, no output check (the timed passes made it).
+    counters: bool,
+    /// Wall time of each extra pass beyond its kernel's run, in ns.
+    overheads_ns: Vec<u64>,
+    /// When the current extra pass began (its restore).
+    pass_began: Option<std::time::Instant>,
 }
 
 impl InPlace<'_> {
@@ -207,16 +215,51 @@ impl PassRunner for InPlace<'_> {
             .synchronize()
             .map_err(Self::err("restoring the write set"))?;
         self.restores_ns.push(t.elapsed().as_nanos() as u64);
+        // The L2 is emptied here, before BEGIN, so a tool that starts counters at BEGIN (the
+        // built-in counters do) sees the dispatch alone.
+        if self.cache_flush {
+            // Without a sweep (device memory short) the pass runs with what L2 holds.
+            let _ = flush_l2(self.stream);
+            self.stream
+                .synchronize()
+                .map_err(Self::err("emptying the L2"))?;
+        }
+        self.pass_began = Some(t);
         Ok(())
     }
 
     fn run(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
         trace(&format!("pass {pass}: begin"));
-        if self.cache_flush {
-            // Without a sweep (device memory short) the pass runs with what L2 holds.
-            let _ = flush_l2(self.stream);
-            trace("L2 flush queued");
+        let outcome = if self.counters {
+            self.run_untimed(pass)?
+        } else {
+            self.run_timed(pass)?
+        };
+        if let Some(t) = self.pass_began.take() {
+            let wall = t.elapsed().as_nanos() as u64;
+            self.overheads_ns
+                .push(wall.saturating_sub(outcome.duration_ns));
         }
+        Ok(outcome)
+    }
+}
+
+impl InPlace<'_> {
+    /// A counter pass: the launch alone between the tool's BEGIN and END.
+    fn run_untimed(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
+        kreplay_cuda::launch(self.function, self.config, self.args, self.stream)
+            .map_err(Self::err("launching a counter pass"))?;
+        self.stream
+            .synchronize()
+            .map_err(RecordError::KernelFailed)?;
+        Ok(PassOutcome {
+            index: pass,
+            duration_ns: 0,
+            matches_first: None,
+        })
+    }
+
+    fn run_timed(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
         self.timer
             .arm(self.stream)
             .map_err(Self::err("arming the pass timer"))?;
@@ -385,16 +428,17 @@ pub fn profile_begin(
     d.stream = app_stream.raw_stream() as u64;
     // Before the first pass only the reachable bytes are known (an upper bound).
     d.write_set_bytes = row.reachable_bytes;
-    let Some(passes) = PassLoop::begin(tool, &d) else {
-        row.skipped = Some("the tool skipped it".into());
-        return Ok(Begun::Skipped(row));
-    };
+    // The L2 is emptied before BEGIN of pass 0, as before every pass (see `restore`).
     if input.cache_flush {
         let _ = flush_l2(&stream);
         stream
             .synchronize()
             .map_err(RecordError::cuda("emptying the L2 before pass 0"))?;
     }
+    let Some(passes) = PassLoop::begin(tool, &d) else {
+        row.skipped = Some("the tool skipped it".into());
+        return Ok(Begun::Skipped(row));
+    };
     // Last: the application's stream stays gated until its launch is queued.
     let mut timer = GatedTimer::new().map_err(RecordError::cuda("creating the pass timer"))?;
     timer
@@ -422,6 +466,7 @@ pub fn profile_begin(
 pub fn profile_finish(
     p: ProfilePending,
     tool: &mut dyn PassTool,
+    counters: Option<Result<&MetricRequest, String>>,
 ) -> Result<ProfileRow, RecordError> {
     let ProfilePending {
         mut row,
@@ -457,11 +502,26 @@ pub fn profile_finish(
         cache_flush,
         saved: &mut saved,
         restores_ns: Vec::new(),
+        counters: false,
+        overheads_ns: Vec::new(),
+        pass_began: None,
     };
     runner.learn_write_set()?;
     trace("write set found");
     let looped = passes.after_first(tool, &d, first, &mut runner);
     let restores = std::mem::take(&mut runner.restores_ns);
+    let overheads = std::mem::take(&mut runner.overheads_ns);
+    // Counters after the timed passes, in passes of their own, when those went well.
+    let counted = match (&looped, counters) {
+        (Ok(_), Some(Ok(req))) => {
+            runner.counters = true;
+            let c = count(req, &d, &row.kernel, &mut runner);
+            trace("counter passes done");
+            Some(c)
+        }
+        (Ok(_), Some(Err(why))) => Some(Err(why)),
+        _ => None,
+    };
     drop(runner);
     trace("passes done");
     // Whatever happened, the application goes on with its own launch's result.
@@ -475,9 +535,16 @@ pub fn profile_finish(
     durations.sort_unstable();
     row.median_ns = durations.get(durations.len() / 2).copied().unwrap_or(0);
     row.min_ns = durations.first().copied().unwrap_or(0);
-    let mut r = restores;
-    r.sort_unstable();
-    row.restore_median_ns = r.get(r.len() / 2).copied().unwrap_or(0);
+    row.restore_median_ns = median(restores);
+    row.pass_overhead_ns = median(overheads);
+    match counted {
+        Some(Ok((metrics, passes))) => {
+            row.metrics = metrics;
+            row.counter_passes = passes;
+        }
+        Some(Err(why)) => row.metrics_error = Some(why),
+        None => {}
+    }
     row.write_set_bytes = saved
         .iter()
         .map(|s| s.write_set.iter().map(|r| r.len).sum::<u64>())
@@ -486,6 +553,94 @@ pub fn profile_finish(
     row.stopped_by_tool = summary.stopped_by_tool;
     row.capped = summary.capped;
     Ok(row)
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// The built-in counters as a tool: passes until the range profiler has every pass it needs,
+/// started at BEGIN and stopped at END of each (the L2 was emptied before BEGIN).
+struct CounterPasses<'a> {
+    profiler: &'a mut RangeProfiler,
+    /// Every pass the metric set needs was submitted.
+    complete: bool,
+    failed: Option<String>,
+}
+
+impl PassTool for CounterPasses<'_> {
+    fn config(&mut self, _d: &DispatchView) -> PassRequest {
+        PassRequest::UntilStop
+    }
+
+    fn begin(&mut self, _d: &DispatchView, _pass: u32) -> Flow {
+        match self.profiler.start() {
+            Ok(()) => Flow::Continue,
+            Err(e) => {
+                self.failed = Some(e.to_string());
+                Flow::Stop
+            }
+        }
+    }
+
+    fn end(&mut self, _d: &DispatchView, _o: &PassOutcome) -> Flow {
+        match self.profiler.stop() {
+            Ok(true) => {
+                self.complete = true;
+                Flow::Stop
+            }
+            Ok(false) => Flow::Continue,
+            Err(e) => {
+                self.failed.get_or_insert(e.to_string());
+                Flow::Stop
+            }
+        }
+    }
+}
+
+/// More counter passes than any metric set needs.
+const MAX_COUNTER_PASSES: u32 = 256;
+
+/// The counters of one dispatch, and the passes they took: memory restored (and the L2
+/// emptied) before each pass, as for timed ones.
+fn count(
+    req: &MetricRequest,
+    d: &DispatchView,
+    kernel: &str,
+    runner: &mut InPlace<'_>,
+) -> Result<(Vec<MetricValue>, u32), String> {
+    let mut profiler = req.range_profiler(1).map_err(|e| e.to_string())?;
+    let mut tool = CounterPasses {
+        profiler: &mut profiler,
+        complete: false,
+        failed: None,
+    };
+    let mut view = d.clone();
+    view.max_passes = MAX_COUNTER_PASSES;
+    runner.restore().map_err(|e| e.to_string())?;
+    let summary = drive(&mut tool, &view, runner).map_err(|e| e.to_string())?;
+    if let Some(why) = tool.failed {
+        return Err(why);
+    }
+    if !tool.complete {
+        return Err(format!(
+            "the range profiler did not finish after {} passes",
+            summary.passes
+        ));
+    }
+    let values = req
+        .evaluate(&mut profiler, kernel)
+        .map_err(|e| e.to_string())?;
+    let metrics = values
+        .into_iter()
+        .map(|v| MetricValue {
+            name: v.name,
+            value: v.value,
+            unit: v.unit,
+        })
+        .collect();
+    Ok((metrics, summary.passes))
 }
 
 /// Puts the application's own output back over the write set, and the pristine bytes over any

@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use kreplay_cuda::callbacks::{self, cbid, Group};
 use kreplay_cuda::cupti::{self, sys as csys, Subscriber};
 use kreplay_cuda::Device;
+use kreplay_engine::counters::MetricRequest;
 use kreplay_engine::tool::{CTool, PassTool};
 use kreplay_format::cubin;
 use kreplay_format::file::PendingFile;
@@ -97,7 +98,17 @@ struct Recorder {
     in_flight: Mutex<Vec<Arc<InFlight>>>,
     /// Profile mode: the tool deciding the passes (kreplay's timing unless `--tool`).
     tool: Mutex<Box<dyn PassTool + Send>>,
+    /// Profile mode with `--metrics`: the checked metric set, per context (made on the
+    /// context's first profiled dispatch), or why there is none.
+    metrics: Mutex<Vec<(usize, Result<ContextMetrics, String>)>>,
 }
+
+/// A metric request of one context.
+struct ContextMetrics(MetricRequest);
+
+// SAFETY: the CUPTI host object and profiler state inside are plain heap objects CUPTI lets
+// any thread use; the recorder touches them only under the `metrics` lock.
+unsafe impl Send for ContextMetrics {}
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
@@ -483,13 +494,44 @@ impl Recorder {
         let _in_launch = FlagGuard::force(&IN_LAUNCH);
         let short = p.short_name().to_string();
         let index = p.match_index();
-        let result = profile::profile_finish(*p, lock(&self.tool).as_mut());
+        let mut metrics = lock(&self.metrics);
+        let counters = self.counters_of_current_context(&mut metrics);
+        let result = profile::profile_finish(*p, lock(&self.tool).as_mut(), counters);
         match result {
             Ok(row) => self.profile_row(row),
             Err(e) => self.error(format!(
                 "profiling {short} (match {index}) failed after the launch: {e}; the application continues"
             )),
         }
+    }
+
+    /// The current context's metric request (made on first use), or why there is none;
+    /// `None` without `--metrics`.
+    fn counters_of_current_context<'m>(
+        &self,
+        all: &'m mut Vec<(usize, Result<ContextMetrics, String>)>,
+    ) -> Option<Result<&'m MetricRequest, String>> {
+        if self.config.metrics.is_empty() {
+            return None;
+        }
+        let ctx = match kreplay_cuda::ContextHandle::current() {
+            Ok(c) => c.id(),
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        let at = match all.iter().position(|(c, _)| *c == ctx) {
+            Some(i) => i,
+            None => {
+                let made = MetricRequest::in_current_context(&self.config.metrics)
+                    .map(ContextMetrics)
+                    .map_err(|e| e.to_string());
+                if let Err(why) = &made {
+                    self.error(format!("no counters: {why}"));
+                }
+                all.push((ctx, made));
+                all.len() - 1
+            }
+        };
+        Some(all[at].1.as_ref().map(|c| &c.0).map_err(|e| e.clone()))
     }
 
     fn profile_row(&self, mut row: ProfileRow) {
@@ -589,6 +631,8 @@ impl Recorder {
             }
         }
         crate::capture::forget_context(context);
+        // The range profiler state of a context goes with it.
+        lock(&self.metrics).retain(|(c, _)| *c != context);
     }
 
     fn finish(&self, mut pending: Pending) {
@@ -1053,6 +1097,7 @@ fn initialize() -> Result<(), RecordError> {
         writers: Mutex::new(Vec::new()),
         in_flight: Mutex::new(Vec::new()),
         tool: Mutex::new(tool),
+        metrics: Mutex::new(Vec::new()),
     };
     if RECORDER.set(rec).is_err() {
         return Ok(()); // initialised twice: keep the first

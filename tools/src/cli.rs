@@ -177,9 +177,17 @@ pub struct ProfileArgs {
     /// Profile every matching dispatch from --nth on.
     #[arg(long)]
     pub all: bool,
-    /// Timed passes per dispatch (kreplay's own timing; a --tool decides instead).
-    #[arg(long, default_value_t = kreplay_protocol::config::DEFAULT_PASSES, value_parser = clap::value_parser!(u32).range(1..=kreplay_protocol::config::MAX_PASSES as i64))]
-    pub passes: u32,
+    /// Timed passes per dispatch, the application's own launch the first of them (kreplay's
+    /// own timing; a --tool decides instead). Default: 5, or 1 with --metrics (the counters
+    /// then cost the only extra passes, as under ncu).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=kreplay_protocol::config::MAX_PASSES as i64))]
+    pub passes: Option<u32>,
+    /// Hardware counters per dispatch (CUPTI metric names, as ncu's --metrics;
+    /// `kreplay play --list-metrics` lists them). CUPTI says how many passes the set needs;
+    /// they run after the timed passes, each on restored memory with the L2 emptied first
+    /// (under --cache flush), and are never timed.
+    #[arg(long, value_delimiter = ',', value_name = "METRIC,...")]
+    pub metrics: Vec<String>,
     /// `flush`: L2 emptied before every pass (as ncu's cache control); `keep`: as the
     /// previous pass left it.
     #[arg(long, value_enum, default_value_t = CacheMode::Flush)]

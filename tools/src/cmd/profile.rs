@@ -47,6 +47,16 @@ fn render(rows: &[ProfileRow], f: Format) -> anyhow::Result<String> {
     })
 }
 
+/// Checks the metric names on this machine's first visible GPU before the application starts:
+/// a typo, a GPU that cannot be profiled, or counters restricted to administrators cost
+/// nothing (the context is gone before the application runs).
+fn check_metrics(names: &[String]) -> anyhow::Result<()> {
+    let device = kreplay_cuda::Device::open(0).context("--metrics needs a GPU")?;
+    kreplay_player::MetricRequest::new(&device, names)
+        .context("cannot collect counters")?;
+    Ok(())
+}
+
 pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     KernelFilter::parse(&a.kernel).map_err(anyhow::Error::msg)?;
     if let Some(n) = &a.nvtx_include {
@@ -59,13 +69,22 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
+    if !a.metrics.is_empty() {
+        check_metrics(&a.metrics)?;
+    }
     let count = if a.all { u64::MAX } else { a.count };
+    let passes = a.passes.unwrap_or(if a.metrics.is_empty() {
+        kreplay_protocol::config::DEFAULT_PASSES
+    } else {
+        1
+    });
     let vars = [
         (env::MODE, "profile".to_string()),
         (env::KERNEL, a.kernel.clone()),
         (env::NTH, a.nth.to_string()),
         (env::COUNT, count.to_string()),
-        (env::PASSES, a.passes.to_string()),
+        (env::PASSES, passes.to_string()),
+        (env::METRICS, a.metrics.join(",")),
         (
             env::CACHE,
             if a.cache == CacheMode::Flush {
@@ -192,7 +211,7 @@ mod tests {
             "x",
         ]);
         assert!(a.all);
-        assert_eq!(a.passes, 3);
+        assert_eq!(a.passes, Some(3));
         assert!(a.cache == CacheMode::Keep);
         assert_eq!(a.command, vec!["./app", "-k", "x"]);
         let parsed = crate::cli::Cli::try_parse_from([
