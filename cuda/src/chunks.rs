@@ -113,6 +113,32 @@ impl ChunkKernels {
         Ok(host)
     }
 
+    /// Queues a scan of `bytes` at `pre` against `post` that writes its flags at `out`: a
+    /// 32-bit word per chunk saying it is nonzero, then one per chunk saying it differs
+    /// (`8 x chunks` bytes of the caller's device memory, zeroed here first). Waits for
+    /// nothing; returns the chunk count.
+    pub fn scan_queued(
+        &self,
+        pre: u64,
+        post: u64,
+        bytes: u64,
+        chunk_size: u64,
+        out: u64,
+        stream: &Stream,
+    ) -> CuResult<usize> {
+        let chunks = chunk_count(&[pre, post], bytes, chunk_size)?;
+        let shift = chunk_size.trailing_zeros() as u64;
+        memset_async(out, chunks * 8, stream)?;
+        let cfg = LaunchConfig::new([self.grid, 1, 1], [THREADS, 1, 1], 0);
+        launch(
+            &self.scan,
+            &cfg,
+            &mut KernelArgs::words(&[pre, post, bytes, shift, out, out + chunks as u64 * 4]),
+            stream,
+        )?;
+        Ok(chunks)
+    }
+
     /// Which chunks of `bytes` at `pre` hold a nonzero byte and, with `post`, which differ
     /// from `post`. Queued on `stream` and waited for.
     pub fn scan(

@@ -79,6 +79,70 @@ impl Gate {
     }
 }
 
+/// One thread opens every armed gate once its `WATCHDOG` delay passed (a thread spawned per
+/// arm cost tens of microseconds, paid by every pass of in-process replay).
+mod watchdog {
+    use std::sync::{Arc, Condvar, Mutex, OnceLock};
+    use std::time::Instant;
+
+    use super::{Gate, WATCHDOG};
+
+    struct Queue {
+        due: Mutex<Vec<(Instant, Arc<Gate>, u32)>>,
+        wake: Condvar,
+    }
+
+    fn queue() -> Option<&'static Queue> {
+        static Q: OnceLock<Option<&'static Queue>> = OnceLock::new();
+        *Q.get_or_init(|| {
+            let q: &'static Queue = Box::leak(Box::new(Queue {
+                due: Mutex::new(Vec::new()),
+                wake: Condvar::new(),
+            }));
+            std::thread::Builder::new()
+                .name("kreplay-gate".into())
+                .spawn(move || run(q))
+                .ok()
+                .map(|_| q)
+        })
+    }
+
+    fn run(q: &'static Queue) {
+        let mut due = q.due.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = Instant::now();
+            due.retain(|(at, gate, value)| {
+                let open = *at <= now;
+                if open {
+                    gate.open(*value);
+                }
+                !open
+            });
+            due = match due.iter().map(|(at, ..)| *at).min() {
+                None => q.wake.wait(due).unwrap_or_else(|e| e.into_inner()),
+                Some(at) => {
+                    q.wake
+                        .wait_timeout(due, at.saturating_duration_since(now))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Opens `gate` to `value` after `WATCHDOG`; false when no watchdog thread could start.
+    pub(super) fn schedule(gate: Arc<Gate>, value: u32) -> bool {
+        let Some(q) = queue() else { return false };
+        q.due.lock().unwrap_or_else(|e| e.into_inner()).push((
+            Instant::now() + WATCHDOG,
+            gate,
+            value,
+        ));
+        q.wake.notify_one();
+        true
+    }
+}
+
 /// Times one launch at a time on one stream.
 pub struct GatedTimer {
     word: Option<Arc<Gate>>,
@@ -110,16 +174,8 @@ impl GatedTimer {
             };
             if check(r, "cuStreamWaitValue32").is_ok() {
                 self.armed = true;
-                let w = Arc::clone(word);
-                let value = self.next;
-                let spawned = std::thread::Builder::new()
-                    .name("kreplay-gate".into())
-                    .spawn(move || {
-                        std::thread::sleep(WATCHDOG);
-                        w.open(value);
-                    });
-                if spawned.is_err() {
-                    word.open(value);
+                if !watchdog::schedule(Arc::clone(word), self.next) {
+                    word.open(self.next);
                     self.armed = false;
                 }
             } else {

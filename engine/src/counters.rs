@@ -23,6 +23,8 @@ const MAX_PASSES: usize = 256;
 /// Checked metric names, ready to be collected on one device.
 pub struct MetricRequest {
     names: Vec<String>,
+    /// Each metric's unit, looked up once.
+    units: Vec<String>,
     cnames: Vec<CString>,
     chip: String,
     /// Holds the metrics: made the configuration image, later evaluates the counters.
@@ -70,8 +72,7 @@ impl MetricRequest {
             }
         }
         let chip = profiler::chip_name(device).map_err(MetricsError::from)?;
-        let availability =
-            profiler::counter_availability(context).map_err(MetricsError::from)?;
+        let availability = profiler::counter_availability(context).map_err(MetricsError::from)?;
         let cnames: Vec<CString> = uniq
             .iter()
             .map(|n| CString::new(n.as_str()).map_err(|_| MetricsError::BadName(n.clone())))
@@ -96,7 +97,19 @@ impl MetricRequest {
             .into());
         }
         let config = host.config_image().map_err(MetricsError::from)?;
+        let units = uniq
+            .iter()
+            .map(|name| {
+                let base = name.split('.').next().unwrap_or(name);
+                let dim = host
+                    .properties(base)
+                    .map(|p| p.dim_unit)
+                    .unwrap_or_default();
+                unit_of(name, &dim)
+            })
+            .collect();
         Ok(MetricRequest {
+            units,
             names: uniq,
             cnames,
             chip,
@@ -112,9 +125,15 @@ impl MetricRequest {
     pub fn range_profiler(&self, max_ranges: usize) -> Result<RangeProfiler, PlayError> {
         let ctx = ContextHandle::current()?;
         let mut rp = RangeProfiler::enable(ctx).map_err(MetricsError::from)?;
-        rp.configure(self.config.clone(), &self.cnames, max_ranges)
-            .map_err(MetricsError::from)?;
+        self.configure(&mut rp, max_ranges)?;
         Ok(rp)
+    }
+
+    /// Sets these metrics on an enabled profiler again, with fresh counter data: a profiler
+    /// kept across dispatches (enabling one costs far more than configuring it).
+    pub fn configure(&self, rp: &mut RangeProfiler, max_ranges: usize) -> Result<(), PlayError> {
+        rp.configure(self.config.clone(), &self.cnames, max_ranges)
+            .map_err(|e| MetricsError::from(e).into())
     }
 
     /// The counters of a finished range profiler: from the range named after `kernel` (an
@@ -143,19 +162,12 @@ impl MetricRequest {
         Ok(self
             .names
             .iter()
+            .zip(&self.units)
             .zip(values)
-            .map(|(name, value)| {
-                let base = name.split('.').next().unwrap_or(name);
-                let dim = self
-                    .host
-                    .properties(base)
-                    .map(|p| p.dim_unit)
-                    .unwrap_or_default();
-                MetricValue {
-                    unit: unit_of(name, &dim),
-                    name: name.clone(),
-                    value,
-                }
+            .map(|((name, unit), value)| MetricValue {
+                unit: unit.clone(),
+                name: name.clone(),
+                value,
             })
             .collect())
     }

@@ -22,14 +22,14 @@
 //! kernel nodes of CUDA graphs (the graph issue).
 
 use kreplay_cuda::chunks::ChunkFlags;
+use kreplay_cuda::profiler::RangeProfiler;
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
-    copy_dtod_async, copy_dtoh, ctx_synchronize, AsStream, DeviceBuffer, ForeignFunction,
+    copy_dtod_async, copy_dtoh, ctx_synchronize, AsStream, DeviceBuffer, Event, ForeignFunction,
     ForeignStream, KernelArgs, LaunchConfig, Stream,
 };
-use kreplay_engine::plan::{launch_config, LaunchPlan};
-use kreplay_cuda::profiler::RangeProfiler;
 use kreplay_engine::counters::MetricRequest;
+use kreplay_engine::plan::{launch_config, LaunchPlan};
 use kreplay_engine::tool::{
     drive, DispatchView, Flow, PassLoop, PassOutcome, PassRequest, PassRunner, PassTool,
 };
@@ -122,6 +122,95 @@ struct InPlace<'a> {
     overheads_ns: Vec<u64>,
     /// When the current extra pass began (its restore).
     pass_began: Option<std::time::Instant>,
+    /// Each timed pass's output check (planned once the write set is known).
+    check: Option<OutputCheck>,
+    /// Bracket the restore copies, read after the pass's one wait.
+    restore_events: (Event, Event),
+    restore_queued: bool,
+}
+
+/// The output check of each timed pass, planned once after the first: one GPU scan per
+/// write-set run (the first pass's output against memory), all queued into one flags buffer
+/// and read back after the pass's one wait. Runs the GPU cannot compare (addresses not
+/// 16-byte aligned: small globals) are compared on the host.
+struct OutputCheck {
+    /// (first pass's output, live memory, bytes, chunks).
+    gpu: Vec<(u64, u64, u64, usize)>,
+    host: Vec<(u64, u64, u64)>,
+    flags: Option<DeviceBuffer>,
+    readback: Vec<u8>,
+}
+
+impl OutputCheck {
+    fn plan(saved: &[Saved]) -> Result<OutputCheck, RecordError> {
+        let cs = DEFAULT_CHUNK_SIZE;
+        let (mut gpu, mut host) = (Vec::new(), Vec::new());
+        for s in saved {
+            let Some(first) = &s.first_output else {
+                continue;
+            };
+            let mut at = 0;
+            for r in &s.write_set {
+                let (a, b) = (first.ptr() + at, s.addr + r.offset);
+                match kreplay_cuda::chunks::chunk_count(&[a, b], r.len, cs) {
+                    Ok(n) => gpu.push((a, b, r.len, n)),
+                    Err(_) => host.push((a, b, r.len)),
+                }
+                at += r.len;
+            }
+        }
+        let total: usize = gpu.iter().map(|g| g.3 * 8).sum();
+        let flags = if total > 0 {
+            Some(DeviceBuffer::new(total).map_err(|_| RecordError::NoPostScratch(total as u64))?)
+        } else {
+            None
+        };
+        Ok(OutputCheck {
+            gpu,
+            host,
+            flags,
+            readback: vec![0u8; total],
+        })
+    }
+
+    /// Queues the GPU scans behind the pass on `stream`.
+    fn queue(&self, stream: &Stream) -> Result<(), RecordError> {
+        let Some(flags) = &self.flags else {
+            return Ok(());
+        };
+        let cs = DEFAULT_CHUNK_SIZE;
+        with_chunk_kernels(|k| {
+            let mut off = 0u64;
+            for &(a, b, len, _) in &self.gpu {
+                let n = k.scan_queued(a, b, len, cs, flags.ptr() + off, stream)?;
+                off += n as u64 * 8;
+            }
+            Ok(())
+        })
+        .map_err(|e| RecordError::Config(format!("comparing a pass's output: {e}")))
+    }
+
+    /// After the wait: whether the write set holds what the first pass wrote there.
+    fn same(&mut self, stream: &Stream) -> Result<bool, RecordError> {
+        if let Some(flags) = &self.flags {
+            copy_dtoh(&mut self.readback, flags.ptr())
+                .map_err(RecordError::cuda("reading the output check"))?;
+            let mut off = 0;
+            for &(.., n) in &self.gpu {
+                let changed = &self.readback[off + n * 4..off + n * 8];
+                if changed.iter().any(|&b| b != 0) {
+                    return Ok(false);
+                }
+                off += n * 8;
+            }
+        }
+        for &(a, b, len) in &self.host {
+            if differs(a, b, len, stream)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
 }
 
 impl InPlace<'_> {
@@ -140,26 +229,23 @@ impl InPlace<'_> {
                 s.first_output = Some(out);
             }
         }
+        self.check = Some(OutputCheck::plan(self.saved)?);
         self.stream
             .synchronize()
             .map_err(Self::err("copying the first pass's output"))
     }
 
-    /// Whether the write set holds what the first pass wrote there.
-    fn same_as_first(&self) -> Result<bool, RecordError> {
-        for s in self.saved.iter() {
-            let Some(first) = &s.first_output else {
-                continue;
-            };
-            let mut at = 0;
-            for r in &s.write_set {
-                if differs(first.ptr() + at, s.addr + r.offset, r.len, self.stream)? {
-                    return Ok(false);
-                }
-                at += r.len;
+    /// After a pass's wait: the restore's GPU time, when one was queued before it.
+    fn note_restore(&mut self) {
+        if std::mem::take(&mut self.restore_queued) {
+            if let Ok(ns) = self
+                .restore_events
+                .1
+                .elapsed_ns_since(&self.restore_events.0)
+            {
+                self.restores_ns.push(ns);
             }
         }
-        Ok(true)
     }
 }
 
@@ -198,8 +284,14 @@ fn device_copy_packed(
 impl PassRunner for InPlace<'_> {
     type Error = RecordError;
 
+    /// Queued, not waited for: the pass's launch follows on the same stream, and its one wait
+    /// covers both (the copies' GPU time is read from events afterwards).
     fn restore(&mut self) -> Result<(), RecordError> {
         let t = std::time::Instant::now();
+        self.restore_events
+            .0
+            .record(self.stream)
+            .map_err(Self::err("timing the restore"))?;
         for s in self.saved.iter() {
             for r in &s.write_set {
                 copy_dtod_async(
@@ -211,18 +303,23 @@ impl PassRunner for InPlace<'_> {
                 .map_err(Self::err("restoring the write set"))?;
             }
         }
-        self.stream
-            .synchronize()
-            .map_err(Self::err("restoring the write set"))?;
-        self.restores_ns.push(t.elapsed().as_nanos() as u64);
+        self.restore_events
+            .1
+            .record(self.stream)
+            .map_err(Self::err("timing the restore"))?;
+        self.restore_queued = true;
         // The L2 is emptied here, before BEGIN, so a tool that starts counters at BEGIN (the
         // built-in counters do) sees the dispatch alone.
         if self.cache_flush {
             // Without a sweep (device memory short) the pass runs with what L2 holds.
             let _ = flush_l2(self.stream);
+        }
+        if self.counters {
+            // Counter passes are not timed: the restore and the sweep are done before BEGIN.
             self.stream
                 .synchronize()
-                .map_err(Self::err("emptying the L2"))?;
+                .map_err(Self::err("restoring the write set"))?;
+            self.note_restore();
         }
         self.pass_began = Some(t);
         Ok(())
@@ -271,15 +368,23 @@ impl InPlace<'_> {
         trace("pass launched, gate opened");
         launched?;
         stopped.map_err(Self::err("stopping the pass timer"))?;
+        if let Some(check) = &self.check {
+            check.queue(self.stream)?;
+        }
+        // The pass's one wait: restore, kernel and output check.
         self.stream
             .synchronize()
             .map_err(RecordError::KernelFailed)?;
+        self.note_restore();
         let duration_ns = self
             .timer
             .elapsed_ns()
             .map_err(Self::err("reading the pass timer"))?;
         trace(&format!("pass {pass}: done, {duration_ns} ns"));
-        let matches_first = Some(self.same_as_first()?);
+        let matches_first = match &mut self.check {
+            Some(check) => Some(check.same(self.stream)?),
+            None => None,
+        };
         Ok(PassOutcome {
             index: pass,
             duration_ns,
@@ -322,7 +427,7 @@ impl ProfilePending {
 /// What ENTER decided.
 pub enum Begun {
     /// The dispatch runs once, unprofiled (the row says why).
-    Skipped(ProfileRow),
+    Skipped(Box<ProfileRow>),
     /// Its passes follow at EXIT.
     Pending(Box<ProfilePending>),
 }
@@ -367,13 +472,13 @@ pub fn profile_begin(
         row.skipped = Some(
             "it reaches CUDA arrays (texture or surface objects), not replayed in place yet".into(),
         );
-        return Ok(Begun::Skipped(row));
+        return Ok(Begun::Skipped(Box::new(row)));
     }
     if found.heap_word_count > 0 {
         row.skipped = Some(
             "it reads the device heap (malloc inside kernels), which cannot be copied aside".into(),
         );
-        return Ok(Begun::Skipped(row));
+        return Ok(Begun::Skipped(Box::new(row)));
     }
     let stream = Stream::new().map_err(RecordError::cuda("creating the pass stream"))?;
     let mut saved = Vec::with_capacity(found.regions.len());
@@ -383,7 +488,7 @@ pub fn profile_begin(
                 "its reachable memory ({}) does not fit in free device memory for the pristine copy",
                 kreplay_format::units::bytes(row.reachable_bytes)
             ));
-            return Ok(Begun::Skipped(row));
+            return Ok(Begun::Skipped(Box::new(row)));
         };
         saved.push(Saved {
             addr: r.base,
@@ -437,7 +542,7 @@ pub fn profile_begin(
     }
     let Some(passes) = PassLoop::begin(tool, &d) else {
         row.skipped = Some("the tool skipped it".into());
-        return Ok(Begun::Skipped(row));
+        return Ok(Begun::Skipped(Box::new(row)));
     };
     // Last: the application's stream stays gated until its launch is queued.
     let mut timer = GatedTimer::new().map_err(RecordError::cuda("creating the pass timer"))?;
@@ -466,7 +571,7 @@ pub fn profile_begin(
 pub fn profile_finish(
     p: ProfilePending,
     tool: &mut dyn PassTool,
-    counters: Option<Result<&MetricRequest, String>>,
+    counters: Option<Result<&mut ContextCounters, String>>,
 ) -> Result<ProfileRow, RecordError> {
     let ProfilePending {
         mut row,
@@ -505,6 +610,12 @@ pub fn profile_finish(
         counters: false,
         overheads_ns: Vec::new(),
         pass_began: None,
+        check: None,
+        restore_events: (
+            Event::new().map_err(RecordError::cuda("creating the restore events"))?,
+            Event::new().map_err(RecordError::cuda("creating the restore events"))?,
+        ),
+        restore_queued: false,
     };
     runner.learn_write_set()?;
     trace("write set found");
@@ -513,9 +624,9 @@ pub fn profile_finish(
     let overheads = std::mem::take(&mut runner.overheads_ns);
     // Counters after the timed passes, in passes of their own, when those went well.
     let counted = match (&looped, counters) {
-        (Ok(_), Some(Ok(req))) => {
+        (Ok(_), Some(Ok(ctx_counters))) => {
             runner.counters = true;
-            let c = count(req, &d, &row.kernel, &mut runner);
+            let c = count(ctx_counters, &d, &row.kernel, &mut runner);
             trace("counter passes done");
             Some(c)
         }
@@ -605,14 +716,42 @@ const MAX_COUNTER_PASSES: u32 = 256;
 /// The counters of one dispatch, and the passes they took: memory restored (and the L2
 /// emptied) before each pass, as for timed ones.
 fn count(
-    req: &MetricRequest,
+    c: &mut ContextCounters,
     d: &DispatchView,
     kernel: &str,
     runner: &mut InPlace<'_>,
 ) -> Result<(Vec<MetricValue>, u32), String> {
-    let mut profiler = req.range_profiler(1).map_err(|e| e.to_string())?;
+    // The profiler of the last dispatch, configured anew; a fresh one when that fails, or
+    // when counting with it fails (a pass sequence left in a state CUPTI refuses).
+    if let Some(mut kept) = c.profiler.take() {
+        if c.request.configure(&mut kept, 1).is_ok() {
+            if let Ok(done) = count_with(&c.request, &mut kept, d, kernel, runner) {
+                c.profiler = Some(kept);
+                return Ok(done);
+            }
+        }
+    }
+    let mut fresh = c.request.range_profiler(1).map_err(|e| e.to_string())?;
+    let done = count_with(&c.request, &mut fresh, d, kernel, runner)?;
+    c.profiler = Some(fresh);
+    Ok(done)
+}
+
+/// The metric set of one context, and its range profiler, kept enabled across dispatches.
+pub struct ContextCounters {
+    pub request: MetricRequest,
+    pub profiler: Option<RangeProfiler>,
+}
+
+fn count_with(
+    req: &MetricRequest,
+    profiler: &mut RangeProfiler,
+    d: &DispatchView,
+    kernel: &str,
+    runner: &mut InPlace<'_>,
+) -> Result<(Vec<MetricValue>, u32), String> {
     let mut tool = CounterPasses {
-        profiler: &mut profiler,
+        profiler,
         complete: false,
         failed: None,
     };
@@ -629,9 +768,7 @@ fn count(
             summary.passes
         ));
     }
-    let values = req
-        .evaluate(&mut profiler, kernel)
-        .map_err(|e| e.to_string())?;
+    let values = req.evaluate(profiler, kernel).map_err(|e| e.to_string())?;
     let metrics = values
         .into_iter()
         .map(|v| MetricValue {

@@ -44,7 +44,19 @@ struct StoredModule {
 struct Counters {
     launches: u64,
     matches: u64,
-    stats: HashMap<String, KernelStat>,
+    /// One per kernel name, in the order first launched; `stat_of` finds a name's.
+    stats: Vec<KernelStat>,
+    stat_of: HashMap<String, usize>,
+}
+
+/// What a thread's launches already told the recorder about a function handle: a launch of a
+/// kernel the filter does not want then costs a lookup by handle and one counter, with no
+/// allocation and no hashing of its name (the non-matching slowdown, issue 12).
+struct KnownFunction {
+    /// The symbol the handle launched (a handle reused for another kernel is looked up anew).
+    name: Box<[u8]>,
+    wanted: bool,
+    stat: usize,
 }
 
 #[derive(Default)]
@@ -103,11 +115,12 @@ struct Recorder {
     metrics: Mutex<Vec<(usize, Result<ContextMetrics, String>)>>,
 }
 
-/// A metric request of one context.
-struct ContextMetrics(MetricRequest);
+/// A metric request of one context, and its range profiler.
+struct ContextMetrics(profile::ContextCounters);
 
 // SAFETY: the CUPTI host object and profiler state inside are plain heap objects CUPTI lets
-// any thread use; the recorder touches them only under the `metrics` lock.
+// any thread use (with the context current); the recorder touches them only under the
+// `metrics` lock.
 unsafe impl Send for ContextMetrics {}
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
@@ -129,6 +142,8 @@ thread_local! {
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
     /// Profile mode: the dispatch between its launch's ENTER and EXIT.
     static PROFILE_PENDING: RefCell<Option<Box<ProfilePending>>> = const { RefCell::new(None) };
+    /// Function handle → what is known of it (see `KnownFunction`).
+    static KNOWN: RefCell<HashMap<usize, KnownFunction>> = RefCell::new(HashMap::new());
 }
 
 /// Sets a thread-local flag for its lifetime; cleared on drop, also when a panic unwinds
@@ -286,6 +301,30 @@ impl Recorder {
         let Some(view) = (unsafe { launch::decode(cbid, data.functionParams) }) else {
             return;
         };
+        // SAFETY: CUPTI passes a NUL-terminated symbol name for launch callbacks, or null.
+        let symbol = (!data.symbolName.is_null())
+            .then(|| unsafe { CStr::from_ptr(data.symbolName) }.to_bytes());
+        let handle = view.function as usize;
+        if let Some(sym) = symbol {
+            let known = KNOWN.with(|k| {
+                k.borrow()
+                    .get(&handle)
+                    .filter(|f| !f.wanted && *f.name == *sym)
+                    .map(|f| f.stat)
+            });
+            if let Some(stat) = known {
+                // SAFETY: inside the launch callback that decoded the view.
+                if matches!(unsafe { view.foreign_stream() }.is_capturing(), Ok(true)) {
+                    return;
+                }
+                let mut inner = lock(&self.inner);
+                inner.counts.launches += 1;
+                if let Some(s) = inner.counts.stats.get_mut(stat) {
+                    s.count += 1;
+                }
+                return;
+            }
+        }
         let name = if data.symbolName.is_null() {
             // SAFETY: inside the launch callback that decoded the view.
             unsafe { view.foreign_function() }
@@ -312,8 +351,20 @@ impl Recorder {
             block: view.block,
             in_graph: false,
         };
-        let Some((launch_index, index)) = self.count(&mut lock(&self.inner).counts, &execution)
-        else {
+        let (stat, counted) = self.count_with_stat(&mut lock(&self.inner).counts, &execution);
+        if let Some(sym) = symbol {
+            KNOWN.with(|k| {
+                k.borrow_mut().insert(
+                    handle,
+                    KnownFunction {
+                        name: sym.into(),
+                        wanted: is_match,
+                        stat,
+                    },
+                )
+            });
+        }
+        let Some((launch_index, index)) = counted else {
             return;
         };
         if self.config.mode == Mode::Profile {
@@ -342,14 +393,17 @@ impl Recorder {
 
     /// Counts one execution; returns (launch index, match index) when it is to be captured.
     fn count(&self, c: &mut Counters, e: &Execution<'_>) -> Option<(u64, u64)> {
+        self.count_with_stat(c, e).1
+    }
+
+    /// `count`, and the index of the kernel's statistics in `c.stats`.
+    fn count_with_stat(&self, c: &mut Counters, e: &Execution<'_>) -> (usize, Option<(u64, u64)>) {
         c.launches += 1;
         let launches = c.launches;
-        let stat = match c.stats.get_mut(e.name) {
-            Some(s) => s,
-            None => c
-                .stats
-                .entry(e.name.to_string())
-                .or_insert_with(|| KernelStat {
+        let at = match c.stat_of.get(e.name) {
+            Some(&i) => i,
+            None => {
+                c.stats.push(KernelStat {
                     name: e.name.to_string(),
                     demangled: e.demangled.to_string(),
                     count: 0,
@@ -358,8 +412,22 @@ impl Recorder {
                     block: e.block,
                     first_launch: launches,
                     nvtx: crate::nvtx::innermost(),
-                }),
+                });
+                c.stat_of.insert(e.name.to_string(), c.stats.len() - 1);
+                c.stats.len() - 1
+            }
         };
+        (at, self.count_at(c, e, at, launches))
+    }
+
+    fn count_at(
+        &self,
+        c: &mut Counters,
+        e: &Execution<'_>,
+        at: usize,
+        launches: u64,
+    ) -> Option<(u64, u64)> {
+        let stat = &mut c.stats[at];
         stat.count += 1;
         stat.in_graphs += u64::from(e.in_graph);
         let is_match = e.wanted
@@ -470,7 +538,7 @@ impl Recorder {
             )
         })();
         match result {
-            Ok(Begun::Skipped(row)) => self.profile_row(row),
+            Ok(Begun::Skipped(row)) => self.profile_row(*row),
             Ok(Begun::Pending(p)) => PROFILE_PENDING.with(|slot| *slot.borrow_mut() = Some(p)),
             Err(e) => self.error(format!(
                 "profiling {short} (match {index}) failed: {e}; the application continues"
@@ -510,7 +578,7 @@ impl Recorder {
     fn counters_of_current_context<'m>(
         &self,
         all: &'m mut Vec<(usize, Result<ContextMetrics, String>)>,
-    ) -> Option<Result<&'m MetricRequest, String>> {
+    ) -> Option<Result<&'m mut profile::ContextCounters, String>> {
         if self.config.metrics.is_empty() {
             return None;
         }
@@ -522,7 +590,12 @@ impl Recorder {
             Some(i) => i,
             None => {
                 let made = MetricRequest::in_current_context(&self.config.metrics)
-                    .map(ContextMetrics)
+                    .map(|request| {
+                        ContextMetrics(profile::ContextCounters {
+                            request,
+                            profiler: None,
+                        })
+                    })
                     .map_err(|e| e.to_string());
                 if let Err(why) = &made {
                     self.error(format!("no counters: {why}"));
@@ -531,7 +604,7 @@ impl Recorder {
                 all.len() - 1
             }
         };
-        Some(all[at].1.as_ref().map(|c| &c.0).map_err(|e| e.clone()))
+        Some(all[at].1.as_mut().map(|c| &mut c.0).map_err(|e| e.clone()))
     }
 
     fn profile_row(&self, mut row: ProfileRow) {
@@ -1031,7 +1104,7 @@ extern "C" fn at_exit() {
             let _ = h.join();
         }
         let inner = lock(&rec.inner);
-        let mut kernels: Vec<KernelStat> = inner.counts.stats.values().cloned().collect();
+        let mut kernels: Vec<KernelStat> = inner.counts.stats.clone();
         kernels.sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
         let report = ProcessReport {
             pid: rec.pid,

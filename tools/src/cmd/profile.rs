@@ -52,8 +52,7 @@ fn render(rows: &[ProfileRow], f: Format) -> anyhow::Result<String> {
 /// nothing (the context is gone before the application runs).
 fn check_metrics(names: &[String]) -> anyhow::Result<()> {
     let device = kreplay_cuda::Device::open(0).context("--metrics needs a GPU")?;
-    kreplay_player::MetricRequest::new(&device, names)
-        .context("cannot collect counters")?;
+    kreplay_player::MetricRequest::new(&device, names).context("cannot collect counters")?;
     Ok(())
 }
 
