@@ -243,6 +243,7 @@ pub fn writable_ranges(
                     },
                     &mut DeviceSpace {
                         staging: &mut staging,
+                        memo: None,
                     },
                     &Limits::default(),
                 )?;

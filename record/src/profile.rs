@@ -461,6 +461,8 @@ pub fn profile_begin(
         &input.function,
         input.module_objects,
         &input.allocations,
+        // The same tensors come back dispatch after dispatch: their scans are remembered.
+        true,
     )?;
     row.reachable_bytes = found.regions.iter().map(|r| r.size).sum();
     trace(&format!(

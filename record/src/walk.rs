@@ -27,6 +27,52 @@ pub trait AddressSpace {
     fn allocation(&mut self, addr: u64) -> Option<Allocation>;
     /// The bytes of `[base, base + size)`, to scan for pointers.
     fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError>;
+    /// A scan of `[base, base + size)` made earlier with the same bounds, when the region's
+    /// bytes are known to be unchanged since (the recorder compares a GPU digest): the walk
+    /// then reads nothing. None by default.
+    fn remembered(&mut self, _base: u64, _size: u64, _bounds: &ScanBounds) -> Option<RegionScan> {
+        None
+    }
+    /// Offers a scan just made from `read`'s bytes, for `remembered`.
+    fn remember(&mut self, _base: u64, _size: u64, _bounds: &ScanBounds, _scan: &RegionScan) {}
+}
+
+/// The bounds a region's scan depends on besides its bytes: the pointer window `[lo, hi)` and
+/// the device heap's range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ScanBounds {
+    pub lo: u64,
+    pub hi: u64,
+    pub heap: Option<(u64, u64)>,
+}
+
+/// What scanning one region's bytes found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegionScan {
+    /// (offset, value) of the words inside the pointer window (zero excluded).
+    pub words: Vec<(u64, u64)>,
+    /// (offset, value) of the words inside the device heap.
+    pub heap: Vec<(u64, u64)>,
+    /// The region read as a table of texture or surface handles (small regions only).
+    pub handle_table: Option<Vec<(u64, u64)>>,
+}
+
+/// Scans a region's bytes (the pure part of the pointer walk).
+pub fn scan_region(bytes: &[u8], bounds: &ScanBounds) -> RegionScan {
+    let mut r = RegionScan::default();
+    if bytes.len() as u64 <= HANDLE_TABLE_BYTES {
+        r.handle_table = handle_table(bytes);
+    }
+    let in_heap = |v: u64| bounds.heap.is_some_and(|(a, b)| v >= a && v < b);
+    for (k, c) in bytes.chunks_exact(8).enumerate() {
+        let v = word_at(c, 0);
+        if in_heap(v) {
+            r.heap.push(((k * 8) as u64, v));
+        } else if v >= bounds.lo && v < bounds.hi && v != 0 {
+            r.words.push(((k * 8) as u64, v));
+        }
+    }
+    r
 }
 
 /// The walk could not read memory it needed.
@@ -304,22 +350,26 @@ fn follow_stored_pointers(
         if size > limits.scan_bytes {
             continue;
         }
-        let mut words: Vec<(u64, u64)> = Vec::new();
-        let mut heap: Vec<(u64, u64)> = Vec::new();
-        let in_heap = |v: u64| s.heap.is_some_and(|(a, b)| v >= a && v < b);
-        let bytes = space.read(base, size)?;
-        if size <= HANDLE_TABLE_BYTES {
-            if let Some(t) = handle_table(bytes) {
-                s.walk.handle_tables.push((region_id, t));
+        let bounds = ScanBounds {
+            lo,
+            hi,
+            heap: s.heap,
+        };
+        let found = match space.remembered(base, size, &bounds) {
+            Some(r) => r,
+            None => {
+                let r = scan_region(space.read(base, size)?, &bounds);
+                space.remember(base, size, &bounds, &r);
+                r
             }
-        }
-        for (k, c) in bytes.chunks_exact(8).enumerate() {
-            let v = word_at(c, 0);
-            if in_heap(v) {
-                heap.push(((k * 8) as u64, v));
-            } else if v >= lo && v < hi && v != 0 {
-                words.push(((k * 8) as u64, v));
-            }
+        };
+        let RegionScan {
+            words,
+            heap,
+            handle_table,
+        } = found;
+        if let Some(t) = handle_table {
+            s.walk.handle_tables.push((region_id, t));
         }
         for (off, v) in heap {
             s.heap_word(Some(region_id), off, v);
@@ -417,7 +467,11 @@ mod tests {
         allocs: BTreeMap<u64, (Vec<u8>, MemoryKind)>,
         lookups: usize,
         reads: Vec<u64>,
+        /// Remembered scans, with the bytes they were made from (the recorder keeps a digest).
+        memo: Option<Memo>,
     }
+
+    type Memo = std::collections::HashMap<(u64, u64, ScanBounds), (Vec<u8>, RegionScan)>;
 
     impl FakeSpace {
         fn alloc(&mut self, base: u64, size: usize) -> &mut Self {
@@ -458,6 +512,49 @@ mod tests {
                 }),
             }
         }
+        fn remembered(&mut self, base: u64, size: u64, bounds: &ScanBounds) -> Option<RegionScan> {
+            let (bytes, scan) = self.memo.as_ref()?.get(&(base, size, *bounds))?;
+            (self.allocs.get(&base).map(|a| &a.0) == Some(bytes)).then(|| scan.clone())
+        }
+        fn remember(&mut self, base: u64, size: u64, bounds: &ScanBounds, scan: &RegionScan) {
+            let bytes = self
+                .allocs
+                .get(&base)
+                .map(|a| a.0.clone())
+                .unwrap_or_default();
+            if let Some(m) = self.memo.as_mut() {
+                m.insert((base, size, *bounds), (bytes, scan.clone()));
+            }
+        }
+    }
+
+    #[test]
+    fn remembered_scans_read_nothing_and_a_changed_region_is_read_again() {
+        let mut s = FakeSpace {
+            memo: Some(Default::default()),
+            ..Default::default()
+        };
+        s.alloc(0x10_0000, 64)
+            .alloc(0x20_0000, 64)
+            .alloc(0x30_0000, 32);
+        s.store(0x10_0000, 0, 0x20_0000);
+        let first = run(&mut s, &[0x10_0000], &[]);
+        assert_eq!(s.reads, vec![0x10_0000, 0x20_0000]);
+        s.reads.clear();
+        let again = run(&mut s, &[0x10_0000], &[]);
+        assert!(
+            s.reads.is_empty(),
+            "unchanged regions are not read: {:?}",
+            s.reads
+        );
+        assert_eq!(bases(&again), bases(&first));
+        assert_eq!(again.pointer_slots, first.pointer_slots);
+        // A pointer stored since: the region is scanned anew and its target found.
+        s.store(0x20_0000, 8, 0x30_0000);
+        s.reads.clear();
+        let changed = run(&mut s, &[0x10_0000], &[]);
+        assert_eq!(s.reads, vec![0x20_0000, 0x30_0000]);
+        assert_eq!(bases(&changed).len(), 3);
     }
 
     fn args(words: &[u64]) -> (Vec<u8>, Vec<(u32, u32)>) {
