@@ -759,8 +759,10 @@ fn count_with(
     };
     let mut view = d.clone();
     view.max_passes = MAX_COUNTER_PASSES;
+    trace("range profiler configured");
     runner.restore().map_err(|e| e.to_string())?;
     let summary = drive(&mut tool, &view, runner).map_err(|e| e.to_string())?;
+    trace(&format!("{} counter passes run", summary.passes));
     if let Some(why) = tool.failed {
         return Err(why);
     }
@@ -771,6 +773,7 @@ fn count_with(
         ));
     }
     let values = req.evaluate(profiler, kernel).map_err(|e| e.to_string())?;
+    trace("counters decoded and evaluated");
     let metrics = values
         .into_iter()
         .map(|v| MetricValue {
