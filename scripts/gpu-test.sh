@@ -18,6 +18,8 @@ WORK=${KREPLAY_WORK:-$(mktemp -d /tmp/kreplay-gpu.XXXXXX)}
 mkdir -p "$WORK"
 ARCH=${KREPLAY_ARCH:-sm_90}
 ONLY=${KREPLAY_ONLY:-.}
+# KREPLAY_SKIP=regex leaves out the kreplay profile cases whose name matches.
+SKIP=${KREPLAY_SKIP:-^$}
 APPS="$HERE/testdata/apps"
 RESULTS="$WORK/results.jsonl"
 : > "$RESULTS"
@@ -889,7 +891,7 @@ fi
 # REPORT) against CHECK.
 pcase() {
   local name=$1 check=$2; shift 3
-  [[ "$name" =~ $ONLY ]] || return 0
+  [[ "$name" =~ $ONLY ]] && ! [[ "$name" =~ $SKIP ]] || return 0
   echo "== $name"
   local w="$WORK/$name"
   "$@" > "$w.plain.out" 2> "$w.plain.err"
@@ -955,7 +957,7 @@ for r in prof:
 ' -- "$K" saxpy 3
 
 # The example C tool (testdata/tools/example_tool.c) decides the passes: until three agree.
-if [[ profile-tool =~ $ONLY ]]; then
+if [[ profile-tool =~ $ONLY ]] && ! [[ profile-tool =~ $SKIP ]]; then
   cc -shared -fPIC -O2 -I"$HERE/engine/include" -o "$WORK/libexample_tool.so" "$HERE/testdata/tools/example_tool.c" || exit 2
 fi
 PROFILE_ARGS=(-k saxpy --all --tool "$WORK/libexample_tool.so")
@@ -988,7 +990,7 @@ if len(skipped) < 1 or not all("graph" in r["skipped"] for r in skipped): why.ap
 ' -- "$K" graph
 
 # Two ranks, one report each (-o prof-r%r.json).
-if [[ "profile-2ranks" =~ $ONLY ]]; then
+if [[ "profile-2ranks" =~ $ONLY ]] && ! [[ "profile-2ranks" =~ $SKIP ]]; then
   echo "== profile-2ranks"
   if command -v mpirun > /dev/null; then
     LAUNCH=(mpirun -n 2 --allow-run-as-root --oversubscribe)

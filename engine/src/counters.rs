@@ -129,8 +129,7 @@ impl MetricRequest {
         Ok(rp)
     }
 
-    /// Sets these metrics on an enabled profiler again, with fresh counter data: a profiler
-    /// kept across dispatches (enabling one costs far more than configuring it).
+    /// Sets these metrics on a freshly enabled profiler.
     pub fn configure(&self, rp: &mut RangeProfiler, max_ranges: usize) -> Result<(), PlayError> {
         rp.configure(self.config.clone(), &self.cnames, max_ranges)
             .map_err(|e| MetricsError::from(e).into())

@@ -723,26 +723,16 @@ fn count(
     kernel: &str,
     runner: &mut InPlace<'_>,
 ) -> Result<(Vec<MetricValue>, u32), String> {
-    // The profiler of the last dispatch, configured anew; a fresh one when that fails, or
-    // when counting with it fails (a pass sequence left in a state CUPTI refuses).
-    if let Some(mut kept) = c.profiler.take() {
-        if c.request.configure(&mut kept, 1).is_ok() {
-            if let Ok(done) = count_with(&c.request, &mut kept, d, kernel, runner) {
-                c.profiler = Some(kept);
-                return Ok(done);
-            }
-        }
-    }
-    let mut fresh = c.request.range_profiler(1).map_err(|e| e.to_string())?;
-    let done = count_with(&c.request, &mut fresh, d, kernel, runner)?;
-    c.profiler = Some(fresh);
-    Ok(done)
+    // A range profiler per dispatch: configuring the one of the previous dispatch again
+    // (after its decode) crashed inside CUPTI 13.0 on the H200, so each is enabled afresh and
+    // disabled when done.
+    let mut profiler = c.request.range_profiler(1).map_err(|e| e.to_string())?;
+    count_with(&c.request, &mut profiler, d, kernel, runner)
 }
 
-/// The metric set of one context, and its range profiler, kept enabled across dispatches.
+/// The metric set of one context.
 pub struct ContextCounters {
     pub request: MetricRequest,
-    pub profiler: Option<RangeProfiler>,
 }
 
 fn count_with(

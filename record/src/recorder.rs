@@ -590,12 +590,7 @@ impl Recorder {
             Some(i) => i,
             None => {
                 let made = MetricRequest::in_current_context(&self.config.metrics)
-                    .map(|request| {
-                        ContextMetrics(profile::ContextCounters {
-                            request,
-                            profiler: None,
-                        })
-                    })
+                    .map(|request| ContextMetrics(profile::ContextCounters { request }))
                     .map_err(|e| e.to_string());
                 if let Err(why) = &made {
                     self.error(format!("no counters: {why}"));
