@@ -37,6 +37,15 @@ nvcc -O2 -arch="$ARCH" -I"$CUDA_HOME/extras/CUPTI/include" -o "$WORK/cupti_app" 
 
 note() { printf '%s\n' "$1" >> "$RESULTS"; }
 
+# Sets LAUNCH to the command that starts two ranks: mpirun when there is one, else torchrun.
+two_ranks() {
+  if command -v mpirun > /dev/null; then
+    LAUNCH=(mpirun -n 2 --allow-run-as-root --oversubscribe)
+  else
+    LAUNCH=(torchrun --nproc_per_node 2 --no-python)
+  fi
+}
+
 # peak_rss FILE CMD...: runs CMD, writes its peak resident memory (KiB) to FILE, returns its
 # exit status.
 peak_rss() {
@@ -849,11 +858,7 @@ fi
 # Two ranks, one capture each, named by rank.
 if [[ "mpi-2ranks" =~ $ONLY ]]; then
   echo "== mpi-2ranks"
-  if command -v mpirun > /dev/null; then
-    LAUNCH=(mpirun -n 2 --allow-run-as-root --oversubscribe)
-  else
-    LAUNCH=(torchrun --nproc_per_node 2 --no-python)
-  fi
+  two_ranks
   rm -f "$WORK"/mpi-r*.krr
   "${LAUNCH[@]}" "$KR" record -k 'regex:erf_kernel' -o "$WORK/mpi-r%r.krr" -- python3 "$APPS/mpi_app.py" > "$WORK/mpi.out" 2> "$WORK/mpi.err"
   mrc=$?
@@ -992,11 +997,7 @@ if len(skipped) < 1 or not all("graph" in r["skipped"] for r in skipped): why.ap
 # Two ranks, one report each (-o prof-r%r.json).
 if [[ "profile-2ranks" =~ $ONLY ]] && ! [[ "profile-2ranks" =~ $SKIP ]]; then
   echo "== profile-2ranks"
-  if command -v mpirun > /dev/null; then
-    LAUNCH=(mpirun -n 2 --allow-run-as-root --oversubscribe)
-  else
-    LAUNCH=(torchrun --nproc_per_node 2 --no-python)
-  fi
+  two_ranks
   rm -f "$WORK"/prof-r*.json
   "${LAUNCH[@]}" python3 "$APPS/mpi_app.py" 2>/dev/null | sort > "$WORK/prof2.plain.out"
   "${LAUNCH[@]}" "$KR" profile -k 'regex:erf' --all --passes 4 -o "$WORK/prof-r%r.json" -- python3 "$APPS/mpi_app.py" 2> "$WORK/prof2.err" | sort > "$WORK/prof2.out"
