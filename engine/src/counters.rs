@@ -125,14 +125,9 @@ impl MetricRequest {
     pub fn range_profiler(&self, max_ranges: usize) -> Result<RangeProfiler, PlayError> {
         let ctx = ContextHandle::current()?;
         let mut rp = RangeProfiler::enable(ctx).map_err(MetricsError::from)?;
-        self.configure(&mut rp, max_ranges)?;
-        Ok(rp)
-    }
-
-    /// Sets these metrics on a freshly enabled profiler.
-    pub fn configure(&self, rp: &mut RangeProfiler, max_ranges: usize) -> Result<(), PlayError> {
         rp.configure(self.config.clone(), &self.cnames, max_ranges)
-            .map_err(|e| MetricsError::from(e).into())
+            .map_err(MetricsError::from)?;
+        Ok(rp)
     }
 
     /// The counters of a finished range profiler: from the range named after `kernel` (an

@@ -43,16 +43,22 @@ use crate::readback::{pack_changed, PackedRun};
 
 /// `KREPLAY_DEBUG_PROFILE=1`: each step of in-place replay on stderr, with the time since the
 /// process's first step (a diagnosis aid for a dispatch that does not come back).
-fn trace(step: &str) {
+fn trace_with(step: impl FnOnce() -> String) {
     static ON: std::sync::OnceLock<Option<std::time::Instant>> = std::sync::OnceLock::new();
     if let Some(t0) = ON.get_or_init(|| {
         std::env::var_os("KREPLAY_DEBUG_PROFILE").map(|_| std::time::Instant::now())
     }) {
         crate::diag!(
-            "kreplay: profile: {:>10.3} ms {step}",
-            t0.elapsed().as_secs_f64() * 1e3
+            "kreplay: profile: {:>10.3} ms {}",
+            t0.elapsed().as_secs_f64() * 1e3,
+            step()
         );
     }
+}
+
+/// `trace_with` for a fixed message.
+fn trace(step: &str) {
+    trace_with(|| step.to_string());
 }
 
 /// kreplay's own timing as a tool: a fixed number of passes.
@@ -326,7 +332,7 @@ impl PassRunner for InPlace<'_> {
     }
 
     fn run(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
-        trace(&format!("pass {pass}: begin"));
+        trace_with(|| format!("pass {pass}: begin"));
         let outcome = if self.counters {
             self.run_untimed(pass)?
         } else {
@@ -380,7 +386,7 @@ impl InPlace<'_> {
             .timer
             .elapsed_ns()
             .map_err(Self::err("reading the pass timer"))?;
-        trace(&format!("pass {pass}: done, {duration_ns} ns"));
+        trace_with(|| format!("pass {pass}: done, {duration_ns} ns"));
         let matches_first = match &mut self.check {
             Some(check) => Some(check.same(self.stream)?),
             None => None,
@@ -450,10 +456,12 @@ pub fn profile_begin(
         cache_flush: input.cache_flush,
         ..Default::default()
     };
-    trace(&format!(
-        "{} (launch {}): enter",
-        input.short_name, input.launch_index
-    ));
+    trace_with(|| {
+        format!(
+            "{} (launch {}): enter",
+            input.short_name, input.launch_index
+        )
+    });
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the passes"))?;
     let (found, textures) = reach(
         &input.args,
@@ -465,11 +473,13 @@ pub fn profile_begin(
         true,
     )?;
     row.reachable_bytes = found.regions.iter().map(|r| r.size).sum();
-    trace(&format!(
-        "walked: {} regions, {} bytes",
-        found.regions.len(),
-        row.reachable_bytes
-    ));
+    trace_with(|| {
+        format!(
+            "walked: {} regions, {} bytes",
+            found.regions.len(),
+            row.reachable_bytes
+        )
+    });
     if !textures.arrays.is_empty() {
         row.skipped = Some(
             "it reaches CUDA arrays (texture or surface objects), not replayed in place yet".into(),
@@ -573,7 +583,7 @@ pub fn profile_begin(
 pub fn profile_finish(
     p: ProfilePending,
     tool: &mut dyn PassTool,
-    counters: Option<Result<&mut ContextCounters, String>>,
+    counters: Option<Result<&MetricRequest, String>>,
 ) -> Result<ProfileRow, RecordError> {
     let ProfilePending {
         mut row,
@@ -599,7 +609,7 @@ pub fn profile_finish(
             .map_err(RecordError::cuda("reading the pass timer"))?,
         matches_first: None,
     };
-    trace(&format!("pass 0 done, {} ns", first.duration_ns));
+    trace_with(|| format!("pass 0 done, {} ns", first.duration_ns));
     let mut runner = InPlace {
         function: &function,
         config: &config,
@@ -626,9 +636,9 @@ pub fn profile_finish(
     let overheads = std::mem::take(&mut runner.overheads_ns);
     // Counters after the timed passes, in passes of their own, when those went well.
     let counted = match (&looped, counters) {
-        (Ok(_), Some(Ok(ctx_counters))) => {
+        (Ok(_), Some(Ok(req))) => {
             runner.counters = true;
-            let c = count(ctx_counters, &d, &row.kernel, &mut runner);
+            let c = count(req, &d, &row.kernel, &mut runner);
             trace("counter passes done");
             Some(c)
         }
@@ -718,7 +728,7 @@ const MAX_COUNTER_PASSES: u32 = 256;
 /// The counters of one dispatch, and the passes they took: memory restored (and the L2
 /// emptied) before each pass, as for timed ones.
 fn count(
-    c: &mut ContextCounters,
+    req: &MetricRequest,
     d: &DispatchView,
     kernel: &str,
     runner: &mut InPlace<'_>,
@@ -726,22 +736,7 @@ fn count(
     // A range profiler per dispatch: configuring the one of the previous dispatch again
     // (after its decode) crashed inside CUPTI 13.0 on the H200, so each is enabled afresh and
     // disabled when done.
-    let mut profiler = c.request.range_profiler(1).map_err(|e| e.to_string())?;
-    count_with(&c.request, &mut profiler, d, kernel, runner)
-}
-
-/// The metric set of one context.
-pub struct ContextCounters {
-    pub request: MetricRequest,
-}
-
-fn count_with(
-    req: &MetricRequest,
-    profiler: &mut RangeProfiler,
-    d: &DispatchView,
-    kernel: &str,
-    runner: &mut InPlace<'_>,
-) -> Result<(Vec<MetricValue>, u32), String> {
+    let profiler = &mut req.range_profiler(1).map_err(|e| e.to_string())?;
     let mut tool = CounterPasses {
         profiler,
         complete: false,
@@ -752,7 +747,7 @@ fn count_with(
     trace("range profiler configured");
     runner.restore().map_err(|e| e.to_string())?;
     let summary = drive(&mut tool, &view, runner).map_err(|e| e.to_string())?;
-    trace(&format!("{} counter passes run", summary.passes));
+    trace_with(|| format!("{} counter passes run", summary.passes));
     if let Some(why) = tool.failed {
         return Err(why);
     }

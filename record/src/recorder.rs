@@ -116,7 +116,7 @@ struct Recorder {
 }
 
 /// A metric request of one context, and its range profiler.
-struct ContextMetrics(profile::ContextCounters);
+struct ContextMetrics(MetricRequest);
 
 // SAFETY: the CUPTI host object and profiler state inside are plain heap objects CUPTI lets
 // any thread use (with the context current); the recorder touches them only under the
@@ -578,7 +578,7 @@ impl Recorder {
     fn counters_of_current_context<'m>(
         &self,
         all: &'m mut Vec<(usize, Result<ContextMetrics, String>)>,
-    ) -> Option<Result<&'m mut profile::ContextCounters, String>> {
+    ) -> Option<Result<&'m MetricRequest, String>> {
         if self.config.metrics.is_empty() {
             return None;
         }
@@ -590,7 +590,7 @@ impl Recorder {
             Some(i) => i,
             None => {
                 let made = MetricRequest::in_current_context(&self.config.metrics)
-                    .map(|request| ContextMetrics(profile::ContextCounters { request }))
+                    .map(ContextMetrics)
                     .map_err(|e| e.to_string());
                 if let Err(why) = &made {
                     self.error(format!("no counters: {why}"));
@@ -599,7 +599,7 @@ impl Recorder {
                 all.len() - 1
             }
         };
-        Some(all[at].1.as_mut().map(|c| &mut c.0).map_err(|e| e.clone()))
+        Some(all[at].1.as_ref().map(|c| &c.0).map_err(|e| e.clone()))
     }
 
     fn profile_row(&self, mut row: ProfileRow) {
