@@ -138,17 +138,33 @@ impl MetricRequest {
         rp: &mut RangeProfiler,
         kernel: &str,
     ) -> Result<Vec<MetricValue>, PlayError> {
-        rp.decode().map_err(MetricsError::from)?;
-        let ranges = rp.ranges().map_err(MetricsError::from)?;
-        if ranges == 0 {
+        let names = self.decode(rp)?;
+        if names.is_empty() {
             return Err(MetricsError::Dropped.into());
         }
-        let range = (0..ranges)
-            .find(|&i| {
-                rp.range_name(i)
-                    .is_ok_and(|n| n == kernel || n.ends_with(kernel))
-            })
-            .unwrap_or(ranges - 1);
+        let range = names
+            .iter()
+            .position(|n| range_is_kernel(n, kernel))
+            .unwrap_or(names.len() - 1);
+        self.values_of_range(rp, range)
+    }
+
+    /// Decodes a finished collection: the names of its ranges, in the order the kernels ran
+    /// (an automatic range is named after its kernel).
+    pub fn decode(&self, rp: &mut RangeProfiler) -> Result<Vec<String>, PlayError> {
+        rp.decode().map_err(MetricsError::from)?;
+        let ranges = rp.ranges().map_err(MetricsError::from)?;
+        (0..ranges)
+            .map(|i| rp.range_name(i).map_err(|e| MetricsError::from(e).into()))
+            .collect()
+    }
+
+    /// The counters of one decoded range, in the order the user asked for them.
+    pub fn values_of_range(
+        &self,
+        rp: &RangeProfiler,
+        range: usize,
+    ) -> Result<Vec<MetricValue>, PlayError> {
         let values = self
             .host
             .evaluate(rp.counter_data(), range, &self.cnames)
@@ -229,6 +245,38 @@ pub struct MetricsReport {
 }
 
 /// The unit of a full metric name, from its base metric's dimension and its suffix.
+/// Whether an automatic range's name is that of `kernel` (CUPTI may prefix it).
+pub fn range_is_kernel(range: &str, kernel: &str) -> bool {
+    range == kernel || range.ends_with(kernel)
+}
+
+/// Which range holds each of `kernels` kernels of a collection that ran them in order, among
+/// `ranges` (the decoded range names, in order), where other kernels (the L2 sweeps between
+/// them) may have run too: kernel `k` takes the first range after the previous kernel's for
+/// which `named(range, k)` holds. `None` where none does (a range dropped); no later kernel
+/// is guessed then either.
+pub fn assign_ranges(
+    ranges: &[String],
+    kernels: usize,
+    named: impl Fn(&str, usize) -> bool,
+) -> Vec<Option<usize>> {
+    let mut out = Vec::with_capacity(kernels);
+    let mut next = 0;
+    for k in 0..kernels {
+        match (next..ranges.len()).find(|&i| named(&ranges[i], k)) {
+            Some(i) => {
+                out.push(Some(i));
+                next = i + 1;
+            }
+            None => {
+                next = ranges.len();
+                out.push(None);
+            }
+        }
+    }
+    out
+}
+
 fn unit_of(name: &str, dim_unit: &str) -> String {
     let suffix = name.split_once('.').map_or("", |(_, s)| s);
     if suffix.contains("pct") {
@@ -358,6 +406,31 @@ mod tests {
         let m = e.to_string();
         assert!(m.contains("unknown metrics for GH100: a.sum, b"), "{m}");
         assert!(m.contains("--list-metrics"), "{m}");
+    }
+
+    #[test]
+    fn each_kernel_takes_the_next_range_of_its_name() {
+        let r = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let assign = |ranges: &[String], kernels: &[&str]| {
+            super::assign_ranges(ranges, kernels.len(), |r, k| {
+                super::range_is_kernel(r, kernels[k])
+            })
+        };
+        // Sweeps between the kernels are passed over.
+        let ranges = r(&["sweep", "gemm", "sweep", "Kernel2", "sweep", "gemm"]);
+        assert_eq!(
+            assign(&ranges, &["gemm", "Kernel2", "gemm"]),
+            vec![Some(1), Some(3), Some(5)]
+        );
+        // A missing range leaves its kernel, and every later one, without counters.
+        let ranges = r(&["gemm", "sweep", "gemm"]);
+        assert_eq!(
+            assign(&ranges, &["gemm", "Kernel2", "gemm"]),
+            vec![Some(0), None, None]
+        );
+        // CUPTI may prefix the kernel's name.
+        assert_eq!(assign(&r(&["ctx/gemm"]), &["gemm"]), vec![Some(0)]);
+        assert_eq!(assign(&[], &["gemm"]), vec![None]);
     }
 
     #[test]

@@ -172,6 +172,10 @@ impl DispatchView {
         self.kernel.to_str().unwrap_or("")
     }
 
+    pub fn demangled(&self) -> &str {
+        self.demangled.to_str().unwrap_or("")
+    }
+
     /// The C view; it borrows `self`.
     fn raw(&self) -> RawDispatch {
         RawDispatch {

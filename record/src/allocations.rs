@@ -1,5 +1,6 @@
 //! Live device allocations, tracked through the driver's allocation entry points, for
-//! `--memory all`.
+//! `--memory all`; and, for `kreplay profile --metrics`, the frees and requests that must wait
+//! for the dispatches waiting for their counters (`counter_batch`).
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -100,6 +101,72 @@ pub unsafe fn decode(id: u32, params: *const c_void) -> Option<Change> {
                 Some(Change::Unmap {
                     addr: p.ptr,
                     size: p.size as u64,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// An allocation call about to run, as its ENTER site shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entering {
+    /// Memory at `[addr, addr + len)` is about to be freed or unmapped (`len` 1 where the
+    /// call does not say: a free names its allocation's base).
+    Release { addr: u64, len: u64 },
+    /// The application asks for `bytes` of device memory.
+    Request { bytes: u64 },
+}
+
+/// Reads an allocation callback at its ENTER site (inputs only).
+///
+/// # Safety
+/// `params` must be the `functionParams` of a CUPTI driver callback with id `id`.
+pub unsafe fn entering(id: u32, params: *const c_void) -> Option<Entering> {
+    if params.is_null() {
+        return None;
+    }
+    // SAFETY (every arm): CUPTI passes the parameter struct matching the callback id; only its
+    // input fields are read.
+    unsafe {
+        match id {
+            cbid::FREE => {
+                let p = &*(params as *const csys::cuMemFree_v2_params);
+                Some(Entering::Release {
+                    addr: p.dptr,
+                    len: 1,
+                })
+            }
+            cbid::FREE_ASYNC | cbid::FREE_ASYNC_PTSZ => {
+                let p = &*(params as *const csys::cuMemFreeAsync_params);
+                Some(Entering::Release {
+                    addr: p.dptr,
+                    len: 1,
+                })
+            }
+            cbid::UNMAP => {
+                let p = &*(params as *const csys::cuMemUnmap_params);
+                Some(Entering::Release {
+                    addr: p.ptr,
+                    len: p.size as u64,
+                })
+            }
+            cbid::ALLOC => Some(Entering::Request {
+                bytes: (*(params as *const csys::cuMemAlloc_v2_params)).bytesize as u64,
+            }),
+            cbid::ALLOC_MANAGED => Some(Entering::Request {
+                bytes: (*(params as *const csys::cuMemAllocManaged_params)).bytesize as u64,
+            }),
+            cbid::ALLOC_ASYNC | cbid::ALLOC_ASYNC_PTSZ => Some(Entering::Request {
+                bytes: (*(params as *const csys::cuMemAllocAsync_params)).bytesize as u64,
+            }),
+            cbid::ALLOC_POOL | cbid::ALLOC_POOL_PTSZ => Some(Entering::Request {
+                bytes: (*(params as *const csys::cuMemAllocFromPoolAsync_params)).bytesize as u64,
+            }),
+            cbid::ALLOC_PITCH => {
+                let p = &*(params as *const csys::cuMemAllocPitch_v2_params);
+                Some(Entering::Request {
+                    bytes: (p.WidthInBytes as u64).saturating_mul(p.Height as u64),
                 })
             }
             _ => None,

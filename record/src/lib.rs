@@ -17,6 +17,7 @@ pub(crate) use diag;
 
 pub mod allocations;
 pub mod capture;
+pub mod counter_batch;
 pub mod error;
 pub mod graph;
 pub mod graph_track;

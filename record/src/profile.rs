@@ -22,28 +22,27 @@
 //! kernel nodes of CUDA graphs (the graph issue).
 
 use kreplay_cuda::chunks::ChunkFlags;
-use kreplay_cuda::profiler::RangeProfiler;
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
     copy_dtod_async, copy_dtoh, ctx_synchronize, AsStream, DeviceBuffer, Event, ForeignFunction,
     ForeignStream, KernelArgs, LaunchConfig, Stream,
 };
-use kreplay_engine::counters::MetricRequest;
 use kreplay_engine::plan::{launch_config, LaunchPlan};
 use kreplay_engine::tool::{
-    drive, DispatchView, Flow, PassLoop, PassOutcome, PassRequest, PassRunner, PassTool,
+    DispatchView, PassLoop, PassOutcome, PassRequest, PassRunner, PassTool,
 };
 use kreplay_format::{MemoryKind, DEFAULT_CHUNK_SIZE};
-use kreplay_protocol::report::{MetricValue, ProfileRow};
+use kreplay_protocol::report::ProfileRow;
 
 use crate::capture::{device_copy, dispatch_of, flush_l2, reach, with_chunk_kernels};
+use crate::counter_batch::Queued;
 use crate::error::RecordError;
 use crate::launch::LaunchView;
 use crate::readback::{pack_changed, PackedRun};
 
 /// `KREPLAY_DEBUG_PROFILE=1`: each step of in-place replay on stderr, with the time since the
 /// process's first step (a diagnosis aid for a dispatch that does not come back).
-fn trace_with(step: impl FnOnce() -> String) {
+pub(crate) fn trace_with(step: impl FnOnce() -> String) {
     static ON: std::sync::OnceLock<Option<std::time::Instant>> = std::sync::OnceLock::new();
     if let Some(t0) = ON.get_or_init(|| {
         std::env::var_os("KREPLAY_DEBUG_PROFILE").map(|_| std::time::Instant::now())
@@ -57,7 +56,7 @@ fn trace_with(step: impl FnOnce() -> String) {
 }
 
 /// `trace_with` for a fixed message.
-fn trace(step: &str) {
+pub(crate) fn trace(step: &str) {
     trace_with(|| step.to_string());
 }
 
@@ -122,8 +121,6 @@ struct InPlace<'a> {
     cache_flush: bool,
     saved: &'a mut [Saved],
     restores_ns: Vec<u64>,
-    /// Counter passes: no timing gate, no output check (the timed passes made it).
-    counters: bool,
     /// Wall time of each extra pass beyond its kernel's run, in ns.
     overheads_ns: Vec<u64>,
     /// When the current extra pass began (its restore).
@@ -320,24 +317,13 @@ impl PassRunner for InPlace<'_> {
             // Without a sweep (device memory short) the pass runs with what L2 holds.
             let _ = flush_l2(self.stream);
         }
-        if self.counters {
-            // Counter passes are not timed: the restore and the sweep are done before BEGIN.
-            self.stream
-                .synchronize()
-                .map_err(Self::err("restoring the write set"))?;
-            self.note_restore();
-        }
         self.pass_began = Some(t);
         Ok(())
     }
 
     fn run(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
         trace_with(|| format!("pass {pass}: begin"));
-        let outcome = if self.counters {
-            self.run_untimed(pass)?
-        } else {
-            self.run_timed(pass)?
-        };
+        let outcome = self.run_timed(pass)?;
         if let Some(t) = self.pass_began.take() {
             let wall = t.elapsed().as_nanos() as u64;
             self.overheads_ns
@@ -348,20 +334,6 @@ impl PassRunner for InPlace<'_> {
 }
 
 impl InPlace<'_> {
-    /// A counter pass: the launch alone between the tool's BEGIN and END.
-    fn run_untimed(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
-        kreplay_cuda::launch(self.function, self.config, self.args, self.stream)
-            .map_err(Self::err("launching a counter pass"))?;
-        self.stream
-            .synchronize()
-            .map_err(RecordError::KernelFailed)?;
-        Ok(PassOutcome {
-            index: pass,
-            duration_ns: 0,
-            matches_first: None,
-        })
-    }
-
     fn run_timed(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
         self.timer
             .arm(self.stream)
@@ -578,13 +550,22 @@ pub fn profile_begin(
     })))
 }
 
+/// How a dispatch's profile ended at EXIT.
+pub enum Finished {
+    /// Its row is complete.
+    Row(Box<ProfileRow>),
+    /// Its counters wait for its context's batch (`counter_batch`), with its pristine copy.
+    Counters(Box<Queued>),
+}
+
 /// At EXIT: pass 0's time, the write set, the further passes, and the application's output
-/// put back. Call with the launch's context current.
+/// put back. With `counters`, the dispatch then waits for its counter passes in a batch.
+/// Call with the launch's context current.
 pub fn profile_finish(
     p: ProfilePending,
     tool: &mut dyn PassTool,
-    counters: Option<Result<&MetricRequest, String>>,
-) -> Result<ProfileRow, RecordError> {
+    counters: bool,
+) -> Result<Finished, RecordError> {
     let ProfilePending {
         mut row,
         view: d,
@@ -619,7 +600,6 @@ pub fn profile_finish(
         cache_flush,
         saved: &mut saved,
         restores_ns: Vec::new(),
-        counters: false,
         overheads_ns: Vec::new(),
         pass_began: None,
         check: None,
@@ -634,17 +614,6 @@ pub fn profile_finish(
     let looped = passes.after_first(tool, &d, first, &mut runner);
     let restores = std::mem::take(&mut runner.restores_ns);
     let overheads = std::mem::take(&mut runner.overheads_ns);
-    // Counters after the timed passes, in passes of their own, when those went well.
-    let counted = match (&looped, counters) {
-        (Ok(_), Some(Ok(req))) => {
-            runner.counters = true;
-            let c = count(req, &d, &row.kernel, &mut runner);
-            trace("counter passes done");
-            Some(c)
-        }
-        (Ok(_), Some(Err(why))) => Some(Err(why)),
-        _ => None,
-    };
     drop(runner);
     trace("passes done");
     // Whatever happened, the application goes on with its own launch's result.
@@ -660,14 +629,6 @@ pub fn profile_finish(
     row.min_ns = durations.first().copied().unwrap_or(0);
     row.restore_median_ns = median(restores);
     row.pass_overhead_ns = median(overheads);
-    match counted {
-        Some(Ok((metrics, passes))) => {
-            row.metrics = metrics;
-            row.counter_passes = passes;
-        }
-        Some(Err(why)) => row.metrics_error = Some(why),
-        None => {}
-    }
     row.write_set_bytes = saved
         .iter()
         .map(|s| s.write_set.iter().map(|r| r.len).sum::<u64>())
@@ -675,99 +636,25 @@ pub fn profile_finish(
     row.deterministic = summary.deterministic;
     row.stopped_by_tool = summary.stopped_by_tool;
     row.capped = summary.capped;
-    Ok(row)
+    if !counters {
+        return Ok(Finished::Row(Box::new(row)));
+    }
+    Ok(Finished::Counters(Box::new(Queued {
+        row,
+        view: d,
+        function,
+        config,
+        args,
+        regions: saved
+            .into_iter()
+            .map(|s| (s.addr, s.size, s.pristine))
+            .collect(),
+    })))
 }
 
 fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v.get(v.len() / 2).copied().unwrap_or(0)
-}
-
-/// The built-in counters as a tool: passes until the range profiler has every pass it needs,
-/// started at BEGIN and stopped at END of each (the L2 was emptied before BEGIN).
-struct CounterPasses<'a> {
-    profiler: &'a mut RangeProfiler,
-    /// Every pass the metric set needs was submitted.
-    complete: bool,
-    failed: Option<String>,
-}
-
-impl PassTool for CounterPasses<'_> {
-    fn config(&mut self, _d: &DispatchView) -> PassRequest {
-        PassRequest::UntilStop
-    }
-
-    fn begin(&mut self, _d: &DispatchView, _pass: u32) -> Flow {
-        match self.profiler.start() {
-            Ok(()) => Flow::Continue,
-            Err(e) => {
-                self.failed = Some(e.to_string());
-                Flow::Stop
-            }
-        }
-    }
-
-    fn end(&mut self, _d: &DispatchView, _o: &PassOutcome) -> Flow {
-        match self.profiler.stop() {
-            Ok(true) => {
-                self.complete = true;
-                Flow::Stop
-            }
-            Ok(false) => Flow::Continue,
-            Err(e) => {
-                self.failed.get_or_insert(e.to_string());
-                Flow::Stop
-            }
-        }
-    }
-}
-
-/// More counter passes than any metric set needs.
-const MAX_COUNTER_PASSES: u32 = 256;
-
-/// The counters of one dispatch, and the passes they took: memory restored (and the L2
-/// emptied) before each pass, as for timed ones.
-fn count(
-    req: &MetricRequest,
-    d: &DispatchView,
-    kernel: &str,
-    runner: &mut InPlace<'_>,
-) -> Result<(Vec<MetricValue>, u32), String> {
-    // A range profiler per dispatch: configuring the one of the previous dispatch again
-    // (after its decode) crashed inside CUPTI 13.0 on the H200, so each is enabled afresh and
-    // disabled when done.
-    let profiler = &mut req.range_profiler(1).map_err(|e| e.to_string())?;
-    let mut tool = CounterPasses {
-        profiler,
-        complete: false,
-        failed: None,
-    };
-    let mut view = d.clone();
-    view.max_passes = MAX_COUNTER_PASSES;
-    trace("range profiler configured");
-    runner.restore().map_err(|e| e.to_string())?;
-    let summary = drive(&mut tool, &view, runner).map_err(|e| e.to_string())?;
-    trace_with(|| format!("{} counter passes run", summary.passes));
-    if let Some(why) = tool.failed {
-        return Err(why);
-    }
-    if !tool.complete {
-        return Err(format!(
-            "the range profiler did not finish after {} passes",
-            summary.passes
-        ));
-    }
-    let values = req.evaluate(profiler, kernel).map_err(|e| e.to_string())?;
-    trace("counters decoded and evaluated");
-    let metrics = values
-        .into_iter()
-        .map(|v| MetricValue {
-            name: v.name,
-            value: v.value,
-            unit: v.unit,
-        })
-        .collect();
-    Ok((metrics, summary.passes))
 }
 
 /// Puts the application's own output back over the write set, and the pristine bytes over any

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::counter_batch::{Admission, ContextCounters, CounterBatch, Queued};
 use kreplay_cuda::callbacks::{self, cbid, Group};
 use kreplay_cuda::cupti::{self, sys as csys, Subscriber};
 use kreplay_cuda::Device;
@@ -29,7 +30,7 @@ use crate::capture::{after_launch, before_launch, CaptureData, CodeObject, Pendi
 use crate::error::RecordError;
 use crate::inflight::InFlight;
 use crate::launch;
-use crate::profile::{self, Begun, FixedPasses, ProfileInput, ProfilePending};
+use crate::profile::{self, Begun, Finished, FixedPasses, ProfileInput, ProfilePending};
 use crate::ptx::{self, PtxSource};
 
 struct StoredModule {
@@ -110,20 +111,23 @@ struct Recorder {
     in_flight: Mutex<Vec<Arc<InFlight>>>,
     /// Profile mode: the tool deciding the passes (kreplay's timing unless `--tool`).
     tool: Mutex<Box<dyn PassTool + Send>>,
-    /// Profile mode with `--metrics`: the checked metric set, per context (made on the
-    /// context's first profiled dispatch), or why there is none.
-    metrics: Mutex<Vec<(usize, Result<ContextMetrics, String>)>>,
+    /// Profile mode with `--metrics`: per context (made on the context's first profiled
+    /// dispatch), its counters or why there are none, and its dispatches waiting for them.
+    metrics: Mutex<Vec<ContextMetrics>>,
 }
 
-/// A metric request of one context, and its range profiler.
-struct ContextMetrics(MetricRequest);
-
-// SAFETY: the CUPTI host object and profiler state inside are plain heap objects CUPTI lets
-// any thread use (with the context current); the recorder touches them only under the
-// `metrics` lock.
-unsafe impl Send for ContextMetrics {}
+/// One context's counters (`counter_batch`).
+struct ContextMetrics {
+    context: usize,
+    counters: Result<ContextCounters, String>,
+    batch: CounterBatch,
+}
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
+
+/// Free device memory kept for the application beyond what it asks for: below it, the
+/// pristine copies waiting for their counters are counted and freed before its allocation.
+const ALLOCATION_MARGIN: u64 = 256 << 20;
 
 /// Set in the child of a `fork`: the recorder's threads did not survive it and its locks may
 /// be held by threads that no longer exist, so the child records nothing, joins nothing and
@@ -448,6 +452,9 @@ impl Recorder {
     }
 
     fn on_allocation(&self, cbid: u32, data: &csys::CUpti_CallbackData) {
+        if data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER {
+            return self.before_allocation_change(cbid, data);
+        }
         if data.callbackSite != csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT
             || SELF_CALLS.with(|f| f.get())
         {
@@ -563,43 +570,145 @@ impl Recorder {
         let short = p.short_name().to_string();
         let index = p.match_index();
         let mut metrics = lock(&self.metrics);
-        let counters = self.counters_of_current_context(&mut metrics);
+        let counters = !self.config.metrics.is_empty();
         let result = profile::profile_finish(*p, lock(&self.tool).as_mut(), counters);
         match result {
-            Ok(row) => self.profile_row(row),
+            Ok(Finished::Row(row)) => self.profile_row(*row),
+            Ok(Finished::Counters(q)) => self.queue_for_counters(&mut metrics, *q),
             Err(e) => self.error(format!(
                 "profiling {short} (match {index}) failed after the launch: {e}; the application continues"
             )),
         }
     }
 
-    /// The current context's metric request (made on first use), or why there is none;
-    /// `None` without `--metrics`.
-    fn counters_of_current_context<'m>(
+    /// The current context's counters (made on first use).
+    fn context_metrics<'m>(
         &self,
-        all: &'m mut Vec<(usize, Result<ContextMetrics, String>)>,
-    ) -> Option<Result<&'m MetricRequest, String>> {
-        if self.config.metrics.is_empty() {
-            return None;
-        }
-        let ctx = match kreplay_cuda::ContextHandle::current() {
-            Ok(c) => c.id(),
-            Err(e) => return Some(Err(e.to_string())),
-        };
-        let at = match all.iter().position(|(c, _)| *c == ctx) {
+        all: &'m mut Vec<ContextMetrics>,
+    ) -> Result<&'m mut ContextMetrics, String> {
+        let ctx = kreplay_cuda::ContextHandle::current()
+            .map_err(|e| e.to_string())?
+            .id();
+        let at = match all.iter().position(|c| c.context == ctx) {
             Some(i) => i,
             None => {
                 let made = MetricRequest::in_current_context(&self.config.metrics)
-                    .map(ContextMetrics)
+                    .map(ContextCounters::new)
                     .map_err(|e| e.to_string());
                 if let Err(why) = &made {
                     self.error(format!("no counters: {why}"));
                 }
-                all.push((ctx, made));
+                all.push(ContextMetrics {
+                    context: ctx,
+                    counters: made,
+                    batch: CounterBatch::default(),
+                });
                 all.len() - 1
             }
         };
-        Some(all[at].1.as_ref().map(|c| &c.0).map_err(|e| e.clone()))
+        Ok(&mut all[at])
+    }
+
+    /// A profiled dispatch joins its context's batch for its counters; the batch is collected
+    /// when full. Call with the dispatch's context current, the recorder's calls marked.
+    fn queue_for_counters(&self, all: &mut Vec<ContextMetrics>, q: Queued) {
+        let cm = match self.context_metrics(all) {
+            Ok(cm) => cm,
+            Err(why) => return self.profile_row(q.without_counters(&why)),
+        };
+        if let Err(why) = &cm.counters {
+            let why = why.clone();
+            return self.profile_row(q.without_counters(&why));
+        }
+        ensure_exit_collection();
+        let bytes = q.bytes();
+        let mut q = Some(q);
+        while let Some(next) = q.take() {
+            match cm.batch.admission(bytes) {
+                Admission::CollectFirst => {
+                    self.collect(cm);
+                    q = Some(next);
+                }
+                Admission::Join => cm.batch.push(next),
+                Admission::JoinThenCollect => {
+                    cm.batch.push(next);
+                    self.collect(cm);
+                }
+            }
+        }
+    }
+
+    /// Runs the counter passes of a context's batch and reports its rows. Call with the
+    /// context current and the recorder's own calls and launches marked as such.
+    fn collect(&self, cm: &mut ContextMetrics) {
+        if cm.batch.is_empty() {
+            return;
+        }
+        let rows = match cm.counters.as_mut() {
+            Ok(c) => cm.batch.collect(c, self.config.cache_flush),
+            Err(why) => cm.batch.drain_without_counters(why),
+        };
+        for row in rows {
+            self.profile_row(row);
+        }
+    }
+
+    /// Collects the batches `which` selects, each with its context pushed (from a callback
+    /// that is not a profiled launch's: a free, an unload, a context's end, the exit).
+    fn collect_batches(&self, which: impl Fn(&ContextMetrics) -> bool) {
+        if self.config.metrics.is_empty() {
+            return;
+        }
+        let _self_calls = FlagGuard::force(&SELF_CALLS);
+        let _in_launch = FlagGuard::force(&IN_LAUNCH);
+        let mut all = lock(&self.metrics);
+        for cm in all.iter_mut() {
+            if cm.batch.is_empty() || !which(cm) {
+                continue;
+            }
+            // SAFETY: the context made this batch and is alive: its destruction collects the
+            // batch first (`on_context_destroy`), before the handle goes stale.
+            let pushed = unsafe { kreplay_cuda::ContextHandle::from_raw(cm.context) }.push();
+            match pushed {
+                Ok(_current) => self.collect(cm),
+                Err(e) => {
+                    let why = format!(
+                        "its context could not be made current for the counter passes: {e}"
+                    );
+                    for row in cm.batch.drain_without_counters(&why) {
+                        self.profile_row(row);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Profile mode with `--metrics`, at the ENTER of an allocation call: memory a waiting
+    /// dispatch reaches is about to go (its batch is collected first), or the application asks
+    /// for memory the batches' pristine copies may be holding (all are collected first).
+    fn before_allocation_change(&self, cbid: u32, data: &csys::CUpti_CallbackData) {
+        if self.config.metrics.is_empty() || SELF_CALLS.with(|f| f.get()) {
+            return;
+        }
+        // SAFETY: functionParams belongs to this allocation callback id, at ENTER.
+        let Some(change) = (unsafe { allocations::entering(cbid, data.functionParams) }) else {
+            return;
+        };
+        let waiting: u64 = lock(&self.metrics).iter().map(|c| c.batch.bytes()).sum();
+        if waiting == 0 {
+            return;
+        }
+        match change {
+            allocations::Entering::Release { addr, len } => {
+                self.collect_batches(|c| c.batch.reaches(addr, len))
+            }
+            allocations::Entering::Request { bytes } => {
+                let free = kreplay_cuda::memory_info().map_or(0, |(free, _)| free);
+                if free < bytes.saturating_add(ALLOCATION_MARGIN) {
+                    self.collect_batches(|_| true);
+                }
+            }
+        }
     }
 
     fn profile_row(&self, mut row: ProfileRow) {
@@ -699,8 +808,10 @@ impl Recorder {
             }
         }
         crate::capture::forget_context(context);
-        // The range profiler state of a context goes with it.
-        lock(&self.metrics).retain(|(c, _)| *c != context);
+        // Dispatches waiting for their counters are counted while the context lives; its
+        // range profiler state goes with it.
+        self.collect_batches(|c| c.context == context);
+        lock(&self.metrics).retain(|c| c.context != context);
     }
 
     fn finish(&self, mut pending: Pending) {
@@ -1051,6 +1162,17 @@ unsafe extern "C" fn callback(
                 let data = unsafe { &*(cbdata as *const csys::CUpti_ResourceData) };
                 rec.on_context_destroy(data.context as usize);
             }
+            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE
+                if cbid
+                    == csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING
+                        as u32 =>
+            {
+                // A waiting dispatch's function may be in the module: its batch goes first.
+                // SAFETY: resource callbacks pass CUpti_ResourceData.
+                let data = unsafe { &*(cbdata as *const csys::CUpti_ResourceData) };
+                let context = data.context as usize;
+                rec.collect_batches(|c| c.context == context);
+            }
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => {
                 // SAFETY: driver-API callbacks pass CUpti_CallbackData.
                 let data = unsafe { &*(cbdata as *const csys::CUpti_CallbackData) };
@@ -1094,6 +1216,8 @@ extern "C" fn at_exit() {
             return;
         }
         let Some(rec) = RECORDER.get() else { return };
+        // Normally done already by `collect_at_exit`, which runs first.
+        rec.collect_batches(|_| true);
         let handles: Vec<_> = std::mem::take(&mut *lock(&rec.writers));
         for h in handles {
             let _ = h.join();
@@ -1108,7 +1232,12 @@ extern "C" fn at_exit() {
             matches: inner.counts.matches,
             kernels,
             captures: inner.captures.clone(),
-            profiles: inner.profiles.clone(),
+            profiles: {
+                // Rows waiting for their counters were reported after later ones.
+                let mut rows = inner.profiles.clone();
+                rows.sort_by_key(|r| r.match_index);
+                rows
+            },
             errors: inner.errors.clone(),
             disabled: None,
         };
@@ -1117,6 +1246,30 @@ extern "C" fn at_exit() {
             if let Err(e) = report.write_to(dir) {
                 crate::diag!("kreplay: {e}");
             }
+        }
+    });
+}
+
+/// Counts the dispatches still waiting for their counters at the process's exit, while the
+/// driver is still up: registered when the first one waits (after `cuInit` returned, so it runs
+/// before any exit handler the driver registered during `cuInit`).
+extern "C" fn collect_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if FORKED.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(rec) = RECORDER.get() {
+            rec.collect_batches(|_| true);
+        }
+    });
+}
+
+fn ensure_exit_collection() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a plain extern "C" function with the C runtime.
+        unsafe {
+            atexit(collect_at_exit);
         }
     });
 }
@@ -1133,7 +1286,10 @@ fn initialize() -> Result<(), RecordError> {
     if config.mode == Mode::Record {
         groups.push(Group::ImageLoad);
     }
-    if config.memory == MemoryScope::All {
+    // Profile mode with --metrics: a free or an allocation may need the dispatches waiting
+    // for their counters collected first (`before_allocation_change`).
+    let counters = config.mode == Mode::Profile && !config.metrics.is_empty();
+    if config.memory == MemoryScope::All || counters {
         groups.push(Group::Allocation);
     }
     for g in groups {
@@ -1141,10 +1297,14 @@ fn initialize() -> Result<(), RecordError> {
             sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, id)?;
         }
     }
-    for id in [
+    let mut resources = vec![
         csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED,
         csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
-    ] {
+    ];
+    if counters {
+        resources.push(csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
+    }
+    for id in resources {
         sub.enable_callback(
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,
             id as u32,
