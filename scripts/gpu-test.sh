@@ -961,6 +961,19 @@ for r in prof:
     if len(r["durations_ns"]) != 1: why.append("--metrics times the application launch alone by default")
 ' -- "$K" saxpy 3
 
+# Counters wait for a batch (counter_batch.rs): a free of memory a waiting launch reaches
+# must have its counters taken first. Buffers allocated and freed around each launch.
+PROFILE_ARGS=(-k saxpy --all --metrics smsp__warps_launched.sum,smsp__inst_executed.sum)
+pcase profile-metrics-free '
+if len(prof) != 3: why.append(f"{len(prof)} rows, expected 3")
+for r in prof:
+    m = {x["name"]: x["value"] for x in r.get("metrics", [])}
+    warps = r["grid"][0] * r["block"][0] // 32
+    if r.get("metrics_error"): why.append("no counters: " + r["metrics_error"])
+    got = m.get("smsp__warps_launched.sum")
+    if not r.get("metrics_error") and got != warps: why.append(f"warps {got} != {warps}")
+' -- "$K" churn 3
+
 # The example C tool (testdata/tools/example_tool.c) decides the passes: until three agree.
 if [[ profile-tool =~ $ONLY ]] && ! [[ profile-tool =~ $SKIP ]]; then
   cc -shared -fPIC -O2 -I"$HERE/engine/include" -o "$WORK/libexample_tool.so" "$HERE/testdata/tools/example_tool.c" || exit 2

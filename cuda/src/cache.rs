@@ -175,8 +175,9 @@ impl L2Flush {
         self.discard.is_some()
     }
 
-    /// Queues one sweep on `stream`.
-    pub fn run(&self, stream: &Stream) -> CuResult<()> {
+    /// Queues one sweep on `stream`. Returns the kernels queued (a profiler that makes one
+    /// range per kernel sees each).
+    pub fn run(&self, stream: &Stream) -> CuResult<u32> {
         let vectors = (self.buf.len() / 16) as u64;
         self.launch(
             &self.function,
@@ -186,8 +187,9 @@ impl L2Flush {
         if let Some(d) = &self.discard {
             let lines = (self.buf.len() / 128) as u64;
             self.launch(&d.function, &[self.buf.ptr(), lines], stream)?;
+            return Ok(2);
         }
-        Ok(())
+        Ok(1)
     }
 
     /// Queues one of the flush kernels (all take 64-bit parameters) over the whole GPU.

@@ -721,8 +721,9 @@ pub(crate) fn reach(
 }
 
 /// Queues one L2 flush (the settle sweep, see `cache`) on `stream`, loading it for the current
-/// context on first use; an error says why there is none (device memory short).
-pub(crate) fn flush_l2(stream: &Stream) -> Result<(), String> {
+/// context on first use; returns the kernels queued, or why there is none (device memory
+/// short).
+pub(crate) fn flush_l2(stream: &Stream) -> Result<u32, String> {
     with_per_context(&SETTLE, make_sweep, |sweep| {
         sweep.run(stream).map_err(|e| e.to_string())
     })

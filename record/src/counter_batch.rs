@@ -40,6 +40,8 @@ pub const MAX_BATCH: usize = 64;
 /// Most bytes of pristine copies a batch keeps on the device (also capped at an eighth of the
 /// free device memory when the batch starts): the application may want that memory back.
 pub const MAX_BATCH_BYTES: u64 = 2 << 30;
+/// Most kernels one L2 flush launches (a sweep, then a discard where the GPU has it).
+const SWEEP_KERNELS: usize = 2;
 /// More counter passes than any metric set needs.
 const MAX_COUNTER_PASSES: u32 = 256;
 
@@ -108,7 +110,9 @@ pub fn admit(count: usize, held: u64, bytes: u64, budget: u64) -> Admission {
     }
 }
 
-/// Sorted, merged `(address, bytes)` intervals covering every one given.
+/// Sorted `(address, bytes)` intervals covering every one given, those that overlap merged.
+/// Intervals that merely touch stay apart: they may be two allocations, and one copy cannot
+/// span two allocations.
 pub fn merge_intervals(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     v.retain(|r| r.1 > 0);
     v.sort_unstable();
@@ -116,7 +120,7 @@ pub fn merge_intervals(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     for (a, n) in v {
         let end = a.saturating_add(n);
         match out.last_mut() {
-            Some((b, m)) if a <= b.saturating_add(*m) => {
+            Some((b, m)) if a < b.saturating_add(*m) => {
                 *m = end.max(b.saturating_add(*m)) - *b;
             }
             _ => out.push((a, n)),
@@ -189,7 +193,9 @@ impl CounterBatch {
         trace_with(|| format!("counter batch of {n} dispatches started"));
         let outcome = collect_batch(&mut queued, counters, cache_flush);
         trace_with(|| match &outcome {
-            Ok((_, passes)) => format!("counter batch of {n} dispatches counted in {passes} passes"),
+            Ok((_, passes)) => {
+                format!("counter batch of {n} dispatches counted in {passes} passes")
+            }
             Err(why) => format!("counter batch of {n} dispatches failed ({why})"),
         });
         let mut rows: Vec<ProfileRow> = Vec::with_capacity(queued.len());
@@ -234,8 +240,8 @@ impl ContextCounters {
         }
     }
 
-    /// The profiler, ready for a new collection of up to `MAX_BATCH` kernels and the sweeps
-    /// between them.
+    /// The profiler, ready for a new collection of up to `MAX_BATCH` dispatches and the sweeps
+    /// between them (up to `SWEEP_KERNELS` kernels each).
     fn ready(&mut self) -> Result<&mut RangeProfiler, String> {
         let reused = match self.profiler.as_mut() {
             Some(p) => p.reconfigure().is_ok(),
@@ -246,7 +252,7 @@ impl ContextCounters {
             self.profiler = None;
             let p = self
                 .request
-                .range_profiler(2 * MAX_BATCH + 2)
+                .range_profiler((SWEEP_KERNELS + 1) * MAX_BATCH)
                 .map_err(|e| e.to_string())?;
             self.profiler = Some(p);
         }
@@ -305,6 +311,14 @@ struct BatchPasses<'a> {
     queued: &'a mut [Queued],
     stream: &'a Stream,
     cache_flush: bool,
+    /// Where each dispatch's kernel stood among the kernels of the last pass (the sweeps are
+    /// kernels too, and the range profiler makes a range of each).
+    positions: Vec<usize>,
+    /// The kernels of the last pass.
+    kernels: usize,
+    /// Every pass launched its kernels in the same order (a sweep that failed in one pass
+    /// shifts the positions).
+    same_every_pass: bool,
 }
 
 impl PassRunner for BatchPasses<'_> {
@@ -316,6 +330,8 @@ impl PassRunner for BatchPasses<'_> {
     }
 
     fn run(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
+        let mut positions = Vec::with_capacity(self.queued.len());
+        let mut kernels = 0usize;
         for q in self.queued.iter_mut() {
             for (addr, size, pristine) in &q.regions {
                 copy_dtod_async(*addr, pristine.ptr(), *size as usize, self.stream)
@@ -323,11 +339,18 @@ impl PassRunner for BatchPasses<'_> {
             }
             if self.cache_flush {
                 // Without a sweep (device memory short) the pass runs with what L2 holds.
-                let _ = flush_l2(self.stream);
+                kernels += flush_l2(self.stream).unwrap_or(0) as usize;
             }
             kreplay_cuda::launch(&q.function, &q.config, &mut q.args, self.stream)
                 .map_err(RecordError::cuda("launching a counter pass"))?;
+            positions.push(kernels);
+            kernels += 1;
         }
+        if pass > 0 && (positions != self.positions || kernels != self.kernels) {
+            self.same_every_pass = false;
+        }
+        self.positions = positions;
+        self.kernels = kernels;
         self.stream
             .synchronize()
             .map_err(RecordError::KernelFailed)?;
@@ -340,6 +363,26 @@ impl PassRunner for BatchPasses<'_> {
 }
 
 type BatchValues = (Vec<Result<Vec<MetricValue>, String>>, u32);
+
+/// What the passes of a batch launched: the kernels of each pass, and where each dispatch's
+/// stood among them (`None`: not the same in every pass).
+struct Launched {
+    passes: u32,
+    kernels: usize,
+    positions: Option<Vec<usize>>,
+}
+
+/// Which range holds each dispatch's counters: by position when the profiler returned one
+/// range per kernel launched (exact, whatever the ranges are named), else by name.
+/// `names` holds each dispatch's kernel name, mangled and demangled.
+fn ranges_of(ranges: &[String], launched: &Launched, names: &[(&str, &str)]) -> Vec<Option<usize>> {
+    match &launched.positions {
+        Some(p) if ranges.len() == launched.kernels => p.iter().map(|&i| Some(i)).collect(),
+        _ => assign_ranges(ranges, names.len(), |r, k| {
+            range_is_kernel(r, names[k].0) || range_is_kernel(r, names[k].1)
+        }),
+    }
+}
 
 fn collect_batch(
     queued: &mut [Queued],
@@ -382,15 +425,16 @@ fn collect_batch(
     put_back.and(synced).map_err(|e| {
         format!("putting the application's memory back after the counter passes: {e}")
     })?;
-    let passes = passes?;
+    let launched = passes?;
     let ranges = counters
         .request
         .decode(counters.profiler.as_mut().ok_or("no range profiler")?)
         .map_err(|e| e.to_string())?;
-    let assigned = assign_ranges(&ranges, queued.len(), |r, k| {
-        range_is_kernel(r, queued[k].view.kernel())
-            || range_is_kernel(r, queued[k].view.demangled())
-    });
+    let names: Vec<(&str, &str)> = queued
+        .iter()
+        .map(|q| (q.view.kernel(), q.view.demangled()))
+        .collect();
+    let assigned = ranges_of(&ranges, &launched, &names);
     let rp = counters.profiler.as_ref().ok_or("no range profiler")?;
     let values = assigned
         .into_iter()
@@ -409,23 +453,29 @@ fn collect_batch(
                 })
                 .map_err(|e| e.to_string()),
             None => Err(format!(
-                "its kernel's range is not among the {} the range profiler returned (dropped, or another kernel ran in between)",
-                ranges.len()
+                "its kernel's range is not among the {} the range profiler returned for the {} kernels of each pass (first: {:?})",
+                ranges.len(),
+                launched.kernels,
+                ranges.iter().take(3).collect::<Vec<_>>()
             )),
         })
         .collect();
-    Ok((values, passes))
+    Ok((values, launched.passes))
 }
 
-/// The counter passes of the batch; the number of passes.
+/// The counter passes of the batch.
 fn run_passes(
     queued: &mut [Queued],
     counters: &mut ContextCounters,
     stream: &Stream,
     cache_flush: bool,
-) -> Result<u32, String> {
+) -> Result<Launched, String> {
     let Some(first) = queued.first() else {
-        return Ok(0);
+        return Ok(Launched {
+            passes: 0,
+            kernels: 0,
+            positions: None,
+        });
     };
     let mut view = first.view.clone();
     view.max_passes = MAX_COUNTER_PASSES;
@@ -439,6 +489,9 @@ fn run_passes(
         queued,
         stream,
         cache_flush,
+        positions: Vec::new(),
+        kernels: 0,
+        same_every_pass: true,
     };
     let summary = drive(&mut tool, &view, &mut runner).map_err(|e| e.to_string())?;
     if let Some(why) = tool.failed {
@@ -450,7 +503,11 @@ fn run_passes(
             summary.passes
         ));
     }
-    Ok(summary.passes)
+    Ok(Launched {
+        passes: summary.passes,
+        kernels: runner.kernels,
+        positions: runner.same_every_pass.then_some(runner.positions),
+    })
 }
 
 #[cfg(test)]
@@ -458,7 +515,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn intervals_merge_where_they_overlap_or_touch() {
+    fn intervals_merge_where_they_overlap_but_not_where_they_touch() {
         assert_eq!(
             merge_intervals(vec![
                 (100, 50),
@@ -468,11 +525,36 @@ mod tests {
                 (300, 0),
                 (400, 1)
             ]),
-            vec![(0, 15), (100, 120), (400, 1)]
+            vec![(0, 10), (10, 5), (100, 120), (400, 1)]
         );
+        // The same region twice.
+        assert_eq!(merge_intervals(vec![(7, 3), (7, 3)]), vec![(7, 3)]);
         // One inside another.
         assert_eq!(merge_intervals(vec![(0, 100), (10, 5)]), vec![(0, 100)]);
         assert_eq!(merge_intervals(Vec::new()), Vec::new());
+    }
+
+    #[test]
+    fn ranges_are_taken_by_position_when_there_is_one_per_kernel_else_by_name() {
+        let r = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let names = [("_Z4gemmv", "gemm()"), ("_Z3addv", "add()")];
+        // Sweep, sweep, gemm, sweep, sweep, add: one range per kernel, named oddly.
+        let launched = Launched {
+            passes: 3,
+            kernels: 6,
+            positions: Some(vec![2, 5]),
+        };
+        let six = r(&["0", "1", "2", "3", "4", "5"]);
+        assert_eq!(ranges_of(&six, &launched, &names), vec![Some(2), Some(5)]);
+        // A range missing: positions cannot be trusted; names decide.
+        let named = r(&["sweep", "_Z4gemmv", "sweep", "add()"]);
+        assert_eq!(ranges_of(&named, &launched, &names), vec![Some(1), Some(3)]);
+        // Positions that moved between passes are not trusted either.
+        let moved = Launched {
+            positions: None,
+            ..launched
+        };
+        assert_eq!(ranges_of(&six, &moved, &names), vec![None, None]);
     }
 
     #[test]

@@ -1190,6 +1190,11 @@ unsafe extern "C" fn callback(
                                 Some(g) => Some(g),
                                 None => return,
                             }
+                        } else if IN_LAUNCH.with(|f| f.get()) {
+                            // The EXIT of the recorder's own launch (its ENTER was refused
+                            // above); at the process's exit the thread's other state may be
+                            // gone already.
+                            return;
                         } else {
                             None
                         };

@@ -56,6 +56,28 @@ static int run_saxpy(int iters) {
   return 0;
 }
 
+// saxpy on buffers allocated and freed around each launch (a profiler that keeps a launch's
+// memory for later must let it go before each free).
+static int run_churn(int iters) {
+  double sum = 0;
+  for (int it = 0; it < iters; ++it) {
+    const int n = (1 << 20) + it * 4096;
+    auto hx = iota(n, 1.0f), hy = iota(n, 2.0f);
+    float *x, *y;
+    CK(cudaMalloc(&x, n * 4));
+    CK(cudaMalloc(&y, n * 4));
+    CK(cudaMemcpy(x, hx.data(), n * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(y, hy.data(), n * 4, cudaMemcpyHostToDevice));
+    saxpy<<<(n + 255) / 256, 256>>>(n, 0.5f + it, x, y);
+    CK(cudaMemcpy(hy.data(), y, n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+    sum += checksum(hy);
+  }
+  printf("churn %.6f\n", sum);
+  return 0;
+}
+
 // --- module globals: __constant__ coefficients and a __device__ counter ------------------
 __constant__ float coef[4];
 __device__ unsigned long long hits;
@@ -393,6 +415,7 @@ static int run_fork() {
 int main(int argc, char** argv) {
   const char* m = argc > 1 ? argv[1] : "saxpy";
   if (!strcmp(m, "saxpy")) return run_saxpy(argc > 2 ? atoi(argv[2]) : 3);
+  if (!strcmp(m, "churn")) return run_churn(argc > 2 ? atoi(argv[2]) : 3);
   // globals, bigsmem, coop: an optional repeat count (default 1) for timing benchmarks.
   const int reps = argc > 2 ? atoi(argv[2]) : 1;
   if (!strcmp(m, "globals")) return run_globals(reps);
