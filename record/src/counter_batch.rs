@@ -97,17 +97,30 @@ pub enum Admission {
 }
 
 /// Whether a dispatch of `bytes` joins a batch of `count` dispatches holding `held` bytes
-/// against `budget` (a pure decision, tested on the CPU). A dispatch alone over the budget
-/// still joins an empty batch: its copy exists already, and it is collected at once.
-pub fn admit(count: usize, held: u64, bytes: u64, budget: u64) -> Admission {
+/// against `budget` and a most of `max` dispatches (a pure decision, tested on the CPU). A
+/// dispatch alone over the budget still joins an empty batch: its copy exists already, and it
+/// is collected at once.
+pub fn admit(count: usize, held: u64, bytes: u64, budget: u64, max: usize) -> Admission {
     if count > 0 && held.saturating_add(bytes) > budget {
         return Admission::CollectFirst;
     }
-    if count + 1 >= MAX_BATCH || held.saturating_add(bytes) >= budget {
+    if count + 1 >= max || held.saturating_add(bytes) >= budget {
         Admission::JoinThenCollect
     } else {
         Admission::Join
     }
+}
+
+/// `KREPLAY_PROFILE_BATCH`: most dispatches per collection, 1 to `MAX_BATCH` (default); 1
+/// counts each dispatch at its own launch's EXIT (slower; for comparing the two).
+fn batch_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("KREPLAY_PROFILE_BATCH")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .map_or(MAX_BATCH, |n| n.clamp(1, MAX_BATCH))
+    })
 }
 
 /// Sorted `(address, bytes)` intervals covering every one given, those that overlap merged.
@@ -144,7 +157,13 @@ impl CounterBatch {
             let free = kreplay_cuda::memory_info().map_or(0, |(free, _)| free);
             self.budget = MAX_BATCH_BYTES.min(free / 8);
         }
-        admit(self.queued.len(), self.bytes, bytes, self.budget)
+        admit(
+            self.queued.len(),
+            self.bytes,
+            bytes,
+            self.budget,
+            batch_limit(),
+        )
     }
 
     /// Empties the batch without counting: each row says why.
@@ -560,15 +579,29 @@ mod tests {
     #[test]
     fn a_batch_is_collected_when_full_or_before_it_would_overflow() {
         let gib = 1u64 << 30;
-        assert_eq!(admit(0, 0, gib, 2 * gib), Admission::Join);
-        assert_eq!(admit(1, gib, gib, 2 * gib), Admission::JoinThenCollect);
-        assert_eq!(admit(1, gib, gib + 1, 2 * gib), Admission::CollectFirst);
+        assert_eq!(admit(0, 0, gib, 2 * gib, MAX_BATCH), Admission::Join);
+        assert_eq!(
+            admit(1, gib, gib, 2 * gib, MAX_BATCH),
+            Admission::JoinThenCollect
+        );
+        assert_eq!(
+            admit(1, gib, gib + 1, 2 * gib, MAX_BATCH),
+            Admission::CollectFirst
+        );
         // Alone over the budget: it joins and is collected at once.
-        assert_eq!(admit(0, 0, 3 * gib, 2 * gib), Admission::JoinThenCollect);
+        assert_eq!(
+            admit(0, 0, 3 * gib, 2 * gib, MAX_BATCH),
+            Admission::JoinThenCollect
+        );
         // The count fills it too.
-        assert_eq!(admit(MAX_BATCH - 2, 0, 1, gib), Admission::Join);
-        assert_eq!(admit(MAX_BATCH - 1, 0, 1, gib), Admission::JoinThenCollect);
+        assert_eq!(admit(MAX_BATCH - 2, 0, 1, gib, MAX_BATCH), Admission::Join);
+        assert_eq!(
+            admit(MAX_BATCH - 1, 0, 1, gib, MAX_BATCH),
+            Admission::JoinThenCollect
+        );
+        // A smaller most (KREPLAY_PROFILE_BATCH=1: each dispatch on its own).
+        assert_eq!(admit(0, 0, 1, gib, 1), Admission::JoinThenCollect);
         // No budget at all (free memory unknown): every dispatch is counted on its own.
-        assert_eq!(admit(0, 0, 1, 0), Admission::JoinThenCollect);
+        assert_eq!(admit(0, 0, 1, 0, MAX_BATCH), Admission::JoinThenCollect);
     }
 }
