@@ -530,7 +530,9 @@ impl AddressSpace for DeviceSpace<'_> {
             return Err(fail("no staging buffer".into()));
         };
         let view = &mut st.as_mut_slice()[..n];
+        crate::profile::trace("region to read for the pointer scan");
         copy_dtoh(view, base).map_err(|e| fail(e.to_string()))?;
+        crate::profile::trace("region read (the scan follows)");
         Ok(view)
     }
 
@@ -541,6 +543,7 @@ impl AddressSpace for DeviceSpace<'_> {
             return None;
         }
         let digest = region_digest(base, size, stream)?;
+        crate::profile::trace("region digest made");
         memo.pending = Some((base, size, digest));
         match memo.scans.get(&(base, size, *bounds)) {
             Some((d, scan)) if *d == digest => Some(scan.clone()),
@@ -690,9 +693,17 @@ pub(crate) fn reach(
     remember: bool,
 ) -> Result<(Walk, crate::textures::Found), RecordError> {
     let globals = resolve_globals(function, module_objects);
+    crate::profile::trace_with(|| {
+        format!(
+            "globals resolved ({} of {})",
+            globals.len(),
+            module_objects.len()
+        )
+    });
     let textures = crate::textures::find(args, layout);
     // Only where a kernel that calls malloc has run (the probe changes nothing otherwise).
     let heap = kreplay_cuda::heap::probe().ok().flatten();
+    crate::profile::trace("heap probed");
     let mut staging = lock_staging();
     let mut memo = SCAN_MEMO.lock().unwrap_or_else(|e| e.into_inner());
     let memo = match (remember, Stream::new()) {

@@ -435,6 +435,7 @@ pub fn profile_begin(
         )
     });
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the passes"))?;
+    trace("synchronised");
     let (found, textures) = reach(
         &input.args,
         &input.layout,
