@@ -22,9 +22,7 @@ use crate::error::RecordError;
 use crate::launch::LaunchView;
 use crate::readback::{pack_changed, PackedRun};
 use crate::spill::{OpenFile, Spill, Spilled};
-use crate::walk::{
-    walk, AddressSpace, Allocation, Limits, RegionScan, Roots, ScanBounds, Walk, WalkError,
-};
+use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, Walk, WalkError};
 
 /// Regions larger than this are not scanned for pointers (pointer tables are small; scanning
 /// gigabytes of floats finds nothing but noise).
@@ -465,42 +463,6 @@ pub struct PreInput<'a> {
 /// through the pinned staging buffer.
 pub(crate) struct DeviceSpace<'a> {
     pub(crate) staging: &'a mut Option<PinnedBuffer>,
-    /// Profile mode: scans remembered across dispatches, checked by a GPU digest on this
-    /// stream (`None`: every region is read).
-    pub(crate) memo: Option<(&'a mut ScanMemo, Stream)>,
-}
-
-/// Pointer scans of regions, each with the GPU digest of the bytes it was made from: in-process
-/// replay reaches the same tensors dispatch after dispatch, and a 2 TB/s digest is far cheaper
-/// than copying them home and scanning them again.
-#[derive(Default)]
-pub(crate) struct ScanMemo {
-    scans: std::collections::HashMap<(u64, u64, ScanBounds), ([u64; 2], RegionScan)>,
-    /// The digest `remembered` computed for the region the walk reads next.
-    pending: Option<(u64, u64, [u64; 2])>,
-}
-
-/// Regions below this are read rather than digested (a copy of them costs about as much).
-const MEMO_MIN_BYTES: u64 = 1 << 20;
-/// Remembered scans kept (the memo is emptied past it).
-const MEMO_ENTRIES: usize = 4096;
-
-static SCAN_MEMO: Mutex<Option<ScanMemo>> = Mutex::new(None);
-
-/// One 128-bit digest of a whole region, from its chunk digests.
-fn region_digest(base: u64, size: u64, stream: &Stream) -> Option<[u64; 2]> {
-    let d = with_chunk_kernels(|k| k.digest(base, size, DEFAULT_CHUNK_SIZE, stream)).ok()?;
-    let mix = |mut z: u64| {
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let mut h = [size, !size];
-    for (i, c) in d.digests.iter().enumerate() {
-        h[0] = mix(h[0] ^ c[0] ^ (i as u64).rotate_left(17));
-        h[1] = mix(h[1].rotate_left(29) ^ c[1] ^ i as u64);
-    }
-    Some(h)
 }
 
 impl AddressSpace for DeviceSpace<'_> {
@@ -534,38 +496,6 @@ impl AddressSpace for DeviceSpace<'_> {
         copy_dtoh(view, base).map_err(|e| fail(e.to_string()))?;
         crate::profile::trace("region read (the scan follows)");
         Ok(view)
-    }
-
-    fn remembered(&mut self, base: u64, size: u64, bounds: &ScanBounds) -> Option<RegionScan> {
-        let (memo, stream) = self.memo.as_mut()?;
-        memo.pending = None;
-        if size < MEMO_MIN_BYTES {
-            return None;
-        }
-        let digest = region_digest(base, size, stream)?;
-        crate::profile::trace("region digest made");
-        memo.pending = Some((base, size, digest));
-        match memo.scans.get(&(base, size, *bounds)) {
-            Some((d, scan)) if *d == digest => Some(scan.clone()),
-            _ => None,
-        }
-    }
-
-    fn remember(&mut self, base: u64, size: u64, bounds: &ScanBounds, scan: &RegionScan) {
-        let Some((memo, _)) = self.memo.as_mut() else {
-            return;
-        };
-        let Some((b, n, digest)) = memo.pending.take() else {
-            return;
-        };
-        if (b, n) != (base, size) {
-            return;
-        }
-        if memo.scans.len() >= MEMO_ENTRIES {
-            memo.scans.clear();
-        }
-        memo.scans
-            .insert((base, size, *bounds), (digest, scan.clone()));
     }
 }
 
@@ -690,7 +620,6 @@ pub(crate) fn reach(
     function: &ForeignFunction,
     module_objects: &[(String, u64)],
     allocations: &[(u64, u64, MemoryKind)],
-    remember: bool,
 ) -> Result<(Walk, crate::textures::Found), RecordError> {
     let globals = resolve_globals(function, module_objects);
     crate::profile::trace_with(|| {
@@ -705,11 +634,6 @@ pub(crate) fn reach(
     let heap = kreplay_cuda::heap::probe().ok().flatten();
     crate::profile::trace("heap probed");
     let mut staging = lock_staging();
-    let mut memo = SCAN_MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    let memo = match (remember, Stream::new()) {
-        (true, Ok(stream)) => Some((memo.get_or_insert_with(ScanMemo::default), stream)),
-        _ => None,
-    };
     let found = walk(
         &Roots {
             args,
@@ -721,7 +645,6 @@ pub(crate) fn reach(
         },
         &mut DeviceSpace {
             staging: &mut staging,
-            memo,
         },
         &Limits {
             scan_bytes: POINTER_SCAN_LIMIT,
@@ -791,7 +714,6 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         &input.function,
         input.module_objects,
         &input.allocations,
-        false,
     )?;
     laps.lap("walk");
 

@@ -243,7 +243,6 @@ pub fn writable_ranges(
                     },
                     &mut DeviceSpace {
                         staging: &mut staging,
-                        memo: None,
                     },
                     &Limits::default(),
                 )?;

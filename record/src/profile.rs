@@ -442,8 +442,6 @@ pub fn profile_begin(
         &input.function,
         input.module_objects,
         &input.allocations,
-        // The same tensors come back dispatch after dispatch: their scans are remembered.
-        true,
     )?;
     row.reachable_bytes = found.regions.iter().map(|r| r.size).sum();
     trace_with(|| {

@@ -27,14 +27,6 @@ pub trait AddressSpace {
     fn allocation(&mut self, addr: u64) -> Option<Allocation>;
     /// The bytes of `[base, base + size)`, to scan for pointers.
     fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError>;
-    /// A scan of `[base, base + size)` made earlier with the same bounds, when the region's
-    /// bytes are known to be unchanged since (the recorder compares a GPU digest): the walk
-    /// then reads nothing. None by default.
-    fn remembered(&mut self, _base: u64, _size: u64, _bounds: &ScanBounds) -> Option<RegionScan> {
-        None
-    }
-    /// Offers a scan just made from `read`'s bytes, for `remembered`.
-    fn remember(&mut self, _base: u64, _size: u64, _bounds: &ScanBounds, _scan: &RegionScan) {}
 }
 
 /// The bounds a region's scan depends on besides its bytes: the pointer window `[lo, hi)` and
@@ -355,14 +347,7 @@ fn follow_stored_pointers(
             hi,
             heap: s.heap,
         };
-        let found = match space.remembered(base, size, &bounds) {
-            Some(r) => r,
-            None => {
-                let r = scan_region(space.read(base, size)?, &bounds);
-                space.remember(base, size, &bounds, &r);
-                r
-            }
-        };
+        let found = scan_region(space.read(base, size)?, &bounds);
         let RegionScan {
             words,
             heap,
@@ -467,11 +452,7 @@ mod tests {
         allocs: BTreeMap<u64, (Vec<u8>, MemoryKind)>,
         lookups: usize,
         reads: Vec<u64>,
-        /// Remembered scans, with the bytes they were made from (the recorder keeps a digest).
-        memo: Option<Memo>,
     }
-
-    type Memo = std::collections::HashMap<(u64, u64, ScanBounds), (Vec<u8>, RegionScan)>;
 
     impl FakeSpace {
         fn alloc(&mut self, base: u64, size: usize) -> &mut Self {
@@ -512,49 +493,6 @@ mod tests {
                 }),
             }
         }
-        fn remembered(&mut self, base: u64, size: u64, bounds: &ScanBounds) -> Option<RegionScan> {
-            let (bytes, scan) = self.memo.as_ref()?.get(&(base, size, *bounds))?;
-            (self.allocs.get(&base).map(|a| &a.0) == Some(bytes)).then(|| scan.clone())
-        }
-        fn remember(&mut self, base: u64, size: u64, bounds: &ScanBounds, scan: &RegionScan) {
-            let bytes = self
-                .allocs
-                .get(&base)
-                .map(|a| a.0.clone())
-                .unwrap_or_default();
-            if let Some(m) = self.memo.as_mut() {
-                m.insert((base, size, *bounds), (bytes, scan.clone()));
-            }
-        }
-    }
-
-    #[test]
-    fn remembered_scans_read_nothing_and_a_changed_region_is_read_again() {
-        let mut s = FakeSpace {
-            memo: Some(Default::default()),
-            ..Default::default()
-        };
-        s.alloc(0x10_0000, 64)
-            .alloc(0x20_0000, 64)
-            .alloc(0x30_0000, 32);
-        s.store(0x10_0000, 0, 0x20_0000);
-        let first = run(&mut s, &[0x10_0000], &[]);
-        assert_eq!(s.reads, vec![0x10_0000, 0x20_0000]);
-        s.reads.clear();
-        let again = run(&mut s, &[0x10_0000], &[]);
-        assert!(
-            s.reads.is_empty(),
-            "unchanged regions are not read: {:?}",
-            s.reads
-        );
-        assert_eq!(bases(&again), bases(&first));
-        assert_eq!(again.pointer_slots, first.pointer_slots);
-        // A pointer stored since: the region is scanned anew and its target found.
-        s.store(0x20_0000, 8, 0x30_0000);
-        s.reads.clear();
-        let changed = run(&mut s, &[0x10_0000], &[]);
-        assert_eq!(s.reads, vec![0x20_0000, 0x30_0000]);
-        assert_eq!(bases(&changed).len(), 3);
     }
 
     fn args(words: &[u64]) -> (Vec<u8>, Vec<(u32, u32)>) {
