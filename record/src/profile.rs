@@ -13,6 +13,9 @@
 //! back, and any other chunk a pass changed gets its pristine bytes: the application goes on
 //! with its own launch's result, bit for bit as in a plain run.
 //!
+//! Counters (`--metrics`) are not collected here but later, for many dispatches in one range
+//! profiler collection (`counter_batch`): the dispatch leaves with its pristine copy.
+//!
 //! The passes run at EXIT, not at ENTER, because launching the application's kernel from the
 //! callback of its own launch, before that launch went through, can stall inside the driver
 //! (a kernel loaded lazily on its first launch, say).
