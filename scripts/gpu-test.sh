@@ -945,16 +945,20 @@ for r in prof:
     if r["restore_median_ns"] <= 0 or r["pass_overhead_ns"] <= 0: why.append("no restore or overhead time")
 ' -- "$K" saxpy 3
 
-# Counters in place: warps launched is exact (grid x block / 32), instructions positive.
-PROFILE_ARGS=(-k saxpy --all --metrics smsp__warps_launched.sum,smsp__inst_executed.sum,dram__bytes_read.sum)
-pcase profile-metrics '
+# Counters of three saxpy launches: each row has counters, and warps launched is exact (grid x
+# block / 32). Shared by the counter cases, which add checks inside the loop over rows.
+WARPS_EXACT='
 if len(prof) != 3: why.append(f"{len(prof)} rows, expected 3")
 for r in prof:
     m = {x["name"]: x["value"] for x in r.get("metrics", [])}
     warps = r["grid"][0] * r["block"][0] // 32
     if r.get("metrics_error"): why.append("no counters: " + r["metrics_error"])
     got = m.get("smsp__warps_launched.sum")
-    if not r.get("metrics_error") and got != warps: why.append(f"warps {got} != {warps}")
+    if not r.get("metrics_error") and got != warps: why.append(f"warps {got} != {warps}")'
+
+# Counters (batched, counted at the process's exit): also instructions and DRAM reads.
+PROFILE_ARGS=(-k saxpy --all --metrics smsp__warps_launched.sum,smsp__inst_executed.sum,dram__bytes_read.sum)
+pcase profile-metrics "$WARPS_EXACT"'
     if not m.get("smsp__inst_executed.sum", 0) > 0: why.append("no instructions")
     if not m.get("dram__bytes_read.sum", 0) > 0: why.append("no DRAM reads")
     if r.get("counter_passes", 0) < 1: why.append("no counter passes")
@@ -964,15 +968,7 @@ for r in prof:
 # Counters wait for a batch (counter_batch.rs): a free of memory a waiting launch reaches
 # must have its counters taken first. Buffers allocated and freed around each launch.
 PROFILE_ARGS=(-k saxpy --all --metrics smsp__warps_launched.sum,smsp__inst_executed.sum)
-pcase profile-metrics-free '
-if len(prof) != 3: why.append(f"{len(prof)} rows, expected 3")
-for r in prof:
-    m = {x["name"]: x["value"] for x in r.get("metrics", [])}
-    warps = r["grid"][0] * r["block"][0] // 32
-    if r.get("metrics_error"): why.append("no counters: " + r["metrics_error"])
-    got = m.get("smsp__warps_launched.sum")
-    if not r.get("metrics_error") and got != warps: why.append(f"warps {got} != {warps}")
-' -- "$K" churn 3
+pcase profile-metrics-free "$WARPS_EXACT" -- "$K" churn 3
 
 # The example C tool (testdata/tools/example_tool.c) decides the passes: until three agree.
 if [[ profile-tool =~ $ONLY ]] && ! [[ profile-tool =~ $SKIP ]]; then

@@ -476,18 +476,7 @@ impl RangeProfiler {
             "cuptiRangeProfilerGetCounterDataSize",
         )?;
         self.counter_data = vec![0u8; s.counterDataSize];
-        let mut i = params!(
-            CUpti_RangeProfiler_CounterDataImage_Initialize_Params,
-            RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE
-        );
-        i.pRangeProfilerObject = self.raw;
-        i.counterDataSize = self.counter_data.len();
-        i.pCounterData = self.counter_data.as_mut_ptr();
-        // SAFETY: counter_data holds counterDataSize bytes and lives in self.
-        check(
-            unsafe { sys::cuptiRangeProfilerCounterDataImageInitialize(&mut i) },
-            "cuptiRangeProfilerCounterDataImageInitialize",
-        )?;
+        self.initialize_counter_data()?;
         self.config = config;
         self.max_ranges = max_ranges;
         self.set_config()
@@ -507,6 +496,12 @@ impl RangeProfiler {
                 name: "the range profiler was never configured".into(),
             });
         }
+        self.initialize_counter_data()?;
+        self.set_config()
+    }
+
+    /// Initialises the counter-data image held in self, in place.
+    fn initialize_counter_data(&mut self) -> Result<(), CuptiError> {
         let mut i = params!(
             CUpti_RangeProfiler_CounterDataImage_Initialize_Params,
             RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE
@@ -514,12 +509,12 @@ impl RangeProfiler {
         i.pRangeProfilerObject = self.raw;
         i.counterDataSize = self.counter_data.len();
         i.pCounterData = self.counter_data.as_mut_ptr();
-        // SAFETY: the counter-data image `configure` sized for this profiler, still in self.
+        // SAFETY: counter_data holds counterDataSize bytes (sized by `configure`) and lives in
+        // self for as long as the profiler is enabled.
         check(
             unsafe { sys::cuptiRangeProfilerCounterDataImageInitialize(&mut i) },
             "cuptiRangeProfilerCounterDataImageInitialize",
-        )?;
-        self.set_config()
+        )
     }
 
     /// `cuptiRangeProfilerSetConfig` with the images held in self.
