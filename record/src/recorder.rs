@@ -150,9 +150,11 @@ thread_local! {
     static KNOWN: RefCell<HashMap<usize, KnownFunction>> = RefCell::new(HashMap::new());
 }
 
-/// Sets a thread-local flag for its lifetime; cleared on drop, also when a panic unwinds
-/// through (the callback catches it), so a flag can never stay stuck.
-struct FlagGuard(&'static std::thread::LocalKey<Cell<bool>>);
+/// Sets a thread-local flag for its lifetime; put back as it was on drop, also when a panic
+/// unwinds through (the callback catches it), so a flag can never stay stuck, and a nested
+/// guard (a batch counted from a callback that marked the recorder's calls already) leaves the
+/// outer one's flag set.
+struct FlagGuard(&'static std::thread::LocalKey<Cell<bool>>, bool);
 
 impl FlagGuard {
     /// Sets the flag; `None` when it was set already (a re-entrant call).
@@ -162,20 +164,20 @@ impl FlagGuard {
         if flag.with(|f| f.replace(true)) {
             None
         } else {
-            Some(FlagGuard(flag))
+            Some(FlagGuard(flag, false))
         }
     }
 
-    /// Sets the flag whether or not it was set, clearing it on drop.
+    /// Sets the flag whether or not it was set; put back on drop.
     fn force(flag: &'static std::thread::LocalKey<Cell<bool>>) -> FlagGuard {
-        flag.with(|f| f.set(true));
-        FlagGuard(flag)
+        FlagGuard(flag, flag.with(|f| f.replace(true)))
     }
 }
 
 impl Drop for FlagGuard {
     fn drop(&mut self) {
-        self.0.with(|f| f.set(false));
+        let before = self.1;
+        self.0.with(|f| f.set(before));
     }
 }
 
@@ -1400,5 +1402,16 @@ mod tests {
         });
         assert!(r.is_err());
         assert!(!FLAG.with(|f| f.get()), "the unwind cleared the flag");
+        {
+            let _outer = FlagGuard::force(&FLAG);
+            {
+                let _inner = FlagGuard::force(&FLAG);
+            }
+            assert!(
+                FLAG.with(|f| f.get()),
+                "a nested guard leaves the outer one's flag set"
+            );
+        }
+        assert!(!FLAG.with(|f| f.get()));
     }
 }
