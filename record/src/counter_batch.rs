@@ -147,10 +147,6 @@ impl CounterBatch {
         self.queued.is_empty()
     }
 
-    pub fn len(&self) -> usize {
-        self.queued.len()
-    }
-
     /// The admission of a dispatch reaching `bytes` (see `admit`).
     pub fn admission(&mut self, bytes: u64) -> Admission {
         if self.queued.is_empty() {
