@@ -259,8 +259,8 @@ check_case() {
   [[ "$name" =~ $ONLY ]] || return 0
   local w="$WORK/$name"
   echo "== $name"
-  "$@" > "$w.base.out" 2> /dev/null
-  "$KR" "${KARGS[@]}" -- "$@" > "$w.rec.out" 2> "$w.rec.err"; local rc=$?
+  timeout 300 "$@" > "$w.base.out" 2> /dev/null
+  timeout 300 "$KR" "${KARGS[@]}" -- "$@" > "$w.rec.out" 2> "$w.rec.err"; local rc=$?
   python3 - "$name" "$rc" "$want_rc" "$want_err" "$w" "${KARGS[0]}" >> "$RESULTS" <<'PY'
 import json, re, sys, filecmp
 name, rc, want_rc, want_err, w, verb = sys.argv[1:]
@@ -278,6 +278,62 @@ PY
 }
 KARGS=(record -k 'no_such_kernel_xyz'); check_case robust-no-match 3 'no dispatch matched.*saxpy' -- "$K" saxpy 3
 KARGS=(record -k saxpy -o /proc/kreplay-denied/x.krr); check_case robust-unwritable 3 'could not be written' -- "$K" saxpy 3
+# The recorder's own kernels (chunk scans, digests, L2 sweeps) are never the application's: a
+# filter that would match them matches nothing (it hung the application, issue 29).
+KARGS=(record -k 'regex:kreplay|digest|chunk'); check_case robust-own-kernels 3 'no dispatch matched.*saxpy' -- "$K" saxpy 3
+# Every launch matched (-k 'regex:.' --count 8): it finishes, 8 captures of the application's
+# first 8 launches (match index = launch index: the recorder's launches are not counted), each
+# replayed bit-exact, and the application's output unchanged.
+self_match_case() {
+  local name=$1; shift
+  [[ "$name" =~ $ONLY ]] || return 0
+  echo "== $name"
+  local w="$WORK/$name"; rm -rf "$w.d"; mkdir -p "$w.d"
+  timeout 300 "$@" > "$w.base.out" 2> /dev/null
+  timeout 300 "$KR" list --json -- "$@" > "$w.list.json" 2> /dev/null
+  local t0=$(date +%s)
+  timeout 600 "$KR" record -k 'regex:.' --count 8 -o "$w.d/m%n.krr" -- "$@" > "$w.rec.out" 2> "$w.rec.err"; local rc=$?
+  local t1=$(date +%s)
+  for f in "$w.d"/m*.krr; do
+    [ -f "$f" ] || continue
+    "$KR" info --json "$f" > "$f.info.json" 2> /dev/null
+    timeout 120 "$KR" play "$f" --passes 2 --verify --json > "$f.play.json" 2> "$f.play.err"
+  done
+  python3 - "$name" "$rc" "$w" "$((t1 - t0))" >> "$RESULTS" <<'PY'
+import glob, json, sys
+name, rc, w, secs = sys.argv[1:]
+why = []
+if rc != "0": why.append(f"record rc {rc} after {secs} s")
+same = open(w + ".base.out").read() == open(w + ".rec.out").read()
+if not same: why.append("application output differs")
+caps = sorted(glob.glob(w + ".d/m*.krr"))
+if len(caps) != 8: why.append(f"{len(caps)} captures, want 8")
+kernels = []
+for f in caps:
+    try:
+        info = json.load(open(f + ".info.json"))
+        play = json.load(open(f + ".play.json"))
+    except Exception as e:
+        why.append(f"{f}: {e}"); continue
+    k = info["kernel"]["name"]; kernels.append(k.split("(")[0][-40:])
+    rec = info.get("recorder") or {}
+    if "kreplay" in k: why.append(f"captured the recorder's own kernel {k}")
+    mi, li = rec.get("match_index"), rec.get("launch_index")
+    if mi is None or mi != li: why.append(f"{f}: match {mi} != launch {li}")
+    v = play.get("verify") or {}
+    if v.get("matched") is not True:
+        why.append(f"{f} ({k[:40]}): replay not bit-exact (deterministic {v.get('deterministic')}): " + open(f + ".play.err").read()[-200:])
+try:
+    ks = json.loads(open(w + ".list.json").read().strip().splitlines()[-1])
+    if any("kreplay" in k["name"] for k in ks): why.append("list shows the recorder's kernels")
+except Exception as e:
+    why.append(f"list: {e}")
+print(json.dumps({"case": name, "kernel": "regex:. x8 (" + ", ".join(sorted(set(kernels)))[:60] + ")", "regions": len(caps),
+    "ok": not why, "known": "", "matched": same, "why": "; ".join(why) + " | " + open(w + ".rec.err").read()[-400:]}))
+PY
+}
+self_match_case self-match-cuda "$K" churn 10
+self_match_case self-match-torch python3 "$APPS/torch_train_app.py" 1
 # Kernels inside CUDA graphs: each node execution counts; the Nth may be a node of a later
 # launch, captured as the node saw memory (after its predecessors in that launch).
 G="$WORK/graph_apps"
@@ -290,6 +346,14 @@ run_case graph-exec-update 'graph_axpy'    4 "" -- "$G" whole 5
 run_case graph-cluster     'graph_cluster' 2 "" -- "$G" cluster 3
 # A host-function node before the target: not captured, said, the application unaffected.
 KARGS=(record -k graph_consume --nth 2); check_case graph-host 3 'host function.*the application continues' -- "$G" host 3
+# Conditional nodes (if/while): a kernel of such a graph may set a condition
+# (cudaGraphSetConditional), which faults outside the graph's launch and killed the application
+# (issue 29). Refused before anything runs, said, the application's output unchanged; the
+# kernels of the bodies are not counted (said).
+KARGS=(record -k graph_set_cond); check_case graph-cond-set 3 'conditional node.*the application continues' -- "$G" cond 3
+KARGS=(record -k graph_finish); check_case graph-cond-after 3 'conditional node.*the application continues' -- "$G" cond 3
+KARGS=(record -k graph_axpy); check_case graph-cond-beside 3 'conditional node.*the application continues' -- "$G" cond 3
+KARGS=(record -k graph_countdown); check_case graph-cond-body 3 'bodies run a data-dependent number of times.*no dispatch matched' -- "$G" cond 3
 run_case torch-cudagraph   'Gelu'          3 "" -- python3 "$APPS/torch_graph_app.py" cudagraph 3
 if [[ "torch-compile" =~ $ONLY ]]; then
   # The last execution of a Triton kernel that ran in a CUDA graph is a graph replay. A first
@@ -315,7 +379,7 @@ fi
 # list counts executions: every node each time its graph is launched, none at capture time.
 if [[ "graph-list" =~ $ONLY ]]; then
   echo "== graph-list"
-  for m in "stream 5" "explicit 4" "child 3" "update 5" "whole 5" "host 3"; do
+  for m in "stream 5" "explicit 4" "child 3" "update 5" "whole 5" "host 3" "cond 3"; do
     "$KR" list --json -- "$G" $m > "$WORK/glist-${m% *}.json" 2> /dev/null
   done
   "$KR" list --json -- python3 "$APPS/torch_graph_app.py" cudagraph 3 > "$WORK/glist-torch.json" 2> /dev/null
@@ -329,6 +393,8 @@ expect = {  # app: {kernel substring: (count, in_graphs)}
     "update": {"graph_axpy": (5, 5)},
     "whole": {"graph_produce": (5, 5), "graph_axpy": (5, 5)},
     "host": {"graph_consume": (3, 3)},
+    # The bodies of conditional nodes (graph_cond_body, graph_countdown) are not counted.
+    "cond": {"graph_set_cond": (3, 3), "graph_finish": (3, 3), "graph_axpy": (3, 3), "graph_cond_body": None, "graph_countdown": None},
     "torch": {"Gelu": (4, 3)},  # one eager warm-up, three replays; the capture is not a run
 }
 bad = []
@@ -337,10 +403,10 @@ for app, want in expect.items():
         ks = json.loads(open(f"{w}/glist-{app}.json").read().strip().splitlines()[-1])
     except Exception as e:
         bad.append(f"{app}: {e}"); continue
-    for sub, (c, g) in want.items():
+    for sub, cg in want.items():
         got = [(k["count"], k.get("in_graphs", 0)) for k in ks if sub in k["demangled"]]
-        if got != [(c, g)]:
-            bad.append(f"{app} {sub}: {got} != {(c, g)}")
+        if got != ([cg] if cg else []):
+            bad.append(f"{app} {sub}: {got} != {cg}")
 print(json.dumps({"case": "graph-list", "kernel": "stream, explicit, child, update, torch counts", "ok": not bad, "known": "", "why": "; ".join(bad)}))
 PY
 fi

@@ -215,6 +215,31 @@ pub fn unreplayable(model: &GraphModel, nodes: &[usize]) -> Option<String> {
     None
 }
 
+/// Conditional nodes (if, while, switch) anywhere in a graph, child graphs included.
+pub fn conditional_nodes(model: &GraphModel) -> usize {
+    model
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Conditional)
+        .count()
+}
+
+/// Why no node of a graph may be captured, if none may. A conditional node's condition is set
+/// by kernels of its graph (`cudaGraphSetConditional` on the graph's handle); such a kernel run
+/// by the recorder outside the graph's launch faults the context (measured on the H200:
+/// CUDA_ERROR_ILLEGAL_ADDRESS, and the application died at its next graph launch), and which
+/// kernels do it cannot be told from their arguments. So a graph holding one is refused
+/// before anything runs on the GPU.
+pub fn uncapturable(model: &GraphModel) -> Option<String> {
+    match conditional_nodes(model) {
+        0 => None,
+        n => Some(format!(
+            "the graph holds {n} conditional node{} (if/while/switch): a kernel of such a graph may set a condition (cudaGraphSetConditional), which faults the context when run outside the graph's launch, so kreplay captures no node of it",
+            if n == 1 { "" } else { "s" }
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,5 +368,33 @@ mod tests {
         let g3 = vec![raw(NodeKind::Kernel, &[], 91, kernel("a2"))];
         let mut other = GraphModel::flatten(&g3).unwrap();
         assert!(!other.keep_handles_of(&old));
+    }
+
+    #[test]
+    fn a_graph_with_a_conditional_node_is_refused_whole() {
+        // set_cond -> [conditional] -> finish, and an unrelated kernel w: even w, which does
+        // not wait for the conditional node, may be the kernel that sets its condition.
+        let g = vec![
+            raw(NodeKind::Kernel, &[], 1, kernel("set_cond")),
+            raw(NodeKind::Conditional, &[0], 2, NodeOp::None),
+            raw(NodeKind::Kernel, &[1], 3, kernel("finish")),
+            raw(NodeKind::Kernel, &[], 4, kernel("w")),
+        ];
+        let m = GraphModel::flatten(&g).unwrap();
+        assert_eq!(conditional_nodes(&m), 1);
+        let why = uncapturable(&m).expect("refused");
+        assert!(why.contains("1 conditional node ("), "{why}");
+        // Inside a child graph too.
+        let nested = vec![RawNode {
+            kind: NodeKind::Graph,
+            deps: vec![],
+            handle: 9,
+            op: NodeOp::None,
+            child: Some(g.clone()),
+        }];
+        let m = GraphModel::flatten(&nested).unwrap();
+        assert!(uncapturable(&m).is_some());
+        let plain = vec![raw(NodeKind::Kernel, &[], 1, kernel("a"))];
+        assert_eq!(uncapturable(&GraphModel::flatten(&plain).unwrap()), None);
     }
 }

@@ -878,6 +878,8 @@ impl Recorder {
         let handle = std::thread::Builder::new()
             .name("kreplay-writer".into())
             .spawn(move || {
+                // Whatever this thread asks of the driver is the recorder's.
+                let _self_calls = FlagGuard::force(&SELF_CALLS);
                 let Some(rec) = RECORDER.get() else { return };
                 // A panic here must not take the application down with it (a writer thread's
                 // panic is caught at join, but this thread also reports); the partial file is
@@ -1133,6 +1135,40 @@ fn fnv1a(b: &[u8]) -> u64 {
     })
 }
 
+/// What the calling thread is doing for kreplay when a driver callback arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ThreadMarks {
+    /// The recorder itself is calling the driver (capture, write, profile passes, counter
+    /// batches, graph re-runs).
+    self_calls: bool,
+    /// Inside the ENTER callback of a launch.
+    in_launch: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    Handle,
+    Ignore,
+}
+
+/// Whether a driver callback is the application's. Every launch kreplay makes (chunk scans,
+/// L2 sweeps, timing gates, the heap probe, profile passes, graph ancestor re-runs) is
+/// invisible at ENTER and EXIT, so that it is never matched, counted, listed or profiled: a
+/// chunk scan matched at the EXIT site of the capture it serves waited on the capture's own
+/// lock forever (issue 29). Graph calls the recorder makes are not the application's either.
+fn driver_gate(group: Option<Group>, marks: ThreadMarks) -> Gate {
+    match group {
+        Some(Group::Launch) if marks.self_calls => Gate::Ignore,
+        // A launch from inside a launch's ENTER callback is the recorder's; its EXIT too (and
+        // at the process's exit the thread's other state may be gone already).
+        Some(Group::Launch) if marks.in_launch => Gate::Ignore,
+        Some(Group::Graph) if marks.self_calls => Gate::Ignore,
+        // Allocation and image-load callbacks check the marks themselves (an allocation's
+        // ENTER decides on counter batches first).
+        _ => Gate::Handle,
+    }
+}
+
 unsafe extern "C" fn callback(
     _userdata: *mut c_void,
     domain: csys::CUpti_CallbackDomain,
@@ -1178,31 +1214,27 @@ unsafe extern "C" fn callback(
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => {
                 // SAFETY: driver-API callbacks pass CUpti_CallbackData.
                 let data = unsafe { &*(cbdata as *const csys::CUpti_CallbackData) };
-                match callbacks::group(cbid) {
-                    Some(Group::ImageLoad) => rec.on_image_load(cbid, data),
-                    Some(Group::Allocation) => rec.on_allocation(cbid, data),
-                    Some(Group::Graph) => rec.on_graph(cbid, data),
-                    Some(Group::Launch) => {
-                        let enter =
-                            data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
-                        // Launches made by the recorder itself (settle sweeps, chunk scans,
-                        // profile passes) must not recurse.
+                let group = callbacks::group(cbid);
+                let enter = data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
+                let marks = ThreadMarks {
+                    self_calls: SELF_CALLS.with(|f| f.get()),
+                    in_launch: IN_LAUNCH.with(|f| f.get()),
+                };
+                match (group, driver_gate(group, marks)) {
+                    (_, Gate::Ignore) | (None, _) => {}
+                    (Some(Group::ImageLoad), _) => rec.on_image_load(cbid, data),
+                    (Some(Group::Allocation), _) => rec.on_allocation(cbid, data),
+                    (Some(Group::Graph), _) => rec.on_graph(cbid, data),
+                    (Some(Group::Launch), _) => {
+                        // ENTER marks the thread until the callback returns, so that the
+                        // recorder's launches made from inside it are refused above.
                         let _in_launch = if enter {
-                            match FlagGuard::set(&IN_LAUNCH) {
-                                Some(g) => Some(g),
-                                None => return,
-                            }
-                        } else if IN_LAUNCH.with(|f| f.get()) {
-                            // The EXIT of the recorder's own launch (its ENTER was refused
-                            // above); at the process's exit the thread's other state may be
-                            // gone already.
-                            return;
+                            FlagGuard::set(&IN_LAUNCH)
                         } else {
                             None
                         };
                         rec.on_launch(cbid, data);
                     }
-                    None => {}
                 }
             }
             _ => {}
@@ -1413,5 +1445,44 @@ mod tests {
             );
         }
         assert!(!FLAG.with(|f| f.get()));
+    }
+
+    #[test]
+    fn the_recorders_own_launches_are_invisible_at_enter_and_exit() {
+        let app = ThreadMarks {
+            self_calls: false,
+            in_launch: false,
+        };
+        // A chunk scan launched while a capture finishes at the application launch's EXIT:
+        // the thread is marked as the recorder's, not inside a launch's ENTER.
+        let finishing = ThreadMarks {
+            self_calls: true,
+            in_launch: false,
+        };
+        let inside_enter = ThreadMarks {
+            self_calls: true,
+            in_launch: true,
+        };
+        let launch = Some(Group::Launch);
+        assert_eq!(driver_gate(launch, app), Gate::Handle);
+        assert_eq!(driver_gate(launch, finishing), Gate::Ignore);
+        assert_eq!(driver_gate(launch, inside_enter), Gate::Ignore);
+        assert_eq!(
+            driver_gate(
+                launch,
+                ThreadMarks {
+                    self_calls: false,
+                    in_launch: true
+                }
+            ),
+            Gate::Ignore
+        );
+        assert_eq!(driver_gate(Some(Group::Graph), finishing), Gate::Ignore);
+        assert_eq!(driver_gate(Some(Group::Graph), app), Gate::Handle);
+        // Allocation callbacks judge the marks themselves (ENTER of a free collects batches).
+        assert_eq!(
+            driver_gate(Some(Group::Allocation), finishing),
+            Gate::Handle
+        );
     }
 }

@@ -17,6 +17,10 @@
 //   graph_apps cluster N    produce -> a kernel launched with 4-block clusters (its output
 //                           depends on the cluster size), stream-captured; N launches
 //   graph_apps bench N      a 20-node chain of tiny kernels launched N times; prints the time
+//   graph_apps cond N       conditional nodes (CUDA 12.4+): set_cond -> IF{cond_body} ->
+//                           WHILE{countdown, 3 rounds} -> finish, beside an independent axpy;
+//                           set_cond and countdown call cudaGraphSetConditional, which faults
+//                           outside the graph's launch. N launches
 //
 // A third argument sets the elements per buffer (default 1 Mi).
 #include <cooperative_groups.h>
@@ -299,6 +303,98 @@ static int run_cluster(int launches) {
   return launch_all(ge, s, b, launches, "cluster");
 }
 
+// Conditional nodes: the condition is set on the device, inside the graph's launch.
+__global__ void graph_set_cond(cudaGraphConditionalHandle h, const float* x) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) cudaGraphSetConditional(h, x[0] >= 0.0f ? 1u : 0u);
+}
+
+__global__ void graph_cond_body(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = y[i] * 0.5f + x[i];
+}
+
+// One round of a while loop: adds 1 to y; the last round clears the condition.
+__global__ void graph_countdown(cudaGraphConditionalHandle h, int* rounds, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += 1.0f;
+  if (i == 0) {
+    int left = --*rounds;
+    cudaGraphSetConditional(h, left > 0 ? 1u : 0u);
+  }
+}
+
+static cudaGraphNode_t add_node(cudaGraph_t g, const cudaGraphNode_t* deps, size_t ndeps,
+                                cudaGraphNodeParams* p) {
+  cudaGraphNode_t node;
+#if CUDART_VERSION >= 13000
+  CK(cudaGraphAddNode(&node, g, deps, nullptr, ndeps, p));
+#else
+  CK(cudaGraphAddNode(&node, g, deps, ndeps, p));
+#endif
+  return node;
+}
+
+// A conditional node of `type` on `h` after `deps`; returns its body graph in *body.
+static cudaGraphNode_t conditional_node(cudaGraph_t g, const cudaGraphNode_t* deps, size_t ndeps,
+                                        cudaGraphConditionalHandle h, cudaGraphConditionalNodeType type,
+                                        cudaGraph_t* body) {
+  cudaGraphNodeParams p = {};
+  p.type = cudaGraphNodeTypeConditional;
+  p.conditional.handle = h;
+  p.conditional.type = type;
+  p.conditional.size = 1;
+  cudaGraphNode_t node = add_node(g, deps, ndeps, &p);
+  *body = p.conditional.phGraph_out[0];
+  return node;
+}
+
+static int run_cond(int launches) {
+  Buffers b;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int* rounds;
+  CK(cudaMalloc(&rounds, sizeof(int)));
+  cudaGraph_t g;
+  CK(cudaGraphCreate(&g, 0));
+  cudaGraphConditionalHandle if_h, while_h;
+  CK(cudaGraphConditionalHandleCreate(&if_h, g, 0, cudaGraphCondAssignDefault));
+  CK(cudaGraphConditionalHandleCreate(&while_h, g, 1, cudaGraphCondAssignDefault));
+  int n = N;
+  void* sargs[] = {&if_h, &b.x};
+  cudaGraphNode_t set = kernel_node(g, nullptr, 0, (void*)graph_set_cond, sargs);
+  cudaGraph_t if_body;
+  cudaGraphNode_t if_node = conditional_node(g, &set, 1, if_h, cudaGraphCondTypeIf, &if_body);
+  void* bargs[] = {&b.x, &b.y, &n};
+  kernel_node(if_body, nullptr, 0, (void*)graph_cond_body, bargs);
+  // Three rounds of the while loop in every launch.
+  cudaMemsetParams ms = {};
+  ms.dst = rounds;
+  ms.value = 3;
+  ms.elementSize = 4;
+  ms.width = 1;
+  ms.height = 1;
+  cudaGraphNode_t reset;
+  CK(cudaGraphAddMemsetNode(&reset, g, nullptr, 0, &ms));
+  cudaGraphNode_t before_while[] = {if_node, reset};
+  cudaGraph_t while_body;
+  cudaGraphNode_t while_node =
+      conditional_node(g, before_while, 2, while_h, cudaGraphCondTypeWhile, &while_body);
+  void* cargs[] = {&while_h, &rounds, &b.y, &n};
+  kernel_node(while_body, nullptr, 0, (void*)graph_countdown, cargs);
+  void* fargs[] = {&b.y, &b.z, &n};
+  kernel_node(g, &while_node, 1, (void*)graph_finish, fargs);
+  float a = 0.25f;
+  void* aargs[] = {&a, &b.x, &b.tmp, &n};
+  kernel_node(g, nullptr, 0, (void*)graph_axpy, aargs);
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  int r = launch_all(ge, s, b, launches, "cond");
+  std::vector<float> t(N);
+  CK(cudaMemcpy(t.data(), b.tmp, N * 4, cudaMemcpyDeviceToHost));
+  printf("cond axpy %.6f\n", checksum(t));
+  return r;
+}
+
 static int host_calls = 0;
 static void CUDART_CB count_call(void*) { ++host_calls; }
 
@@ -369,6 +465,7 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "cluster")) return run_cluster(launches);
   if (!strcmp(m, "host")) return run_host(launches);
   if (!strcmp(m, "bench")) return run_bench(launches);
-  fprintf(stderr, "usage: graph_apps stream|explicit|child|update|whole|host|cluster|bench [N [ELEMENTS]]\n");
+  if (!strcmp(m, "cond")) return run_cond(launches);
+  fprintf(stderr, "usage: graph_apps stream|explicit|child|update|whole|host|cluster|bench|cond [N [ELEMENTS]]\n");
   return 2;
 }

@@ -7,6 +7,7 @@
 //! application's results are unchanged.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use kreplay_cuda::callbacks::cbid;
 use kreplay_cuda::cupti::sys as csys;
@@ -20,10 +21,13 @@ use kreplay_protocol::config::{short_kernel_name, Mode};
 use super::{lock, Execution, FlagGuard, Inner, Recorder, IN_LAUNCH, SELF_CALLS};
 use crate::capture::{after_launch, before_launch, resolve_globals, PreInput};
 use crate::error::RecordError;
-use crate::graph::{unreplayable, GraphModel, NodeOp};
+use crate::graph::{conditional_nodes, uncapturable, unreplayable, GraphModel, NodeOp};
 use crate::graph_track::{
     node_config, read_graph, run_nodes, target_view, updated_kernel, writable_ranges, Saved,
 };
+
+/// Said once per process: conditional nodes' bodies are not counted.
+static CONDITIONALS_NOTED: AtomicBool = AtomicBool::new(false);
 
 /// A kernel node as counted at each launch.
 #[derive(Debug, Clone)]
@@ -152,6 +156,13 @@ impl Recorder {
                 return;
             }
         };
+        let conditionals = conditional_nodes(&names);
+        if conditionals > 0 && !CONDITIONALS_NOTED.swap(true, Ordering::Relaxed) {
+            crate::diag!(
+                "kreplay: a CUDA graph holds {conditionals} conditional node{} (if/while/switch): the kernels in their bodies run a data-dependent number of times and are not counted, listed or captured, and no node of such a graph is captured",
+                if conditionals == 1 { "" } else { "s" }
+            );
+        }
         let kernels = self.exec_kernels(&names);
         let keep_args = self.config.mode == Mode::Record
             && (self.config.launch_index.is_some() || kernels.iter().any(|k| k.wanted));
@@ -357,6 +368,9 @@ impl Recorder {
             return Err(RecordError::GraphNode(why.clone()));
         }
         let model = &state.model;
+        if let Some(why) = uncapturable(model) {
+            return Err(RecordError::GraphNode(why));
+        }
         let before: Vec<usize> = model
             .ancestors(node)
             .into_iter()
