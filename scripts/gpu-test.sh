@@ -1011,6 +1011,15 @@ for r in prof:
     if r["restore_median_ns"] <= 0 or r["pass_overhead_ns"] <= 0: why.append("no restore or overhead time")
 ' -- "$K" saxpy 3
 
+# Every launch profiled (-k 'regex:.'): only the application's three saxpy launches, none of
+# kreplay's own passes, L2 sweeps or chunk kernels (issue 29).
+PROFILE_ARGS=(-k 'regex:.' --all --passes 3)
+pcase profile-self-match '
+if len(rows) != 3: why.append(f"{len(rows)} rows, expected 3: " + ", ".join(r.get("short_name", "?") for r in rows))
+for r in rows:
+    if r.get("short_name") != "saxpy": why.append("profiled " + str(r.get("short_name")))
+' -- "$K" saxpy 3
+
 # Counters of three saxpy launches: each row has counters, and warps launched is exact (grid x
 # block / 32). Shared by the counter cases, which add checks inside the loop over rows.
 WARPS_EXACT='
