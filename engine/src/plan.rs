@@ -438,6 +438,27 @@ mod tests {
     }
 
     #[test]
+    fn a_salvaged_capture_whose_argument_memory_was_lost_is_refused_before_the_gpu() {
+        capture("cuda-saxpy", |cap| {
+            // As salvage leaves it when x's chunks were lost: region 0 dropped and recorded so.
+            let mut lost = cap.clone();
+            let x = lost.regions.remove(0);
+            lost.salvage = Some(kreplay_format::SalvageRecord {
+                dropped_regions: vec![x],
+                ..Default::default()
+            });
+            let e = LaunchPlan::new(&lost).unwrap_err();
+            assert!(matches!(e, PlanError::Unreplayable(_)), "{e}");
+            assert!(e.to_string().contains("argument word at byte 8"), "{e}");
+            assert!(e.to_string().contains("region 0"), "{e}");
+            // The same record without the loss replays.
+            let mut fine = cap.clone();
+            fine.salvage = Some(kreplay_format::SalvageRecord::default());
+            assert!(LaunchPlan::new(&fine).is_ok());
+        });
+    }
+
+    #[test]
     fn a_parameter_past_the_argument_bytes_is_refused_before_the_gpu() {
         capture("cuda-saxpy", |cap| {
             let mut cap = cap.clone();

@@ -117,7 +117,7 @@ fn walk(data: &[u8]) -> Result<Walk> {
                 // and where the next event starts.
                 let here = index
                     .as_ref()
-                    .and_then(|ix| ix.iter().position(|e| e.0 == pos).map(|i| (ix, i)));
+                    .and_then(|ix| ix.binary_search_by_key(&pos, |e| e.0).ok().map(|i| (ix, i)));
                 match here {
                     Some((ix, i)) => {
                         w.lost.push((pos, ix[i].1));

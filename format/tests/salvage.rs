@@ -312,3 +312,73 @@ fn a_salvage_event_may_only_name_zero_output_chunks() {
     let e = Capture::parse(&bytes).expect_err("a real output marked unknown");
     assert!(e.to_string().contains("zero"), "{e}");
 }
+
+#[test]
+fn salvaging_a_salvaged_capture_keeps_what_the_first_salvage_lost() {
+    let (once, _) = salvage_verified(&common::unfinished_bytes(1024)).expect("salvage");
+    assert_eq!(
+        Capture::parse(&once)
+            .expect("parse")
+            .unknown_output_bytes(0),
+        2048
+    );
+    // Damage the annotation (no chunk is lost this time).
+    let mut damaged = once.clone();
+    let ev = scan(&damaged)
+        .expect("scan")
+        .intact
+        .into_iter()
+        .find(|e| e.frame.kind == EventKind::Annotation as u16)
+        .expect("annotation");
+    damaged[ev.offset as usize + 24 + 2] ^= 0x01;
+    let (twice, report) = salvage_verified(&damaged).expect("salvage again");
+    assert_eq!(
+        report.lost_events,
+        vec![(ev.offset, EventKind::Annotation as u16)]
+    );
+    assert_eq!(report.unknown_output_chunks, 0, "no output lost this time");
+    let cap = Capture::parse(&twice).expect("parse");
+    assert_eq!(cap.reference(), Reference::Partial);
+    assert_eq!(
+        cap.unknown_output_bytes(0),
+        2048,
+        "the first salvage's loss was forgotten"
+    );
+    assert_eq!(cap.unknown_output_bytes(1), 0);
+    assert!(cap.annotations.is_empty());
+}
+
+#[test]
+fn no_flipped_byte_salvages_to_a_wrong_recorded_output() {
+    let full = common::sample();
+    let original = Capture::parse(&full).expect("parse");
+    let truth: Vec<_> = (0..2).map(|r| claimed_output(&original, r)).collect();
+    let mut salvaged = 0;
+    // Every byte after the header, one at a time.
+    for at in 64..full.len() {
+        let mut bytes = full.clone();
+        bytes[at] ^= 0x10;
+        let Ok((out, _)) = salvage(&bytes, Cursor::new(Vec::new())) else {
+            continue;
+        };
+        let out = out.into_inner();
+        verify(&out).unwrap_or_else(|e| panic!("flip at {at}: salvage said ok but {e}"));
+        let cap = Capture::parse(&out).expect("parse");
+        salvaged += 1;
+        for r in &cap.regions {
+            for (offset, claimed) in claimed_output(&cap, r.region_id) {
+                let Some(claimed) = claimed else { continue };
+                let expected = truth[r.region_id as usize]
+                    .iter()
+                    .find(|t| t.0 == offset)
+                    .and_then(|t| t.1.as_ref());
+                assert!(
+                    Some(&claimed) == expected,
+                    "flip at {at}: region {} chunk at {offset} claims an output the kernel did not produce",
+                    r.region_id
+                );
+            }
+        }
+    }
+    assert!(salvaged > full.len() / 2, "{salvaged} of {}", full.len());
+}
