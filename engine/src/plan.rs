@@ -32,6 +32,8 @@ pub enum PlanError {
     NoPtx(String),
     #[error("the captured PTX targets sm_{ptx}, newer than {name} (sm_{device}): the JIT cannot compile it for this GPU")]
     PtxTooNew { ptx: u32, device: u32, name: String },
+    #[error("the capture cannot be replayed: {}", .0.join("; "))]
+    Unreplayable(Vec<String>),
     #[error("the capture holds no module {0} for its dispatch")]
     NoModule(u32),
     #[error("the capture uses launch attribute {id}, unknown to this kreplay (recorded with a newer CUDA, or the file is damaged): upgrade kreplay")]
@@ -74,7 +76,13 @@ fn plain(id: u32, value: [u8; 64]) -> PlannedAttribute {
 }
 
 impl LaunchPlan {
+    /// A salvaged capture that lost what the dispatch needs is refused here, before any GPU
+    /// work (`kreplay_format::replay_blockers`).
     pub fn new(cap: &Capture<'_>) -> Result<LaunchPlan, PlanError> {
+        let blockers = kreplay_format::replay_blockers(cap);
+        if !blockers.is_empty() {
+            return Err(PlanError::Unreplayable(blockers));
+        }
         Self::of_dispatch(&cap.dispatch)
     }
 
@@ -426,6 +434,27 @@ mod tests {
                 .filter(|a| a.id == attr::COOPERATIVE)
                 .count();
             assert_eq!(n, 1, "{:?}", p.attributes);
+        });
+    }
+
+    #[test]
+    fn a_salvaged_capture_whose_argument_memory_was_lost_is_refused_before_the_gpu() {
+        capture("cuda-saxpy", |cap| {
+            // As salvage leaves it when x's chunks were lost: region 0 dropped and recorded so.
+            let mut lost = cap.clone();
+            let x = lost.regions.remove(0);
+            lost.salvage = Some(kreplay_format::SalvageRecord {
+                dropped_regions: vec![x],
+                ..Default::default()
+            });
+            let e = LaunchPlan::new(&lost).unwrap_err();
+            assert!(matches!(e, PlanError::Unreplayable(_)), "{e}");
+            assert!(e.to_string().contains("argument word at byte 8"), "{e}");
+            assert!(e.to_string().contains("region 0"), "{e}");
+            // The same record without the loss replays.
+            let mut fine = cap.clone();
+            fine.salvage = Some(kreplay_format::SalvageRecord::default());
+            assert!(LaunchPlan::new(&fine).is_ok());
         });
     }
 

@@ -20,6 +20,8 @@ pub enum EventKind {
     TimingConditions = 12,
     GraphOrigin = 13,
     Textures = 14,
+    /// Since 1.1.
+    Salvage = 15,
 }
 
 impl EventKind {
@@ -39,6 +41,7 @@ impl EventKind {
             12 => EventKind::TimingConditions,
             13 => EventKind::GraphOrigin,
             14 => EventKind::Textures,
+            15 => EventKind::Salvage,
             _ => return None,
         })
     }
@@ -73,6 +76,7 @@ impl EventKind {
             EventKind::TimingConditions => "timing conditions",
             EventKind::GraphOrigin => "graph origin",
             EventKind::Textures => "textures",
+            EventKind::Salvage => "salvage record",
         }
     }
 }
@@ -472,6 +476,10 @@ pub enum Reference {
     Dropped,
     /// `pack --redact`: the memory was replaced by pseudo-random data, and the output with it.
     Redacted,
+    /// `verify --salvage` lost part of the output: the post chunks that survived are the
+    /// recorded output, those the SALVAGE event names (`SalvageRecord::unknown_output`) only
+    /// mark where the kernel may have written.
+    Partial,
 }
 
 impl Reference {
@@ -480,6 +488,7 @@ impl Reference {
             Reference::Recorded => "recorded",
             Reference::Dropped => "dropped",
             Reference::Redacted => "redacted",
+            Reference::Partial => "partial",
         }
     }
 
@@ -490,6 +499,37 @@ impl Reference {
             "redacted" => Reference::Redacted,
             _ => Reference::Dropped,
         }
+    }
+}
+
+/// What `verify --salvage` lost from the damaged capture it rewrote (the SALVAGE event,
+/// critical: a reader that does not know it would take the zero holes of `unknown_output` for
+/// the kernel's output). Written after every memory chunk, at most once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SalvageRecord {
+    /// Where the damaged file stopped being readable (its byte offset): every event that
+    /// followed was lost. None when salvage read on to the END event.
+    pub lost_from: Option<u64>,
+    /// Damaged events salvage skipped and read on after: (byte offset in the damaged file,
+    /// event kind).
+    pub lost_events: Vec<(u64, u16)>,
+    /// Regions dropped because some of their pre-dispatch chunks were lost, as they were
+    /// declared (nothing of their memory is in the capture).
+    pub dropped_regions: Vec<Region>,
+    /// POST chunks that stand for lost output, (region id, offset), sorted: each is a zero
+    /// hole (ZERO) that marks a chunk the kernel may have written, so replay restores it
+    /// between passes and `play --verify` checks it for determinism only.
+    pub unknown_output: Vec<(u32, u64)>,
+    /// The dispatch's texture and surface objects were dropped with their arrays' memory.
+    pub textures_dropped: bool,
+}
+
+impl SalvageRecord {
+    /// Whether the POST chunk at (`region_id`, `offset`) stands for lost output.
+    pub fn output_unknown(&self, region_id: u32, offset: u64) -> bool {
+        self.unknown_output
+            .binary_search(&(region_id, offset))
+            .is_ok()
     }
 }
 

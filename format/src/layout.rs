@@ -11,8 +11,14 @@ pub const TRAILER_MAGIC: [u8; 8] = *b"KRRTRAIL";
 
 /// Major version: a reader refuses files of a newer major.
 pub const VERSION_MAJOR: u16 = 1;
-/// Minor version: a reader accepts files of a newer minor (unknown non-critical events skipped).
-pub const VERSION_MINOR: u16 = 0;
+/// Minor version this reader knows: it accepts files of a newer minor (unknown non-critical
+/// events skipped, unknown critical ones refused).
+pub const VERSION_MINOR: u16 = 1;
+/// The minor a writer states for a file that uses nothing added after 1.0 (such files stay
+/// byte for byte what a 1.0 writer made); a file that holds a SALVAGE event states 1.
+pub const BASE_MINOR: u16 = 0;
+/// The minor that added the SALVAGE event.
+pub const SALVAGE_MINOR: u16 = 1;
 
 pub const HEADER_LEN: usize = 64;
 pub const FRAME_LEN: usize = 24;

@@ -30,5 +30,5 @@ pub use pack::{pack, pack_observed, PackOptions, PackReport};
 pub use reader::{
     scan, scan_observed, verify, verify_observed, Capture, ChunkRef, ScanReport, VerifyReport,
 };
-pub use salvage::{salvage, salvage_verified, SalvageReport};
+pub use salvage::{replay_blockers, salvage, salvage_verified, SalvageReport};
 pub use writer::{CaptureWriter, WriterOptions};

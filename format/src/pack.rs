@@ -214,6 +214,10 @@ pub fn pack_observed<W: Write + Seek>(
         }
     }
     write_tail(&mut w, cap)?;
+    // Its zero post chunks were copied as they are: they still stand for lost output.
+    if let Some(s) = &cap.salvage {
+        w.salvage_record(s)?;
+    }
     let before = cap.reference();
     let reference = match (opts.redact, drop_post, before) {
         (true, _, _) => Reference::Redacted,
@@ -221,7 +225,8 @@ pub fn pack_observed<W: Write + Seek>(
         (false, true, _) => Reference::Dropped,
         (false, false, r) => r,
     };
-    if reference != Reference::Recorded {
+    // A partial reference is the salvage record's to say (written above).
+    if !matches!(reference, Reference::Recorded | Reference::Partial) {
         w.annotation(&Annotation {
             key: REFERENCE_ANNOTATION.into(),
             value: reference.name().into(),
@@ -248,7 +253,8 @@ pub fn write_head<W: Write + Seek>(w: &mut CaptureWriter<W>, cap: &Capture<'_>) 
 
 /// Writes what follows the regions, as `cap` has it: module globals, textures, pointer
 /// slots, timing conditions, graph origin, and the annotations but the reference one (what
-/// the post chunks hold is for the rewriter to say).
+/// the post chunks hold is for the rewriter to say, and so is the salvage record, which names
+/// post chunks).
 pub fn write_tail<W: Write + Seek>(w: &mut CaptureWriter<W>, cap: &Capture<'_>) -> Result<()> {
     for g in &cap.globals {
         w.module_global(g)?;

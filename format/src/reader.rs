@@ -71,6 +71,8 @@ pub struct Capture<'a> {
     chunks: BTreeMap<(u32, MemoryState, u64), ChunkRef>,
     /// Unknown non-critical events that were skipped: (offset, kind).
     pub skipped: Vec<(u64, u16)>,
+    /// What salvage lost, for a capture `verify --salvage` rewrote (the SALVAGE event).
+    pub salvage: Option<SalvageRecord>,
     pub event_count: u32,
 }
 
@@ -295,6 +297,7 @@ impl<'a> Capture<'a> {
             textures: b.textures,
             chunks: b.chunks,
             skipped: b.skipped,
+            salvage: b.salvage,
             event_count: end.event_count + 1,
         })
     }
@@ -338,14 +341,47 @@ impl<'a> Capture<'a> {
     /// Whether the kernel wrote into the region (it has post-dispatch chunks).
     /// Whether the post-dispatch chunks are the recorded output (`pack` may have dropped or
     /// redacted it, keeping only where the kernel writes).
-    pub fn reference(&self) -> crate::events::Reference {
-        self.annotations
+    /// A salvaged capture whose salvage lost output is `Partial` (see `recorded_output`).
+    pub fn reference(&self) -> Reference {
+        let packed = self
+            .annotations
             .iter()
             .rev()
-            .find(|a| a.key == crate::events::REFERENCE_ANNOTATION)
-            .map_or(crate::events::Reference::Recorded, |a| {
-                crate::events::Reference::from_annotation(&a.value)
-            })
+            .find(|a| a.key == REFERENCE_ANNOTATION)
+            .map(|a| Reference::from_annotation(&a.value));
+        match packed {
+            Some(r) => r,
+            None if self
+                .salvage
+                .as_ref()
+                .is_some_and(|s| !s.unknown_output.is_empty()) =>
+            {
+                Reference::Partial
+            }
+            None => Reference::Recorded,
+        }
+    }
+
+    /// Whether the POST chunk `c` holds the kernel's recorded output (false for every chunk
+    /// of a capture without a reference, and for the lost output of a salvaged one).
+    pub fn recorded_output(&self, c: &ChunkRef) -> bool {
+        match self.reference() {
+            Reference::Recorded => true,
+            Reference::Partial => !self
+                .salvage
+                .as_ref()
+                .is_some_and(|s| s.output_unknown(c.region_id, c.offset)),
+            Reference::Dropped | Reference::Redacted => false,
+        }
+    }
+
+    /// Bytes of the region whose output salvage lost (its post chunks that stand for it).
+    pub fn unknown_output_bytes(&self, region_id: u32) -> u64 {
+        let Some(s) = &self.salvage else { return 0 };
+        self.chunks(region_id, MemoryState::Post)
+            .filter(|c| s.output_unknown(c.region_id, c.offset))
+            .map(|c| c.raw_len)
+            .sum()
     }
 
     pub fn is_written(&self, region_id: u32) -> bool {

@@ -140,6 +140,8 @@ pub enum EventRef {
     PointerSlots,
     /// The textures event, with the regions of its arrays.
     Textures(Vec<u32>),
+    /// The salvage record of an earlier salvage.
+    Salvage,
     /// An unknown non-critical event, skipped.
     Skipped,
     Other,
@@ -164,6 +166,8 @@ pub struct CaptureBuilder<'a> {
     pub textures: Textures,
     pub chunks: BTreeMap<(u32, MemoryState, u64), ChunkRef>,
     pub skipped: Vec<(u64, u16)>,
+    /// What an earlier salvage lost (the SALVAGE event).
+    pub salvage: Option<SalvageRecord>,
 }
 
 impl<'a> CaptureBuilder<'a> {
@@ -185,6 +189,7 @@ impl<'a> CaptureBuilder<'a> {
             textures: Textures::default(),
             chunks: BTreeMap::new(),
             skipped: Vec::new(),
+            salvage: None,
         }
     }
 
@@ -258,6 +263,7 @@ impl<'a> CaptureBuilder<'a> {
             }
             EventKind::PointerSlots => self.add_pointer_slots(off, frame),
             EventKind::Textures => self.add_textures(off, frame),
+            EventKind::Salvage => self.add_salvage(off, frame),
             EventKind::Index | EventKind::End => Err(FormatError::Inconsistent {
                 offset: off,
                 what: format!("{} event inside the event area", kind.name()),
@@ -506,6 +512,53 @@ impl<'a> CaptureBuilder<'a> {
         Ok(EventRef::Textures(ids))
     }
 
+    /// SALVAGE: once, after the chunks it names; each unknown output is a ZERO post chunk of a
+    /// declared region, named once; no dropped region is also declared.
+    fn add_salvage(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        if self.salvage.is_some() {
+            return Err(inconsistent("a second salvage record".into()));
+        }
+        let mut s: SalvageRecord = self.decode(off, frame, EventKind::Salvage)?;
+        for &(region_id, offset) in &s.unknown_output {
+            match self.chunks.get(&(region_id, MemoryState::Post, offset)) {
+                Some(c) if c.encoding == ChunkEncoding::Zero => {}
+                Some(_) => {
+                    return Err(inconsistent(format!(
+                        "the salvage record marks the output at offset {offset} of region \
+                         {region_id} unknown, but that post chunk is not a zero hole"
+                    )))
+                }
+                None => {
+                    return Err(inconsistent(format!(
+                        "the salvage record marks the output at offset {offset} of region \
+                         {region_id} unknown, but no post chunk precedes it there"
+                    )))
+                }
+            }
+        }
+        s.unknown_output.sort_unstable();
+        let n = s.unknown_output.len();
+        s.unknown_output.dedup();
+        if s.unknown_output.len() != n {
+            return Err(inconsistent(
+                "the salvage record names an unknown output twice".into(),
+            ));
+        }
+        if let Some(r) = s
+            .dropped_regions
+            .iter()
+            .find(|d| self.region(d.region_id).is_some())
+        {
+            return Err(inconsistent(format!(
+                "the salvage record lists region {} as dropped, but the capture declares it",
+                r.region_id
+            )));
+        }
+        self.salvage = Some(s);
+        Ok(EventRef::Salvage)
+    }
+
     /// Regions that lack some of their pre-dispatch chunks, sorted.
     pub fn incomplete_regions(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self
@@ -545,6 +598,9 @@ impl<'a> CaptureBuilder<'a> {
         self.chunks.retain(|k, _| !ids.contains(&k.0));
         self.globals.retain(|g| !ids.contains(&g.region_id));
         self.pointer_slots.retain(|(r, _)| !ids.contains(r));
+        if let Some(s) = &mut self.salvage {
+            s.unknown_output.retain(|(r, _)| !ids.contains(r));
+        }
     }
 
     /// The rules that need the whole capture: one dispatch, every region complete. `offset`

@@ -50,6 +50,8 @@ pub struct CaptureWriter<W: Write + Seek> {
     opts: WriterOptions,
     /// CRCs of zero chunks by length (`zeros` writes many of the same length).
     zero_crcs: Vec<(u64, u32)>,
+    /// The minor version the finished header states: the newest whose events it wrote.
+    minor: u16,
 }
 
 impl<W: Write + Seek> CaptureWriter<W> {
@@ -57,7 +59,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
     pub fn new(mut out: W, uuid: [u8; 16], opts: WriterOptions) -> Result<Self> {
         let header = FileHeader {
             major: VERSION_MAJOR,
-            minor: VERSION_MINOR,
+            minor: BASE_MINOR,
             features: 0,
             uuid,
             state: STATE_RECORDING,
@@ -72,6 +74,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
             regions: HashMap::new(),
             opts,
             zero_crcs: Vec::new(),
+            minor: BASE_MINOR,
         })
     }
 
@@ -170,6 +173,13 @@ impl<W: Write + Seek> CaptureWriter<W> {
     /// After the dispatch and the regions of the arrays.
     pub fn textures(&mut self, v: &Textures) -> Result<()> {
         self.write_meta(EventKind::Textures, v)
+    }
+
+    /// What salvage lost; after every memory chunk (it names post chunks written before it).
+    /// The file then states format 1.1.
+    pub fn salvage_record(&mut self, v: &SalvageRecord) -> Result<()> {
+        self.minor = self.minor.max(SALVAGE_MINOR);
+        self.write_meta(EventKind::Salvage, v)
     }
 
     /// Declares a region; its memory follows with `memory`.
@@ -356,7 +366,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
         self.out.write_all(&trailer.encode())?;
         let header = FileHeader {
             major: VERSION_MAJOR,
-            minor: VERSION_MINOR,
+            minor: self.minor,
             features: 0,
             uuid: self.uuid,
             state: STATE_COMPLETE,

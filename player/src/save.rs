@@ -66,6 +66,13 @@ impl Session<'_> {
             }
             // The replay's output is a reference for these inputs, whatever the capture said.
             kreplay_format::pack::write_tail(w, cap)?;
+            // What salvage lost of the input stays lost; the output is now the replay's.
+            if let Some(s) = &cap.salvage {
+                w.salvage_record(&kreplay_format::SalvageRecord {
+                    unknown_output: Vec::new(),
+                    ..s.clone()
+                })?;
+            }
             w.annotation(&Annotation {
                 key: "replay".into(),
                 value: format!(

@@ -604,8 +604,14 @@ fn check_against_capture(
     v: &mut VerifyOutcome,
 ) -> Result<(), PlayError> {
     // Without a recorded output, the post chunks say only where the kernel writes: those
-    // bytes are checked across passes (determinism), the rest against the input.
-    let reference = cap.reference() == Reference::Recorded;
+    // bytes are checked across passes (determinism), the rest against the input. A salvaged
+    // capture has it for the chunks whose output survived.
+    let reference = cap.reference();
+    let recorded = |c: &ChunkRef| match reference {
+        Reference::Recorded => true,
+        Reference::Partial => cap.recorded_output(c),
+        Reference::Dropped | Reference::Redacted => false,
+    };
     let mut staging: Option<PinnedBuffer> = None;
     for p in placements {
         let post: HashMap<u64, _> = cap
@@ -616,7 +622,7 @@ fn check_against_capture(
         let mut items: Vec<(&ChunkRef, u64, u64)> = Vec::new();
         for c in cap.chunks(p.region_id, MemoryState::Pre) {
             let src = match post.get(&c.offset) {
-                Some(_) if !reference => continue,
+                Some(post) if !recorded(post) => continue,
                 Some(post) => post,
                 None => c,
             };

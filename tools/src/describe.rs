@@ -27,9 +27,27 @@ pub struct Description {
     pub textures: Vec<TextureDesc>,
     pub recorder: Option<Recorder>,
     /// What the post-dispatch state holds: `recorded` (the application's output), `dropped`
-    /// or `redacted` (by `kreplay pack`: only where the kernel writes).
+    /// or `redacted` (by `kreplay pack`: only where the kernel writes), `partial` (salvage
+    /// lost some of it: see the regions' `unknown_output_bytes`).
     pub reference: kreplay_format::Reference,
+    /// What `kreplay verify --salvage` lost (null for a capture it did not rewrite).
+    pub salvage: Option<SalvageDesc>,
     pub annotations: Vec<(String, String)>,
+}
+
+#[derive(Serialize)]
+pub struct SalvageDesc {
+    /// Byte of the damaged file from which everything was lost (a cut), if any.
+    pub lost_from: Option<u64>,
+    /// Damaged events skipped: (byte offset in the damaged file, event kind).
+    pub lost_events: Vec<(u64, String)>,
+    /// Regions dropped because their memory was lost.
+    pub dropped_regions: Vec<u32>,
+    /// Chunks whose output is unknown (determinism-only for `play --verify`).
+    pub unknown_output_chunks: usize,
+    pub textures_dropped: bool,
+    /// Why the capture cannot be replayed; empty when it can.
+    pub replay_blockers: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -191,6 +209,8 @@ pub struct RegionDesc {
     pub kind: &'static str,
     pub written: bool,
     pub global: Option<String>,
+    /// Bytes whose output salvage lost (0 unless `reference` is `partial`).
+    pub unknown_output_bytes: u64,
 }
 
 #[derive(Serialize)]
@@ -344,6 +364,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
                 .iter()
                 .find(|g| g.region_id == r.region_id)
                 .map(|g| g.name.clone()),
+            unknown_output_bytes: cap.unknown_output_bytes(r.region_id),
         })
         .collect();
     Description {
@@ -413,6 +434,22 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             kernel_filter: i.kernel_filter.clone(),
         }),
         reference: cap.reference(),
+        salvage: cap.salvage.as_ref().map(|s| SalvageDesc {
+            lost_from: s.lost_from,
+            lost_events: s
+                .lost_events
+                .iter()
+                .map(|&(off, kind)| {
+                    let name = kreplay_format::EventKind::from_u16(kind)
+                        .map_or_else(|| format!("kind {kind}"), |k| k.name().to_string());
+                    (off, name)
+                })
+                .collect(),
+            dropped_regions: s.dropped_regions.iter().map(|r| r.region_id).collect(),
+            unknown_output_chunks: s.unknown_output.len(),
+            textures_dropped: s.textures_dropped,
+            replay_blockers: kreplay_format::replay_blockers(cap),
+        }),
         annotations: cap
             .annotations
             .iter()

@@ -151,13 +151,19 @@ pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
     let cb = Capture::parse(fb.bytes()).with_context(|| format!("{}", a.b.display()))?;
     if a.state == DiffState::Post {
         for (c, path) in [(&ca, &a.a), (&cb, &a.b)] {
-            let r = c.reference();
-            if r != kreplay_format::Reference::Recorded {
-                anyhow::bail!(
-                    "{} holds no recorded output ({} by kreplay pack): compare the inputs with --state pre",
-                    path.display(),
-                    r.name()
-                );
+            match c.reference() {
+                kreplay_format::Reference::Recorded => {}
+                kreplay_format::Reference::Partial => anyhow::bail!(
+                    "{} lost part of its recorded output (kreplay verify --salvage marked it unknown): compare the inputs with --state pre",
+                    path.display()
+                ),
+                r @ (kreplay_format::Reference::Dropped | kreplay_format::Reference::Redacted) => {
+                    anyhow::bail!(
+                        "{} holds no recorded output ({} by kreplay pack): compare the inputs with --state pre",
+                        path.display(),
+                        r.name()
+                    )
+                }
             }
         }
     }

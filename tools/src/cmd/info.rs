@@ -107,6 +107,58 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             w,
             "redacted  by kreplay pack: region data replaced by pseudo-random bytes (pointers, handles, module globals kept); no recorded output (play --verify checks determinism)"
         ),
+        kreplay_format::Reference::Partial => {
+            let lost: Vec<String> = d
+                .regions
+                .iter()
+                .filter(|r| r.unknown_output_bytes > 0)
+                .map(|r| format!("{} ({})", r.id, bytes(r.unknown_output_bytes)))
+                .collect();
+            out!(
+                w,
+                "output    partly unknown: salvage lost the recorded output of regions {} (play --verify checks those bytes for determinism only)",
+                lost.join(", ")
+            );
+        }
+    }
+    if let Some(s) = &d.salvage {
+        let mut what = Vec::new();
+        if let Some(at) = s.lost_from {
+            what.push(format!(
+                "everything from byte {at} of the damaged file on was lost"
+            ));
+        }
+        if !s.lost_events.is_empty() {
+            let list: Vec<String> = s
+                .lost_events
+                .iter()
+                .map(|(off, kind)| format!("{kind} at byte {off}"))
+                .collect();
+            what.push(format!("damaged events skipped: {}", list.join(", ")));
+        }
+        if !s.dropped_regions.is_empty() {
+            what.push(format!(
+                "regions {:?} dropped (their memory was lost)",
+                s.dropped_regions
+            ));
+        }
+        if s.textures_dropped {
+            what.push("texture and surface objects dropped".into());
+        }
+        out!(
+            w,
+            "salvaged  by kreplay verify --salvage{}{}",
+            if what.is_empty() { "" } else { ": " },
+            p(&what.join("; "))
+        );
+        for b in &s.replay_blockers {
+            out!(
+                w,
+                "replay    {}: {}",
+                crate::output::verdict("cannot be replayed", false),
+                p(b)
+            );
+        }
     }
     if let Some(g) = &d.graph {
         out!(w, "graph     {}", crate::describe::graph_origin(g));
@@ -177,7 +229,13 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             bytes(r.stored_bytes),
             r.role,
             r.kind,
-            if r.written { "yes" } else { "no" },
+            if r.unknown_output_bytes > 0 {
+                "unknown"
+            } else if r.written {
+                "yes"
+            } else {
+                "no"
+            },
             p(r.global.as_deref().unwrap_or(""))
         );
     }

@@ -24,6 +24,15 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     };
     let file = super::open(path)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
+    // A salvaged capture that lost what the dispatch needs is refused before any GPU work.
+    let blockers = kreplay_format::replay_blockers(&cap);
+    if !blockers.is_empty() {
+        anyhow::bail!(
+            "{} cannot be replayed: {}",
+            path.display(),
+            blockers.join("; ")
+        );
+    }
     // Metric names are checked before anything is uploaded or launched.
     let request = if a.metrics.is_empty() {
         None
@@ -202,20 +211,33 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
     );
     if r.verify.checked {
         let v = &r.verify;
-        let recorded = v.reference == kreplay_format::Reference::Recorded;
-        if !recorded {
-            out!(
+        let recorded = matches!(
+            v.reference,
+            kreplay_format::Reference::Recorded | kreplay_format::Reference::Partial
+        );
+        match v.reference {
+            kreplay_format::Reference::Recorded => {}
+            kreplay_format::Reference::Partial => out!(
+                w,
+                "verify    part of the recorded output was lost (kreplay verify --salvage): the chunks without it are checked for determinism only"
+            ),
+            kreplay_format::Reference::Dropped | kreplay_format::Reference::Redacted => out!(
                 w,
                 "verify    no recorded output in this capture ({} by kreplay pack): only determinism is checked{}",
                 v.reference.name(),
                 if v.matched { ", and that nothing outside the write set changed" } else { "" }
-            );
+            ),
         }
         if v.matched && recorded {
             out!(
                 w,
-                "verify    {} the recorded output bit for bit",
-                crate::output::verdict("matched", true)
+                "verify    {} the recorded output bit for bit{}",
+                crate::output::verdict("matched", true),
+                if v.reference == kreplay_format::Reference::Partial {
+                    " where it survived"
+                } else {
+                    ""
+                }
             );
         } else if !v.matched {
             out!(

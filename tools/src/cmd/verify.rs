@@ -109,9 +109,16 @@ fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result
                 let report = kreplay_format::file::salvage_to_file(data, out_path, a.force)
                     .with_context(|| format!("nothing replayable could be salvaged from {name}"))?;
                 let mut dropped = String::new();
+                if !report.lost_events.is_empty() {
+                    dropped += &format!(
+                        "; skipped {} damaged event(s) and read on (first at byte {})",
+                        report.lost_events.len(),
+                        report.lost_events[0].0
+                    );
+                }
                 if !report.dropped_regions.is_empty() {
                     dropped += &format!(
-                        "; dropped regions {:?} whose memory was cut off",
+                        "; dropped regions {:?} whose memory was lost",
                         report.dropped_regions
                     );
                 }
@@ -122,13 +129,35 @@ fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result
                         report.dropped_events[0].0
                     );
                 }
-                crate::warn!(
-                    "kreplay: salvaged {} of {} intact events into {} (verified){}",
-                    report.kept_events,
-                    report.intact_events,
-                    out_path.display(),
-                    dropped
-                );
+                if report.unknown_output_chunks > 0 {
+                    dropped += &format!(
+                        "; the recorded output of {} chunk(s) is unknown (the kernel may have written them after byte {}): play --verify checks them for determinism only",
+                        report.unknown_output_chunks,
+                        report
+                            .lost_from
+                            .or(report.lost_events.first().map(|l| l.0))
+                            .unwrap_or(0)
+                    );
+                }
+                if report.replay_blockers.is_empty() {
+                    crate::warn!(
+                        "kreplay: salvaged {} of {} intact events into {} (verified){}",
+                        report.kept_events,
+                        report.intact_events,
+                        out_path.display(),
+                        dropped
+                    );
+                } else {
+                    crate::warn!(
+                        "kreplay: salvaged {} of {} intact events into {}{}; it {}: {}",
+                        report.kept_events,
+                        report.intact_events,
+                        out_path.display(),
+                        dropped,
+                        crate::output::verdict("cannot be replayed", false),
+                        report.replay_blockers.join("; ")
+                    );
+                }
             }
             Ok(false)
         }
