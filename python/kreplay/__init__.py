@@ -235,9 +235,9 @@ def record(
         args += ["--memory", memory]
     args += ["--", *map(str, cmd)]
     r = subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-    paths = _written(r.stdout)
+    paths, error = _written(r.stdout)
     if r.returncode != 0 or not paths:
-        why = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}"
+        why = error or (r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}")
         raise RecordError(f"kreplay record -k {kernel}: {why}", r.returncode, r.stderr)
     base = Path(cwd) if cwd else Path.cwd()
     return [open(p if os.path.isabs(p) else base / p) for p in paths]
@@ -264,9 +264,11 @@ def _with_match_index(pattern: str) -> str:
     return f"{pattern}-%n"
 
 
-def _written(stdout: str) -> list[str]:
-    """The capture files named in `record --json`'s output."""
+def _written(stdout: str) -> tuple[list[str], str | None]:
+    """The capture files named in `record --json`'s output, and its `error` (why nothing was
+    captured)."""
     paths: list[str] = []
+    error: str | None = None
     for line in stdout.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -275,8 +277,11 @@ def _written(stdout: str) -> list[str]:
             v = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if not isinstance(v, dict):
+            continue
+        error = v.get("error") or error
         for c in v.get("captures") or []:
             p = c.get("file") or c.get("path")
             if p:
                 paths.append(p)
-    return paths
+    return paths, error

@@ -156,7 +156,8 @@ pub struct RecordArgs {
     #[arg(long, value_name = "RANGE")]
     pub nvtx_include: Option<String>,
     /// Output file. `%p` pid, `%r` MPI/torchrun rank, `%h` host, `%n` match index, `%k` short
-    /// kernel name, `%%` a percent sign. Use `%p` or `%r` when the app starts several processes.
+    /// kernel name, `%%` a percent sign. Use `%p` or `%r` when the app starts several processes,
+    /// `%n` with --count above 1. Checked before the application starts.
     #[arg(
         short = 'o',
         long = "output",
