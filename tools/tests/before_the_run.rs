@@ -166,6 +166,23 @@ fn output_names_that_cannot_work_are_refused_before_the_application_starts() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("adir is a directory"), "{err}");
     assert!(!d.join("ran").exists());
+    // A directory nobody can create files in (root included).
+    let (code, _, err) = kreplay_in(
+        &d,
+        &[
+            "record",
+            "-k",
+            "saxpy",
+            "-o",
+            "/proc/kreplay-denied/x.krr",
+            "sh",
+            "-c",
+            "touch ran",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot write in /proc"), "{err}");
+    assert!(!d.join("ran").exists());
     // A directory this user cannot write in (as root every directory is writable).
     let ro = d.join("ro");
     std::fs::create_dir(&ro).expect("dir");
@@ -242,7 +259,7 @@ fn outputs_of_play_pack_and_salvage_are_checked_before_the_work() {
     let (code, _, err) = kreplay_in(&d, &["play", &cap, "--save-output", "existing.krr"]);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("--save-output existing.krr: the file exists; pass --force"),
+        err.contains("--save-output existing.krr: already exists: pass --force"),
         "{err}"
     );
     assert!(!err.contains("CUDA"), "refused before the replay: {err}");
@@ -253,6 +270,15 @@ fn outputs_of_play_pack_and_salvage_are_checked_before_the_work() {
         std::fs::read(d.join("existing.krr")).expect("read"),
         b"keep"
     );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn errors_are_printed_once() {
+    let d = scratch("once");
+    std::fs::write(d.join("existing.krr"), b"keep").expect("write");
+    std::fs::create_dir(d.join("adir")).expect("dir");
+    let cap = saxpy();
     // Each error once (it was `... already exists: pass --force to replace it: ... already
     // exists: pass --force to replace it`, and `Is a directory (os error 21)` twice).
     for (args, says) in [

@@ -35,14 +35,14 @@ fn nearest_existing(dir: &Path) -> &Path {
     }
 }
 
-/// Whether this user may create files in the directory `dir`.
-fn writable(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: access() reads a NUL-terminated path and touches nothing else.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+/// Whether files can be created in the directory `dir`: a file of kreplay's is created there
+/// and removed at once (permissions alone do not say it: root passes every check, and a
+/// read-only file system or `/proc` refuses anyway).
+fn writable(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".kreplay-probe-{}", std::process::id()));
+    kreplay_format::file::create_new_private(&probe)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 /// Refuses, before any work, a directory outputs cannot be written into: the nearest existing
@@ -55,8 +55,8 @@ pub fn check_output_dir(dir: &Path, what: &str) -> anyhow::Result<()> {
     if !std::fs::metadata(base).is_ok_and(|m| m.is_dir()) {
         anyhow::bail!("{what}: {shown} is not a directory");
     }
-    if !writable(base) {
-        anyhow::bail!("{what}: cannot write in {shown} (permission denied): choose a directory you can write in");
+    if let Err(e) = writable(base) {
+        anyhow::bail!("{what}: cannot write in {shown} ({e}): choose a directory you can write in");
     }
     Ok(())
 }
@@ -71,7 +71,7 @@ pub fn check_new_output(path: &Path, force: bool, flag: &str) -> anyhow::Result<
             anyhow::bail!("{what}: is a directory: name a file");
         }
         if !force {
-            anyhow::bail!("{what}: the file exists; pass --force to replace it");
+            anyhow::bail!("{what}: already exists: pass --force to replace it");
         }
     }
     let dir = match path.parent() {
