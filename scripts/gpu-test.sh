@@ -277,7 +277,11 @@ print(json.dumps({"case": name, "kernel": "-", "regions": 0, "bytes": 0, "ok": o
 PY
 }
 KARGS=(record -k 'no_such_kernel_xyz'); check_case robust-no-match 3 'no dispatch matched.*saxpy' -- "$K" saxpy 3
-KARGS=(record -k saxpy -o /proc/kreplay-denied/x.krr); check_case robust-unwritable 3 'could not be written' -- "$K" saxpy 3
+# A directory that cannot be written in is refused before the application starts (CPU tests);
+# here a file stands where the capture's directory (named by %k) would go: only the recorder
+# can find that out.
+mkdir -p "$WORK/unwritable" && touch "$WORK/unwritable/saxpy"
+KARGS=(record -k saxpy -o "$WORK/unwritable/%k/x.krr"); check_case robust-unwritable 3 'could not be written' -- "$K" saxpy 3
 # The recorder's own kernels (chunk scans, digests, L2 sweeps) are never the application's: a
 # filter that would match them matches nothing (it hung the application, issue 29).
 KARGS=(record -k 'regex:kreplay|digest|chunk'); check_case robust-own-kernels 3 'no dispatch matched.*saxpy' -- "$K" saxpy 3

@@ -74,8 +74,16 @@ pub enum FormatError {
     #[error("{what} is out of range: {message}")]
     Limit { what: &'static str, message: String },
 
+    /// No `source`: the message already holds the I/O error, and a source would make
+    /// `{:#}` chains print it twice.
     #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for FormatError {
+    fn from(e: std::io::Error) -> Self {
+        FormatError::Io(e)
+    }
 }
 
 impl FormatError {
@@ -110,5 +118,29 @@ impl FormatError {
             FormatError::Limit { .. } => "limit",
             FormatError::Io(_) => "io",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_error_is_told_once() {
+        let e = FormatError::from(std::io::Error::from_raw_os_error(21));
+        assert!(std::error::Error::source(&e).is_none());
+        let chained = anyhow_like(&e);
+        assert_eq!(chained.matches("os error 21").count(), 1, "{chained}");
+    }
+
+    /// `{:#}` of an error chain, as anyhow prints it.
+    fn anyhow_like(e: &dyn std::error::Error) -> String {
+        let mut s = e.to_string();
+        let mut c = e.source();
+        while let Some(x) = c {
+            s += &format!(": {x}");
+            c = x.source();
+        }
+        s
     }
 }

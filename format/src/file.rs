@@ -15,10 +15,17 @@ use crate::reader::{verify_observed, Capture, VerifyReport};
 use crate::salvage::{salvage, SalvageReport};
 use crate::writer::{CaptureWriter, WriterOptions};
 
-/// A capture file mapped into memory.
+/// A capture file mapped into memory. The file stays open while the mapping lives: a file
+/// replaced by rename (a new inode at the path) leaves this one as it was; one written over in
+/// place (`cp new old`: the same inode) is seen by [`MappedFile::changed_since_open`].
 pub struct MappedFile {
     map: Option<Mmap>,
     dev_ino: (u64, u64),
+    file: File,
+    /// Size and modification time (s, ns) when mapped.
+    stamp: (u64, i64, i64),
+    /// The first bytes (the header, with the capture UUID) when mapped.
+    head: Vec<u8>,
 }
 
 impl MappedFile {
@@ -42,19 +49,52 @@ impl MappedFile {
             ));
         }
         let dev_ino = (meta.dev(), meta.ino());
+        let stamp = (meta.len(), meta.mtime(), meta.mtime_nsec());
         if meta.len() == 0 {
             // mmap of an empty file fails on Linux; an empty capture is just "not a .krr".
-            return Ok(MappedFile { map: None, dev_ino });
+            return Ok(MappedFile {
+                map: None,
+                dev_ino,
+                file,
+                stamp,
+                head: Vec::new(),
+            });
         }
         // SAFETY: the mapping is read-only; kreplay never writes a capture while reading it
         // (outputs go to a new file renamed into place, never truncated in place), and a
         // concurrent truncation by another program is the documented hazard of mmap readers
         // (it faults rather than corrupting memory we own).
         let map = unsafe { Mmap::map(&file)? };
+        let head = map[..map.len().min(HEAD_LEN)].to_vec();
         Ok(MappedFile {
             map: Some(map),
             dev_ino,
+            file,
+            stamp,
+            head,
         })
+    }
+
+    /// Why the bytes behind this mapping are no longer those it was opened with (`None`: they
+    /// are): the file was written over in place since (its size, modification time or header
+    /// differ). Check before reading: a file cut shorter faults on access past its new end.
+    /// A file replaced by rename is another file: this one is unchanged.
+    pub fn changed_since_open(&self) -> std::io::Result<Option<String>> {
+        let meta = self.file.metadata()?;
+        let (len, sec, nsec) = self.stamp;
+        if meta.len() != len {
+            return Ok(Some(format!(
+                "its size changed from {len} to {} bytes",
+                meta.len()
+            )));
+        }
+        if (meta.mtime(), meta.mtime_nsec()) != (sec, nsec) {
+            return Ok(Some("it was modified".into()));
+        }
+        if self.bytes()[..self.head.len()] != self.head[..] {
+            return Ok(Some("its header (the capture's identity) changed".into()));
+        }
+        Ok(None)
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -88,6 +128,10 @@ impl MappedFile {
         fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
     }
 }
+
+/// How much of the start of a file [`MappedFile::changed_since_open`] compares: the header,
+/// which holds the capture's UUID.
+const HEAD_LEN: usize = crate::layout::HEADER_LEN;
 
 /// Verifies a mapped capture (see [`crate::verify`]), dropping each stretch of the file once
 /// checked, so resident memory stays near one verification wave (64 MiB) whatever the
@@ -402,6 +446,33 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).expect("scratch directory");
         d
+    }
+
+    #[test]
+    fn a_mapping_knows_when_its_file_was_written_over() {
+        let d = scratch_dir("changed");
+        let path = d.join("a.krr");
+        let (a, b) = (vec![1u8; 200], vec![2u8; 200]);
+        fs::write(&path, &a).expect("write");
+        let m = MappedFile::open(&path).expect("open");
+        assert_eq!(m.changed_since_open().expect("stat"), None);
+        // Replaced by rename: a new inode at the path; the mapping keeps the old bytes.
+        fs::write(d.join("b.krr"), &b).expect("write");
+        fs::rename(d.join("b.krr"), &path).expect("rename");
+        assert_eq!(m.changed_since_open().expect("stat"), None);
+        assert_eq!(m.bytes(), &a[..]);
+        // Written over in place (`cp`): the same inode, other bytes.
+        let m = MappedFile::open(&path).expect("open");
+        fs::write(&path, vec![3u8; 100]).expect("write");
+        let why = m.changed_since_open().expect("stat").expect("changed");
+        assert!(why.contains("size"), "{why}");
+        let m = MappedFile::open(&path).expect("open");
+        let mut f = OpenOptions::new().write(true).open(&path).expect("open");
+        f.write_all(&[4u8; 100]).expect("write");
+        drop(f);
+        // Same size: the modification time or the header says it.
+        assert!(m.changed_since_open().expect("stat").is_some());
+        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -286,6 +286,120 @@ pub fn expand_output(
     out
 }
 
+/// The placeholders `kreplay record -o` expands, with what each stands for.
+pub const RECORD_PLACEHOLDERS: &[(char, &str)] = &[
+    ('p', "pid"),
+    ('r', "MPI/torchrun rank"),
+    ('h', "host"),
+    ('n', "match index"),
+    ('k', "short kernel name"),
+    ('%', "a percent sign"),
+];
+
+/// The placeholders `kreplay profile -o` expands (one report per process: no match index and
+/// no kernel name).
+pub const REPORT_PLACEHOLDERS: &[(char, &str)] = &[
+    ('p', "pid"),
+    ('r', "MPI/torchrun rank"),
+    ('h', "host"),
+    ('%', "a percent sign"),
+];
+
+/// Checks an output pattern before anything runs: every `%` starts a placeholder of `known`
+/// (`%%` for a percent sign), and the pattern names a file, not a directory. The message says
+/// what is wrong and what to write instead.
+pub fn check_pattern(pattern: &str, known: &[(char, &str)]) -> Result<(), String> {
+    let list = || {
+        known
+            .iter()
+            .map(|(c, what)| format!("%{c} {what}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if pattern.is_empty() {
+        return Err("-o needs a file name".into());
+    }
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            continue;
+        }
+        match chars.next() {
+            Some(x) if known.iter().any(|(k, _)| *k == x) => {}
+            Some(x) => {
+                return Err(format!(
+                    "-o {pattern}: unknown placeholder %{x} (known: {})",
+                    list()
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "-o {pattern}: ends with a lone %: write %% for a percent sign (known: {})",
+                    list()
+                ))
+            }
+        }
+    }
+    if pattern.ends_with('/') || matches!(pattern.rsplit('/').next(), Some(".") | Some("..")) {
+        return Err(format!(
+            "-o {pattern}: names a directory, not a file (e.g. {}%k-%p-%n.krr)",
+            pattern.trim_end_matches('/').to_string() + "/"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `pattern` uses placeholder `%c` (not counting `%%`).
+pub fn uses_placeholder(pattern: &str, c: char) -> bool {
+    let mut chars = pattern.chars();
+    while let Some(x) = chars.next() {
+        if x == '%' && chars.next() == Some(c) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Checks `kreplay record -o PATTERN` for `--count count`: its placeholders, and that the
+/// `count` captures of one process get names of their own (`%n`).
+pub fn check_record_output(pattern: &str, count: u64) -> Result<(), String> {
+    check_pattern(pattern, RECORD_PLACEHOLDERS)?;
+    if count > 1 && !uses_placeholder(pattern, 'n') {
+        let suggestion = match pattern.rsplit_once('.') {
+            Some((stem, ext)) if !stem.is_empty() && !ext.contains('/') => {
+                format!("{stem}-%n.{ext}")
+            }
+            _ => format!("{pattern}-%n"),
+        };
+        return Err(format!(
+            "--count {count} writes {count} captures, but -o {pattern} has no %n (the match index): they would all get the same name; use e.g. -o {suggestion}"
+        ));
+    }
+    Ok(())
+}
+
+/// The leading directories of an output pattern that hold no placeholder (`out/%h/x.krr` →
+/// `out`), which must exist or be creatable before the application runs; `None` when the
+/// pattern names a file in the current directory or its first directory already holds a
+/// placeholder.
+pub fn fixed_directory(pattern: &str) -> Option<PathBuf> {
+    let (dir, _) = pattern.rsplit_once('/')?;
+    let mut out = PathBuf::new();
+    if dir.is_empty() {
+        return Some(PathBuf::from("/"));
+    }
+    if pattern.starts_with('/') {
+        out.push("/");
+    }
+    for part in dir.split('/').filter(|p| !p.is_empty()) {
+        if part.contains('%') {
+            break;
+        }
+        out.push(part);
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
 /// The demangled form of a (possibly) mangled kernel name; the name itself when it does not
 /// demangle (extern "C" kernels, Triton, XLA).
 pub fn demangle(name: &str) -> String {
@@ -356,6 +470,42 @@ mod tests {
             expand_output("out/%h/r%r_%%_%x%", 1, Some(7), "node1", 1, "k"),
             "out/node1/r7_%_%x%"
         );
+    }
+
+    #[test]
+    fn output_patterns_are_checked_before_anything_runs() {
+        assert_eq!(check_record_output(DEFAULT_OUTPUT, 8), Ok(()));
+        assert_eq!(check_record_output("out/%h/r%r_%%.krr", 1), Ok(()));
+        let e = check_record_output("x-%x.krr", 1).unwrap_err();
+        assert!(e.contains("unknown placeholder %x"), "{e}");
+        assert!(e.contains("%n match index"), "{e}");
+        let e = check_record_output("x%", 1).unwrap_err();
+        assert!(e.contains("lone %"), "{e}");
+        let e = check_record_output("capture.krr", 2).unwrap_err();
+        assert!(e.contains("no %n"), "{e}");
+        assert!(e.contains("-o capture-%n.krr"), "{e}");
+        // %%n is a percent sign and an n, not the match index.
+        assert!(check_record_output("x%%n.krr", 2).is_err());
+        assert_eq!(check_record_output("x%%n.krr", 1), Ok(()));
+        assert!(check_record_output("out/", 1).is_err());
+        assert!(check_record_output("out/..", 1).is_err());
+        assert!(check_record_output("", 1).is_err());
+        // A report names no match and no kernel.
+        assert!(check_pattern("prof-%r.json", REPORT_PLACEHOLDERS).is_ok());
+        assert!(check_pattern("prof-%n.json", REPORT_PLACEHOLDERS).is_err());
+    }
+
+    #[test]
+    fn the_fixed_directory_of_a_pattern() {
+        assert_eq!(fixed_directory("x.krr"), None);
+        assert_eq!(fixed_directory("out/x.krr"), Some(PathBuf::from("out")));
+        assert_eq!(
+            fixed_directory("a/b/%h/c/x.krr"),
+            Some(PathBuf::from("a/b"))
+        );
+        assert_eq!(fixed_directory("%h/x.krr"), None);
+        assert_eq!(fixed_directory("/x.krr"), Some(PathBuf::from("/")));
+        assert_eq!(fixed_directory("/tmp/%r/x"), Some(PathBuf::from("/tmp")));
     }
 
     #[test]

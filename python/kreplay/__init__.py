@@ -27,8 +27,13 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["open", "play", "record", "Capture", "Region", "RecordError", "__version__"]
+__all__ = ["open", "play", "record", "Capture", "Region", "RecordError", "CaptureChanged", "__version__"]
 __version__ = _native.__version__
+
+#: Raised when a capture's file was written over in place (`cp new.krr old.krr`) after
+#: `open`: the handle would otherwise read another capture's bytes under this one's
+#: description. A file replaced by rename is another file: an open handle reads on, unchanged.
+CaptureChanged = _native.CaptureChanged
 
 
 @dataclass(frozen=True)
@@ -44,17 +49,24 @@ class Region:
     written: bool
     global_name: str | None
     info: dict = field(repr=False, compare=False)
+    # The open capture it belongs to (the file as it was opened, whatever took its name since).
+    _file: Any = field(default=None, repr=False, compare=False)
+
+    def _bytes(self, post: bool):
+        if self._file is None:
+            return _native.region_bytes(self.path, self.id, post)
+        return self._file.region_bytes(self.id, post)
 
     def bytes(self, post: bool = False) -> memoryview:
         """The region's bytes (before the dispatch, or after it with `post=True`), decoded
         once into memory that is read-only and shared by every view of it."""
-        return memoryview(_native.region_bytes(self.path, self.id, post))
+        return memoryview(self._bytes(post))
 
     def array(self, dtype: Any = np.uint8, post: bool = False, shape: Sequence[int] | None = None) -> np.ndarray:
         """The region as a read-only NumPy array of `dtype` (no copy of the decoded bytes).
         Trailing bytes that do not fill an element are left out; `shape` reshapes."""
         dt = np.dtype(dtype)
-        buf = _native.region_bytes(self.path, self.id, post)
+        buf = self._bytes(post)
         count = len(buf) // dt.itemsize
         a = np.frombuffer(buf, dtype=dt, count=count)
         return a.reshape(shape) if shape is not None else a
@@ -62,10 +74,13 @@ class Region:
 
 @dataclass(frozen=True)
 class Capture:
-    """A .krr capture: `info` is what `kreplay info --json` prints."""
+    """A .krr capture: `info` is what `kreplay info --json` prints. The file stays open for the
+    object's lifetime: its regions read the file it was opened on (a file replaced by rename
+    since is another file), and raise CaptureChanged if that file was written over in place."""
 
     path: str
     info: dict = field(repr=False)
+    _file: Any = field(default=None, repr=False, compare=False)
 
     @property
     def kernel(self) -> dict:
@@ -103,6 +118,7 @@ class Capture:
                 written=bool(r.get("written")),
                 global_name=r.get("global") or None,
                 info=r,
+                _file=self._file,
             )
             for r in self.info["regions"]
         ]
@@ -118,16 +134,21 @@ class Capture:
         raise KeyError(f"{self.path}: no region {id_or_address:#x}")
 
     def play(self, **kwargs: Any) -> dict:
-        return play(self.path, **kwargs)
+        """As `kreplay.play`, on the file this capture was opened on."""
+        if self._file is None:
+            return play(self.path, **kwargs)
+        return json.loads(self._file.play(**_play_args(**kwargs)))
 
     def __repr__(self) -> str:
         return f"Capture({self.path!r}, kernel={self.kernel.get('name')!r}, regions={len(self.info['regions'])})"
 
 
 def open(path: str | os.PathLike) -> Capture:  # noqa: A001 - the package's entry point
-    """Opens a capture (checks its structure; no GPU needed)."""
+    """Opens a capture (checks its structure; no GPU needed). The file stays open while the
+    Capture lives."""
     p = os.fspath(path)
-    return Capture(path=p, info=json.loads(_native.describe(p)))
+    f = _native.CaptureFile(p)
+    return Capture(path=p, info=json.loads(f.describe()), _file=f)
 
 
 def play(
@@ -144,8 +165,29 @@ def play(
     """Replays a capture on a GPU in this process; returns the object `kreplay play --json`
     prints (median_ns, durations_ns, verify.matched, metrics, ...). Raises RuntimeError with
     the reason when it cannot (no GPU, another architecture, address in use)."""
-    return json.loads(
-        _native.play(os.fspath(path), passes, verify, list(metrics), warmup, device, relocate, ptx, flush_cache)
+    return json.loads(_native.play(os.fspath(path), **_play_args(passes, verify, metrics, warmup, device, relocate, ptx, flush_cache)))
+
+
+def _play_args(
+    passes: int = 8,
+    verify: bool = True,
+    metrics: Sequence[str] = (),
+    warmup: int = 0,
+    device: int = 0,
+    relocate: bool = False,
+    ptx: bool = False,
+    flush_cache: bool = False,
+) -> dict:
+    """`play`'s keyword arguments, defaults filled in, as the native layer takes them."""
+    return dict(
+        passes=passes,
+        verify=verify,
+        metrics=list(metrics),
+        warmup=warmup,
+        device=device,
+        relocate=relocate,
+        ptx=ptx,
+        flush_cache=flush_cache,
     )
 
 
@@ -177,24 +219,56 @@ def record(
     timeout: float | None = None,
 ) -> list[Capture]:
     """Runs `cmd` under `kreplay record -k KERNEL --nth N --count M -o OUT` and returns the
-    captures it wrote (one per dispatch; with count > 1, OUT names them as `record` does).
-    The application's own exit status is kept: a failing application raises RecordError."""
-    args = [_kreplay_bin(), "record", "-k", kernel, "--nth", str(nth), "--count", str(count), "-o", os.fspath(out), "--json"]
+    captures it wrote (one per dispatch; with count > 1, OUT must hold %n, the match index, as
+    in `out="gemm-%n.krr"`: that is checked before the command runs). The application's own
+    exit status is kept: a failing application raises RecordError."""
+    out_name = os.fspath(out)
+    if count > 1 and not _has_match_index(out_name):
+        raise RecordError(
+            f"record(count={count}): out={out_name!r} has no %n (the match index), so the captures "
+            f"would all get the same name; use e.g. out={_with_match_index(out_name)!r}",
+            2,
+            "",
+        )
+    args = [_kreplay_bin(), "record", "-k", kernel, "--nth", str(nth), "--count", str(count), "-o", out_name, "--json"]
     if memory:
         args += ["--memory", memory]
     args += ["--", *map(str, cmd)]
     r = subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-    paths = _written(r.stdout)
+    paths, error = _written(r.stdout)
     if r.returncode != 0 or not paths:
-        why = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}"
+        why = error or (r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}")
         raise RecordError(f"kreplay record -k {kernel}: {why}", r.returncode, r.stderr)
     base = Path(cwd) if cwd else Path.cwd()
     return [open(p if os.path.isabs(p) else base / p) for p in paths]
 
 
-def _written(stdout: str) -> list[str]:
-    """The capture files named in `record --json`'s output."""
+def _has_match_index(pattern: str) -> bool:
+    """Whether an output pattern holds %n (`%%n` is a percent sign and an n)."""
+    i = 0
+    while i < len(pattern) - 1:
+        if pattern[i] == "%":
+            if pattern[i + 1] == "n":
+                return True
+            i += 2
+            continue
+        i += 1
+    return False
+
+
+def _with_match_index(pattern: str) -> str:
+    """The pattern with `-%n` before its extension."""
+    head, dot, ext = pattern.rpartition(".")
+    if dot and head and "/" not in ext:
+        return f"{head}-%n.{ext}"
+    return f"{pattern}-%n"
+
+
+def _written(stdout: str) -> tuple[list[str], str | None]:
+    """The capture files named in `record --json`'s output, and its `error` (why nothing was
+    captured)."""
     paths: list[str] = []
+    error: str | None = None
     for line in stdout.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -203,8 +277,11 @@ def _written(stdout: str) -> list[str]:
             v = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if not isinstance(v, dict):
+            continue
+        error = v.get("error") or error
         for c in v.get("captures") or []:
             p = c.get("file") or c.get("path")
             if p:
                 paths.append(p)
-    return paths
+    return paths, error

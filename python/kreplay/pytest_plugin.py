@@ -24,7 +24,8 @@ def kreplay_record(tmp_path) -> Callable[..., Any]:
 
     def _record(cmd: Sequence[str], kernel: str, **kwargs: Any):
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", kernel)[:60] or "kernel"
-        out = kwargs.pop("out", tmp_path / f"{name}.krr")
+        many = kwargs.get("count", 1) > 1
+        out = kwargs.pop("out", tmp_path / (f"{name}-%n.krr" if many else f"{name}.krr"))
         caps = kreplay.record(cmd, kernel=kernel, out=out, **kwargs)
         return caps[0] if len(caps) == 1 else caps
 

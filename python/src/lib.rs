@@ -1,7 +1,9 @@
-//! `kreplay._native`: the Rust side of the Python package. Thin: the description of a capture
-//! (the same JSON as `kreplay info --json`), a region's bytes decoded once into an anonymous
-//! memory map that NumPy views without a copy (buffer protocol), and a replay (the same JSON
-//! as `kreplay play --json`). The Python layer (`kreplay/__init__.py`) builds the objects.
+//! `kreplay._native`: the Rust side of the Python package. Thin: an open capture
+//! (`CaptureFile`: the file kept open and mapped, so a handle never reads another file that
+//! took its name), its description (the same JSON as `kreplay info --json`), a region's bytes
+//! decoded once into an anonymous memory map that NumPy views without a copy (buffer
+//! protocol), and a replay (the same JSON as `kreplay play --json`). The Python layer
+//! (`kreplay/__init__.py`) builds the objects.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::path::Path;
@@ -24,13 +26,106 @@ fn parse<'a>(path: &str, file: &'a MappedFile) -> PyResult<Capture<'a>> {
     Capture::parse(file.bytes()).map_err(|e| PyValueError::new_err(format!("{path}: {e}")))
 }
 
+pyo3::create_exception!(
+    _native,
+    CaptureChanged,
+    PyOSError,
+    "The capture file was written over in place after it was opened: open it again."
+);
+
+/// An open capture: the file stays open and mapped for the object's lifetime, so what it
+/// reads is the file it was opened on, whatever happens to the name since. A file replaced by
+/// rename is another file (this one reads on, unchanged); one written over in place (the same
+/// file, `cp new old`) raises `CaptureChanged` instead of returning other bytes.
+#[pyclass(frozen)]
+struct CaptureFile {
+    path: String,
+    file: MappedFile,
+}
+
+impl CaptureFile {
+    /// The capture, checked first to be the bytes it was opened with.
+    fn capture(&self) -> PyResult<Capture<'_>> {
+        let changed = self
+            .file
+            .changed_since_open()
+            .map_err(|e| PyOSError::new_err(format!("{}: {e}", self.path)))?;
+        if let Some(why) = changed {
+            return Err(CaptureChanged::new_err(format!(
+                "{}: the file was written over since it was opened ({why}): kreplay.open() it again to read what it holds now",
+                self.path
+            )));
+        }
+        parse(&self.path, &self.file)
+    }
+}
+
+#[pymethods]
+impl CaptureFile {
+    #[new]
+    fn new(path: &str) -> PyResult<CaptureFile> {
+        let file = open_file(path)?;
+        parse(path, &file)?;
+        Ok(CaptureFile {
+            path: path.to_string(),
+            file,
+        })
+    }
+
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// `kreplay info --json` of the capture, as a string.
+    fn describe(&self) -> PyResult<String> {
+        let cap = self.capture()?;
+        serde_json::to_string(&kreplay::describe::describe(&self.path, &cap))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// The bytes of region `region_id` before the dispatch (`post=False`) or after it
+    /// (`True`: the recorded output where the kernel wrote, the input elsewhere).
+    #[pyo3(signature = (region_id, post=false))]
+    fn region_bytes(&self, py: Python<'_>, region_id: u32, post: bool) -> PyResult<RegionBytes> {
+        let cap = self.capture()?;
+        decode_region(py, &self.path, &cap, region_id, post)
+    }
+
+    /// Replays the capture; returns `kreplay play --json`'s object as a string.
+    #[pyo3(signature = (passes=8, verify=true, metrics=Vec::new(), warmup=0, device=0, relocate=false, ptx=false, flush_cache=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn play(
+        &self,
+        py: Python<'_>,
+        passes: u32,
+        verify: bool,
+        metrics: Vec<String>,
+        warmup: u32,
+        device: i32,
+        relocate: bool,
+        ptx: bool,
+        flush_cache: bool,
+    ) -> PyResult<String> {
+        let cap = self.capture()?;
+        let options = PlayArgs {
+            passes,
+            verify,
+            metrics,
+            warmup,
+            device,
+            relocate,
+            ptx,
+            flush_cache,
+        };
+        replay(py, &self.path, &self.file, &cap, options)
+    }
+}
+
 /// `kreplay info --json` of the capture at `path`, as a string.
 #[pyfunction]
 fn describe(path: &str) -> PyResult<String> {
-    let file = open_file(path)?;
-    let cap = parse(path, &file)?;
-    serde_json::to_string(&kreplay::describe::describe(path, &cap))
-        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    CaptureFile::new(path)?.describe()
 }
 
 /// A region's bytes, decoded into anonymous memory (chunks stored as zeros are never
@@ -104,13 +199,21 @@ impl RegionBytes {
     unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
 }
 
-/// The bytes of region `region_id` before the dispatch (`post=False`) or after it (`True`:
-/// the recorded output where the kernel wrote, the input elsewhere).
+/// The bytes of region `region_id` of the capture at `path` (see `CaptureFile.region_bytes`).
 #[pyfunction]
 #[pyo3(signature = (path, region_id, post=false))]
 fn region_bytes(py: Python<'_>, path: &str, region_id: u32, post: bool) -> PyResult<RegionBytes> {
-    let file = open_file(path)?;
-    let cap = parse(path, &file)?;
+    CaptureFile::new(path)?.region_bytes(py, region_id, post)
+}
+
+/// A region's bytes decoded into anonymous memory.
+fn decode_region(
+    py: Python<'_>,
+    path: &str,
+    cap: &Capture<'_>,
+    region_id: u32,
+    post: bool,
+) -> PyResult<RegionBytes> {
     let region = cap
         .region(region_id)
         .ok_or_else(|| PyValueError::new_err(format!("{path}: no region {region_id}")))?;
@@ -151,6 +254,18 @@ fn region_bytes(py: Python<'_>, path: &str, region_id: u32, post: bool) -> PyRes
     Ok(RegionBytes { map, len })
 }
 
+/// What a replay is asked for (the keyword arguments of `kreplay.play`).
+struct PlayArgs {
+    passes: u32,
+    verify: bool,
+    metrics: Vec<String>,
+    warmup: u32,
+    device: i32,
+    relocate: bool,
+    ptx: bool,
+    flush_cache: bool,
+}
+
 /// Replays the capture at `path`; returns `kreplay play --json`'s object as a string.
 #[pyfunction]
 #[pyo3(signature = (path, passes=8, verify=true, metrics=Vec::new(), warmup=0, device=0, relocate=false, ptx=false, flush_cache=false))]
@@ -167,11 +282,39 @@ fn play(
     ptx: bool,
     flush_cache: bool,
 ) -> PyResult<String> {
+    CaptureFile::new(path)?.play(
+        py,
+        passes,
+        verify,
+        metrics,
+        warmup,
+        device,
+        relocate,
+        ptx,
+        flush_cache,
+    )
+}
+
+fn replay(
+    py: Python<'_>,
+    path: &str,
+    file: &MappedFile,
+    cap: &Capture<'_>,
+    a: PlayArgs,
+) -> PyResult<String> {
+    let PlayArgs {
+        passes,
+        verify,
+        metrics,
+        warmup,
+        device,
+        relocate,
+        ptx,
+        flush_cache,
+    } = a;
     if passes == 0 {
         return Err(PyValueError::new_err("passes must be at least 1"));
     }
-    let file = open_file(path)?;
-    let cap = parse(path, &file)?;
     let replay = || -> Result<String, String> {
         let request = if metrics.is_empty() {
             None
@@ -212,7 +355,7 @@ fn play(
         };
         // As `kreplay play`: each chunk's file pages are dropped once uploaded and verified.
         let release = |start: u64, end: u64| file.release(start, end);
-        let mut session = Session::open_with_progress(&cap, &open, &mut |_, _| {}, &release)
+        let mut session = Session::open_with_progress(cap, &open, &mut |_, _| {}, &release)
             .map_err(|e| format!("cannot replay {path}: {e}"))?;
         let report = session
             .run(&run)
@@ -242,6 +385,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(region_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(play, m)?)?;
     m.add_class::<RegionBytes>()?;
+    m.add_class::<CaptureFile>()?;
+    m.add("CaptureChanged", m.py().get_type::<CaptureChanged>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

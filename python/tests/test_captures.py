@@ -131,3 +131,54 @@ def test_record_says_what_is_missing(monkeypatch, kreplay_record):
     with pytest.raises(kreplay.RecordError) as e:
         kreplay_record(["/bin/true"], kernel="saxpy")
     assert "kreplay record -k saxpy" in str(e.value)
+
+
+def _two_captures(tmp_path):
+    """`a.krr` (saxpy) and `b.krr` (another capture whose region 1 holds other bytes)."""
+    a = tmp_path / "a.krr"
+    shutil.copyfile(CAPTURES / "cuda-saxpy.krr", a)
+    saxpy = kreplay.open(a)
+    for other in ALL:
+        o = kreplay.open(other)
+        if len(o.regions) > 1 and o.regions[1].size != saxpy.regions[1].size:
+            b = tmp_path / "b.krr"
+            shutil.copyfile(other, b)
+            return a, b
+    pytest.fail("no second capture with a region 1 of another size")
+
+
+def test_a_handle_reads_its_own_file_after_the_name_is_replaced_by_rename(tmp_path):
+    a, b = _two_captures(tmp_path)
+    cap = kreplay.open(a)
+    before = np.array(cap.regions[1].array())
+    other = np.array(kreplay.open(b).regions[1].array())
+    os.replace(b, a)  # a new file under the old name (what `kreplay pack -o a.krr --force` does)
+    after = cap.regions[1].array()
+    assert after.nbytes == cap.regions[1].size
+    assert np.array_equal(after, before), "the handle reads the file it was opened on"
+    assert not np.array_equal(np.resize(after, other.shape), other)
+    assert cap.regions[1].bytes().nbytes == cap.regions[1].size
+    # A fresh open reads the new file.
+    assert kreplay.open(a).regions[1].size == other.nbytes
+
+
+def test_a_file_written_over_in_place_raises_instead_of_returning_other_bytes(tmp_path):
+    a, b = _two_captures(tmp_path)
+    cap = kreplay.open(a)
+    kept = cap.regions[1].array()  # decoded before: stays as it was
+    copy = np.array(kept)
+    shutil.copyfile(b, a)  # the same file (inode), other bytes: `cp b.krr a.krr`
+    with pytest.raises(kreplay.CaptureChanged, match="written over since it was opened"):
+        cap.regions[1].array()
+    with pytest.raises(OSError):
+        cap.regions[0].bytes(post=True)
+    assert np.array_equal(kept, copy)
+    # Opened again, it is the new capture.
+    assert kreplay.open(a).regions[1].size == kreplay.open(b).regions[1].size
+
+
+def test_record_with_count_needs_a_match_index_in_the_name(tmp_path):
+    with pytest.raises(kreplay.RecordError, match="%n") as e:
+        kreplay.record(["sh", "-c", "touch ran"], kernel="saxpy", count=2, cwd=tmp_path)
+    assert "capture-%n.krr" in str(e.value)
+    assert not (tmp_path / "ran").exists(), "refused before the command ran"

@@ -90,6 +90,36 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// A whole number from 1, or what is wrong with `s` (`zero` says why 0 is not one).
+fn from_one(s: &str, zero: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err(zero.to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a whole number, from 1".to_string()),
+    }
+}
+
+/// `--nth N`: 1 is the first matching dispatch.
+fn nth_value(s: &str) -> Result<u64, String> {
+    from_one(
+        s,
+        "--nth counts from 1 (--nth 1 is the first matching dispatch)",
+    )
+}
+
+/// `--count M` / `-c M`: how many, at least one.
+fn count_value(s: &str) -> Result<u64, String> {
+    from_one(s, "the count is at least 1")
+}
+
+/// `--launch-index I`: 1 is the process's first kernel launch.
+fn launch_index_value(s: &str) -> Result<u64, String> {
+    from_one(
+        s,
+        "--launch-index counts from 1 (1 is the process's first kernel launch)",
+    )
+}
+
 #[derive(Args)]
 pub struct RecordArgs {
     /// Kernel to capture, as ncu takes it: a plain name matches the kernel's function name
@@ -104,21 +134,21 @@ pub struct RecordArgs {
     )]
     pub kernel: Option<String>,
     /// Capture the Nth matching dispatch (1-based).
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "launch_skip")]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = nth_value, conflicts_with = "launch_skip")]
     pub nth: u64,
     /// Capture M consecutive matching dispatches, starting at --nth; one file each.
-    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "launch_count")]
+    #[arg(long, default_value_t = 1, value_name = "M", value_parser = count_value, conflicts_with = "launch_count")]
     pub count: u64,
     /// ncu's form of --nth: skip N matching dispatches (capture the N+1th).
     #[arg(short = 's', long, value_name = "N")]
     pub launch_skip: Option<u64>,
     /// ncu's form of --count: capture N matching dispatches.
-    #[arg(short = 'c', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'c', long, value_name = "N", value_parser = count_value)]
     pub launch_count: Option<u64>,
     /// Capture the launch with this 1-based index among all kernel launches of the process,
     /// whatever its kernel (the `first` column of `kreplay list` gives each kernel's first).
     /// With -k, the launch must also match it.
-    #[arg(long, value_name = "I", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "I", value_parser = launch_index_value)]
     pub launch_index: Option<u64>,
     /// Only launches made inside an NVTX push/pop range (`torch.cuda.nvtx.range`,
     /// `nvtxRangePush`): `RANGE`, `DOMAIN@RANGE`, or `OUTER/INNER` for a range opened directly
@@ -126,7 +156,8 @@ pub struct RecordArgs {
     #[arg(long, value_name = "RANGE")]
     pub nvtx_include: Option<String>,
     /// Output file. `%p` pid, `%r` MPI/torchrun rank, `%h` host, `%n` match index, `%k` short
-    /// kernel name, `%%` a percent sign. Use `%p` or `%r` when the app starts several processes.
+    /// kernel name, `%%` a percent sign. Use `%p` or `%r` when the app starts several processes,
+    /// `%n` with --count above 1. Checked before the application starts.
     #[arg(
         short = 'o',
         long = "output",
@@ -169,10 +200,10 @@ pub struct ProfileArgs {
     #[arg(short = 'k', long = "kernel", value_name = "NAME|regex:RE")]
     pub kernel: String,
     /// The first matching dispatch to profile (1-based).
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = nth_value)]
     pub nth: u64,
     /// Profile M consecutive matching dispatches from --nth.
-    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "all")]
+    #[arg(long, default_value_t = 1, value_name = "M", value_parser = count_value, conflicts_with = "all")]
     pub count: u64,
     /// Profile every matching dispatch from --nth on.
     #[arg(long)]

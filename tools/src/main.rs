@@ -56,7 +56,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             // Messages quote names and paths from captures: keep control characters inert.
-            crate::warn!("kreplay: error: {}", output::printable(&format!("{e:#}")));
+            crate::warn!("kreplay: error: {}", output::error_text(&e));
             ExitCode::from(2)
         }
     }

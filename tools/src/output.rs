@@ -175,9 +175,59 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// An error and its causes as kreplay prints it: `context: cause: cause`, each text once (a
+/// message that already quotes its cause, as `I/O error: {0}` does, is not followed by that
+/// cause again), control characters inert, and a message of several lines printed as lines,
+/// each one after the first indented under it (never a literal `\n`).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        let c = c.trim_end();
+        if c.is_empty() || text.contains(c) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(c);
+    }
+    text.lines()
+        .map(|l| printable(l.trim_end_matches('\r')).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n  ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::printable;
+
+    #[derive(Debug)]
+    struct Quoting(std::io::Error);
+    impl std::fmt::Display for Quoting {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "I/O error: {}", self.0)
+        }
+    }
+    impl std::error::Error for Quoting {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn errors_print_each_cause_once_and_on_real_lines() {
+        let io = std::io::Error::from_raw_os_error(21);
+        let e = anyhow::Error::new(Quoting(io)).context("cannot pack x.krr");
+        let t = super::error_text(&e);
+        assert_eq!(t.matches("os error 21").count(), 1, "{t}");
+        assert!(t.starts_with("cannot pack x.krr: I/O error: "), "{t}");
+        let e = anyhow::anyhow!("line one\nline two\x1b[2J\n").context("outer");
+        assert_eq!(
+            super::error_text(&e),
+            "outer: line one\n  line two\\u{1b}[2J"
+        );
+    }
 
     #[test]
     fn verdicts_are_painted_only_when_asked() {

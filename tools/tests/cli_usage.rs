@@ -23,18 +23,23 @@ const ECHO_ARGS: &str = "printf 'app got:'; printf ' [%s]' \"$@\"; echo";
 #[test]
 fn list_runs_the_application_without_double_dash() {
     let (code, out, err) = kreplay(&["list", "sh", "-c", ECHO_ARGS, "sh", "-k", "bar", "--json"]);
-    assert_eq!(code, 0, "{err}");
     assert!(out.contains("app got: [-k] [bar] [--json]"), "{out}");
-    // --json went to the application, so kreplay printed its table, not JSON.
-    assert!(out.contains("count"), "{out}");
+    // Not a CUDA application: the recorder never started, which kreplay says (exit 3); --json
+    // went to the application, so kreplay printed no JSON.
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("recorder never started"), "{err}");
+    assert!(!out.contains("\"error\""), "{out}");
 }
 
 #[test]
 fn list_with_double_dash_and_its_own_flags() {
     let (code, out, err) = kreplay(&["list", "--json", "--", "sh", "-c", ECHO_ARGS, "sh", "x"]);
-    assert_eq!(code, 0, "{err}");
+    assert_eq!(code, 3, "{err}");
     assert!(out.contains("app got: [x]"), "{out}");
-    assert!(out.contains("[]"), "kreplay's own --json applied: {out}");
+    assert!(
+        out.contains("\"error\":\"the recorder never started"),
+        "kreplay's own --json applied: {out}"
+    );
 }
 
 #[test]
@@ -112,12 +117,10 @@ fn completions_and_man_page_are_generated() {
 
 #[test]
 fn csv_and_quiet_flags() {
+    // No recorder, no list: not an empty CSV that reads as "no kernels ran".
     let (code, out, err) = kreplay(&["list", "--csv", "sh", "-c", "true"]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        out,
-        "count,in_graphs,first_launch,grid,block,nvtx,name,demangled\n"
-    );
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(out, "");
     let (code, _, err) = kreplay(&["list", "--csv", "--json", "sh", "-c", "true"]);
     assert_eq!(code, 2, "{err}");
     let (code, _, err) = kreplay(&["play", "x.krr", "--csv", "--json"]);

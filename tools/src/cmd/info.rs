@@ -26,10 +26,7 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         let d = match described {
             Ok(d) => d,
             Err(e) if a.files.len() > 1 => {
-                crate::warn!(
-                    "kreplay: error: {}",
-                    crate::output::printable(&format!("{e:#}"))
-                );
+                crate::warn!("kreplay: error: {}", crate::output::error_text(&e));
                 failed += 1;
                 continue;
             }

@@ -27,6 +27,7 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
             a.output.display()
         );
     }
+    super::check_new_output(&a.output, a.force, "-o")?;
     let memory: u64 = kreplay_format::Capture::parse(file.bytes())
         .map(|c| c.regions.iter().map(|r| r.size).sum())
         .unwrap_or(0);

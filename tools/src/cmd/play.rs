@@ -22,6 +22,10 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let Some(path) = &a.file else {
         anyhow::bail!("no capture file given");
     };
+    // Before any replay: the output must be writable when the replay is done.
+    if let Some(out) = &a.save_output {
+        super::check_new_output(out, a.force, "--save-output")?;
+    }
     let file = super::open(path)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
     // A salvaged capture that lost what the dispatch needs is refused before any GPU work.

@@ -5,7 +5,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use kreplay_protocol::config::{env, expand_output, rank_from, KernelFilter};
+use kreplay_protocol::config::{
+    check_pattern, env, expand_output, fixed_directory, rank_from, KernelFilter,
+    REPORT_PLACEHOLDERS,
+};
 use kreplay_protocol::report::ProfileRow;
 
 use crate::cli::{CacheMode, ProfileArgs};
@@ -39,7 +42,12 @@ fn format_of(a: &ProfileArgs) -> Format {
     }
 }
 
-fn render(rows: &[ProfileRow], f: Format) -> anyhow::Result<String> {
+/// The report: its rows, or (JSON only: CSV and the table have no place for it) one object
+/// with an `error` field when no process reported.
+fn render(rows: &[ProfileRow], f: Format, error: Option<&str>) -> anyhow::Result<String> {
+    if let (Some(e), Format::Json) = (error, f) {
+        return Ok(serde_json::to_string(&serde_json::json!({ "error": e }))? + "\n");
+    }
     Ok(match f {
         Format::Table => kreplay::profile::table(rows),
         Format::Json => kreplay::profile::json_lines(rows)?,
@@ -68,6 +76,17 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
+    if let Some(pattern) = &a.output {
+        check_pattern(pattern, REPORT_PLACEHOLDERS).map_err(anyhow::Error::msg)?;
+        let dir = fixed_directory(pattern).unwrap_or_else(|| std::path::PathBuf::from("."));
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "-o {pattern}: the directory {} does not exist: create it first",
+                dir.display()
+            );
+        }
+        super::check_output_dir(&dir, &format!("-o {pattern}"))?;
+    }
     if !a.metrics.is_empty() {
         check_metrics(&a.metrics)?;
     }
@@ -103,6 +122,8 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         ),
     ];
     let run = run_app(&a.command, &vars)?;
+    // No process reported: an empty report would read as "nothing matched".
+    let silence = (!run.recorder_seen()).then(|| run.silence(&a.command[0]));
     let mut rows: Vec<ProfileRow> = run
         .reports
         .iter()
@@ -124,16 +145,24 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
                 0,
                 "",
             );
-            std::fs::write(&path, render(&rows, format)?)
+            std::fs::write(&path, render(&rows, format, silence.as_deref())?)
                 .with_context(|| format!("cannot write the report {path}"))?;
         }
         None if format != Format::Table => {
             let stdout = std::io::stdout();
             let mut w = stdout.lock();
-            w.write_all(render(&rows, format)?.as_bytes())?;
+            w.write_all(render(&rows, format, silence.as_deref())?.as_bytes())?;
             crate::out!(w);
         }
         None => {}
+    }
+    if let Some(e) = &silence {
+        crate::warn!("kreplay: {e}");
+        return Ok(if run.status.success() {
+            ExitCode::from(3)
+        } else {
+            app_exit_code(run.status)
+        });
     }
     if !run.status.success() {
         crate::warn!("kreplay: the application exited with {}", run.status);

@@ -9,7 +9,10 @@ use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use anyhow::{bail, Context};
-use kreplay_protocol::config::{base_name, env, KernelFilter, CAPTURES_DIR, PARTIALS_DIR};
+use kreplay_protocol::config::{
+    base_name, check_record_output, env, expand_output, fixed_directory, host_name, rank_from,
+    uses_placeholder, KernelFilter, CAPTURES_DIR, PARTIALS_DIR,
+};
 use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport};
 
 use crate::cli::{ListArgs, RecordArgs};
@@ -53,6 +56,9 @@ pub(crate) struct Run {
 /// The application's pid while it runs (0 otherwise), for the signal handler.
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// The last of the forwarded signals kreplay itself received (0: none).
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
 /// SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to kreplay itself are passed on to the application, and
 /// kreplay waits for it to end (then cleans up). A Ctrl-C at the terminal already reaches
 /// the whole process group (the kernel sends it, `si_code` SI_KERNEL): it is not sent again.
@@ -62,6 +68,7 @@ extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *m
         let code = unsafe { (*info).si_code };
         code == libc::SI_USER || code == libc::SI_QUEUE || code == libc::SI_TKILL
     };
+    RECEIVED.store(sig, Ordering::SeqCst);
     let child = CHILD.load(Ordering::SeqCst);
     if from_process && child > 0 {
         // SAFETY: kill is async-signal-safe; child is the pid of our own child process.
@@ -75,7 +82,7 @@ const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, 
 
 fn install_forwarding() {
     for sig in FORWARDED {
-        // SAFETY: sigaction is plain data; the handler only loads an atomic and calls kill.
+        // SAFETY: sigaction is plain data; the handler only uses atomics and calls kill.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = forward_signal as *const () as usize;
@@ -254,6 +261,74 @@ pub(crate) fn app_exit_code(status: std::process::ExitStatus) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// When recording stood down in every process that reported: (for stderr, where the
+/// recorder already said why; for JSON, with the first reason).
+fn all_disabled(reports: &[ProcessReport]) -> Option<(String, String)> {
+    let why: Vec<&str> = reports
+        .iter()
+        .filter_map(|r| r.disabled.as_deref())
+        .collect();
+    if why.is_empty() || why.len() < reports.len() {
+        return None;
+    }
+    let n = why.len();
+    Some((
+        format!("recording was disabled in {n} process(es), see above"),
+        format!("recording was disabled in {n} process(es): {}", why[0]),
+    ))
+}
+
+/// A signal's name (`SIGTERM`), or its number.
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+impl Run {
+    /// Whether anything shows that the recorder ran in some process: a report, a capture
+    /// finished, or a capture file begun.
+    pub(crate) fn recorder_seen(&self) -> bool {
+        !self.reports.is_empty() || !self.orphan_captures.is_empty() || !self.unfinished.is_empty()
+    }
+
+    /// Why no process reported, for a run where nothing shows that the recorder ran. True
+    /// whatever happened: the recorder reports when the application exits and notes each
+    /// capture file it begins, so an application killed before it exits leaves no trace of
+    /// a recorder that had started.
+    pub(crate) fn silence(&self, prog: &str) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = self.status.signal() {
+            let kreplay = match RECEIVED.load(Ordering::SeqCst) {
+                0 => String::new(),
+                r => format!(" (kreplay received {} and passed it on)", signal_name(r)),
+            };
+            return format!(
+                "no report from the recorder: {prog} was killed by {}{kreplay} before it exited, and the recorder reports when the application exits, so kreplay cannot tell whether it had started; nothing was recorded",
+                signal_name(sig)
+            );
+        }
+        match kreplay_cuda::ensure_driver() {
+            Err(why) => format!("the recorder never started in {prog}: {why}"),
+            Ok(()) => format!(
+                "the recorder never started in {prog}: it never initialised CUDA (the CUDA driver loads the recorder in cuInit): is it a CUDA application? (a process that ends through _exit or exec cannot report either)"
+            ),
+        }
+    }
+}
+
 fn merge_kernels(reports: &[ProcessReport]) -> Vec<KernelStat> {
     let mut by_name: HashMap<String, KernelStat> = HashMap::new();
     for r in reports {
@@ -282,6 +357,7 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
     }
     let nth = a.launch_skip.map_or(a.nth, |s| s.saturating_add(1));
     let count = a.launch_count.unwrap_or(a.count);
+    check_output(&a, count)?;
     let vars = [
         (env::MODE, "record".to_string()),
         (env::KERNEL, kernel.clone()),
@@ -308,6 +384,28 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         .chain(run.orphan_captures.iter())
         .collect();
     let errors: Vec<_> = run.reports.iter().flat_map(|r| r.errors.iter()).collect();
+    let disabled = run.reports.iter().filter(|r| r.disabled.is_some()).count();
+    let matches: u64 = run.reports.iter().map(|r| r.matches).sum();
+    let what = selection(&a);
+    // Why nothing was captured (`None`: something was), for stderr and for --json's `error`.
+    let error: Option<String> = if !captures.is_empty() {
+        None
+    } else if !run.recorder_seen() {
+        Some(run.silence(&a.command[0]))
+    } else if run.reports.is_empty() {
+        Some("nothing captured: the application ended (exec, _exit or a signal) before the capture was written".into())
+    } else if disabled == run.reports.len() {
+        // The application ran untouched.
+        all_disabled(&run.reports).map(|(_, why)| format!("nothing captured: {why}"))
+    } else if matches == 0 {
+        Some(format!("no dispatch matched {what}"))
+    } else if errors.is_empty() {
+        Some(format!(
+            "{what} matched {matches} dispatch(es), fewer than --nth {nth}"
+        ))
+    } else {
+        Some("nothing captured: the recorder's errors are above".into())
+    };
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {
@@ -318,16 +416,14 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
                 "captures": captures,
                 "errors": errors,
                 "processes": run.reports.len(),
+                "error": error,
             }),
         )?;
         out!(w);
     }
     if run.reports.is_empty() {
-        let ended_early = !run.unfinished.is_empty() || !captures.is_empty();
-        if !ended_early {
-            crate::warn!("kreplay: the recorder never started in {}: is it a CUDA application, and does it reach cuInit? (the CUDA driver loads the recorder on cuInit)", a.command[0]);
-        } else if captures.is_empty() {
-            crate::warn!("kreplay: nothing captured: the application ended (exec, _exit or a signal) before the capture was written");
+        if let Some(e) = &error {
+            crate::warn!("kreplay: {e}");
         }
         if !run.status.success() {
             return Ok(app_exit_code(run.status));
@@ -342,51 +438,80 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         crate::warn!("kreplay: the application exited with {}", run.status);
         return Ok(app_exit_code(run.status));
     }
-    let disabled = run.reports.iter().filter(|r| r.disabled.is_some()).count();
-    if captures.is_empty() && disabled == run.reports.len() {
-        // The recorder printed why it stood down; the application ran untouched.
-        crate::warn!("kreplay: nothing captured: recording was disabled in {disabled} process(es), see above");
-        return Ok(ExitCode::from(3));
+    let Some(error) = error else {
+        // Per-capture summaries went to stderr from the recorder itself: stdout stays the
+        // application's own.
+        return Ok(ExitCode::SUCCESS);
+    };
+    if matches == 0 && disabled < run.reports.len() {
+        let kernels = merge_kernels(&run.reports);
+        if a.kernel
+            .as_deref()
+            .is_some_and(|k| !k.starts_with("regex:"))
+        {
+            crate::warn!(
+                "kreplay: {error}: a plain name matches a kernel's function name or mangled name exactly (as ncu does); `-k regex:{kernel}` searches instead."
+            );
+        } else {
+            crate::warn!("kreplay: {error}.");
+        }
+        let close = closest(&kernel, &kernels);
+        let (title, list): (&str, Vec<&KernelStat>) = if close.is_empty() {
+            ("most frequent kernels", kernels.iter().collect())
+        } else {
+            ("closest kernels", close)
+        };
+        crate::warn!("kreplay: {title} (count, first launch, function, name):");
+        for k in list.iter().take(10) {
+            crate::warn!(
+                "  {:>8} {:>8}  {:<24} {}",
+                k.count,
+                k.first_launch,
+                base_name(&k.demangled),
+                k.demangled
+            );
+        }
+    } else if let Some((said, _)) = all_disabled(&run.reports) {
+        crate::warn!("kreplay: nothing captured: {said}");
+    } else if errors.is_empty() {
+        crate::warn!("kreplay: {error}");
     }
-    if captures.is_empty() {
-        let matches: u64 = run.reports.iter().map(|r| r.matches).sum();
-        let what = selection(&a);
-        if matches > 0 && errors.is_empty() {
-            crate::warn!("kreplay: {what} matched {matches} dispatch(es), fewer than --nth {nth}");
-        } else if matches == 0 {
-            let kernels = merge_kernels(&run.reports);
-            if a.kernel
-                .as_deref()
-                .is_some_and(|k| !k.starts_with("regex:"))
-            {
-                crate::warn!(
-                    "kreplay: no dispatch matched {what}: a plain name matches a kernel's function name or mangled name exactly (as ncu does); `-k regex:{kernel}` searches instead."
+    Ok(ExitCode::from(3))
+}
+
+/// Refuses, before the application starts, an output name that cannot work: an unknown
+/// placeholder, `--count` above 1 without `%n`, a directory that cannot be created or
+/// written in, and a fixed name that exists (without `--force`) or is a directory.
+fn check_output(a: &RecordArgs, count: u64) -> anyhow::Result<()> {
+    let pattern = &a.output;
+    check_record_output(pattern, count).map_err(anyhow::Error::msg)?;
+    let dir = fixed_directory(pattern).unwrap_or_else(|| PathBuf::from("."));
+    super::check_output_dir(&dir, &format!("-o {pattern}"))?;
+    // A name with no per-process, per-match or per-kernel part is known now.
+    if !['p', 'n', 'k']
+        .iter()
+        .any(|&c| uses_placeholder(pattern, c))
+    {
+        let path = expand_output(
+            pattern,
+            0,
+            rank_from(|k| std::env::var(k).ok()),
+            &host_name(),
+            0,
+            "",
+        );
+        if let Ok(m) = std::fs::symlink_metadata(&path) {
+            if m.is_dir() {
+                bail!(
+                    "-o {pattern}: {path} is a directory: name a file (e.g. {path}/%k-%p-%n.krr)"
                 );
-            } else {
-                crate::warn!("kreplay: no dispatch matched {what}.");
             }
-            let close = closest(&kernel, &kernels);
-            let (title, list): (&str, Vec<&KernelStat>) = if close.is_empty() {
-                ("most frequent kernels", kernels.iter().collect())
-            } else {
-                ("closest kernels", close)
-            };
-            crate::warn!("kreplay: {title} (count, first launch, function, name):");
-            for k in list.iter().take(10) {
-                crate::warn!(
-                    "  {:>8} {:>8}  {:<24} {}",
-                    k.count,
-                    k.first_launch,
-                    base_name(&k.demangled),
-                    k.demangled
-                );
+            if !a.force {
+                bail!("-o {pattern}: {path} already exists: pass --force to replace it");
             }
         }
-        return Ok(ExitCode::from(3));
     }
-    // Per-capture summaries went to stderr from the recorder itself: stdout stays the
-    // application's own.
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// How the user selected the dispatch, for messages.
@@ -423,11 +548,27 @@ fn closest<'a>(typed: &str, kernels: &'a [KernelStat]) -> Vec<&'a KernelStat> {
 
 pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
     let run = run_app(&a.command, &[(env::MODE, "list".to_string())])?;
-    if run.reports.is_empty() {
-        crate::warn!(
-            "kreplay: the recorder never started in {}: is it a CUDA application?",
-            a.command[0]
-        );
+    // No process reported, or recording stood down in every one: there is no list to print,
+    // and an empty one would read as "no kernels ran".
+    let error = if run.reports.is_empty() {
+        let e = run.silence(&a.command[0]);
+        Some((e.clone(), e))
+    } else {
+        all_disabled(&run.reports)
+    };
+    if let Some((said, error)) = error {
+        if a.json {
+            let stdout = std::io::stdout();
+            let mut w = stdout.lock();
+            serde_json::to_writer(&mut w, &serde_json::json!({"error": error, "kernels": []}))?;
+            out!(w);
+        }
+        crate::warn!("kreplay: {said}");
+        return Ok(if run.status.success() {
+            ExitCode::from(3)
+        } else {
+            app_exit_code(run.status)
+        });
     }
     let kernels = merge_kernels(&run.reports);
     let stdout = std::io::stdout();

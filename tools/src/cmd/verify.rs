@@ -16,6 +16,15 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     if a.salvage.is_some() && a.files.len() > 1 {
         anyhow::bail!("--salvage takes one capture at a time");
     }
+    // Before any work: where the salvaged capture would go must be writable.
+    if let (Some(out), [input]) = (&a.salvage, a.files.as_slice()) {
+        use std::os::unix::fs::MetadataExt;
+        let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+        // The capture itself is refused once it is known to be damaged (below).
+        if id(out).is_none() || id(out) != id(input) {
+            super::check_new_output(out, a.force, "--salvage")?;
+        }
+    }
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     let (mut damaged, mut unreadable) = (0, 0);
@@ -24,10 +33,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
             Ok(true) => {}
             Ok(false) => damaged += 1,
             Err(e) if a.files.len() > 1 && !crate::output::is_broken_pipe(&e) => {
-                crate::warn!(
-                    "kreplay: error: {}",
-                    crate::output::printable(&format!("{e:#}"))
-                );
+                crate::warn!("kreplay: error: {}", crate::output::error_text(&e));
                 unreadable += 1;
             }
             Err(e) => return Err(e),
@@ -97,12 +103,6 @@ fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result
                 if file.is_same_file(out_path) {
                     anyhow::bail!(
                         "--salvage {}: that is the damaged capture itself; salvage into another file",
-                        out_path.display()
-                    );
-                }
-                if !a.force && kreplay_format::file::occupied(out_path) {
-                    anyhow::bail!(
-                        "--salvage {}: the file exists; pass --force to replace it",
                         out_path.display()
                     );
                 }

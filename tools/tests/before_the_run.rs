@@ -1,0 +1,306 @@
+//! Issue 29, item 5 (and item 1's killed `record`): kreplay says what went wrong, and says it
+//! before the application runs when it can. No GPU needed: a run whose recorder never loads
+//! (a non-CUDA application, or no driver on this machine) is exactly what these check.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Runs the built `kreplay` in `dir` with `args`: (exit status, stdout, stderr).
+fn kreplay_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kreplay"))
+        .args(args)
+        .current_dir(dir)
+        // Any existing file will do: a non-CUDA application never loads it.
+        .env("KREPLAY_RECORD_LIB", env!("CARGO_BIN_EXE_kreplay"))
+        .output()
+        .expect("run kreplay");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kreplay-before-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch");
+    d
+}
+
+/// Whether this machine's CUDA driver library cannot be loaded (as on CI).
+fn no_driver() -> bool {
+    ["libcuda.so.1", "libcuda.so"].iter().all(|name| {
+        let c = std::ffi::CString::new(*name).expect("name");
+        // SAFETY: dlopen with a valid C string; the handle is closed at once.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+        if !h.is_null() {
+            // SAFETY: a handle dlopen returned.
+            unsafe { libc::dlclose(h) };
+        }
+        h.is_null()
+    })
+}
+
+#[test]
+fn a_run_whose_recorder_never_started_says_so_and_fails() {
+    let d = scratch("silent");
+    for args in [
+        &["list", "/bin/true"][..],
+        &["record", "-k", "saxpy", "/bin/true"][..],
+        &["profile", "-k", "saxpy", "/bin/true"][..],
+    ] {
+        let (code, out, err) = kreplay_in(&d, args);
+        assert_ne!(code, 0, "{args:?}: {err}");
+        assert_eq!(code, 3, "{args:?}: {err}");
+        assert!(
+            err.contains("the recorder never started in /bin/true"),
+            "{args:?}: {err}"
+        );
+        if no_driver() {
+            // Why, as `play` says it.
+            assert!(err.contains("no CUDA driver"), "{args:?}: {err}");
+            assert!(
+                err.contains("libcuda.so could not be loaded"),
+                "{args:?}: {err}"
+            );
+        } else {
+            assert!(err.contains("never initialised CUDA"), "{args:?}: {err}");
+        }
+        assert_eq!(
+            err.matches("never started").count(),
+            1,
+            "said once: {args:?}: {err}"
+        );
+        assert!(!out.contains("count"), "no empty table: {out}");
+    }
+    // --json stays parseable and says it in `error`.
+    for args in [
+        &["list", "--json", "/bin/true"][..],
+        &["record", "--json", "-k", "saxpy", "/bin/true"][..],
+        &["profile", "--json", "-k", "saxpy", "/bin/true"][..],
+    ] {
+        let (code, out, err) = kreplay_in(&d, args);
+        assert_eq!(code, 3, "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON value");
+        let e = v["error"].as_str().unwrap_or_default();
+        assert!(e.contains("recorder never started"), "{args:?}: {out}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_killed_application_is_not_said_to_have_run_without_the_recorder() {
+    let d = scratch("killed");
+    let (code, _, err) = kreplay_in(&d, &["record", "-k", "saxpy", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(code, 128 + libc::SIGTERM, "{err}");
+    assert!(!err.contains("never started"), "{err}");
+    assert!(err.contains("killed by SIGTERM"), "{err}");
+    assert!(err.contains("cannot tell whether it had started"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn kreplay_killed_while_the_application_runs_says_what_it_knows() {
+    let d = scratch("kreplay-killed");
+    let child = Command::new(env!("CARGO_BIN_EXE_kreplay"))
+        .args(["record", "-k", "saxpy", "sleep", "30"])
+        .current_dir(&d)
+        .env("KREPLAY_RECORD_LIB", env!("CARGO_BIN_EXE_kreplay"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill on the pid of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{err}");
+    assert!(!err.contains("never started"), "{err}");
+    assert!(err.contains("kreplay received SIGTERM"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `record` refuses these before the application runs: it would have created `ran`.
+#[test]
+fn output_names_that_cannot_work_are_refused_before_the_application_starts() {
+    let d = scratch("names");
+    std::fs::write(d.join("existing.krr"), b"keep").expect("write");
+    std::fs::create_dir(d.join("adir")).expect("dir");
+    let app = ["sh", "-c", "touch ran"];
+    let cases: [(&[&str], &str); 6] = [
+        (&["-o", "x-%x.krr"], "unknown placeholder %x"),
+        (&["-o", "x%"], "lone %"),
+        (&["--count", "2", "-o", "capture.krr"], "no %n"),
+        (&["-c", "3", "-o", "capture.krr"], "-o capture-%n.krr"),
+        (&["-o", "existing.krr"], "already exists: pass --force"),
+        (
+            &["-o", "existing.krr/x-%n.krr"],
+            "existing.krr is not a directory",
+        ),
+    ];
+    for (flags, says) in cases {
+        let mut args = vec!["record", "-k", "saxpy"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&app);
+        let (code, _, err) = kreplay_in(&d, &args);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        assert!(err.contains(says), "{flags:?}: {err}");
+        assert!(!d.join("ran").exists(), "{flags:?}: the application ran");
+    }
+    let (code, _, err) = kreplay_in(
+        &d,
+        &[
+            "record",
+            "-k",
+            "saxpy",
+            "-o",
+            "adir",
+            "sh",
+            "-c",
+            "touch ran",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("adir is a directory"), "{err}");
+    assert!(!d.join("ran").exists());
+    // A directory nobody can create files in (root included).
+    let (code, _, err) = kreplay_in(
+        &d,
+        &[
+            "record",
+            "-k",
+            "saxpy",
+            "-o",
+            "/proc/kreplay-denied/x.krr",
+            "sh",
+            "-c",
+            "touch ran",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot write in /proc"), "{err}");
+    assert!(!d.join("ran").exists());
+    // A directory this user cannot write in (as root every directory is writable).
+    let ro = d.join("ro");
+    std::fs::create_dir(&ro).expect("dir");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o500)).expect("chmod");
+    if std::fs::write(ro.join("probe"), b"").is_err() {
+        let (code, _, err) = kreplay_in(
+            &d,
+            &[
+                "record",
+                "-k",
+                "saxpy",
+                "-o",
+                "ro/x.krr",
+                "sh",
+                "-c",
+                "touch ran",
+            ],
+        );
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("cannot write in ro"), "{err}");
+        assert!(!d.join("ran").exists());
+    }
+    // The default name has %n: --count needs nothing more.
+    let (code, _, err) = kreplay_in(
+        &d,
+        &[
+            "record",
+            "-k",
+            "saxpy",
+            "--count",
+            "2",
+            "sh",
+            "-c",
+            "touch ran",
+        ],
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(d.join("ran").exists(), "{err}");
+    // profile -o names one report per process.
+    let (code, _, err) = kreplay_in(
+        &d,
+        &[
+            "profile",
+            "-k",
+            "saxpy",
+            "-o",
+            "p-%n.json",
+            "sh",
+            "-c",
+            "touch ran2",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown placeholder %n"), "{err}");
+    assert!(!d.join("ran2").exists());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn saxpy() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/captures/cuda-saxpy.krr")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn outputs_of_play_pack_and_salvage_are_checked_before_the_work() {
+    let d = scratch("outputs");
+    std::fs::write(d.join("existing.krr"), b"keep").expect("write");
+    std::fs::create_dir(d.join("adir")).expect("dir");
+    let cap = saxpy();
+    // Refused before the replay runs (here: before it would find that there is no GPU).
+    let (code, _, err) = kreplay_in(&d, &["play", &cap, "--save-output", "existing.krr"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--save-output existing.krr: already exists: pass --force"),
+        "{err}"
+    );
+    assert!(!err.contains("CUDA"), "refused before the replay: {err}");
+    let (code, _, err) = kreplay_in(&d, &["play", &cap, "--save-output", "nodir/out.krr"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the directory nodir does not exist"), "{err}");
+    assert_eq!(
+        std::fs::read(d.join("existing.krr")).expect("read"),
+        b"keep"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn errors_are_printed_once() {
+    let d = scratch("once");
+    std::fs::write(d.join("existing.krr"), b"keep").expect("write");
+    std::fs::create_dir(d.join("adir")).expect("dir");
+    let cap = saxpy();
+    // Each error once (it was `... already exists: pass --force to replace it: ... already
+    // exists: pass --force to replace it`, and `Is a directory (os error 21)` twice).
+    for (args, says) in [
+        (&["pack", &cap, "-o", "existing.krr"][..], "exists"),
+        (&["pack", &cap, "-o", "adir", "--force"][..], "directory"),
+    ] {
+        let (code, _, err) = kreplay_in(&d, args);
+        assert_eq!(code, 2, "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert_eq!(err.matches(says).count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("\\n"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn nth_zero_says_that_nth_counts_from_one() {
+    let d = scratch("nth");
+    for cmd in ["record", "profile"] {
+        let (code, _, err) = kreplay_in(&d, &[cmd, "-k", "saxpy", "--nth", "0", "/bin/true"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("--nth counts from 1"), "{cmd}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
