@@ -37,6 +37,11 @@ pub mod env {
 /// `kreplay record` can remove what an application that died (signal, `_exit`, `exec`) left.
 pub const PARTIALS_DIR: &str = "partials";
 
+/// Where, inside the report directory, the recorder notes its start in a process (a file
+/// named by the pid), so that `kreplay record` can tell a recorder that started in an
+/// application killed before it reported from one that never started.
+pub const STARTED_DIR: &str = "started";
+
 /// Where, inside the report directory, each finished capture's summary is written as soon as
 /// the file is complete: the process report is written at exit, which `_exit` and `exec` skip.
 pub const CAPTURES_DIR: &str = "captures";

@@ -939,6 +939,18 @@ impl Recorder {
     }
 }
 
+/// Notes in the report directory that the recorder started in this process (best effort: a
+/// failure only means a killed application is reported as "cannot tell").
+fn note_started() {
+    let Some(dir) = std::env::var_os(kreplay_protocol::config::env::REPORT_DIR) else {
+        return;
+    };
+    let dir = std::path::Path::new(&dir).join(kreplay_protocol::config::STARTED_DIR);
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join(std::process::id().to_string()), b"");
+    }
+}
+
 /// Notes a `.partial` file in the report directory, so `kreplay record` can remove it if the
 /// application dies before the capture is finished (best effort: a failure here only means a
 /// leftover could stay behind).
@@ -1388,6 +1400,9 @@ pub extern "C" fn InitializeInjection() -> i32 {
         Ok(Err(e)) => Some(e.to_string()),
         Err(_) => Some("internal error during start-up".to_string()),
     };
+    if failed.is_none() {
+        let _ = std::panic::catch_unwind(note_started);
+    }
     if let Some(why) = failed {
         crate::diag!("kreplay: recording disabled: {why}");
         // Tell `kreplay record` that the recorder did start, and why it stood down.

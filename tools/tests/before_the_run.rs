@@ -102,6 +102,21 @@ fn a_killed_application_is_not_said_to_have_run_without_the_recorder() {
 }
 
 #[test]
+fn a_recorder_that_started_in_a_killed_application_is_said_to_have_started() {
+    // The application notes the recorder's start as the recorder does (in the report
+    // directory's `started/`, a file named by the pid), then dies before any report.
+    let d = scratch("killed-started");
+    let script = r#"mkdir -p "$KREPLAY_REPORT_DIR/started" && : > "$KREPLAY_REPORT_DIR/started/$$" && kill -KILL $$"#;
+    let (code, _, err) = kreplay_in(&d, &["record", "-k", "saxpy", "sh", "-c", script]);
+    assert_eq!(code, 128 + libc::SIGKILL, "{err}");
+    assert!(err.contains("the recorder had started in sh (pid "), "{err}");
+    assert!(err.contains("killed by SIGKILL"), "{err}");
+    assert!(!err.contains("never started"), "{err}");
+    assert!(!err.contains("cannot tell"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
 fn kreplay_killed_while_the_application_runs_says_what_it_knows() {
     let d = scratch("kreplay-killed");
     let child = Command::new(env!("CARGO_BIN_EXE_kreplay"))

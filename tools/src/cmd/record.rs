@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use anyhow::{bail, Context};
 use kreplay_protocol::config::{
     base_name, check_record_output, env, expand_output, fixed_directory, host_name, rank_from,
-    uses_placeholder, KernelFilter, CAPTURES_DIR, PARTIALS_DIR,
+    uses_placeholder, KernelFilter, CAPTURES_DIR, PARTIALS_DIR, STARTED_DIR,
 };
 use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport};
 
@@ -51,6 +51,8 @@ pub(crate) struct Run {
     orphan_captures: Vec<CaptureSummary>,
     /// `.partial` files removed: captures the application did not live to finish.
     unfinished: Vec<PathBuf>,
+    /// Processes in which the recorder noted its start (pids).
+    started: Vec<u32>,
 }
 
 /// The application's pid while it runs (0 otherwise), for the signal handler.
@@ -158,6 +160,21 @@ impl ReportDir {
 
     /// Removes the `.partial` files of captures the application did not live to finish
     /// (killed by a signal, `_exit`, `exec`); returns their paths.
+    fn started(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = std::fs::read_dir(self.0.join(STARTED_DIR))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        pids.sort_unstable();
+        pids
+    }
+
+    /// Removes the `.partial` files the recorder noted for captures it did not finish
+    /// (killed by a signal, `_exit`, `exec`); returns their paths.
     fn remove_unfinished(&self) -> Vec<PathBuf> {
         let mut removed = Vec::new();
         let Ok(entries) = std::fs::read_dir(self.0.join(PARTIALS_DIR)) else {
@@ -244,6 +261,7 @@ pub(crate) fn run_app(command: &[String], vars: &[(&str, String)]) -> anyhow::Re
         reports,
         orphan_captures,
         unfinished,
+        started: report_dir.started(),
     })
 }
 
@@ -310,11 +328,22 @@ impl Run {
     /// a recorder that had started.
     pub(crate) fn silence(&self, prog: &str) -> String {
         use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = self.status.signal() {
-            let kreplay = match RECEIVED.load(Ordering::SeqCst) {
-                0 => String::new(),
-                r => format!(" (kreplay received {} and passed it on)", signal_name(r)),
+        let kreplay = match RECEIVED.load(Ordering::SeqCst) {
+            0 => String::new(),
+            r => format!(" (kreplay received {} and passed it on)", signal_name(r)),
+        };
+        if !self.started.is_empty() {
+            let pids: Vec<String> = self.started.iter().map(|p| p.to_string()).collect();
+            let how = match self.status.signal() {
+                Some(sig) => format!("was killed by {}{kreplay}", signal_name(sig)),
+                None => "ended through _exit or exec".to_string(),
             };
+            return format!(
+                "the recorder had started in {prog} (pid {}), but no process reported: the application {how} before it exited, and the recorder reports when the application exits; nothing was recorded",
+                pids.join(", ")
+            );
+        }
+        if let Some(sig) = self.status.signal() {
             return format!(
                 "no report from the recorder: {prog} was killed by {}{kreplay} before it exited, and the recorder reports when the application exits, so kreplay cannot tell whether it had started; nothing was recorded",
                 signal_name(sig)
