@@ -6,7 +6,8 @@ cargo build --release -p kreplay -p kreplay-record
 cargo build --release -p kreplay-player --example replay_bench
 cargo build --release -p kreplay-format --example craft_hostile --example stream_rates
 mkdir -p dist
-# The GPU test of the chunk kernels (a cargo test binary; it skips where there is no GPU).
+# The GPU test of the chunk kernels (a cargo test binary; its test is #[ignore]d: run it with
+# --ignored or --include-ignored on a GPU).
 t=$(cargo test --release -p kreplay-cuda --test chunks_gpu --no-run --message-format=json 2> /dev/null \
   | python3 -c 'import json, sys; print([j["executable"] for j in map(json.loads, sys.stdin) if j.get("executable")][-1])')
 cp "$t" dist/chunks_gpu && strip --strip-debug dist/chunks_gpu

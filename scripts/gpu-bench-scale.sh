@@ -16,7 +16,9 @@
 # KREPLAY_BIG_GIB), captured with the same host-memory bound.
 # Disk baselines use O_DIRECT (the disk, not the page cache); captures are written and read
 # through the page cache as a user's would be.
+# Exits 1 when a figure misses its target (MISSED) or could not be measured.
 set -u
+MISSED=0
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(cd "${1:-$HERE/dist}" && pwd)
 GIB=${2:-16}
@@ -82,7 +84,11 @@ print(f"bench: {kind} {g} GiB: peak RSS recorded app {rss_rec:.0f} MiB, play {rs
 stall_budget = 2 * raw / (dtod * GB) * 1e3 + 5
 phases = ", ".join(f"{p['phase']} {p['ms']:.1f}" for p in c.get("stall_phases", []))
 print(f"bench: {kind} {g} GiB: stall {stall:.1f} ms ({phases} ms); target <= 2 x {raw / 2**30:.1f} GiB / DtoD {dtod:.0f} GB/s + 5 ms = {stall_budget:.1f} ms -> {ok(stall <= stall_budget)}")
+met = [cap_rate >= 0.8 * cap_base, first >= 0.8 * play_base, max(rss_rec, rss_play, rss_ver) <= 2048, stall <= stall_budget,
+       bool(p2["verify"]["matched"])]
+sys.exit(0 if all(met) else 3)
 PY
+  [ $? -eq 0 ] || MISSED=1
   rm -f "$f"
 }
 
@@ -90,7 +96,7 @@ one floats "$GIB"
 one zeros "$GIB"
 
 BIG=${KREPLAY_BIG_GIB:-100}
-[ "$BIG" = 0 ] && exit 0
+[ "$BIG" = 0 ] && { [ "$MISSED" = 0 ] || echo "bench: a target was missed (MISSED above)"; exit "$MISSED"; }
 echo "== beyond free device memory: bigmem mixed $BIG GiB (4 GiB float-like, the rest zeros)"
 nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader
 "$W/bigmem" mixed "$BIG"
@@ -107,5 +113,8 @@ t, prss = open(f"{w}/bigplay.t").read().split()[-2:]
 p = json.load(open(f"{w}/bigplay.json"))
 print(f"bench: beyond free memory {g} GiB: captured {c['raw_bytes'] / 2**30:.1f} GiB in {c['total_ms'] / 1e3:.1f} s (stall {c['stall_ms'] / 1e3:.1f} s: written during it), stored {c['stored_bytes'] / 2**30:.2f} GiB; "
       f"peak RSS recorded app {rss:.0f} MiB, play --verify {int(prss) / 1024:.0f} MiB ({float(t):.1f} s, {'matched' if p['verify']['matched'] else 'NOT matched'}); target <= 2048 MiB -> {'ok' if max(rss, int(prss) / 1024) <= 2048 else 'MISSED'}")
+sys.exit(0 if max(rss, int(prss) / 1024) <= 2048 and p["verify"]["matched"] else 3)
 PY
+[ $? -eq 0 ] || MISSED=1
 rm -f "$W/big.krr"
+if [ "$MISSED" != 0 ]; then echo "bench: a target was missed (MISSED above)"; exit 1; fi

@@ -2,7 +2,9 @@
 # Replay benchmarks on a CUDA machine (figures next to their baselines, one run):
 #   scripts/gpu-bench.sh [BIN_DIR]          # BIN_DIR: kreplay, libkreplay_record.so, replay_bench
 #   scripts/gpu-bench.sh BIN_DIR samples    # only the in-app samples section (the last one)
+# Exits 1 when a figure misses its target (OVER) or could not be measured.
 set -u
+MISSED=0
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(cd "${1:-$HERE/dist}" && pwd)
 W=${KREPLAY_WORK:-$(mktemp -d /tmp/kreplay-bench.XXXXXX)}
@@ -18,7 +20,13 @@ rec big4g big_scale 1 "$W/kapps" big4g
 stall=$(grep -o 'stalled the app [0-9.]* ms' "$W/big4g.rec.err" | grep -o '[0-9.]*')
 grep -h "captured" "$W/big4g.rec.err"
 bare=$("$W/copybench" $((4 << 30)) | tee /dev/stderr | grep -o ': [0-9.]* ms' | grep -o '[0-9.]*')
-python3 -c "s, b = float('$stall'), float('$bare'); print(f'bench: record stall {s:.1f} ms for a 4 GiB dispatch; bare pinned DtoH of 4 GiB {b:.1f} ms; ratio {s / b:.2f} (target <= 1.3) -> ' + ('ok' if s <= 1.3 * b else 'OVER'))"
+python3 -c "import sys
+try:
+    s, b = float('$stall'), float('$bare')
+except ValueError:
+    print('bench: record stall or bare DtoH not measured (stall \'$stall\', bare \'$bare\') -> MISSED'); sys.exit(3)
+print(f'bench: record stall {s:.1f} ms for a 4 GiB dispatch; bare pinned DtoH of 4 GiB {b:.1f} ms; ratio {s / b:.2f} (target <= 1.3) -> ' + ('ok' if s <= 1.3 * b else 'OVER'))
+sys.exit(0 if s <= 1.3 * b else 3)" || MISSED=1
 "$BIN/kreplay" verify "$W/big4g.krr"
 "$BIN/kreplay" play "$W/big4g.krr" --passes 3 --verify | tail -3
 rm -f "$W/big4g.krr"
@@ -68,13 +76,14 @@ orig = [r['original_ns'] for r in rows if r.get('original_ns')]
 rep = [r['median_ns'] for r in rows if r.get('median_ns')]
 first = [r['durations_ns'][0] for r in rows if r.get('durations_ns')]
 if len(orig) < 3 or len(rep) < 3:
-    print('bench: $name ($how): too few captures (%d)' % len(rows)); sys.exit()
+    print('bench: $name ($how): too few captures (%d) -> MISSED' % len(rows)); sys.exit(3)
 o, p, f1 = statistics.median(orig), statistics.median(rep), statistics.median(first)
 d = (p - o) / o * 100
 print('bench: $name ($how): in-app %s us -> median %.1f us; replay medians %s us -> median %.1f us (first passes: median %.1f us, %+.1f%%); diff %+.1f%%%s' % (
     ' '.join('%.1f' % (x / 1e3) for x in orig), o / 1e3, ' '.join('%.1f' % (x / 1e3) for x in rep), p / 1e3, f1 / 1e3, (f1 - o) / o * 100, d,
     '' if o < 20000 else ' (target +-5% for >= 20 us) -> ' + ('ok' if abs(d) <= 5 else 'OVER')))
-"
+sys.exit(3 if o >= 20000 and abs(d) > 5 else 0)
+" || MISSED=1
 }
 for how in ${KREPLAY_BENCH_SAMPLES:-runs count}; do
   multi globals poly_globals $how "$W/kapps" globals
@@ -82,3 +91,4 @@ for how in ${KREPLAY_BENCH_SAMPLES:-runs count}; do
   multi coop coop_normalize $how "$W/kapps" coop
 done
 multi stencil stencil_iter runs "$W/kapps" stencil
+if [ "$MISSED" != 0 ]; then echo "bench: a target was missed (OVER/MISSED above)"; exit 1; fi

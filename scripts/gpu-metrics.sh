@@ -29,7 +29,14 @@ mcase() {
   local name=$1 regex=$2; shift 3
   local w="$WORK/m-$name"
   echo "== $name"
-  [ -f "$w.krr" ] || "$KR" record -k "$regex" -o "$w.krr" -- "$@" > /dev/null 2> "$w.rec.err" || { echo "record failed: $(tail -3 "$w.rec.err")"; return; }
+  # A failed record is a failed row (issue 39 item 8: it returned with no row, so the run
+  # could end "0 passed, 0 failed" and exit 0).
+  [ -f "$w.krr" ] || "$KR" record -k "$regex" -o "$w.krr" -- "$@" > /dev/null 2> "$w.rec.err" || {
+    echo "record failed: $(tail -3 "$w.rec.err")"
+    python3 -c 'import json, sys; print(json.dumps({"case": sys.argv[1], "record_failed": open(sys.argv[2]).read()[-600:]}))' \
+      "$name" "$w.rec.err" >> "$WORK/metrics.jsonl"
+    return
+  }
   local i
   for i in 1 2; do
     /usr/bin/time -f "%e" -o "$w.ncu$i.time" ncu --kernel-name-base demangled --csv --print-units base --metrics "$M" -k "regex:$regex" -c 1 "$@" > "$w.ncu$i.csv" 2> "$w.ncu$i.err"
@@ -93,6 +100,10 @@ def spread(a, b):
     return 0.0 if m == 0 else abs(a - b) / m * 100
 for r in rows:
     print()
+    if r.get("record_failed") is not None:
+        print(f"{r['case']}: record failed: {r['record_failed']}  FAIL")
+        failed += 1
+        continue
     print(f"{r['case']}: wall time ncu on the app {r['t_ncu']} s, kreplay play --metrics {r['t_kr']} s, ncu on kreplay play {r['t_krncu']} s")
     if r["err"]: print("  stderr: " + r["err"].replace("\n", " / ")[:600])
     print(f"  {'metric':<48} {'ncu app':>16} {'ncu spread':>10} {'ncu clk-free':>16} {'kreplay':>16} {'kr spread':>9} {'diff':>7} {'ncu on player':>16}  check")
@@ -118,5 +129,5 @@ for r in rows:
         print(f"  {m:<48} {f(a1):>16} {p(sp_ncu):>10} {f(af):>16} {f(k1):>16} {p(sp_kr):>9} {p(diff):>7} {f(kn):>16}  {'ok' if ok else 'DIFF'}{' (work, 1%)' if work else ''}")
 print()
 print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(1 if failed or not passed else 0)
 PY

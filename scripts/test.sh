@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (CI runs it): formatting, lints, and every test. GPU-only
-# behaviour is covered by scripts/gpu-test.sh on a CUDA machine; here, tests that would need a
+# behaviour is covered by scripts/gpu-test.sh (and tests/gpu) on a CUDA machine; here, tests that would need a
 # GPU check that kreplay says clearly that there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,3 +16,5 @@ VENV=${KREPLAY_VENV:-target/python-venv}
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.5,<2" numpy pytest
 (cd python && VIRTUAL_ENV="$PWD/../$VENV" PATH="$PWD/../$VENV/bin:$PATH" maturin develop -q)
 KREPLAY_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/kreplay" "$VENV/bin/python" -m pytest -q python/tests
+# The GPU suite's own helpers and case table (tests/gpu; its GPU cases need a CUDA machine).
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/gpu -m "not gpu"

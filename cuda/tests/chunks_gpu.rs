@@ -1,6 +1,6 @@
-//! The chunk kernels against the same facts computed on the host, on a GPU (skipped, and said
-//! so, where there is none). Shapes: a region ending mid-vector and mid-chunk, zero and
-//! nonzero chunks, a single changed byte in the middle of a chunk and one in the tail bytes,
+//! The chunk kernels against the same facts computed on the host, on a GPU (an ignored test:
+//! `--ignored` runs it, and without a GPU it fails). Shapes: a region ending mid-vector and
+//! mid-chunk, zero and nonzero chunks, a single changed byte in the middle of a chunk and one in the tail bytes,
 //! a chunk that changes to zeros.
 
 use kreplay_cuda::chunks::ChunkKernels;
@@ -19,12 +19,12 @@ fn host_flags(pre: &[u8], post: &[u8]) -> (Vec<bool>, Vec<bool>) {
     (nonzero, changed)
 }
 
+// Needs a GPU: ignored by `cargo test` (which would count an early return as a pass); the GPU
+// suite runs the binary scripts/dist.sh builds with --ignored (tests/gpu, chunk-kernels).
 #[test]
+#[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
 fn scan_and_digest_agree_with_the_host() {
-    let Ok(device) = Device::open(0) else {
-        eprintln!("skipped: no GPU (the CUDA driver or a device is missing)");
-        return;
-    };
+    let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
     let ctx = PrimaryContext::retain(&device).expect("primary context");
     ctx.handle().make_current().expect("current");
     let kernels = ChunkKernels::load(device.props().sm_count).expect("the PTX loads");

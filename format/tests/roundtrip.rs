@@ -162,6 +162,138 @@ proptest! {
     }
 }
 
+/// A small capture: one dispatch, one 300-byte region in 128-byte chunks of `fill`.
+fn sample(fill: Fill) -> Vec<u8> {
+    let mut w =
+        CaptureWriter::new(Cursor::new(Vec::new()), [1; 16], WriterOptions::default()).unwrap();
+    w.dispatch(&Dispatch {
+        kernel_name: "k".into(),
+        module_id: 0,
+        api: LaunchApi::LaunchKernel,
+        grid: [1; 3],
+        block: [1; 3],
+        cluster: [0; 3],
+        dynamic_shared_bytes: 0,
+        attributes: vec![],
+        params: vec![],
+        arg_bytes: vec![],
+        pointer_words: vec![],
+        original_duration_ns: None,
+    })
+    .unwrap();
+    w.region(&Region {
+        region_id: 0,
+        address: 0,
+        size: 300,
+        kind: MemoryKind::Device,
+        role: RegionRole::Argument,
+        chunk_size: 128,
+    })
+    .unwrap();
+    w.memory(0, MemoryState::Pre, 0, &make(300, fill, 7))
+        .unwrap();
+    w.finish().unwrap().into_inner()
+}
+
+const HEADER: usize = 64;
+const FRAME: usize = 24;
+const TRAILER: usize = 32;
+const MEMORY_CHUNK: u16 = 6;
+
+fn le_u64(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b[..8].try_into().unwrap())
+}
+
+/// The payload byte ranges of every event (docs/FORMAT.md: frames back to back after the
+/// header, the trailer last).
+fn payloads(bytes: &[u8]) -> Vec<(u16, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut at = HEADER;
+    while at + FRAME <= bytes.len() - TRAILER {
+        let kind = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        let len = le_u64(&bytes[at + 8..]) as usize;
+        out.push((kind, at + FRAME..at + FRAME + len));
+        at += FRAME + len;
+    }
+    out
+}
+
+/// Recomputes every CRC the format holds (header, each frame and payload, each RAW chunk's
+/// raw bytes, the trailer) so that edited payload bytes reach the decoders.
+fn repair_crcs(bytes: &mut [u8]) {
+    for (kind, p) in payloads(bytes) {
+        if kind == MEMORY_CHUNK && p.len() >= 32 && bytes[p.start + 5] == 0 {
+            let raw = crc32fast::hash(&bytes[p.start + 32..p.end]);
+            bytes[p.start + 24..p.start + 28].copy_from_slice(&raw.to_le_bytes());
+        }
+        let f = p.start - FRAME;
+        let crc = crc32fast::hash(&bytes[p.clone()]);
+        bytes[f + 4..f + 8].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[f..f + 20]);
+        bytes[f + 20..f + 24].copy_from_slice(&crc.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    let t = bytes.len() - TRAILER;
+    let crc = crc32fast::hash(&bytes[t..t + 28]);
+    bytes[t + 28..t + 32].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The repair is what makes the hostile-payload property test reach the decoders: an edited
+/// RAW chunk with its CRCs repaired verifies and reads back edited; unrepaired, it does not.
+#[test]
+fn repaired_crcs_let_edited_payloads_through() {
+    let mut bytes = sample(Fill::Random);
+    let mut clean = bytes.clone();
+    repair_crcs(&mut clean);
+    assert_eq!(
+        clean, bytes,
+        "the repair of an untouched file changes nothing"
+    );
+    let (_, chunk) = payloads(&bytes)
+        .into_iter()
+        .find(|(k, p)| *k == MEMORY_CHUNK && bytes[p.start + 5] == 0)
+        .expect("a RAW chunk (random bytes do not compress)");
+    bytes[chunk.start + 40] ^= 0xff;
+    assert!(verify(&bytes).is_err(), "an edit without repair is caught");
+    repair_crcs(&mut bytes);
+    verify(&bytes).expect("the repaired file verifies");
+    let cap = Capture::parse(&bytes).expect("parses");
+    let read = cap.read_region(0).expect("reads");
+    assert_ne!(read, make(300, Fill::Random, 7));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Edits inside payloads (metadata, chunk prefixes and data) with every CRC repaired: the
+    /// decoders see checksum-valid hostile input and must refuse it or read it, never panic.
+    #[test]
+    fn checksum_valid_hostile_payloads_never_panic(
+        fill in fill_strategy(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+    ) {
+        let mut bytes = sample(fill);
+        let spans: Vec<_> = payloads(&bytes).into_iter().map(|(_, p)| p).collect();
+        let total: usize = spans.iter().map(|p| p.len()).sum();
+        for (idx, v) in edits {
+            let mut i = idx.index(total);
+            let p = spans.iter().find(|p| if i < p.len() { true } else { i -= p.len(); false }).unwrap();
+            bytes[p.start + i] = v;
+        }
+        repair_crcs(&mut bytes);
+        let _ = scan(&bytes);
+        let _ = verify(&bytes);
+        if let Ok(cap) = Capture::parse(&bytes) {
+            for r in cap.regions.clone() {
+                if r.size <= 1 << 26 {
+                    let _ = cap.read_region(r.region_id);
+                }
+            }
+        }
+        let _ = salvage(&bytes, Cursor::new(Vec::new()));
+    }
+}
+
 /// `zeros` (the recorder's path for chunks the GPU found all zero) writes exactly what
 /// `memory` writes for the same zero bytes, and refuses the ranges `memory` refuses.
 #[test]

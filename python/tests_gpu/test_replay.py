@@ -32,15 +32,37 @@ def test_saxpy_recorded_by_the_fixture_replays_bit_exact(kreplay_record):
     np.testing.assert_allclose(y.array(np.float32, post=True)[:n], a * x + y.array(np.float32)[:n], rtol=1e-6)
 
 
+# Fields measured in time, and counters that depend on what the cache held (DRAM traffic).
+TIMED = {"durations_ns", "min_ns", "median_ns", "max_ns", "restore_median_ns", "setup_ms"}
+CACHE_DEPENDENT_METRICS = {"dram__bytes_read.sum"}
+
+
+def untimed(report):
+    """A play report without its timings and cache-dependent counter values."""
+    r = {k: v for k, v in report.items() if k not in TIMED}
+    if "metrics" in r:
+        r["metrics"] = {k: v for k, v in r["metrics"].items() if k not in CACHE_DEPENDENT_METRICS}
+    return r
+
+
+def test_untimed_leaves_out_timing_only():
+    r = {"kernel": "k", "median_ns": 1, "durations_ns": [1], "setup_ms": 2.0, "verify": {"matched": True},
+         "metrics": {"smsp__inst_executed.sum": 5.0, "dram__bytes_read.sum": 7.0}}
+    assert untimed(r) == {"kernel": "k", "verify": {"matched": True}, "metrics": {"smsp__inst_executed.sum": 5.0}}
+
+
 def test_play_reports_as_the_cli_does(kreplay_record):
     cap = kreplay_record([KAPPS, "saxpy", "3"], kernel="saxpy")
     py = kreplay.play(cap.path, passes=3, verify=True, metrics=["smsp__inst_executed.sum", "dram__bytes_read.sum"])
     cli = json.loads(subprocess.run([os.environ["KREPLAY_BIN"], "play", cap.path, "--passes", "3", "--verify", "--json",
                                      "--metrics", "smsp__inst_executed.sum,dram__bytes_read.sum"],
                                     check=True, capture_output=True, text=True).stdout)
+    # Every field that does not depend on timing or on the cache's state is the CLI's
+    # (issue 39 item 11: only the key names and one counter were compared).
     assert set(py) == set(cli)
-    assert py["metrics"]["smsp__inst_executed.sum"] == cli["metrics"]["smsp__inst_executed.sum"]
+    assert untimed(py) == untimed(cli)
     assert py["metrics"]["smsp__inst_executed.sum"] > 0
+    assert py["metrics"]["dram__bytes_read.sum"] > 0 and cli["metrics"]["dram__bytes_read.sum"] > 0
     relocated = kreplay.play(cap.path, passes=2, relocate=True)
     assert relocated["address_mode"] == "relocated" and relocated["verify"]["matched"]
 

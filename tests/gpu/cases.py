@@ -1,0 +1,390 @@
+"""The case table: every case of scripts/gpu-test.sh, by kind.
+
+Placeholders in command lines: {kapps}, {driver_app}, {graph_apps}, {beyond_apps},
+{cupti_app}, {driver_kernel} (a cubin), {example_tool} (a shared library): the test apps,
+built once per session by the `apps` fixture (conftest.py); {apps}: testdata/apps (the Python
+apps' sources). `python3` is the machine's, as in the bash suite.
+
+A case's `known` (a reason) makes it `xfail(strict=True)`: a fixed limitation shows as XPASS,
+which fails the run. None of today's cases is a known limitation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+# Markers of cases that must not run beside others (conftest.py skips them under xdist):
+# `timed` cases measure time, `counters` cases take the GPU's performance counters (ncu,
+# CUPTI profiling: device-wide), `bench` cases are benchmarks.
+SERIAL_MARKS = ("timed", "counters", "bench")
+
+
+@dataclass(frozen=True)
+class RunCase:
+    """run_case: the app plain and under `record -k regex:REGEX --nth NTH`, then verify, info,
+    play --passes 8 --verify, play --relocate, play --ptx (when there is PTX)."""
+
+    name: str
+    regex: str
+    nth: int
+    argv: tuple
+    rec_extra: tuple = ()
+    known: str = ""
+    timeout: int = 900
+
+
+@dataclass(frozen=True)
+class CheckCase:
+    """check_case: the app plain, then under `kreplay KARGS -- CMD`: kreplay's exit status,
+    the app's stdout unchanged, stderr matching a pattern."""
+
+    name: str
+    kargs: tuple
+    want_rc: int
+    stderr: str
+    argv: tuple
+    known: str = ""
+    timeout: int = 700
+
+
+@dataclass(frozen=True)
+class ProfileCase:
+    """pcase: the app plain, then under `kreplay profile ARGS -o REPORT`; the output must be
+    identical to a plain run's and the report's rows pass `check`."""
+
+    name: str
+    args: tuple
+    argv: tuple
+    check: Callable
+    marks: tuple = ()
+    known: str = ""
+    timeout: int = 900
+
+
+@dataclass(frozen=True)
+class ShareCase:
+    """share_case: `pack FLAGS --level 3` of another case's capture, replayed."""
+
+    name: str
+    source: str
+    flags: tuple
+    known: str = ""
+    timeout: int = 600
+
+
+@dataclass(frozen=True)
+class EndingCase:
+    """ending_case: the application ends (exec, _exit, its own SIGTERM) while a 1 GiB capture
+    is being written."""
+
+    name: str
+    how: str
+    known: str = ""
+    timeout: int = 700
+
+
+K, G, B = "{kapps}", "{graph_apps}", "{beyond_apps}"
+PY = ("python3",)
+
+
+def _py(app, *args):
+    return PY + ("{apps}/" + app,) + args
+
+
+HOST = ("env", "KREPLAY_DEBUG_SNAPSHOT=host")
+VMM = ("env", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+RUN_CASES = [
+    RunCase("cuda-saxpy", "^saxpy", 2, (K, "saxpy", "3")),
+    RunCase("cuda-globals", "poly_globals", 1, (K, "globals")),
+    RunCase("cuda-pointers", "gather_sum", 1, (K, "pointers")),
+    RunCase("cuda-bigsmem", "smem_reverse", 1, (K, "bigsmem")),
+    RunCase("cuda-threads", "scale_rows", 5, (K, "threads")),
+    RunCase("cuda-cluster", "cluster_scale", 1, (K, "cluster")),
+    RunCase("cuda-coop", "coop_normalize", 1, (K, "coop")),
+    RunCase("cuda-stencil", "stencil_iter", 1, (K, "stencil")),
+    RunCase("driver-extra", "^axpb$", 1, ("{driver_app}", "{driver_kernel}")),
+    RunCase("torch-gemm", "gemm|xmma|cutlass", 1, _py("torch_app.py")),
+    RunCase("torch-elementwise", "sigmoid", 1, _py("torch_app.py")),
+    RunCase("triton", "fused_axpy_relu", 1, _py("triton_app.py")),
+    RunCase("cupy", "cupy_scale_add", 1, _py("cupy_app.py")),
+    RunCase("jax", "fusion|tanh", 1, _py("jax_app.py")),
+    RunCase("cuda-async", "^saxpy", 1, (K, "async")),
+    RunCase("torch-vmm", "sigmoid", 1, VMM + _py("torch_app.py")),
+    # No device scratch: regions go to the file during the stall, the write set found by GPU
+    # digests (#13).
+    RunCase("spill-saxpy", "^saxpy", 2, HOST + (K, "saxpy", "3")),
+    RunCase("spill-pointers", "gather_sum", 1, HOST + (K, "pointers")),
+    RunCase("spill-torch-gemm", "gemm|xmma|cutlass", 1, HOST + _py("torch_app.py")),
+    # The app under its own profiler (Kineto, a CUPTI user): recording wins the CUPTI slot.
+    RunCase("torch-profiler", "sigmoid", 1, _py("torch_profiler_app.py")),
+    # cuFFT's table through the module global `lut_sp`: module globals are pointer-walk roots.
+    RunCase("torch-fft", "regular_fft", 1, _py("fft_app.py")),
+    # A child forked after CUDA work exits through exit(): neither hung nor crashed.
+    RunCase("robust-fork", "^saxpy", 1, ("timeout", "120", K, "fork")),
+    RunCase("cuda-async-all", "^saxpy", 1, (K, "async"), rec_extra=("--memory", "all")),
+    RunCase("torch-vmm-all", "sigmoid", 1, VMM + _py("torch_app.py"), rec_extra=("--memory", "all")),
+    # Beyond linear device memory (issue 19).
+    RunCase("beyond-printf", "print_scale", 1, (B, "printf")),
+    RunCase("beyond-ctxdestroy", "teardown_scale", 1, ("timeout", "300", B, "ctxdestroy")),
+    RunCase("beyond-devicereset", "teardown_scale", 1, ("timeout", "300", B, "devicereset")),
+    RunCase("beyond-primaryreset", "teardown_scale", 1, ("timeout", "300", B, "primaryreset")),
+    RunCase("beyond-mapped", "mapped_mix", 1, (B, "mapped")),
+    RunCase("beyond-registered", "mapped_mix", 1, (B, "registered")),
+    RunCase("beyond-tex2d", "tex2d_read", 1, (B, "tex2d")),
+    RunCase("beyond-texlayered", "tex_layered_read", 1, (B, "texlayered")),
+    RunCase("beyond-texcube", "tex_cube_read", 1, (B, "texcube")),
+    RunCase("beyond-texpitch", "tex2d_read", 1, (B, "texpitch")),
+    RunCase("beyond-texmip", "tex_mip_read", 1, (B, "texmip")),
+    RunCase("beyond-surface", "surf_write", 1, (B, "surface")),
+    RunCase("beyond-textable", "tex_table_read", 1, (B, "textable")),
+    # Kernels inside CUDA graphs: each node execution counts.
+    RunCase("graph-saxpy", "^saxpy", 2, (K, "graph")),
+    RunCase("graph-stream", "graph_consume", 4, (G, "stream", "5")),
+    RunCase("graph-explicit", "graph_consume", 3, (G, "explicit", "4")),
+    RunCase("graph-child", "graph_consume", 2, (G, "child", "3")),
+    RunCase("graph-update", "graph_axpy", 4, (G, "update", "5")),
+    RunCase("graph-exec-update", "graph_axpy", 4, (G, "whole", "5")),
+    RunCase("graph-cluster", "graph_cluster", 2, (G, "cluster", "3")),
+    RunCase("torch-cudagraph", "Gelu", 3, _py("torch_graph_app.py", "cudagraph", "3")),
+]
+
+# torch-compile is a run case whose kernel and --nth come from `kreplay list` at run time
+# (the last execution of a Triton kernel that ran in a CUDA graph): prepared.py resolves it.
+TORCH_COMPILE = RunCase("torch-compile", "", 0, _py("torch_graph_app.py", "compile", "3"))
+
+COND = "conditional node.*the application continues"
+CHECK_CASES = [
+    CheckCase("robust-no-match", ("record", "-k", "no_such_kernel_xyz"), 3, "no dispatch matched.*saxpy", (K, "saxpy", "3")),
+    CheckCase("robust-unwritable", ("record", "-k", "saxpy", "-o", "/proc/kreplay-denied/x.krr"), 3,
+              "could not be written", (K, "saxpy", "3")),
+    # The recorder's own kernels are never the application's (issue 29).
+    CheckCase("robust-own-kernels", ("record", "-k", "regex:kreplay|digest|chunk"), 3, "no dispatch matched.*saxpy",
+              (K, "saxpy", "3")),
+    CheckCase("graph-host", ("record", "-k", "graph_consume", "--nth", "2"), 3, "host function.*the application continues",
+              (G, "host", "3")),
+    CheckCase("graph-cond-set", ("record", "-k", "graph_set_cond"), 3, COND, (G, "cond", "3")),
+    CheckCase("graph-cond-after", ("record", "-k", "graph_finish"), 3, COND, (G, "cond", "3")),
+    CheckCase("graph-cond-beside", ("record", "-k", "graph_axpy"), 3, COND, (G, "cond", "3")),
+    CheckCase("graph-cond-body", ("record", "-k", "graph_countdown"), 3,
+              "bodies run a data-dependent number of times.*no dispatch matched", (G, "cond", "3")),
+    CheckCase("robust-cupti-user", ("record", "-k", "saxpy_traced"), 3,
+              "another profiler or tracer already holds CUPTI.*nothing captured", ("{cupti_app}",)),
+]
+# robust-list was a check_case too (verb list); its check is list_output_checks (issue 39 item 2).
+
+SELF_MATCH_CASES = {
+    "self-match-cuda": (K, "churn", "10"),
+    "self-match-torch": _py("torch_train_app.py", "1"),
+}
+
+ENDING_CASES = [EndingCase("robust-exec", "exec"), EndingCase("robust-exit", "exit"),
+                EndingCase("robust-term-self", "term")]
+
+SHARE_CASES = [
+    ShareCase("share-redact-gemm", "torch-gemm", ("--redact",)),
+    ShareCase("share-redact-elementwise", "torch-elementwise", ("--redact",)),
+    ShareCase("share-redact-saxpy", "cuda-saxpy", ("--redact",)),
+    ShareCase("share-drop-post", "cuda-saxpy", ("--drop-post",)),
+]
+
+
+# -- kreplay profile: the row checks (were Python strings run through exec) --------------------
+
+
+def check_profile_saxpy(prof, skipped, rows, err):
+    """saxpy, three launches: five timed passes each, deterministic, 16 MiB written (y)."""
+    why = []
+    if len(prof) != 3:
+        why.append(f"{len(prof)} rows, expected 3")
+    for r in prof:
+        d = r["durations_ns"]
+        if len(d) != 5 or r["median_ns"] <= 0:
+            why.append(f"passes {d}")
+        if r["deterministic"] is not True:
+            why.append("not deterministic")
+        if r["write_set_bytes"] != 16 << 20:
+            why.append(f"write set {r['write_set_bytes']}")
+        if r["restore_median_ns"] <= 0 or r["pass_overhead_ns"] <= 0:
+            why.append("no restore or overhead time")
+    return why
+
+
+def warps_exact(prof, extra=None):
+    """Counters of three saxpy launches: each row has counters, warps launched is exact (grid x
+    block / 32); `extra(row, metrics, why)` adds checks per row."""
+    why = []
+    if len(prof) != 3:
+        why.append(f"{len(prof)} rows, expected 3")
+    for r in prof:
+        m = {x["name"]: x["value"] for x in r.get("metrics", [])}
+        warps = r["grid"][0] * r["block"][0] // 32
+        if r.get("metrics_error"):
+            why.append("no counters: " + r["metrics_error"])
+        got = m.get("smsp__warps_launched.sum")
+        if not r.get("metrics_error") and got != warps:
+            why.append(f"warps {got} != {warps}")
+        if extra:
+            extra(r, m, why)
+    return why
+
+
+def check_profile_metrics(prof, skipped, rows, err):
+    """Counters batched, counted at the process's exit: also instructions and DRAM reads."""
+
+    def extra(r, m, why):
+        if not m.get("smsp__inst_executed.sum", 0) > 0:
+            why.append("no instructions")
+        if not m.get("dram__bytes_read.sum", 0) > 0:
+            why.append("no DRAM reads")
+        if r.get("counter_passes", 0) < 1:
+            why.append("no counter passes")
+        if len(r["durations_ns"]) != 1:
+            why.append("--metrics times the application launch alone by default")
+
+    return warps_exact(prof, extra)
+
+
+def check_profile_metrics_free(prof, skipped, rows, err):
+    """Buffers freed right after each launch: the batch counted before each free."""
+    return warps_exact(prof)
+
+
+def check_profile_tool(prof, skipped, rows, err):
+    """The example C tool decides the passes: until three agree (issue 39 item 10: checked)."""
+    from krsuite import tool_checks
+
+    why = []
+    if len(prof) != 3:
+        why.append(f"{len(prof)} rows, expected 3")
+    said = [l for l in err.splitlines() if l.startswith("example_tool:")]
+    if len(said) != 3:
+        why.append(f"{len(said)} lines from the tool, expected 3")
+    for r in prof:
+        n = len(r["durations_ns"])
+        if not 3 <= n <= 1000:
+            why.append(f"{n} passes")
+    return why + tool_checks(prof, said)
+
+
+def check_profile_train(prof, skipped, rows, err):
+    """A PyTorch training step, every GEMM profiled (8 per step, 3 steps)."""
+    why = []
+    if len(prof) < 24:
+        why.append(f"{len(prof)} GEMMs profiled, expected 8 per step")
+    if skipped:
+        why.append(f"{len(skipped)} skipped: {skipped[0]['skipped']}")
+    for r in prof:
+        if r["deterministic"] is not True:
+            why.append(r["short_name"] + " not deterministic")
+        if len(r["durations_ns"]) != 3:
+            why.append("passes")
+    return why
+
+
+def check_profile_graph(prof, skipped, rows, err):
+    """Graph kernel nodes are not replayed in place yet: each says so in a skipped row."""
+    why = []
+    if prof:
+        why.append("a graph node was profiled")
+    if len(skipped) < 1 or not all("graph" in r["skipped"] for r in skipped):
+        why.append("no skipped graph rows")
+    return why
+
+
+PROFILE_CASES = [
+    ProfileCase("profile-saxpy", ("-k", "saxpy", "--all", "--passes", "5"), (K, "saxpy", "3"), check_profile_saxpy),
+    ProfileCase("profile-metrics", ("-k", "saxpy", "--all", "--metrics",
+                                    "smsp__warps_launched.sum,smsp__inst_executed.sum,dram__bytes_read.sum"),
+                (K, "saxpy", "3"), check_profile_metrics, marks=("counters",)),
+    ProfileCase("profile-metrics-free", ("-k", "saxpy", "--all", "--metrics",
+                                         "smsp__warps_launched.sum,smsp__inst_executed.sum"),
+                (K, "churn", "3"), check_profile_metrics_free, marks=("counters",)),
+    # Three passes within 5 %: timing, so alone on the GPU.
+    ProfileCase("profile-tool", ("-k", "saxpy", "--all", "--tool", "{example_tool}"), (K, "saxpy", "3"),
+                check_profile_tool, marks=("timed",)),
+    ProfileCase("profile-train", ("-k", "regex:gemm|xmma|cutlass", "--all", "--passes", "3"),
+                _py("torch_train_app.py", "3"), check_profile_train),
+    ProfileCase("profile-graph", ("-k", "saxpy", "--all"), (K, "graph"), check_profile_graph),
+]
+
+# Cases written out as one test function each (test_*.py registers them with `inline`):
+# name -> markers.
+INLINE_CASES = {
+    "beyond-heap": (),
+    "beyond-textures-info": (),
+    "robust-list": (),
+    "robust-disk-full": (),
+    "graph-small": (),
+    "graph-list": (),
+    "graph-bench": ("bench", "timed"),
+    "record-count": (),
+    "play-tools": ("counters",),
+    "robust-module": (),
+    "select-forms": (),
+    "diff-replay": (),
+    "nvtx-select": (),
+    "robust-sigterm": (),
+    "hostile-play": (),
+    "cupti-versions": ("counters",),
+    "robust-stderr-full": (),
+    "chunk-kernels": (),
+    "python-package": ("counters",),
+    "mpi-2ranks": ("mpi",),
+    "profile-2ranks": ("mpi",),
+}
+
+# Which apps the inline cases build, so that a failed build fails them at setup.
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def placeholders(argv) -> set:
+    return {m for a in argv for m in PLACEHOLDER.findall(str(a))}
+
+
+def run_case_names():
+    return [c.name for c in RUN_CASES] + [TORCH_COMPILE.name]
+
+
+def repro_sources():
+    """Captures the repro phase reproduces: every run case's and every share case's (the bash
+    suite took every NAME.play.json in its folder but the MPI ranks')."""
+    return run_case_names() + [c.name for c in SHARE_CASES]
+
+
+def all_case_names():
+    """Every case's name, as the bash suite named its rows (repro:NAME for reproducers)."""
+    names = run_case_names() + [c.name for c in CHECK_CASES] + list(SELF_MATCH_CASES)
+    names += [c.name for c in ENDING_CASES] + [c.name for c in SHARE_CASES] + [c.name for c in PROFILE_CASES]
+    names += list(INLINE_CASES)
+    names += ["repro:" + n for n in repro_sources()]
+    return names
+
+
+def inline(name: str):
+    """Registers a test function as the inline case `name`, with its markers from INLINE_CASES."""
+    import pytest
+
+    marks = INLINE_CASES[name]
+
+    def wrap(fn):
+        fn.case_name = name
+        REGISTERED[name] = fn
+        for m in marks:
+            fn = getattr(pytest.mark, m)(fn)
+        return fn
+
+    return wrap
+
+
+REGISTERED: dict = {}
+
+
+def known_of(name: str) -> str:
+    for group in (RUN_CASES, CHECK_CASES, ENDING_CASES, SHARE_CASES, PROFILE_CASES):
+        for c in group:
+            if c.name == name:
+                return c.known
+    return ""
