@@ -50,6 +50,19 @@ def test_check(cc, case, row, kr, app):
     assert not why, "; ".join(why)
 
 
+@C.inline("robust-unwritable")
+def test_robust_unwritable(case, row, kr, app):
+    """A capture that cannot be written where the recorder finds out: a file stands where the
+    directory named by %k would go (an unwritable directory itself is refused before the
+    application starts, which the CPU tests check). The app runs on unchanged, exit 3."""
+    (case.path("unwritable")).mkdir(exist_ok=True)
+    case.path("unwritable/saxpy").write_text("")
+    kargs = ["record", "-k", "saxpy", "-o", str(case.path("unwritable")) + "/%k/x.krr"]
+    why = run_check(case, kr, kargs, app(["{kapps}", "saxpy", "3"]), 3, "could not be written")
+    row.update(kernel="-", matched=not why, why="; ".join(why))
+    assert not why, "; ".join(why)
+
+
 @C.inline("robust-list")
 def test_robust_list(case, row, kr, app):
     """`kreplay list` on saxpy x3 (issue 39 item 2: the check was `"saxpy" in stdout`, which
