@@ -20,6 +20,7 @@ pub enum EventKind {
     TimingConditions = 12,
     GraphOrigin = 13,
     Textures = 14,
+    Redaction = 15,
 }
 
 impl EventKind {
@@ -39,6 +40,7 @@ impl EventKind {
             12 => EventKind::TimingConditions,
             13 => EventKind::GraphOrigin,
             14 => EventKind::Textures,
+            15 => EventKind::Redaction,
             _ => return None,
         })
     }
@@ -54,6 +56,7 @@ impl EventKind {
                 | EventKind::PointerSlots
                 | EventKind::TimingConditions
                 | EventKind::GraphOrigin
+                | EventKind::Redaction
         )
     }
 
@@ -73,6 +76,7 @@ impl EventKind {
             EventKind::TimingConditions => "timing conditions",
             EventKind::GraphOrigin => "graph origin",
             EventKind::Textures => "textures",
+            EventKind::Redaction => "redaction",
         }
     }
 }
@@ -490,6 +494,44 @@ impl Reference {
             "redacted" => Reference::Redacted,
             _ => Reference::Dropped,
         }
+    }
+}
+
+/// What `kreplay pack --redact` did to each field of the capture (REDACTION): which fields
+/// were replaced, and which were kept because a replay needs them, so `kreplay info` can list
+/// both. Written by the packer, not recomputed by readers: a file says what its own packer did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redaction {
+    pub fields: Vec<RedactedField>,
+}
+
+/// One field of a redacted capture.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedactedField {
+    /// The field, as `kreplay info` names it (`host`, `argument 1 (float)`, `region 0`, ...).
+    pub field: String,
+    /// Kept as recorded (a replay needs it, or it holds nothing of the application's);
+    /// false: replaced.
+    pub kept: bool,
+    /// What it holds now, or why it was kept.
+    pub note: String,
+}
+
+impl Redaction {
+    pub fn replaced(&mut self, field: impl Into<String>, note: impl Into<String>) {
+        self.fields.push(RedactedField {
+            field: field.into(),
+            kept: false,
+            note: note.into(),
+        });
+    }
+
+    pub fn kept(&mut self, field: impl Into<String>, note: impl Into<String>) {
+        self.fields.push(RedactedField {
+            field: field.into(),
+            kept: true,
+            note: note.into(),
+        });
     }
 }
 

@@ -29,6 +29,9 @@ pub struct Description {
     /// What the post-dispatch state holds: `recorded` (the application's output), `dropped`
     /// or `redacted` (by `kreplay pack`: only where the kernel writes).
     pub reference: kreplay_format::Reference,
+    /// What `pack --redact` replaced and kept, field by field (null when not redacted, or
+    /// redacted by a kreplay that did not list it).
+    pub redaction: Option<Vec<kreplay_format::RedactedField>>,
     pub annotations: Vec<(String, String)>,
 }
 
@@ -413,6 +416,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             kernel_filter: i.kernel_filter.clone(),
         }),
         reference: cap.reference(),
+        redaction: cap.redaction.as_ref().map(|r| r.fields.clone()),
         annotations: cap
             .annotations
             .iter()
