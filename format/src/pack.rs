@@ -510,10 +510,15 @@ fn redact_dispatch(
         .map(|(b, _)| std::mem::replace(b, 0))
         .filter(|&b| b != 0)
         .count();
-    if padding > 0 {
+    if padding > 0 && nonzero > 0 {
         log.replaced(
             "argument padding",
             format!("{padding} byte(s) between parameters zeroed ({nonzero} were not zero)"),
+        );
+    } else if padding > 0 {
+        log.kept(
+            "argument padding",
+            format!("{padding} byte(s) between parameters, all zero"),
         );
     }
     let typed = types.len() == d.params.len();
@@ -813,6 +818,14 @@ pub fn pack_observed<W: Write + Seek>(
                     format!(
                         "{} kept whole: a module global or __constant__ variable (configuration, tables and pointers the kernel reads)",
                         bytes(r.size)
+                    ),
+                );
+            } else if replaced_here == 0 {
+                log.kept(
+                    field,
+                    format!(
+                        "nothing to replace: {} of pointer and handle words and {zero_chunks} all-zero chunk(s)",
+                        bytes(kept_here)
                     ),
                 );
             } else {
