@@ -22,6 +22,7 @@ pub enum EventKind {
     Textures = 14,
     /// Since 1.1.
     Salvage = 15,
+    Redaction = 16,
 }
 
 impl EventKind {
@@ -42,6 +43,7 @@ impl EventKind {
             13 => EventKind::GraphOrigin,
             14 => EventKind::Textures,
             15 => EventKind::Salvage,
+            16 => EventKind::Redaction,
             _ => return None,
         })
     }
@@ -57,6 +59,7 @@ impl EventKind {
                 | EventKind::PointerSlots
                 | EventKind::TimingConditions
                 | EventKind::GraphOrigin
+                | EventKind::Redaction
         )
     }
 
@@ -77,6 +80,7 @@ impl EventKind {
             EventKind::GraphOrigin => "graph origin",
             EventKind::Textures => "textures",
             EventKind::Salvage => "salvage record",
+            EventKind::Redaction => "redaction",
         }
     }
 }
@@ -530,6 +534,44 @@ impl SalvageRecord {
         self.unknown_output
             .binary_search(&(region_id, offset))
             .is_ok()
+    }
+}
+
+/// What `kreplay pack --redact` did to each field of the capture (REDACTION): which fields
+/// were replaced, and which were kept because a replay needs them, so `kreplay info` can list
+/// both. Written by the packer, not recomputed by readers: a file says what its own packer did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redaction {
+    pub fields: Vec<RedactedField>,
+}
+
+/// One field of a redacted capture.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedactedField {
+    /// The field, as `kreplay info` names it (`host`, `argument 1 (float)`, `region 0`, ...).
+    pub field: String,
+    /// Kept as recorded (a replay needs it, or it holds nothing of the application's);
+    /// false: replaced.
+    pub kept: bool,
+    /// What it holds now, or why it was kept.
+    pub note: String,
+}
+
+impl Redaction {
+    pub fn replaced(&mut self, field: impl Into<String>, note: impl Into<String>) {
+        self.fields.push(RedactedField {
+            field: field.into(),
+            kept: false,
+            note: note.into(),
+        });
+    }
+
+    pub fn kept(&mut self, field: impl Into<String>, note: impl Into<String>) {
+        self.fields.push(RedactedField {
+            field: field.into(),
+            kept: true,
+            note: note.into(),
+        });
     }
 }
 

@@ -26,7 +26,7 @@ pub use error::{FormatError, Result};
 pub use events::*;
 pub use layout::{ChunkEncoding, MemoryState, VERSION_MAJOR, VERSION_MINOR};
 pub use observe::{Observer, Phase};
-pub use pack::{pack, pack_observed, PackOptions, PackReport};
+pub use pack::{pack, pack_observed, Element, PackOptions, PackReport, ParamShape, ParamType};
 pub use reader::{
     scan, scan_observed, verify, verify_observed, Capture, ChunkRef, ScanReport, VerifyReport,
 };

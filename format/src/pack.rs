@@ -2,41 +2,130 @@
 //! application's data replaced (redaction). No I/O beyond the sink; memory bounded by one
 //! window of chunks whatever the capture's size.
 //!
-//! Redaction keeps what the replay needs to run the same code path on the same addresses and
-//! nothing of the data: every pointer word (pointer slots in memory; the argument bytes are
-//! kept whole), texture and surface handle words, module globals and `__constant__` data, and
-//! which chunks were all zeros (zero-filled workspaces, semaphores and counters stay zero).
-//! Every other byte becomes pseudo-random, a pure function of (region, offset), so packing
-//! the same capture twice gives the same file. The post-dispatch state cannot be recomputed
-//! without a GPU: its chunks keep only where the kernel writes (zero holes), and the capture
-//! says so (`Reference`), so `play --verify` checks determinism instead of a reference.
+//! Redaction keeps what a replay needs to run the same code path on the same addresses and
+//! nothing else of the application's data or environment, and writes a REDACTION event that
+//! lists every field it replaced or kept (`kreplay info` shows it):
+//! - memory: every pointer word (pointer slots) and texture/surface handle word, module globals
+//!   and `__constant__` data (kept whole), and which chunks were all zeros (zero-filled
+//!   workspaces, semaphores and counters stay zero) are kept. Every other byte becomes a
+//!   generated value, a pure function of (region, offset, element type), so packing the same
+//!   capture twice gives the same file. Values are finite and of the element type the region
+//!   is known to hold: a typed pointer argument (`float*`, `__nv_bfloat16*`, `int*`, as the
+//!   caller read it from the signature: [`PackOptions::param_types`]) or a texture's format
+//!   types the region from where it points; floats are odd sixteenths in (-1, 1), integers
+//!   0..=15, bools 0/1. Memory of unknown type (no signature, `void*`, structs, regions reached only
+//!   through memory) gets the safe default: 8-byte words holding 0..=15, small as every
+//!   integer width and finite (zero or subnormal) as f16, bf16, f32 and f64. The values repeat
+//!   every [`REDACTION_PERIOD`] bytes, so a redacted chunk compresses to about one period.
+//! - arguments: pointer and handle words, integers and bools (sizes, counts, strides, flags)
+//!   and arguments of unknown layout (structs) are kept; floating-point scalars are replaced
+//!   (sign kept; 0, +-1 and +-inf, which select code paths, kept); padding between
+//!   parameters is zeroed.
+//! - launch attributes: only the bytes of the attribute's own value are kept; the rest of the
+//!   64-byte union, and event and graph-node handles of the recorded process, are zeroed.
+//! - environment: host, pid, rank, command line, time, kernel filter, match index, device UUID
+//!   and ordinal, the executable graph's handle and the capture UUID (the recorder's holds
+//!   the time, pid and output path) are replaced; the GPU model, driver version, code,
+//!   geometry, launch index and timing are kept.
+//!
+//! The post-dispatch state cannot be recomputed without a GPU: its chunks keep only where the
+//! kernel writes (zero holes), and the capture says so (`Reference`), so `play --verify`
+//! checks determinism instead of a reference.
 
 use std::io::{Seek, Write};
 
 use crate::error::{FormatError, Result};
 use crate::events::{
-    Annotation, MemoryKind, PointerSlots, Reference, RegionRole, REFERENCE_ANNOTATION,
+    Annotation, CaptureInfo, DeviceInfo, Dispatch, GraphOrigin, LaunchAttribute, MemoryKind,
+    PointerSlots, Redaction, Reference, Region, RegionRole, TextureResource, REFERENCE_ANNOTATION,
 };
 use crate::layout::MemoryState;
 use crate::observe::{Observer, Phase};
 use crate::reader::Capture;
+use crate::units::bytes;
 use crate::writer::{CaptureWriter, WriterOptions};
 
 /// What `pack` changes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PackOptions {
     /// zstd level for memory chunks (1..=22).
     pub level: i32,
     /// Keep only where the kernel writes, not what (no reference output).
     pub drop_post: bool,
-    /// Replace the application's data with pseudo-random bytes (implies `drop_post`).
+    /// Replace the application's data and environment (implies `drop_post`).
     pub redact: bool,
+    /// The kernel's parameter types, one per `Dispatch::params`, as the caller read them from
+    /// the demangled signature; empty when unknown (redaction then keeps every argument and
+    /// gives memory the safe default type).
+    pub param_types: Vec<ParamType>,
+}
+
+/// One kernel parameter's type, as redaction uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamType {
+    /// The C++ type as the signature spells it (shown in the redaction listing).
+    pub name: String,
+    pub shape: ParamShape,
+}
+
+/// What a parameter is, for redaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamShape {
+    /// A number passed by value.
+    Scalar(Element),
+    /// A pointer to elements of this type.
+    Pointer(Element),
+    /// Anything else (a struct, an enum, a reference, a template): kept whole.
+    Other,
+}
+
+/// The type of the values redaction writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Element {
+    F16,
+    Bf16,
+    F32,
+    F64,
+    /// An integer of this many bytes (1, 2, 4 or 8).
+    Int(u8),
+    Bool,
+    /// Not known: the safe default (see the module documentation).
+    Unknown,
+}
+
+impl Element {
+    /// Bytes of one element.
+    pub fn size(self) -> u64 {
+        match self {
+            Element::F16 | Element::Bf16 => 2,
+            Element::F32 => 4,
+            Element::F64 | Element::Unknown => 8,
+            Element::Int(n) => u64::from(n.clamp(1, 8)),
+            Element::Bool => 1,
+        }
+    }
+
+    /// What redacted memory of this type holds, in words.
+    pub fn describe(self) -> String {
+        match self {
+            Element::F16 => "f16 values +-1/16..+-15/16".into(),
+            Element::Bf16 => "bf16 values +-1/16..+-15/16".into(),
+            Element::F32 => "f32 values +-1/16..+-15/16".into(),
+            Element::F64 => "f64 values +-1/16..+-15/16".into(),
+            Element::Int(n) => format!("{}-bit integers 0..=15", 8 * n),
+            Element::Bool => "bools 0/1".into(),
+            Element::Unknown => {
+                "8-byte words 0..=15 (type unknown: small as any integer, finite as any float)"
+                    .into()
+            }
+        }
+    }
 }
 
 /// What `pack` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PackReport {
-    /// Bytes replaced by pseudo-random data.
+    /// Bytes replaced by generated data.
     pub redacted_bytes: u64,
     /// Bytes of pointer and handle words kept as they were in redacted regions.
     pub kept_bytes: u64,
@@ -45,24 +134,177 @@ pub struct PackReport {
     /// Post-dispatch bytes no longer stored.
     pub dropped_post_bytes: u64,
     pub reference: Option<Reference>,
+    /// The zstd level memory was compressed with (redaction uses at least
+    /// [`MIN_REDACT_LEVEL`]).
+    pub level: i32,
+    /// What redaction replaced and kept, field by field (as written to the REDACTION event).
+    pub redaction: Option<Redaction>,
 }
+
+/// The lowest zstd level a redacted capture is compressed with.
+pub const MIN_REDACT_LEVEL: i32 = 3;
 
 /// Bytes of chunks decoded at once.
 const WINDOW: u64 = 64 << 20;
 
-/// Redacted data repeats with this period (bytes): pseudo-random at every scale a kernel
-/// sees, yet it compresses (zstd finds the repeat), so a redacted capture of a large buffer
-/// stays small enough to attach to a bug report.
-pub const REDACTION_PERIOD: u64 = 64 << 10;
+/// Redacted memory repeats with this period (bytes): a multiple of every element size. Inside
+/// it, elements cycle through 16 distinct values, so every 8-byte stretch of a period is
+/// unique in it and zstd at any level finds the repeat one period back: a redacted chunk
+/// compresses to a few hundred bytes, so a redacted capture is no larger than the original.
+pub const REDACTION_PERIOD: u64 = 128;
 
-/// The pseudo-random 8 bytes standing for the word at `offset` of `region_id`
-/// (splitmix64 of both: reproducible, and unrelated to the data it replaces).
-pub fn redacted_word(region_id: u32, offset: u64) -> [u8; 8] {
-    let word = offset % REDACTION_PERIOD / 8;
-    let mut z = (u64::from(region_id) << 48 ^ word).wrapping_add(0x9e37_79b9_7f4a_7c15);
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = (a << 40 ^ b).wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)).to_le_bytes()
+    z ^ (z >> 31)
+}
+
+/// An f32 that f16 holds exactly (normal or zero, no rounding needed) as f16 bits.
+fn f16_bits(v: f32) -> u16 {
+    let b = v.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    if v == 0.0 {
+        return sign;
+    }
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    sign | ((exp.clamp(1, 30) as u16) << 10) | ((b >> 13) & 0x3ff) as u16
+}
+
+/// Writes value number `v` (0..16) of element type `e` into `out` (`e.size()` bytes): floats
+/// (2v - 15)/16, the odd sixteenths in (-1, 1), exact in f16, bf16, f32 and f64; integers v;
+/// bools v & 1.
+fn encode(e: Element, v: u64, out: &mut [u8]) {
+    let float = (2.0 * (v % 16) as f32 - 15.0) / 16.0;
+    let small = v % 16;
+    match e {
+        Element::F16 => out.copy_from_slice(&f16_bits(float).to_le_bytes()),
+        Element::Bf16 => out.copy_from_slice(&((float.to_bits() >> 16) as u16).to_le_bytes()),
+        Element::F32 => out.copy_from_slice(&float.to_le_bytes()),
+        Element::F64 => out.copy_from_slice(&f64::from(float).to_le_bytes()),
+        Element::Int(_) | Element::Unknown => {
+            let n = out.len();
+            out.copy_from_slice(&small.to_le_bytes()[..n]);
+        }
+        Element::Bool => out[0] = (v & 1) as u8,
+    }
+}
+
+/// One period of the redacted bytes of a stretch of `region_id` holding `e` (element 0 at
+/// the period's start): the 16 values in an order drawn from the region id (bools: a binary
+/// de Bruijn cycle, whose 8-bit windows are all distinct).
+pub fn redacted_period(region_id: u32, e: Element) -> Vec<u8> {
+    let mut order: [u64; 16] = std::array::from_fn(|i| i as u64);
+    for i in (1..16).rev() {
+        let j = (mix(u64::from(region_id), i as u64) % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    if e == Element::Bool {
+        let rot = mix(u64::from(region_id), 99) % 16;
+        order = std::array::from_fn(|i| (0b0000_1001_1010_1111u64 >> ((i as u64 + rot) % 16)) & 1);
+    }
+    let size = e.size() as usize;
+    let mut p = vec![0u8; REDACTION_PERIOD as usize];
+    for (i, el) in p.chunks_exact_mut(size).enumerate() {
+        encode(e, order[i % 16], el);
+    }
+    p
+}
+
+/// A stretch of a region with one element type, from `start` to the next segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub start: u64,
+    pub element: Element,
+    /// What typed it (`argument 2 (float const*)`, `texture format`), empty for the default.
+    pub source: String,
+}
+
+/// The element types of each region as redaction sees them: from typed pointer arguments and
+/// texture formats, each from where it points to the next; the first covers the region's
+/// start. A region no typed pointer reaches is one segment of `Element::Unknown`.
+pub fn region_segments(
+    cap: &Capture<'_>,
+    param_types: &[ParamType],
+    region: &Region,
+) -> Vec<Segment> {
+    let d = &cap.dispatch;
+    let inside = |addr: u64| addr >= region.address && addr - region.address < region.size;
+    let mut found: Vec<Segment> = Vec::new();
+    if param_types.len() == d.params.len() {
+        for (i, (p, t)) in d.params.iter().zip(param_types).enumerate() {
+            let ParamShape::Pointer(e) = t.shape else {
+                continue;
+            };
+            if e == Element::Unknown || !d.pointer_words.contains(&p.offset) {
+                continue;
+            }
+            let at = p.offset as usize;
+            let Some(word) = d.arg_bytes.get(at..at + 8) else {
+                continue;
+            };
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            let v = u64::from_le_bytes(w);
+            if region.kind != MemoryKind::CudaArray && inside(v) {
+                found.push(Segment {
+                    start: v - region.address,
+                    element: e,
+                    source: format!("argument {i} ({})", t.name),
+                });
+            }
+        }
+    }
+    let format_element = |format: u32| match format {
+        0x01 | 0x08 => Some(Element::Int(1)),
+        0x02 | 0x09 => Some(Element::Int(2)),
+        0x03 | 0x0a => Some(Element::Int(4)),
+        0x10 => Some(Element::F16),
+        0x20 => Some(Element::F32),
+        _ => None,
+    };
+    for a in &cap.textures.arrays {
+        if a.region_id == region.region_id {
+            if let Some(e) = format_element(a.format) {
+                found.push(Segment {
+                    start: 0,
+                    element: e,
+                    source: "the array's texel format".into(),
+                });
+            }
+        }
+    }
+    for o in &cap.textures.objects {
+        if let TextureResource::Linear {
+            address, format, ..
+        }
+        | TextureResource::Pitch2D {
+            address, format, ..
+        } = o.resource
+        {
+            if region.kind != MemoryKind::CudaArray && inside(address) {
+                if let Some(e) = format_element(format) {
+                    found.push(Segment {
+                        start: address - region.address,
+                        element: e,
+                        source: "a texture's format".into(),
+                    });
+                }
+            }
+        }
+    }
+    // Stable: at one offset the first source (an argument) wins.
+    found.sort_by_key(|s| s.start);
+    found.dedup_by_key(|s| s.start);
+    match found.first_mut() {
+        Some(first) => first.start = 0,
+        None => found.push(Segment {
+            start: 0,
+            element: Element::Unknown,
+            source: String::new(),
+        }),
+    }
+    found
 }
 
 /// Whether a region's bytes are kept as they are by redaction.
@@ -70,11 +312,11 @@ fn kept_whole(kind: MemoryKind, role: RegionRole) -> bool {
     role == RegionRole::Global || kind == MemoryKind::ModuleGlobal
 }
 
-/// Replaces `buf` (the region's bytes from `start`) by pseudo-random data, except all-zero
-/// chunks and the 8-byte words at `keep` (offsets inside the region, sorted). Returns (bytes
-/// replaced, bytes kept).
+/// Replaces `buf` (the region's bytes from `start`) by generated values, except all-zero
+/// chunks and the 8-byte words at `keep` (offsets inside the region, sorted). `periods` holds,
+/// per segment, one period of its bytes. Returns (bytes replaced, bytes kept).
 fn redact_window(
-    region_id: u32,
+    segments: &[(Segment, Vec<u8>)],
     start: u64,
     chunk_size: u64,
     buf: &mut [u8],
@@ -99,9 +341,22 @@ fn redact_window(
             continue;
         }
         let chunk_start = start + ci as u64 * chunk_size;
-        for (wi, word) in chunk.chunks_mut(8).enumerate() {
-            let r = redacted_word(region_id, chunk_start + wi as u64 * 8);
-            word.copy_from_slice(&r[..word.len()]);
+        let chunk_end = chunk_start + chunk.len() as u64;
+        for (si, (seg, period)) in segments.iter().enumerate() {
+            let seg_end = segments.get(si + 1).map_or(u64::MAX, |n| n.0.start);
+            let (a, b) = (seg.start.max(chunk_start), seg_end.min(chunk_end));
+            if a >= b {
+                continue;
+            }
+            let mut phase = ((a - seg.start) % REDACTION_PERIOD) as usize;
+            let mut at = (a - chunk_start) as usize;
+            let stop = (b - chunk_start) as usize;
+            while at < stop {
+                let n = (period.len() - phase).min(stop - at);
+                chunk[at..at + n].copy_from_slice(&period[phase..phase + n]);
+                at += n;
+                phase = 0;
+            }
         }
         replaced += chunk.len() as u64;
     }
@@ -110,6 +365,286 @@ fn redact_window(
     }
     let kept_bytes = 8 * kept.len() as u64;
     (replaced.saturating_sub(kept_bytes), kept_bytes)
+}
+
+/// The bytes of a launch attribute's own value (`CUlaunchAttributeValue` member) that a replay
+/// needs, as byte ranges; the rest of the 64-byte union is padding or another member. Event and
+/// graph-node handles are left out: they name objects of the recorded process (the player makes
+/// its own). `None` for ids this build does not know.
+fn attribute_layout(id: u32) -> Option<(&'static str, &'static [(usize, usize)])> {
+    Some(match id {
+        0 => ("ignore", &[]),
+        1 => ("access policy window", &[(0, 28)]),
+        2 => ("cooperative", &[(0, 4)]),
+        3 => ("synchronization policy", &[(0, 4)]),
+        4 => ("cluster dimension", &[(0, 12)]),
+        5 => ("cluster scheduling policy", &[(0, 4)]),
+        6 => ("programmatic stream serialization", &[(0, 4)]),
+        7 => ("programmatic event", &[(8, 16)]),
+        8 => ("priority", &[(0, 4)]),
+        9 => ("memory sync domain map", &[(0, 2)]),
+        10 => ("memory sync domain", &[(0, 4)]),
+        11 => ("preferred cluster dimension", &[(0, 12)]),
+        12 => ("launch completion event", &[(8, 12)]),
+        13 => ("device-updatable kernel node", &[(0, 4)]),
+        14 => ("preferred shared memory carveout", &[(0, 4)]),
+        16 => ("NVLink utilisation-centric scheduling", &[(0, 4)]),
+        _ => return None,
+    })
+}
+
+/// A launch attribute with only its value's bytes kept, and what was done, in words.
+fn redact_attribute(a: &LaunchAttribute) -> (LaunchAttribute, bool, String, String) {
+    let mut value = vec![0u8; a.value.len()];
+    let Some((name, ranges)) = attribute_layout(a.id) else {
+        let nonzero = a.value.iter().filter(|&&b| b != 0).count();
+        return (
+            LaunchAttribute { id: a.id, value },
+            false,
+            format!("launch attribute {}", a.id),
+            format!(
+                "unknown to this kreplay: all {} value bytes zeroed ({nonzero} were not zero)",
+                a.value.len()
+            ),
+        );
+    };
+    let mut kept = 0usize;
+    for &(lo, hi) in ranges {
+        let hi = hi.min(a.value.len());
+        if lo < hi {
+            value[lo..hi].copy_from_slice(&a.value[lo..hi]);
+            kept += hi - lo;
+        }
+    }
+    let changed = a.value.iter().zip(&value).filter(|(x, y)| x != y).count();
+    let handle = if matches!(a.id, 7 | 12) {
+        "; its event handle (of the recorded process) zeroed: the player makes its own"
+    } else if a.id == 13 {
+        "; its graph-node handle zeroed"
+    } else {
+        ""
+    };
+    let field = format!("launch attribute {} ({name})", a.id);
+    let note = format!(
+        "{kept} byte(s) of its value kept, the other {} of the union zeroed ({changed} were not zero){handle}",
+        a.value.len() - kept
+    );
+    (
+        LaunchAttribute { id: a.id, value },
+        changed == 0,
+        field,
+        note,
+    )
+}
+
+/// A floating-point scalar replaced: same sign, magnitude k/16 in [1/8, 7/8]; 0, +-1, +-inf
+/// kept (they select code paths: `beta == 0`, `alpha == 1`, `-inf` as a max's start).
+/// `None`: kept.
+fn redact_float_scalar(e: Element, index: usize, bytes: &[u8]) -> Option<Vec<u8>> {
+    let v: f64 = match (e, bytes.len()) {
+        (Element::F32, 4) => f64::from(f32::from_le_bytes(bytes.try_into().ok()?)),
+        (Element::F64, 8) => f64::from_le_bytes(bytes.try_into().ok()?),
+        (Element::F16 | Element::Bf16, 2) => {
+            let h = u16::from_le_bytes(bytes.try_into().ok()?);
+            let zero = h & 0x7fff == 0;
+            // Only the classes matter here: zero, +-1, +-inf, NaN, other.
+            let (one, inf) = match e {
+                Element::F16 => (h & 0x7fff == 0x3c00, h & 0x7fff == 0x7c00),
+                _ => (h & 0x7fff == 0x3f80, h & 0x7fff == 0x7f80),
+            };
+            let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+            match (zero, one, inf) {
+                (true, _, _) => 0.0,
+                (_, true, _) => sign,
+                (_, _, true) => sign * f64::INFINITY,
+                _ => sign * 0.5,
+            }
+        }
+        _ => return None,
+    };
+    if v == 0.0 || v.abs() == 1.0 || v.is_infinite() {
+        return None;
+    }
+    let k = 2 + mix(u64::from(u32::MAX), index as u64) % 13;
+    let sign = if v.is_sign_negative() { -1.0f32 } else { 1.0 };
+    let new = sign * k as f32 / 16.0;
+    let mut out = vec![0u8; bytes.len()];
+    match e {
+        Element::F32 => out.copy_from_slice(&new.to_le_bytes()),
+        Element::F64 => out.copy_from_slice(&f64::from(new).to_le_bytes()),
+        Element::F16 => out.copy_from_slice(&f16_bits(new).to_le_bytes()),
+        _ => out.copy_from_slice(&((new.to_bits() >> 16) as u16).to_le_bytes()),
+    }
+    Some(out)
+}
+
+/// The dispatch with its arguments and launch attributes redacted, and the listing.
+fn redact_dispatch(
+    d: &Dispatch,
+    types: &[ParamType],
+    textures: &[u32],
+    log: &mut Redaction,
+) -> Dispatch {
+    let mut out = d.clone();
+    log.kept(
+        "kernel and code",
+        "the kernel's name and the code objects (cubin, PTX): the replay runs them",
+    );
+    log.kept(
+        "geometry",
+        "grid, block, cluster and dynamic shared memory: the replay launches with them",
+    );
+    // Padding between parameters: not the kernel's, may hold the application's stack.
+    let mut covered = vec![false; d.arg_bytes.len()];
+    for p in &d.params {
+        let lo = (p.offset as usize).min(covered.len());
+        let hi = (p.offset as usize + p.size as usize).min(covered.len());
+        covered[lo..hi].fill(true);
+    }
+    let padding = covered.iter().filter(|&&c| !c).count();
+    let nonzero = out
+        .arg_bytes
+        .iter_mut()
+        .zip(&covered)
+        .filter(|(_, &c)| !c)
+        .map(|(b, _)| std::mem::replace(b, 0))
+        .filter(|&b| b != 0)
+        .count();
+    if padding > 0 && nonzero > 0 {
+        log.replaced(
+            "argument padding",
+            format!("{padding} byte(s) between parameters zeroed ({nonzero} were not zero)"),
+        );
+    } else if padding > 0 {
+        log.kept(
+            "argument padding",
+            format!("{padding} byte(s) between parameters, all zero"),
+        );
+    }
+    let typed = types.len() == d.params.len();
+    for (i, p) in d.params.iter().enumerate() {
+        let (lo, hi) = (p.offset, p.offset as u64 + p.size as u64);
+        let words_in = |w: &u32| *w >= lo && u64::from(*w) < hi;
+        let pointer = d.pointer_words.iter().any(words_in);
+        let handle = textures.iter().any(words_in);
+        let name = match typed {
+            true => format!("argument {i} ({})", types[i].name),
+            false => format!("argument {i}"),
+        };
+        let shape = if typed { Some(types[i].shape) } else { None };
+        match shape {
+            _ if handle => log.kept(name, "a texture or surface handle: the player writes its own"),
+            Some(ParamShape::Scalar(e @ (Element::F16 | Element::Bf16 | Element::F32 | Element::F64)))
+                if !pointer =>
+            {
+                let at = p.offset as usize..(p.offset as usize + p.size as usize).min(d.arg_bytes.len());
+                match d.arg_bytes.get(at.clone()).and_then(|b| redact_float_scalar(e, i, b)) {
+                    Some(new) => {
+                        out.arg_bytes[at].copy_from_slice(&new);
+                        log.replaced(name, "a floating-point value: replaced by one of the same sign in [1/8, 7/8]");
+                    }
+                    None => log.kept(
+                        name,
+                        "0, +-1 or +-inf: kept, these select code paths (beta == 0, alpha == 1)",
+                    ),
+                }
+            }
+            Some(ParamShape::Scalar(_)) if !pointer => log.kept(
+                name,
+                "an integer or bool (a size, count, stride or flag): the replay needs it",
+            ),
+            Some(ParamShape::Pointer(_)) | Some(ParamShape::Scalar(_)) => {
+                log.kept(name, "a device address: the replay maps memory there")
+            }
+            _ if pointer && p.size == 8 => log.kept(name, "a device address: the replay maps memory there"),
+            Some(ParamShape::Other) => log.kept(
+                name,
+                "kept whole: its layout is unknown (a struct may hold sizes, pointers and the application's values)",
+            ),
+            None => log.kept(
+                name,
+                "kept whole: no signature gives its type (may be a size, a pointer or the application's value)",
+            ),
+        }
+    }
+    for (a, slot) in d.attributes.iter().zip(out.attributes.iter_mut()) {
+        let (new, kept, field, note) = redact_attribute(a);
+        *slot = new;
+        if kept {
+            log.kept(field, note);
+        } else {
+            log.replaced(field, note);
+        }
+    }
+    out
+}
+
+/// The capture info with the application's environment replaced.
+fn redact_info(i: &CaptureInfo, log: &mut Redaction) -> CaptureInfo {
+    log.kept(
+        "tool version",
+        format!("{}: kreplay's, not the application's", i.tool_version),
+    );
+    log.replaced("host", "now empty");
+    log.replaced("pid", "now 0");
+    log.replaced("rank", "now none");
+    log.replaced("command line", "now empty");
+    log.replaced("time", "now 0 (1970-01-01)");
+    log.replaced(
+        "kernel filter and match index",
+        "now empty and 0 (what was typed to record it)",
+    );
+    log.kept(
+        "launch index",
+        format!(
+            "{}: which launch of the process it was (record --launch-index)",
+            i.launch_index
+        ),
+    );
+    CaptureInfo {
+        tool_version: i.tool_version.clone(),
+        host: String::new(),
+        pid: 0,
+        rank: None,
+        command_line: Vec::new(),
+        time_unix_ns: 0,
+        match_index: 0,
+        launch_index: i.launch_index,
+        kernel_filter: String::new(),
+    }
+}
+
+/// The device with what names the machine replaced.
+fn redact_device(d: &DeviceInfo, log: &mut Redaction) -> DeviceInfo {
+    log.kept(
+        "device model",
+        "name, compute capability, SMs, memory size and driver version: which GPU replays it",
+    );
+    log.replaced("device UUID", "now zeros (it names one physical GPU)");
+    log.replaced("device ordinal", "now 0");
+    DeviceInfo {
+        uuid: [0; 16],
+        ordinal: 0,
+        ..d.clone()
+    }
+}
+
+/// FNV-1a 64 of `data` from `seed`.
+fn fnv(seed: u64, data: &[u8]) -> u64 {
+    data.iter().fold(seed, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// A redacted capture's UUID: of what it keeps (kernel, arguments), nothing of the recorder's
+/// (which holds the time, pid and output path).
+fn redacted_uuid(d: &Dispatch) -> [u8; 16] {
+    let mut data = d.kernel_name.as_bytes().to_vec();
+    data.extend_from_slice(&d.arg_bytes);
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325, &data).to_le_bytes());
+    uuid[8..].copy_from_slice(&fnv(0x6c62_272e_07bb_0142, &data).to_le_bytes());
+    uuid
 }
 
 /// Writes `cap` repacked into `out` and finishes it (complete, with index and trailer).
@@ -123,7 +658,8 @@ pub fn pack<W: Write + Seek>(
 }
 
 /// `pack`, telling `observer` how much region memory is done (`Phase::Pack`) and which
-/// stretches of the input it will not read again.
+/// stretches of the input it will not read again. A redacted capture gets a UUID of its own
+/// (`uuid` is ignored: the recorder's is made of the time, pid and output path).
 pub fn pack_observed<W: Write + Seek>(
     cap: &Capture<'_>,
     out: W,
@@ -139,15 +675,68 @@ pub fn pack_observed<W: Write + Seek>(
     }
     let drop_post = opts.drop_post || opts.redact;
     let mut report = PackReport::default();
+    let mut log = Redaction::default();
+
+    // What the head holds, redacted or as recorded.
+    let (info, device, dispatch, graph) = if opts.redact {
+        let handle_words: Vec<u32> = cap
+            .textures
+            .objects
+            .iter()
+            .flat_map(|o| o.arg_words.iter().copied())
+            .collect();
+        let info = cap.info.as_ref().map(|i| redact_info(i, &mut log));
+        let device = cap.device.as_ref().map(|d| redact_device(d, &mut log));
+        let dispatch = redact_dispatch(&cap.dispatch, &opts.param_types, &handle_words, &mut log);
+        let graph = cap.graph.as_ref().map(|g| {
+            log.replaced(
+                "executable graph handle",
+                "now 0 (a host address of the recorded process)",
+            );
+            log.kept(
+                "graph position",
+                "which launch of the graph and which of its nodes",
+            );
+            GraphOrigin {
+                graph_exec: 0,
+                ..g.clone()
+            }
+        });
+        (info, device, dispatch, graph)
+    } else {
+        (
+            cap.info.clone(),
+            cap.device.clone(),
+            cap.dispatch.clone(),
+            cap.graph.clone(),
+        )
+    };
+    let uuid = if opts.redact {
+        log.replaced(
+            "capture UUID",
+            "made from the kernel and its arguments (the recorder's holds the time, pid and output path)",
+        );
+        redacted_uuid(&dispatch)
+    } else {
+        uuid
+    };
+    // zstd levels 1 and 2 do not find the repeat of the safe default's 8-byte words (runs of
+    // zeros mislead their match finder: 1 MiB stays about 33 KiB); level 3 does, at hundreds
+    // of MB/s on generated data.
+    report.level = if opts.redact {
+        opts.level.max(MIN_REDACT_LEVEL)
+    } else {
+        opts.level
+    };
     let mut w = CaptureWriter::new(
         out,
         uuid,
         WriterOptions {
-            level: opts.level,
+            level: report.level,
             ..WriterOptions::default()
         },
     )?;
-    write_head(&mut w, cap)?;
+    write_head_parts(&mut w, info.as_ref(), device.as_ref(), cap, &dispatch)?;
 
     // Words a redacted region keeps: pointer slots and texture handle words, per region.
     let mut keep: Vec<(u32, u64)> = cap.pointer_slots.clone();
@@ -156,6 +745,12 @@ pub fn pack_observed<W: Write + Seek>(
     }
     keep.sort_unstable();
     keep.dedup();
+    if opts.redact {
+        log.kept(
+            "region addresses and sizes",
+            "the replay maps memory at the recorded addresses",
+        );
+    }
 
     let total: u64 = cap.regions.iter().map(|r| r.size).sum();
     let mut done = 0u64;
@@ -171,6 +766,18 @@ pub fn pack_observed<W: Write + Seek>(
         if opts.redact && whole {
             report.kept_regions += 1;
         }
+        let segments: Vec<(Segment, Vec<u8>)> = if whole {
+            Vec::new()
+        } else {
+            region_segments(cap, &opts.param_types, r)
+                .into_iter()
+                .map(|s| {
+                    let p = redacted_period(r.region_id, s.element);
+                    (s, p)
+                })
+                .collect()
+        };
+        let (mut replaced_here, mut kept_here, mut zero_chunks) = (0u64, 0u64, 0u32);
         let chunks: Vec<_> = cap.chunks(r.region_id, MemoryState::Pre).collect();
         let per_window = (WINDOW / r.chunk_size.max(1)).max(1) as usize;
         for window in chunks.chunks(per_window) {
@@ -185,10 +792,14 @@ pub fn pack_observed<W: Write + Seek>(
                 at += n;
             }
             if !whole {
+                zero_chunks += buf
+                    .chunks(r.chunk_size.max(1) as usize)
+                    .filter(|c| crate::chunk::is_all_zero(c))
+                    .count() as u32;
                 let (replaced, kept) =
-                    redact_window(r.region_id, start, r.chunk_size, &mut buf, &keep_here);
-                report.redacted_bytes += replaced;
-                report.kept_bytes += kept;
+                    redact_window(&segments, start, r.chunk_size, &mut buf, &keep_here);
+                replaced_here += replaced;
+                kept_here += kept;
             }
             w.memory(r.region_id, MemoryState::Pre, start, &buf)?;
             for c in window {
@@ -196,6 +807,45 @@ pub fn pack_observed<W: Write + Seek>(
             }
             done += len;
             observer.progress(Phase::Pack, done, total);
+        }
+        report.redacted_bytes += replaced_here;
+        report.kept_bytes += kept_here;
+        if opts.redact {
+            let field = format!("region {}", r.region_id);
+            if whole {
+                log.kept(
+                    field,
+                    format!(
+                        "{} kept whole: a module global or __constant__ variable (configuration, tables and pointers the kernel reads)",
+                        bytes(r.size)
+                    ),
+                );
+            } else if replaced_here == 0 {
+                log.kept(
+                    field,
+                    format!(
+                        "nothing to replace: {} of pointer and handle words and {zero_chunks} all-zero chunk(s)",
+                        bytes(kept_here)
+                    ),
+                );
+            } else {
+                let types: Vec<String> = segments
+                    .iter()
+                    .map(|(s, _)| match s.source.is_empty() {
+                        true => s.element.describe(),
+                        false => format!("{} (as {})", s.element.describe(), s.source),
+                    })
+                    .collect();
+                log.replaced(
+                    field,
+                    format!(
+                        "{} replaced by {}; {} of pointer and handle words and {zero_chunks} all-zero chunk(s) kept",
+                        bytes(replaced_here),
+                        types.join(", then "),
+                        bytes(kept_here)
+                    ),
+                );
+            }
         }
     }
     // Post chunks: the recorded output, or (no reference) zeros that mark the write set and
@@ -213,7 +863,48 @@ pub fn pack_observed<W: Write + Seek>(
             w.memory(r.region_id, MemoryState::Post, c.offset, &buf)?;
         }
     }
-    write_tail(&mut w, cap)?;
+    let redaction = if opts.redact {
+        log.replaced(
+            "recorded output",
+            format!(
+                "{} dropped: zero holes mark where the kernel writes",
+                bytes(report.dropped_post_bytes)
+            ),
+        );
+        if !cap.pointer_slots.is_empty() {
+            log.kept(
+                "pointer slots",
+                format!(
+                    "{} word(s) in memory that point into captured memory",
+                    cap.pointer_slots.len()
+                ),
+            );
+        }
+        if !cap.textures.is_empty() {
+            log.kept(
+                "textures",
+                "handles, sampling, views and array shapes: the player rebuilds the objects",
+            );
+        }
+        log.kept(
+            "original duration and timing conditions",
+            "how long the kernel took and how that was measured",
+        );
+        for a in cap
+            .annotations
+            .iter()
+            .filter(|a| a.key != REFERENCE_ANNOTATION)
+        {
+            log.kept(
+                format!("note {}", a.key),
+                "kreplay's own note about the capture",
+            );
+        }
+        Some(&log)
+    } else {
+        cap.redaction.as_ref()
+    };
+    write_tail_parts(&mut w, cap, graph.as_ref(), redaction)?;
     // Its zero post chunks were copied as they are: they still stand for lost output.
     if let Some(s) = &cap.salvage {
         w.salvage_record(s)?;
@@ -233,29 +924,55 @@ pub fn pack_observed<W: Write + Seek>(
         })?;
     }
     report.reference = Some(reference);
+    report.redaction = redaction.cloned();
     Ok((w.finish()?, report))
 }
 
 /// Writes what describes a capture's dispatch, as `cap` has it: capture info, device, code
 /// objects, the dispatch. (Rewriters of a capture start with this, then the regions.)
 pub fn write_head<W: Write + Seek>(w: &mut CaptureWriter<W>, cap: &Capture<'_>) -> Result<()> {
-    if let Some(i) = &cap.info {
+    write_head_parts(
+        w,
+        cap.info.as_ref(),
+        cap.device.as_ref(),
+        cap,
+        &cap.dispatch,
+    )
+}
+
+fn write_head_parts<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    info: Option<&CaptureInfo>,
+    device: Option<&DeviceInfo>,
+    cap: &Capture<'_>,
+    dispatch: &Dispatch,
+) -> Result<()> {
+    if let Some(i) = info {
         w.capture_info(i)?;
     }
-    if let Some(d) = &cap.device {
+    if let Some(d) = device {
         w.device(d)?;
     }
     for m in &cap.modules {
         w.module(m)?;
     }
-    w.dispatch(&cap.dispatch)
+    w.dispatch(dispatch)
 }
 
 /// Writes what follows the regions, as `cap` has it: module globals, textures, pointer
-/// slots, timing conditions, graph origin, and the annotations but the reference one (what
-/// the post chunks hold is for the rewriter to say, and so is the salvage record, which names
-/// post chunks).
+/// slots, timing conditions, graph origin, the redaction listing, and the annotations but the
+/// reference one (what the post chunks hold is for the rewriter to say, and so is the salvage
+/// record, which names post chunks).
 pub fn write_tail<W: Write + Seek>(w: &mut CaptureWriter<W>, cap: &Capture<'_>) -> Result<()> {
+    write_tail_parts(w, cap, cap.graph.as_ref(), cap.redaction.as_ref())
+}
+
+fn write_tail_parts<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    graph: Option<&GraphOrigin>,
+    redaction: Option<&Redaction>,
+) -> Result<()> {
     for g in &cap.globals {
         w.module_global(g)?;
     }
@@ -270,8 +987,11 @@ pub fn write_tail<W: Write + Seek>(w: &mut CaptureWriter<W>, cap: &Capture<'_>) 
     if let Some(t) = &cap.timing {
         w.timing_conditions(t)?;
     }
-    if let Some(g) = &cap.graph {
+    if let Some(g) = graph {
         w.graph_origin(g)?;
+    }
+    if let Some(r) = redaction {
+        w.redaction(r)?;
     }
     for a in cap
         .annotations

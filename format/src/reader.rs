@@ -63,6 +63,9 @@ pub struct Capture<'a> {
     pub timing: Option<TimingConditions>,
     /// Where the dispatch came from when it ran inside a CUDA graph.
     pub graph: Option<GraphOrigin>,
+    /// What `pack --redact` replaced and kept (absent when not redacted, or redacted by a
+    /// packer older than this event).
+    pub redaction: Option<Redaction>,
     /// Pointer words inside captured memory, sorted by (region, offset).
     pub pointer_slots: Vec<(u32, u64)>,
     /// Texture and surface objects of the dispatch (empty when it uses none).
@@ -293,6 +296,7 @@ impl<'a> Capture<'a> {
             annotations: b.annotations,
             timing: b.timing,
             graph: b.graph,
+            redaction: b.redaction,
             pointer_slots: b.pointer_slots,
             textures: b.textures,
             chunks: b.chunks,

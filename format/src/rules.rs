@@ -162,6 +162,7 @@ pub struct CaptureBuilder<'a> {
     pub annotations: Vec<Annotation>,
     pub timing: Option<TimingConditions>,
     pub graph: Option<GraphOrigin>,
+    pub redaction: Option<Redaction>,
     pub pointer_slots: Vec<(u32, u64)>,
     pub textures: Textures,
     pub chunks: BTreeMap<(u32, MemoryState, u64), ChunkRef>,
@@ -185,6 +186,7 @@ impl<'a> CaptureBuilder<'a> {
             annotations: Vec::new(),
             timing: None,
             graph: None,
+            redaction: None,
             pointer_slots: Vec::new(),
             textures: Textures::default(),
             chunks: BTreeMap::new(),
@@ -259,6 +261,10 @@ impl<'a> CaptureBuilder<'a> {
             }
             EventKind::GraphOrigin => {
                 self.graph = Some(self.decode(off, frame, kind)?);
+                Ok(EventRef::Other)
+            }
+            EventKind::Redaction => {
+                self.redaction = Some(self.decode(off, frame, kind)?);
                 Ok(EventRef::Other)
             }
             EventKind::PointerSlots => self.add_pointer_slots(off, frame),

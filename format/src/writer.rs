@@ -170,6 +170,11 @@ impl<W: Write + Seek> CaptureWriter<W> {
         self.write_meta(EventKind::GraphOrigin, v)
     }
 
+    /// What redaction replaced and kept (written by `pack --redact`).
+    pub fn redaction(&mut self, v: &Redaction) -> Result<()> {
+        self.write_meta(EventKind::Redaction, v)
+    }
+
     /// After the dispatch and the regions of the arrays.
     pub fn textures(&mut self, v: &Textures) -> Result<()> {
         self.write_meta(EventKind::Textures, v)

@@ -32,6 +32,9 @@ pub struct Description {
     pub reference: kreplay_format::Reference,
     /// What `kreplay verify --salvage` lost (null for a capture it did not rewrite).
     pub salvage: Option<SalvageDesc>,
+    /// What `pack --redact` replaced and kept, field by field (null when not redacted, or
+    /// redacted by a kreplay that did not list it).
+    pub redaction: Option<Vec<kreplay_format::RedactedField>>,
     pub annotations: Vec<(String, String)>,
 }
 
@@ -450,6 +453,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             textures_dropped: s.textures_dropped,
             replay_blockers: kreplay_format::replay_blockers(cap),
         }),
+        redaction: cap.redaction.as_ref().map(|r| r.fields.clone()),
         annotations: cap
             .annotations
             .iter()

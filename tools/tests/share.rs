@@ -26,7 +26,7 @@ fn a_redacted_capture_says_so_and_keeps_its_shape() {
     let src = capture("cuda-pointers");
     let (code, _, err) = kreplay(&["pack", &src, "-o", out, "--redact", "--level", "3"]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("replaced by pseudo-random bytes"), "{err}");
+    assert!(err.contains("replaced by generated values"), "{err}");
     assert!(err.contains("determinism only"), "{err}");
     let (a, b) = (info_json(&src), info_json(out));
     assert_eq!(a["reference"], "recorded");
@@ -34,6 +34,7 @@ fn a_redacted_capture_says_so_and_keeps_its_shape() {
     for key in ["kernel", "launch", "params", "pointer_slots"] {
         assert_eq!(a[key], b[key], "{key}");
     }
+    assert!(a["redaction"].is_null());
     let sizes = |v: &Value| -> Vec<(u64, u64)> {
         v["regions"]
             .as_array()
@@ -51,6 +52,7 @@ fn a_redacted_capture_says_so_and_keeps_its_shape() {
     let (code, text, _) = kreplay(&["info", out]);
     assert_eq!(code, 0);
     assert!(text.contains("redacted  by kreplay pack"), "{text}");
+    assert!(!text.contains("like a core dump"), "{text}");
     // The inputs differ (redaction replaced them); the outputs cannot be compared.
     let (code, text, err) = kreplay(&["diff", &src, out, "--state", "pre", "--json"]);
     assert_eq!(code, 1, "{err}");
@@ -78,6 +80,78 @@ fn a_redacted_capture_says_so_and_keeps_its_shape() {
     let (code, _, err) = kreplay(&["pack", out, "-o", out, "--force"]);
     assert_eq!(code, 2);
     assert!(err.contains("that is the capture itself"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `info` on a redacted capture lists every field replaced or kept, shows none of the
+/// recorder's environment, and no longer calls the file a core dump.
+#[test]
+fn info_lists_what_redaction_replaced_and_kept() {
+    let d = scratch("redact-info");
+    let out = d.join("red.krr");
+    let out = out.to_str().expect("utf-8");
+    let src = capture("cuda-saxpy");
+    let (code, _, err) = kreplay(&["pack", &src, "-o", out, "--redact"]);
+    assert_eq!(code, 0, "{err}");
+    let len = |p: &str| std::fs::metadata(p).map(|m| m.len()).unwrap_or(u64::MAX);
+    assert!(len(out) <= len(&src), "{} > {}", len(out), len(&src));
+    let (a, b) = (info_json(&src), info_json(out));
+    let fields = b["redaction"].as_array().expect("the listing");
+    let kept = |f: &str| -> Option<bool> {
+        fields
+            .iter()
+            .find(|x| x["field"] == f)
+            .and_then(|x| x["kept"].as_bool())
+    };
+    for f in [
+        "host",
+        "pid",
+        "command line",
+        "time",
+        "device UUID",
+        "capture UUID",
+        "argument 1 (float)",
+        "region 0",
+        "region 1",
+        "recorded output",
+    ] {
+        assert_eq!(kept(f), Some(false), "{f} replaced: {fields:?}");
+    }
+    for f in [
+        "argument 0 (int)",
+        "argument 2 (float const*)",
+        "argument 3 (float*)",
+        "device model",
+        "kernel and code",
+        "geometry",
+        "region 2",
+    ] {
+        assert_eq!(kept(f), Some(true), "{f} kept: {fields:?}");
+    }
+    // The scalar n is kept, a is replaced by a finite value; the memory by f32 values.
+    assert_eq!(a["params"][0]["value"], b["params"][0]["value"]);
+    let a1: f32 = b["params"][1]["value"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("a");
+    assert!(a1.is_finite() && a1 != 1.5, "{a1}");
+    let r = &b["recorder"];
+    assert_eq!((r["host"].as_str(), r["pid"].as_u64()), (Some(""), Some(0)));
+    assert_eq!(r["command_line"].as_array().map(|c| c.len()), Some(0));
+    assert_eq!(r["time_unix_ns"], 0);
+    assert_eq!(b["device"]["uuid"], "0".repeat(32));
+    let (code, text, _) = kreplay(&["info", out]);
+    assert_eq!(code, 0);
+    let host = a["recorder"]["host"].as_str().expect("host");
+    let line = a["recorder"]["command_line"][0].as_str().expect("argv[0]");
+    let time = a["recorder"]["time"].as_str().expect("time");
+    for secret in [line, time, &format!(" on {host} ")] {
+        assert!(!text.contains(secret), "info shows {secret:?}: {text}");
+    }
+    assert!(text.contains("replaced host"), "{text}");
+    assert!(text.contains("kept     argument 0 (int)"), "{text}");
+    assert!(text.contains("privacy   redacted"), "{text}");
+    assert!(!text.contains("like a core dump"), "{text}");
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -100,10 +100,27 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             w,
             "output    dropped by kreplay pack: the write set is kept, not the bytes (play --verify checks determinism)"
         ),
-        kreplay_format::Reference::Redacted => out!(
-            w,
-            "redacted  by kreplay pack: region data replaced by pseudo-random bytes (pointers, handles, module globals kept); no recorded output (play --verify checks determinism)"
-        ),
+        kreplay_format::Reference::Redacted => match &d.redaction {
+            Some(fields) => {
+                out!(
+                    w,
+                    "redacted  by kreplay pack: no recorded output (play --verify checks determinism); field by field:"
+                );
+                for f in fields {
+                    out!(
+                        w,
+                        "          {} {}: {}",
+                        if f.kept { "kept    " } else { "replaced" },
+                        p(&f.field),
+                        p(&f.note)
+                    );
+                }
+            }
+            None => out!(
+                w,
+                "redacted  by an older kreplay pack: region data replaced (pointers, handles, module globals kept), but the host, pid, command line, time, device UUID, argument and launch-attribute bytes were kept as recorded; pack --redact it again to remove them; no recorded output (play --verify checks determinism)"
+            ),
+        },
         kreplay_format::Reference::Partial => {
             let lost: Vec<String> = d
                 .regions
@@ -286,7 +303,14 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
         ),
         None => out!(w, "device    unknown"),
     }
-    if let Some(r) = &d.recorder {
+    if let Some(r) = d.recorder.as_ref().filter(|_| d.redaction.is_some()) {
+        out!(
+            w,
+            "recorded  by kreplay {}, launch {} of the process (where, when and how: redacted)",
+            p(&r.version),
+            r.launch_index
+        );
+    } else if let Some(r) = &d.recorder {
         out!(
             w,
             "recorded  by kreplay {} on {} pid {}{} at {}, match {} (launch {}) of -k '{}'",
@@ -305,11 +329,24 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
         out!(w, "note      {}: {}", p(k), p(v));
     }
     let held: u64 = d.regions.iter().map(|r| r.size).sum();
-    out!(
-        w,
-        "privacy   holds {} of the application's memory in {} region(s), like a core dump: share it as you would one",
-        bytes(held),
-        d.regions.len()
-    );
+    if let Some(fields) = &d.redaction {
+        let kept: Vec<&str> = fields
+            .iter()
+            .filter(|f| f.kept)
+            .map(|f| f.field.as_str())
+            .collect();
+        out!(
+            w,
+            "privacy   redacted: none of the application's data or environment but what is listed as kept above ({})",
+            p(&kept.join(", "))
+        );
+    } else {
+        out!(
+            w,
+            "privacy   holds {} of the application's memory in {} region(s), like a core dump: share it as you would one",
+            bytes(held),
+            d.regions.len()
+        );
+    }
     Ok(())
 }

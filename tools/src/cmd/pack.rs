@@ -28,13 +28,23 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
         );
     }
     super::check_new_output(&a.output, a.force, "-o")?;
-    let memory: u64 = kreplay_format::Capture::parse(file.bytes())
+    let parsed = kreplay_format::Capture::parse(file.bytes()).ok();
+    let memory: u64 = parsed
+        .as_ref()
         .map(|c| c.regions.iter().map(|r| r.size).sum())
         .unwrap_or(0);
+    // Parameter types from the signature (what redaction replaces an argument by, and the
+    // element type of the memory it points to).
+    let param_types = parsed
+        .as_ref()
+        .map(|c| kreplay::params::param_types(&c.dispatch))
+        .unwrap_or_default();
+    drop(parsed);
     let opts = PackOptions {
         level: a.level.unwrap_or(default_level(memory)),
         drop_post: a.drop_post,
         redact: a.redact,
+        param_types,
     };
     let progress = crate::progress::Progress::bytes("packing", memory);
     let report = pack_to_file(
@@ -55,12 +65,15 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
     drop(progress);
     let size = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
     let mut what = Vec::new();
-    if a.redact {
+    if let Some(r) = &report.redaction {
+        let replaced = r.fields.iter().filter(|f| !f.kept).count();
         what.push(format!(
-            "{} of data replaced by pseudo-random bytes ({} of pointer and handle words and {} module global region(s) kept)",
+            "{} of data replaced by generated values ({} of pointer and handle words and {} module global region(s) kept); {} field(s) replaced and {} kept, listed by kreplay info",
             bytes(report.redacted_bytes),
             bytes(report.kept_bytes),
-            report.kept_regions
+            report.kept_regions,
+            replaced,
+            r.fields.len() - replaced
         ));
     }
     if report.dropped_post_bytes > 0 {
@@ -78,7 +91,7 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
         bytes(file.bytes().len() as u64),
         a.output.display(),
         bytes(size),
-        opts.level,
+        report.level,
         if what.is_empty() { "" } else { ": " },
         what.join("; ")
     );
