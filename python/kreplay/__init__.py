@@ -160,11 +160,13 @@ def play(
     device: int = 0,
     relocate: bool = False,
     ptx: bool = False,
-    flush_cache: bool = False,
+    flush_cache: bool | None = None,
 ) -> dict:
     """Replays a capture on a GPU in this process; returns the object `kreplay play --json`
     prints (median_ns, durations_ns, verify.matched, metrics, ...). Raises RuntimeError with
-    the reason when it cannot (no GPU, another architecture, address in use)."""
+    the reason when it cannot (no GPU, another architecture, address in use). `flush_cache`
+    is `kreplay play --cache`: None (the default, as the CLI's) keeps the L2 for timed passes
+    and empties it before counter passes; True empties it before both; False keeps it for both."""
     return json.loads(_native.play(os.fspath(path), **_play_args(passes, verify, metrics, warmup, device, relocate, ptx, flush_cache)))
 
 
@@ -176,7 +178,7 @@ def _play_args(
     device: int = 0,
     relocate: bool = False,
     ptx: bool = False,
-    flush_cache: bool = False,
+    flush_cache: bool | None = None,
 ) -> dict:
     """`play`'s keyword arguments, defaults filled in, as the native layer takes them."""
     return dict(

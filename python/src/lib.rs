@@ -93,7 +93,7 @@ impl CaptureFile {
     }
 
     /// Replays the capture; returns `kreplay play --json`'s object as a string.
-    #[pyo3(signature = (passes=8, verify=true, metrics=Vec::new(), warmup=0, device=0, relocate=false, ptx=false, flush_cache=false))]
+    #[pyo3(signature = (passes=8, verify=true, metrics=Vec::new(), warmup=0, device=0, relocate=false, ptx=false, flush_cache=None))]
     #[allow(clippy::too_many_arguments)]
     fn play(
         &self,
@@ -105,7 +105,7 @@ impl CaptureFile {
         device: i32,
         relocate: bool,
         ptx: bool,
-        flush_cache: bool,
+        flush_cache: Option<bool>,
     ) -> PyResult<String> {
         let cap = self.capture()?;
         let options = PlayArgs {
@@ -263,12 +263,14 @@ struct PlayArgs {
     device: i32,
     relocate: bool,
     ptx: bool,
-    flush_cache: bool,
+    /// As `kreplay play --cache`: None keeps the L2 for timed passes and flushes it for
+    /// counter passes (ncu's way); Some(true) flushes before both, Some(false) keeps for both.
+    flush_cache: Option<bool>,
 }
 
 /// Replays the capture at `path`; returns `kreplay play --json`'s object as a string.
 #[pyfunction]
-#[pyo3(signature = (path, passes=8, verify=true, metrics=Vec::new(), warmup=0, device=0, relocate=false, ptx=false, flush_cache=false))]
+#[pyo3(signature = (path, passes=8, verify=true, metrics=Vec::new(), warmup=0, device=0, relocate=false, ptx=false, flush_cache=None))]
 #[allow(clippy::too_many_arguments)]
 fn play(
     py: Python<'_>,
@@ -280,7 +282,7 @@ fn play(
     device: i32,
     relocate: bool,
     ptx: bool,
-    flush_cache: bool,
+    flush_cache: Option<bool>,
 ) -> PyResult<String> {
     CaptureFile::new(path)?.play(
         py,
@@ -338,10 +340,15 @@ fn replay(
                 Placement::Original
             },
         };
-        let cache = if flush_cache {
+        let cache = if flush_cache == Some(true) {
             CacheState::Flush
         } else {
             CacheState::Keep
+        };
+        let counter_cache = if flush_cache == Some(false) {
+            CacheState::Keep
+        } else {
+            CacheState::Flush
         };
         let run = RunOptions {
             passes,
@@ -363,7 +370,7 @@ fn replay(
         let m = match &request {
             Some(req) => Some(
                 session
-                    .collect_metrics(req, cache)
+                    .collect_metrics(req, counter_cache)
                     .map_err(|e| format!("counter collection failed: {e}"))?,
             ),
             None => None,

@@ -244,8 +244,12 @@ def test_robust_stderr_full(case, row, kr, app):
     cupti, kapps = app(["{cupti_app}"]), app(["{kapps}", "saxpy", "3"])
     b1 = case.run(cupti, name="base-cupti")
     r1 = case.run([kr, "record", "-k", "saxpy_traced"] + cupti, name="rec-cupti", err="/dev/full")
-    r2 = case.run([kr, "record", "-k", "saxpy", "-o", "/proc/kreplay-denied/x.krr"] + kapps, name="rec-saxpy",
-                  err="/dev/full")
+    # A file where the %k directory goes: only the recorder finds that out, after the start (an
+    # unwritable directory is refused before the application runs).
+    case.path("unwritable").mkdir(exist_ok=True)
+    case.path("unwritable/saxpy").write_text("")
+    out = str(case.path("unwritable")) + "/%k/x.krr"
+    r2 = case.run([kr, "record", "-k", "saxpy", "-o", out] + kapps, name="rec-saxpy", err="/dev/full")
     b2 = case.run(kapps, name="base-saxpy")
     why = []
     if r1.rc != 3:
