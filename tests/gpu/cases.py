@@ -1,4 +1,4 @@
-"""The case table: every case of scripts/gpu-test.sh, by kind.
+"""The case table: every case of the bash GPU suite (tests/gpu/bash_cases.txt), by kind.
 
 Placeholders in command lines: {kapps}, {driver_app}, {graph_apps}, {beyond_apps},
 {cupti_app}, {driver_kernel} (a cubin), {example_tool} (a shared library): the test apps,
