@@ -18,3 +18,5 @@ pub use kreplay_engine::{
 };
 pub use save::SavedOutput;
 pub use session::{PlayReport, Session};
+#[cfg(test)]
+mod testdata;

@@ -155,16 +155,12 @@ impl Textures {
             };
             let address = obj.resource.address().map_or(0, |a| placed(relocation, a));
             let made = TexObject::create(obj, array, address)?;
-            for &w in &obj.arg_words {
-                if let Some(word) = arg_bytes.get_mut(w as usize..w as usize + 8) {
-                    word.copy_from_slice(&made.handle().to_le_bytes());
-                }
-            }
+            write_arg_handles(arg_bytes, &obj.arg_words, made.handle());
             for &(region_id, offset) in &obj.memory_words {
                 let Some(p) = placements.iter().find(|p| p.region_id == region_id) else {
                     continue;
                 };
-                if clipped(offset, 8, p.usable) == Some(8) {
+                if handle_word_fits(offset, p.usable) {
                     copy_htod(p.base + offset, &made.handle().to_le_bytes())?;
                     self.memory_words.push((region_id, offset, made.handle()));
                 }
@@ -173,6 +169,59 @@ impl Textures {
         }
         Ok(ArraySync::new(written))
     }
+}
+
+/// Writes `handle` into each 8-byte argument word at the byte offsets `words`, skipping a
+/// word that does not lie wholly inside the argument bytes: the offsets come from the file.
+fn write_arg_handles(arg_bytes: &mut [u8], words: &[u32], handle: u64) {
+    for &w in words {
+        if let Some(word) = arg_bytes.get_mut(w as usize..w as usize + 8) {
+            word.copy_from_slice(&handle.to_le_bytes());
+        }
+    }
+}
+
+/// Whether a handle word at `offset` of a region lies wholly in its `usable` bytes (a module
+/// global can hold fewer bytes here than the file says): only then is it written.
+fn handle_word_fits(offset: u64, usable: u64) -> bool {
+    clipped(offset, 8, usable) == Some(8)
+}
+
+/// The regions uploaded chunk by chunk before the module is loaded; module globals are
+/// written after it, into the loaded module's globals (`restore_globals`).
+fn uploaded_regions<'a>(cap: &'a Capture<'_>) -> impl Iterator<Item = &'a Region> {
+    cap.regions.iter().filter(|r| r.role != RegionRole::Global)
+}
+
+/// The size of each staging buffer: room for the largest chunk (a chunk is decoded in one
+/// piece), otherwise `UPLOAD_WINDOW`, never more than the largest region needs, never zero.
+fn upload_window(cap: &Capture<'_>) -> u64 {
+    let largest = cap.regions.iter().map(|r| r.size).max().unwrap_or(0);
+    let chunk = cap.regions.iter().map(|r| r.chunk_size).max().unwrap_or(1);
+    largest.min(UPLOAD_WINDOW.max(chunk)).max(1)
+}
+
+/// How a region's pre-dispatch chunks (in offset order) are uploaded: runs of chunk indices,
+/// each either zeroed on the device (`true`: adjacent chunks stored as zeros, as one run of
+/// any length) or decoded into one staging buffer (`false`: at most `per_window` chunks).
+/// `zeroed_here` is false for host memory, which always goes through the staging.
+fn upload_runs(
+    chunks: &[&ChunkRef],
+    per_window: usize,
+    zeroed_here: bool,
+) -> Vec<(std::ops::Range<usize>, bool)> {
+    let is_zero = |c: &ChunkRef| zeroed_here && c.encoding == ChunkEncoding::Zero;
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < chunks.len() {
+        let zero = is_zero(chunks[i]);
+        let first = i;
+        while i < chunks.len() && is_zero(chunks[i]) == zero && (zero || i - first < per_window) {
+            i += 1;
+        }
+        runs.push((first..i, zero));
+    }
+    runs
 }
 
 /// A capture made live on the GPU.
@@ -206,15 +255,8 @@ fn upload_region(
     // Runs of chunks stored as zeros are zeroed on the device (device memory only: host
     // memory goes through the staging like the rest).
     let zeroed_here = r.kind != MemoryKind::HostMapped;
-    let is_zero = |c: &&ChunkRef| zeroed_here && c.encoding == ChunkEncoding::Zero;
-    let mut i = 0;
-    while i < chunks.len() {
-        let zero = is_zero(&chunks[i]);
-        let first = i;
-        while i < chunks.len() && is_zero(&chunks[i]) == zero && (zero || i - first < per_window) {
-            i += 1;
-        }
-        let window = &chunks[first..i];
+    for (run, zero) in upload_runs(&chunks, per_window, zeroed_here) {
+        let window = &chunks[run];
         let start = window[0].offset;
         let len: u64 = window.iter().map(|c| c.raw_len).sum();
         if zero {
@@ -250,12 +292,47 @@ fn kernel_layout(
     function: &Function,
     captured: &[(u32, u32)],
 ) -> Vec<(u32, u32)> {
+    declared_layout(image, kernel, captured).unwrap_or_else(|| function.parameter_layout())
+}
+
+/// The kernel's parameter layout as the code object declares it, or None when only the
+/// driver can tell (PTX, or a cubin whose declaration does not settle it).
+fn declared_layout(image: &[u8], kernel: &str, captured: &[(u32, u32)]) -> Option<Vec<(u32, u32)>> {
     match kreplay_format::cubin::declared_params(image, kernel) {
-        Some(d) if !d.layout.is_empty() || d.total == Some(0) => d.layout,
+        Some(d) if !d.layout.is_empty() || d.total == Some(0) => Some(d.layout),
         // Only the total is declared: the file's layout stands if it ends there.
-        Some(d) if d.total == Some(captured.last().map_or(0, |&(o, s)| o + s)) => captured.to_vec(),
-        _ => function.parameter_layout(),
+        Some(d) if d.total == Some(captured.last().map_or(0, |&(o, s)| o + s)) => {
+            Some(captured.to_vec())
+        }
+        _ => None,
     }
+}
+
+/// Why the kernel cannot run with the captured arguments, if its `actual` layout differs
+/// from the `captured` one: a `--module` variant is told apart from the capture's own code,
+/// since then it is the variant that is wrong, not the file.
+fn layout_mismatch(
+    kernel: &str,
+    source: CodeSource,
+    captured: &[(u32, u32)],
+    actual: Vec<(u32, u32)>,
+) -> Option<PlayError> {
+    if actual == captured {
+        return None;
+    }
+    Some(if source == CodeSource::Variant {
+        PlayError::VariantMismatch {
+            kernel: kernel.to_string(),
+            captured: captured.to_vec(),
+            variant: actual,
+        }
+    } else {
+        PlayError::LayoutMismatch {
+            kernel: kernel.to_string(),
+            captured: captured.to_vec(),
+            actual,
+        }
+    })
 }
 
 /// The first `limit` bytes of a region's pre-dispatch state (all of it when it is smaller),
@@ -289,19 +366,15 @@ fn place_memory(plan: &MemoryPlan, device: &Device) -> Result<Memory, PlayError>
         match mapped {
             Ok(m) => return Ok(m),
             Err(MapError::AddressInUse { start, end, got }) => {
-                if let Some(why) = &plan.relocation_blocker {
-                    return Err(PlayError::CannotRelocate {
-                        start,
-                        end,
-                        got,
-                        why: why.clone(),
-                    });
+                let blocker = plan.relocation_blocker.as_deref();
+                if let Some(e) = move_refusal(blocker, Some((start, end, got))) {
+                    return Err(e);
                 }
             }
             Err(e) => return Err(e.into()),
         }
-    } else if let Some(why) = &plan.relocation_blocker {
-        return Err(PlayError::RelocationRefused { why: why.clone() });
+    } else if let Some(e) = move_refusal(plan.relocation_blocker.as_deref(), None) {
+        return Err(e);
     }
     let mut moves = Vec::new();
     let mut buffers = Vec::new();
@@ -320,6 +393,22 @@ fn place_memory(plan: &MemoryPlan, device: &Device) -> Result<Memory, PlayError>
         relocation: Relocation::new(moves),
         _buffers: buffers,
         _host_buffers: host_buffers,
+    })
+}
+
+/// Why the captured memory may not be moved, if the plan says it cannot be (`blocker`): the
+/// error names the `collision` (start, end, address got) when the move was forced by the
+/// original addresses being taken, and says the move was refused when it was asked for.
+fn move_refusal(blocker: Option<&str>, collision: Option<(u64, u64, u64)>) -> Option<PlayError> {
+    let why = blocker?.to_string();
+    Some(match collision {
+        Some((start, end, got)) => PlayError::CannotRelocate {
+            start,
+            end,
+            got,
+            why,
+        },
+        None => PlayError::RelocationRefused { why },
     })
 }
 
@@ -346,20 +435,8 @@ fn load_kernel(
             source,
         })?;
     let layout = kernel_layout(&code.image, &d.kernel_name, &function, &launch.layout);
-    if layout != launch.layout {
-        return Err(if code.source == CodeSource::Variant {
-            PlayError::VariantMismatch {
-                kernel: d.kernel_name.clone(),
-                captured: launch.layout.clone(),
-                variant: layout,
-            }
-        } else {
-            PlayError::LayoutMismatch {
-                kernel: d.kernel_name.clone(),
-                captured: launch.layout.clone(),
-                actual: layout,
-            }
-        });
+    if let Some(e) = layout_mismatch(&d.kernel_name, code.source, &launch.layout, layout) {
+        return Err(e);
     }
     Ok((module, function))
 }
@@ -437,18 +514,11 @@ impl<'c> Session<'c> {
             placed(relocation, r.address)
         };
 
-        let largest = cap.regions.iter().map(|r| r.size).max().unwrap_or(0);
-        let chunk = cap.regions.iter().map(|r| r.chunk_size).max().unwrap_or(1);
-        let window = largest.min(UPLOAD_WINDOW.max(chunk)).max(1);
+        let window = upload_window(cap);
         let mut ring = UploadRing::new(UPLOAD_BUFFERS, window as usize)?;
-        let total: u64 = cap
-            .regions
-            .iter()
-            .filter(|r| r.role != RegionRole::Global)
-            .map(|r| r.size)
-            .sum();
+        let total: u64 = uploaded_regions(cap).map(|r| r.size).sum();
         let mut loaded = 0u64;
-        for r in cap.regions.iter().filter(|r| r.role != RegionRole::Global) {
+        for r in uploaded_regions(cap) {
             upload_region(
                 cap,
                 r,
@@ -466,10 +536,7 @@ impl<'c> Session<'c> {
         drop(ring);
 
         let (module, function) = load_kernel(cap, &code, &launch)?;
-        let mut placements: Vec<RegionPlacement> = cap
-            .regions
-            .iter()
-            .filter(|r| r.role != RegionRole::Global)
+        let mut placements: Vec<RegionPlacement> = uploaded_regions(cap)
             .map(|r| RegionPlacement {
                 region_id: r.region_id,
                 base: base_of(r),
@@ -603,47 +670,16 @@ fn check_against_capture(
     release: FilePages<'_>,
     v: &mut VerifyOutcome,
 ) -> Result<(), PlayError> {
-    // Without a recorded output, the post chunks say only where the kernel writes: those
-    // bytes are checked across passes (determinism), the rest against the input. A salvaged
-    // capture has it for the chunks whose output survived.
-    let reference = cap.reference();
-    let recorded = |c: &ChunkRef| match reference {
-        Reference::Recorded => true,
-        Reference::Partial => cap.recorded_output(c),
-        Reference::Dropped | Reference::Redacted => false,
-    };
     let mut staging: Option<PinnedBuffer> = None;
     for p in placements {
-        let post: HashMap<u64, _> = cap
-            .chunks(p.region_id, MemoryState::Post)
-            .map(|c| (c.offset, c))
+        let items = expected_chunks(cap, p.region_id, p.usable);
+        let spans: Vec<(u64, u64)> = items
+            .iter()
+            .map(|&(_, offset, len)| (offset, len))
             .collect();
-        // (what to expect, where in the region, bytes there), in region order.
-        let mut items: Vec<(&ChunkRef, u64, u64)> = Vec::new();
-        for c in cap.chunks(p.region_id, MemoryState::Pre) {
-            let src = match post.get(&c.offset) {
-                Some(post) if !recorded(post) => continue,
-                Some(post) => post,
-                None => c,
-            };
-            if let Some(len) = clipped(c.offset, c.raw_len, p.usable) {
-                items.push((src, c.offset, len));
-            }
-        }
-        items.sort_by_key(|i| i.1);
         // Windows of adjacent chunks: decoded on all cores, read back with one copy.
-        let mut start = 0;
-        while start < items.len() {
-            let mut end = start + 1;
-            let mut bytes = items[start].2;
-            while end < items.len()
-                && items[end].1 == items[end - 1].1 + items[end - 1].2
-                && bytes + items[end].2 <= VERIFY_WINDOW
-            {
-                bytes += items[end].2;
-                end += 1;
-            }
-            let window = &items[start..end];
+        for (run, bytes) in verify_windows(&spans, VERIFY_WINDOW) {
+            let window = &items[run];
             let expected: Vec<Vec<u8>> = window
                 .par_iter()
                 .map(|&(src, offset, len)| -> Result<Vec<u8>, PlayError> {
@@ -652,13 +688,7 @@ fn check_against_capture(
                     if let Some(rel) = relocation {
                         rel.patch_region_window(cap, p.region_id, offset, &mut e);
                     }
-                    // Handle words hold this process's handles.
-                    for &(_, off, h) in handles.iter().filter(|w| w.0 == p.region_id) {
-                        let at = off.wrapping_sub(offset);
-                        if off >= offset && at + 8 <= e.len() as u64 {
-                            e[at as usize..at as usize + 8].copy_from_slice(&h.to_le_bytes());
-                        }
-                    }
+                    patch_handles(&mut e, p.region_id, offset, handles);
                     e.truncate(len as usize);
                     Ok(e)
                 })
@@ -683,8 +713,472 @@ fn check_against_capture(
                 compare(p.region_id, offset, e, &found[at..at + len as usize], v);
                 at += len as usize;
             }
-            start = end;
         }
     }
     Ok(())
+}
+
+/// What verification compares in one region: (the chunk holding the expected bytes, offset in
+/// the region, bytes of it inside the region's `usable` part), in region order. Where the
+/// kernel left a chunk alone (no post chunk) the input is expected back; where it wrote, the
+/// recorded output. Without a recorded output for a chunk (packed without it, redacted, or
+/// lost to salvage) the post chunk says only that the kernel writes there: it is left out
+/// here and checked across passes instead (determinism).
+fn expected_chunks<'a>(
+    cap: &'a Capture<'_>,
+    region_id: u32,
+    usable: u64,
+) -> Vec<(&'a ChunkRef, u64, u64)> {
+    let reference = cap.reference();
+    let recorded = |c: &ChunkRef| match reference {
+        Reference::Recorded => true,
+        Reference::Partial => cap.recorded_output(c),
+        Reference::Dropped | Reference::Redacted => false,
+    };
+    let post: HashMap<u64, _> = cap
+        .chunks(region_id, MemoryState::Post)
+        .map(|c| (c.offset, c))
+        .collect();
+    let mut items: Vec<(&ChunkRef, u64, u64)> = Vec::new();
+    for c in cap.chunks(region_id, MemoryState::Pre) {
+        let src = match post.get(&c.offset) {
+            Some(post) if !recorded(post) => continue,
+            Some(post) => post,
+            None => c,
+        };
+        if let Some(len) = clipped(c.offset, c.raw_len, usable) {
+            items.push((src, c.offset, len));
+        }
+    }
+    items.sort_by_key(|i| i.1);
+    items
+}
+
+/// Groups `spans` (offset, length; in region order) into windows read back with one copy
+/// each: runs of touching spans, at most `limit` bytes unless one span alone is larger.
+/// Returns each window's span indices and its bytes.
+fn verify_windows(spans: &[(u64, u64)], limit: u64) -> Vec<(std::ops::Range<usize>, u64)> {
+    let mut windows = Vec::new();
+    let mut start = 0;
+    while start < spans.len() {
+        let mut end = start + 1;
+        let mut bytes = spans[start].1;
+        while end < spans.len()
+            && spans[end].0 == spans[end - 1].0 + spans[end - 1].1
+            && bytes + spans[end].1 <= limit
+        {
+            bytes += spans[end].1;
+            end += 1;
+        }
+        windows.push((start..end, bytes));
+        start = end;
+    }
+    windows
+}
+
+/// Writes this process's texture and surface handles into `expected`, the bytes of a region
+/// from `offset` on: the captured handle words held the recording process's handles, and the
+/// replay rewrote them on the device. A word not wholly inside `expected` is left alone.
+fn patch_handles(expected: &mut [u8], region_id: u32, offset: u64, handles: &[(u32, u64, u64)]) {
+    for &(_, off, h) in handles.iter().filter(|w| w.0 == region_id) {
+        let at = off.wrapping_sub(offset);
+        if off >= offset && at + 8 <= expected.len() as u64 {
+            expected[at as usize..at as usize + 8].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The session's decisions, on the CPU: what verification compares and how it reads the
+    //! device back, how regions are uploaded, which code layout and which placement errors
+    //! stand. Each test names the mutation of the code it is there to catch.
+
+    use super::*;
+    use crate::testdata;
+
+    const MIB: u64 = 1 << 20;
+
+    /// (offset, len, whether the expected bytes come from the post-dispatch state).
+    fn expected_of(cap: &Capture<'_>, region_id: u32, usable: u64) -> Vec<(u64, u64, bool)> {
+        expected_chunks(cap, region_id, usable)
+            .into_iter()
+            .map(|(src, offset, len)| {
+                assert_eq!(
+                    src.offset, offset,
+                    "the expected chunk is the one at the offset"
+                );
+                assert_eq!(src.region_id, region_id);
+                (offset, len, src.state == MemoryState::Post)
+            })
+            .collect()
+    }
+
+    fn all_of(cap: &Capture<'_>, region_id: u32) -> u64 {
+        cap.region(region_id).expect("region").size
+    }
+
+    // Catches: expecting the input back where the kernel wrote (`Some(post) => post` made
+    // `c`), or expecting the output where it did not (`None => c` made a post lookup).
+    #[test]
+    fn a_written_region_is_compared_with_the_recorded_output_an_unwritten_with_its_input() {
+        let b = testdata::bytes("cuda-saxpy");
+        let cap = testdata::parse(&b);
+        assert_eq!(cap.reference(), Reference::Recorded);
+        let chunks = |post| {
+            (0..4)
+                .map(|i| (i * 4 * MIB, 4 * MIB, post))
+                .collect::<Vec<_>>()
+        };
+        // y (region 1) is written: its post chunks; x (region 0) is not: its pre chunks.
+        assert_eq!(expected_of(&cap, 1, all_of(&cap, 1)), chunks(true));
+        assert_eq!(expected_of(&cap, 0, all_of(&cap, 0)), chunks(false));
+    }
+
+    // Catches: `Reference::Dropped | Reference::Redacted => true` (a capture packed without
+    // its output compared against the zero-length stand-ins of the output it lost).
+    #[test]
+    fn without_a_recorded_output_written_chunks_are_left_to_the_determinism_check() {
+        let packed = testdata::without_output(&testdata::bytes("cuda-saxpy"));
+        let cap = testdata::parse(&packed);
+        assert_eq!(cap.reference(), Reference::Dropped);
+        // Every chunk of y is written: nothing of it is compared with the file.
+        assert_eq!(expected_of(&cap, 1, all_of(&cap, 1)), vec![]);
+        // x is not written: still compared with its input, all of it.
+        let x = expected_of(&cap, 0, all_of(&cap, 0));
+        assert_eq!(x.len(), 4);
+        assert!(x.iter().all(|&(_, _, post)| !post));
+    }
+
+    // Catches: `Reference::Partial => true` (output salvage lost taken for the recorded one)
+    // and `=> false` (the output that survived no longer compared).
+    #[test]
+    fn a_salvaged_capture_compares_only_the_output_that_survived() {
+        let salvaged = testdata::salvaged_unfinished(&testdata::bytes("cuda-globals"));
+        let cap = testdata::parse(&salvaged);
+        assert_eq!(cap.reference(), Reference::Partial);
+        // Region 1 and global 3 (hits) kept their recorded output: compared with it.
+        assert_eq!(
+            expected_of(&cap, 1, all_of(&cap, 1)),
+            vec![(0, 4 * MIB, true)]
+        );
+        assert_eq!(expected_of(&cap, 3, 8), vec![(0, 8, true)]);
+        // Salvage marked region 0 and global 2's output unknown: determinism only.
+        assert_eq!(expected_of(&cap, 0, all_of(&cap, 0)), vec![]);
+        assert_eq!(expected_of(&cap, 2, 16), vec![]);
+    }
+
+    // Catches: dropping the clip (`len = c.raw_len`: reading past a module global smaller in
+    // the loaded module than in the file) or clipping the offset test wrongly (`<=`).
+    #[test]
+    fn verification_stops_at_the_usable_bytes_of_a_global() {
+        let b = testdata::bytes("cuda-globals");
+        let cap = testdata::parse(&b);
+        // coef is 16 bytes in the file; a module whose coef holds 10 is compared on 10.
+        assert_eq!(expected_of(&cap, 2, 10), vec![(0, 10, false)]);
+        assert_eq!(expected_of(&cap, 2, 16), vec![(0, 16, false)]);
+        assert_eq!(expected_of(&cap, 2, 0), vec![]);
+        // A region larger than usable: the chunks past the end are left out.
+        let saxpy = testdata::bytes("cuda-saxpy");
+        let cap = testdata::parse(&saxpy);
+        assert_eq!(
+            expected_of(&cap, 1, 6 * MIB),
+            vec![(0, 4 * MIB, true), (4 * MIB, 2 * MIB, true)]
+        );
+        assert_eq!(expected_of(&cap, 1, 4 * MIB).len(), 1);
+    }
+
+    // Catches: `<=` made `<` in the window limit (one window too small), dropping the
+    // adjacency test (a gap read back as if it were contiguous), or a window that ignores
+    // the limit.
+    #[test]
+    fn verify_windows_join_touching_spans_up_to_the_limit() {
+        let spans = [(0, 4), (4, 4), (8, 4), (16, 4), (20, 10), (30, 2)];
+        assert_eq!(
+            verify_windows(&spans, 8),
+            vec![(0..2, 8), (2..3, 4), (3..4, 4), (4..5, 10), (5..6, 2)]
+        );
+        assert_eq!(verify_windows(&spans, 100), vec![(0..3, 12), (3..6, 16)]);
+        assert_eq!(verify_windows(&[], 8), vec![]);
+    }
+
+    // Catches: the same on a real region: 16 MiB of 4 MiB chunks is one read with the 64 MiB
+    // window, and four with a window of one chunk.
+    #[test]
+    fn a_region_is_read_back_in_as_few_windows_as_the_limit_allows() {
+        let b = testdata::bytes("cuda-saxpy");
+        let cap = testdata::parse(&b);
+        let spans: Vec<_> = expected_chunks(&cap, 1, all_of(&cap, 1))
+            .iter()
+            .map(|&(_, o, l)| (o, l))
+            .collect();
+        assert_eq!(
+            verify_windows(&spans, VERIFY_WINDOW),
+            vec![(0..4, 16 * MIB)]
+        );
+        assert_eq!(verify_windows(&spans, 4 * MIB).len(), 4);
+        assert_eq!(
+            verify_windows(&spans, 8 * MIB),
+            vec![(0..2, 8 * MIB), (2..4, 8 * MIB)]
+        );
+    }
+
+    // Catches: dropping `off >= offset` (a word before the window wraps round and panics),
+    // the region filter (another region's handle written here) or the end test (a word
+    // running past the chunk).
+    #[test]
+    fn only_handle_words_wholly_in_the_window_and_region_are_rewritten() {
+        // texture-table's three texture objects are handle words at 0, 8 and 16 of region 0.
+        let b = testdata::bytes("texture-table");
+        let cap = testdata::parse(&b);
+        let words: Vec<_> = cap
+            .textures
+            .objects
+            .iter()
+            .map(|o| o.memory_words.clone())
+            .collect();
+        assert_eq!(words, vec![vec![(0, 0)], vec![(0, 8)], vec![(0, 16)]]);
+        let handles = [(0, 0, 0x11), (0, 8, 0x22), (0, 16, 0x33), (1, 0, 0x44)];
+        let mut e = cap.read_region(0).expect("region 0");
+        assert_eq!(e.len(), 24);
+        patch_handles(&mut e, 0, 0, &handles);
+        let word = |e: &[u8], i: usize| u64::from_le_bytes(e[i..i + 8].try_into().unwrap());
+        assert_eq!((word(&e, 0), word(&e, 8), word(&e, 16)), (0x11, 0x22, 0x33));
+        // A window starting at 4 of 12 bytes: only the word at 8 lies wholly in it.
+        let mut e = vec![0u8; 12];
+        patch_handles(&mut e, 0, 4, &handles);
+        assert_eq!(word(&e, 4), 0x22);
+        assert_eq!(&e[..4], &[0; 4]);
+        // Region 1's handle lands only in region 1.
+        let mut e = vec![0u8; 8];
+        patch_handles(&mut e, 2, 0, &handles);
+        assert_eq!(e, vec![0; 8]);
+    }
+
+    // Catches: writing an argument word that runs past the argument bytes (a panic on a file
+    // whose word offset is near the end), or skipping one that fits.
+    #[test]
+    fn argument_handle_words_outside_the_arguments_are_skipped() {
+        let mut args = vec![0u8; 20];
+        write_arg_handles(&mut args, &[0, 12, 13, u32::MAX], 0x0102_0304_0506_0708);
+        assert_eq!(&args[..8], &0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(&args[12..20], &0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(&args[8..12], &[0; 4]);
+    }
+
+    // Catches: `handle_word_fits` made `clipped(..).is_some()` (a word half outside a global
+    // written past its end on the device).
+    #[test]
+    fn a_memory_handle_word_is_written_only_when_all_8_bytes_are_usable() {
+        assert!(handle_word_fits(0, 8));
+        assert!(handle_word_fits(16, 24));
+        assert!(!handle_word_fits(20, 24));
+        assert!(!handle_word_fits(24, 24));
+        assert!(!handle_word_fits(0, 7));
+    }
+
+    fn with_encoding(c: &ChunkRef, encoding: ChunkEncoding) -> ChunkRef {
+        ChunkRef { encoding, ..*c }
+    }
+
+    // Catches: the window limit dropped for data runs (`zero ||` made `true`: one staging
+    // buffer overrun), zero runs cut at the window (needless), or host memory zeroed on the
+    // device (`zeroed_here` ignored).
+    #[test]
+    fn upload_runs_zero_runs_of_zeros_and_stage_the_rest_a_window_at_a_time() {
+        let b = testdata::bytes("cuda-saxpy");
+        let cap = testdata::parse(&b);
+        let c = *cap.chunks(1, MemoryState::Pre).next().expect("a chunk");
+        let (z, d) = (
+            with_encoding(&c, ChunkEncoding::Zero),
+            with_encoding(&c, ChunkEncoding::Zstd),
+        );
+        let chunks = [&z, &z, &z, &d, &d, &d, &z, &d];
+        assert_eq!(
+            upload_runs(&chunks, 2, true),
+            vec![
+                (0..3, true),
+                (3..5, false),
+                (5..6, false),
+                (6..7, true),
+                (7..8, false)
+            ]
+        );
+        // Host memory: zeros go through the staging like the rest.
+        assert_eq!(
+            upload_runs(&chunks, 4, false),
+            vec![(0..4, false), (4..8, false)]
+        );
+        assert_eq!(upload_runs(&[], 2, true), vec![]);
+    }
+
+    // Catches: the same on a real region (its zeroed global and its compressed y), and a
+    // run list that skips or repeats chunks.
+    #[test]
+    fn upload_runs_of_real_regions_cover_every_chunk_once() {
+        let b = testdata::bytes("cuda-saxpy");
+        let cap = testdata::parse(&b);
+        let y: Vec<_> = cap.chunks(1, MemoryState::Pre).collect();
+        assert_eq!(upload_runs(&y, 3, true), vec![(0..3, false), (3..4, false)]);
+        let coef: Vec<_> = cap.chunks(2, MemoryState::Pre).collect();
+        assert_eq!(upload_runs(&coef, 1, true), vec![(0..1, true)]);
+    }
+
+    // Catches: a staging buffer smaller than a chunk (`UPLOAD_WINDOW.max(chunk)` made
+    // `UPLOAD_WINDOW`), larger than the largest region needs (the `largest.min` dropped),
+    // or of zero bytes for a capture without memory (the `.max(1)` dropped).
+    #[test]
+    fn the_staging_window_fits_a_chunk_and_no_more_than_the_largest_region() {
+        let b = testdata::bytes("cuda-saxpy");
+        let mut cap = testdata::parse(&b);
+        assert_eq!(upload_window(&cap), 16 * MIB);
+        cap.regions[1].size = 1 << 40;
+        assert_eq!(upload_window(&cap), UPLOAD_WINDOW);
+        cap.regions[1].chunk_size = 2 * UPLOAD_WINDOW;
+        assert_eq!(upload_window(&cap), 2 * UPLOAD_WINDOW);
+        cap.regions.clear();
+        assert_eq!(upload_window(&cap), 1);
+    }
+
+    // Catches: uploading module globals with the regions (they are written into the loaded
+    // module's globals, at the module's addresses) or leaving a region out of the progress
+    // total.
+    #[test]
+    fn regions_are_uploaded_and_globals_left_to_the_module() {
+        let b = testdata::bytes("cuda-pointers");
+        let cap = testdata::parse(&b);
+        let ids: Vec<_> = uploaded_regions(&cap).map(|r| r.region_id).collect();
+        assert_eq!(ids, (0..7).collect::<Vec<_>>());
+        let total: u64 = uploaded_regions(&cap).map(|r| r.size).sum();
+        assert_eq!(total, 40 + 5 * MIB + MIB);
+    }
+
+    // Catches: `n = limit` (a file-sized read past the region) or a take that ignores the
+    // limit inside a chunk.
+    #[test]
+    fn a_region_prefix_is_the_first_bytes_of_its_input_up_to_the_limit() {
+        let b = testdata::bytes("cuda-globals");
+        let cap = testdata::parse(&b);
+        let coef = cap.region(2).expect("coef");
+        let whole = cap.read_region(2).expect("coef");
+        assert_eq!(read_region_prefix(&cap, coef, 16).expect("16"), whole);
+        assert_eq!(
+            read_region_prefix(&cap, coef, 1 << 30).expect("more"),
+            whole
+        );
+        assert_eq!(read_region_prefix(&cap, coef, 5).expect("5"), whole[..5]);
+        assert_eq!(
+            read_region_prefix(&cap, coef, 0).expect("0"),
+            Vec::<u8>::new()
+        );
+        // Across chunks: saxpy's x, cut inside its second chunk.
+        let saxpy = testdata::bytes("cuda-saxpy");
+        let cap = testdata::parse(&saxpy);
+        let x = cap.read_region(0).expect("x");
+        let n = 4 * MIB + 12;
+        let prefix = read_region_prefix(&cap, cap.region(0).expect("x"), n).expect("prefix");
+        assert_eq!(prefix, x[..n as usize]);
+    }
+
+    fn layout_of(cap: &Capture<'_>) -> Vec<(u32, u32)> {
+        cap.dispatch
+            .params
+            .iter()
+            .map(|p| (p.offset, p.size))
+            .collect()
+    }
+
+    // Catches: `declared_layout` returning None for a cubin that declares its parameters
+    // (the driver's failing call made for nothing) or Some for PTX (the driver never asked).
+    #[test]
+    fn a_cubin_declares_the_layout_and_ptx_leaves_it_to_the_driver() {
+        let b = testdata::bytes("cuda-saxpy");
+        let cap = testdata::parse(&b);
+        let layout = layout_of(&cap);
+        assert_eq!(layout, vec![(0, 4), (4, 4), (8, 8), (16, 8)]);
+        let image = &cap.modules[0].image;
+        let kernel = &cap.dispatch.kernel_name;
+        assert_eq!(
+            declared_layout(image, kernel, &layout),
+            Some(layout.clone())
+        );
+        // The cubin's declaration wins over the file's claim.
+        let claimed = vec![(0, 8)];
+        assert_eq!(declared_layout(image, kernel, &claimed), Some(layout));
+        // A kernel the cubin does not hold: only the driver can tell.
+        assert_eq!(declared_layout(image, "no_such_kernel", &claimed), None);
+        // graph-node's module 1 is PTX.
+        let g = testdata::bytes("graph-node");
+        let cap = testdata::parse(&g);
+        let ptx = cap.modules.iter().find(|m| m.module_id == 1).expect("ptx");
+        let layout = layout_of(&cap);
+        assert_eq!(
+            declared_layout(&ptx.image, &cap.dispatch.kernel_name, &layout),
+            None
+        );
+    }
+
+    // Catches: the variant test inverted (a bad --module blamed on the file, or the file on
+    // the variant) or a mismatch let through.
+    #[test]
+    fn a_layout_mismatch_blames_the_variant_or_the_file() {
+        let captured = [(0, 4), (8, 8)];
+        let other = vec![(0, 8)];
+        assert!(layout_mismatch("k", CodeSource::Cubin, &captured, captured.to_vec()).is_none());
+        assert!(layout_mismatch("k", CodeSource::Variant, &captured, captured.to_vec()).is_none());
+        match layout_mismatch("k", CodeSource::Variant, &captured, other.clone()) {
+            Some(PlayError::VariantMismatch {
+                kernel,
+                captured: c,
+                variant,
+            }) => assert_eq!(
+                (kernel.as_str(), c, variant),
+                ("k", captured.to_vec(), other.clone())
+            ),
+            e => panic!("{e:?}"),
+        }
+        for source in [CodeSource::Cubin, CodeSource::PtxJit] {
+            match layout_mismatch("k", source, &captured, other.clone()) {
+                Some(PlayError::LayoutMismatch { actual, .. }) => assert_eq!(actual, other),
+                e => panic!("{source:?}: {e:?}"),
+            }
+        }
+    }
+
+    // Catches: the two refusals swapped (a forced move reported as refused by the user, or
+    // the reverse), the collision lost, or a move refused with nothing blocking it.
+    #[test]
+    fn a_move_is_refused_only_when_something_blocks_it() {
+        assert!(move_refusal(None, None).is_none());
+        assert!(move_refusal(None, Some((1, 2, 3))).is_none());
+        match move_refusal(
+            Some("a pointer in a texture"),
+            Some((0x1000, 0x2000, 0x3000)),
+        ) {
+            Some(PlayError::CannotRelocate {
+                start,
+                end,
+                got,
+                why,
+            }) => assert_eq!(
+                (start, end, got, why.as_str()),
+                (0x1000, 0x2000, 0x3000, "a pointer in a texture")
+            ),
+            e => panic!("{e:?}"),
+        }
+        match move_refusal(Some("why"), None) {
+            Some(PlayError::RelocationRefused { why }) => assert_eq!(why, "why"),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    // Catches: `placed` ignoring the relocation, or translating addresses outside every
+    // moved range (they stay where they were).
+    #[test]
+    fn a_moved_address_is_translated_and_others_stay() {
+        let rel = Relocation::new(vec![(0x1000, 0x100, 0x9000)]);
+        assert_eq!(placed(Some(&rel), 0x1010), 0x9010);
+        assert_eq!(placed(Some(&rel), 0x1100), 0x1100);
+        assert_eq!(placed(None, 0x1010), 0x1010);
+    }
 }
