@@ -379,8 +379,13 @@ impl<'a> Capture<'a> {
         }
     }
 
-    /// Bytes of the region whose output salvage lost (its post chunks that stand for it).
+    /// Bytes of the region whose output salvage lost (its post chunks that stand for it); 0
+    /// unless the reference is partial (after `pack --drop-post` or `--redact` no post chunk
+    /// claims an output, so none stands for a lost one).
     pub fn unknown_output_bytes(&self, region_id: u32) -> u64 {
+        if self.reference() != Reference::Partial {
+            return 0;
+        }
         let Some(s) = &self.salvage else { return 0 };
         self.chunks(region_id, MemoryState::Post)
             .filter(|c| s.output_unknown(c.region_id, c.offset))

@@ -278,9 +278,13 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
         unknown.dedup();
         let mut dropped = prev.dropped_regions;
         dropped.extend(dropped_decls);
+        // A salvage of a salvaged file keeps the first one's losses (their offsets are in the
+        // file that salvage read), so `info` still tells them.
+        let mut lost_events = prev.lost_events;
+        lost_events.extend(walk.lost.iter().copied());
         SalvageRecord {
-            lost_from: walk.lost_from,
-            lost_events: walk.lost.clone(),
+            lost_from: walk.lost_from.or(prev.lost_from),
+            lost_events,
             dropped_regions: dropped,
             unknown_output: unknown,
             textures_dropped: prev.textures_dropped || textures_dropped,

@@ -346,6 +346,15 @@ fn salvaging_a_salvaged_capture_keeps_what_the_first_salvage_lost() {
     );
     assert_eq!(cap.unknown_output_bytes(1), 0);
     assert!(cap.annotations.is_empty());
+    // The first salvage's cut and the second's damaged event are both still told.
+    let first = Capture::parse(&once).expect("parse");
+    let first = first.salvage.as_ref().expect("first record");
+    let record = cap.salvage.as_ref().expect("record");
+    assert!(first.lost_from.is_some());
+    assert_eq!(record.lost_from, first.lost_from);
+    assert!(record
+        .lost_events
+        .contains(&(ev.offset, EventKind::Annotation as u16)));
 }
 
 #[test]

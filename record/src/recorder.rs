@@ -221,6 +221,8 @@ impl Recorder {
     fn on_module_loaded(&self, data: &csys::CUpti_ResourceData) {
         // Profile mode needs the module's globals (what a dispatch can reach), record mode
         // also its image.
+        // (Not gated on SELF_CALLS: under lazy loading the application's module is loaded
+        // inside the recorder's own first query of its kernel.)
         if self.config.mode == Mode::List || data.resourceDescriptor.is_null() {
             return;
         }
@@ -234,8 +236,10 @@ impl Recorder {
         let Some(syms) = cubin::symbols(bytes) else {
             return;
         };
-        // Keep only modules that hold a kernel the user asked for: PyTorch loads thousands.
-        let wanted = syms.functions.iter().any(|f| self.matches(f).0);
+        // Keep only modules that hold a kernel the user asked for: PyTorch loads thousands;
+        // the recorder's own (chunk kernels, L2 sweeps, heap probe) are never the user's.
+        let wanted =
+            !is_own_module(&syms.functions) && syms.functions.iter().any(|f| self.matches(f).0);
         if !wanted {
             return;
         }
@@ -255,6 +259,7 @@ impl Recorder {
         if self.config.mode != Mode::Record
             || data.callbackSite != csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER
             || data.functionParams.is_null()
+            || SELF_CALLS.with(|f| f.get())
         {
             return;
         }
@@ -1147,6 +1152,12 @@ fn fnv1a(b: &[u8]) -> u64 {
     })
 }
 
+/// Whether a loaded module is the recorder's own (`cuda/kernels`: every kernel named
+/// `kreplay_*`), which no capture needs.
+fn is_own_module(functions: &[String]) -> bool {
+    !functions.is_empty() && functions.iter().all(|f| f.starts_with("kreplay_"))
+}
+
 /// What the calling thread is doing for kreplay when a driver callback arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ThreadMarks {
@@ -1176,7 +1187,7 @@ fn driver_gate(group: Option<Group>, marks: ThreadMarks) -> Gate {
         Some(Group::Launch) if marks.in_launch => Gate::Ignore,
         Some(Group::Graph) if marks.self_calls => Gate::Ignore,
         // Allocation and image-load callbacks check the marks themselves (an allocation's
-        // ENTER decides on counter batches first).
+        // ENTER decides on counter batches first); module loads are judged by their kernels.
         _ => Gate::Handle,
     }
 }
@@ -1499,5 +1510,23 @@ mod tests {
             driver_gate(Some(Group::Allocation), finishing),
             Gate::Handle
         );
+    }
+
+    #[test]
+    fn the_recorders_own_module_is_told_by_its_kernels() {
+        let own: Vec<String> = [
+            "kreplay_chunk_scan",
+            "kreplay_l2_sweep",
+            "kreplay_heap_probe",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert!(is_own_module(&own));
+        let mixed = vec![
+            "kreplay_chunk_scan".to_string(),
+            "_Z5saxpyifPKfPf".to_string(),
+        ];
+        assert!(!is_own_module(&mixed));
+        assert!(!is_own_module(&[]));
     }
 }

@@ -237,5 +237,12 @@ fn a_cut_capture_without_globals_stays_replayable_with_its_output_unknown() {
     let v = info_json(&packed);
     assert_eq!(v["reference"], "partial", "{v}");
     assert_eq!(v["regions"][0]["unknown_output_bytes"], 4194304, "{v}");
+    // Without the output (--drop-post), no chunk claims an output, so none is a lost one.
+    let dropped = d.join("dropped.krr");
+    let (code, _, err) = kreplay(&["pack", s(&out), "-o", s(&dropped), "--drop-post"]);
+    assert_eq!(code, 0, "{err}");
+    let v = info_json(&dropped);
+    assert_eq!(v["reference"], "dropped", "{v}");
+    assert_eq!(v["regions"][0]["unknown_output_bytes"], 0, "{v}");
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -70,9 +70,11 @@ extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *m
         let code = unsafe { (*info).si_code };
         code == libc::SI_USER || code == libc::SI_QUEUE || code == libc::SI_TKILL
     };
-    RECEIVED.store(sig, Ordering::SeqCst);
     let child = CHILD.load(Ordering::SeqCst);
     if from_process && child > 0 {
+        // Only a signal actually passed on is told as such (a terminal's Ctrl-C reached the
+        // application by itself).
+        RECEIVED.store(sig, Ordering::SeqCst);
         // SAFETY: kill is async-signal-safe; child is the pid of our own child process.
         unsafe {
             libc::kill(child, sig);
@@ -335,11 +337,16 @@ impl Run {
         if !self.started.is_empty() {
             let pids: Vec<String> = self.started.iter().map(|p| p.to_string()).collect();
             let how = match self.status.signal() {
-                Some(sig) => format!("was killed by {}{kreplay}", signal_name(sig)),
-                None => "ended through _exit or exec".to_string(),
+                Some(sig) => format!("{prog} was killed by {}{kreplay}", signal_name(sig)),
+                // The pid may be a grandchild (under a shell, torchrun or mpirun), whose death
+                // by a signal reaches kreplay only as the launcher's exit status.
+                None => format!(
+                    "{prog} exited with {} and the process that ran the recorder ended without its report (killed, _exit, exec or a crash)",
+                    self.status
+                ),
             };
             return format!(
-                "the recorder had started in {prog} (pid {}), but no process reported: the application {how} before it exited, and the recorder reports when the application exits; nothing was recorded",
+                "the recorder had started (pid {}), but no process reported: {how}; the recorder reports when its process exits; nothing was recorded",
                 pids.join(", ")
             );
         }
