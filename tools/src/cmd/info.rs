@@ -151,9 +151,11 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             what.push(format!("damaged events skipped: {}", list.join(", ")));
         }
         if !s.dropped_regions.is_empty() {
+            let ids: Vec<String> = s.dropped_regions.iter().map(|r| r.to_string()).collect();
             what.push(format!(
-                "regions {:?} dropped (their memory was lost)",
-                s.dropped_regions
+                "region{} {} dropped (their memory was lost)",
+                if ids.len() == 1 { "" } else { "s" },
+                ids.join(", ")
             ));
         }
         if s.textures_dropped {
