@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use crate::layout::{crc, ChunkEncoding};
+use crate::layout::{crc, ChunkEncoding, MemoryState};
 
 /// Default bytes per chunk: large enough that zstd and the CRC run at full speed, small enough
 /// that a region spreads over all cores and one bad chunk loses little.
@@ -58,4 +58,22 @@ pub fn encode_chunk(data: &[u8], level: i32) -> EncodedChunk<'_> {
             raw_crc,
         },
     }
+}
+
+/// Where one memory chunk lies in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkRef {
+    pub region_id: u32,
+    pub state: MemoryState,
+    pub encoding: ChunkEncoding,
+    /// Offset inside the region.
+    pub offset: u64,
+    pub raw_len: u64,
+    pub raw_crc: u32,
+    /// File offset of the event frame.
+    pub event_offset: u64,
+    /// File offset and length of the whole payload (prefix + stored bytes).
+    pub payload_offset: u64,
+    pub payload_len: u64,
+    pub payload_crc: u32,
 }

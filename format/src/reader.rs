@@ -15,23 +15,7 @@ use crate::layout::*;
 use crate::observe::{Observer, Phase};
 use crate::rules::{check_payload_crc, payload_of, CaptureBuilder};
 
-/// Where one memory chunk lies in the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkRef {
-    pub region_id: u32,
-    pub state: MemoryState,
-    pub encoding: ChunkEncoding,
-    /// Offset inside the region.
-    pub offset: u64,
-    pub raw_len: u64,
-    pub raw_crc: u32,
-    /// File offset of the event frame.
-    pub event_offset: u64,
-    /// File offset and length of the whole payload (prefix + stored bytes).
-    pub payload_offset: u64,
-    pub payload_len: u64,
-    pub payload_crc: u32,
-}
+pub use crate::chunk::ChunkRef;
 
 impl ChunkRef {
     /// Bytes the chunk occupies on disk after its prefix.

@@ -9,12 +9,12 @@ use std::io::Read;
 
 use serde::de::DeserializeOwned;
 
+use crate::chunk::ChunkRef;
 use crate::chunk::MAX_CHUNK_SIZE;
 use crate::codec::{self, METADATA_LIMIT};
 use crate::error::{FormatError, Result};
 use crate::events::*;
 use crate::layout::*;
-use crate::reader::ChunkRef;
 
 /// A zstd metadata payload may decode to at most this many times its stored size (module
 /// images and PTX compress 3-15x; 64x leaves room and stops a few KB from becoming GBs)...

@@ -6,18 +6,18 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use kreplay_cuda::cache::L2Flush;
-use kreplay_cuda::chunks::ChunkKernels;
 use kreplay_cuda::texture::ForeignArray;
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
-    copy_dtod_async, copy_dtoh, ctx_synchronize, memory_info, pointer, ContextHandle, Device,
-    DeviceBuffer, Event, ForeignFunction, ForeignStream, PinnedBuffer, Stream,
+    copy_dtod_async, copy_dtoh, ctx_synchronize, pointer, ContextHandle, DeviceBuffer, Event,
+    ForeignFunction, ForeignStream, PinnedBuffer, Stream,
 };
 use kreplay_format::{
     ArrayImage, DeviceInfo, Dispatch, LaunchAttribute, MemoryKind, ModuleGlobal, ModuleImage,
     Param, Region, RegionRole, Textures, TimingConditions, DEFAULT_CHUNK_SIZE,
 };
 
+use crate::device_resources::{scratch_allowed, with_chunk_kernels, with_sweep};
 use crate::error::RecordError;
 use crate::launch::LaunchView;
 use crate::readback::{pack_changed, PackedRun};
@@ -81,10 +81,6 @@ const BUSY_NS: u64 = 2_000_000;
 const SETTLE_MAX_SWEEPS: u32 = 128;
 const SETTLE_BUDGET: std::time::Duration = std::time::Duration::from_millis(2);
 const SETTLE_STABLE: f64 = 0.02;
-/// The application's sweep kernels, one per context (made on the context's first capture),
-/// or why there is none.
-static SETTLE: PerContext<L2Flush> = Mutex::new(Vec::new());
-
 /// Before the measured launch: the snapshot copies left L2 full of dirty scratch lines, whose
 /// write-backs would land inside the kernel's time, and the GPU may have idled at low clocks
 /// (memory clocks drop within milliseconds of idling, e.g. while the application was stalled
@@ -97,20 +93,7 @@ fn settle(stream: &Stream, busy: bool) -> Result<TimingConditions, String> {
     if std::env::var_os("KREPLAY_DEBUG_SETTLE").is_some_and(|v| v == "0") {
         return Err("disabled".into());
     }
-    with_per_context(&SETTLE, make_sweep, |sweep| {
-        settle_with(sweep, stream, busy)
-    })
-}
-
-/// The L2 sweep for the current context (4 x L2), when device memory allows.
-fn make_sweep() -> Result<L2Flush, String> {
-    let device = Device::current().map_err(|e| e.to_string())?;
-    let props = device.props();
-    let bytes = props.l2_bytes * 4;
-    if !scratch_allowed(bytes) {
-        return Err("not enough free device memory for the L2 sweep".to_string());
-    }
-    L2Flush::new(bytes as usize, props.sm_count).map_err(|e| e.to_string())
+    with_sweep(|sweep| settle_with(sweep, stream, busy))
 }
 
 fn settle_with(sweep: &L2Flush, stream: &Stream, busy: bool) -> Result<TimingConditions, String> {
@@ -160,73 +143,16 @@ fn settle_with(sweep: &L2Flush, stream: &Stream, busy: bool) -> Result<TimingCon
     })
 }
 
-/// Something the recorder makes once per context (made on the context's first capture and
-/// freed before the context goes, see `forget_context`), or why it could not be made.
-type PerContext<T> = Mutex<Vec<(usize, Result<T, String>)>>;
-
-/// Runs `f` with the current context's entry of `cache`, made by `make` on first use.
-fn with_per_context<T, R>(
-    cache: &PerContext<T>,
-    make: impl FnOnce() -> Result<T, String>,
-    f: impl FnOnce(&T) -> Result<R, String>,
-) -> Result<R, String> {
-    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
-    let mut all = cache.lock().unwrap_or_else(|e| e.into_inner());
-    let at = match all.iter().position(|(c, _)| *c == ctx) {
-        Some(i) => i,
-        None => {
-            all.push((ctx, make()));
-            all.len() - 1
-        }
-    };
-    let entry = all[at].1.as_ref().map_err(|e| e.clone())?;
-    f(entry)
-}
-
-/// Drops the entries of `cache` that belong to `context`.
-fn forget_in<T>(cache: &PerContext<T>, context: usize) {
-    let mut all = cache.lock().unwrap_or_else(|e| e.into_inner());
-    all.retain(|(c, _)| *c != context);
-}
-
-/// The chunk kernels, one per context.
-static CHUNK_KERNELS: PerContext<ChunkKernels> = Mutex::new(Vec::new());
-
-/// Runs `f` with the current context's chunk kernels, loading them on first use.
-pub(crate) fn with_chunk_kernels<T>(
-    f: impl FnOnce(&ChunkKernels) -> kreplay_cuda::CuResult<T>,
-) -> Result<T, String> {
-    let load = || {
-        Device::current()
-            .and_then(|d| ChunkKernels::load(d.props().sm_count))
-            .map_err(|e| e.to_string())
-    };
-    with_per_context(&CHUNK_KERNELS, load, |k| f(k).map_err(|e| e.to_string()))
-}
-
 /// The recorder's buffers that belong to a context about to be destroyed are freed while it
 /// still exists: its L2 sweep, and the pinned staging buffer (page-locked memory dies with the
 /// context that allocated it; the next capture makes a new one).
 pub(crate) fn forget_context(context: usize) {
-    forget_in(&SETTLE, context);
-    forget_in(&CHUNK_KERNELS, context);
+    crate::device_resources::forget_context(context);
     *lock_staging() = None;
 }
 
 pub(crate) fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuffer>> {
     STAGING.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Device scratch for snapshots is used only while this much device memory stays free after
-/// it, so the application never runs out of memory because of a capture.
-/// `KREPLAY_DEBUG_SNAPSHOT=host` makes every region take the path of those that do not fit
-/// (into the file during the stall, see `spill`): a test and measurement aid, not a user option.
-fn scratch_allowed(size: u64) -> bool {
-    if std::env::var_os("KREPLAY_DEBUG_SNAPSHOT").is_some_and(|v| v == "host") {
-        return false;
-    }
-    memory_info()
-        .is_ok_and(|(free, total)| free.saturating_sub(2 * size) > (total / 4).max(8 << 30))
 }
 
 /// Copies a region to a device scratch buffer on `stream` (the caller synchronises).
@@ -492,9 +418,9 @@ impl AddressSpace for DeviceSpace<'_> {
             return Err(fail("no staging buffer".into()));
         };
         let view = &mut st.as_mut_slice()[..n];
-        crate::profile::trace("region to read for the pointer scan");
+        crate::trace::trace("region to read for the pointer scan");
         copy_dtoh(view, base).map_err(|e| fail(e.to_string()))?;
-        crate::profile::trace("region read (the scan follows)");
+        crate::trace::trace("region read (the scan follows)");
         Ok(view)
     }
 }
@@ -622,7 +548,7 @@ pub(crate) fn reach(
     allocations: &[(u64, u64, MemoryKind)],
 ) -> Result<(Walk, crate::textures::Found), RecordError> {
     let globals = resolve_globals(function, module_objects);
-    crate::profile::trace_with(|| {
+    crate::trace::trace_with(|| {
         format!(
             "globals resolved ({} of {})",
             globals.len(),
@@ -632,7 +558,7 @@ pub(crate) fn reach(
     let textures = crate::textures::find(args, layout);
     // Only where a kernel that calls malloc has run (the probe changes nothing otherwise).
     let heap = kreplay_cuda::heap::probe().ok().flatten();
-    crate::profile::trace("heap probed");
+    crate::trace::trace("heap probed");
     let mut staging = lock_staging();
     let found = walk(
         &Roots {
@@ -652,15 +578,6 @@ pub(crate) fn reach(
         },
     )?;
     Ok((found, textures))
-}
-
-/// Queues one L2 flush (the settle sweep, see `cache`) on `stream`, loading it for the current
-/// context on first use; returns the kernels queued, or why there is none (device memory
-/// short).
-pub(crate) fn flush_l2(stream: &Stream) -> Result<u32, String> {
-    with_per_context(&SETTLE, make_sweep, |sweep| {
-        sweep.run(stream).map_err(|e| e.to_string())
-    })
 }
 
 /// The dispatch as the format describes it, from the launch the recorder sees.

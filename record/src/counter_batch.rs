@@ -31,9 +31,9 @@ use kreplay_engine::tool::{
 };
 use kreplay_protocol::report::{MetricValue, ProfileRow};
 
-use crate::capture::flush_l2;
+use crate::device_resources::flush_l2;
 use crate::error::RecordError;
-use crate::profile::trace_with;
+use crate::trace::trace_with;
 
 /// Most dispatches one collection replays.
 pub const MAX_BATCH: usize = 64;

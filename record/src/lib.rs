@@ -18,6 +18,7 @@ pub(crate) use diag;
 pub mod allocations;
 pub mod capture;
 pub mod counter_batch;
+pub mod device_resources;
 pub mod error;
 pub mod graph;
 pub mod graph_track;
@@ -31,6 +32,7 @@ pub mod readback;
 mod recorder;
 pub mod spill;
 pub mod textures;
+pub mod trace;
 pub mod walk;
 
 pub use nvtx::InitializeInjectionNvtx2;

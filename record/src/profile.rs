@@ -37,31 +37,13 @@ use kreplay_engine::tool::{
 use kreplay_format::{MemoryKind, DEFAULT_CHUNK_SIZE};
 use kreplay_protocol::report::ProfileRow;
 
-use crate::capture::{device_copy, dispatch_of, flush_l2, reach, with_chunk_kernels};
+use crate::capture::{device_copy, dispatch_of, reach};
 use crate::counter_batch::Queued;
+use crate::device_resources::{flush_l2, with_chunk_kernels};
 use crate::error::RecordError;
 use crate::launch::LaunchView;
 use crate::readback::{pack_changed, PackedRun};
-
-/// `KREPLAY_DEBUG_PROFILE=1`: each step of in-place replay on stderr, with the time since the
-/// process's first step (a diagnosis aid for a dispatch that does not come back).
-pub(crate) fn trace_with(step: impl FnOnce() -> String) {
-    static ON: std::sync::OnceLock<Option<std::time::Instant>> = std::sync::OnceLock::new();
-    if let Some(t0) = ON.get_or_init(|| {
-        std::env::var_os("KREPLAY_DEBUG_PROFILE").map(|_| std::time::Instant::now())
-    }) {
-        crate::diag!(
-            "kreplay: profile: {:>10.3} ms {}",
-            t0.elapsed().as_secs_f64() * 1e3,
-            step()
-        );
-    }
-}
-
-/// `trace_with` for a fixed message.
-pub(crate) fn trace(step: &str) {
-    trace_with(|| step.to_string());
-}
+use crate::trace::{trace, trace_with};
 
 /// kreplay's own timing as a tool: a fixed number of passes.
 pub struct FixedPasses(pub u32);

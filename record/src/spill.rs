@@ -115,8 +115,10 @@ pub fn changed_chunks(before: &[[u64; 2]], after: &[[u64; 2]]) -> Vec<bool> {
 /// Digests `region`'s bytes at `addr` on the GPU (an error where the GPU cannot: an unaligned
 /// address, say; before the launch the caller then copies to the host instead).
 pub fn digest(region: &Region, addr: u64, stream: &Stream) -> Result<ChunkDigests, RecordError> {
-    crate::capture::with_chunk_kernels(|k| k.digest(addr, region.size, region.chunk_size, stream))
-        .map_err(RecordError::WriteSet)
+    crate::device_resources::with_chunk_kernels(|k| {
+        k.digest(addr, region.size, region.chunk_size, stream)
+    })
+    .map_err(RecordError::WriteSet)
 }
 
 #[cfg(test)]

@@ -1,0 +1,100 @@
+//! What the recorder keeps per CUDA context for its own work on the GPU: the L2 sweep kernels
+//! (settling before a timed launch, counter passes) and the chunk kernels (write sets, digests,
+//! pointer scans), each made on the context's first use and freed before the context goes; and
+//! the rule for how much device scratch the recorder may take. Used by capture, spill, profile
+//! and the counter batches, so that none of them reaches into another for it.
+
+use std::sync::Mutex;
+
+use kreplay_cuda::cache::L2Flush;
+use kreplay_cuda::chunks::ChunkKernels;
+use kreplay_cuda::{memory_info, ContextHandle, Device, Stream};
+
+/// The application's sweep kernels, one per context (made on the context's first capture),
+/// or why there is none.
+static SETTLE: PerContext<L2Flush> = Mutex::new(Vec::new());
+
+/// The L2 sweep for the current context (4 x L2), when device memory allows.
+fn make_sweep() -> Result<L2Flush, String> {
+    let device = Device::current().map_err(|e| e.to_string())?;
+    let props = device.props();
+    let bytes = props.l2_bytes * 4;
+    if !scratch_allowed(bytes) {
+        return Err("not enough free device memory for the L2 sweep".to_string());
+    }
+    L2Flush::new(bytes as usize, props.sm_count).map_err(|e| e.to_string())
+}
+
+/// Something the recorder makes once per context (made on the context's first capture and
+/// freed before the context goes, see `forget_context`), or why it could not be made.
+type PerContext<T> = Mutex<Vec<(usize, Result<T, String>)>>;
+
+/// Runs `f` with the current context's entry of `cache`, made by `make` on first use.
+fn with_per_context<T, R>(
+    cache: &PerContext<T>,
+    make: impl FnOnce() -> Result<T, String>,
+    f: impl FnOnce(&T) -> Result<R, String>,
+) -> Result<R, String> {
+    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
+    let mut all = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let at = match all.iter().position(|(c, _)| *c == ctx) {
+        Some(i) => i,
+        None => {
+            all.push((ctx, make()));
+            all.len() - 1
+        }
+    };
+    let entry = all[at].1.as_ref().map_err(|e| e.clone())?;
+    f(entry)
+}
+
+/// Drops the entries of `cache` that belong to `context`.
+fn forget_in<T>(cache: &PerContext<T>, context: usize) {
+    let mut all = cache.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(c, _)| *c != context);
+}
+
+/// The chunk kernels, one per context.
+static CHUNK_KERNELS: PerContext<ChunkKernels> = Mutex::new(Vec::new());
+
+/// Runs `f` with the current context's chunk kernels, loading them on first use.
+pub(crate) fn with_chunk_kernels<T>(
+    f: impl FnOnce(&ChunkKernels) -> kreplay_cuda::CuResult<T>,
+) -> Result<T, String> {
+    let load = || {
+        Device::current()
+            .and_then(|d| ChunkKernels::load(d.props().sm_count))
+            .map_err(|e| e.to_string())
+    };
+    with_per_context(&CHUNK_KERNELS, load, |k| f(k).map_err(|e| e.to_string()))
+}
+
+/// Device scratch for snapshots is used only while this much device memory stays free after
+/// it, so the application never runs out of memory because of a capture.
+/// `KREPLAY_DEBUG_SNAPSHOT=host` makes every region take the path of those that do not fit
+/// (into the file during the stall, see `spill`): a test and measurement aid, not a user option.
+pub(crate) fn scratch_allowed(size: u64) -> bool {
+    if std::env::var_os("KREPLAY_DEBUG_SNAPSHOT").is_some_and(|v| v == "host") {
+        return false;
+    }
+    memory_info()
+        .is_ok_and(|(free, total)| free.saturating_sub(2 * size) > (total / 4).max(8 << 30))
+}
+
+/// Queues one L2 flush (the settle sweep, see `cache`) on `stream`, loading it for the current
+/// context on first use; returns the kernels queued, or why there is none (device memory
+/// short).
+pub(crate) fn flush_l2(stream: &Stream) -> Result<u32, String> {
+    with_sweep(|sweep| sweep.run(stream).map_err(|e| e.to_string()))
+}
+
+/// Runs `f` with the current context's L2 sweep, made on first use.
+pub(crate) fn with_sweep<R>(f: impl FnOnce(&L2Flush) -> Result<R, String>) -> Result<R, String> {
+    with_per_context(&SETTLE, make_sweep, f)
+}
+
+/// Drops what belongs to a context about to be destroyed (its L2 sweep, its chunk kernels).
+pub(crate) fn forget_context(context: usize) {
+    forget_in(&SETTLE, context);
+    forget_in(&CHUNK_KERNELS, context);
+}
