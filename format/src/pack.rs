@@ -679,30 +679,7 @@ pub fn pack_observed<W: Write + Seek>(
 
     // What the head holds, redacted or as recorded.
     let (info, device, dispatch, graph) = if opts.redact {
-        let handle_words: Vec<u32> = cap
-            .textures
-            .objects
-            .iter()
-            .flat_map(|o| o.arg_words.iter().copied())
-            .collect();
-        let info = cap.info.as_ref().map(|i| redact_info(i, &mut log));
-        let device = cap.device.as_ref().map(|d| redact_device(d, &mut log));
-        let dispatch = redact_dispatch(&cap.dispatch, &opts.param_types, &handle_words, &mut log);
-        let graph = cap.graph.as_ref().map(|g| {
-            log.replaced(
-                "executable graph handle",
-                "now 0 (a host address of the recorded process)",
-            );
-            log.kept(
-                "graph position",
-                "which launch of the graph and which of its nodes",
-            );
-            GraphOrigin {
-                graph_exec: 0,
-                ..g.clone()
-            }
-        });
-        (info, device, dispatch, graph)
+        redacted_head(cap, &opts.param_types, &mut log)
     } else {
         (
             cap.info.clone(),
@@ -811,41 +788,13 @@ pub fn pack_observed<W: Write + Seek>(
         report.redacted_bytes += replaced_here;
         report.kept_bytes += kept_here;
         if opts.redact {
-            let field = format!("region {}", r.region_id);
-            if whole {
-                log.kept(
-                    field,
-                    format!(
-                        "{} kept whole: a module global or __constant__ variable (configuration, tables and pointers the kernel reads)",
-                        bytes(r.size)
-                    ),
-                );
-            } else if replaced_here == 0 {
-                log.kept(
-                    field,
-                    format!(
-                        "nothing to replace: {} of pointer and handle words and {zero_chunks} all-zero chunk(s)",
-                        bytes(kept_here)
-                    ),
-                );
-            } else {
-                let types: Vec<String> = segments
-                    .iter()
-                    .map(|(s, _)| match s.source.is_empty() {
-                        true => s.element.describe(),
-                        false => format!("{} (as {})", s.element.describe(), s.source),
-                    })
-                    .collect();
-                log.replaced(
-                    field,
-                    format!(
-                        "{} replaced by {}; {} of pointer and handle words and {zero_chunks} all-zero chunk(s) kept",
-                        bytes(replaced_here),
-                        types.join(", then "),
-                        bytes(kept_here)
-                    ),
-                );
-            }
+            list_region(
+                &mut log,
+                r,
+                whole,
+                &segments,
+                (replaced_here, kept_here, zero_chunks),
+            );
         }
     }
     // Post chunks: the recorded output, or (no reference) zeros that mark the write set and
@@ -864,42 +813,7 @@ pub fn pack_observed<W: Write + Seek>(
         }
     }
     let redaction = if opts.redact {
-        log.replaced(
-            "recorded output",
-            format!(
-                "{} dropped: zero holes mark where the kernel writes",
-                bytes(report.dropped_post_bytes)
-            ),
-        );
-        if !cap.pointer_slots.is_empty() {
-            log.kept(
-                "pointer slots",
-                format!(
-                    "{} word(s) in memory that point into captured memory",
-                    cap.pointer_slots.len()
-                ),
-            );
-        }
-        if !cap.textures.is_empty() {
-            log.kept(
-                "textures",
-                "handles, sampling, views and array shapes: the player rebuilds the objects",
-            );
-        }
-        log.kept(
-            "original duration and timing conditions",
-            "how long the kernel took and how that was measured",
-        );
-        for a in cap
-            .annotations
-            .iter()
-            .filter(|a| a.key != REFERENCE_ANNOTATION)
-        {
-            log.kept(
-                format!("note {}", a.key),
-                "kreplay's own note about the capture",
-            );
-        }
+        list_tail(&mut log, cap, report.dropped_post_bytes);
         Some(&log)
     } else {
         cap.redaction.as_ref()
@@ -909,13 +823,7 @@ pub fn pack_observed<W: Write + Seek>(
     if let Some(s) = &cap.salvage {
         w.salvage_record(s)?;
     }
-    let before = cap.reference();
-    let reference = match (opts.redact, drop_post, before) {
-        (true, _, _) => Reference::Redacted,
-        (false, _, Reference::Redacted) => Reference::Redacted,
-        (false, true, _) => Reference::Dropped,
-        (false, false, r) => r,
-    };
+    let reference = reference_after(opts.redact, drop_post, cap.reference());
     // A partial reference is the salvage record's to say (written above).
     if !matches!(reference, Reference::Recorded | Reference::Partial) {
         w.annotation(&Annotation {
@@ -926,6 +834,143 @@ pub fn pack_observed<W: Write + Seek>(
     report.reference = Some(reference);
     report.redaction = redaction.cloned();
     Ok((w.finish()?, report))
+}
+
+/// The head of a redacted capture: capture info, device and dispatch with the application's
+/// environment and data replaced, and the graph origin without its host handle; each field
+/// listed in `log`.
+fn redacted_head(
+    cap: &Capture<'_>,
+    param_types: &[ParamType],
+    log: &mut Redaction,
+) -> (
+    Option<CaptureInfo>,
+    Option<DeviceInfo>,
+    Dispatch,
+    Option<GraphOrigin>,
+) {
+    let handle_words: Vec<u32> = cap
+        .textures
+        .objects
+        .iter()
+        .flat_map(|o| o.arg_words.iter().copied())
+        .collect();
+    let info = cap.info.as_ref().map(|i| redact_info(i, log));
+    let device = cap.device.as_ref().map(|d| redact_device(d, log));
+    let dispatch = redact_dispatch(&cap.dispatch, param_types, &handle_words, log);
+    let graph = cap.graph.as_ref().map(|g| {
+        log.replaced(
+            "executable graph handle",
+            "now 0 (a host address of the recorded process)",
+        );
+        log.kept(
+            "graph position",
+            "which launch of the graph and which of its nodes",
+        );
+        GraphOrigin {
+            graph_exec: 0,
+            ..g.clone()
+        }
+    });
+    (info, device, dispatch, graph)
+}
+
+/// Lists what redaction did to region `r`: (bytes replaced, bytes of pointer and handle words
+/// kept, all-zero chunks) of its memory, by the element types of its `segments`.
+fn list_region(
+    log: &mut Redaction,
+    r: &Region,
+    whole: bool,
+    segments: &[(Segment, Vec<u8>)],
+    (replaced_here, kept_here, zero_chunks): (u64, u64, u32),
+) {
+    let field = format!("region {}", r.region_id);
+    if whole {
+        log.kept(
+            field,
+            format!(
+                "{} kept whole: a module global or __constant__ variable (configuration, tables and pointers the kernel reads)",
+                bytes(r.size)
+            ),
+        );
+    } else if replaced_here == 0 {
+        log.kept(
+            field,
+            format!(
+                "nothing to replace: {} of pointer and handle words and {zero_chunks} all-zero chunk(s)",
+                bytes(kept_here)
+            ),
+        );
+    } else {
+        let types: Vec<String> = segments
+            .iter()
+            .map(|(s, _)| match s.source.is_empty() {
+                true => s.element.describe(),
+                false => format!("{} (as {})", s.element.describe(), s.source),
+            })
+            .collect();
+        log.replaced(
+            field,
+            format!(
+                "{} replaced by {}; {} of pointer and handle words and {zero_chunks} all-zero chunk(s) kept",
+                bytes(replaced_here),
+                types.join(", then "),
+                bytes(kept_here)
+            ),
+        );
+    }
+}
+
+/// Lists what a redacted capture keeps after its memory: pointer slots, textures, timing and
+/// kreplay's notes; and that the recorded output was dropped.
+fn list_tail(log: &mut Redaction, cap: &Capture<'_>, dropped_post_bytes: u64) {
+    log.replaced(
+        "recorded output",
+        format!(
+            "{} dropped: zero holes mark where the kernel writes",
+            bytes(dropped_post_bytes)
+        ),
+    );
+    if !cap.pointer_slots.is_empty() {
+        log.kept(
+            "pointer slots",
+            format!(
+                "{} word(s) in memory that point into captured memory",
+                cap.pointer_slots.len()
+            ),
+        );
+    }
+    if !cap.textures.is_empty() {
+        log.kept(
+            "textures",
+            "handles, sampling, views and array shapes: the player rebuilds the objects",
+        );
+    }
+    log.kept(
+        "original duration and timing conditions",
+        "how long the kernel took and how that was measured",
+    );
+    for a in cap
+        .annotations
+        .iter()
+        .filter(|a| a.key != REFERENCE_ANNOTATION)
+    {
+        log.kept(
+            format!("note {}", a.key),
+            "kreplay's own note about the capture",
+        );
+    }
+}
+
+/// What a rewritten capture's post chunks hold: redaction and a dropped output say so; a
+/// redacted input stays redacted; otherwise what the input's held.
+fn reference_after(redact: bool, drop_post: bool, before: Reference) -> Reference {
+    match (redact, drop_post, before) {
+        (true, _, _) => Reference::Redacted,
+        (false, _, Reference::Redacted) => Reference::Redacted,
+        (false, true, _) => Reference::Dropped,
+        (false, false, r) => r,
+    }
 }
 
 /// Writes what describes a capture's dispatch, as `cap` has it: capture info, device, code
@@ -1001,4 +1046,21 @@ fn write_tail_parts<W: Write + Seek>(
         w.annotation(a)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rewritten_capture_says_what_its_post_chunks_hold() {
+        use Reference::*;
+        assert_eq!(reference_after(true, true, Recorded), Redacted);
+        assert_eq!(reference_after(false, false, Redacted), Redacted);
+        assert_eq!(reference_after(false, true, Redacted), Redacted);
+        assert_eq!(reference_after(false, true, Recorded), Dropped);
+        assert_eq!(reference_after(false, true, Partial), Dropped);
+        assert_eq!(reference_after(false, false, Partial), Partial);
+        assert_eq!(reference_after(false, false, Recorded), Recorded);
+    }
 }

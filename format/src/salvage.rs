@@ -212,19 +212,7 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
 
     // Every lost chunk must be one of the missing pre-dispatch chunks for the post-dispatch
     // state to be whole; otherwise any chunk may have lost its output.
-    let missing_pre: u64 = rules
-        .regions
-        .iter()
-        .map(|r| {
-            let have = rules
-                .chunks
-                .range(
-                    (r.region_id, MemoryState::Pre, 0)..=(r.region_id, MemoryState::Pre, u64::MAX),
-                )
-                .count() as u64;
-            r.size.div_ceil(r.chunk_size).saturating_sub(have)
-        })
-        .sum();
+    let missing_pre = missing_pre_chunks(&rules);
     let lost_chunks = walk
         .lost
         .iter()
@@ -247,22 +235,11 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
     rules.check_complete(walk.until)?;
 
     // Chunks of the kept regions with no surviving post chunk, when output may be lost.
-    let mut placeholders: Vec<(u32, u64, u64)> = Vec::new();
-    if !output_whole {
-        for r in &rules.regions {
-            let mut offset = 0;
-            while offset < r.size {
-                let n = r.chunk_size.min(r.size - offset);
-                if !rules
-                    .chunks
-                    .contains_key(&(r.region_id, MemoryState::Post, offset))
-                {
-                    placeholders.push((r.region_id, offset, n));
-                }
-                offset += n;
-            }
-        }
-    }
+    let placeholders = if output_whole {
+        Vec::new()
+    } else {
+        chunks_without_output(&rules)
+    };
     let previous = rules.salvage.take();
     let write_record = previous.is_some()
         || !walk.lost.is_empty()
@@ -270,26 +247,16 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
         || !gone.is_empty()
         || textures_dropped
         || !placeholders.is_empty();
-    let record = {
-        let prev = previous.unwrap_or_default();
-        let mut unknown = prev.unknown_output;
-        unknown.extend(placeholders.iter().map(|p| (p.0, p.1)));
-        unknown.sort_unstable();
-        unknown.dedup();
-        let mut dropped = prev.dropped_regions;
-        dropped.extend(dropped_decls);
-        // A salvage of a salvaged file keeps the first one's losses (their offsets are in the
-        // file that salvage read), so `info` still tells them.
-        let mut lost_events = prev.lost_events;
-        lost_events.extend(walk.lost.iter().copied());
+    let record = merged_record(
+        previous.unwrap_or_default(),
         SalvageRecord {
-            lost_from: walk.lost_from.or(prev.lost_from),
-            lost_events,
-            dropped_regions: dropped,
-            unknown_output: unknown,
-            textures_dropped: prev.textures_dropped || textures_dropped,
-        }
-    };
+            lost_from: walk.lost_from,
+            lost_events: walk.lost.clone(),
+            dropped_regions: dropped_decls,
+            unknown_output: placeholders.iter().map(|p| (p.0, p.1)).collect(),
+            textures_dropped,
+        },
+    );
 
     let mut w = CaptureWriter::new(out, walk.header.uuid, WriterOptions::default())?;
     let mut kept = 0u64;
@@ -359,6 +326,64 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
             replay_blockers,
         },
     ))
+}
+
+/// Pre-dispatch chunks the declared regions should have and do not.
+fn missing_pre_chunks(rules: &CaptureBuilder<'_>) -> u64 {
+    rules
+        .regions
+        .iter()
+        .map(|r| {
+            let have = rules
+                .chunks
+                .range(
+                    (r.region_id, MemoryState::Pre, 0)..=(r.region_id, MemoryState::Pre, u64::MAX),
+                )
+                .count() as u64;
+            r.size.div_ceil(r.chunk_size).saturating_sub(have)
+        })
+        .sum()
+}
+
+/// (region, offset, length) of every chunk of the kept regions with no surviving post chunk:
+/// where output may have been lost.
+fn chunks_without_output(rules: &CaptureBuilder<'_>) -> Vec<(u32, u64, u64)> {
+    let mut out = Vec::new();
+    for r in &rules.regions {
+        let mut offset = 0;
+        while offset < r.size {
+            let n = r.chunk_size.min(r.size - offset);
+            if !rules
+                .chunks
+                .contains_key(&(r.region_id, MemoryState::Post, offset))
+            {
+                out.push((r.region_id, offset, n));
+            }
+            offset += n;
+        }
+    }
+    out
+}
+
+/// This salvage's losses added to those of an earlier salvage of the same capture (a salvage
+/// of a salvaged file keeps the first one's losses, whose offsets are in the file it read, so
+/// `info` still tells them).
+fn merged_record(prev: SalvageRecord, now: SalvageRecord) -> SalvageRecord {
+    let mut unknown = prev.unknown_output;
+    unknown.extend(now.unknown_output);
+    unknown.sort_unstable();
+    unknown.dedup();
+    let mut dropped = prev.dropped_regions;
+    dropped.extend(now.dropped_regions);
+    let mut lost_events = prev.lost_events;
+    lost_events.extend(now.lost_events);
+    SalvageRecord {
+        lost_from: now.lost_from.or(prev.lost_from),
+        lost_events,
+        dropped_regions: dropped,
+        unknown_output: unknown,
+        textures_dropped: prev.textures_dropped || now.textures_dropped,
+    }
 }
 
 /// `salvage` into memory, then `verify` the result: the bytes of a capture that verifies.
