@@ -6,27 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod common;
+use common::scratch;
+
 /// Runs the built `kreplay` in `dir` with `args`: (exit status, stdout, stderr).
 fn kreplay_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kreplay"))
-        .args(args)
-        .current_dir(dir)
-        // Any existing file will do: a non-CUDA application never loads it.
-        .env("KREPLAY_RECORD_LIB", env!("CARGO_BIN_EXE_kreplay"))
-        .output()
-        .expect("run kreplay");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kreplay-before-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch");
-    d
+    common::kreplay_app(Some(dir), args)
 }
 
 /// Whether this machine's CUDA driver library cannot be loaded (as on CI).

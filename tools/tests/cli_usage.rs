@@ -4,18 +4,10 @@
 
 use std::process::Command;
 
+mod common;
+
 fn kreplay(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kreplay"))
-        .args(args)
-        // Any existing file will do: a non-CUDA application never loads it.
-        .env("KREPLAY_RECORD_LIB", env!("CARGO_BIN_EXE_kreplay"))
-        .output()
-        .expect("run kreplay");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::kreplay_app(None, args)
 }
 
 const ECHO_ARGS: &str = "printf 'app got:'; printf ' [%s]' \"$@\"; echo";

@@ -2,7 +2,7 @@
 //! scratch directory.
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Runs the built `kreplay` with `args`: (exit status, stdout, stderr).
@@ -11,6 +11,23 @@ pub fn kreplay(args: &[&str]) -> (i32, String, String) {
         .args(args)
         .output()
         .expect("run kreplay");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs the built `kreplay` with `args` in `dir` (or here) for an application that never loads
+/// the recorder (no GPU needed): any existing file stands for the recorder library.
+pub fn kreplay_app(dir: Option<&Path>, args: &[&str]) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kreplay"));
+    c.args(args)
+        .env("KREPLAY_RECORD_LIB", env!("CARGO_BIN_EXE_kreplay"));
+    if let Some(d) = dir {
+        c.current_dir(d);
+    }
+    let out = c.output().expect("run kreplay");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
