@@ -23,8 +23,7 @@ use kreplay_engine::{
     PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification, WriteSet,
 };
 use kreplay_format::{
-    Capture, ChunkEncoding, ChunkRef, MemoryKind, MemoryState, Reference, Region, RegionRole,
-    TextureResource,
+    Capture, ChunkEncoding, ChunkRef, MemoryKind, MemoryState, Region, RegionRole, TextureResource,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -729,12 +728,6 @@ fn expected_chunks<'a>(
     region_id: u32,
     usable: u64,
 ) -> Vec<(&'a ChunkRef, u64, u64)> {
-    let reference = cap.reference();
-    let recorded = |c: &ChunkRef| match reference {
-        Reference::Recorded => true,
-        Reference::Partial => cap.recorded_output(c),
-        Reference::Dropped | Reference::Redacted => false,
-    };
     let post: HashMap<u64, _> = cap
         .chunks(region_id, MemoryState::Post)
         .map(|c| (c.offset, c))
@@ -742,7 +735,7 @@ fn expected_chunks<'a>(
     let mut items: Vec<(&ChunkRef, u64, u64)> = Vec::new();
     for c in cap.chunks(region_id, MemoryState::Pre) {
         let src = match post.get(&c.offset) {
-            Some(post) if !recorded(post) => continue,
+            Some(post) if !cap.recorded_output(post) => continue,
             Some(post) => post,
             None => c,
         };
@@ -796,6 +789,7 @@ mod tests {
 
     use super::*;
     use crate::testdata;
+    use kreplay_format::Reference;
 
     const MIB: u64 = 1 << 20;
 

@@ -6,6 +6,10 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
             || c.downcast_ref::<serde_json::Error>()
                 .is_some_and(|j| j.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+            // A format error tells its I/O error in its text, not as a source (printed once).
+            || c.downcast_ref::<kreplay_format::FormatError>().is_some_and(|f| {
+                matches!(f, kreplay_format::FormatError::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe)
+            })
     })
 }
 
@@ -261,5 +265,15 @@ mod tests {
         assert_eq!(printable("a\x1b[2Jb"), "a\\u{1b}[2Jb");
         assert_eq!(printable("x\ny\rz\u{9b}"), "x\\ny\\rz\\u{9b}");
         assert_eq!(printable("gemm<float, 128> ü"), "gemm<float, 128> ü");
+    }
+
+    #[test]
+    fn a_broken_pipe_inside_a_format_error_is_still_a_broken_pipe() {
+        let io = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        let e = anyhow::Error::new(kreplay_format::FormatError::from(io)).context("writing");
+        assert!(super::is_broken_pipe(&e));
+        let other = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = anyhow::Error::new(kreplay_format::FormatError::from(other));
+        assert!(!super::is_broken_pipe(&e));
     }
 }
