@@ -314,14 +314,15 @@ fn kept_whole(kind: MemoryKind, role: RegionRole) -> bool {
 
 /// Replaces `buf` (the region's bytes from `start`) by generated values, except all-zero
 /// chunks and the 8-byte words at `keep` (offsets inside the region, sorted). `periods` holds,
-/// per segment, one period of its bytes. Returns (bytes replaced, bytes kept).
+/// per segment, one period of its bytes. Returns (bytes replaced, bytes kept, all-zero chunks
+/// left as they are).
 fn redact_window(
     segments: &[(Segment, Vec<u8>)],
     start: u64,
     chunk_size: u64,
     buf: &mut [u8],
     keep: &[u64],
-) -> (u64, u64) {
+) -> (u64, u64, u32) {
     let end = start + buf.len() as u64;
     let lo = keep.partition_point(|&k| k < start);
     let kept: Vec<(usize, [u8; 8])> = keep[lo..]
@@ -336,8 +337,10 @@ fn redact_window(
         })
         .collect();
     let mut replaced = 0u64;
+    let mut zero_chunks = 0u32;
     for (ci, chunk) in buf.chunks_mut(chunk_size.max(1) as usize).enumerate() {
         if crate::chunk::is_all_zero(chunk) {
+            zero_chunks += 1;
             continue;
         }
         let chunk_start = start + ci as u64 * chunk_size;
@@ -364,7 +367,7 @@ fn redact_window(
         buf[*o..*o + 8].copy_from_slice(w);
     }
     let kept_bytes = 8 * kept.len() as u64;
-    (replaced.saturating_sub(kept_bytes), kept_bytes)
+    (replaced.saturating_sub(kept_bytes), kept_bytes, zero_chunks)
 }
 
 /// The bytes of a launch attribute's own value (`CUlaunchAttributeValue` member) that a replay
@@ -769,14 +772,11 @@ pub fn pack_observed<W: Write + Seek>(
                 at += n;
             }
             if !whole {
-                zero_chunks += buf
-                    .chunks(r.chunk_size.max(1) as usize)
-                    .filter(|c| crate::chunk::is_all_zero(c))
-                    .count() as u32;
-                let (replaced, kept) =
+                let (replaced, kept, zeros) =
                     redact_window(&segments, start, r.chunk_size, &mut buf, &keep_here);
                 replaced_here += replaced;
                 kept_here += kept;
+                zero_chunks += zeros;
             }
             w.memory(r.region_id, MemoryState::Pre, start, &buf)?;
             for c in window {
