@@ -1,0 +1,205 @@
+//! CUPTI callback payloads decoded into typed values. A callback hands a domain, an id and an
+//! untyped pointer; what it points at (and what its parameter block holds) depends on both.
+//! Decoding is done once, here, by [`decode`], whose contract carries the callback's promise;
+//! the recorder then sees launches, allocations, code images, graph calls and resource events
+//! as plain Rust values. Raw pointers and handles inside them are the application's, valid
+//! during the callback only.
+
+use std::ffi::{c_void, CStr};
+
+use crate::cupti::sys as csys;
+
+mod allocation;
+mod graph;
+mod launch;
+
+pub use allocation::{AllocationChange, AllocationKind, AllocationRequest};
+pub use graph::GraphCall;
+pub use launch::{Launch, LaunchEntry};
+
+/// Where a driver-API callback fires: before the call runs, or after it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Site {
+    Enter,
+    Exit,
+}
+
+/// One driver-API call as its callback shows it.
+#[derive(Clone, Copy)]
+pub struct ApiCall<'a> {
+    /// The callback id (`callbacks::cbid`).
+    pub id: u32,
+    pub site: Site,
+    /// The same at the call's ENTER and EXIT, and distinct between calls of a process: what
+    /// ties the two sites of one launch together.
+    pub correlation: u32,
+    data: &'a csys::CUpti_CallbackData,
+}
+
+/// A resource callback kreplay follows.
+#[derive(Debug, Clone, Copy)]
+pub enum ResourceEvent<'a> {
+    /// A module was loaded; its cubin ELF when CUPTI handed one (also for JIT-compiled PTX).
+    ModuleLoaded { cubin: Option<&'a [u8]> },
+    /// A context is about to be destroyed (its handle is still live during the callback).
+    ContextDestroying { context: usize },
+    /// A module of `context` is about to be unloaded.
+    ModuleUnloading { context: usize },
+}
+
+/// A decoded callback.
+#[derive(Clone, Copy)]
+pub enum CallbackEvent<'a> {
+    Api(ApiCall<'a>),
+    Resource(ResourceEvent<'a>),
+}
+
+/// Decodes the payload of a CUPTI callback: driver-API calls and the resource callbacks
+/// kreplay enables; `None` for anything else (and for a null payload).
+///
+/// # Safety
+/// `domain`, `id` and `data` must be what CUPTI passed to the subscriber's callback, and the
+/// result must not outlive that callback (`'a`).
+pub unsafe fn decode<'a>(
+    domain: csys::CUpti_CallbackDomain,
+    id: u32,
+    data: *const c_void,
+) -> Option<CallbackEvent<'a>> {
+    use csys::CUpti_CallbackIdResource as R;
+    if data.is_null() {
+        return None;
+    }
+    match domain {
+        csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => {
+            // SAFETY: driver-API callbacks pass CUpti_CallbackData, live during the callback.
+            let data = unsafe { &*(data as *const csys::CUpti_CallbackData) };
+            let site = if data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER {
+                Site::Enter
+            } else {
+                Site::Exit
+            };
+            Some(CallbackEvent::Api(ApiCall {
+                id,
+                site,
+                correlation: data.correlationId,
+                data,
+            }))
+        }
+        csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE => {
+            // SAFETY: resource callbacks pass CUpti_ResourceData, live during the callback.
+            let data = unsafe { &*(data as *const csys::CUpti_ResourceData) };
+            let context = data.context as usize;
+            let event = if id == R::CUPTI_CBID_RESOURCE_MODULE_LOADED as u32 {
+                // SAFETY: for MODULE_LOADED the descriptor is a CUpti_ModuleResourceData (or
+                // null), whose cubin is valid during the callback.
+                ResourceEvent::ModuleLoaded {
+                    cubin: unsafe { loaded_cubin(data) },
+                }
+            } else if id == R::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING as u32 {
+                ResourceEvent::ContextDestroying { context }
+            } else if id == R::CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING as u32 {
+                ResourceEvent::ModuleUnloading { context }
+            } else {
+                return None;
+            };
+            Some(CallbackEvent::Resource(event))
+        }
+        _ => None,
+    }
+}
+
+/// The cubin of a MODULE_LOADED callback, when it has one.
+///
+/// # Safety
+/// `data` must be a MODULE_LOADED callback's payload, during the callback.
+unsafe fn loaded_cubin<'a>(data: &'a csys::CUpti_ResourceData) -> Option<&'a [u8]> {
+    if data.resourceDescriptor.is_null() {
+        return None;
+    }
+    // SAFETY: for MODULE_LOADED the descriptor is a CUpti_ModuleResourceData.
+    let m = unsafe { &*(data.resourceDescriptor as *const csys::CUpti_ModuleResourceData) };
+    if m.pCubin.is_null() || m.cubinSize == 0 {
+        return None;
+    }
+    // SAFETY: CUPTI hands cubinSize readable bytes, valid during the callback.
+    Some(unsafe { std::slice::from_raw_parts(m.pCubin as *const u8, m.cubinSize) })
+}
+
+impl<'a> ApiCall<'a> {
+    /// The launched kernel's symbol, for launch callbacks (CUPTI may pass none).
+    pub fn symbol(&self) -> Option<&'a CStr> {
+        // SAFETY: CUPTI passes a NUL-terminated symbol name for launch callbacks, or null,
+        // valid during the callback (`'a`).
+        (!self.data.symbolName.is_null()).then(|| unsafe { CStr::from_ptr(self.data.symbolName) })
+    }
+
+    /// At EXIT: the call returned `CUDA_SUCCESS`.
+    pub fn succeeded(&self) -> bool {
+        self.site == Site::Exit
+            && !self.data.functionReturnValue.is_null()
+            // SAFETY: at EXIT functionReturnValue points at the call's CUresult.
+            && unsafe { *(self.data.functionReturnValue as *const u32) } == 0
+    }
+
+    /// The call's parameter block, null where CUPTI passed none.
+    fn params(&self) -> *const c_void {
+        self.data.functionParams
+    }
+
+    /// The launch this call makes, for the launch entry points.
+    pub fn launch(&self) -> Option<Launch> {
+        // SAFETY: the parameter block belongs to this callback id (`decode`'s contract).
+        unsafe { launch::decode(self.id, self.params()) }
+    }
+
+    /// The code image handed to a module or library load, for the image-load entry points.
+    pub fn image(&self) -> Option<*const u8> {
+        use crate::callbacks::cbid;
+        let params = self.params();
+        if params.is_null() {
+            return None;
+        }
+        // SAFETY: functionParams is the parameter struct of this callback id.
+        let image = unsafe {
+            match self.id {
+                cbid::MODULE_LOAD_DATA => {
+                    (*(params as *const csys::cuModuleLoadData_params)).image
+                }
+                cbid::MODULE_LOAD_DATA_EX => {
+                    (*(params as *const csys::cuModuleLoadDataEx_params)).image
+                }
+                cbid::MODULE_LOAD_FAT_BINARY => {
+                    (*(params as *const csys::cuModuleLoadFatBinary_params)).fatCubin
+                }
+                cbid::LIBRARY_LOAD_DATA => (*(params as *const csys::cuLibraryLoadData_params)).code,
+                _ => return None,
+            }
+        };
+        Some(image as *const u8)
+    }
+
+    /// At EXIT of a successful allocation call: what changed in the live allocations.
+    pub fn allocation(&self) -> Option<AllocationChange> {
+        if !self.succeeded() {
+            return None;
+        }
+        // SAFETY: the parameter block of this callback id, at EXIT of a successful call.
+        unsafe { allocation::decode(self.id, self.params()) }
+    }
+
+    /// At ENTER of an allocation call: the memory about to go, or the memory asked for.
+    pub fn allocation_request(&self) -> Option<AllocationRequest> {
+        if self.site != Site::Enter {
+            return None;
+        }
+        // SAFETY: the parameter block of this callback id; only inputs are read.
+        unsafe { allocation::entering(self.id, self.params()) }
+    }
+
+    /// The graph call this is, for the graph entry points kreplay follows: launches and
+    /// destructions at ENTER, the rest at EXIT of a successful call.
+    pub fn graph(&self) -> Option<GraphCall> {
+        // SAFETY: the parameter block of this callback id.
+        unsafe { graph::decode(self.id, self.params(), self.site, self.succeeded()) }
+    }
+}
