@@ -125,6 +125,16 @@ unsafe fn loaded_cubin<'a>(data: &'a csys::CUpti_ResourceData) -> Option<&'a [u8
     Some(unsafe { std::slice::from_raw_parts(m.pCubin as *const u8, m.cubinSize) })
 }
 
+/// Decodes a launch callback's parameter block (what [`ApiCall::launch`] reads).
+///
+/// # Safety
+/// `params` must be null or the `functionParams` of a CUPTI driver callback with id `id`,
+/// during the callback.
+pub unsafe fn decode_launch(id: u32, params: *const c_void) -> Option<Launch> {
+    // SAFETY: the caller's contract is the decoder's.
+    unsafe { launch::decode(id, params) }
+}
+
 impl<'a> ApiCall<'a> {
     /// The launched kernel's symbol, for launch callbacks (CUPTI may pass none).
     pub fn symbol(&self) -> Option<&'a CStr> {
@@ -149,7 +159,7 @@ impl<'a> ApiCall<'a> {
     /// The launch this call makes, for the launch entry points.
     pub fn launch(&self) -> Option<Launch> {
         // SAFETY: the parameter block belongs to this callback id (`decode`'s contract).
-        unsafe { launch::decode(self.id, self.params()) }
+        unsafe { decode_launch(self.id, self.params()) }
     }
 
     /// The code image handed to a module or library load, for the image-load entry points.
@@ -162,16 +172,16 @@ impl<'a> ApiCall<'a> {
         // SAFETY: functionParams is the parameter struct of this callback id.
         let image = unsafe {
             match self.id {
-                cbid::MODULE_LOAD_DATA => {
-                    (*(params as *const csys::cuModuleLoadData_params)).image
-                }
+                cbid::MODULE_LOAD_DATA => (*(params as *const csys::cuModuleLoadData_params)).image,
                 cbid::MODULE_LOAD_DATA_EX => {
                     (*(params as *const csys::cuModuleLoadDataEx_params)).image
                 }
                 cbid::MODULE_LOAD_FAT_BINARY => {
                     (*(params as *const csys::cuModuleLoadFatBinary_params)).fatCubin
                 }
-                cbid::LIBRARY_LOAD_DATA => (*(params as *const csys::cuLibraryLoadData_params)).code,
+                cbid::LIBRARY_LOAD_DATA => {
+                    (*(params as *const csys::cuLibraryLoadData_params)).code
+                }
                 _ => return None,
             }
         };

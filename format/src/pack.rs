@@ -37,13 +37,13 @@ use std::io::{Seek, Write};
 use crate::error::{FormatError, Result};
 use crate::events::{
     Annotation, CaptureInfo, DeviceInfo, Dispatch, GraphOrigin, LaunchAttribute, MemoryKind,
-    PointerSlots, Redaction, Reference, Region, RegionRole, TextureResource, REFERENCE_ANNOTATION,
+    Redaction, Reference, Region, RegionRole, TextureResource, REFERENCE_ANNOTATION,
 };
 use crate::layout::MemoryState;
 use crate::observe::{Observer, Phase};
 use crate::reader::Capture;
 use crate::units::bytes;
-use crate::writer::{CaptureWriter, WriterOptions};
+use crate::writer::{CaptureHead, CaptureTail, CaptureWriter, WriterOptions};
 
 /// What `pack` changes.
 #[derive(Debug, Clone)]
@@ -992,16 +992,12 @@ fn write_head_parts<W: Write + Seek>(
     cap: &Capture<'_>,
     dispatch: &Dispatch,
 ) -> Result<()> {
-    if let Some(i) = info {
-        w.capture_info(i)?;
-    }
-    if let Some(d) = device {
-        w.device(d)?;
-    }
-    for m in &cap.modules {
-        w.module(m)?;
-    }
-    w.dispatch(dispatch)
+    w.head(&CaptureHead {
+        info,
+        device,
+        modules: &cap.modules,
+        dispatch,
+    })
 }
 
 /// Writes what follows the regions, as `cap` has it: module globals, textures, pointer
@@ -1018,34 +1014,22 @@ fn write_tail_parts<W: Write + Seek>(
     graph: Option<&GraphOrigin>,
     redaction: Option<&Redaction>,
 ) -> Result<()> {
-    for g in &cap.globals {
-        w.module_global(g)?;
-    }
-    if !cap.textures.is_empty() {
-        w.textures(&cap.textures)?;
-    }
-    if !cap.pointer_slots.is_empty() {
-        w.pointer_slots(&PointerSlots {
-            slots: cap.pointer_slots.clone(),
-        })?;
-    }
-    if let Some(t) = &cap.timing {
-        w.timing_conditions(t)?;
-    }
-    if let Some(g) = graph {
-        w.graph_origin(g)?;
-    }
-    if let Some(r) = redaction {
-        w.redaction(r)?;
-    }
-    for a in cap
+    // The reference annotation is the rewriter's to say (after the tail).
+    let annotations: Vec<Annotation> = cap
         .annotations
         .iter()
         .filter(|a| a.key != REFERENCE_ANNOTATION)
-    {
-        w.annotation(a)?;
-    }
-    Ok(())
+        .cloned()
+        .collect();
+    w.tail(&CaptureTail {
+        globals: &cap.globals,
+        textures: &cap.textures,
+        pointer_slots: &cap.pointer_slots,
+        timing: cap.timing.as_ref(),
+        graph,
+        redaction,
+        annotations: &annotations,
+    })
 }
 
 #[cfg(test)]

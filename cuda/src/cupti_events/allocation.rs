@@ -183,4 +183,3 @@ pub(super) unsafe fn entering(id: u32, params: *const c_void) -> Option<Allocati
         }
     }
 }
-

@@ -5,9 +5,7 @@ use std::ffi::c_void;
 
 use crate::callbacks::cbid as cb;
 use crate::cupti::sys as csys;
-use crate::launch::attr::{
-    CLUSTER_DIMENSION as ATTR_CLUSTER_DIMENSION, COOPERATIVE as ATTR_COOPERATIVE,
-};
+use crate::launch::attr::COOPERATIVE as ATTR_COOPERATIVE;
 use crate::sys;
 
 /// `CU_STREAM_PER_THREAD`.
@@ -37,19 +35,6 @@ pub struct Launch {
     pub extra: *mut *mut c_void,
     /// Launch attributes: id and the 64 raw value bytes.
     pub attributes: Vec<(u32, [u8; 64])>,
-}
-
-impl Launch {
-    /// The thread-block cluster dimensions the launch asks for (zeros: none).
-    pub fn cluster(&self) -> [u32; 3] {
-        for (id, v) in &self.attributes {
-            if *id == ATTR_CLUSTER_DIMENSION {
-                let d = |i: usize| u32::from_le_bytes([v[i], v[i + 1], v[i + 2], v[i + 3]]);
-                return [d(0), d(4), d(8)];
-            }
-        }
-        [0, 0, 0]
-    }
 }
 
 fn per_thread(stream: sys::CUstream, ptsz: bool) -> sys::CUstream {
