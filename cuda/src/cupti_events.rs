@@ -112,7 +112,7 @@ pub unsafe fn decode<'a>(
 ///
 /// # Safety
 /// `data` must be a MODULE_LOADED callback's payload, during the callback.
-unsafe fn loaded_cubin<'a>(data: &'a csys::CUpti_ResourceData) -> Option<&'a [u8]> {
+unsafe fn loaded_cubin(data: &csys::CUpti_ResourceData) -> Option<&[u8]> {
     if data.resourceDescriptor.is_null() {
         return None;
     }
@@ -211,5 +211,188 @@ impl<'a> ApiCall<'a> {
     pub fn graph(&self) -> Option<GraphCall> {
         // SAFETY: the parameter block of this callback id.
         unsafe { graph::decode(self.id, self.params(), self.site, self.succeeded()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callbacks::cbid;
+    use crate::sys;
+    use csys::CUpti_CallbackDomain as Domain;
+
+    fn call_data(
+        site: csys::CUpti_ApiCallbackSite,
+        params: *const c_void,
+        result: *mut u32,
+        correlation: u32,
+    ) -> csys::CUpti_CallbackData {
+        csys::CUpti_CallbackData {
+            callbackSite: site,
+            functionName: std::ptr::null(),
+            functionParams: params,
+            functionReturnValue: result.cast(),
+            symbolName: c"_Z5saxpyifPKfPf".as_ptr(),
+            context: std::ptr::null_mut(),
+            contextUid: 0,
+            correlationData: std::ptr::null_mut(),
+            correlationId: correlation,
+        }
+    }
+
+    fn api<'a>(id: u32, data: &'a csys::CUpti_CallbackData) -> ApiCall<'a> {
+        // SAFETY: a callback payload built by the test, alive for 'a.
+        match unsafe {
+            decode(
+                Domain::CUPTI_CB_DOMAIN_DRIVER_API,
+                id,
+                (data as *const csys::CUpti_CallbackData).cast(),
+            )
+        } {
+            Some(CallbackEvent::Api(call)) => call,
+            _ => panic!("a driver-API call"),
+        }
+    }
+
+    #[test]
+    fn an_allocation_is_read_at_the_exit_of_a_successful_call_only() {
+        let mut dptr: sys::CUdeviceptr = 0x7000_0000;
+        let params = csys::cuMemAlloc_v2_params {
+            dptr: &mut dptr,
+            bytesize: 4096,
+        };
+        let p = (&params as *const csys::cuMemAlloc_v2_params).cast();
+        let mut ok = 0u32;
+        let exit = call_data(csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT, p, &mut ok, 11);
+        let call = api(cbid::ALLOC, &exit);
+        assert_eq!((call.site, call.correlation), (Site::Exit, 11));
+        assert!(call.succeeded());
+        assert_eq!(
+            call.allocation(),
+            Some(AllocationChange::Alloc {
+                addr: 0x7000_0000,
+                size: 4096,
+                kind: AllocationKind::Device
+            })
+        );
+        assert_eq!(
+            call.allocation_request(),
+            None,
+            "a request is read at ENTER"
+        );
+        let mut failed = 2u32;
+        let exit = call_data(
+            csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT,
+            p,
+            &mut failed,
+            12,
+        );
+        assert_eq!(api(cbid::ALLOC, &exit).allocation(), None);
+        let enter = call_data(
+            csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER,
+            p,
+            std::ptr::null_mut(),
+            13,
+        );
+        let call = api(cbid::ALLOC, &enter);
+        assert!(!call.succeeded());
+        assert_eq!(
+            call.allocation_request(),
+            Some(AllocationRequest::Request { bytes: 4096 })
+        );
+        assert_eq!(
+            call.symbol().map(CStr::to_bytes),
+            Some(&b"_Z5saxpyifPKfPf"[..])
+        );
+    }
+
+    #[test]
+    fn a_graph_launch_is_read_at_enter_and_an_update_at_a_successful_exit() {
+        let params = csys::cuGraphLaunch_params {
+            hGraph: 0x1234 as sys::CUgraphExec,
+            hStream: 0x5678 as sys::CUstream,
+        };
+        let p = (&params as *const csys::cuGraphLaunch_params).cast();
+        let enter = call_data(
+            csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER,
+            p,
+            std::ptr::null_mut(),
+            1,
+        );
+        match api(cbid::GRAPH_LAUNCH, &enter).graph() {
+            Some(GraphCall::Launch { exec, stream }) => {
+                assert_eq!((exec, stream as usize), (0x1234, 0x5678))
+            }
+            other => panic!("a launch, not {other:?}"),
+        }
+        let mut ok = 0u32;
+        let exit = call_data(csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT, p, &mut ok, 1);
+        assert!(
+            api(cbid::GRAPH_LAUNCH, &exit).graph().is_none(),
+            "a launch is followed at ENTER only"
+        );
+        let enabled = csys::cuGraphNodeSetEnabled_params {
+            hGraphExec: 0x1234 as sys::CUgraphExec,
+            hNode: 0x99 as sys::CUgraphNode,
+            isEnabled: 0,
+        };
+        let p = (&enabled as *const csys::cuGraphNodeSetEnabled_params).cast();
+        let exit = call_data(csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT, p, &mut ok, 2);
+        match api(cbid::GRAPH_NODE_SET_ENABLED, &exit).graph() {
+            Some(GraphCall::NodeEnabled {
+                exec,
+                node,
+                enabled,
+            }) => assert_eq!((exec, node, enabled), (0x1234, 0x99, false)),
+            other => panic!("a node enabled, not {other:?}"),
+        }
+        let mut failed = 1u32;
+        let exit = call_data(
+            csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT,
+            p,
+            &mut failed,
+            3,
+        );
+        assert!(api(cbid::GRAPH_NODE_SET_ENABLED, &exit).graph().is_none());
+    }
+
+    #[test]
+    fn resource_callbacks_name_their_context_and_cubin() {
+        let cubin = [0x7fu8, b'E', b'L', b'F'];
+        let mut module = csys::CUpti_ModuleResourceData {
+            moduleId: 1,
+            cubinSize: cubin.len(),
+            pCubin: cubin.as_ptr().cast(),
+        };
+        // SAFETY: an all-zero resource payload is a valid value of this plain C struct.
+        let mut data: csys::CUpti_ResourceData = unsafe { std::mem::zeroed() };
+        data.context = 0x42 as sys::CUcontext;
+        data.resourceDescriptor = (&mut module as *mut csys::CUpti_ModuleResourceData).cast();
+        let resource = |id: csys::CUpti_CallbackIdResource| {
+            // SAFETY: a resource payload built by the test, alive for the call.
+            unsafe {
+                decode(
+                    Domain::CUPTI_CB_DOMAIN_RESOURCE,
+                    id as u32,
+                    (&data as *const csys::CUpti_ResourceData).cast(),
+                )
+            }
+        };
+        use csys::CUpti_CallbackIdResource as R;
+        match resource(R::CUPTI_CBID_RESOURCE_MODULE_LOADED) {
+            Some(CallbackEvent::Resource(ResourceEvent::ModuleLoaded { cubin: Some(b) })) => {
+                assert_eq!(b, &cubin[..])
+            }
+            _ => panic!("a module with its cubin"),
+        }
+        assert!(matches!(
+            resource(R::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING),
+            Some(CallbackEvent::Resource(ResourceEvent::ContextDestroying {
+                context: 0x42
+            }))
+        ));
+        assert!(resource(R::CUPTI_CBID_RESOURCE_CONTEXT_CREATED).is_none());
+        // SAFETY: a null payload is refused before it is read.
+        assert!(unsafe { decode(Domain::CUPTI_CB_DOMAIN_RESOURCE, 0, std::ptr::null()) }.is_none());
     }
 }

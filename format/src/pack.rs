@@ -732,6 +732,42 @@ pub fn pack_observed<W: Write + Seek>(
         );
     }
 
+    pack_regions(&mut w, cap, &opts, &keep, &mut log, &mut report, observer)?;
+    pack_post(&mut w, cap, drop_post, &mut report, observer)?;
+    let redaction = if opts.redact {
+        list_tail(&mut log, cap, report.dropped_post_bytes);
+        Some(&log)
+    } else {
+        cap.redaction.as_ref()
+    };
+    write_tail_parts(&mut w, cap, graph.as_ref(), redaction)?;
+    // Its zero post chunks were copied as they are: they still stand for lost output.
+    if let Some(s) = &cap.salvage {
+        w.salvage_record(s)?;
+    }
+    let reference = reference_after(opts.redact, drop_post, cap.reference());
+    // A partial reference is the salvage record's to say (written above).
+    if !matches!(reference, Reference::Recorded | Reference::Partial) {
+        w.annotation(&Annotation {
+            key: REFERENCE_ANNOTATION.into(),
+            value: reference.name().into(),
+        })?;
+    }
+    report.reference = Some(reference);
+    report.redaction = redaction.cloned();
+    Ok((w.finish()?, report))
+}
+
+/// Each region and its pre-state chunks, a window at a time, redacted when asked.
+fn pack_regions<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    opts: &PackOptions,
+    keep: &[(u32, u64)],
+    log: &mut Redaction,
+    report: &mut PackReport,
+    observer: &mut dyn Observer,
+) -> Result<()> {
     let total: u64 = cap.regions.iter().map(|r| r.size).sum();
     let mut done = 0u64;
     let mut buf = Vec::new();
@@ -789,7 +825,7 @@ pub fn pack_observed<W: Write + Seek>(
         report.kept_bytes += kept_here;
         if opts.redact {
             list_region(
-                &mut log,
+                log,
                 r,
                 whole,
                 &segments,
@@ -797,8 +833,19 @@ pub fn pack_observed<W: Write + Seek>(
             );
         }
     }
-    // Post chunks: the recorded output, or (no reference) zeros that mark the write set and
-    // cost nothing.
+    Ok(())
+}
+
+/// Post chunks: the recorded output, or (no reference) zeros that mark the write set and
+/// cost nothing.
+fn pack_post<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    drop_post: bool,
+    report: &mut PackReport,
+    observer: &mut dyn Observer,
+) -> Result<()> {
+    let mut buf = Vec::new();
     for r in &cap.regions {
         for c in cap.chunks(r.region_id, MemoryState::Post) {
             buf.resize(c.raw_len as usize, 0);
@@ -812,28 +859,7 @@ pub fn pack_observed<W: Write + Seek>(
             w.memory(r.region_id, MemoryState::Post, c.offset, &buf)?;
         }
     }
-    let redaction = if opts.redact {
-        list_tail(&mut log, cap, report.dropped_post_bytes);
-        Some(&log)
-    } else {
-        cap.redaction.as_ref()
-    };
-    write_tail_parts(&mut w, cap, graph.as_ref(), redaction)?;
-    // Its zero post chunks were copied as they are: they still stand for lost output.
-    if let Some(s) = &cap.salvage {
-        w.salvage_record(s)?;
-    }
-    let reference = reference_after(opts.redact, drop_post, cap.reference());
-    // A partial reference is the salvage record's to say (written above).
-    if !matches!(reference, Reference::Recorded | Reference::Partial) {
-        w.annotation(&Annotation {
-            key: REFERENCE_ANNOTATION.into(),
-            value: reference.name().into(),
-        })?;
-    }
-    report.reference = Some(reference);
-    report.redaction = redaction.cloned();
-    Ok((w.finish()?, report))
+    Ok(())
 }
 
 /// The head of a redacted capture: capture info, device and dispatch with the application's

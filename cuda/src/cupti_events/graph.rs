@@ -81,18 +81,18 @@ pub(super) unsafe fn decode(
     }
 }
 
-/// Decodes a graph call that changed an executable graph (at EXIT, succeeded).
+/// Decodes an instantiation (at EXIT, succeeded); `None` for other ids.
 ///
 /// # Safety
 /// As for `decode`, at EXIT of a successful call.
-unsafe fn decode_changed(id: u32, params: *const c_void) -> Option<GraphCall> {
-    // The instantiate variants differ after their first two fields (where the new executable
-    // graph is written, and the graph it is made from): one struct reads them all.
+unsafe fn decode_instantiate(id: u32, params: *const c_void) -> Option<GraphCall> {
+    // The variants' structs differ after their first two fields: where the new executable
+    // graph is written, and the graph it is made from.
     let instantiated = |out: *mut sys::CUgraphExec, graph: sys::CUgraph| {
         // SAFETY: the call succeeded, so *out holds the new executable graph.
         (!out.is_null()).then(|| GraphCall::Instantiated {
             exec: unsafe { *out } as usize,
-            graph: graph as sys::CUgraph,
+            graph,
         })
     };
     // SAFETY: each arm reads the parameter struct CUPTI passes for its callback id.
@@ -118,6 +118,23 @@ unsafe fn decode_changed(id: u32, params: *const c_void) -> Option<GraphCall> {
                 let p = &*(params as *const csys::cuGraphInstantiateWithParams_ptsz_params);
                 instantiated(p.phGraphExec, p.hGraph)
             }
+            _ => None,
+        }
+    }
+}
+
+/// Decodes a graph call that changed an executable graph (at EXIT, succeeded).
+///
+/// # Safety
+/// As for `decode`, at EXIT of a successful call.
+unsafe fn decode_changed(id: u32, params: *const c_void) -> Option<GraphCall> {
+    // SAFETY: as for this function.
+    if let Some(made) = unsafe { decode_instantiate(id, params) } {
+        return Some(made);
+    }
+    // SAFETY: each arm reads the parameter struct CUPTI passes for its callback id.
+    unsafe {
+        match id {
             cbid::GRAPH_EXEC_KERNEL_SET => {
                 let p = &*(params as *const csys::cuGraphExecKernelNodeSetParams_params);
                 p.nodeParams.as_ref().map(|n| GraphCall::KernelSet {

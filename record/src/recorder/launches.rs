@@ -87,7 +87,7 @@ impl Recorder {
             return;
         }
         match self.begin(view, name, index, launch_index, correlation) {
-            Ok(p) => units::open(correlation, Unit::Record(p)),
+            Ok(p) => units::open(correlation, Unit::Record(Box::new(p))),
             Err(e) => self.error(format!(
                 "capture of {} (match {index}) failed: {e}; the application continues",
                 short_kernel_name(demangled)
@@ -100,7 +100,7 @@ impl Recorder {
         match units::close(correlation) {
             Some(Unit::Record(p)) => {
                 let _self_calls = FlagGuard::force(&SELF_CALLS);
-                self.finish(p);
+                self.finish(*p);
             }
             Some(Unit::Profile(p)) => self.profile_exit(p),
             None => {}

@@ -21,7 +21,7 @@ pub(super) type UnitKey = u32;
 pub(super) enum Unit {
     /// One dispatch captured to a file (`record_unit`): its pre-state is taken, its
     /// post-state follows at EXIT.
-    Record(Pending),
+    Record(Box<Pending>),
     /// One dispatch profiled in place (`profile_unit`): its passes run at EXIT.
     Profile(Box<ProfilePending>),
 }
