@@ -13,21 +13,16 @@
 //! - `sink`: writes a finished capture on a thread of its own, handed what it needs
 //!   (`outputs`: names, report directory, file opener).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
-
-use kreplay_cuda::cupti::Subscriber;
-use kreplay_engine::tool::PassTool;
-use kreplay_protocol::config::Config;
-
-use crate::allocations::AllocationTable;
-
+mod context_metrics;
 mod counters;
+mod exec_graphs;
 mod graphs;
 mod hook;
 mod kernels;
 mod launches;
+mod locking;
 mod marks;
+mod module_book;
 mod modules;
 mod outputs;
 mod profile_unit;
@@ -35,39 +30,7 @@ mod record_unit;
 mod report;
 mod router;
 mod sink;
+mod state;
 mod units;
 
 pub use hook::InitializeInjection;
-
-/// Everything the recorder keeps for the process. Lock order where two are held at once:
-/// `graphs` before `kernels`; `metrics` before `report`.
-struct Recorder {
-    config: Config,
-    outputs: Arc<outputs::Outputs>,
-    _subscriber: Subscriber,
-    kernels: kernels::Kernels,
-    modules: Mutex<modules::Modules>,
-    allocations: Mutex<AllocationTable>,
-    /// Executable graphs, by handle.
-    graphs: Mutex<HashMap<usize, graphs::ExecState>>,
-    report: Arc<report::Report>,
-    sink: sink::Sink,
-    /// Profile mode: the tool deciding the passes (kreplay's timing unless `--tool`).
-    tool: Mutex<Box<dyn PassTool + Send>>,
-    /// Profile mode with `--metrics`: per context (made on the context's first profiled
-    /// dispatch), its counters or why there are none, and its dispatches waiting for them.
-    metrics: Mutex<Vec<counters::ContextMetrics>>,
-}
-
-static RECORDER: OnceLock<Recorder> = OnceLock::new();
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding the lock was caught already; the data is still usable.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Recorder {
-    fn error(&self, msg: String) {
-        self.report.error(msg);
-    }
-}

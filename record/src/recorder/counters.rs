@@ -6,21 +6,16 @@
 use kreplay_cuda::cupti_events::{AllocationRequest, ApiCall};
 use kreplay_engine::counters::MetricRequest;
 
+use super::context_metrics::ContextMetrics;
 use super::hook::ensure_exit_collection;
+use super::locking::lock;
 use super::marks::{self, FlagGuard, IN_LAUNCH, SELF_CALLS};
-use super::{lock, Recorder};
+use super::state::Recorder;
 use crate::counter_batch::{Admission, ContextCounters, CounterBatch, Queued};
 
 /// Free device memory kept for the application beyond what it asks for: below it, the
 /// pristine copies waiting for their counters are counted and freed before its allocation.
 const ALLOCATION_MARGIN: u64 = 256 << 20;
-
-/// One context's counters (`counter_batch`).
-pub(super) struct ContextMetrics {
-    pub context: usize,
-    counters: Result<ContextCounters, String>,
-    pub batch: CounterBatch,
-}
 
 impl Recorder {
     /// The current context's counters (made on first use).

@@ -16,9 +16,11 @@ use kreplay_cuda::{
 use kreplay_format::GraphOrigin;
 use kreplay_protocol::config::{short_kernel_name, Mode};
 
+use super::exec_graphs::{ExecKernel, ExecState};
 use super::kernels::Execution;
+use super::locking::lock;
 use super::marks::{FlagGuard, IN_LAUNCH, SELF_CALLS};
-use super::{lock, Recorder};
+use super::state::Recorder;
 use crate::capture::{after_launch, before_launch, resolve_globals, PreInput};
 use crate::error::RecordError;
 use crate::graph::{conditional_nodes, uncapturable, unreplayable, GraphModel, NodeOp};
@@ -29,15 +31,6 @@ use crate::graph_track::{
 /// Said once per process: conditional nodes' bodies are not counted.
 static CONDITIONALS_NOTED: AtomicBool = AtomicBool::new(false);
 
-/// A kernel node as counted at each launch.
-#[derive(Debug, Clone)]
-pub(super) struct ExecKernel {
-    /// Index of the node in the model (its name and geometry live there).
-    node: usize,
-    demangled: String,
-    wanted: bool,
-}
-
 /// The executions of one graph launch to be captured (node, launch index, match index, graph
 /// launch) and, in profile mode, skipped (name, demangled, indices, geometry).
 #[derive(Default)]
@@ -45,19 +38,6 @@ struct Counted {
     targets: Vec<(usize, u64, u64, u64)>,
     #[allow(clippy::type_complexity)]
     skipped: Vec<(String, String, (u64, u64), ([u32; 3], [u32; 3]))>,
-}
-
-/// An executable graph of the application.
-#[derive(Debug, Clone)]
-pub(super) struct ExecState {
-    model: GraphModel,
-    kernels: Vec<ExecKernel>,
-    launches: u64,
-    /// Why the parameters in force may differ from the model (an update kreplay does not
-    /// follow): its nodes are counted, not captured.
-    stale: Option<String>,
-    /// Argument bytes were kept (the graph may hold a wanted kernel).
-    keep_args: bool,
 }
 
 impl Recorder {

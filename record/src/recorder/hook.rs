@@ -14,10 +14,11 @@ use kreplay_engine::tool::{CTool, PassTool};
 use kreplay_protocol::config::{rank_from, Config, MemoryScope, Mode};
 use kreplay_protocol::report::ProcessReport;
 
+use super::kernels;
 use super::outputs::{self, Outputs};
 use super::report::Report;
 use super::sink::Sink;
-use super::{kernels, Recorder, RECORDER};
+use super::state::{Recorder, RECORDER};
 use crate::error::RecordError;
 use crate::profile::FixedPasses;
 

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use kreplay_protocol::config::{demangle, Config, Mode};
 use kreplay_protocol::report::KernelStat;
 
-use super::lock;
+use super::locking::lock;
 
 /// Executions seen so far.
 #[derive(Default)]

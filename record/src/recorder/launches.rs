@@ -8,8 +8,8 @@ use kreplay_protocol::config::{short_kernel_name, Mode};
 
 use super::kernels::{self, Execution};
 use super::marks::{FlagGuard, SELF_CALLS};
+use super::state::Recorder;
 use super::units::{self, Unit};
-use super::Recorder;
 use crate::launch::LaunchView;
 
 /// Whether a launch is made into a stream being captured into a graph: it does not run now,

@@ -9,27 +9,13 @@ use kreplay_cuda::Device;
 use kreplay_format::{cubin, DeviceInfo};
 use kreplay_protocol::config::{MemoryScope, Mode};
 
+use super::locking::lock;
 use super::marks;
-use super::{lock, Recorder};
+use super::module_book::{is_own_module, StoredModule};
+use super::state::Recorder;
 use crate::capture::{CaptureData, CodeObject};
 use crate::error::RecordError;
-use crate::ptx::{self, PtxSource};
-
-struct StoredModule {
-    id: u32,
-    image: Arc<Vec<u8>>,
-    functions: Vec<String>,
-    objects: Vec<(String, u64)>,
-}
-
-/// The owner's state, behind its lock.
-#[derive(Default)]
-pub(super) struct Modules {
-    modules: Vec<StoredModule>,
-    next_module_id: u32,
-    /// Where PTX for wanted kernels can be found (see `ptx`).
-    ptx_sources: Vec<PtxSource>,
-}
+use crate::ptx;
 
 /// What a capture of one kernel needs besides the launch.
 pub(super) struct Target {
@@ -37,12 +23,6 @@ pub(super) struct Target {
     pub objects: Vec<(String, u64)>,
     pub allocations: Vec<(u64, u64, kreplay_format::MemoryKind)>,
     pub device: DeviceInfo,
-}
-
-/// Whether a loaded module is the recorder's own (`cuda/kernels`: every kernel named
-/// `kreplay_*`), which no capture needs.
-fn is_own_module(functions: &[String]) -> bool {
-    !functions.is_empty() && functions.iter().all(|f| f.starts_with("kreplay_"))
 }
 
 impl Recorder {
@@ -145,28 +125,5 @@ impl Recorder {
         data.launch_index = launch_index;
         data.ptx_sources = lock(&self.modules).ptx_sources.clone();
         data.device = Some(device);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_recorders_own_module_is_told_by_its_kernels() {
-        let own: Vec<String> = [
-            "kreplay_chunk_scan",
-            "kreplay_l2_sweep",
-            "kreplay_heap_probe",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert!(is_own_module(&own));
-        let mixed = vec![
-            "kreplay_chunk_scan".to_string(),
-            "_Z5saxpyifPKfPf".to_string(),
-        ];
-        assert!(!is_own_module(&mixed));
-        assert!(!is_own_module(&[]));
     }
 }

@@ -6,8 +6,9 @@
 use kreplay_protocol::config::short_kernel_name;
 use kreplay_protocol::report::ProfileRow;
 
+use super::locking::lock;
 use super::marks::{FlagGuard, IN_LAUNCH, SELF_CALLS};
-use super::{lock, Recorder};
+use super::state::Recorder;
 use crate::error::RecordError;
 use crate::launch::{self, LaunchView};
 use crate::profile::{self, Begun, Finished, ProfileInput, ProfilePending};

@@ -3,7 +3,7 @@
 
 use kreplay_protocol::config::{demangle, short_kernel_name};
 
-use super::Recorder;
+use super::state::Recorder;
 use crate::capture::{after_launch, before_launch, Pending, PreInput};
 use crate::error::RecordError;
 use crate::launch::{self, LaunchView};

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport, ProfileRow};
 
 use super::kernels::Counters;
-use super::lock;
+use super::locking::lock;
 
 #[derive(Debug, Default, Clone)]
 struct Entries {

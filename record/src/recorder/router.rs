@@ -4,8 +4,9 @@
 use kreplay_cuda::callbacks::{self, Group};
 use kreplay_cuda::cupti_events::{ApiCall, CallbackEvent, ResourceEvent, Site};
 
+use super::locking::lock;
 use super::marks::{self, FlagGuard, IN_LAUNCH, SELF_CALLS};
-use super::{lock, Recorder};
+use super::state::Recorder;
 
 /// What the calling thread is doing for kreplay when a driver callback arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use kreplay_format::{
 use kreplay_protocol::config::{demangle, short_kernel_name};
 use kreplay_protocol::report::CaptureSummary;
 
-use super::lock;
+use super::locking::lock;
 use super::marks::{FlagGuard, SELF_CALLS};
 use super::outputs::{self, Outputs};
 use super::report::Report;
