@@ -79,10 +79,11 @@ impl Sink {
         let context = p.context.map_or(0, |c| c.id());
         let flight = InFlight::new(context, std::mem::take(&mut p.snapshots));
         lock(&h.in_flight).push(flight.clone());
+        let name = short_kernel_name(&demangle(&p.dispatch.kernel_name));
         let handed = h.clone();
         let handle = std::thread::Builder::new()
             .name("kreplay-writer".into())
-            .spawn(move || handed.run(&path, &info, p, &flight));
+            .spawn(move || handed.run(&name, &path, &info, p, &flight));
         match handle {
             Ok(h) => lock(&self.writers).push(h),
             Err(e) => h
@@ -108,10 +109,16 @@ fn capture_info(o: &Outputs, p: &CaptureData) -> CaptureInfo {
 
 impl Handed {
     /// The writer thread's body.
-    fn run(&self, path: &Path, info: &CaptureInfo, p: CaptureData, flight: &Arc<InFlight>) {
+    fn run(
+        &self,
+        name: &str,
+        path: &Path,
+        info: &CaptureInfo,
+        p: CaptureData,
+        flight: &Arc<InFlight>,
+    ) {
         // Whatever this thread asks of the driver is the recorder's.
         let _self_calls = FlagGuard::force(&SELF_CALLS);
-        let name = short_kernel_name(&demangle(&p.dispatch.kernel_name));
         // A panic here must not take the application down with it (a writer thread's
         // panic is caught at join, but this thread also reports); the partial file is
         // removed by PendingFile's drop.
@@ -121,7 +128,7 @@ impl Handed {
         .unwrap_or(Err(RecordError::WriterPanicked));
         lock(&self.in_flight).retain(|f| !Arc::ptr_eq(f, flight));
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match result {
-            Ok(summary) => self.written(&name, summary),
+            Ok(summary) => self.written(name, summary),
             Err(e) => self.report.error(format!(
                 "capture of {name} could not be written to {}: {e}; the application continues",
                 path.display()
