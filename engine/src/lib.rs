@@ -15,6 +15,7 @@ pub mod repro;
 pub mod restore;
 pub mod tool;
 pub mod verify;
+pub mod write_set;
 
 #[cfg(test)]
 mod testdata;

@@ -34,6 +34,7 @@ use kreplay_engine::plan::{launch_config, LaunchPlan};
 use kreplay_engine::tool::{
     DispatchView, PassLoop, PassOutcome, PassRequest, PassRunner, PassTool,
 };
+use kreplay_engine::write_set::Evidence;
 use kreplay_format::{MemoryKind, DEFAULT_CHUNK_SIZE};
 use kreplay_protocol::report::ProfileRow;
 
@@ -41,8 +42,10 @@ use crate::capture::{device_copy, dispatch_of, reach};
 use crate::counter_batch::Queued;
 use crate::device_resources::{flush_l2, with_chunk_kernels};
 use crate::error::RecordError;
+use crate::footprint::{Footprint, RegionSpan};
 use crate::launch::LaunchView;
-use crate::readback::{pack_changed, PackedRun};
+use crate::reachable::Reachable;
+use crate::readback::{pack, PackedRun};
 use crate::trace::{trace, trace_with};
 
 /// kreplay's own timing as a tool: a fixed number of passes.
@@ -83,17 +86,20 @@ struct Saved {
 }
 
 /// Which chunks of `len` bytes at `live` differ from `pristine` (or everything, where the
-/// GPU cannot compare).
+/// GPU cannot compare), packed end to end.
 fn changed_runs(pristine: u64, live: u64, len: u64, stream: &Stream) -> Vec<PackedRun> {
     let cs = DEFAULT_CHUNK_SIZE;
-    match with_chunk_kernels(|k| k.scan(pristine, Some(live), len, cs, stream)) {
-        Ok(ChunkFlags { changed, .. }) => pack_changed(&changed, cs, len).0,
-        Err(_) => vec![PackedRun {
-            offset: 0,
-            len,
-            at: 0,
-        }],
-    }
+    let scan = with_chunk_kernels(|k| k.scan(pristine, Some(live), len, cs, stream));
+    let evidence = match &scan {
+        Ok(ChunkFlags { changed, .. }) => Evidence::Changed(changed),
+        Err(_) => Evidence::Unknown,
+    };
+    let span = RegionSpan {
+        base: live,
+        size: len,
+        chunk: cs,
+    };
+    pack(&Reachable.written(span, evidence)).0
 }
 
 /// The GPU side of the pass loop, in the application's process.
