@@ -449,12 +449,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let texture_description = crate::textures::describe(&textures, first_array);
     let device_heap = heap_note(&found);
     if let Some(n) = &device_heap {
-        crate::diag!(
-            "kreplay: {}: {n}",
-            kreplay_protocol::config::short_kernel_name(&kreplay_protocol::config::demangle(
-                &input.kernel_name
-            ))
-        );
+        say_about_the_heap(&input.kernel_name, n);
     }
     let (timing, measuring) = settle_after_copies(&stream, &mut laps)?;
 
@@ -505,6 +500,15 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             began,
         },
     })
+}
+
+/// Says on stderr, as it happens, that the kernel reads memory no capture can hold.
+fn say_about_the_heap(kernel_name: &str, note: &str) {
+    use kreplay_protocol::config::{demangle, short_kernel_name};
+    crate::diag!(
+        "kreplay: {}: {note}",
+        short_kernel_name(&demangle(kernel_name))
+    );
 }
 
 /// A note for each texture object (found in a handle table only) that views memory in no
@@ -643,4 +647,88 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     p.data.stall_phases.extend(laps.phases);
     p.data.stall_ns += (t.elapsed().as_nanos() as u64).saturating_sub(kernel_ns);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::readback::{in_place, pack};
+    use kreplay_engine::write_set::written;
+    use proptest::prelude::*;
+
+    /// The host comparison as it was before the write-set function: every chunk whose bytes
+    /// differ, as a post chunk.
+    fn chunkwise(region_id: u32, cs: usize, pre: &[u8], post: &[u8]) -> Vec<PostChunk> {
+        pre.chunks(cs)
+            .zip(post.chunks(cs))
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .map(|(i, (_, b))| (region_id, (i * cs) as u64, b.to_vec()))
+            .collect()
+    }
+
+    /// The GPU flags' packing as it was: runs of changed chunks end to end.
+    fn packed(changed: &[bool], chunk: u64, size: u64) -> (Vec<PackedRun>, u64) {
+        let mut runs = Vec::new();
+        let mut at = 0;
+        for (first, count) in kreplay_cuda::chunks::runs(changed, true, usize::MAX) {
+            let offset = first as u64 * chunk;
+            let len = (count as u64 * chunk).min(size.saturating_sub(offset));
+            if len > 0 {
+                runs.push(PackedRun { offset, len, at });
+                at += len;
+            }
+        }
+        (runs, at)
+    }
+
+    #[test]
+    fn post_chunks_cut_ranges_at_chunk_size_and_stop_at_the_bytes_there_are() {
+        let after: Vec<u8> = (0..10).collect();
+        let r = |offset, len| ByteRange { offset, len };
+        assert_eq!(
+            post_chunks(7, &[r(0, 6), r(8, 2)], 4, &after),
+            vec![
+                (7, 0, vec![0, 1, 2, 3]),
+                (7, 4, vec![4, 5]),
+                (7, 8, vec![8, 9])
+            ]
+        );
+        assert_eq!(post_chunks(7, &[r(8, 4)], 4, &after), vec![]);
+    }
+
+    proptest! {
+        #[test]
+        fn the_write_set_path_stores_what_the_chunkwise_compare_stored(
+            pre in proptest::collection::vec(0u8..2, 0..300),
+            flips in proptest::collection::vec(any::<prop::sample::Index>(), 0..6),
+            chunk in 1u64..33,
+        ) {
+            let mut post = pre.clone();
+            for f in &flips {
+                if !post.is_empty() {
+                    let i = f.index(post.len());
+                    post[i] ^= 1;
+                }
+            }
+            let size = pre.len() as u64;
+            let evidence = Evidence::Bytes { before: &pre, after: &post };
+            let ranges = written(evidence, chunk, size);
+            prop_assert_eq!(
+                post_chunks(3, &ranges, chunk, &post),
+                chunkwise(3, chunk as usize, &pre, &post)
+            );
+            let n = chunk as usize;
+            // A scan rounds the flags up to whole chunks, maybe past the region.
+            let mut flags: Vec<bool> =
+                pre.chunks(n).zip(post.chunks(n)).map(|(a, b)| a != b).collect();
+            flags.push(true);
+            let ranges = written(Evidence::Changed(&flags), chunk, size);
+            let old = packed(&flags, chunk, size);
+            prop_assert_eq!(pack(&ranges), old.clone());
+            let home: Vec<PackedRun> =
+                old.0.into_iter().map(|r| PackedRun { at: r.offset, ..r }).collect();
+            prop_assert_eq!(in_place(&ranges), home);
+        }
+    }
 }

@@ -182,3 +182,30 @@ pub(crate) fn reach(
     )?;
     Ok((found, textures))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kreplay_format::{Region, RegionRole};
+
+    #[test]
+    fn the_walk_says_written_what_the_comparison_found_changed_in_the_regions_chunks() {
+        let region = Region {
+            region_id: 2,
+            address: 0x7000_0000,
+            size: 10,
+            kind: MemoryKind::Device,
+            role: RegionRole::Argument,
+            chunk_size: 4,
+        };
+        let span = RegionSpan::of(&region, 0x5000);
+        assert_eq!((span.base, span.size, span.chunk), (0x5000, 10, 4));
+        let r = |offset, len| ByteRange { offset, len };
+        let changed = [false, true, true];
+        assert_eq!(
+            Reachable.written(span, Evidence::Changed(&changed)),
+            vec![r(4, 6)]
+        );
+        assert_eq!(Reachable.written(span, Evidence::Unknown), vec![r(0, 10)]);
+    }
+}
