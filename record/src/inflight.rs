@@ -14,10 +14,10 @@ use kreplay_format::{CaptureWriter, MemoryState};
 
 use kreplay_engine::write_set::Evidence;
 
-use crate::capture::{post_chunks, Bytes, PostChunk, PostScratch, Snapshot};
 use crate::error::RecordError;
 use crate::footprint::RegionSpan;
 use crate::readback;
+use crate::snapshot::{post_chunks, Bytes, PostChunk, PostScratch, Snapshot};
 
 /// Bytes one staging buffer of the ring holds, and how many there are: two copies in flight
 /// while the writer compresses the third.

@@ -33,6 +33,7 @@ pub mod reachable;
 pub mod readback;
 mod recorder;
 pub mod settle;
+pub mod snapshot;
 pub mod spill;
 pub mod textures;
 pub mod trace;
