@@ -1,9 +1,11 @@
 //! The footprint seam: what memory a step reads (the regions to snapshot before it runs) and
 //! what it wrote (which bytes of them, given what comparing them before and after says). The
-//! capture asks only this; the reachable walk (`reachable::Reachable`) is the one way of
-//! answering today. Touched-bytes tracking (`--memory touched`, issue 35) is the next: it
+//! capture asks only this; the reachable walk (`Reachable`, over `reachable::reach`) is the one
+//! way of answering today. Touched-bytes tracking (`--memory touched`, issue 35) is the next: it
 //! keeps the walk's regions (which allocations exist) and narrows both answers to the pages
-//! the instrumented kernel touched.
+//! the instrumented kernel touched. Each way is a mechanism in a module of its own, made a
+//! `Footprint` here, where `for_capture` chooses among them (the mechanisms know nothing of
+//! this seam, so nothing imports in a circle).
 //!
 //! The decision "which bytes were written" for the walk is `kreplay_engine::write_set::written`,
 //! the one function every comparison (GPU scan, host compare, digests) goes through; the
@@ -12,7 +14,7 @@
 use std::sync::Arc;
 
 use kreplay_cuda::ForeignFunction;
-use kreplay_engine::write_set::{ByteRange, Evidence};
+use kreplay_engine::write_set::{self, ByteRange, Evidence};
 use kreplay_format::{MemoryKind, Region};
 
 use crate::error::RecordError;
@@ -70,5 +72,53 @@ pub trait Footprint: Send + Sync {
 /// The footprint a capture uses (shared with the writer thread, which compares on the host
 /// what the GPU could not).
 pub fn for_capture() -> Arc<dyn Footprint> {
-    Arc::new(crate::reachable::Reachable)
+    Arc::new(Reachable)
+}
+
+/// What a dispatch can reach through pointers: every byte of every allocation it reaches may
+/// be read, and a region's written bytes are those a comparison found changed.
+pub struct Reachable;
+
+impl Footprint for Reachable {
+    fn reads(&self, step: &Step<'_>) -> Result<Reads, RecordError> {
+        let (walk, textures) = crate::reachable::reach(
+            step.args,
+            step.layout,
+            step.function,
+            step.module_objects,
+            step.allocations,
+        )?;
+        Ok(Reads { walk, textures })
+    }
+
+    fn written(&self, region: RegionSpan, evidence: Evidence<'_>) -> Vec<ByteRange> {
+        write_set::written(evidence, region.chunk, region.size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kreplay_format::RegionRole;
+
+    #[test]
+    fn the_walk_says_written_what_the_comparison_found_changed_in_the_regions_chunks() {
+        let region = Region {
+            region_id: 2,
+            address: 0x7000_0000,
+            size: 10,
+            kind: MemoryKind::Device,
+            role: RegionRole::Argument,
+            chunk_size: 4,
+        };
+        let span = RegionSpan::of(&region, 0x5000);
+        assert_eq!((span.base, span.size, span.chunk), (0x5000, 10, 4));
+        let r = |offset, len| ByteRange { offset, len };
+        let changed = [false, true, true];
+        assert_eq!(
+            Reachable.written(span, Evidence::Changed(&changed)),
+            vec![r(4, 6)]
+        );
+        assert_eq!(Reachable.written(span, Evidence::Unknown), vec![r(0, 10)]);
+    }
 }

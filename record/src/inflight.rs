@@ -10,9 +10,8 @@ use std::io::{Seek, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kreplay_cuda::{copy_dtoh, DeviceBuffer, DownloadRing};
-use kreplay_format::{CaptureWriter, MemoryState};
-
 use kreplay_engine::write_set::Evidence;
+use kreplay_format::{CaptureWriter, MemoryState};
 
 use crate::error::RecordError;
 use crate::footprint::RegionSpan;

@@ -42,9 +42,8 @@ use crate::capture::{device_copy, dispatch_of, reach};
 use crate::counter_batch::Queued;
 use crate::device_resources::{flush_l2, with_chunk_kernels};
 use crate::error::RecordError;
-use crate::footprint::{Footprint, RegionSpan};
+use crate::footprint::{Footprint, Reachable, RegionSpan};
 use crate::launch::LaunchView;
-use crate::reachable::Reachable;
 use crate::readback::{pack, PackedRun};
 use crate::trace::{trace, trace_with};
 

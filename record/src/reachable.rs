@@ -1,37 +1,15 @@
 //! The reachable-memory adapter: the walk (`walk`) run over this process's memory, through the
 //! driver's allocation queries and a pinned staging buffer, from a launch's arguments, its
-//! module's globals and its texture objects. The first `Footprint` (see `footprint`).
+//! module's globals and its texture objects: what the first `Footprint` (see `footprint`)
+//! reads.
 
 use std::sync::Mutex;
 
 use kreplay_cuda::{copy_dtoh, pointer, ForeignFunction, PinnedBuffer};
-use kreplay_engine::write_set::{self, ByteRange, Evidence};
 use kreplay_format::MemoryKind;
 
 use crate::error::RecordError;
-use crate::footprint::{Footprint, Reads, RegionSpan, Step};
 use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, Walk, WalkError};
-
-/// What a dispatch can reach through pointers: every byte of every allocation it reaches may
-/// be read, and a region's written bytes are those a comparison found changed.
-pub struct Reachable;
-
-impl Footprint for Reachable {
-    fn reads(&self, step: &Step<'_>) -> Result<Reads, RecordError> {
-        let (walk, textures) = reach(
-            step.args,
-            step.layout,
-            step.function,
-            step.module_objects,
-            step.allocations,
-        )?;
-        Ok(Reads { walk, textures })
-    }
-
-    fn written(&self, region: RegionSpan, evidence: Evidence<'_>) -> Vec<ByteRange> {
-        write_set::written(evidence, region.chunk, region.size)
-    }
-}
 
 /// Regions larger than this are not scanned for pointers (pointer tables are small; scanning
 /// gigabytes of floats finds nothing but noise).
@@ -181,31 +159,4 @@ pub(crate) fn reach(
         },
     )?;
     Ok((found, textures))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kreplay_format::{Region, RegionRole};
-
-    #[test]
-    fn the_walk_says_written_what_the_comparison_found_changed_in_the_regions_chunks() {
-        let region = Region {
-            region_id: 2,
-            address: 0x7000_0000,
-            size: 10,
-            kind: MemoryKind::Device,
-            role: RegionRole::Argument,
-            chunk_size: 4,
-        };
-        let span = RegionSpan::of(&region, 0x5000);
-        assert_eq!((span.base, span.size, span.chunk), (0x5000, 10, 4));
-        let r = |offset, len| ByteRange { offset, len };
-        let changed = [false, true, true];
-        assert_eq!(
-            Reachable.written(span, Evidence::Changed(&changed)),
-            vec![r(4, 6)]
-        );
-        assert_eq!(Reachable.written(span, Evidence::Unknown), vec![r(0, 10)]);
-    }
 }

@@ -2,9 +2,9 @@
 //! free) go straight into the capture file while the application waits: their pre bytes are
 //! read from the application's memory through the ring of page-locked buffers, compressed and
 //! written before the launch, and after it only the ranges the footprint says were written
-//! (from the GPU digests, see `footprint`) are read and written. Host memory stays at the ring and the writer's batch, as on the scratch path;
-//! the stall grows with the region (the bus, compression and the disk), which is the price of
-//! not holding it anywhere else.
+//! (from the GPU digests, see `footprint`) are read and written. Host memory stays at the ring
+//! and the writer's batch, as on the scratch path; the stall grows with the region (the bus,
+//! compression and the disk), which is the price of not holding it anywhere else.
 //!
 //! The capture file is opened for the first such region (the format lets regions come before
 //! the dispatch); the writer thread later appends the rest of the capture to it.
