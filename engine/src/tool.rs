@@ -1,11 +1,13 @@
-//! The pass API (`include/kreplay_tool.h`): a tool decides how many times a dispatch runs and
-//! sees each pass begin and end. `drive` is the pass loop's control flow, pure: the GPU work
-//! (restore, launch, timing, the output check) is the `PassRunner`'s, so the loop is tested
-//! on the CPU, with the C example tool among others. `CTool` is a tool loaded from a shared
-//! library.
+//! The one pass loop, and the pass API (`include/kreplay_tool.h`) it is built on.
 //!
-//! Not wired to a command yet: the in-process replay service (issue 12) and the player will
-//! host tools through `drive`.
+//! Who decides the passes is a `PassTool`: a fixed count (`FixedPasses`: `play --passes`,
+//! `profile --passes`), the counters (`counters::CounterPasses`: passes until CUPTI's range
+//! profiler has all it needs), or a library's (`CTool`: `--tool LIB.so`). How a pass restores,
+//! launches and times is a `PassRunner`: the player's (`passes`), the application's process's
+//! (`kreplay profile`, `record::profile`), a counter batch's (`record::counter_batch`).
+//! `drive` is the loop's control flow, pure (warm-up, restore before every run that follows
+//! another, cache preparation before BEGIN, stop and cap), so it is tested on the CPU with a
+//! fake runner, the C example tool among the tools.
 
 use std::ffi::{c_char, c_void, CString};
 use std::path::Path;
@@ -199,6 +201,7 @@ impl DispatchView {
 
 /// A tool: kreplay's own (timing, counters) or a library's (`CTool`).
 pub trait PassTool {
+    /// CONFIG: how many passes `d` runs.
     fn config(&mut self, d: &DispatchView) -> PassRequest;
     fn begin(&mut self, _d: &DispatchView, _pass: u32) -> Flow {
         Flow::Continue
@@ -209,13 +212,60 @@ pub trait PassTool {
     fn finish(&mut self, _d: &DispatchView, _passes: u32, _deterministic: Option<bool>) {}
 }
 
+/// kreplay's own timing as a tool: a fixed number of passes (at least one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedPasses(pub u32);
+
+impl PassTool for FixedPasses {
+    fn config(&mut self, _d: &DispatchView) -> PassRequest {
+        PassRequest::Passes(self.0.max(1))
+    }
+}
+
 /// The GPU side of the loop.
 pub trait PassRunner {
     type Error;
-    /// Puts back the memory the kernel writes (before every pass after the first).
+    /// Puts back the memory the kernel writes: before every pass or warm-up run that follows
+    /// another run of the kernel, so each sees the captured input. Never inside a pass's
+    /// measured window.
     fn restore(&mut self) -> Result<(), Self::Error>;
-    /// Runs the dispatch once.
+    /// Readies pass `pass` once its memory is in place, before the tool's BEGIN (the L2 is
+    /// emptied here, so a tool that starts counters at BEGIN sees the dispatch alone).
+    fn prepare(&mut self, _pass: u32) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    /// Runs the dispatch once, as pass `pass`.
     fn run(&mut self, pass: u32) -> Result<PassOutcome, Self::Error>;
+    /// An untimed run before the passes (`--warmup`), after a restore when `restore_first`;
+    /// no tool sees it. By default: a pass whose outcome is dropped.
+    fn warm_up(&mut self, restore_first: bool) -> Result<(), Self::Error> {
+        if restore_first {
+            self.restore()?;
+        }
+        self.run(0).map(|_| ())
+    }
+}
+
+/// How `drive_from` starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Start {
+    /// Untimed runs before pass 0, unseen by the tool.
+    pub warmup: u32,
+    /// The kernel ran on this memory before the loop (earlier passes of another loop), so
+    /// even the first run restores first.
+    pub ran_before: bool,
+}
+
+impl Start {
+    /// Whether warm-up run `w` restores memory first.
+    pub fn restores_before_warmup(&self, w: u32) -> bool {
+        w > 0 || self.ran_before
+    }
+
+    /// Whether pass 0 restores memory first.
+    pub fn restores_before_first_pass(&self) -> bool {
+        self.warmup > 0 || self.ran_before
+    }
 }
 
 /// What `drive` did.
@@ -279,6 +329,7 @@ impl PassLoop {
         let mut stopped = tool.end(d, &first) == Flow::Stop || self.last;
         while !stopped && pass < self.wanted.min(self.cap) {
             runner.restore()?;
+            runner.prepare(pass)?;
             let last = tool.begin(d, pass) == Flow::Stop;
             let o = runner.run(pass)?;
             outcomes.push(o);
@@ -301,13 +352,32 @@ impl PassLoop {
     }
 }
 
-/// Runs the dispatch as `tool` asks. Memory is restored before each pass after the first, so
-/// the memory after the last pass is one run's effect, as the application expects.
+/// Runs the dispatch as `tool` asks, on memory as the kernel found it. Memory is restored
+/// before each pass after the first, so the memory after the last pass is one run's effect,
+/// as the application expects.
 pub fn drive<R: PassRunner>(
     tool: &mut dyn PassTool,
     d: &DispatchView,
     runner: &mut R,
 ) -> Result<LoopSummary, R::Error> {
+    drive_from(tool, d, runner, Start::default())
+}
+
+/// `drive` after `start.warmup` untimed runs, and on memory an earlier run changed when
+/// `start.ran_before`: every run but a very first restores memory before it.
+pub fn drive_from<R: PassRunner>(
+    tool: &mut dyn PassTool,
+    d: &DispatchView,
+    runner: &mut R,
+    start: Start,
+) -> Result<LoopSummary, R::Error> {
+    for w in 0..start.warmup {
+        runner.warm_up(start.restores_before_warmup(w))?;
+    }
+    if start.restores_before_first_pass() {
+        runner.restore()?;
+    }
+    runner.prepare(0)?;
     match PassLoop::begin(tool, d) {
         None => {
             let o = runner.run(0)?;

@@ -17,6 +17,7 @@ pub use kreplay_engine::{
     PlayError, PristineStore, RunOptions, Verification,
 };
 pub use save::SavedOutput;
-pub use session::{PlayReport, Session};
+pub use kreplay_engine::tool::{CTool, PassTool, ToolError};
+pub use session::{PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
 #[cfg(test)]
 mod testdata;
