@@ -303,6 +303,37 @@ fn upload_region(
     Ok(())
 }
 
+/// Uploads every region but the module globals to where `base_of` places it, staged through
+/// a ring of page-locked buffers, telling `progress` the bytes loaded (of how many).
+fn upload_regions(
+    cap: &Capture<'_>,
+    base_of: &dyn Fn(&Region) -> u64,
+    relocation: Option<&Relocation>,
+    progress: &mut dyn FnMut(u64, u64),
+    release: FilePages<'_>,
+) -> Result<(), PlayError> {
+    let window = upload_window(cap);
+    let mut ring = UploadRing::new(UPLOAD_BUFFERS, window as usize)?;
+    let total: u64 = uploaded_regions(cap).map(|r| r.size).sum();
+    let mut loaded = 0u64;
+    for r in uploaded_regions(cap) {
+        upload_region(
+            cap,
+            r,
+            base_of(r),
+            &mut ring,
+            relocation,
+            &mut |n| {
+                loaded += n;
+                progress(loaded, total);
+            },
+            release,
+        )?;
+    }
+    ring.finish()?;
+    Ok(())
+}
+
 /// The kernel's own parameter layout, to compare with the file's. A cubin declares it (its
 /// `.nv.info` section), so no driver call is needed; otherwise (PTX through the JIT) the
 /// driver is asked parameter by parameter until it says there are no more, which costs one
@@ -497,7 +528,6 @@ impl<'c> Session<'c> {
         Self::open_with_progress(cap, opts, &mut |_, _| {}, &keep_pages)
     }
 
-    /// `open`, telling `progress` how many of the capture's memory bytes are on the device.
     /// `open`, telling `progress` how many bytes of memory are loaded (of how many), and
     /// `release` which bytes of the file it is done with.
     pub fn open_with_progress(
@@ -535,26 +565,7 @@ impl<'c> Session<'c> {
             placed(relocation, r.address)
         };
 
-        let window = upload_window(cap);
-        let mut ring = UploadRing::new(UPLOAD_BUFFERS, window as usize)?;
-        let total: u64 = uploaded_regions(cap).map(|r| r.size).sum();
-        let mut loaded = 0u64;
-        for r in uploaded_regions(cap) {
-            upload_region(
-                cap,
-                r,
-                base_of(r),
-                &mut ring,
-                relocation,
-                &mut |n| {
-                    loaded += n;
-                    progress(loaded, total);
-                },
-                release,
-            )?;
-        }
-        ring.finish()?;
-        drop(ring);
+        upload_regions(cap, &base_of, relocation, progress, release)?;
 
         let (module, function) = load_kernel(cap, &code, &launch)?;
         let mut placements: Vec<RegionPlacement> = uploaded_regions(cap)
@@ -649,6 +660,11 @@ impl<'c> Session<'c> {
             max_passes,
         );
         view.write_set_bytes = self.replayer.restorer().write_set().bytes();
+        // As the recorder saw it, so a tool's lines name the same launch in play and profile.
+        if let Some(info) = &self.cap.info {
+            view.launch_index = info.launch_index;
+            view.match_index = info.match_index;
+        }
         view
     }
 
