@@ -365,7 +365,7 @@ impl PassTool for CounterPasses<'_> {
 
 /// The most passes a metric set that CUPTI says needs `needed` may take.
 pub fn max_counter_passes(needed: usize) -> u32 {
-    MAX_PASSES.max(needed + 2).min(u32::MAX as usize) as u32
+    MAX_PASSES.max(needed.saturating_add(2)).min(u32::MAX as usize) as u32
 }
 
 /// How a counter pass of a `Replayer` runs: restored, L2 emptied (`cache` flush) and the
@@ -539,6 +539,15 @@ mod tests {
         // CUPTI may prefix the kernel's name.
         assert_eq!(assign(&r(&["ctx/gemm"]), &["gemm"]), vec![Some(0)]);
         assert_eq!(assign(&[], &["gemm"]), vec![None]);
+    }
+
+    // Catches: a cap below what CUPTI says the metric set needs (a collection refused as
+    // incomplete although it would finish), or no cap at all.
+    #[test]
+    fn counter_passes_are_capped_above_what_the_metric_set_needs() {
+        assert_eq!(super::max_counter_passes(3), super::MAX_PASSES as u32);
+        assert_eq!(super::max_counter_passes(300), 302);
+        assert_eq!(super::max_counter_passes(usize::MAX - 2), u32::MAX);
     }
 
     #[test]

@@ -380,10 +380,67 @@ impl<F: AsFunction> PassRunner for TimedPasses<'_, '_, F> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_median_is_the_middle_of_the_sorted_values() {
-        assert_eq!(super::median(&[5, 1, 3]), 3);
-        assert_eq!(super::median(&[4, 1]), 4);
-        assert_eq!(super::median(&[]), 0);
+        assert_eq!(median(&[5, 1, 3]), 3);
+        assert_eq!(median(&[4, 1]), 4);
+        assert_eq!(median(&[]), 0);
+    }
+
+    fn outcome(index: u32, duration_ns: u64, matches_first: Option<bool>) -> PassOutcome {
+        PassOutcome {
+            index,
+            duration_ns,
+            matches_first,
+        }
+    }
+
+    fn summary(outcomes: Vec<PassOutcome>) -> LoopSummary {
+        LoopSummary {
+            passes: outcomes.len() as u32,
+            skipped: false,
+            stopped_by_tool: true,
+            capped: false,
+            deterministic: None,
+            outcomes,
+        }
+    }
+
+    // Catches: the pass count taken from the options instead of the loop (a tool's choice
+    // lost), statistics over unsorted durations, or the durations reordered in the report.
+    #[test]
+    fn timing_is_of_the_passes_the_loop_ran_in_their_order() {
+        let s = summary(vec![
+            outcome(0, 300, None),
+            outcome(1, 100, None),
+            outcome(2, 200, None),
+            outcome(3, 900, None),
+        ]);
+        let t = timing_of(&s, 2, &[40, 10, 30], true, 12.5);
+        assert_eq!((t.passes, t.warmup), (4, 2));
+        assert_eq!(t.durations_ns, vec![300, 100, 200, 900]);
+        assert_eq!((t.min_ns, t.median_ns, t.max_ns), (100, 300, 900));
+        assert_eq!(t.restore_median_ns, 30);
+        assert!(t.gated_timing);
+        assert_eq!(t.setup_ms, 12.5);
+        // No restore (a single pass): zero, not a panic.
+        let one = timing_of(&summary(vec![outcome(0, 5, None)]), 0, &[], false, 0.0);
+        assert_eq!((one.min_ns, one.median_ns, one.restore_median_ns), (5, 5, 0));
+    }
+
+    // Catches: divergent passes numbered from 0 (the report's are 1-based, "differ from pass
+    // 1"), or unchecked passes counted as divergent.
+    #[test]
+    fn divergent_passes_are_those_checked_and_different_counted_from_one() {
+        let o = [
+            outcome(0, 1, Some(true)),
+            outcome(1, 1, Some(false)),
+            outcome(2, 1, None),
+            outcome(3, 1, Some(false)),
+        ];
+        assert_eq!(divergent_passes(&o), vec![2, 4]);
+        assert_eq!(divergent_passes(&o[..1]), Vec::<u32>::new());
     }
 }
