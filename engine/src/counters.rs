@@ -16,7 +16,9 @@ use serde::Serialize;
 use crate::error::{MetricsError, PlayError};
 use crate::options::CacheState;
 use crate::passes::Replayer;
-use crate::tool::{drive_from, DispatchView, Flow, PassOutcome, PassRequest, PassRunner, PassTool, Start};
+use crate::tool::{
+    drive_from, DispatchView, Flow, PassOutcome, PassRequest, PassRunner, PassTool, Start,
+};
 
 /// More passes than any metric set needs: a profiler that never reports completion is a bug,
 /// not a reason to spin forever.
@@ -365,7 +367,9 @@ impl PassTool for CounterPasses<'_> {
 
 /// The most passes a metric set that CUPTI says needs `needed` may take.
 pub fn max_counter_passes(needed: usize) -> u32 {
-    MAX_PASSES.max(needed.saturating_add(2)).min(u32::MAX as usize) as u32
+    MAX_PASSES
+        .max(needed.saturating_add(2))
+        .min(u32::MAX as usize) as u32
 }
 
 /// How a counter pass of a `Replayer` runs: restored, L2 emptied (`cache` flush) and the

@@ -15,7 +15,9 @@ use crate::arrays::ArraySync;
 use crate::error::PlayError;
 use crate::options::{CacheState, RunOptions, Verification};
 use crate::restore::Restorer;
-use crate::tool::{drive_from, DispatchView, LoopSummary, PassOutcome, PassRunner, PassTool, Start};
+use crate::tool::{
+    drive_from, DispatchView, LoopSummary, PassOutcome, PassRunner, PassTool, Start,
+};
 
 /// The L2 flush sweeps this many times the L2 size (at least `MIN_FLUSH_BYTES`).
 const FLUSH_L2_MULTIPLE: u64 = 4;
@@ -427,7 +429,10 @@ mod tests {
         assert_eq!(t.setup_ms, 12.5);
         // No restore (a single pass): zero, not a panic.
         let one = timing_of(&summary(vec![outcome(0, 5, None)]), 0, &[], false, 0.0);
-        assert_eq!((one.min_ns, one.median_ns, one.restore_median_ns), (5, 5, 0));
+        assert_eq!(
+            (one.min_ns, one.median_ns, one.restore_median_ns),
+            (5, 5, 0)
+        );
     }
 
     // Catches: divergent passes numbered from 0 (the report's are 1-based, "differ from pass

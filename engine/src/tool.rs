@@ -531,7 +531,11 @@ mod tests {
             })
         }
         fn warm_up(&mut self, restore_first: bool) -> Result<(), String> {
-            let what = if restore_first { "warm restored" } else { "warm" };
+            let what = if restore_first {
+                "warm restored"
+            } else {
+                "warm"
+            };
             self.log.borrow_mut().push(what.into());
             Ok(())
         }
@@ -580,7 +584,16 @@ mod tests {
         let s = drive(&mut Fixed(PassRequest::Passes(3), None), &view(100), &mut r).unwrap();
         assert_eq!(
             r.log(),
-            ["prepare 0", "run 0", "restore", "prepare 1", "run 1", "restore", "prepare 2", "run 2"]
+            [
+                "prepare 0",
+                "run 0",
+                "restore",
+                "prepare 1",
+                "run 1",
+                "restore",
+                "prepare 2",
+                "run 2"
+            ]
         );
         assert_eq!((s.passes, s.stopped_by_tool, s.capped), (3, false, false));
         assert_eq!(s.deterministic, Some(true));
@@ -673,8 +686,16 @@ mod tests {
         assert_eq!(
             r.log(),
             [
-                "prepare 0", "config", "begin 0", "run 0", "end 0", "restore", "prepare 1",
-                "begin 1", "run 1", "end 1"
+                "prepare 0",
+                "config",
+                "begin 0",
+                "run 0",
+                "end 0",
+                "restore",
+                "prepare 1",
+                "begin 1",
+                "run 1",
+                "end 1"
             ]
         );
         assert_eq!(t.finished, Some((2, Some(true))));
@@ -694,8 +715,19 @@ mod tests {
         assert_eq!(
             r.log(),
             [
-                "warm", "warm restored", "restore", "prepare 0", "config", "begin 0", "run 0",
-                "end 0", "restore", "prepare 1", "begin 1", "run 1", "end 1"
+                "warm",
+                "warm restored",
+                "restore",
+                "prepare 0",
+                "config",
+                "begin 0",
+                "run 0",
+                "end 0",
+                "restore",
+                "prepare 1",
+                "begin 1",
+                "run 1",
+                "end 1"
             ]
         );
         assert_eq!((s.passes, s.outcomes.len()), (2, 2));
@@ -710,7 +742,13 @@ mod tests {
             ran_before: true,
         };
         let mut r = runner();
-        drive_from(&mut Fixed(PassRequest::Passes(1), None), &view(9), &mut r, start).unwrap();
+        drive_from(
+            &mut Fixed(PassRequest::Passes(1), None),
+            &view(9),
+            &mut r,
+            start,
+        )
+        .unwrap();
         assert_eq!(r.log(), ["restore", "prepare 0", "run 0"]);
         let mut r = runner();
         let s = drive_from(&mut Fixed(PassRequest::Skip, None), &view(9), &mut r, start).unwrap();
@@ -754,7 +792,10 @@ mod tests {
         for (n, want) in [(0, 1), (1, 1), (8, 8)] {
             let mut r = runner();
             let s = drive(&mut FixedPasses(n), &view(want), &mut r).unwrap();
-            assert_eq!((s.passes, s.stopped_by_tool, s.capped), (want, false, false));
+            assert_eq!(
+                (s.passes, s.stopped_by_tool, s.capped),
+                (want, false, false)
+            );
         }
     }
 

@@ -22,8 +22,8 @@ use kreplay_engine::tool::{DispatchView, FixedPasses, PassTool};
 use kreplay_engine::verify::{compare, VerifyOutcome};
 use kreplay_engine::{
     AddressMode, CacheState, CodeSource, Kernel, OpenOptions, PassStats, PassTiming, Placement,
-    PlayError,
-    PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification, WriteSet,
+    PlayError, PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification,
+    WriteSet,
 };
 use kreplay_format::{
     Capture, ChunkEncoding, ChunkRef, MemoryKind, MemoryState, Region, RegionRole, TextureResource,

@@ -317,7 +317,10 @@ fn play_refuses_a_tool_it_cannot_load_before_any_gpu_work() {
         err.contains("cannot load the tool /nonexistent.so"),
         "{err}"
     );
-    assert!(!err.contains("CUDA driver") && !err.contains("device"), "{err}");
+    assert!(
+        !err.contains("CUDA driver") && !err.contains("device"),
+        "{err}"
+    );
     // A library that is not a tool says what it lacks.
     let (code, _, err) = common::kreplay(&["play", "--tool", "libc.so.6", cap]);
     assert_eq!(code, 2, "{err}");
@@ -333,7 +336,10 @@ fn play_refuses_passes_given_with_a_tool() {
     let (code, _, err) =
         common::kreplay(&["play", "--tool", "/nonexistent.so", "--passes", "3", cap]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--passes") && err.contains("cannot be used with"), "{err}");
+    assert!(
+        err.contains("--passes") && err.contains("cannot be used with"),
+        "{err}"
+    );
     let (_, _, err) = common::kreplay(&["play", "--tool", "/nonexistent.so", "--warmup", "2", cap]);
     assert!(err.contains("cannot load the tool"), "{err}");
 }
