@@ -48,6 +48,8 @@ pub struct PassStats {
     pub stopped_by_tool: bool,
     /// The loop ended at the dispatch's most passes while the tool wanted more.
     pub capped: bool,
+    /// The tool asked for no pass (CONFIG returned 0): the dispatch ran once, as pass 0.
+    pub skipped: bool,
 }
 
 /// Timing of the passes (`play --json` carries these fields at its top level).
@@ -214,6 +216,7 @@ impl<F: AsFunction> Replayer<F> {
             divergent_passes: divergent,
             stopped_by_tool: summary.stopped_by_tool,
             capped: summary.capped,
+            skipped: summary.skipped,
         })
     }
 

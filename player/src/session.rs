@@ -80,6 +80,8 @@ pub struct ToolRun {
     pub stopped_by_tool: bool,
     /// The loop ended at `TOOL_MAX_PASSES` while the tool wanted more.
     pub capped: bool,
+    /// The tool asked for no pass (CONFIG returned 0): the dispatch ran once, as without it.
+    pub skipped: bool,
 }
 
 /// Most timed passes a tool may ask for (as `kreplay profile`'s).
@@ -699,6 +701,7 @@ impl<'c> Session<'c> {
             passes: report.timing.passes,
             stopped_by_tool: stats.stopped_by_tool,
             capped: stats.capped,
+            skipped: stats.skipped,
         });
         Ok(report)
     }

@@ -7,8 +7,8 @@ use kreplay_player::{MetricsReport, PlayReport};
 use serde::Serialize;
 
 /// `--json` output: the replay report (with `tool`: `path`, `passes`, `stopped_by_tool`,
-/// `capped` when `--tool` chose the passes; see `kreplay_player::ToolRun`), plus the counters
-/// when `--metrics` was given.
+/// `capped`, `skipped` when `--tool` chose the passes; see `kreplay_player::ToolRun`), plus
+/// the counters when `--metrics` was given.
 #[derive(Serialize)]
 pub struct PlayJson<'a> {
     #[serde(flatten)]

@@ -303,7 +303,9 @@ fn print_tool(w: &mut impl Write, t: &kreplay_player::ToolRun) -> anyhow::Result
         "tool      {} chose {} timed pass(es){}",
         crate::output::printable(&t.path),
         t.passes,
-        if t.stopped_by_tool {
+        if t.skipped {
+            " (it skipped the dispatch: one run, as without it)"
+        } else if t.stopped_by_tool {
             ", then said stop"
         } else if t.capped {
             " (capped: it wanted more)"
