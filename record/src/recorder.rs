@@ -1,17 +1,22 @@
 //! The recorder: process-wide state and what the CUPTI callbacks do with it.
 //!
 //! - `hook`: the entry points the driver and the C runtime call (injection, callbacks, exit,
-//!   fork), each behind a panic guard; nothing else is `extern "C"`.
+//!   fork), each behind a panic guard; nothing else is `extern "C"`. Payloads arrive decoded
+//!   (`kreplay_cuda::cupti_events`).
 //! - `router`: which part handles a decoded callback, and whether it is the application's at
 //!   all (`marks`: what the calling thread is doing for kreplay). Owns no capture logic.
-//! - owners of process state, each behind its own lock: `kernels` (counting, filtering),
-//!   `modules` (code objects, PTX), allocations, `graphs` (executable graphs), `report`
-//!   (captures, profiles, errors); NVTX ranges live in `crate::nvtx`.
+//! - `state`: the one `Recorder`, holding the owners of process state, each behind its own
+//!   lock (`locking`): `kernels` (counting, filtering), `module_book` (code objects, PTX;
+//!   `modules` handles their callbacks), allocations, `exec_graphs` (executable graphs;
+//!   `graphs` handles their callbacks and captures their nodes), `report` (captures,
+//!   profiles, errors); NVTX ranges live in `crate::nvtx`.
 //! - `units`: captures in flight between a launch's ENTER and EXIT, keyed, opened by
-//!   `record_unit` (a capture to a file) and `profile_unit` (profiled in place), with
-//!   `counters` for profile mode's per-context counter batches.
+//!   `launches` as a `record_unit` (a capture to a file) or a `profile_unit` (profiled in
+//!   place), with `counters` (`context_metrics`) for profile mode's counter batches.
 //! - `sink`: writes a finished capture on a thread of its own, handed what it needs
-//!   (`outputs`: names, report directory, file opener).
+//!   (`outputs`: names, report directory, file opener), in the format's event order.
+//!
+//! A file here imports its siblings only, never this one, and no two import each other.
 
 mod context_metrics;
 mod counters;
