@@ -1,7 +1,8 @@
 //! Profile mode with `--metrics`: each context's counters and its batch of dispatches waiting
 //! for them (`counter_batch`), collected when the batch is full, before memory they reach is
 //! freed or the application needs the memory their pristine copies hold, when their context
-//! or a module of it goes, and at the process's exit.
+//! or a module of it goes, and at the process's exit. Also a context's end for the captures
+//! still being written: their snapshots in its device scratch come home first.
 
 use kreplay_cuda::cupti_events::{AllocationRequest, ApiCall};
 use kreplay_engine::counters::MetricRequest;
