@@ -267,10 +267,11 @@ def check_profile_tool(prof, skipped, rows, err):
     return why + tool_checks(prof, said)
 
 
-def check_play_tool(report: dict, err: str) -> list:
+def check_play_tool(report: dict, err: str, tool_path: str | None = None) -> list:
     """play-tool: the example C tool decided the player's passes (`play --tool`): it said so
     once on stderr, its count is the report's `passes` and `tool.passes`, it stopped the loop
-    itself, and its last three passes agree within 5 % (the rule of `tool_checks`)."""
+    itself, its path is the library given (`tool_path`, when known), and its last three passes
+    agree within 5 % (the rule of `tool_checks`)."""
     from krsuite import tool_checks
 
     said = [l for l in err.splitlines() if l.startswith("example_tool:")]
@@ -280,7 +281,7 @@ def check_play_tool(report: dict, err: str) -> list:
         why.append(f"{len(said)} lines from the tool, expected 1")
     if tool.get("passes") != report.get("passes"):
         why.append(f"tool.passes {tool.get('passes')}, passes {report.get('passes')}")
-    if not str(tool.get("path", "")).endswith(".so"):
+    if not tool.get("path") or (tool_path is not None and tool.get("path") != str(tool_path)):
         why.append(f"tool.path {tool.get('path')!r}")
     row = {"durations_ns": report.get("durations_ns"), "launch_index": None,
            "stopped_by_tool": tool.get("stopped_by_tool"), "capped": tool.get("capped")}

@@ -329,6 +329,8 @@ def test_play_tool_verdict_wants_the_tools_own_count_and_stop():
     ok = {"passes": 4, "durations_ns": [3000, 1000, 1010, 1000],
           "tool": {"path": "/x/libexample_tool.so", "passes": 4, "stopped_by_tool": True, "capped": False}}
     assert C.check_play_tool(ok, line + "\n") == []
+    assert C.check_play_tool(ok, line, ok["tool"]["path"]) == []
+    assert C.check_play_tool(ok, line, "/elsewhere/other_tool")  # not the library given
     assert C.check_play_tool(ok, "")  # the tool said nothing
     assert C.check_play_tool(ok, line.replace("4 passes", "5 passes"))
     assert C.check_play_tool(dict(ok, tool=dict(ok["tool"], passes=3)), line)

@@ -188,7 +188,7 @@ def test_play_tool(captures, case, row, kr, app):
     p = case.run([kr, "play", s, "--tool", tool, "--verify", "--json"], name="play-tool")
     j = S.load_json(p.out_path) or {}
     why = [] if p.rc == 0 else [f"rc {p.rc}"]
-    why += C.check_play_tool(j, p.err)
+    why += C.check_play_tool(j, p.err, str(tool))
     if (j.get("verify") or {}).get("matched") is not True:
         why.append("not verified")
     row.update(kernel=f"saxpy ({j.get('passes')} passes chosen by the example tool)", matched=not why,
