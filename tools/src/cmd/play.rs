@@ -441,6 +441,51 @@ mod tests {
     }
 
     #[test]
+    fn failures_are_worded_with_the_capture_and_their_cause() {
+        use kreplay_player::{PlayError, PlayFailure};
+        let path = std::path::Path::new("x.krr");
+        let o = PlayOptions::default();
+        let cause = || PlayError::RelocationRefused { why: "w".into() };
+        let text = |e| crate::output::error_text(&super::cli_error(e, path, &o));
+        assert_eq!(
+            text(PlayFailure::Blocked(vec!["a".into(), "b".into()])),
+            "x.krr cannot be replayed: a; b"
+        );
+        let open = text(PlayFailure::Open(cause()));
+        assert!(
+            open.starts_with("cannot replay x.krr: --relocate"),
+            "{open}"
+        );
+        let heap = text(PlayFailure::Run {
+            source: cause(),
+            heap_note: Some("malloc\x1b".into()),
+        });
+        assert!(
+            heap.starts_with(
+                "replay failed (the kernel reads the device heap, not captured: malloc"
+            ),
+            "{heap}"
+        );
+        assert!(
+            !heap.contains('\x1b'),
+            "control characters stay inert: {heap:?}"
+        );
+        let saving = PlayOptions {
+            save_output: Some(SaveOutput {
+                path: "out.krr".into(),
+                replace: false,
+            }),
+            ..PlayOptions::default()
+        };
+        let save =
+            crate::output::error_text(&super::cli_error(PlayFailure::Save(cause()), path, &saving));
+        assert!(
+            save.starts_with("cannot save the replay's output to out.krr: "),
+            "{save}"
+        );
+    }
+
+    #[test]
     fn an_unreadable_module_is_an_error_that_names_it() {
         let e = options(&play_args(&["x.krr", "--module", "/nonexistent/v.cubin"]))
             .expect_err("read a missing module");
