@@ -17,6 +17,7 @@ pub use kreplay_engine::counters::{
 };
 pub use kreplay_engine::plan::fixed_ranges;
 pub use kreplay_engine::repro::{Content as ReproContent, ReproError, Reproducer};
+pub use kreplay_engine::tool::{CTool, PassTool, ToolError};
 pub use kreplay_engine::verify::{Mismatch, VerifyOutcome};
 pub use kreplay_engine::{
     AddressMode, CacheState, CodeChoice, CodeSource, MetricsError, OpenOptions, Placement,
@@ -28,6 +29,6 @@ pub use play::{
 pub use play_options::{PlayOptions, SaveOutput};
 pub use report::PlayJson;
 pub use save::SavedOutput;
-pub use session::{FilePages, PlayReport, Session};
+pub use session::{FilePages, PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
 #[cfg(test)]
 mod testdata;

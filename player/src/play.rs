@@ -4,6 +4,7 @@
 //! and how, stays with the front end (a progress bar, stdout kept for the report).
 
 use kreplay_engine::counters::{MetricRequest, MetricsReport};
+use kreplay_engine::tool::{CTool, ToolError};
 use kreplay_engine::verify::VerifyOutcome;
 use kreplay_engine::PlayError;
 use kreplay_format::Capture;
@@ -62,6 +63,9 @@ pub enum PlayFailure {
     /// A salvaged capture lost what the dispatch needs (refused before any GPU work).
     #[error("cannot be replayed: {}", .0.join("; "))]
     Blocked(Vec<String>),
+    /// The `tool` library could not be loaded or declined to start (before any GPU work).
+    #[error(transparent)]
+    Tool(ToolError),
     /// The metric names, or the device they are checked on (before any upload).
     #[error("cannot collect counters")]
     Counters(#[source] PlayError),
@@ -88,7 +92,7 @@ impl PlayFailure {
     /// The cause, when another error is one.
     pub fn cause(&self) -> Option<&PlayError> {
         match self {
-            PlayFailure::Blocked(_) => None,
+            PlayFailure::Blocked(_) | PlayFailure::Tool(_) => None,
             PlayFailure::Counters(e)
             | PlayFailure::Open(e)
             | PlayFailure::Save(e)
@@ -119,6 +123,11 @@ pub fn play<'c>(
     if !blockers.is_empty() {
         return Err(PlayFailure::Blocked(blockers));
     }
+    // The tool's initialiser runs before any GPU work: a bad library costs nothing.
+    let mut tool = match &options.tool {
+        Some(path) => Some((CTool::load(path).map_err(PlayFailure::Tool)?, path)),
+        None => None,
+    };
     let request = metric_request(options).map_err(PlayFailure::Counters)?;
     let mut session = Session::open_with_progress(
         cap,
@@ -133,9 +142,12 @@ pub fn play<'c>(
     for w in &warnings {
         observer.warning(w);
     }
-    let report = session
-        .run(&options.run_options())
-        .map_err(|source| PlayFailure::Run { source, heap_note })?;
+    let run = options.run_options();
+    let ran = match &mut tool {
+        Some((t, path)) => session.run_with_tool(&run, t, &path.display().to_string()),
+        None => session.run(&run),
+    };
+    let report = ran.map_err(|source| PlayFailure::Run { source, heap_note })?;
     let saved = match &options.save_output {
         Some(s) => Some(
             session
@@ -155,6 +167,7 @@ pub fn play<'c>(
     // The session's context goes before the counters' profiler state.
     drop(session);
     drop(request);
+    drop(tool);
     Ok(PlayOutcome {
         report,
         metrics,

@@ -27,6 +27,9 @@ pub struct PlayOptions {
     pub metrics: Vec<String>,
     /// Where to write the replay's result as a capture (`--save-output`).
     pub save_output: Option<SaveOutput>,
+    /// A `kreplay_tool.h` library that decides the timed passes instead of `passes`
+    /// (`--tool`).
+    pub tool: Option<PathBuf>,
 }
 
 /// `--save-output FILE [--force]`.
@@ -49,6 +52,7 @@ impl Default for PlayOptions {
             cache: None,
             metrics: Vec::new(),
             save_output: None,
+            tool: None,
         }
     }
 }
@@ -120,7 +124,7 @@ mod tests {
         assert_eq!(open.device, 0);
         assert_eq!(open.code, CodeChoice::Captured);
         assert_eq!(open.placement, Placement::Original);
-        assert!(o.metrics.is_empty() && o.save_output.is_none());
+        assert!(o.metrics.is_empty() && o.save_output.is_none() && o.tool.is_none());
     }
 
     #[test]

@@ -79,38 +79,35 @@ impl PlayObserver for Terminal {
 
 /// A failed replay, worded with the capture's path and the --save-output file.
 fn cli_error(e: PlayFailure, path: &Path, options: &PlayOptions) -> anyhow::Error {
-    let what = match &e {
+    let (what, cause) = match e {
         PlayFailure::Blocked(why) => {
             return anyhow::anyhow!("{} cannot be replayed: {}", path.display(), why.join("; "))
         }
-        PlayFailure::Counters(_) => "cannot collect counters".to_string(),
-        PlayFailure::Open(_) => format!("cannot replay {}", path.display()),
+        PlayFailure::Tool(t) => return anyhow::Error::new(t),
+        PlayFailure::Counters(c) => ("cannot collect counters".to_string(), c),
+        PlayFailure::Open(c) => (format!("cannot replay {}", path.display()), c),
         PlayFailure::Run {
-            heap_note: Some(n), ..
-        } => format!(
-            "replay failed (the kernel reads the device heap, not captured: {})",
-            crate::output::printable(n)
+            source,
+            heap_note: Some(n),
+        } => (
+            format!(
+                "replay failed (the kernel reads the device heap, not captured: {})",
+                crate::output::printable(&n)
+            ),
+            source,
         ),
         PlayFailure::Run {
-            heap_note: None, ..
-        } => "replay failed".to_string(),
-        PlayFailure::Save(_) => format!(
-            "cannot save the replay's output to {}",
-            options
-                .save_output
-                .as_ref()
-                .map_or(String::new(), |s| s.path.display().to_string())
-        ),
-        PlayFailure::Metrics(_) => "counter collection failed".to_string(),
+            source,
+            heap_note: None,
+        } => ("replay failed".to_string(), source),
+        PlayFailure::Save(c) => {
+            let file = options.save_output.as_ref().map(|s| s.path.display());
+            let to = file.map_or(String::new(), |f| format!(" to {f}"));
+            (format!("cannot save the replay's output{to}"), c)
+        }
+        PlayFailure::Metrics(c) => ("counter collection failed".to_string(), c),
     };
-    match e {
-        PlayFailure::Counters(c)
-        | PlayFailure::Open(c)
-        | PlayFailure::Save(c)
-        | PlayFailure::Metrics(c)
-        | PlayFailure::Run { source: c, .. } => anyhow::Error::new(c).context(what),
-        PlayFailure::Blocked(_) => anyhow::anyhow!(what),
-    }
+    anyhow::Error::new(cause).context(what)
 }
 
 /// The report on stdout: JSON, CSV, or text with the counters and the saved output.
@@ -135,6 +132,9 @@ fn print_outcome(a: &PlayArgs, o: &PlayOutcome) -> anyhow::Result<()> {
     }
     if a.json || a.csv || a.quiet {
         return Ok(());
+    }
+    if let Some(t) = &o.report.tool {
+        print_tool(&mut w, t)?;
     }
     if let Some(m) = &o.metrics {
         print_metrics(&mut w, m)?;
@@ -175,6 +175,7 @@ fn options(a: &PlayArgs) -> anyhow::Result<PlayOptions> {
             path: p.clone(),
             replace: a.force,
         }),
+        tool: a.tool.clone(),
     })
 }
 
@@ -288,6 +289,26 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// The passes a `--tool` chose, and why the loop ended.
+fn print_tool(w: &mut impl Write, t: &kreplay_player::ToolRun) -> anyhow::Result<()> {
+    out!(
+        w,
+        "tool      {} chose {} timed pass(es){}",
+        crate::output::printable(&t.path),
+        t.passes,
+        if t.skipped {
+            " (it skipped the dispatch: one run, as without it)"
+        } else if t.stopped_by_tool {
+            ", then said stop"
+        } else if t.capped {
+            " (capped: it wanted more)"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }
 
@@ -434,6 +455,7 @@ mod tests {
                 path: "out.krr".into(),
                 replace: true,
             }),
+            tool: None,
         };
         assert_eq!(options(&a).expect("options"), want);
         let flush = options(&play_args(&["x.krr", "--cache", "flush"])).expect("options");
