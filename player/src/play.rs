@@ -227,11 +227,27 @@ mod tests {
         });
         let options = PlayOptions {
             metrics: vec!["not a metric".into()],
+            tool: Some("/nonexistent/tool.so".into()),
             ..PlayOptions::default()
         };
         match play(&cap, &options, &|_, _| {}, &mut ()) {
             Err(PlayFailure::Blocked(why)) => assert!(!why.is_empty()),
             other => panic!("not refused as blocked: {other:?}"),
+        }
+    }
+
+    /// The tool is loaded before any GPU work, after the capture is found replayable.
+    #[test]
+    fn a_tool_that_cannot_be_loaded_is_refused_before_the_gpu() {
+        let bytes = crate::testdata::bytes("cuda-saxpy");
+        let cap = crate::testdata::parse(&bytes);
+        let options = PlayOptions {
+            tool: Some("/nonexistent/tool.so".into()),
+            ..PlayOptions::default()
+        };
+        match play(&cap, &options, &|_, _| {}, &mut ()) {
+            Err(PlayFailure::Tool(e)) => assert!(e.to_string().contains("/nonexistent/tool.so")),
+            other => panic!("not refused for its tool: {other:?}"),
         }
     }
 

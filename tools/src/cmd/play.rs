@@ -460,6 +460,8 @@ mod tests {
         assert_eq!(options(&a).expect("options"), want);
         let flush = options(&play_args(&["x.krr", "--cache", "flush"])).expect("options");
         assert_eq!(flush.cache, Some(CacheState::Flush));
+        let tool = options(&play_args(&["x.krr", "--tool", "t.so"])).expect("options");
+        assert_eq!(tool.tool, Some("t.so".into()));
     }
 
     #[test]
