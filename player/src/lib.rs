@@ -1,8 +1,14 @@
 //! `kreplay-player`: a `.krr` capture made live in this process. The engine plans the replay
 //! from the capture; the session materialises the plan (primary context, memory mapped back
 //! at the captured addresses or moved, module loaded, globals restored) and runs the engine's
-//! pass loop and counters.
+//! pass loop and counters. `play` is the whole replay as the CLI and the Python package run
+//! it; `describe` is what `kreplay info --json` and Python's `info` print.
 
+pub mod describe;
+pub mod params;
+mod play;
+mod play_options;
+mod report;
 mod save;
 mod session;
 
@@ -17,7 +23,12 @@ pub use kreplay_engine::{
     AddressMode, CacheState, CodeChoice, CodeSource, MetricsError, OpenOptions, Placement,
     PlayError, PristineStore, RunOptions, Verification,
 };
+pub use play::{
+    device_heap_note, play, verification_failed, PlayFailure, PlayObserver, PlayOutcome,
+};
+pub use play_options::{PlayOptions, SaveOutput};
+pub use report::PlayJson;
 pub use save::SavedOutput;
-pub use session::{PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
+pub use session::{FilePages, PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
 #[cfg(test)]
 mod testdata;

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -137,7 +138,7 @@ class Capture:
         """As `kreplay.play`, on the file this capture was opened on."""
         if self._file is None:
             return play(self.path, **kwargs)
-        return json.loads(self._file.play(**_play_args(**kwargs)))
+        return _report(*self._file.play(**_play_args(**kwargs)))
 
     def __repr__(self) -> str:
         return f"Capture({self.path!r}, kernel={self.kernel.get('name')!r}, regions={len(self.info['regions'])})"
@@ -151,10 +152,12 @@ def open(path: str | os.PathLike) -> Capture:  # noqa: A001 - the package's entr
     return Capture(path=p, info=json.loads(f.describe()), _file=f)
 
 
+# The keyword defaults of `play` are the player's, as `kreplay play`'s flags are (a test in
+# python/tests checks them against `_native.play_defaults()`): one plain pass, no check.
 def play(
     path: str | os.PathLike,
-    passes: int = 8,
-    verify: bool = True,
+    passes: int = 1,
+    verify: bool = False,
     metrics: Sequence[str] = (),
     warmup: int = 0,
     device: int = 0,
@@ -162,17 +165,21 @@ def play(
     ptx: bool = False,
     flush_cache: bool | None = None,
 ) -> dict:
-    """Replays a capture on a GPU in this process; returns the object `kreplay play --json`
-    prints (median_ns, durations_ns, verify.matched, metrics, ...). Raises RuntimeError with
-    the reason when it cannot (no GPU, another architecture, address in use). `flush_cache`
-    is `kreplay play --cache`: None (the default, as the CLI's) keeps the L2 for timed passes
-    and empties it before counter passes; True empties it before both; False keeps it for both."""
-    return json.loads(_native.play(os.fspath(path), **_play_args(passes, verify, metrics, warmup, device, relocate, ptx, flush_cache)))
+    """Replays a capture on a GPU in this process, as `kreplay play` does with the same
+    flags; returns the object `kreplay play --json` prints (median_ns, durations_ns,
+    verify.matched, metrics, ...). Raises RuntimeError with the reason when it cannot (no
+    GPU, another architecture, address in use, a salvaged capture that lost what the kernel
+    needs); what `kreplay play` warns about (a device heap the recorder could not capture)
+    is a RuntimeWarning. `flush_cache` is `kreplay play --cache`: None (the default, as the
+    CLI's) keeps the L2 for timed passes and empties it before counter passes; True empties
+    it before both; False keeps it for both."""
+    args = _play_args(passes, verify, metrics, warmup, device, relocate, ptx, flush_cache)
+    return _report(*_native.play(os.fspath(path), **args))
 
 
 def _play_args(
-    passes: int = 8,
-    verify: bool = True,
+    passes: int = 1,
+    verify: bool = False,
     metrics: Sequence[str] = (),
     warmup: int = 0,
     device: int = 0,
@@ -191,6 +198,13 @@ def _play_args(
         ptx=ptx,
         flush_cache=flush_cache,
     )
+
+
+def _report(report_json: str, notes: Sequence[str]) -> dict:
+    """The native replay's report, its warnings raised as the CLI prints them."""
+    for note in notes:
+        warnings.warn(f"kreplay: {note}", RuntimeWarning, stacklevel=3)
+    return json.loads(report_json)
 
 
 class RecordError(RuntimeError):

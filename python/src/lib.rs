@@ -10,13 +10,11 @@ use std::path::Path;
 
 use kreplay_format::file::MappedFile;
 use kreplay_format::{Capture, ChunkEncoding, MemoryState};
-use kreplay_player::{
-    CacheState, CodeChoice, MetricRequest, OpenOptions, Placement, RunOptions, Session,
-    Verification,
-};
+use kreplay_player::{CacheState, CodeChoice, PlayFailure, PlayOptions};
 use memmap2::MmapMut;
 use pyo3::exceptions::{PyBufferError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 fn open_file(path: &str) -> PyResult<MappedFile> {
     MappedFile::open(Path::new(path)).map_err(|e| PyOSError::new_err(format!("{path}: {e}")))
@@ -80,7 +78,7 @@ impl CaptureFile {
     /// `kreplay info --json` of the capture, as a string.
     fn describe(&self) -> PyResult<String> {
         let cap = self.capture()?;
-        serde_json::to_string(&kreplay::describe::describe(&self.path, &cap))
+        serde_json::to_string(&kreplay_player::describe::describe(&self.path, &cap))
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
@@ -92,8 +90,18 @@ impl CaptureFile {
         decode_region(py, &self.path, &cap, region_id, post)
     }
 
-    /// Replays the capture; returns `kreplay play --json`'s object as a string.
-    #[pyo3(signature = (passes=8, verify=true, metrics=Vec::new(), warmup=0, device=0, relocate=false, ptx=false, flush_cache=None))]
+    /// Replays the capture; returns `kreplay play --json`'s object as a string and the
+    /// warnings to show. The defaults are the player's (`play_defaults`).
+    #[pyo3(signature = (
+        passes=PlayOptions::default().passes,
+        verify=PlayOptions::default().verify,
+        metrics=Vec::new(),
+        warmup=PlayOptions::default().warmup,
+        device=PlayOptions::default().device,
+        relocate=PlayOptions::default().relocate,
+        ptx=false,
+        flush_cache=None,
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn play(
         &self,
@@ -106,7 +114,7 @@ impl CaptureFile {
         relocate: bool,
         ptx: bool,
         flush_cache: Option<bool>,
-    ) -> PyResult<String> {
+    ) -> PyResult<(String, Vec<String>)> {
         let cap = self.capture()?;
         let options = PlayArgs {
             passes,
@@ -117,8 +125,9 @@ impl CaptureFile {
             relocate,
             ptx,
             flush_cache,
-        };
-        replay(py, &self.path, &self.file, &cap, options)
+        }
+        .options()?;
+        replay(py, &self.path, &self.file, &cap, &options)
     }
 }
 
@@ -268,9 +277,66 @@ struct PlayArgs {
     flush_cache: Option<bool>,
 }
 
-/// Replays the capture at `path`; returns `kreplay play --json`'s object as a string.
+impl PlayArgs {
+    /// The keywords as the player's options.
+    fn options(self) -> PyResult<PlayOptions> {
+        if self.passes == 0 {
+            return Err(PyValueError::new_err("passes must be at least 1"));
+        }
+        Ok(PlayOptions {
+            passes: self.passes,
+            warmup: self.warmup,
+            verify: self.verify,
+            device: self.device,
+            code: if self.ptx {
+                CodeChoice::Ptx
+            } else {
+                CodeChoice::Captured
+            },
+            relocate: self.relocate,
+            cache: self.flush_cache.map(|flush| {
+                if flush {
+                    CacheState::Flush
+                } else {
+                    CacheState::Keep
+                }
+            }),
+            metrics: self.metrics,
+            ..PlayOptions::default()
+        })
+    }
+}
+
+/// The keyword defaults of `kreplay.play`, from the player's (the CLI's flags have the same).
 #[pyfunction]
-#[pyo3(signature = (path, passes=8, verify=true, metrics=Vec::new(), warmup=0, device=0, relocate=false, ptx=false, flush_cache=None))]
+fn play_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PlayOptions::default();
+    let out = PyDict::new(py);
+    out.set_item("passes", d.passes)?;
+    out.set_item("verify", d.verify)?;
+    out.set_item("metrics", d.metrics)?;
+    out.set_item("warmup", d.warmup)?;
+    out.set_item("device", d.device)?;
+    out.set_item("relocate", d.relocate)?;
+    out.set_item("ptx", d.code == CodeChoice::Ptx)?;
+    out.set_item("flush_cache", d.cache.map(|c| c == CacheState::Flush))?;
+    Ok(out)
+}
+
+/// Replays the capture at `path`; returns `kreplay play --json`'s object as a string and the
+/// warnings to show.
+#[pyfunction]
+#[pyo3(signature = (
+    path,
+    passes=PlayOptions::default().passes,
+    verify=PlayOptions::default().verify,
+    metrics=Vec::new(),
+    warmup=PlayOptions::default().warmup,
+    device=PlayOptions::default().device,
+    relocate=PlayOptions::default().relocate,
+    ptx=false,
+    flush_cache=None,
+))]
 #[allow(clippy::too_many_arguments)]
 fn play(
     py: Python<'_>,
@@ -283,7 +349,7 @@ fn play(
     relocate: bool,
     ptx: bool,
     flush_cache: Option<bool>,
-) -> PyResult<String> {
+) -> PyResult<(String, Vec<String>)> {
     CaptureFile::new(path)?.play(
         py,
         passes,
@@ -297,93 +363,39 @@ fn play(
     )
 }
 
+/// The player's replay, without the interpreter's lock; the report as JSON.
 fn replay(
     py: Python<'_>,
     path: &str,
     file: &MappedFile,
     cap: &Capture<'_>,
-    a: PlayArgs,
-) -> PyResult<String> {
-    let PlayArgs {
-        passes,
-        verify,
-        metrics,
-        warmup,
-        device,
-        relocate,
-        ptx,
-        flush_cache,
-    } = a;
-    if passes == 0 {
-        return Err(PyValueError::new_err("passes must be at least 1"));
-    }
-    let replay = || -> Result<String, String> {
-        let request = if metrics.is_empty() {
-            None
-        } else {
-            let d = kreplay_cuda_device(device)?;
-            Some(
-                MetricRequest::new(&d, &metrics)
-                    .map_err(|e| format!("cannot collect counters: {e}"))?,
-            )
-        };
-        let open = OpenOptions {
-            device,
-            code: if ptx {
-                CodeChoice::Ptx
-            } else {
-                CodeChoice::Captured
-            },
-            placement: if relocate {
-                Placement::Relocate
-            } else {
-                Placement::Original
-            },
-        };
-        let cache = if flush_cache == Some(true) {
-            CacheState::Flush
-        } else {
-            CacheState::Keep
-        };
-        let counter_cache = if flush_cache == Some(false) {
-            CacheState::Keep
-        } else {
-            CacheState::Flush
-        };
-        let run = RunOptions {
-            passes,
-            warmup,
-            cache,
-            verification: if verify {
-                Verification::Check
-            } else {
-                Verification::Off
-            },
-        };
+    options: &PlayOptions,
+) -> PyResult<(String, Vec<String>)> {
+    let replay = || -> Result<(String, Vec<String>), String> {
         // As `kreplay play`: each chunk's file pages are dropped once uploaded and verified.
         let release = |start: u64, end: u64| file.release(start, end);
-        let mut session = Session::open_with_progress(cap, &open, &mut |_, _| {}, &release)
-            .map_err(|e| format!("cannot replay {path}: {e}"))?;
-        let report = session
-            .run(&run)
-            .map_err(|e| format!("replay failed: {e}"))?;
-        let m = match &request {
-            Some(req) => Some(
-                session
-                    .collect_metrics(req, counter_cache)
-                    .map_err(|e| format!("counter collection failed: {e}"))?,
-            ),
-            None => None,
-        };
-        drop(session);
-        serde_json::to_string(&kreplay::report::PlayJson::new(&report, m.as_ref(), None))
-            .map_err(|e| e.to_string())
+        let outcome = kreplay_player::play(cap, options, &release, &mut ())
+            .map_err(|e| failure_message(&e, path))?;
+        let json = serde_json::to_string(&outcome.json()).map_err(|e| e.to_string())?;
+        Ok((json, outcome.warnings))
     };
     py.detach(replay).map_err(PyRuntimeError::new_err)
 }
 
-fn kreplay_cuda_device(ordinal: i32) -> Result<kreplay_cuda::Device, String> {
-    kreplay_cuda::Device::open(ordinal).map_err(|e| format!("cannot collect counters: {e}"))
+/// A failed replay in the CLI's words: what failed, naming the capture, then why.
+fn failure_message(e: &PlayFailure, path: &str) -> String {
+    let what = match e {
+        PlayFailure::Blocked(_) => return format!("{path} {e}"),
+        PlayFailure::Open(_) => format!("cannot replay {path}"),
+        PlayFailure::Run {
+            heap_note: Some(n), ..
+        } => format!("replay failed (the kernel reads the device heap, not captured: {n})"),
+        _ => e.to_string(),
+    };
+    match e.cause() {
+        Some(cause) => format!("{what}: {cause}"),
+        None => what,
+    }
 }
 
 #[pymodule]
@@ -391,6 +403,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe, m)?)?;
     m.add_function(wrap_pyfunction!(region_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(play, m)?)?;
+    m.add_function(wrap_pyfunction!(play_defaults, m)?)?;
     m.add_class::<RegionBytes>()?;
     m.add_class::<CaptureFile>()?;
     m.add("CaptureChanged", m.py().get_type::<CaptureChanged>())?;

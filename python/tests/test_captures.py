@@ -2,7 +2,10 @@
 objects, regions are NumPy arrays over decoded memory (no copy), the recorded output is the
 kernel's math, and what needs a GPU or the kreplay command says so."""
 
+import inspect
+import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -182,3 +185,96 @@ def test_record_with_count_needs_a_match_index_in_the_name(tmp_path):
         kreplay.record(["sh", "-c", "touch ran"], kernel="saxpy", count=2, cwd=tmp_path)
     assert "capture-%n.krr" in str(e.value)
     assert not (tmp_path / "ran").exists(), "refused before the command ran"
+
+
+def cli_json(*args):
+    """What `kreplay ARGS` prints on stdout, as JSON (the binary from KREPLAY_BIN, as
+    scripts/test.sh sets it)."""
+    b = kreplay_bin()
+    assert b, "no kreplay binary: set KREPLAY_BIN (scripts/test.sh does)"
+    r = subprocess.run([b, *map(str, args)], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def test_info_is_what_kreplay_info_json_prints():
+    """Python's `info` and `kreplay info --json` are one function's output, field for field:
+    one capture at a time (an object) and all at once (a list)."""
+    for path in ALL:
+        assert kreplay.open(str(path)).info == cli_json("info", "--json", path), path
+    assert [kreplay.open(str(p)).info for p in ALL] == cli_json("info", "--json", *ALL)
+
+
+def cli_play_defaults(help_text: str) -> dict:
+    """`kreplay play`'s defaults from its --help, by Python keyword: an option with a value
+    shows `[default: N]`; a plain flag is off; an option without a default is unset."""
+    blocks = {}
+    name = None
+    for line in help_text.splitlines():
+        m = re.match(r"^\s+(?:-\w, )?--([\w-]+)( <[^>]+>)?\s*$", line)
+        if m:
+            name = m.group(1)
+            blocks[name] = {"takes_value": bool(m.group(2)), "default": None}
+            continue
+        d = re.search(r"\[default: ([^\]]*)\]", line)
+        if d and name:
+            blocks[name]["default"] = d.group(1)
+
+    def value(flag):
+        b = blocks[flag]
+        if not b["takes_value"]:
+            return False
+        return None if b["default"] is None else int(b["default"])
+
+    return {
+        "passes": value("passes"),
+        "verify": value("verify"),
+        "metrics": [] if value("metrics") is None else value("metrics"),
+        "warmup": value("warmup"),
+        "device": value("device"),
+        "relocate": value("relocate"),
+        "ptx": value("ptx"),
+        "flush_cache": value("cache"),
+    }
+
+
+def test_the_help_parser_reads_values_flags_and_unset_options():
+    text = """Options:
+      --passes <PASSES>
+          Timed passes
+
+          [default: 1]
+
+      --verify
+          Compare
+  -q, --quiet
+          Quiet
+      --cache <CACHE>
+          L2 handling
+      --metrics <METRIC,...>
+          Counters
+      --warmup <WARMUP>
+          [default: 0]
+      --device <DEVICE>
+          [default: 2]
+      --relocate
+          Move
+      --ptx
+          JIT
+"""
+    assert cli_play_defaults(text) == {"passes": 1, "verify": False, "metrics": [], "warmup": 0, "device": 2,
+                                       "relocate": False, "ptx": False, "flush_cache": None}
+
+
+def test_play_has_the_defaults_of_the_player_and_of_kreplay_play():
+    """One set of defaults (the player's PlayOptions::default()): Python's keywords, the
+    native layer's, and the CLI's flags."""
+    sig = inspect.signature(kreplay.play).parameters
+    python = {k: (list(p.default) if k == "metrics" else p.default) for k, p in sig.items() if k != "path"}
+    native = kreplay._native.play_defaults()
+    assert python == native
+    filled = kreplay._play_args()
+    assert filled == native, "Capture.play fills in other defaults than kreplay.play"
+    b = kreplay_bin()
+    assert b, "no kreplay binary: set KREPLAY_BIN (scripts/test.sh does)"
+    help_text = subprocess.run([b, "play", "--help"], capture_output=True, text=True, check=True).stdout
+    assert cli_play_defaults(help_text) == native

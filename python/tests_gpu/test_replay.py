@@ -63,13 +63,13 @@ def test_play_reports_as_the_cli_does(kreplay_record):
     assert untimed(py) == untimed(cli)
     assert py["metrics"]["smsp__inst_executed.sum"] > 0
     assert py["metrics"]["dram__bytes_read.sum"] > 0 and cli["metrics"]["dram__bytes_read.sum"] > 0
-    relocated = kreplay.play(cap.path, passes=2, relocate=True)
+    relocated = kreplay.play(cap.path, passes=2, verify=True, relocate=True)
     assert relocated["address_mode"] == "relocated" and relocated["verify"]["matched"]
 
 
 def test_a_torch_kernel_recorded_from_python(kreplay_record):
     cap = kreplay_record([sys.executable, os.path.join(APPS, "torch_app.py")], kernel="regex:sigmoid")
-    report = kreplay.play(cap.path, passes=4)
+    report = kreplay.play(cap.path, passes=4, verify=True)
     assert report["verify"]["matched"], report["verify"]
     written = [r for r in cap.regions if r.written]
     assert written and all(r.array(post=True).nbytes == r.size for r in written)
@@ -79,5 +79,5 @@ def test_a_redacted_capture_replays_deterministically(kreplay_record, tmp_path):
     cap = kreplay_record([KAPPS, "saxpy", "3"], kernel="saxpy")
     red = tmp_path / "red.krr"
     subprocess.run([os.environ["KREPLAY_BIN"], "pack", cap.path, "-o", str(red), "--redact", "--level", "3"], check=True)
-    r = kreplay.play(red, passes=4)
+    r = kreplay.play(red, passes=4, verify=True)
     assert r["verify"]["reference"] == "redacted" and r["verify"]["deterministic"] and r["verify"]["matched"]

@@ -370,6 +370,7 @@ INLINE_CASES = {
     "robust-stderr-full": (),
     "chunk-kernels": (),
     "python-package": ("counters",),
+    "python-cli-same-report": (),
     "mpi-2ranks": ("mpi",),
     "profile-2ranks": ("mpi",),
 }

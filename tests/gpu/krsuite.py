@@ -444,6 +444,40 @@ def python_package_checks(cpu: Optional[dict], gpu: Optional[dict]) -> list[str]
     return why
 
 
+# The figures of a play report measured in time: two replays never time alike, so they are
+# left out when two front ends' reports are compared (durations_ns is compared by its length,
+# the pass count).
+PLAY_TIMING_FIELDS = frozenset({"durations_ns", "min_ns", "median_ns", "max_ns", "restore_median_ns", "setup_ms"})
+
+
+def play_report_differences(a, b) -> list[str]:
+    """python-cli-same-report (issue 30): the fields, as dotted names, in which two
+    `play --json` reports differ (a field one of them lacks counts), timing figures left out
+    (PLAY_TIMING_FIELDS) but the number of durations kept."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return ["(not a JSON object)"]
+    why: list[str] = []
+
+    def walk(x, y, at):
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in sorted(set(x) | set(y)):
+                name = f"{at}.{k}" if at else k
+                if k not in x or k not in y:
+                    why.append(name)
+                elif not at and k == "durations_ns":
+                    if len(x[k] or []) != len(y[k] or []):
+                        why.append(f"{name} (count)")
+                elif not at and k in PLAY_TIMING_FIELDS:
+                    continue
+                else:
+                    walk(x[k], y[k], name)
+        elif x != y:
+            why.append(at)
+
+    walk(a, b, "")
+    return why
+
+
 def durations_agree(durations: list, within: float = 0.05) -> bool:
     if not durations:
         return False

@@ -217,6 +217,22 @@ def test_the_python_package_needs_every_gpu_test(tmp_path):
     assert S.junit_counts(tmp_path / "missing.xml") is None
 
 
+def test_two_play_reports_differ_only_outside_their_timing():
+    """python-cli-same-report: timing figures never count, every other field does, by name."""
+    a = {"kernel": "saxpy", "durations_ns": [5, 6, 7], "min_ns": 5, "median_ns": 6, "max_ns": 7,
+         "restore_median_ns": 1, "setup_ms": 3.5, "passes": 3, "address_mode": "original",
+         "verify": {"matched": True, "deterministic": True, "mismatched_bytes": 0}}
+    timed_otherwise = dict(a, durations_ns=[9, 9, 9], min_ns=9, median_ns=9, max_ns=9, restore_median_ns=2,
+                           setup_ms=8.0)
+    assert S.play_report_differences(a, timed_otherwise) == []
+    assert S.play_report_differences(a, dict(a, durations_ns=[5, 6])) == ["durations_ns (count)"]
+    assert S.play_report_differences(a, dict(a, verify=dict(a["verify"], matched=False))) == ["verify.matched"]
+    assert S.play_report_differences(a, dict(a, passes=8, kernel="k")) == ["kernel", "passes"]
+    assert S.play_report_differences(a, {k: v for k, v in a.items() if k != "setup_ms"}) == ["setup_ms"]
+    assert S.play_report_differences(dict(a, metrics={"x": 1.0}), a) == ["metrics"]
+    assert S.play_report_differences(a, None) == ["(not a JSON object)"]
+
+
 def test_other_pure_checks():
     import test_record_play as R
     import test_robust as B

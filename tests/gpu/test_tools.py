@@ -457,18 +457,25 @@ def test_chunk_kernels(bins, case, row):
     assert ok, text[-1500:]
 
 
-@C.inline("python-package")
-def test_python_package(bins, case, row, kr, app):
-    """The abi3 wheel from dist/python installed into a folder of its own; its CPU tests and
-    its GPU tests, each run with a JUnit report. Issue 39 item 9: every GPU test must pass,
-    none skipped, by the GPU tests' own count (was `>= 12 passed` over both, which four more
-    CPU tests would satisfy with every GPU test skipped)."""
+def install_wheel(bins, case) -> Path:
+    """The abi3 wheel from dist/python (and its dependencies' wheels) installed into a folder
+    of the case's own: what PYTHONPATH names to import kreplay."""
     whl = sorted(glob.glob(str(bins / "python" / "kreplay-*.whl")))
     assert whl, f"no wheel in {bins}/python (pip install maturin before scripts/dist.sh)"
     lib = case.path("pylib")
     inst = case.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", lib, whl[0]]
                     + sorted(glob.glob(str(bins / "python" / "deps" / "*.whl"))), name="install", timeout=600)
     assert inst.rc == 0, "the wheel did not install"
+    return lib
+
+
+@C.inline("python-package")
+def test_python_package(bins, case, row, kr, app):
+    """The abi3 wheel from dist/python installed into a folder of its own; its CPU tests and
+    its GPU tests, each run with a JUnit report. Issue 39 item 9: every GPU test must pass,
+    none skipped, by the GPU tests' own count (was `>= 12 passed` over both, which four more
+    CPU tests would satisfy with every GPU test skipped)."""
+    lib = install_wheel(bins, case)
     env = {"PYTHONPATH": str(lib), "KREPLAY_BIN": str(kr), "KREPLAY_KAPPS": app(["{kapps}"])[0],
            "KREPLAY_APPS": str(ROOT / "testdata" / "apps")}
     runs = {}
@@ -479,4 +486,35 @@ def test_python_package(bins, case, row, kr, app):
         runs[part] = S.junit_counts(x)
     why = S.python_package_checks(runs["tests"], runs["tests_gpu"])
     row.update(kernel=f"cpu {runs['tests']}, gpu {runs['tests_gpu']}"[:60], matched=not why, why="; ".join(why))
+    assert not why, "; ".join(why)
+
+
+PYTHON_PLAY = "import json, sys, kreplay; print(json.dumps(kreplay.play(sys.argv[1], passes=3, verify=True)))"
+
+
+@C.inline("python-cli-same-report")
+def test_python_cli_same_report(bins, case, row, kr, app):
+    """Issue 30: the CLI and Python run one play function. A saxpy capture replayed by
+    `kreplay play X --json --passes 3 --verify` and by `kreplay.play(X, passes=3,
+    verify=True)`: every field of the two reports the same but the timing figures
+    (S.PLAY_TIMING_FIELDS: two replays never time alike; the number of durations is
+    compared), and both matched."""
+    lib = install_wheel(bins, case)
+    x = case.capture(case.path("saxpy.krr"))
+    rec = case.run([kr, "record", "-q", "-k", "saxpy", "-o", x, "--"] + app(["{kapps}", "saxpy", "3"]), name="rec")
+    cli = case.run([kr, "play", x, "--json", "--passes", "3", "--verify"], name="play-cli")
+    py = case.run(["python3", "-c", PYTHON_PLAY, x], name="play-python", env={"PYTHONPATH": str(lib)},
+                  cwd=case.folder)
+    why = []
+    if rec.rc != 0:
+        why.append(f"record rc {rec.rc}")
+    a, b = S.load_json(cli.out_path), S.last_json_line(py.out)
+    if cli.rc != 0 or not _matched(cli.out_path):
+        why.append(f"kreplay play rc {cli.rc}, not matched")
+    if py.rc != 0 or not ((b or {}).get("verify") or {}).get("matched"):
+        why.append(f"kreplay.play rc {py.rc}, not matched")
+    differ = S.play_report_differences(a, b)
+    if differ:
+        why.append("the reports differ in " + ", ".join(differ))
+    row.update(kernel="saxpy: play --json vs kreplay.play", matched=not why, why="; ".join(why))
     assert not why, "; ".join(why)

@@ -1,7 +1,5 @@
-//! The logic behind the `kreplay` command that other front ends share (the Python package):
-//! the description of a capture (`info`) and the replay report (`play --json`).
+//! The logic behind the `kreplay` command that is not printing: the `profile` report's forms.
+//! What other front ends share (the description of a capture, the replay and its report)
+//! lives in the player crate.
 
-pub mod describe;
-pub mod params;
 pub mod profile;
-pub mod report;

@@ -7,7 +7,7 @@ mod compare;
 mod output;
 use kreplay_protocol::progress;
 
-use kreplay::describe;
+use kreplay_player::describe;
 
 use std::process::ExitCode;
 

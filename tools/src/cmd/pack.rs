@@ -37,7 +37,7 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
     // element type of the memory it points to).
     let param_types = parsed
         .as_ref()
-        .map(|c| kreplay::params::param_types(&c.dispatch))
+        .map(|c| kreplay_player::params::param_types(&c.dispatch))
         .unwrap_or_default();
     drop(parsed);
     let opts = PackOptions {

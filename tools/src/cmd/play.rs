@@ -1,19 +1,19 @@
 //! `kreplay play`.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use kreplay_format::Capture;
 use kreplay_player::{
-    CacheState, CodeChoice, MetricRequest, MetricsReport, OpenOptions, Placement, PlayReport,
-    RunOptions, Session, Verification,
+    CacheState, CodeChoice, MetricsReport, PlayFailure, PlayObserver, PlayOptions, PlayOutcome,
+    PlayReport, SaveOutput,
 };
 
 use crate::cli::{CacheMode, PlayArgs};
 use crate::describe::{bytes, demangle, duration};
 use crate::out;
-use kreplay::report::PlayJson;
 
 pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     if a.list_metrics {
@@ -28,94 +28,97 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     }
     let file = super::open(path)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
-    // A salvaged capture that lost what the dispatch needs is refused before any GPU work.
-    let blockers = kreplay_format::replay_blockers(&cap);
-    if !blockers.is_empty() {
-        anyhow::bail!(
-            "{} cannot be replayed: {}",
-            path.display(),
-            blockers.join("; ")
-        );
+    let options = options(&a)?;
+    let outcome = {
+        // Device printf of the replayed kernel goes to stderr while stdout carries JSON or CSV.
+        let _device_output = crate::output::StdoutToStderr::new(a.json || a.csv);
+        let mut observer = Terminal {
+            memory: cap.regions.iter().map(|r| r.size).sum(),
+            loading: None,
+            quiet: a.quiet,
+        };
+        // Each chunk's file pages are dropped once uploaded (and once verified): a capture
+        // larger than host memory replays in bounded memory.
+        let release = |start: u64, end: u64| file.release(start, end);
+        kreplay_player::play(&cap, &options, &release, &mut observer)
+            .map_err(|e| cli_error(e, path, &options))?
+    };
+    print_outcome(&a, &outcome)?;
+    if outcome.verification_failed() {
+        return Ok(ExitCode::from(1));
     }
-    // The tool's initialiser runs before any GPU work: a bad library costs nothing.
-    let mut tool = match &a.tool {
-        Some(t) => Some(kreplay_player::CTool::load(t)?),
-        None => None,
-    };
-    // Metric names are checked before anything is uploaded or launched.
-    let request = if a.metrics.is_empty() {
-        None
-    } else {
-        let device = kreplay_cuda::Device::open(a.device).context("cannot collect counters")?;
-        Some(MetricRequest::new(&device, &a.metrics).context("cannot collect counters")?)
-    };
-    let (open, run) = options(&a)?;
-    // Device printf of the replayed kernel goes to stderr while stdout carries JSON or CSV.
-    let device_output = crate::output::StdoutToStderr::new(a.json || a.csv);
-    let memory: u64 = cap.regions.iter().map(|r| r.size).sum();
-    let loading = crate::progress::Progress::bytes("loading", memory);
-    // Each chunk's file pages are dropped once uploaded (and once verified): a capture larger
-    // than host memory replays in bounded memory.
-    let release = |start: u64, end: u64| file.release(start, end);
-    let mut session = Session::open_with_progress(
-        &cap,
-        &open,
-        &mut |done, total| loading.set("loading", done, total),
-        &release,
-    )
-    .with_context(|| format!("cannot replay {}", path.display()))?;
-    drop(loading);
-    // The recorder could not capture the device heap the kernel reads: say so before the
-    // replay (it will likely fault) and with its error.
-    let heap = cap
-        .annotations
-        .iter()
-        .find(|a| a.key == kreplay_format::DEVICE_HEAP_ANNOTATION)
-        .map(|a| crate::output::printable(&a.value).into_owned());
-    if let (Some(n), false) = (&heap, a.quiet) {
-        crate::warn!("kreplay: warning: {n}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The replay's progress and warnings on stderr.
+struct Terminal {
+    /// The capture's memory bytes: whether loading is worth a bar.
+    memory: u64,
+    loading: Option<crate::progress::Progress>,
+    quiet: bool,
+}
+
+impl PlayObserver for Terminal {
+    fn loading(&mut self, done: u64, total: u64) {
+        let memory = self.memory;
+        self.loading
+            .get_or_insert_with(|| crate::progress::Progress::bytes("loading", memory))
+            .set("loading", done, total);
     }
-    let ran = match (&mut tool, &a.tool) {
-        (Some(t), Some(p)) => session.run_with_tool(&run, t, &p.display().to_string()),
-        _ => session.run(&run),
-    };
-    let r = ran.with_context(|| match &heap {
-        Some(n) => format!("replay failed (the kernel reads the device heap, not captured: {n})"),
-        None => "replay failed".to_string(),
-    })?;
-    let saved = match &a.save_output {
-        Some(p) => Some(
-            session
-                .save_output(p, a.force)
-                .with_context(|| format!("cannot save the replay's output to {}", p.display()))?,
+
+    fn loaded(&mut self) {
+        self.loading = None;
+    }
+
+    fn warning(&mut self, text: &str) {
+        if !self.quiet {
+            crate::warn!("kreplay: warning: {}", crate::output::printable(text));
+        }
+    }
+}
+
+/// A failed replay, worded with the capture's path and the --save-output file.
+fn cli_error(e: PlayFailure, path: &Path, options: &PlayOptions) -> anyhow::Error {
+    let (what, cause) = match e {
+        PlayFailure::Blocked(why) => {
+            return anyhow::anyhow!("{} cannot be replayed: {}", path.display(), why.join("; "))
+        }
+        PlayFailure::Tool(t) => return anyhow::Error::new(t),
+        PlayFailure::Counters(c) => ("cannot collect counters".to_string(), c),
+        PlayFailure::Open(c) => (format!("cannot replay {}", path.display()), c),
+        PlayFailure::Run {
+            source,
+            heap_note: Some(n),
+        } => (
+            format!(
+                "replay failed (the kernel reads the device heap, not captured: {})",
+                crate::output::printable(&n)
+            ),
+            source,
         ),
-        None => None,
+        PlayFailure::Run {
+            source,
+            heap_note: None,
+        } => ("replay failed".to_string(), source),
+        PlayFailure::Save(c) => {
+            let file = options.save_output.as_ref().map(|s| s.path.display());
+            let to = file.map_or(String::new(), |f| format!(" to {f}"));
+            (format!("cannot save the replay's output{to}"), c)
+        }
+        PlayFailure::Metrics(c) => ("counter collection failed".to_string(), c),
     };
-    let metrics = match &request {
-        Some(req) => Some(
-            session
-                .collect_metrics(
-                    req,
-                    match a.cache {
-                        Some(CacheMode::Keep) => CacheState::Keep,
-                        _ => CacheState::Flush,
-                    },
-                )
-                .context("counter collection failed")?,
-        ),
-        None => None,
-    };
-    drop(session);
-    drop(request);
-    drop(device_output);
+    anyhow::Error::new(cause).context(what)
+}
+
+/// The report on stdout: JSON, CSV, or text with the counters and the saved output.
+fn print_outcome(a: &PlayArgs, o: &PlayOutcome) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {
-        let j = PlayJson::new(&r, metrics.as_ref(), saved.as_ref());
-        serde_json::to_writer(&mut w, &j)?;
+        serde_json::to_writer(&mut w, &o.json())?;
         out!(w);
     } else if a.csv {
-        let j = serde_json::to_value(PlayJson::new(&r, metrics.as_ref(), saved.as_ref()))?;
+        let j = serde_json::to_value(o.json())?;
         let cols = crate::output::flatten_json(&j);
         crate::output::write_csv(
             &mut w,
@@ -125,15 +128,18 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
             ],
         )?;
     } else if !a.quiet {
-        print_text(&mut w, &r)?;
+        print_text(&mut w, &o.report)?;
     }
-    if let (Some(t), false) = (&r.tool, a.json || a.csv || a.quiet) {
+    if a.json || a.csv || a.quiet {
+        return Ok(());
+    }
+    if let Some(t) = &o.report.tool {
         print_tool(&mut w, t)?;
     }
-    if let (Some(m), false) = (&metrics, a.json || a.csv || a.quiet) {
+    if let Some(m) = &o.metrics {
         print_metrics(&mut w, m)?;
     }
-    if let (Some(s), false) = (&saved, a.json || a.csv || a.quiet) {
+    if let Some(s) = &o.saved {
         out!(
             w,
             "saved     the replay's output to {} ({} differ from the input); compare with kreplay diff",
@@ -141,16 +147,11 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
             crate::describe::bytes(s.changed_bytes)
         );
     }
-    let v = &r.verify;
-    // A non-deterministic kernel is reported as such, not as wrong.
-    if v.checked && !v.matched && v.deterministic {
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-/// The choices of the command line, as the player's option types.
-fn options(a: &PlayArgs) -> anyhow::Result<(OpenOptions, RunOptions)> {
+/// The choices of the command line, as the player's options.
+fn options(a: &PlayArgs) -> anyhow::Result<PlayOptions> {
     let code = match (&a.module, a.ptx) {
         (Some(p), _) => CodeChoice::Variant(
             std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
@@ -158,29 +159,24 @@ fn options(a: &PlayArgs) -> anyhow::Result<(OpenOptions, RunOptions)> {
         (None, true) => CodeChoice::Ptx,
         (None, false) => CodeChoice::Captured,
     };
-    let open = OpenOptions {
-        device: a.device,
-        code,
-        placement: if a.relocate {
-            Placement::Relocate
-        } else {
-            Placement::Original
-        },
-    };
-    let run = RunOptions {
+    Ok(PlayOptions {
         passes: a.passes,
         warmup: a.warmup,
-        cache: match a.cache {
-            Some(CacheMode::Flush) => CacheState::Flush,
-            _ => CacheState::Keep,
-        },
-        verification: if a.verify {
-            Verification::Check
-        } else {
-            Verification::Off
-        },
-    };
-    Ok((open, run))
+        verify: a.verify,
+        device: a.device,
+        code,
+        relocate: a.relocate,
+        cache: a.cache.map(|c| match c {
+            CacheMode::Flush => CacheState::Flush,
+            CacheMode::Keep => CacheState::Keep,
+        }),
+        metrics: a.metrics.clone(),
+        save_output: a.save_output.as_ref().map(|p| SaveOutput {
+            path: p.clone(),
+            replace: a.force,
+        }),
+        tool: a.tool.clone(),
+    })
 }
 
 /// The human-readable report.
@@ -405,7 +401,120 @@ fn list_metrics(a: &PlayArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::format_value;
+    use super::{format_value, options};
+    use clap::Parser;
+    use kreplay_player::{CacheState, CodeChoice, PlayOptions, SaveOutput};
+
+    fn play_args(argv: &[&str]) -> crate::cli::PlayArgs {
+        let argv = ["kreplay", "play"].iter().chain(argv);
+        match crate::cli::Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(crate::cli::Command::Play(a)) => a,
+            Ok(_) => panic!("not parsed as play"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Python's `kreplay.play` keywords are checked against the same defaults.
+    #[test]
+    fn the_flags_defaults_are_the_players() {
+        let parsed = options(&play_args(&["x.krr"])).expect("options");
+        assert_eq!(parsed, PlayOptions::default());
+    }
+
+    #[test]
+    fn each_flag_reaches_the_players_options() {
+        let a = play_args(&[
+            "x.krr",
+            "--passes",
+            "3",
+            "--warmup",
+            "2",
+            "--verify",
+            "--device",
+            "1",
+            "--relocate",
+            "--ptx",
+            "--cache",
+            "keep",
+            "--metrics",
+            "a.sum,b.avg",
+            "--save-output",
+            "out.krr",
+            "--force",
+        ]);
+        let want = PlayOptions {
+            passes: 3,
+            warmup: 2,
+            verify: true,
+            device: 1,
+            code: CodeChoice::Ptx,
+            relocate: true,
+            cache: Some(CacheState::Keep),
+            metrics: vec!["a.sum".into(), "b.avg".into()],
+            save_output: Some(SaveOutput {
+                path: "out.krr".into(),
+                replace: true,
+            }),
+            tool: None,
+        };
+        assert_eq!(options(&a).expect("options"), want);
+        let flush = options(&play_args(&["x.krr", "--cache", "flush"])).expect("options");
+        assert_eq!(flush.cache, Some(CacheState::Flush));
+        let tool = options(&play_args(&["x.krr", "--tool", "t.so"])).expect("options");
+        assert_eq!(tool.tool, Some("t.so".into()));
+    }
+
+    #[test]
+    fn failures_are_worded_with_the_capture_and_their_cause() {
+        use kreplay_player::{PlayError, PlayFailure};
+        let path = std::path::Path::new("x.krr");
+        let o = PlayOptions::default();
+        let cause = || PlayError::RelocationRefused { why: "w".into() };
+        let text = |e| crate::output::error_text(&super::cli_error(e, path, &o));
+        assert_eq!(
+            text(PlayFailure::Blocked(vec!["a".into(), "b".into()])),
+            "x.krr cannot be replayed: a; b"
+        );
+        let open = text(PlayFailure::Open(cause()));
+        assert!(
+            open.starts_with("cannot replay x.krr: --relocate"),
+            "{open}"
+        );
+        let heap = text(PlayFailure::Run {
+            source: cause(),
+            heap_note: Some("malloc\x1b".into()),
+        });
+        assert!(
+            heap.starts_with(
+                "replay failed (the kernel reads the device heap, not captured: malloc"
+            ),
+            "{heap}"
+        );
+        assert!(
+            !heap.contains('\x1b'),
+            "control characters stay inert: {heap:?}"
+        );
+        let saving = PlayOptions {
+            save_output: Some(SaveOutput {
+                path: "out.krr".into(),
+                replace: false,
+            }),
+            ..PlayOptions::default()
+        };
+        let save =
+            crate::output::error_text(&super::cli_error(PlayFailure::Save(cause()), path, &saving));
+        assert!(
+            save.starts_with("cannot save the replay's output to out.krr: "),
+            "{save}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_module_is_an_error_that_names_it() {
+        let e = options(&play_args(&["x.krr", "--module", "/nonexistent/v.cubin"]))
+            .expect_err("read a missing module");
+        assert!(e.to_string().contains("/nonexistent/v.cubin"), "{e}");
+    }
 
     #[test]
     fn values_print_like_a_profiler() {

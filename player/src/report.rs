@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kreplay_player::{MetricsReport, PlayReport};
+use crate::{CacheState, MetricsReport, PlayReport, SavedOutput};
 use serde::Serialize;
 
 /// `--json` output: the replay report (with `tool`: `path`, `passes`, `stopped_by_tool`,
@@ -20,20 +20,20 @@ pub struct PlayJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     metric_passes: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    metric_cache: Option<kreplay_player::CacheState>,
+    metric_cache: Option<CacheState>,
     /// Which CUPTI collected the counters: `path`, `api_version`, `nvperf`.
     #[serde(skip_serializing_if = "Option::is_none")]
     metric_cupti: Option<&'a kreplay_cuda::cupti::CuptiInfo>,
     /// `--save-output`: the file and how many bytes the replay left different from the input.
     #[serde(skip_serializing_if = "Option::is_none")]
-    saved_output: Option<&'a kreplay_player::SavedOutput>,
+    saved_output: Option<&'a SavedOutput>,
 }
 
 impl<'a> PlayJson<'a> {
     pub fn new(
         play: &'a PlayReport,
         m: Option<&'a MetricsReport>,
-        saved_output: Option<&'a kreplay_player::SavedOutput>,
+        saved_output: Option<&'a SavedOutput>,
     ) -> Self {
         PlayJson {
             play,
