@@ -29,8 +29,8 @@ pub fn device_count() -> CuResult<i32> {
 
 pub fn driver_version() -> CuResult<u32> {
     let mut v = 0;
-    // SAFETY: writes one int.
     check(
+        // SAFETY: writes one int.
         unsafe { sys::cuDriverGetVersion(&mut v) },
         "cuDriverGetVersion",
     )?;
@@ -66,8 +66,8 @@ pub struct Device {
 
 fn attribute(dev: sys::CUdevice, attr: sys::CUdevice_attribute) -> CuResult<i32> {
     let mut v = 0;
-    // SAFETY: writes one int for a device handle the driver gave.
     check(
+        // SAFETY: writes one int for a device handle the driver gave.
         unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) },
         "cuDeviceGetAttribute",
     )?;
@@ -111,14 +111,14 @@ impl Device {
     fn resolve(ordinal: i32) -> CuResult<Device> {
         use sys::CUdevice_attribute::*;
         let mut dev = 0;
-        // SAFETY: writes one device handle.
         check(
+            // SAFETY: writes one device handle.
             unsafe { sys::cuDeviceGet(&mut dev, ordinal) },
             "cuDeviceGet",
         )?;
         let mut name = [0 as std::ffi::c_char; 256];
-        // SAFETY: the buffer holds 256 bytes and the driver NUL-terminates within that length.
         check(
+            // SAFETY: the buffer holds 256 bytes and the driver NUL-terminates within that length.
             unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev) },
             "cuDeviceGetName",
         )?;
@@ -127,14 +127,14 @@ impl Device {
             .to_string_lossy()
             .into_owned();
         let mut uuid = sys::CUuuid { bytes: [0; 16] };
-        // SAFETY: writes one CUuuid.
         check(
+            // SAFETY: writes one CUuuid.
             unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, dev) },
             "cuDeviceGetUuid",
         )?;
         let mut total = 0usize;
-        // SAFETY: writes one size_t.
         check(
+            // SAFETY: writes one size_t.
             unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) },
             "cuDeviceTotalMem",
         )?;
@@ -168,8 +168,8 @@ impl Device {
 pub fn memory_info() -> CuResult<(u64, u64)> {
     let mut free = 0usize;
     let mut total = 0usize;
-    // SAFETY: writes two size_t.
     check(
+        // SAFETY: writes two size_t.
         unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
         "cuMemGetInfo",
     )?;
