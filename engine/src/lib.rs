@@ -13,6 +13,7 @@ pub mod plan;
 pub mod relocate;
 pub mod repro;
 pub mod restore;
+pub mod texture_desc;
 pub mod tool;
 pub mod verify;
 
