@@ -34,7 +34,7 @@ pub unsafe fn decode(id: u32, params: *const c_void) -> Option<Change> {
     if params.is_null() {
         return None;
     }
-    // SAFETY (every arm): CUPTI passes the parameter struct matching the callback id; output
+    // SAFETY: in every arm, CUPTI passes the parameter struct matching the callback id; output
     // pointers point at values the driver has written when the call succeeded.
     unsafe {
         let out = |p: *mut u64| if p.is_null() { None } else { Some(*p) };
@@ -126,7 +126,7 @@ pub unsafe fn entering(id: u32, params: *const c_void) -> Option<Entering> {
     if params.is_null() {
         return None;
     }
-    // SAFETY (every arm): CUPTI passes the parameter struct matching the callback id; only its
+    // SAFETY: in every arm, CUPTI passes the parameter struct matching the callback id; only its
     // input fields are read.
     unsafe {
         match id {

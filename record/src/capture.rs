@@ -161,7 +161,10 @@ pub(crate) fn device_copy(addr: u64, size: u64, stream: &Stream) -> Option<Devic
         return None;
     }
     let buf = DeviceBuffer::new(size as usize).ok()?;
-    copy_dtod_async(buf.ptr(), addr, size as usize, stream).ok()?;
+    // SAFETY: the destination is `buf`, `size` bytes of ours; the source is a region the walk
+    // found: the application's allocation as the driver reports it, read with the context
+    // synchronised (no Rust value of kreplay's lives there).
+    unsafe { copy_dtod_async(buf.ptr(), addr, size as usize, stream) }.ok()?;
     Some(buf)
 }
 
@@ -189,7 +192,13 @@ fn post_on_device(
 ) -> Result<(PostScratch, Option<Vec<bool>>), RecordError> {
     let (size, cs) = (region.size, region.chunk_size);
     let no_scratch = |n: u64| RecordError::NoPostScratch(n);
-    if let Ok(flags) = with_chunk_kernels(|k| k.scan(pre.ptr(), Some(addr), size, cs, stream)) {
+    let scanned = with_chunk_kernels(|k| {
+        // SAFETY: `pre` is our scratch copy of the region (`size` bytes); `addr` is the region
+        // itself, the application's allocation, read after the dispatch with the context
+        // synchronised.
+        unsafe { k.scan(pre.ptr(), Some(addr), size, cs, stream) }
+    });
+    if let Ok(flags) = scanned {
         let (runs, total) = pack_changed(&flags.changed, cs, size);
         let buf = if total > 0 {
             if !scratch_allowed(total) {
@@ -197,8 +206,12 @@ fn post_on_device(
             }
             let buf = DeviceBuffer::new(total as usize).map_err(|_| no_scratch(total))?;
             for r in &runs {
-                copy_dtod_async(buf.ptr() + r.at, addr + r.offset, r.len as usize, stream)
-                    .map_err(RecordError::cuda("copying the changed chunks"))?;
+                // SAFETY: the run lies in the region (`pack_changed` clips runs to `size`) and
+                // in `buf` (sized to the runs' total); the region is read as for the scan.
+                unsafe {
+                    copy_dtod_async(buf.ptr() + r.at, addr + r.offset, r.len as usize, stream)
+                }
+                .map_err(RecordError::cuda("copying the changed chunks"))?;
             }
             Some(buf)
         } else {
@@ -214,7 +227,9 @@ fn post_on_device(
     stream
         .synchronize()
         .map_err(RecordError::cuda("waiting for the post-dispatch copy"))?;
-    match with_chunk_kernels(|k| k.scan(pre.ptr(), Some(whole.ptr()), size, cs, stream)) {
+    // SAFETY: both are our own scratch buffers of `size` bytes.
+    match with_chunk_kernels(|k| unsafe { k.scan(pre.ptr(), Some(whole.ptr()), size, cs, stream) })
+    {
         Ok(flags) => {
             // The runs stay where they are in the whole copy.
             let (runs, _) = pack_changed(&flags.changed, cs, size);
@@ -341,7 +356,7 @@ fn read_array(array: &ForeignArray, image: &ArrayImage, size: u64) -> Result<Vec
     let n = usize::try_from(size).map_err(|_| RecordError::RegionTooLarge(size))?;
     let mut v = vec![0u8; n];
     array
-        .read(image, &mut v)
+        .read(&kreplay_engine::texture_desc::array_desc(image), &mut v)
         .map_err(|source| RecordError::Read {
             addr: 0,
             size,
@@ -353,7 +368,14 @@ fn read_array(array: &ForeignArray, image: &ArrayImage, size: u64) -> Result<Vec
 pub(crate) fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> {
     let n = usize::try_from(size).map_err(|_| RecordError::RegionTooLarge(size))?;
     let mut v = vec![0u8; n];
-    copy_dtoh(&mut v, addr).map_err(|source| RecordError::Read { addr, size, source })?;
+    // SAFETY: callers pass a region the walk found (the application's allocation as the driver
+    // reports it) or our own scratch, read with the context synchronised; no Rust value of
+    // kreplay's lives in the application's memory.
+    unsafe { copy_dtoh(&mut v, addr) }.map_err(|source| RecordError::Read {
+        addr,
+        size,
+        source,
+    })?;
     Ok(v)
 }
 
@@ -419,7 +441,9 @@ impl AddressSpace for DeviceSpace<'_> {
         };
         let view = &mut st.as_mut_slice()[..n];
         crate::trace::trace("region to read for the pointer scan");
-        copy_dtoh(view, base).map_err(|e| fail(e.to_string()))?;
+        // SAFETY: the walk reads an allocation the driver reported (`base`, `size`), with the
+        // context synchronised; no Rust value of kreplay's lives there.
+        unsafe { copy_dtoh(view, base) }.map_err(|e| fail(e.to_string()))?;
         crate::trace::trace("region read (the scan follows)");
         Ok(view)
     }
