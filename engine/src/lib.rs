@@ -3,6 +3,8 @@
 //! the player (a capture made live in a fresh process) and the in-process replay service: the
 //! pass loop (`passes`), restore (`restore`), counters (`counters`), verification (`verify`).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod arrays;
 pub mod attributes;
 pub mod counters;

@@ -3,6 +3,8 @@
 //! at the captured addresses or moved, module loaded, globals restored) and runs the engine's
 //! pass loop and counters.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod save;
 mod session;
 
