@@ -53,7 +53,7 @@ impl ContextHandle {
     /// The calling thread's current context.
     pub fn current() -> CuResult<ContextHandle> {
         let mut c = ptr::null_mut();
-        // SAFETY: writes one context handle.
+        // SAFETY: the only pointer is to a local handle, the one value the driver writes.
         check(unsafe { sys::cuCtxGetCurrent(&mut c) }, "cuCtxGetCurrent")?;
         Ok(ContextHandle(c))
     }

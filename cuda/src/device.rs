@@ -22,7 +22,7 @@ pub fn ensure_driver() -> Result<(), DriverUnavailable> {
 
 pub fn device_count() -> CuResult<i32> {
     let mut n = 0;
-    // SAFETY: writes one int.
+    // SAFETY: the only pointer is to a local int, the one value the driver writes.
     check(unsafe { sys::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount")?;
     Ok(n)
 }
@@ -30,7 +30,7 @@ pub fn device_count() -> CuResult<i32> {
 pub fn driver_version() -> CuResult<u32> {
     let mut v = 0;
     check(
-        // SAFETY: writes one int.
+        // SAFETY: the only pointer is to a local int, the one value the driver writes.
         unsafe { sys::cuDriverGetVersion(&mut v) },
         "cuDriverGetVersion",
     )?;
@@ -67,7 +67,7 @@ pub struct Device {
 fn attribute(dev: sys::CUdevice, attr: sys::CUdevice_attribute) -> CuResult<i32> {
     let mut v = 0;
     check(
-        // SAFETY: writes one int for a device handle the driver gave.
+        // SAFETY: the only pointer is to a local int; `dev` came from `cuDeviceGet`.
         unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) },
         "cuDeviceGetAttribute",
     )?;
@@ -91,14 +91,14 @@ impl Device {
     /// The device of the calling thread's current context (the driver is initialised).
     pub fn current() -> CuResult<Device> {
         let mut d = 0;
-        // SAFETY: writes one device handle.
+        // SAFETY: the only pointer is to a local `CUdevice`, the one value the driver writes.
         check(unsafe { sys::cuCtxGetDevice(&mut d) }, "cuCtxGetDevice")?;
         let mut ordinal = 0;
         // The handle and the ordinal coincide on every driver so far, but only the ordinal is
         // documented: ask for it.
         for i in 0..device_count()? {
             let mut h = 0;
-            // SAFETY: writes one device handle.
+            // SAFETY: the only pointer is to a local `CUdevice`, the one value the driver writes.
             check(unsafe { sys::cuDeviceGet(&mut h, i) }, "cuDeviceGet")?;
             if h == d {
                 ordinal = i;
@@ -112,7 +112,7 @@ impl Device {
         use sys::CUdevice_attribute::*;
         let mut dev = 0;
         check(
-            // SAFETY: writes one device handle.
+            // SAFETY: the only pointer is to a local `CUdevice`, the one value the driver writes.
             unsafe { sys::cuDeviceGet(&mut dev, ordinal) },
             "cuDeviceGet",
         )?;
@@ -128,13 +128,14 @@ impl Device {
             .into_owned();
         let mut uuid = sys::CUuuid { bytes: [0; 16] };
         check(
-            // SAFETY: writes one CUuuid.
+            // SAFETY: the only pointer is to a local `CUuuid` of the size the driver writes.
             unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, dev) },
             "cuDeviceGetUuid",
         )?;
         let mut total = 0usize;
         check(
-            // SAFETY: writes one size_t.
+            // SAFETY: the only pointer is to a local `usize` (size_t), the one value the
+            // driver writes.
             unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) },
             "cuDeviceTotalMem",
         )?;
@@ -169,7 +170,7 @@ pub fn memory_info() -> CuResult<(u64, u64)> {
     let mut free = 0usize;
     let mut total = 0usize;
     check(
-        // SAFETY: writes two size_t.
+        // SAFETY: both pointers are to local `usize`s (size_t), the values the driver writes.
         unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
         "cuMemGetInfo",
     )?;

@@ -63,7 +63,7 @@ impl HeapWindow {
 fn heap_limit() -> CuResult<usize> {
     let mut v = 0usize;
     check(
-        // SAFETY: writes one size_t.
+        // SAFETY: the only pointer is to a local `usize` (size_t), the one value the driver writes.
         unsafe { sys::cuCtxGetLimit(&mut v, sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE) },
         "cuCtxGetLimit",
     )?;

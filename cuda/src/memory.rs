@@ -32,7 +32,8 @@ impl DeviceBuffer {
     pub fn new(len: usize) -> CuResult<DeviceBuffer> {
         let mut p = 0;
         check(
-            // SAFETY: writes one device pointer.
+            // SAFETY: the only pointer is to a local u64 (CUdeviceptr); the allocation it names
+            // is owned by the returned buffer.
             unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) },
             "cuMemAlloc",
         )?;
