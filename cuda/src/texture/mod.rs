@@ -179,8 +179,10 @@ impl ObjectQuery {
         // SAFETY: zero-initialised, then written by the driver; every field is an integer.
         let rd = unsafe { rd.assume_init() };
         let resource = match rd.res_type {
-            RES_ARRAY => ForeignResource::Array(ForeignArray::Plain(rd.res[0])),
-            RES_MIPMAPPED => ForeignResource::Array(ForeignArray::Mipmapped(rd.res[0])),
+            RES_ARRAY => ForeignResource::Array(ForeignArray::Plain(ArrayHandle(rd.res[0]))),
+            RES_MIPMAPPED => {
+                ForeignResource::Array(ForeignArray::Mipmapped(ArrayHandle(rd.res[0])))
+            }
             t => ForeignResource::Memory(memory_resource(t, &rd.res)?),
         };
         let (sampling, view) = if tex {
@@ -249,12 +251,18 @@ fn view_desc(handle: u64) -> Option<View> {
 }
 
 /// An application's CUDA array or mipmapped array (not owned: the handle is the
-/// application's, valid while it keeps the array).
+/// application's, valid while it keeps the array). Only `ObjectQuery::of` makes one, from what
+/// the driver said a live object views: the handle is private, so no other number reaches the
+/// driver as an array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ForeignArray {
-    Plain(u64),
-    Mipmapped(u64),
+    Plain(ArrayHandle),
+    Mipmapped(ArrayHandle),
 }
+
+/// The driver's handle of an application's array (see `ForeignArray`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ArrayHandle(u64);
 
 // SAFETY: array handles are opaque tokens the driver accepts from any thread.
 unsafe impl Send for ForeignArray {}
@@ -286,9 +294,9 @@ impl ForeignArray {
     /// The array's level arrays (one for a plain array).
     fn levels(&self) -> Vec<sys::CUarray> {
         match *self {
-            ForeignArray::Plain(a) => vec![a as sys::CUarray],
+            ForeignArray::Plain(a) => vec![a.0 as sys::CUarray],
             ForeignArray::Mipmapped(m) => (0..MAX_MIP_LEVELS)
-                .map_while(|l| mip_level(m as sys::CUmipmappedArray, l))
+                .map_while(|l| mip_level(m.0 as sys::CUmipmappedArray, l))
                 .collect(),
         }
     }
