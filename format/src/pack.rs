@@ -37,13 +37,13 @@ use std::io::{Seek, Write};
 use crate::error::{FormatError, Result};
 use crate::events::{
     Annotation, CaptureInfo, DeviceInfo, Dispatch, GraphOrigin, LaunchAttribute, MemoryKind,
-    PointerSlots, Redaction, Reference, Region, RegionRole, TextureResource, REFERENCE_ANNOTATION,
+    Redaction, Reference, Region, RegionRole, TextureResource, REFERENCE_ANNOTATION,
 };
 use crate::layout::MemoryState;
 use crate::observe::{Observer, Phase};
 use crate::reader::Capture;
 use crate::units::bytes;
-use crate::writer::{CaptureWriter, WriterOptions};
+use crate::writer::{CaptureHead, CaptureTail, CaptureWriter, WriterOptions};
 
 /// What `pack` changes.
 #[derive(Debug, Clone)]
@@ -732,6 +732,42 @@ pub fn pack_observed<W: Write + Seek>(
         );
     }
 
+    pack_regions(&mut w, cap, &opts, &keep, &mut log, &mut report, observer)?;
+    pack_post(&mut w, cap, drop_post, &mut report, observer)?;
+    let redaction = if opts.redact {
+        list_tail(&mut log, cap, report.dropped_post_bytes);
+        Some(&log)
+    } else {
+        cap.redaction.as_ref()
+    };
+    write_tail_parts(&mut w, cap, graph.as_ref(), redaction)?;
+    // Its zero post chunks were copied as they are: they still stand for lost output.
+    if let Some(s) = &cap.salvage {
+        w.salvage_record(s)?;
+    }
+    let reference = reference_after(opts.redact, drop_post, cap.reference());
+    // A partial reference is the salvage record's to say (written above).
+    if !matches!(reference, Reference::Recorded | Reference::Partial) {
+        w.annotation(&Annotation {
+            key: REFERENCE_ANNOTATION.into(),
+            value: reference.name().into(),
+        })?;
+    }
+    report.reference = Some(reference);
+    report.redaction = redaction.cloned();
+    Ok((w.finish()?, report))
+}
+
+/// Each region and its pre-state chunks, a window at a time, redacted when asked.
+fn pack_regions<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    opts: &PackOptions,
+    keep: &[(u32, u64)],
+    log: &mut Redaction,
+    report: &mut PackReport,
+    observer: &mut dyn Observer,
+) -> Result<()> {
     let total: u64 = cap.regions.iter().map(|r| r.size).sum();
     let mut done = 0u64;
     let mut buf = Vec::new();
@@ -789,7 +825,7 @@ pub fn pack_observed<W: Write + Seek>(
         report.kept_bytes += kept_here;
         if opts.redact {
             list_region(
-                &mut log,
+                log,
                 r,
                 whole,
                 &segments,
@@ -797,8 +833,19 @@ pub fn pack_observed<W: Write + Seek>(
             );
         }
     }
-    // Post chunks: the recorded output, or (no reference) zeros that mark the write set and
-    // cost nothing.
+    Ok(())
+}
+
+/// Post chunks: the recorded output, or (no reference) zeros that mark the write set and
+/// cost nothing.
+fn pack_post<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    drop_post: bool,
+    report: &mut PackReport,
+    observer: &mut dyn Observer,
+) -> Result<()> {
+    let mut buf = Vec::new();
     for r in &cap.regions {
         for c in cap.chunks(r.region_id, MemoryState::Post) {
             buf.resize(c.raw_len as usize, 0);
@@ -812,28 +859,7 @@ pub fn pack_observed<W: Write + Seek>(
             w.memory(r.region_id, MemoryState::Post, c.offset, &buf)?;
         }
     }
-    let redaction = if opts.redact {
-        list_tail(&mut log, cap, report.dropped_post_bytes);
-        Some(&log)
-    } else {
-        cap.redaction.as_ref()
-    };
-    write_tail_parts(&mut w, cap, graph.as_ref(), redaction)?;
-    // Its zero post chunks were copied as they are: they still stand for lost output.
-    if let Some(s) = &cap.salvage {
-        w.salvage_record(s)?;
-    }
-    let reference = reference_after(opts.redact, drop_post, cap.reference());
-    // A partial reference is the salvage record's to say (written above).
-    if !matches!(reference, Reference::Recorded | Reference::Partial) {
-        w.annotation(&Annotation {
-            key: REFERENCE_ANNOTATION.into(),
-            value: reference.name().into(),
-        })?;
-    }
-    report.reference = Some(reference);
-    report.redaction = redaction.cloned();
-    Ok((w.finish()?, report))
+    Ok(())
 }
 
 /// The head of a redacted capture: capture info, device and dispatch with the application's
@@ -992,16 +1018,12 @@ fn write_head_parts<W: Write + Seek>(
     cap: &Capture<'_>,
     dispatch: &Dispatch,
 ) -> Result<()> {
-    if let Some(i) = info {
-        w.capture_info(i)?;
-    }
-    if let Some(d) = device {
-        w.device(d)?;
-    }
-    for m in &cap.modules {
-        w.module(m)?;
-    }
-    w.dispatch(dispatch)
+    w.head(&CaptureHead {
+        info,
+        device,
+        modules: &cap.modules,
+        dispatch,
+    })
 }
 
 /// Writes what follows the regions, as `cap` has it: module globals, textures, pointer
@@ -1018,34 +1040,22 @@ fn write_tail_parts<W: Write + Seek>(
     graph: Option<&GraphOrigin>,
     redaction: Option<&Redaction>,
 ) -> Result<()> {
-    for g in &cap.globals {
-        w.module_global(g)?;
-    }
-    if !cap.textures.is_empty() {
-        w.textures(&cap.textures)?;
-    }
-    if !cap.pointer_slots.is_empty() {
-        w.pointer_slots(&PointerSlots {
-            slots: cap.pointer_slots.clone(),
-        })?;
-    }
-    if let Some(t) = &cap.timing {
-        w.timing_conditions(t)?;
-    }
-    if let Some(g) = graph {
-        w.graph_origin(g)?;
-    }
-    if let Some(r) = redaction {
-        w.redaction(r)?;
-    }
-    for a in cap
+    // The reference annotation is the rewriter's to say (after the tail).
+    let annotations: Vec<Annotation> = cap
         .annotations
         .iter()
         .filter(|a| a.key != REFERENCE_ANNOTATION)
-    {
-        w.annotation(a)?;
-    }
-    Ok(())
+        .cloned()
+        .collect();
+    w.tail(&CaptureTail {
+        globals: &cap.globals,
+        textures: &cap.textures,
+        pointer_slots: &cap.pointer_slots,
+        timing: cap.timing.as_ref(),
+        graph,
+        redaction,
+        annotations: &annotations,
+    })
 }
 
 #[cfg(test)]
