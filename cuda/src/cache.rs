@@ -179,37 +179,47 @@ impl L2Flush {
     /// range per kernel sees each).
     pub fn run(&self, stream: &Stream) -> CuResult<u32> {
         let vectors = (self.buf.len() / 16) as u64;
-        self.launch(
-            &self.function,
-            &[self.buf.ptr(), vectors, self.sink.ptr()],
-            stream,
-        )?;
+        // SAFETY: the sweep reads `vectors` 16-byte vectors of `buf` and writes 16 bytes of
+        // `sink`, both allocations owned by `self`; freeing them (`cuMemFree`, on drop) waits
+        // for the device, so the sweep never runs on freed memory.
+        unsafe {
+            self.launch(
+                &self.function,
+                &[self.buf.ptr(), vectors, self.sink.ptr()],
+                stream,
+            )?
+        };
         if let Some(d) = &self.discard {
             let lines = (self.buf.len() / 128) as u64;
-            self.launch(&d.function, &[self.buf.ptr(), lines], stream)?;
+            // SAFETY: discards `lines` 128-byte lines of `buf`, owned by `self` (as above).
+            unsafe { self.launch(&d.function, &[self.buf.ptr(), lines], stream)? };
             return Ok(2);
         }
         Ok(1)
     }
 
     /// Queues one of the flush kernels (all take 64-bit parameters) over the whole GPU.
-    fn launch(&self, function: &Function, args: &[u64], stream: &Stream) -> CuResult<()> {
+    ///
+    /// # Safety
+    /// As `crate::launch::launch`: the kernel run with `args` touches only this flush's buffers.
+    unsafe fn launch(&self, function: &Function, args: &[u64], stream: &Stream) -> CuResult<()> {
         let cfg = LaunchConfig::new([self.grid, 1, 1], [512, 1, 1], 0);
-        launch(function, &cfg, &mut KernelArgs::words(args), stream)
+        // SAFETY: forwarded: this function's contract is `launch`'s.
+        unsafe { launch(function, &cfg, &mut KernelArgs::words(args), stream) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kreplay_format::ptx::entry_names;
+    use crate::ptx_entries::entry_names;
 
     // The kernels are looked up by these names at load time; a mismatch would only show on a
     // GPU, as a flush that fails to load.
     #[test]
     fn each_ptx_module_defines_the_kernel_looked_up_in_it() {
-        assert_eq!(entry_names(SWEEP_PTX.as_bytes()), vec![SWEEP_KERNEL]);
-        assert_eq!(entry_names(DISCARD_PTX.as_bytes()), vec![DISCARD_KERNEL]);
+        assert_eq!(entry_names(SWEEP_PTX), vec![SWEEP_KERNEL]);
+        assert_eq!(entry_names(DISCARD_PTX), vec![DISCARD_KERNEL]);
     }
 
     // `discard` needs PTX ISA 7.4 and sm_80; the sweep must stay loadable on older GPUs.

@@ -90,7 +90,11 @@ impl ChunkKernels {
 
     /// Runs `function` over the whole GPU with the word arguments `args(out)`, where `out` is a
     /// zeroed device buffer of `out_len` bytes the kernel fills; waits, and returns `out`.
-    fn run_into(
+    ///
+    /// # Safety
+    /// `function`, run with `args(out)`, writes at most `out_len` bytes at `out` and reads only
+    /// *readable* memory (`crate::memory`'s contract).
+    unsafe fn run_into(
         &self,
         function: &Function,
         out_len: usize,
@@ -98,18 +102,26 @@ impl ChunkKernels {
         stream: &Stream,
     ) -> CuResult<Vec<u8>> {
         let out = DeviceBuffer::new(out_len)?;
-        memset_async(out.ptr(), out.len(), stream)?;
+        // SAFETY: `out` is this function's own allocation of `out.len()` bytes, freed only
+        // after the stream is synchronised below.
+        unsafe { memset_async(out.ptr(), out.len(), stream)? };
         let cfg = LaunchConfig::new([self.grid, 1, 1], [THREADS, 1, 1], 0);
         // A 32-bit parameter (`chunk_shift`) reads the low half of its little-endian word.
-        launch(
-            function,
-            &cfg,
-            &mut KernelArgs::words(&args(out.ptr())),
-            stream,
-        )?;
+        // SAFETY: the kernel writes at most `out_len` bytes at `out` and reads readable memory
+        // (this function's contract); `out` outlives the launch (synchronised below).
+        unsafe {
+            launch(
+                function,
+                &cfg,
+                &mut KernelArgs::words(&args(out.ptr())),
+                stream,
+            )?
+        };
         stream.synchronize()?;
         let mut host = vec![0u8; out_len];
-        copy_dtoh(&mut host, out.ptr())?;
+        // SAFETY: `out` is this function's own allocation of `out_len` bytes, and the stream
+        // that wrote it was synchronised above.
+        unsafe { copy_dtoh(&mut host, out.ptr())? };
         Ok(host)
     }
 
@@ -117,7 +129,12 @@ impl ChunkKernels {
     /// 32-bit word per chunk saying it is nonzero, then one per chunk saying it differs
     /// (`8 x chunks` bytes of the caller's device memory, zeroed here first). Waits for
     /// nothing; returns the chunk count.
-    pub fn scan_queued(
+    ///
+    /// # Safety
+    /// `[pre, pre + bytes)` and `[post, post + bytes)` are *readable*, and `[out, out + 8 x
+    /// chunks)` is *writable* (`crate::memory`'s contracts), until the scan completes on
+    /// `stream`.
+    pub unsafe fn scan_queued(
         &self,
         pre: u64,
         post: u64,
@@ -128,20 +145,29 @@ impl ChunkKernels {
     ) -> CuResult<usize> {
         let chunks = chunk_count(&[pre, post], bytes, chunk_size)?;
         let shift = chunk_size.trailing_zeros() as u64;
-        memset_async(out, chunks * 8, stream)?;
+        // SAFETY: `out` is writable for `8 x chunks` bytes by this function's contract.
+        unsafe { memset_async(out, chunks * 8, stream)? };
         let cfg = LaunchConfig::new([self.grid, 1, 1], [THREADS, 1, 1], 0);
-        launch(
-            &self.scan,
-            &cfg,
-            &mut KernelArgs::words(&[pre, post, bytes, shift, out, out + chunks as u64 * 4]),
-            stream,
-        )?;
+        // SAFETY: the scan kernel reads `bytes` at `pre` and `post` and writes `8 x chunks`
+        // bytes at `out`, all of which this function's contract covers.
+        unsafe {
+            launch(
+                &self.scan,
+                &cfg,
+                &mut KernelArgs::words(&[pre, post, bytes, shift, out, out + chunks as u64 * 4]),
+                stream,
+            )?
+        };
         Ok(chunks)
     }
 
     /// Which chunks of `bytes` at `pre` hold a nonzero byte and, with `post`, which differ
     /// from `post`. Queued on `stream` and waited for.
-    pub fn scan(
+    ///
+    /// # Safety
+    /// `[pre, pre + bytes)` and, when given, `[post, post + bytes)` are *readable*
+    /// (`crate::memory`'s contract) until this returns.
+    pub unsafe fn scan(
         &self,
         pre: u64,
         post: Option<u64>,
@@ -151,21 +177,25 @@ impl ChunkKernels {
     ) -> CuResult<ChunkFlags> {
         let chunks = chunk_count(&[pre, post.unwrap_or(0)], bytes, chunk_size)?;
         let shift = chunk_size.trailing_zeros() as u64;
-        let host = self.run_into(
-            &self.scan,
-            chunks * 8,
-            |out| {
-                vec![
-                    pre,
-                    post.unwrap_or(0),
-                    bytes,
-                    shift,
-                    out,
-                    out + chunks as u64 * 4,
-                ]
-            },
-            stream,
-        )?;
+        // SAFETY: the scan kernel writes `8 x chunks` bytes at `out` and reads `bytes` at `pre`
+        // and `post`, readable by this function's contract.
+        let host = unsafe {
+            self.run_into(
+                &self.scan,
+                chunks * 8,
+                |out| {
+                    vec![
+                        pre,
+                        post.unwrap_or(0),
+                        bytes,
+                        shift,
+                        out,
+                        out + chunks as u64 * 4,
+                    ]
+                },
+                stream,
+            )?
+        };
         Ok(ChunkFlags {
             nonzero: flags(&host[..chunks * 4]),
             changed: flags(&host[chunks * 4..]),
@@ -174,7 +204,10 @@ impl ChunkKernels {
 
     /// A 128-bit digest of each chunk of `bytes` at `addr`, and which chunks are nonzero.
     /// Queued on `stream` and waited for.
-    pub fn digest(
+    ///
+    /// # Safety
+    /// `[addr, addr + bytes)` is *readable* (`crate::memory`'s contract) until this returns.
+    pub unsafe fn digest(
         &self,
         addr: u64,
         bytes: u64,
@@ -183,12 +216,16 @@ impl ChunkKernels {
     ) -> CuResult<ChunkDigests> {
         let chunks = chunk_count(&[addr], bytes, chunk_size)?;
         let shift = chunk_size.trailing_zeros() as u64;
-        let host = self.run_into(
-            &self.digest,
-            chunks * 20,
-            |out| vec![addr, bytes, shift, out, out + chunks as u64 * 16],
-            stream,
-        )?;
+        // SAFETY: the digest kernel writes `20 x chunks` bytes at `out` and reads `bytes` at
+        // `addr`, readable by this function's contract.
+        let host = unsafe {
+            self.run_into(
+                &self.digest,
+                chunks * 20,
+                |out| vec![addr, bytes, shift, out, out + chunks as u64 * 16],
+                stream,
+            )?
+        };
         let (sums, nonzero) = host.split_at(chunks * 16);
         let word = |w: &[u8]| {
             let mut b = [0u8; 8];
@@ -210,8 +247,10 @@ fn flags(words: &[u8]) -> Vec<bool> {
     words.chunks_exact(4).map(|w| w != [0, 0, 0, 0]).collect()
 }
 
-fn memset_async(dst: u64, len: usize, stream: &impl AsStream) -> CuResult<()> {
-    // SAFETY: a device range of our own allocation, on a live stream.
+/// # Safety
+/// `[dst, dst + len)` is *writable* (`crate::memory`'s contract) until the stream gets there.
+unsafe fn memset_async(dst: u64, len: usize, stream: &impl AsStream) -> CuResult<()> {
+    // SAFETY: the range is writable by this function's contract; the stream is borrowed.
     crate::error::check(
         unsafe { sys::cuMemsetD8Async(dst, 0, len, stream.raw_stream()) },
         "cuMemsetD8Async",
@@ -240,11 +279,11 @@ pub fn runs(flags: &[bool], want: bool, max_chunks: usize) -> Vec<(usize, usize)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kreplay_format::ptx::entry_names;
+    use crate::ptx_entries::entry_names;
 
     #[test]
     fn the_ptx_defines_both_kernels_and_loads_on_old_drivers() {
-        let mut names = entry_names(CHUNKS_PTX.as_bytes());
+        let mut names = entry_names(CHUNKS_PTX);
         names.sort();
         assert_eq!(names, vec![DIGEST_KERNEL, SCAN_KERNEL]);
         assert!(CHUNKS_PTX.contains(".version 7.0"));

@@ -17,8 +17,8 @@ impl PrimaryContext {
     pub fn retain(device: &Device) -> CuResult<PrimaryContext> {
         let dev = device.raw();
         let mut ctx = ptr::null_mut();
-        // SAFETY: writes one context handle for a device the driver resolved.
         check(
+            // SAFETY: writes one context handle for a device the driver resolved.
             unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) },
             "cuDevicePrimaryCtxRetain",
         )?;
@@ -53,7 +53,7 @@ impl ContextHandle {
     /// The calling thread's current context.
     pub fn current() -> CuResult<ContextHandle> {
         let mut c = ptr::null_mut();
-        // SAFETY: writes one context handle.
+        // SAFETY: the only pointer is to a local handle, the one value the driver writes.
         check(unsafe { sys::cuCtxGetCurrent(&mut c) }, "cuCtxGetCurrent")?;
         Ok(ContextHandle(c))
     }
@@ -81,8 +81,8 @@ impl ContextHandle {
     /// Makes this context current on the calling thread until the guard is dropped (the
     /// previous one is current again then).
     pub fn push(self) -> CuResult<PushedContext> {
-        // SAFETY: the handle came from the driver; a destroyed context yields an error.
         check(
+            // SAFETY: the handle came from the driver; a destroyed context yields an error.
             unsafe { sys::cuCtxPushCurrent_v2(self.0) },
             "cuCtxPushCurrent",
         )?;

@@ -133,8 +133,8 @@ pub fn pair_profiler_libraries() -> Result<&'static CuptiInfo, CuptiError> {
     static INFO: std::sync::OnceLock<Result<CuptiInfo, CuptiError>> = std::sync::OnceLock::new();
     INFO.get_or_init(|| {
         let mut version = 0u32;
-        // SAFETY: writes one integer; loads libcupti (the caller checked it is present).
         check(
+            // SAFETY: writes one integer; loads libcupti (the caller checked it is present).
             unsafe { sys::cuptiGetVersion(&mut version) },
             "cuptiGetVersion",
         )?;
@@ -198,8 +198,8 @@ unsafe impl Sync for Subscriber {}
 impl Subscriber {
     pub fn subscribe(callback: RawCallback) -> Result<Subscriber, CuptiError> {
         let mut raw = ptr::null_mut();
-        // SAFETY: callback is a valid function for the life of the process; no userdata.
         check(
+            // SAFETY: callback is a valid function for the life of the process; no userdata.
             unsafe { sys::cuptiSubscribe(&mut raw, Some(callback), ptr::null_mut()) },
             "cuptiSubscribe",
         )?;

@@ -90,9 +90,9 @@ pub unsafe fn decode<'a>(
             let data = unsafe { &*(data as *const csys::CUpti_ResourceData) };
             let context = data.context as usize;
             let event = if id == R::CUPTI_CBID_RESOURCE_MODULE_LOADED as u32 {
-                // SAFETY: for MODULE_LOADED the descriptor is a CUpti_ModuleResourceData (or
-                // null), whose cubin is valid during the callback.
                 ResourceEvent::ModuleLoaded {
+                    // SAFETY: for MODULE_LOADED the descriptor is a CUpti_ModuleResourceData (or
+                    // null), whose cubin is valid during the callback.
                     cubin: unsafe { loaded_cubin(data) },
                 }
             } else if id == R::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING as u32 {

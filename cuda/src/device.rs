@@ -22,15 +22,15 @@ pub fn ensure_driver() -> Result<(), DriverUnavailable> {
 
 pub fn device_count() -> CuResult<i32> {
     let mut n = 0;
-    // SAFETY: writes one int.
+    // SAFETY: the only pointer is to a local int, the one value the driver writes.
     check(unsafe { sys::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount")?;
     Ok(n)
 }
 
 pub fn driver_version() -> CuResult<u32> {
     let mut v = 0;
-    // SAFETY: writes one int.
     check(
+        // SAFETY: the only pointer is to a local int, the one value the driver writes.
         unsafe { sys::cuDriverGetVersion(&mut v) },
         "cuDriverGetVersion",
     )?;
@@ -66,8 +66,8 @@ pub struct Device {
 
 fn attribute(dev: sys::CUdevice, attr: sys::CUdevice_attribute) -> CuResult<i32> {
     let mut v = 0;
-    // SAFETY: writes one int for a device handle the driver gave.
     check(
+        // SAFETY: the only pointer is to a local int; `dev` came from `cuDeviceGet`.
         unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) },
         "cuDeviceGetAttribute",
     )?;
@@ -91,14 +91,14 @@ impl Device {
     /// The device of the calling thread's current context (the driver is initialised).
     pub fn current() -> CuResult<Device> {
         let mut d = 0;
-        // SAFETY: writes one device handle.
+        // SAFETY: the only pointer is to a local `CUdevice`, the one value the driver writes.
         check(unsafe { sys::cuCtxGetDevice(&mut d) }, "cuCtxGetDevice")?;
         let mut ordinal = 0;
         // The handle and the ordinal coincide on every driver so far, but only the ordinal is
         // documented: ask for it.
         for i in 0..device_count()? {
             let mut h = 0;
-            // SAFETY: writes one device handle.
+            // SAFETY: the only pointer is to a local `CUdevice`, the one value the driver writes.
             check(unsafe { sys::cuDeviceGet(&mut h, i) }, "cuDeviceGet")?;
             if h == d {
                 ordinal = i;
@@ -111,14 +111,14 @@ impl Device {
     fn resolve(ordinal: i32) -> CuResult<Device> {
         use sys::CUdevice_attribute::*;
         let mut dev = 0;
-        // SAFETY: writes one device handle.
         check(
+            // SAFETY: the only pointer is to a local `CUdevice`, the one value the driver writes.
             unsafe { sys::cuDeviceGet(&mut dev, ordinal) },
             "cuDeviceGet",
         )?;
         let mut name = [0 as std::ffi::c_char; 256];
-        // SAFETY: the buffer holds 256 bytes and the driver NUL-terminates within that length.
         check(
+            // SAFETY: the buffer holds 256 bytes and the driver NUL-terminates within that length.
             unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev) },
             "cuDeviceGetName",
         )?;
@@ -127,14 +127,15 @@ impl Device {
             .to_string_lossy()
             .into_owned();
         let mut uuid = sys::CUuuid { bytes: [0; 16] };
-        // SAFETY: writes one CUuuid.
         check(
+            // SAFETY: the only pointer is to a local `CUuuid` of the size the driver writes.
             unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, dev) },
             "cuDeviceGetUuid",
         )?;
         let mut total = 0usize;
-        // SAFETY: writes one size_t.
         check(
+            // SAFETY: the only pointer is to a local `usize` (size_t), the one value the
+            // driver writes.
             unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) },
             "cuDeviceTotalMem",
         )?;
@@ -168,8 +169,8 @@ impl Device {
 pub fn memory_info() -> CuResult<(u64, u64)> {
     let mut free = 0usize;
     let mut total = 0usize;
-    // SAFETY: writes two size_t.
     check(
+        // SAFETY: both pointers are to local `usize`s (size_t), the values the driver writes.
         unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
         "cuMemGetInfo",
     )?;

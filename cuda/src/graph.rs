@@ -242,8 +242,8 @@ impl ForeignNode {
 
     pub fn kind(&self) -> CuResult<NodeKind> {
         let mut v: u32 = u32::MAX;
-        // SAFETY: the driver writes one 4-byte enum value; read as u32 (see NodeKind).
         check(
+            // SAFETY: the driver writes one 4-byte enum value; read as u32 (see NodeKind).
             unsafe { sys::cuGraphNodeGetType(self.0, &mut v as *mut u32 as *mut _) },
             "cuGraphNodeGetType",
         )?;
@@ -262,8 +262,8 @@ impl ForeignNode {
     pub fn kernel_params(&self) -> CuResult<KernelNodeParams> {
         // SAFETY: plain data; zero is valid for every field.
         let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
-        // SAFETY: writes one parameter struct for a kernel node.
         check(
+            // SAFETY: writes one parameter struct for a kernel node.
             unsafe { sys::cuGraphKernelNodeGetParams_v2(self.0, &mut p) },
             "cuGraphKernelNodeGetParams",
         )?;
@@ -298,8 +298,8 @@ impl ForeignNode {
     pub fn memset_params(&self) -> CuResult<MemsetParams> {
         // SAFETY: plain data.
         let mut p: sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
-        // SAFETY: writes one parameter struct for a memset node.
         check(
+            // SAFETY: writes one parameter struct for a memset node.
             unsafe { sys::cuGraphMemsetNodeGetParams(self.0, &mut p) },
             "cuGraphMemsetNodeGetParams",
         )?;
@@ -316,8 +316,8 @@ impl ForeignNode {
     pub fn memcpy_params(&self) -> CuResult<MemcpyParams> {
         // Zeroed bytes, not a zeroed value: see `MemcpyParams`.
         let mut p = std::mem::MaybeUninit::<sys::CUDA_MEMCPY3D>::zeroed();
-        // SAFETY: writes one parameter struct for a memcpy node into p's bytes.
         check(
+            // SAFETY: writes one parameter struct for a memcpy node into p's bytes.
             unsafe { sys::cuGraphMemcpyNodeGetParams(self.0, p.as_mut_ptr()) },
             "cuGraphMemcpyNodeGetParams",
         )?;
@@ -327,8 +327,8 @@ impl ForeignNode {
     /// The graph a child-graph node runs.
     pub fn child_graph(&self) -> CuResult<ForeignGraph> {
         let mut g = ptr::null_mut();
-        // SAFETY: writes one graph handle for a child-graph node.
         check(
+            // SAFETY: writes one graph handle for a child-graph node.
             unsafe { sys::cuGraphChildGraphNodeGetGraph(self.0, &mut g) },
             "cuGraphChildGraphNodeGetGraph",
         )?;
@@ -337,7 +337,13 @@ impl ForeignNode {
 }
 
 /// Queues a memset node's work on `stream`.
-pub fn memset_async(p: &MemsetParams, stream: &impl AsStream) -> CuResult<()> {
+///
+/// # Safety
+/// The rows `p` names (`height` rows of `width` elements, `pitch` bytes apart, from `dst`) are
+/// *writable* (`crate::memory`'s contract) until the memset completes: `MemsetParams` has public
+/// fields, so nothing but the caller vouches for `dst`. A live memset node's own parameters,
+/// replayed where the application's graph would run them, qualify.
+pub unsafe fn memset_async(p: &MemsetParams, stream: &impl AsStream) -> CuResult<()> {
     let s = stream.raw_stream();
     let (w, h, pitch) = (p.width as usize, p.height.max(1) as usize, p.pitch as usize);
     let pitch = if h == 1 {
@@ -345,7 +351,7 @@ pub fn memset_async(p: &MemsetParams, stream: &impl AsStream) -> CuResult<()> {
     } else {
         pitch
     };
-    // SAFETY: device memory named by the application's own node; the driver checks it.
+    // SAFETY: the rows are writable by this function's contract; the stream is borrowed.
     let r = unsafe {
         match p.element_size {
             1 => sys::cuMemsetD2D8Async(p.dst, pitch, p.value as u8, w, h, s),
@@ -357,9 +363,15 @@ pub fn memset_async(p: &MemsetParams, stream: &impl AsStream) -> CuResult<()> {
 }
 
 /// Queues a memcpy node's work on `stream`.
-pub fn memcpy_async(p: &MemcpyParams, stream: &impl AsStream) -> CuResult<()> {
-    // SAFETY: the parameters are the application's own node's, as the driver wrote them; the
-    // driver checks them.
+///
+/// # Safety
+/// The copy's source is *readable* and its destination *writable* (`crate::memory`'s
+/// contracts) until it completes: the parameters hold the application's raw host and device
+/// pointers, which are valid only while the node (and the memory it names) lives, i.e. when
+/// replaying a live node where the application's graph would run it.
+pub unsafe fn memcpy_async(p: &MemcpyParams, stream: &impl AsStream) -> CuResult<()> {
+    // SAFETY: the parameters are as the driver wrote them for a node (so well-formed), and the
+    // memory they name is usable by this function's contract.
     check(
         unsafe { sys::cuMemcpy3DAsync_v2(p.0.as_ptr(), stream.raw_stream()) },
         "cuMemcpy3DAsync",

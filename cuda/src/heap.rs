@@ -62,8 +62,8 @@ impl HeapWindow {
 
 fn heap_limit() -> CuResult<usize> {
     let mut v = 0usize;
-    // SAFETY: writes one size_t.
     check(
+        // SAFETY: the only pointer is to a local `usize` (size_t), the one value the driver writes.
         unsafe { sys::cuCtxGetLimit(&mut v, sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE) },
         "cuCtxGetLimit",
     )?;
@@ -90,15 +90,20 @@ pub fn probe() -> CuResult<Option<HeapWindow>> {
     let out = DeviceBuffer::new(8)?;
     let stream = Stream::new()?;
     let cfg = LaunchConfig::new([1, 1, 1], [1, 1, 1], 0);
-    launch(
-        &function,
-        &cfg,
-        &mut KernelArgs::words(&[out.ptr()]),
-        &stream,
-    )?;
+    // SAFETY: the probe writes 8 bytes at `out`, an 8-byte allocation of this function that
+    // outlives the launch (the stream is synchronised before it drops).
+    unsafe {
+        launch(
+            &function,
+            &cfg,
+            &mut KernelArgs::words(&[out.ptr()]),
+            &stream,
+        )?
+    };
     stream.synchronize()?;
     let mut b = [0u8; 8];
-    copy_dtoh(&mut b, out.ptr())?;
+    // SAFETY: `out` is this function's 8-byte allocation, written by the finished probe.
+    unsafe { copy_dtoh(&mut b, out.ptr())? };
     let inside = u64::from_le_bytes(b);
     Ok((inside != 0).then_some(HeapWindow {
         inside,

@@ -69,15 +69,15 @@ impl HostMapping {
             if p as u64 != start {
                 return Err(in_use(p as u64));
             }
-            // SAFETY: [p, p+n) is a mapping we own; DEVICEMAP makes it reachable from kernels.
             check(
+                // SAFETY: [p, p+n) is a mapping we own; DEVICEMAP makes it reachable from kernels.
                 unsafe { sys::cuMemHostRegister_v2(p, n, sys::CU_MEMHOSTREGISTER_DEVICEMAP) },
                 "cuMemHostRegister",
             )?;
             piece.registered = true;
             let mut device = 0;
-            // SAFETY: writes one device pointer for registered memory.
             check(
+                // SAFETY: writes one device pointer for registered memory.
                 unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, p, 0) },
                 "cuMemHostGetDevicePointer",
             )?;

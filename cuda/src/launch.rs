@@ -1,5 +1,7 @@
 //! Launching a kernel: the geometry and attributes (`LaunchConfig`) and the argument bytes
-//! (`KernelArgs`), both owned, so `launch` takes no raw pointers.
+//! (`KernelArgs`), both owned, so `launch` takes no raw host pointers. The argument bytes
+//! hold device addresses the kernel dereferences, so `launch` is an `unsafe fn`: the caller
+//! answers for what the kernel reads and writes through them.
 
 use std::ffi::c_void;
 use std::ptr;
@@ -166,7 +168,12 @@ impl KernelArgs {
 }
 
 /// `cuLaunchKernelEx` on `stream`.
-pub fn launch(
+///
+/// # Safety
+/// Run with `args`, the kernel reads only memory that is *readable* and writes only memory
+/// that is *writable* (`crate::memory`'s contracts) until it completes on `stream`: under
+/// unified addressing an argument word can name this process's host memory.
+pub unsafe fn launch(
     function: &impl AsFunction,
     cfg: &LaunchConfig,
     args: &mut KernelArgs,
@@ -204,7 +211,8 @@ pub fn launch(
     };
     // SAFETY: raw and attrs live across the call; params point into args' bytes, which the
     // driver copies at launch; the function is live (ours keeps its module loaded; the
-    // application's is live by `ForeignFunction::from_launch`'s contract).
+    // application's is live by `ForeignFunction::from_launch`'s contract); what the kernel
+    // touches is this function's contract.
     check(
         unsafe {
             sys::cuLaunchKernelEx(&raw, function.raw_function(), params_ptr, ptr::null_mut())

@@ -4,6 +4,19 @@
 //! (a launch's function or stream) enters only through an `unsafe fn from_raw`/`from_launch`
 //! whose contract says it is live. libcuda and libcupti load lazily: `ensure_driver` /
 //! `Device::open` (and `cupti::cupti_present`) come first.
+//!
+//! Device addresses are raw numbers: every function that takes one and reaches the memory
+//! behind it (copies, memsets, launches, the chunk kernels, texture objects over linear memory)
+//! is an `unsafe fn` with a `# Safety` section (the contracts are in `memory`), because under
+//! unified addressing a device address can be this process's own host memory. Queries that
+//! only ask the driver about an address (`pointer`) are safe.
+//!
+//! This crate depends on no other kreplay crate: it has its own types for what the driver
+//! describes (`texture::ArrayDesc` and friends), and the crates that also read captures
+//! convert at the seam.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cache;
 pub mod callbacks;
@@ -22,6 +35,8 @@ pub mod memory;
 pub mod module;
 pub mod pointer;
 pub mod profiler;
+#[cfg(test)]
+mod ptx_entries;
 pub mod stream;
 pub mod texture;
 pub mod timing;

@@ -1,6 +1,19 @@
-//! Device and pinned host memory, and copies between them. Device addresses are plain `u64`
-//! numbers: the driver checks every range it is handed, and a wrong device address cannot
-//! corrupt this process's memory (host ranges are always Rust slices).
+//! Device and pinned host memory, and copies between them.
+//!
+//! Device addresses are plain `u64` numbers, and the functions that take one are `unsafe fn`:
+//! under unified addressing a device address can be this process's own host memory (pinned,
+//! registered or managed), so a copy to a wrong address can overwrite Rust-owned memory, and a
+//! copy from one can race with a thread writing it. The driver checks only that the range is
+//! mapped for the device. The contracts, referred to by the functions below:
+//!
+//! - *writable*: `[addr, addr + len)` is memory the caller may overwrite: device memory, or
+//!   host memory mapped for the device that no Rust reference in this process borrows and no
+//!   other thread reads or writes until the copy completes.
+//! - *readable*: `[addr, addr + len)` is device memory, or host memory mapped for the device
+//!   that nothing writes until the copy completes.
+//!
+//! Addresses of this crate's own allocations (`DeviceBuffer::ptr`, `PinnedBuffer::device_ptr`)
+//! meet both for the allocation's length.
 
 use std::ffi::c_void;
 use std::ptr;
@@ -18,8 +31,9 @@ pub struct DeviceBuffer {
 impl DeviceBuffer {
     pub fn new(len: usize) -> CuResult<DeviceBuffer> {
         let mut p = 0;
-        // SAFETY: writes one device pointer.
         check(
+            // SAFETY: the only pointer is to a local u64 (CUdeviceptr); the allocation it names
+            // is owned by the returned buffer.
             unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) },
             "cuMemAlloc",
         )?;
@@ -71,8 +85,8 @@ unsafe impl Send for PinnedBuffer {}
 impl PinnedBuffer {
     pub fn new(len: usize) -> CuResult<PinnedBuffer> {
         let mut p = ptr::null_mut();
-        // SAFETY: writes one host pointer to len bytes (portable flag 1).
         check(
+            // SAFETY: writes one host pointer to len bytes (portable flag 1).
             unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), 1) },
             "cuMemHostAlloc",
         )?;
@@ -86,8 +100,8 @@ impl PinnedBuffer {
     /// a replay. Its device address is `device_ptr`.
     pub fn mapped(len: usize) -> CuResult<PinnedBuffer> {
         let mut p = ptr::null_mut();
-        // SAFETY: writes one host pointer to len bytes (portable | device-mapped).
         check(
+            // SAFETY: writes one host pointer to len bytes (portable | device-mapped).
             unsafe {
                 sys::cuMemHostAlloc(
                     &mut p,
@@ -106,8 +120,8 @@ impl PinnedBuffer {
     /// The device address of memory made by `mapped`.
     pub fn device_ptr(&self) -> CuResult<u64> {
         let mut d = 0;
-        // SAFETY: writes one device pointer; fails for memory not mapped for the device.
         check(
+            // SAFETY: writes one device pointer; fails for memory not mapped for the device.
             unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, self.ptr as *mut c_void, 0) },
             "cuMemHostGetDevicePointer",
         )?;
@@ -166,7 +180,10 @@ impl UploadRing {
 
     /// Fills the next free buffer's first `len` bytes with `fill`, then copies them to `dst`
     /// asynchronously. `len` is at most `capacity()`.
-    pub fn upload<E: From<crate::error::CudaError>>(
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` is *writable* (module docs) until `finish` returns or the ring drops.
+    pub unsafe fn upload<E: From<crate::error::CudaError>>(
         &mut self,
         dst: u64,
         len: usize,
@@ -185,10 +202,10 @@ impl UploadRing {
         if len == 0 {
             return Ok(());
         }
-        // SAFETY: the source is `len` bytes of page-locked memory owned by this ring, which is
-        // not handed out again (nor freed: Drop waits for the stream) until `done` fires
-        // after this copy; the device range is checked by the driver.
         check(
+            // SAFETY: the source is `len` bytes of page-locked memory owned by this ring, which is
+            // not handed out again (nor freed: Drop waits for the stream) until `done` fires
+            // after this copy; the destination is writable by this function's contract.
             unsafe {
                 sys::cuMemcpyHtoDAsync_v2(
                     dst,
@@ -206,11 +223,14 @@ impl UploadRing {
 
     /// Zeroes `len` bytes of device memory at `dst`, in order with the uploads (nothing
     /// crosses the bus: chunks stored as zeros need no staging).
-    pub fn zero(&mut self, dst: u64, len: usize) -> CuResult<()> {
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` is *writable* (module docs) until `finish` returns or the ring drops.
+    pub unsafe fn zero(&mut self, dst: u64, len: usize) -> CuResult<()> {
         if len == 0 {
             return Ok(());
         }
-        // SAFETY: a device range (checked by the driver) on our own stream.
+        // SAFETY: the range is writable by this function's contract; the stream is ours.
         check(
             unsafe { sys::cuMemsetD8Async(dst, 0, len, self.stream.raw_stream()) },
             "cuMemsetD8Async",
@@ -275,7 +295,10 @@ impl DownloadRing {
     /// Queues a copy of `len` bytes (at most `capacity()`) from device address `src` into
     /// buffer `slot`. The caller must not start another copy into `slot` before it has waited
     /// for this one.
-    pub fn start(&mut self, slot: usize, src: u64, len: usize) -> CuResult<()> {
+    ///
+    /// # Safety
+    /// `[src, src + len)` is *readable* (module docs) until `wait` for `slot` returns.
+    pub unsafe fn start(&mut self, slot: usize, src: u64, len: usize) -> CuResult<()> {
         let cap = self.capacity();
         let Some((buf, done)) = self.slots.get_mut(slot) else {
             return Err(crate::error::CudaError::refused(
@@ -286,10 +309,11 @@ impl DownloadRing {
         };
         let len = len.min(cap);
         if len > 0 {
-            // SAFETY: the destination is `len` bytes of page-locked memory owned by this ring;
-            // it is neither read (`wait` synchronises first) nor freed (Drop waits for the
-            // stream) before the copy completes; the device range is checked by the driver.
             check(
+                // SAFETY: the destination is `len` bytes of page-locked memory owned by this ring;
+                // it is neither read (`wait` synchronises first) nor freed (Drop waits for the
+                // stream) before the copy completes; the source is readable by this function's
+                // contract.
                 unsafe {
                     sys::cuMemcpyDtoHAsync_v2(
                         buf.as_mut_slice().as_mut_ptr() as *mut c_void,
@@ -327,11 +351,15 @@ impl Drop for DownloadRing {
 }
 
 /// Copies device memory into a host slice (synchronous).
-pub fn copy_dtoh(dst: &mut [u8], src: u64) -> CuResult<()> {
+///
+/// # Safety
+/// `[src, src + dst.len())` is *readable* (module docs).
+pub unsafe fn copy_dtoh(dst: &mut [u8], src: u64) -> CuResult<()> {
     if dst.is_empty() {
         return Ok(());
     }
-    // SAFETY: dst is a valid writable host range of dst.len() bytes.
+    // SAFETY: dst is a writable host slice of dst.len() bytes borrowed exclusively here; the
+    // source is readable by this function's contract.
     check(
         unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()) },
         "cuMemcpyDtoH",
@@ -339,11 +367,15 @@ pub fn copy_dtoh(dst: &mut [u8], src: u64) -> CuResult<()> {
 }
 
 /// Copies a host slice into device memory (synchronous).
-pub fn copy_htod(dst: u64, src: &[u8]) -> CuResult<()> {
+///
+/// # Safety
+/// `[dst, dst + src.len())` is *writable* (module docs).
+pub unsafe fn copy_htod(dst: u64, src: &[u8]) -> CuResult<()> {
     if src.is_empty() {
         return Ok(());
     }
-    // SAFETY: src is a valid readable host range of src.len() bytes.
+    // SAFETY: src is a readable host slice of src.len() bytes; the destination is writable by
+    // this function's contract.
     check(
         unsafe { sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()) },
         "cuMemcpyHtoD",
@@ -351,11 +383,15 @@ pub fn copy_htod(dst: u64, src: &[u8]) -> CuResult<()> {
 }
 
 /// Device-to-device copy ordered on `stream`.
-pub fn copy_dtod_async(dst: u64, src: u64, len: usize, stream: &Stream) -> CuResult<()> {
+///
+/// # Safety
+/// `[dst, dst + len)` is *writable* and `[src, src + len)` *readable* (module docs) until the
+/// copy completes on `stream`.
+pub unsafe fn copy_dtod_async(dst: u64, src: u64, len: usize, stream: &Stream) -> CuResult<()> {
     if len == 0 {
         return Ok(());
     }
-    // SAFETY: device ranges only (checked by the driver); the stream is ours and alive.
+    // SAFETY: both ranges meet this function's contract; the stream is borrowed, so alive.
     check(
         unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len, stream.raw_stream()) },
         "cuMemcpyDtoDAsync",
@@ -370,12 +406,15 @@ pub fn measure_dtod_bandwidth(bytes: usize, reps: u32) -> CuResult<f64> {
     let stream = Stream::new()?;
     let start = Event::new()?;
     let stop = Event::new()?;
-    copy_dtod_async(b.ptr, a.ptr, bytes, &stream)?;
+    // SAFETY: both are this function's own allocations of `bytes`, alive until it returns,
+    // which is after the stream is synchronised.
+    unsafe { copy_dtod_async(b.ptr, a.ptr, bytes, &stream)? };
     stream.synchronize()?;
     let mut best = f64::MAX;
     for _ in 0..reps.max(1) {
         start.record(&stream)?;
-        copy_dtod_async(b.ptr, a.ptr, bytes, &stream)?;
+        // SAFETY: as above; `stop.synchronize` waits for the copy.
+        unsafe { copy_dtod_async(b.ptr, a.ptr, bytes, &stream)? };
         stop.record(&stream)?;
         stop.synchronize()?;
         best = best.min(stop.elapsed_ns_since(&start)? as f64);

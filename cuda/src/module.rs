@@ -72,8 +72,8 @@ impl Module {
             &owned[..]
         };
         let mut m = ptr::null_mut();
-        // SAFETY: data is a complete image, checked above, that outlives the call.
         check(
+            // SAFETY: data is a complete image, checked above, that outlives the call.
             unsafe { sys::cuModuleLoadData(&mut m, data.as_ptr() as *const c_void) },
             "cuModuleLoadData",
         )?;
@@ -85,8 +85,8 @@ impl Module {
     pub fn function(&self, name: &str) -> CuResult<Function> {
         let c = c_name(name, "cuModuleGetFunction")?;
         let mut f = ptr::null_mut();
-        // SAFETY: writes one function handle for a loaded module.
         check(
+            // SAFETY: writes one function handle for a loaded module.
             unsafe { sys::cuModuleGetFunction(&mut f, self.inner.0, c.as_ptr()) },
             "cuModuleGetFunction",
         )?;
@@ -106,8 +106,8 @@ fn module_global(module: sys::CUmodule, name: &str) -> CuResult<(u64, u64)> {
     let c = c_name(name, "cuModuleGetGlobal")?;
     let mut p = 0;
     let mut size = 0usize;
-    // SAFETY: writes a pointer and a size; callers pass a live module handle.
     check(
+        // SAFETY: writes a pointer and a size; callers pass a live module handle.
         unsafe { sys::cuModuleGetGlobal_v2(&mut p, &mut size, module, c.as_ptr()) },
         "cuModuleGetGlobal",
     )?;
@@ -226,8 +226,8 @@ impl ForeignFunction {
     /// The module the function belongs to.
     pub fn module(&self) -> CuResult<ForeignModule> {
         let mut m = ptr::null_mut();
-        // SAFETY: writes one module handle; live by `from_launch`'s contract.
         check(
+            // SAFETY: writes one module handle; live by `from_launch`'s contract.
             unsafe { sys::cuFuncGetModule(&mut m, self.0) },
             "cuFuncGetModule",
         )?;
@@ -237,8 +237,8 @@ impl ForeignFunction {
     /// The mangled name.
     pub fn name(&self) -> CuResult<String> {
         let mut p: *const std::ffi::c_char = ptr::null();
-        // SAFETY: writes a pointer to a driver-owned NUL-terminated string.
         check(
+            // SAFETY: writes a pointer to a driver-owned NUL-terminated string.
             unsafe { sys::cuFuncGetName(&mut p, self.0) },
             "cuFuncGetName",
         )?;

@@ -1,5 +1,7 @@
 //! What the driver knows about an address: which allocation holds it, what kind of memory it
-//! is. Used by the recorder to tell pointers from other words.
+//! is. Used by the recorder to tell pointers from other words. These functions only ask the
+//! driver about a number and never reach the memory behind it (the driver answers an error for
+//! an address it does not know), so unlike copies they are safe to call with any address.
 
 use std::ffi::c_void;
 

@@ -96,8 +96,8 @@ impl ProfilerApi {
             CUpti_Profiler_Initialize_Params,
             Profiler_Initialize_Params_STRUCT_SIZE
         );
-        // SAFETY: p is a valid, sized parameter struct.
         check(
+            // SAFETY: p is a valid, sized parameter struct.
             unsafe { sys::cuptiProfilerInitialize(&mut p) },
             "cuptiProfilerInitialize",
         )?;
@@ -127,8 +127,8 @@ pub fn unsupported_reason(device: &Device) -> Result<Option<String>, CuptiError>
     );
     p.cuDevice = device.raw();
     p.api = sys::CUpti_Profiler_API::CUPTI_PROFILER_RANGE_PROFILING;
-    // SAFETY: valid sized parameters; CUPTI only fills the support levels.
     check(
+        // SAFETY: valid sized parameters; CUPTI only fills the support levels.
         unsafe { sys::cuptiProfilerDeviceSupported(&mut p) },
         "cuptiProfilerDeviceSupported",
     )?;
@@ -167,8 +167,8 @@ pub fn chip_name(device: &Device) -> Result<String, CuptiError> {
         Device_GetChipName_Params_STRUCT_SIZE
     );
     p.deviceIndex = device.ordinal().max(0) as usize;
-    // SAFETY: valid sized parameters; CUPTI writes a pointer to a static string.
     check(
+        // SAFETY: valid sized parameters; CUPTI writes a pointer to a static string.
         unsafe { sys::cuptiDeviceGetChipName(&mut p) },
         "cuptiDeviceGetChipName",
     )?;
@@ -182,15 +182,15 @@ pub fn counter_availability(ctx: ContextHandle) -> Result<Vec<u8>, CuptiError> {
         Profiler_GetCounterAvailability_Params_STRUCT_SIZE
     );
     p.ctx = ctx.raw() as _;
-    // SAFETY: a null image pointer asks for the size only.
     check(
+        // SAFETY: a null image pointer asks for the size only.
         unsafe { sys::cuptiProfilerGetCounterAvailability(&mut p) },
         "cuptiProfilerGetCounterAvailability",
     )?;
     let mut image = vec![0u8; p.counterAvailabilityImageSize];
     p.pCounterAvailabilityImage = image.as_mut_ptr();
-    // SAFETY: image holds counterAvailabilityImageSize bytes.
     check(
+        // SAFETY: image holds counterAvailabilityImageSize bytes.
         unsafe { sys::cuptiProfilerGetCounterAvailability(&mut p) },
         "cuptiProfilerGetCounterAvailability",
     )?;
@@ -224,8 +224,8 @@ impl MetricHost {
         p.profilerType = sys::CUpti_ProfilerType::CUPTI_PROFILER_TYPE_RANGE_PROFILER;
         p.pChipName = chip_c.as_ptr();
         p.pCounterAvailabilityImage = availability.as_ref().map_or(ptr::null(), |a| a.as_ptr());
-        // SAFETY: the chip name and availability image outlive the host object (kept in self).
         check(
+            // SAFETY: the chip name and availability image outlive the host object (kept in self).
             unsafe { sys::cuptiProfilerHostInitialize(&mut p) },
             "cuptiProfilerHostInitialize",
         )?;
@@ -260,8 +260,8 @@ impl MetricHost {
             Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE
         );
         s.pHostObject = self.raw;
-        // SAFETY: valid host object and sized parameters.
         check(
+            // SAFETY: valid host object and sized parameters.
             unsafe { sys::cuptiProfilerHostGetConfigImageSize(&mut s) },
             "cuptiProfilerHostGetConfigImageSize",
         )?;
@@ -273,8 +273,8 @@ impl MetricHost {
         p.pHostObject = self.raw;
         p.configImageSize = image.len();
         p.pConfigImage = image.as_mut_ptr();
-        // SAFETY: image holds configImageSize bytes.
         check(
+            // SAFETY: image holds configImageSize bytes.
             unsafe { sys::cuptiProfilerHostGetConfigImage(&mut p) },
             "cuptiProfilerHostGetConfigImage",
         )?;
@@ -301,8 +301,8 @@ impl MetricHost {
         p.ppMetricNames = ptrs.as_mut_ptr();
         p.numMetrics = ptrs.len();
         p.pMetricValues = values.as_mut_ptr();
-        // SAFETY: values has one slot per name; the image and names outlive the call.
         check(
+            // SAFETY: values has one slot per name; the image and names outlive the call.
             unsafe { sys::cuptiProfilerHostEvaluateToGpuValues(&mut p) },
             "cuptiProfilerHostEvaluateToGpuValues",
         )?;
@@ -317,8 +317,8 @@ impl MetricHost {
         );
         p.pHostObject = self.raw;
         p.metricType = kind.raw();
-        // SAFETY: valid host object; CUPTI fills an array it owns.
         check(
+            // SAFETY: valid host object; CUPTI fills an array it owns.
             unsafe { sys::cuptiProfilerHostGetBaseMetrics(&mut p) },
             "cuptiProfilerHostGetBaseMetrics",
         )?;
@@ -342,8 +342,8 @@ impl MetricHost {
         p.pHostObject = self.raw;
         p.pMetricName = c.as_ptr();
         p.metricType = kind.raw();
-        // SAFETY: valid host object and name; CUPTI fills an array it owns.
         check(
+            // SAFETY: valid host object and name; CUPTI fills an array it owns.
             unsafe { sys::cuptiProfilerHostGetSubMetrics(&mut p) },
             "cuptiProfilerHostGetSubMetrics",
         )?;
@@ -368,8 +368,8 @@ impl MetricHost {
         );
         p.pHostObject = self.raw;
         p.pMetricName = c.as_ptr();
-        // SAFETY: valid host object and name.
         check(
+            // SAFETY: valid host object and name.
             unsafe { sys::cuptiProfilerHostGetMetricProperties(&mut p) },
             "cuptiProfilerHostGetMetricProperties",
         )?;
@@ -404,8 +404,8 @@ pub fn passes_needed(config: &mut [u8]) -> Result<usize, CuptiError> {
     );
     p.configImageSize = config.len();
     p.pConfigImage = config.as_mut_ptr();
-    // SAFETY: config is a configuration image from `MetricHost::config_image`.
     check(
+        // SAFETY: config is a configuration image from `MetricHost::config_image`.
         unsafe { sys::cuptiProfilerHostGetNumOfPasses(&mut p) },
         "cuptiProfilerHostGetNumOfPasses",
     )?;
@@ -428,8 +428,8 @@ impl RangeProfiler {
             RangeProfiler_Enable_Params_STRUCT_SIZE
         );
         p.ctx = ctx.raw() as _;
-        // SAFETY: ctx is a live context; CUPTI returns the profiler object.
         check(
+            // SAFETY: ctx is a live context; CUPTI returns the profiler object.
             unsafe { sys::cuptiRangeProfilerEnable(&mut p) },
             "cuptiRangeProfilerEnable",
         )?;
@@ -470,8 +470,8 @@ impl RangeProfiler {
         s.numMetrics = ptrs.len();
         s.maxNumOfRanges = max_ranges;
         s.maxNumRangeTreeNodes = max_ranges as u32;
-        // SAFETY: valid profiler object and names.
         check(
+            // SAFETY: valid profiler object and names.
             unsafe { sys::cuptiRangeProfilerGetCounterDataSize(&mut s) },
             "cuptiRangeProfilerGetCounterDataSize",
         )?;
@@ -568,8 +568,8 @@ impl RangeProfiler {
             RangeProfiler_Stop_Params_STRUCT_SIZE
         );
         p.pRangeProfilerObject = self.raw;
-        // SAFETY: valid, started profiler object.
         check(
+            // SAFETY: valid, started profiler object.
             unsafe { sys::cuptiRangeProfilerStop(&mut p) },
             "cuptiRangeProfilerStop",
         )?;
@@ -583,8 +583,8 @@ impl RangeProfiler {
             RangeProfiler_DecodeData_Params_STRUCT_SIZE
         );
         p.pRangeProfilerObject = self.raw;
-        // SAFETY: valid profiler object after all passes were submitted.
         check(
+            // SAFETY: valid profiler object after all passes were submitted.
             unsafe { sys::cuptiRangeProfilerDecodeData(&mut p) },
             "cuptiRangeProfilerDecodeData",
         )?;
@@ -599,8 +599,8 @@ impl RangeProfiler {
         );
         p.pCounterDataImage = self.counter_data.as_ptr();
         p.counterDataImageSize = self.counter_data.len();
-        // SAFETY: a counter-data image initialised in `configure`.
         check(
+            // SAFETY: a counter-data image initialised in `configure`.
             unsafe { sys::cuptiRangeProfilerGetCounterDataInfo(&mut p) },
             "cuptiRangeProfilerGetCounterDataInfo",
         )?;
@@ -617,8 +617,8 @@ impl RangeProfiler {
         p.counterDataImageSize = self.counter_data.len();
         p.rangeIndex = index;
         p.rangeDelimiter = c"/".as_ptr();
-        // SAFETY: a decoded counter-data image; CUPTI returns a string it owns.
         check(
+            // SAFETY: a decoded counter-data image; CUPTI returns a string it owns.
             unsafe { sys::cuptiRangeProfilerCounterDataGetRangeInfo(&mut p) },
             "cuptiRangeProfilerCounterDataGetRangeInfo",
         )?;

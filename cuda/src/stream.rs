@@ -71,8 +71,8 @@ impl ForeignStream {
     /// Whether the stream is being captured into a graph.
     pub fn is_capturing(&self) -> CuResult<bool> {
         let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: writes one status; the handle is live by `from_raw`'s contract.
         check(
+            // SAFETY: writes one status; the handle is live by `from_raw`'s contract.
             unsafe { sys::cuStreamIsCapturing(self.0, &mut st) },
             "cuStreamIsCapturing",
         )?;
@@ -123,8 +123,8 @@ impl Event {
     /// Nanoseconds from `start` to `self` (both recorded and complete).
     pub fn elapsed_ns_since(&self, start: &Event) -> CuResult<u64> {
         let mut ms = 0f32;
-        // SAFETY: both events are valid and recorded.
         check(
+            // SAFETY: both events are valid and recorded.
             unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.raw, self.raw) },
             "cuEventElapsedTime",
         )?;

@@ -33,8 +33,8 @@ struct Gate {
 impl Gate {
     fn new() -> CuResult<Gate> {
         let mut host = ptr::null_mut();
-        // SAFETY: allocates 4 bytes of portable (1), device-mapped (2) pinned memory.
         check(
+            // SAFETY: allocates 4 bytes of portable (1), device-mapped (2) pinned memory.
             unsafe { sys::cuMemHostAlloc(&mut host, 4, 1 | 2) },
             "cuMemHostAlloc",
         )?;

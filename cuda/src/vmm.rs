@@ -34,8 +34,8 @@ fn prop(ordinal: i32) -> sys::CUmemAllocationProp {
 pub fn granularity(device: &Device) -> CuResult<u64> {
     let p = prop(device.ordinal());
     let mut g = 0usize;
-    // SAFETY: writes one size_t for a filled-in property struct.
     check(
+        // SAFETY: writes one size_t for a filled-in property struct.
         unsafe {
             sys::cuMemGetAllocationGranularity(
                 &mut g,
@@ -50,8 +50,8 @@ pub fn granularity(device: &Device) -> CuResult<u64> {
 
 fn reserve(size: u64, hint: u64) -> CuResult<u64> {
     let mut p = 0;
-    // SAFETY: writes one device pointer; the hint is advisory.
     check(
+        // SAFETY: writes one device pointer; the hint is advisory.
         unsafe { sys::cuMemAddressReserve(&mut p, size as usize, 0, hint, 0) },
         "cuMemAddressReserve",
     )?;
@@ -144,8 +144,8 @@ impl FixedMapping {
         let p = prop(ordinal);
         for &(start, len) in &merged {
             let mut h = 0;
-            // SAFETY: writes one handle; prop is fully initialised.
             check(
+                // SAFETY: writes one handle; prop is fully initialised.
                 unsafe { sys::cuMemCreate(&mut h, len as usize, &p, 0) },
                 "cuMemCreate",
             )?;
@@ -164,8 +164,8 @@ impl FixedMapping {
                 location: p.location,
                 flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
             };
-            // SAFETY: the range is mapped; one access descriptor.
             check(
+                // SAFETY: the range is mapped; one access descriptor.
                 unsafe { sys::cuMemSetAccess(start, len as usize, &access, 1) },
                 "cuMemSetAccess",
             )?;

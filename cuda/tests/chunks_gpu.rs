@@ -47,12 +47,16 @@ fn scan_and_digest_agree_with_the_host() {
         DeviceBuffer::new(n).expect("a"),
         DeviceBuffer::new(n).expect("b"),
     );
-    copy_htod(a.ptr(), &pre).expect("upload");
-    copy_htod(b.ptr(), &post).expect("upload");
+    // SAFETY: `a` and `b` are this test's own allocations of `n` bytes; every kernel below
+    // reads at most `size` (= n) bytes of them, and they live to the end of the test.
+    unsafe {
+        copy_htod(a.ptr(), &pre).expect("upload");
+        copy_htod(b.ptr(), &post).expect("upload");
+    }
 
-    let flags = kernels
-        .scan(a.ptr(), Some(b.ptr()), size, CHUNK, &stream)
-        .expect("scan");
+    // SAFETY: as for the uploads.
+    let flags =
+        unsafe { kernels.scan(a.ptr(), Some(b.ptr()), size, CHUNK, &stream) }.expect("scan");
     let (nonzero, changed) = host_flags(&pre, &post);
     assert_eq!(flags.nonzero, nonzero);
     assert_eq!(flags.changed, changed);
@@ -61,18 +65,22 @@ fn scan_and_digest_agree_with_the_host() {
         3,
         "the test's own changes"
     );
-    let alone = kernels
-        .scan(a.ptr(), None, size, CHUNK, &stream)
-        .expect("scan");
+    // SAFETY: as for the uploads.
+    let alone = unsafe { kernels.scan(a.ptr(), None, size, CHUNK, &stream) }.expect("scan");
     assert_eq!(alone.nonzero, nonzero);
     assert!(alone.changed.iter().all(|&c| !c));
 
-    let da = kernels
-        .digest(a.ptr(), size, CHUNK, &stream)
-        .expect("digest");
-    let db = kernels
-        .digest(b.ptr(), size, CHUNK, &stream)
-        .expect("digest");
+    // SAFETY: as for the uploads.
+    let (da, db) = unsafe {
+        (
+            kernels
+                .digest(a.ptr(), size, CHUNK, &stream)
+                .expect("digest"),
+            kernels
+                .digest(b.ptr(), size, CHUNK, &stream)
+                .expect("digest"),
+        )
+    };
     assert_eq!(da.nonzero, nonzero);
     let differ: Vec<bool> = da
         .digests
@@ -81,15 +89,13 @@ fn scan_and_digest_agree_with_the_host() {
         .map(|(x, y)| x != y)
         .collect();
     assert_eq!(differ, changed, "digests differ exactly where the bytes do");
-    let again = kernels
-        .digest(a.ptr(), size, CHUNK, &stream)
-        .expect("digest");
+    // SAFETY: as for the uploads.
+    let again = unsafe { kernels.digest(a.ptr(), size, CHUNK, &stream) }.expect("digest");
     assert_eq!(again, da, "the digest is deterministic");
 
     assert!(
-        kernels
-            .scan(a.ptr() + 8, None, CHUNK, CHUNK, &stream)
-            .is_err(),
+        // SAFETY: CHUNK bytes from 8 into `a` lie inside it (n > CHUNK + 8).
+        unsafe { kernels.scan(a.ptr() + 8, None, CHUNK, CHUNK, &stream) }.is_err(),
         "an unaligned address is refused"
     );
 }

@@ -17,7 +17,11 @@ pub struct ArraySync {
 }
 
 impl ArraySync {
-    pub fn new(pairs: Vec<(Rc<CudaArray>, u64)>) -> ArraySync {
+    /// # Safety
+    /// Each shadow address starts `CudaArray::texel_bytes` bytes of device memory that are
+    /// *readable* and *writable* (`kreplay_cuda::memory`'s contracts) while the `ArraySync`
+    /// lives: `push` reads and `pull` writes them without further checks.
+    pub unsafe fn new(pairs: Vec<(Rc<CudaArray>, u64)>) -> ArraySync {
         ArraySync { pairs }
     }
 
@@ -28,7 +32,8 @@ impl ArraySync {
     /// Shadow → array, queued on `stream` (after the restore).
     pub fn push(&self, stream: &Stream) -> CuResult<()> {
         for (array, shadow) in &self.pairs {
-            array.copy_from_device(*shadow, stream)?;
+            // SAFETY: the shadow is readable while `self` lives (`new`'s contract).
+            unsafe { array.copy_from_device(*shadow, stream)? };
         }
         Ok(())
     }
@@ -36,7 +41,8 @@ impl ArraySync {
     /// Array → shadow, queued on `stream` (after the launch).
     pub fn pull(&self, stream: &Stream) -> CuResult<()> {
         for (array, shadow) in &self.pairs {
-            array.copy_to_device(*shadow, stream)?;
+            // SAFETY: the shadow is writable while `self` lives (`new`'s contract).
+            unsafe { array.copy_to_device(*shadow, stream)? };
         }
         Ok(())
     }

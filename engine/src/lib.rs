@@ -5,6 +5,8 @@
 //! player's timed passes (`passes`), restore (`restore`), counters (`counters`), verification
 //! (`verify`).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod arrays;
 pub mod attributes;
 pub mod counters;
@@ -15,6 +17,7 @@ pub mod plan;
 pub mod relocate;
 pub mod repro;
 pub mod restore;
+pub mod texture_desc;
 pub mod tool;
 pub mod verify;
 pub mod write_set;

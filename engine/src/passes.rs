@@ -96,7 +96,13 @@ pub struct Replayer<F: AsFunction> {
 impl<F: AsFunction> Replayer<F> {
     /// `restorer` must have been snapshotted with the input in place; `opened` is when the
     /// caller began preparing (for the setup time).
-    pub fn new(
+    ///
+    /// # Safety
+    /// `kernel`, launched with its arguments any number of times while the `Replayer` lives,
+    /// touches only memory it may (`kreplay_cuda::launch`'s contract): `launch` queues it
+    /// without further checks. A capture's kernel over the memory the replay placed for it,
+    /// or the application's own dispatch replayed in place, qualifies.
+    pub unsafe fn new(
         kernel: Kernel<F>,
         restorer: Restorer,
         stream: Stream,
@@ -152,7 +158,8 @@ impl<F: AsFunction> Replayer<F> {
 
     pub fn launch(&mut self) -> Result<(), PlayError> {
         let k = &mut self.kernel;
-        kreplay_cuda::launch(&k.function, &k.config, &mut k.args, &self.stream)?;
+        // SAFETY: what the kernel touches was vouched for at `Replayer::new`.
+        unsafe { kreplay_cuda::launch(&k.function, &k.config, &mut k.args, &self.stream)? };
         self.launched = true;
         Ok(())
     }

@@ -127,7 +127,16 @@ pub struct Restorer {
 
 impl Restorer {
     /// Copies the write set's current bytes aside (the device must hold the input now).
-    pub fn snapshot(write_set: WriteSet, stream: &Stream) -> kreplay_cuda::CuResult<Restorer> {
+    ///
+    /// # Safety
+    /// Every range of `write_set` is *readable* now and *writable* for as long as the
+    /// `Restorer` lives (`kreplay_cuda::memory`'s contracts): `restore` writes it and `digest`
+    /// reads it, without further checks. Memory the replay mapped for the capture's regions
+    /// qualifies.
+    pub unsafe fn snapshot(
+        write_set: WriteSet,
+        stream: &Stream,
+    ) -> kreplay_cuda::CuResult<Restorer> {
         let total = write_set.bytes();
         let pristine = if total == 0 {
             Pristine::None
@@ -135,12 +144,17 @@ impl Restorer {
             match DeviceBuffer::new(total as usize) {
                 Ok(buf) => {
                     for w in write_set.ranges() {
-                        copy_dtod_async(
-                            buf.ptr() + w.pristine_offset,
-                            w.device_addr,
-                            w.len as usize,
-                            stream,
-                        )?;
+                        // SAFETY: the destination lies in `buf` (its size is the sum of the
+                        // ranges, each at its pristine offset); the source is readable by this
+                        // function's contract; the stream is synchronised before `buf` can go.
+                        unsafe {
+                            copy_dtod_async(
+                                buf.ptr() + w.pristine_offset,
+                                w.device_addr,
+                                w.len as usize,
+                                stream,
+                            )?
+                        };
                     }
                     stream.synchronize()?;
                     Pristine::Device(buf)
@@ -149,10 +163,13 @@ impl Restorer {
                     let mut host = PinnedBuffer::new(total as usize)?;
                     for w in write_set.ranges() {
                         let s = w.pristine_offset as usize;
-                        copy_dtoh(
-                            &mut host.as_mut_slice()[s..s + w.len as usize],
-                            w.device_addr,
-                        )?;
+                        // SAFETY: the source is readable by this function's contract.
+                        unsafe {
+                            copy_dtoh(
+                                &mut host.as_mut_slice()[s..s + w.len as usize],
+                                w.device_addr,
+                            )?
+                        };
                     }
                     Pristine::Host(host)
                 }
@@ -169,18 +186,25 @@ impl Restorer {
         match &self.pristine {
             Pristine::Device(buf) => {
                 for w in self.write_set.ranges() {
-                    copy_dtod_async(
-                        w.device_addr,
-                        buf.ptr() + w.pristine_offset,
-                        w.len as usize,
-                        stream,
-                    )?;
+                    // SAFETY: the destination is writable while `self` lives (`snapshot`'s
+                    // contract); the source lies in `buf`, owned by `self`, whose freeing
+                    // (`cuMemFree`) waits for the device.
+                    unsafe {
+                        copy_dtod_async(
+                            w.device_addr,
+                            buf.ptr() + w.pristine_offset,
+                            w.len as usize,
+                            stream,
+                        )?
+                    };
                 }
             }
             Pristine::Host(host) => {
                 for w in self.write_set.ranges() {
                     let s = w.pristine_offset as usize;
-                    copy_htod(w.device_addr, &host.as_slice()[s..s + w.len as usize])?;
+                    // SAFETY: the destination is writable while `self` lives (`snapshot`'s
+                    // contract).
+                    unsafe { copy_htod(w.device_addr, &host.as_slice()[s..s + w.len as usize])? };
                 }
             }
             Pristine::None => {}
@@ -211,7 +235,9 @@ impl Restorer {
             while at < w.len {
                 let n = (w.len - at).min(DIGEST_WINDOW);
                 buf.resize(n as usize, 0);
-                copy_dtoh(&mut buf, w.device_addr + at)?;
+                // SAFETY: `[at, at + n)` lies inside a write range, readable while `self`
+                // lives (`snapshot`'s contract).
+                unsafe { copy_dtoh(&mut buf, w.device_addr + at)? };
                 h.update(&buf);
                 at += n;
             }

@@ -4,6 +4,8 @@
 //! a trailer (`docs/FORMAT.md`). [`CaptureWriter`] streams one out; [`Capture::parse`] reads one
 //! from bytes without I/O; [`verify`] checks everything; [`salvage`] rescues an incomplete one.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod chunk;
 pub mod codec;
 pub mod cubin;

@@ -4,6 +4,8 @@
 //! pass loop and counters. `play` is the whole replay as the CLI and the Python package run
 //! it; `describe` is what `kreplay info --json` and Python's `info` print.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod describe;
 pub mod params;
 mod play;

@@ -51,7 +51,9 @@ impl Session<'_> {
                     pre.resize(c.raw_len as usize, 0);
                     cap.read_chunk_into(c, &mut pre)?;
                     now.resize(c.raw_len as usize, 0);
-                    copy_dtoh(&mut now, base + c.offset)?;
+                    // SAFETY: `read_back` checked the chunk lies in the `usable` bytes this
+                    // session placed for the region, memory of its own.
+                    unsafe { copy_dtoh(&mut now, base + c.offset)? };
                     if now != pre {
                         changed_bytes += differing_bytes(&pre, &now);
                         w.memory(r.region_id, MemoryState::Post, c.offset, &now)?;

@@ -18,6 +18,7 @@ use kreplay_engine::counters::{MetricRequest, MetricsReport};
 use kreplay_engine::plan::{CodePlan, LaunchPlan, MemoryPlan, Target};
 use kreplay_engine::relocate::Relocation;
 use kreplay_engine::restore::clipped;
+use kreplay_engine::texture_desc;
 use kreplay_engine::tool::{DispatchView, FixedPasses, PassTool};
 use kreplay_engine::verify::{compare, VerifyOutcome};
 use kreplay_engine::{
@@ -161,8 +162,11 @@ impl Textures {
                     what: format!("array region {} has no texels", image.region_id),
                 })
             })?;
-            let array = Rc::new(CudaArray::create(image)?);
-            array.copy_from_device(shadow, &stream)?;
+            let array = Rc::new(CudaArray::create(&texture_desc::array_desc(image))?);
+            // SAFETY: the shadow is this session's buffer of the array region's size, which
+            // the format's rules make at least the array's packed texel bytes; it lives in
+            // `self.shadows`, after the arrays, and the stream is synchronised below.
+            unsafe { array.copy_from_device(shadow, &stream)? };
             if arrays::written(cap, image.region_id) {
                 written.push((array.clone(), shadow));
             }
@@ -177,20 +181,39 @@ impl Textures {
                 _ => None,
             };
             let address = obj.resource.address().map_or(0, |a| placed(relocation, a));
-            let made = TexObject::create(obj, array, address)?;
+            let desc = texture_desc::object_desc(obj, array, address).ok_or_else(|| {
+                PlayError::Format(kreplay_format::FormatError::Inconsistent {
+                    offset: 0,
+                    what: format!(
+                        "texture object {} views an array the capture lacks",
+                        obj.handle
+                    ),
+                })
+            })?;
+            // SAFETY: linear memory is the recorded address placed in this replay (mapped back
+            // or moved with its region), which only the capture's kernel reaches, as it would
+            // any captured pointer (`Replayer::new`'s contract); the object is dropped before
+            // the memory (field order of `Session`).
+            let made = unsafe { TexObject::create(&desc)? };
             write_arg_handles(arg_bytes, &obj.arg_words, made.handle());
             for &(region_id, offset) in &obj.memory_words {
                 let Some(p) = placements.iter().find(|p| p.region_id == region_id) else {
                     continue;
                 };
                 if handle_word_fits(offset, p.usable) {
-                    copy_htod(p.base + offset, &made.handle().to_le_bytes())?;
+                    // SAFETY: the 8 bytes lie inside the `usable` bytes this replay placed for
+                    // the region (`handle_word_fits`), memory of its own that no Rust value
+                    // borrows.
+                    unsafe { copy_htod(p.base + offset, &made.handle().to_le_bytes())? };
                     self.memory_words.push((region_id, offset, made.handle()));
                 }
             }
             self.objects.push(made);
         }
-        Ok(ArraySync::new(written))
+        // SAFETY: each shadow is this session's buffer of the array region's size (at least
+        // the array's packed texels by the format's rules), held in `self.shadows`, which
+        // outlives the replayer (field order of `Session`).
+        Ok(unsafe { ArraySync::new(written) })
     }
 }
 
@@ -263,7 +286,12 @@ pub struct Session<'c> {
     _ctx: PrimaryContext,
 }
 
-fn upload_region(
+/// Uploads region `r`'s pre-dispatch chunks to `dst` through `ring`.
+///
+/// # Safety
+/// `dst` starts the `r.size` bytes this session placed for region `r`, which nothing else
+/// reads or writes until `ring` finishes.
+unsafe fn upload_region(
     cap: &Capture<'_>,
     r: &Region,
     dst: u64,
@@ -283,10 +311,12 @@ fn upload_region(
         let start = window[0].offset;
         let len: u64 = window.iter().map(|c| c.raw_len).sum();
         if zero {
-            ring.zero(dst + start, len as usize)?;
+            // SAFETY: `dst` starts region `r`'s bytes (this function's contract), and the
+            // format's rules keep every chunk inside its region.
+            unsafe { ring.zero(dst + start, len as usize)? };
         } else {
             // Decoded on all cores into one staging buffer while the previous one is copied.
-            ring.upload(dst + start, len as usize, |buf| -> Result<(), PlayError> {
+            let fill = |buf: &mut [u8]| -> Result<(), PlayError> {
                 buf.par_chunks_mut(r.chunk_size as usize)
                     .zip(window.par_iter())
                     .try_for_each(|(dst, c)| cap.read_chunk_into(c, dst))?;
@@ -294,7 +324,9 @@ fn upload_region(
                     rel.patch_region_window(cap, region_id, start, buf);
                 }
                 Ok(())
-            })?;
+            };
+            // SAFETY: as for the zeroing above.
+            unsafe { ring.upload(dst + start, len as usize, fill)? };
             // Decoded into the staging buffer: the file's pages are no longer needed.
             for c in window {
                 release(c.payload_offset, c.payload_offset + c.payload_len);
@@ -307,7 +339,11 @@ fn upload_region(
 
 /// Uploads every region but the module globals to where `base_of` places it, staged through
 /// a ring of page-locked buffers, telling `progress` the bytes loaded (of how many).
-fn upload_regions(
+///
+/// # Safety
+/// For every uploaded region `r`, `base_of(r)` starts the `r.size` bytes this session placed
+/// for it, which nothing else reads or writes until this returns.
+unsafe fn upload_regions(
     cap: &Capture<'_>,
     base_of: &dyn Fn(&Region) -> u64,
     relocation: Option<&Relocation>,
@@ -319,18 +355,22 @@ fn upload_regions(
     let total: u64 = uploaded_regions(cap).map(|r| r.size).sum();
     let mut loaded = 0u64;
     for r in uploaded_regions(cap) {
-        upload_region(
-            cap,
-            r,
-            base_of(r),
-            &mut ring,
-            relocation,
-            &mut |n| {
-                loaded += n;
-                progress(loaded, total);
-            },
-            release,
-        )?;
+        // SAFETY: `base_of(r)` starts region `r`'s bytes (this function's contract); the ring
+        // is finished before this returns.
+        unsafe {
+            upload_region(
+                cap,
+                r,
+                base_of(r),
+                &mut ring,
+                relocation,
+                &mut |n| {
+                    loaded += n;
+                    progress(loaded, total);
+                },
+                release,
+            )?
+        };
     }
     ring.finish()?;
     Ok(())
@@ -514,7 +554,9 @@ fn restore_globals(
         if let Some(rel) = relocation {
             rel.patch_region_window(cap, g.region_id, 0, &mut data);
         }
-        copy_htod(ptr, &data)?;
+        // SAFETY: `data` holds at most `size` bytes (`read_region_prefix`), the size of the
+        // loaded module's own global at `ptr`.
+        unsafe { copy_htod(ptr, &data)? };
         placed.push(RegionPlacement {
             region_id: g.region_id,
             base: ptr,
@@ -567,7 +609,9 @@ impl<'c> Session<'c> {
             placed(relocation, r.address)
         };
 
-        upload_regions(cap, &base_of, relocation, progress, release)?;
+        // SAFETY: `base_of` is where `place_memory` (or the shadows) put each region, the
+        // region's size in all, memory of this session's that nothing else touches yet.
+        unsafe { upload_regions(cap, &base_of, relocation, progress, release)? };
 
         let (module, function) = load_kernel(cap, &code, &launch)?;
         let mut placements: Vec<RegionPlacement> = uploaded_regions(cap)
@@ -597,7 +641,11 @@ impl<'c> Session<'c> {
         })?;
 
         let stream = Stream::new()?;
-        let restorer = Restorer::snapshot(WriteSet::of_capture(cap, &placements), &stream)?;
+        // SAFETY: the write set is clipped to the bytes this session placed for each region
+        // (`WriteSet::of_capture`), held by `memory` and `textures`, which outlive the
+        // replayer (field order of `Session`).
+        let restorer =
+            unsafe { Restorer::snapshot(WriteSet::of_capture(cap, &placements), &stream)? };
         let kernel = Kernel {
             function,
             config,
@@ -605,7 +653,11 @@ impl<'c> Session<'c> {
         };
         Ok(Session {
             cap,
-            replayer: Replayer::new(kernel, restorer, stream, props, opened)
+            // SAFETY: the capture's kernel, on memory this session placed at the recorded
+            // addresses (or moved, with its pointers patched), as `play` promises to run it;
+            // the memory outlives the replayer (field order of `Session`). A hostile capture
+            // can still reach anything in this context: DESIGN's threat model.
+            replayer: unsafe { Replayer::new(kernel, restorer, stream, props, opened) }
                 .with_arrays(written_arrays),
             placements,
             code: code.source,
@@ -801,7 +853,9 @@ fn check_against_capture(
                 continue;
             };
             let found = &mut found.as_mut_slice()[..bytes as usize];
-            copy_dtoh(found, p.base + window[0].1)?;
+            // SAFETY: the window's chunks lie in the `usable` bytes placed for the region
+            // (`expected_chunks` clips them), memory of this session's.
+            unsafe { copy_dtoh(found, p.base + window[0].1)? };
             let mut at = 0usize;
             for (&(_, offset, len), e) in window.iter().zip(&expected) {
                 compare(p.region_id, offset, e, &found[at..at + len as usize], v);

@@ -3,6 +3,8 @@
 //! the recorder leaves report files (`report`) that the CLI reads. Both sides link this crate,
 //! so the CLI never links the injected library.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod nvtx;
 pub mod progress;

@@ -5,6 +5,8 @@
 //! protocol), and a replay (the same JSON as `kreplay play --json`). The Python layer
 //! (`kreplay/__init__.py`) builds the objects.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::ffi::{c_int, c_void, CStr};
 use std::path::Path;
 

@@ -310,14 +310,19 @@ impl PassRunner for BatchPasses<'_> {
         let mut kernels = 0usize;
         for q in self.queued.iter_mut() {
             for (addr, size, pristine) in &q.regions {
-                copy_dtod_async(*addr, pristine.ptr(), *size as usize, self.stream)
+                // SAFETY: a region of the queued dispatch (the application's allocation), given
+                // back the bytes it had at that launch while the application waits in the
+                // callback; no Rust value of kreplay's lives there.
+                unsafe { copy_dtod_async(*addr, pristine.ptr(), *size as usize, self.stream) }
                     .map_err(RecordError::cuda("restoring a dispatch for its counters"))?;
             }
             if self.cache_flush {
                 // Without a sweep (device memory short) the pass runs with what L2 holds.
                 kernels += flush_l2(self.stream).unwrap_or(0) as usize;
             }
-            kreplay_cuda::launch(&q.function, &q.config, &mut q.args, self.stream)
+            // SAFETY: the application's own launch, repeated with its own arguments on its
+            // memory as it was at that launch (restored just above).
+            unsafe { kreplay_cuda::launch(&q.function, &q.config, &mut q.args, self.stream) }
                 .map_err(RecordError::cuda("launching a counter pass"))?;
             positions.push(kernels);
             kernels += 1;
@@ -382,7 +387,9 @@ fn collect_batch(
                 kreplay_format::units::bytes(union.iter().map(|u| u.1).sum())
             )
         })?;
-        copy_dtod_async(buf.ptr(), addr, len as usize, &stream)
+        // SAFETY: `buf` is ours, `len` bytes; the source is a range of the batch's regions,
+        // the application's allocations, read while it waits in the callback.
+        unsafe { copy_dtod_async(buf.ptr(), addr, len as usize, &stream) }
             .map_err(|e| format!("setting the application's memory aside: {e}"))?;
         live.push((addr, len, buf));
     }
@@ -393,7 +400,9 @@ fn collect_batch(
     // Whatever happened, the application's memory is put back.
     let mut put_back = Ok(());
     for (addr, len, buf) in &live {
-        if let Err(e) = copy_dtod_async(*addr, buf.ptr(), *len as usize, &stream) {
+        // SAFETY: the range's own bytes, set aside above, put back while the application
+        // waits in the callback.
+        if let Err(e) = unsafe { copy_dtod_async(*addr, buf.ptr(), *len as usize, &stream) } {
             put_back = Err(e);
         }
     }

@@ -198,10 +198,15 @@ pub fn run_nodes(
                 };
                 let mut a =
                     KernelArgs::new(args.clone(), &k.layout).map_err(RecordError::GraphNode)?;
-                launch(&f, &node_config(k)?, &mut a, stream).map_err(e)?;
+                // SAFETY: the application's kernel node, run with its own arguments where its
+                // graph would run it (an ancestor of the node being captured).
+                unsafe { launch(&f, &node_config(k)?, &mut a, stream) }.map_err(e)?;
             }
-            NodeOp::Memset(p) => memset_async(p, stream).map_err(e)?,
-            NodeOp::Memcpy(p) => memcpy_async(p, stream).map_err(e)?,
+            // SAFETY: the application's own node's parameters, read from the live graph and
+            // run where its graph would run them.
+            NodeOp::Memset(p) => unsafe { memset_async(p, stream) }.map_err(e)?,
+            // SAFETY: as for memsets.
+            NodeOp::Memcpy(p) => unsafe { memcpy_async(p, stream) }.map_err(e)?,
             NodeOp::None => {}
         }
     }
@@ -292,10 +297,16 @@ impl Saved {
         let stream = Stream::new().map_err(e)?;
         for (base, b) in &self.copies {
             match b {
-                Bytes::Device(buf) => copy_dtod_async(*base, buf.ptr(), buf.len(), &stream)
-                    .map_err(RecordError::cuda("putting memory back"))?,
+                Bytes::Device(buf) => {
+                    // SAFETY: the range's own bytes, set aside before the ancestors ran, put
+                    // back.
+                    unsafe { copy_dtod_async(*base, buf.ptr(), buf.len(), &stream) }
+                        .map_err(RecordError::cuda("putting memory back"))?
+                }
                 Bytes::Host(v) => {
-                    copy_htod(*base, v).map_err(RecordError::cuda("putting memory back"))?
+                    // SAFETY: as above, from a host copy.
+                    unsafe { copy_htod(*base, v) }
+                        .map_err(RecordError::cuda("putting memory back"))?
                 }
             }
         }

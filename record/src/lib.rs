@@ -5,6 +5,8 @@
 //! Nothing here may disturb the application: every entry point catches panics, every failure is
 //! reported on stderr and in the process report, and the application runs on.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 /// Prints one diagnostic line on stderr, ignoring failure: a full disk or a closed pipe on
 /// the application's stderr must never become a panic inside the application.
 macro_rules! diag {

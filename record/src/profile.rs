@@ -80,7 +80,11 @@ struct Saved {
 /// GPU cannot compare), packed end to end.
 fn changed_runs(pristine: u64, live: u64, len: u64, stream: &Stream) -> Vec<PackedRun> {
     let cs = DEFAULT_CHUNK_SIZE;
-    let scan = with_chunk_kernels(|k| k.scan(pristine, Some(live), len, cs, stream));
+    let scan = with_chunk_kernels(|k| {
+        // SAFETY: callers pass a region's pristine copy (ours) and the region itself (the
+        // application's allocation, read while the application waits in the launch callback).
+        unsafe { k.scan(pristine, Some(live), len, cs, stream) }
+    });
     let evidence = match &scan {
         Ok(ChunkFlags { changed, .. }) => Evidence::Changed(changed),
         Err(_) => Evidence::Unknown,
@@ -167,7 +171,9 @@ impl OutputCheck {
         with_chunk_kernels(|k| {
             let mut off = 0u64;
             for &(a, b, len, _) in &self.gpu {
-                let n = k.scan_queued(a, b, len, cs, flags.ptr() + off, stream)?;
+                // SAFETY: `a` and `b` are a region and our copy of it (see `OutputCheck::new`);
+                // `flags` was sized for 8 bytes per chunk of every scan, so `off` stays inside.
+                let n = unsafe { k.scan_queued(a, b, len, cs, flags.ptr() + off, stream)? };
                 off += n as u64 * 8;
             }
             Ok(())
@@ -178,7 +184,8 @@ impl OutputCheck {
     /// After the wait: whether the write set holds what the first pass wrote there.
     fn same(&mut self, stream: &Stream) -> Result<bool, RecordError> {
         if let Some(flags) = &self.flags {
-            copy_dtoh(&mut self.readback, flags.ptr())
+            // SAFETY: `flags` is our buffer, as long as `readback`.
+            unsafe { copy_dtoh(&mut self.readback, flags.ptr()) }
                 .map_err(RecordError::cuda("reading the output check"))?;
             let mut off = 0;
             for &(.., n) in &self.gpu {
@@ -238,14 +245,19 @@ impl InPlace<'_> {
 /// the GPU cannot compare them (addresses not 16-byte aligned: small globals).
 fn differs(a: u64, b: u64, len: u64, stream: &Stream) -> Result<bool, RecordError> {
     let cs = DEFAULT_CHUNK_SIZE;
-    if let Ok(flags) = with_chunk_kernels(|k| k.scan(a, Some(b), len, cs, stream)) {
+    // SAFETY: callers compare a region of the dispatch with our copy of it, while the
+    // application waits in the launch callback.
+    if let Ok(flags) = with_chunk_kernels(|k| unsafe { k.scan(a, Some(b), len, cs, stream) }) {
         return Ok(flags.changed.iter().any(|&c| c));
     }
     let n = usize::try_from(len).map_err(|_| RecordError::RegionTooLarge(len))?;
     let (mut x, mut y) = (vec![0u8; n], vec![0u8; n]);
     let read = RecordError::cuda("comparing a pass's output");
-    copy_dtoh(&mut x, a).map_err(read)?;
-    copy_dtoh(&mut y, b).map_err(read)?;
+    // SAFETY: as for the scan above; the host buffers are ours, `len` bytes each.
+    unsafe {
+        copy_dtoh(&mut x, a).map_err(read)?;
+        copy_dtoh(&mut y, b).map_err(read)?;
+    }
     Ok(x != y)
 }
 
@@ -259,7 +271,9 @@ fn device_copy_packed(
     let buf = DeviceBuffer::new(total as usize).map_err(|_| RecordError::NoPostScratch(total))?;
     let mut at = 0;
     for r in runs {
-        copy_dtod_async(buf.ptr() + at, addr + r.offset, r.len as usize, stream)
+        // SAFETY: the runs lie in the region at `addr` (the application's, while it waits in
+        // the launch callback) and end to end in `buf`, sized to their total.
+        unsafe { copy_dtod_async(buf.ptr() + at, addr + r.offset, r.len as usize, stream) }
             .map_err(RecordError::cuda("copying the first pass's output"))?;
         at += r.len;
     }
@@ -279,12 +293,17 @@ impl PassRunner for InPlace<'_> {
             .map_err(Self::err("timing the restore"))?;
         for s in self.saved.iter() {
             for r in &s.write_set {
-                copy_dtod_async(
-                    s.addr + r.offset,
-                    s.pristine.ptr() + r.offset,
-                    r.len as usize,
-                    self.stream,
-                )
+                // SAFETY: the write set lies in the dispatch's region, which the kernel writes
+                // anyway, restored while the application waits in the launch callback (no Rust
+                // value of kreplay's lives there); the source is our pristine copy.
+                unsafe {
+                    copy_dtod_async(
+                        s.addr + r.offset,
+                        s.pristine.ptr() + r.offset,
+                        r.len as usize,
+                        self.stream,
+                    )
+                }
                 .map_err(Self::err("restoring the write set"))?;
             }
         }
@@ -325,8 +344,11 @@ impl InPlace<'_> {
             .arm(self.stream)
             .map_err(Self::err("arming the pass timer"))?;
         trace("pass timer armed");
-        let launched = kreplay_cuda::launch(self.function, self.config, self.args, self.stream)
-            .map_err(Self::err("launching a pass"));
+        // SAFETY: the application's own launch, repeated with its own arguments on memory
+        // restored to what it was at the launch, while the application waits in the callback.
+        let launched =
+            unsafe { kreplay_cuda::launch(self.function, self.config, self.args, self.stream) }
+                .map_err(Self::err("launching a pass"));
         trace("pass queued");
         let stopped = self.timer.finish(self.stream);
         trace("pass launched, gate opened");
@@ -689,8 +711,13 @@ fn put_back_application_output(saved: &[Saved], stream: &Stream) -> Result<(), R
         let mut at = 0;
         if let Some(first) = &s.first_output {
             for r in &s.write_set {
-                copy_dtod_async(s.addr + r.offset, first.ptr() + at, r.len as usize, stream)
-                    .map_err(e)?;
+                // SAFETY: the write set lies in the dispatch's region (the application's,
+                // which the kernel writes anyway, while the application waits); the source is
+                // our packed copy of the first pass's output.
+                unsafe {
+                    copy_dtod_async(s.addr + r.offset, first.ptr() + at, r.len as usize, stream)
+                }
+                .map_err(e)?;
                 at += r.len;
             }
         }
@@ -706,8 +733,12 @@ fn put_back_application_output(saved: &[Saved], stream: &Stream) -> Result<(), R
             while off < r.offset + r.len {
                 let n = cs.min(r.offset + r.len - off);
                 if !in_write_set(off) {
-                    copy_dtod_async(s.addr + off, s.pristine.ptr() + off, n as usize, stream)
-                        .map_err(e)?;
+                    // SAFETY: a chunk of the dispatch's region (clipped to its size), given
+                    // back its pristine bytes while the application waits.
+                    unsafe {
+                        copy_dtod_async(s.addr + off, s.pristine.ptr() + off, n as usize, stream)
+                    }
+                    .map_err(e)?;
                 }
                 off += n;
             }

@@ -74,7 +74,9 @@ impl AddressSpace for DeviceSpace<'_> {
         };
         let view = &mut st.as_mut_slice()[..n];
         crate::trace::trace("region to read for the pointer scan");
-        copy_dtoh(view, base).map_err(|e| fail(e.to_string()))?;
+        // SAFETY: the walk reads an allocation the driver reported (`base`, `size`), with the
+        // context synchronised; no Rust value of kreplay's lives there.
+        unsafe { copy_dtoh(view, base) }.map_err(|e| fail(e.to_string()))?;
         crate::trace::trace("region read (the scan follows)");
         Ok(view)
     }

@@ -164,7 +164,10 @@ pub fn run(
                 Some(_) => {}
             }
             let (src, _, n) = copies[started];
-            ring.start(started % slots, src, n).map_err(read_back)?;
+            // SAFETY: the steps come from `pre_steps`/`post_steps`, which keep each copy inside
+            // the region being written out: our scratch (`inflight`) or the application's
+            // allocation with its context synchronised (`spill`); the slot was consumed.
+            unsafe { ring.start(started % slots, src, n) }.map_err(read_back)?;
             started += 1;
         }
         if guard.is_some() && quiet::window_waiting() {

@@ -61,7 +61,10 @@ pub(crate) fn device_copy(addr: u64, size: u64, stream: &Stream) -> Option<Devic
         return None;
     }
     let buf = DeviceBuffer::new(size as usize).ok()?;
-    copy_dtod_async(buf.ptr(), addr, size as usize, stream).ok()?;
+    // SAFETY: the destination is `buf`, `size` bytes of ours; the source is a region the walk
+    // found: the application's allocation as the driver reports it, read with the context
+    // synchronised (no Rust value of kreplay's lives there).
+    unsafe { copy_dtod_async(buf.ptr(), addr, size as usize, stream) }.ok()?;
     Some(buf)
 }
 
@@ -105,7 +108,13 @@ fn post_on_device(
         runs,
         footprint: footprint.clone(),
     };
-    if let Ok(flags) = with_chunk_kernels(|k| k.scan(pre.ptr(), Some(addr), size, cs, stream)) {
+    let scanned = with_chunk_kernels(|k| {
+        // SAFETY: `pre` is our scratch copy of the region (`size` bytes); `addr` is the region
+        // itself, the application's allocation, read after the dispatch with the context
+        // synchronised.
+        unsafe { k.scan(pre.ptr(), Some(addr), size, cs, stream) }
+    });
+    if let Ok(flags) = scanned {
         let written = footprint.written(span, Evidence::Changed(&flags.changed));
         let (runs, total) = readback::pack(&written);
         let buf = if total > 0 {
@@ -114,8 +123,12 @@ fn post_on_device(
             }
             let buf = DeviceBuffer::new(total as usize).map_err(|_| no_scratch(total))?;
             for r in &runs {
-                copy_dtod_async(buf.ptr() + r.at, addr + r.offset, r.len as usize, stream)
-                    .map_err(RecordError::cuda("copying the changed chunks"))?;
+                // SAFETY: the run lies in the region (the engine's `write_set::written` clips runs to `size`) and
+                // in `buf` (sized to the runs' total); the region is read as for the scan.
+                unsafe {
+                    copy_dtod_async(buf.ptr() + r.at, addr + r.offset, r.len as usize, stream)
+                }
+                .map_err(RecordError::cuda("copying the changed chunks"))?;
             }
             Some(buf)
         } else {
@@ -127,7 +140,9 @@ fn post_on_device(
     stream
         .synchronize()
         .map_err(RecordError::cuda("waiting for the post-dispatch copy"))?;
-    match with_chunk_kernels(|k| k.scan(pre.ptr(), Some(whole.ptr()), size, cs, stream)) {
+    // SAFETY: both are our own scratch buffers of `size` bytes.
+    match with_chunk_kernels(|k| unsafe { k.scan(pre.ptr(), Some(whole.ptr()), size, cs, stream) })
+    {
         Ok(flags) => {
             // The runs stay where they are in the whole copy.
             let written = footprint.written(span, Evidence::Changed(&flags.changed));
@@ -157,7 +172,7 @@ pub(crate) fn read_array(
     let n = usize::try_from(size).map_err(|_| RecordError::RegionTooLarge(size))?;
     let mut v = vec![0u8; n];
     array
-        .read(image, &mut v)
+        .read(&kreplay_engine::texture_desc::array_desc(image), &mut v)
         .map_err(|source| RecordError::Read {
             addr: 0,
             size,
@@ -169,7 +184,14 @@ pub(crate) fn read_array(
 pub(crate) fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> {
     let n = usize::try_from(size).map_err(|_| RecordError::RegionTooLarge(size))?;
     let mut v = vec![0u8; n];
-    copy_dtoh(&mut v, addr).map_err(|source| RecordError::Read { addr, size, source })?;
+    // SAFETY: callers pass a region the walk found (the application's allocation as the driver
+    // reports it) or our own scratch, read with the context synchronised; no Rust value of
+    // kreplay's lives in the application's memory.
+    unsafe { copy_dtoh(&mut v, addr) }.map_err(|source| RecordError::Read {
+        addr,
+        size,
+        source,
+    })?;
     Ok(v)
 }
 

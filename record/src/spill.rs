@@ -103,7 +103,9 @@ impl Spill {
 /// address, say; before the launch the caller then copies to the host instead).
 pub fn digest(region: &Region, addr: u64, stream: &Stream) -> Result<ChunkDigests, RecordError> {
     crate::device_resources::with_chunk_kernels(|k| {
-        k.digest(addr, region.size, region.chunk_size, stream)
+        // SAFETY: `addr` is the region (the application's allocation) read with its context
+        // synchronised, `region.size` bytes.
+        unsafe { k.digest(addr, region.size, region.chunk_size, stream) }
     })
     .map_err(RecordError::WriteSet)
 }

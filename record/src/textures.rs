@@ -4,6 +4,7 @@
 //! memory behind them handed to the walk as roots.
 
 use kreplay_cuda::texture::{ForeignArray, ForeignResource, ObjectQuery, MAX_HANDLE};
+use kreplay_engine::texture_desc;
 use kreplay_format::{ArrayImage, TextureObject, TextureResource, Textures};
 
 /// Offsets of the 8-byte-aligned argument words, inside parameters of 8 bytes or more, whose
@@ -60,7 +61,7 @@ impl Found {
             ForeignResource::Array(a) => {
                 let index = match self.arrays.iter().position(|(x, _)| *x == a) {
                     Some(i) => i,
-                    None => match a.image() {
+                    None => match a.image().map(|d| texture_desc::array_image(&d, 0)) {
                         Ok(image) if image.texel_bytes().is_some() => {
                             self.arrays.push((a, image));
                             self.arrays.len() - 1
@@ -87,16 +88,16 @@ impl Found {
                 }
             }
             ForeignResource::Memory(r) => {
-                self.addresses.extend(r.address());
-                r
+                self.addresses.push(r.address());
+                texture_desc::texture_resource(&r)
             }
         };
         self.objects.push(TextureObject {
             handle,
             surface: q.surface,
             resource,
-            sampling: q.sampling,
-            view: q.view,
+            sampling: q.sampling.as_ref().map(texture_desc::texture_sampling),
+            view: q.view.as_ref().map(texture_desc::texture_view),
             arg_words: Vec::new(),
             memory_words: Vec::new(),
         });

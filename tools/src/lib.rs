@@ -2,4 +2,6 @@
 //! What other front ends share (the description of a capture, the replay and its report)
 //! lives in the player crate.
 
+#![forbid(unsafe_code)]
+
 pub mod profile;

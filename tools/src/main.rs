@@ -1,6 +1,8 @@
 //! `kreplay`: record one GPU kernel dispatch out of a running application, inspect it, and
 //! replay it. The logic lives in the library crates; this binary parses flags and prints.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod cli;
 mod cmd;
 mod compare;

@@ -44,7 +44,7 @@ pub(super) unsafe fn decode(id: u32, params: *const c_void) -> Option<Allocation
     if params.is_null() {
         return None;
     }
-    // SAFETY (every arm): CUPTI passes the parameter struct matching the callback id; output
+    // SAFETY: in every arm, CUPTI passes the parameter struct matching the callback id; output
     // pointers point at values the driver has written when the call succeeded.
     unsafe {
         let out = |p: *mut u64| if p.is_null() { None } else { Some(*p) };
@@ -136,7 +136,7 @@ pub(super) unsafe fn entering(id: u32, params: *const c_void) -> Option<Allocati
     if params.is_null() {
         return None;
     }
-    // SAFETY (every arm): CUPTI passes the parameter struct matching the callback id; only its
+    // SAFETY: in every arm, CUPTI passes the parameter struct matching the callback id; only its
     // input fields are read.
     unsafe {
         match id {

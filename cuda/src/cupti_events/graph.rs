@@ -89,8 +89,8 @@ unsafe fn decode_instantiate(id: u32, params: *const c_void) -> Option<GraphCall
     // The variants' structs differ after their first two fields: where the new executable
     // graph is written, and the graph it is made from.
     let instantiated = |out: *mut sys::CUgraphExec, graph: sys::CUgraph| {
-        // SAFETY: the call succeeded, so *out holds the new executable graph.
         (!out.is_null()).then(|| GraphCall::Instantiated {
+            // SAFETY: the call succeeded, so *out holds the new executable graph.
             exec: unsafe { *out } as usize,
             graph,
         })

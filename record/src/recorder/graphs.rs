@@ -356,7 +356,9 @@ impl Recorder {
                 open_file: Some(&open_file),
             })?;
             let mut a = KernelArgs::new(args, &k.layout).map_err(RecordError::GraphNode)?;
-            launch(&function, &node_config(k)?, &mut a, stream)
+            // SAFETY: the application's kernel node, run with its own arguments where its
+            // graph would run it.
+            unsafe { launch(&function, &node_config(k)?, &mut a, stream) }
                 .map_err(RecordError::cuda("launching the graph node"))?;
             after_launch(&mut p)?;
             Ok::<_, RecordError>(p)

@@ -5,13 +5,17 @@
 //!
 //! Descriptors go through `#[repr(C)]` mirrors with plain integer fields: the driver may
 //! write enum values newer than the bindings know, and a file may hold any number, so no
-//! value from either is ever stored in a Rust enum.
+//! value from either is ever stored in a Rust enum. The described shapes are this crate's
+//! own types (`types`).
+
+mod types;
 
 use std::ffi::c_void;
 use std::mem::{size_of, MaybeUninit};
 
-use kreplay_format::{
-    ArrayImage, TextureObject, TextureResource, TextureSampling, TextureView, MAX_MIP_LEVELS,
+pub use types::{
+    array_format_bytes, ArrayDesc, MemoryResource, Sampling, View, ARRAY_CUBEMAP, ARRAY_LAYERED,
+    MAX_MIP_LEVELS,
 };
 
 use crate::error::{check, CuResult, CudaError};
@@ -84,45 +88,50 @@ pub const MAX_HANDLE: u64 = u32::MAX as u64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ForeignResource {
     Array(ForeignArray),
-    /// Linear or pitch-2D device memory (`TextureResource::Linear` / `Pitch2D`).
-    Memory(TextureResource),
+    /// Linear or pitch-2D device memory.
+    Memory(MemoryResource),
 }
 
-/// The union words of a `CUDA_RESOURCE_DESC` for linear memory at `address`: the resource
-/// type and `res[0..5]`. `None` for array resources.
-fn memory_words(r: &TextureResource, address: u64) -> Option<(u32, [u64; 5])> {
-    let (res_type, format, channels, rest) = match *r {
-        TextureResource::Linear {
+/// The union words of a `CUDA_RESOURCE_DESC` for linear memory: the resource type and
+/// `res[0..5]`.
+fn memory_words(r: &MemoryResource) -> (u32, [u64; 5]) {
+    let (res_type, address, format, channels, rest) = match *r {
+        MemoryResource::Linear {
+            address,
             format,
             channels,
             size,
-            ..
-        } => (RES_LINEAR, format, channels, [size, 0, 0]),
-        TextureResource::Pitch2D {
+        } => (RES_LINEAR, address, format, channels, [size, 0, 0]),
+        MemoryResource::Pitch2D {
+            address,
             format,
             channels,
             width,
             height,
             pitch,
-            ..
-        } => (RES_PITCH2D, format, channels, [width, height, pitch]),
-        _ => return None,
+        } => (
+            RES_PITCH2D,
+            address,
+            format,
+            channels,
+            [width, height, pitch],
+        ),
     };
     let fc = format as u64 | (channels as u64) << 32;
-    Some((res_type, [address, fc, rest[0], rest[1], rest[2]]))
+    (res_type, [address, fc, rest[0], rest[1], rest[2]])
 }
 
 /// The inverse of `memory_words`, for a descriptor the driver wrote.
-fn memory_resource(res_type: u32, res: &[u64; 16]) -> Option<TextureResource> {
+fn memory_resource(res_type: u32, res: &[u64; 16]) -> Option<MemoryResource> {
     let (format, channels) = (res[1] as u32, (res[1] >> 32) as u32);
     match res_type {
-        RES_LINEAR => Some(TextureResource::Linear {
+        RES_LINEAR => Some(MemoryResource::Linear {
             address: res[0],
             format,
             channels,
             size: res[2],
         }),
-        RES_PITCH2D => Some(TextureResource::Pitch2D {
+        RES_PITCH2D => Some(MemoryResource::Pitch2D {
             address: res[0],
             format,
             channels,
@@ -139,8 +148,8 @@ fn memory_resource(res_type: u32, res: &[u64; 16]) -> Option<TextureResource> {
 pub struct ObjectQuery {
     pub surface: bool,
     pub resource: ForeignResource,
-    pub sampling: Option<TextureSampling>,
-    pub view: Option<TextureView>,
+    pub sampling: Option<Sampling>,
+    pub view: Option<View>,
 }
 
 impl ObjectQuery {
@@ -170,8 +179,10 @@ impl ObjectQuery {
         // SAFETY: zero-initialised, then written by the driver; every field is an integer.
         let rd = unsafe { rd.assume_init() };
         let resource = match rd.res_type {
-            RES_ARRAY => ForeignResource::Array(ForeignArray::Plain(rd.res[0])),
-            RES_MIPMAPPED => ForeignResource::Array(ForeignArray::Mipmapped(rd.res[0])),
+            RES_ARRAY => ForeignResource::Array(ForeignArray::Plain(ArrayHandle(rd.res[0]))),
+            RES_MIPMAPPED => {
+                ForeignResource::Array(ForeignArray::Mipmapped(ArrayHandle(rd.res[0])))
+            }
             t => ForeignResource::Memory(memory_resource(t, &rd.res)?),
         };
         let (sampling, view) = if tex {
@@ -188,7 +199,7 @@ impl ObjectQuery {
     }
 }
 
-fn texture_desc(handle: u64) -> Option<TextureSampling> {
+fn texture_desc(handle: u64) -> Option<Sampling> {
     let mut td = MaybeUninit::<RawTextureDesc>::zeroed();
     // SAFETY: the driver writes one CUDA_TEXTURE_DESC into the same-sized mirror.
     let r = unsafe {
@@ -199,7 +210,7 @@ fn texture_desc(handle: u64) -> Option<TextureSampling> {
     }
     // SAFETY: zero-initialised, then written; integers only.
     let td = unsafe { td.assume_init() };
-    Some(TextureSampling {
+    Some(Sampling {
         address_mode: td.address_mode,
         filter_mode: td.filter_mode,
         flags: td.flags,
@@ -212,7 +223,7 @@ fn texture_desc(handle: u64) -> Option<TextureSampling> {
     })
 }
 
-fn view_desc(handle: u64) -> Option<TextureView> {
+fn view_desc(handle: u64) -> Option<View> {
     let mut vd = MaybeUninit::<RawViewDesc>::zeroed();
     // SAFETY: the driver writes one CUDA_RESOURCE_VIEW_DESC into the same-sized mirror.
     let r = unsafe {
@@ -227,7 +238,7 @@ fn view_desc(handle: u64) -> Option<TextureView> {
     // SAFETY: zero-initialised, then written; integers only.
     let vd = unsafe { vd.assume_init() };
     // Format NONE: the object was made without a view.
-    (vd.format != 0).then_some(TextureView {
+    (vd.format != 0).then_some(View {
         format: vd.format,
         width: vd.width as u64,
         height: vd.height as u64,
@@ -240,20 +251,26 @@ fn view_desc(handle: u64) -> Option<TextureView> {
 }
 
 /// An application's CUDA array or mipmapped array (not owned: the handle is the
-/// application's, valid while it keeps the array).
+/// application's, valid while it keeps the array). Only `ObjectQuery::of` makes one, from what
+/// the driver said a live object views: the handle is private, so no other number reaches the
+/// driver as an array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ForeignArray {
-    Plain(u64),
-    Mipmapped(u64),
+    Plain(ArrayHandle),
+    Mipmapped(ArrayHandle),
 }
+
+/// The driver's handle of an application's array (see `ForeignArray`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ArrayHandle(u64);
 
 // SAFETY: array handles are opaque tokens the driver accepts from any thread.
 unsafe impl Send for ForeignArray {}
 
 fn array_desc(array: sys::CUarray) -> CuResult<RawArrayDesc> {
     let mut d = MaybeUninit::<RawArrayDesc>::zeroed();
-    // SAFETY: the driver writes one CUDA_ARRAY3D_DESCRIPTOR into the same-sized mirror.
     check(
+        // SAFETY: the driver writes one CUDA_ARRAY3D_DESCRIPTOR into the same-sized mirror.
         unsafe {
             sys::cuArray3DGetDescriptor_v2(
                 d.as_mut_ptr() as *mut sys::CUDA_ARRAY3D_DESCRIPTOR,
@@ -277,15 +294,15 @@ impl ForeignArray {
     /// The array's level arrays (one for a plain array).
     fn levels(&self) -> Vec<sys::CUarray> {
         match *self {
-            ForeignArray::Plain(a) => vec![a as sys::CUarray],
+            ForeignArray::Plain(a) => vec![a.0 as sys::CUarray],
             ForeignArray::Mipmapped(m) => (0..MAX_MIP_LEVELS)
-                .map_while(|l| mip_level(m as sys::CUmipmappedArray, l))
+                .map_while(|l| mip_level(m.0 as sys::CUmipmappedArray, l))
                 .collect(),
         }
     }
 
-    /// Its description (region id left 0 for the caller to set).
-    pub fn image(&self) -> CuResult<ArrayImage> {
+    /// Its description.
+    pub fn image(&self) -> CuResult<ArrayDesc> {
         let levels = self.levels();
         let Some(&first) = levels.first() else {
             return Err(CudaError::refused(
@@ -295,8 +312,7 @@ impl ForeignArray {
             ));
         };
         let d = array_desc(first)?;
-        Ok(ArrayImage {
-            region_id: 0,
+        Ok(ArrayDesc {
             width: d.width as u64,
             height: d.height as u64,
             depth: d.depth as u64,
@@ -310,8 +326,8 @@ impl ForeignArray {
         })
     }
 
-    /// Copies every level's texels, packed as `ArrayImage` describes, into `out`.
-    pub fn read(&self, image: &ArrayImage, out: &mut [u8]) -> CuResult<()> {
+    /// Copies every level's texels, packed as `ArrayDesc` describes, into `out`.
+    pub fn read(&self, image: &ArrayDesc, out: &mut [u8]) -> CuResult<()> {
         let plan = copy_plan(image, out.len() as u64)?;
         let levels = self.levels();
         if levels.len() != plan.len() {
@@ -322,12 +338,17 @@ impl ForeignArray {
             ));
         }
         for (level, (dims, offset)) in levels.into_iter().zip(plan) {
-            copy3d(
-                Side::Array(level),
-                Side::Host(out[offset as usize..].as_mut_ptr() as *mut c_void),
-                dims,
-                None,
-            )?;
+            // SAFETY: `copy_plan` checked that every packed level fits in `out`, which is
+            // borrowed exclusively for the synchronous copy; the level is the driver's own
+            // handle for this array.
+            unsafe {
+                copy3d(
+                    Side::Array(level),
+                    Side::Host(out[offset as usize..].as_mut_ptr() as *mut c_void),
+                    dims,
+                    None,
+                )?
+            };
         }
         Ok(())
     }
@@ -337,7 +358,7 @@ impl ForeignArray {
 type Extent = (u64, u64, u64);
 
 /// (extent, byte offset) of each level of a packed image, checked against the bytes available.
-fn copy_plan(image: &ArrayImage, available: u64) -> CuResult<Vec<(Extent, u64)>> {
+fn copy_plan(image: &ArrayDesc, available: u64) -> CuResult<Vec<(Extent, u64)>> {
     let refuse =
         |why: String| CudaError::refused("cuMemcpy3D", CUresult::CUDA_ERROR_INVALID_VALUE, why);
     let e = image
@@ -373,7 +394,11 @@ enum Side {
 
 /// Copies a packed (width_bytes x height x depth) block between an array level and linear
 /// memory, on `stream` when given, else synchronously.
-fn copy3d(
+///
+/// # Safety
+/// A `Host` or `Device` end spans `width_bytes x height x depth` bytes that are *readable* as a
+/// source, *writable* as a destination (`crate::memory`'s contracts), until the copy completes.
+unsafe fn copy3d(
     src: Side,
     dst: Side,
     (width_bytes, height, depth): Extent,
@@ -419,8 +444,8 @@ fn copy3d(
         Side::Device(p) => (c.dstMemoryType, c.dstDevice) = (CU_MEMORYTYPE_DEVICE, p),
     }
     match stream {
-        // SAFETY: the copy's ends were checked by the callers against the image's size; the
-        // stream is ours and alive.
+        // SAFETY: both ends are usable for the block by this function's contract; the stream
+        // is borrowed, so alive.
         Some(s) => check(
             unsafe { sys::cuMemcpy3DAsync_v2(&c, s.raw_stream()) },
             "cuMemcpy3DAsync",
@@ -432,7 +457,7 @@ fn copy3d(
 
 /// A CUDA array (or mipmapped array) made by the player; destroyed on drop.
 pub struct CudaArray {
-    image: ArrayImage,
+    image: ArrayDesc,
     /// The mipmapped array, when it is one.
     mipmapped: Option<sys::CUmipmappedArray>,
     levels: Vec<sys::CUarray>,
@@ -443,7 +468,7 @@ unsafe impl Send for CudaArray {}
 
 impl CudaArray {
     /// Makes an array as `image` describes (format and size checked first).
-    pub fn create(image: &ArrayImage) -> CuResult<CudaArray> {
+    pub fn create(image: &ArrayDesc) -> CuResult<CudaArray> {
         let total = copy_plan(image, u64::MAX)?;
         let refuse = |why: &str| {
             CudaError::refused(
@@ -472,17 +497,17 @@ impl CudaArray {
         };
         if image.levels == 0 {
             let mut h: sys::CUarray = std::ptr::null_mut();
-            // SAFETY: writes one handle; the descriptor mirror has the driver's layout and
-            // its format was checked to be a known one (copy_plan).
             check(
+                // SAFETY: writes one handle; the descriptor mirror has the driver's layout and
+                // its format was checked to be a known one (copy_plan).
                 unsafe { sys::cuArray3DCreate_v2(&mut h, desc_ptr) },
                 "cuArray3DCreate",
             )?;
             a.levels.push(h);
         } else {
             let mut m: sys::CUmipmappedArray = std::ptr::null_mut();
-            // SAFETY: as above, with the level count the image declares (at most 32).
             check(
+                // SAFETY: as above, with the level count the image declares (at most 32).
                 unsafe { sys::cuMipmappedArrayCreate(&mut m, desc_ptr, image.levels) },
                 "cuMipmappedArrayCreate",
             )?;
@@ -503,28 +528,49 @@ impl CudaArray {
         }
     }
 
+    /// Bytes of the packed texels (`ArrayDesc::texel_bytes`; checked at `create`).
+    pub fn texel_bytes(&self) -> u64 {
+        self.image.texel_bytes().unwrap_or(0)
+    }
+
     /// Copies packed texels from device memory at `src` into every level, on `stream`.
-    pub fn copy_from_device(&self, src: u64, stream: &Stream) -> CuResult<()> {
+    ///
+    /// # Safety
+    /// `[src, src + texel_bytes())` is *readable* (`crate::memory`'s contract) until the
+    /// copies complete on `stream`.
+    pub unsafe fn copy_from_device(&self, src: u64, stream: &Stream) -> CuResult<()> {
         for (&level, (dims, offset)) in self.levels.iter().zip(copy_plan(&self.image, u64::MAX)?) {
-            copy3d(
-                Side::Device(src + offset),
-                Side::Array(level),
-                dims,
-                Some(stream),
-            )?;
+            // SAFETY: the packed level lies inside `[src, src + texel_bytes())`, readable by this
+            // function's contract; the level is this array's own.
+            unsafe {
+                copy3d(
+                    Side::Device(src + offset),
+                    Side::Array(level),
+                    dims,
+                    Some(stream),
+                )?
+            };
         }
         Ok(())
     }
 
     /// Copies every level's texels, packed, to device memory at `dst`, on `stream`.
-    pub fn copy_to_device(&self, dst: u64, stream: &Stream) -> CuResult<()> {
+    ///
+    /// # Safety
+    /// `[dst, dst + texel_bytes())` is *writable* (`crate::memory`'s contract) until the
+    /// copies complete on `stream`.
+    pub unsafe fn copy_to_device(&self, dst: u64, stream: &Stream) -> CuResult<()> {
         for (&level, (dims, offset)) in self.levels.iter().zip(copy_plan(&self.image, u64::MAX)?) {
-            copy3d(
-                Side::Array(level),
-                Side::Device(dst + offset),
-                dims,
-                Some(stream),
-            )?;
+            // SAFETY: the packed level lies inside `[dst, dst + texel_bytes())`, writable by this
+            // function's contract; the level is this array's own.
+            unsafe {
+                copy3d(
+                    Side::Array(level),
+                    Side::Device(dst + offset),
+                    dims,
+                    Some(stream),
+                )?
+            };
         }
         Ok(())
     }
@@ -554,81 +600,114 @@ pub struct TexObject {
     surface: bool,
 }
 
-impl TexObject {
-    /// Makes the object a capture describes, over `array` (for array resources) or at
-    /// `address` (the linear memory's address in this process, for linear resources).
-    pub fn create(
-        obj: &TextureObject,
-        array: Option<&CudaArray>,
-        address: u64,
-    ) -> CuResult<TexObject> {
-        let refuse = |why: String| {
-            CudaError::refused("cuTexObjectCreate", CUresult::CUDA_ERROR_INVALID_VALUE, why)
-        };
-        let mut rd = RawResourceDesc {
-            res_type: 0,
-            res: [0; 16],
-            flags: 0,
-        };
-        match &obj.resource {
-            TextureResource::Array { .. } | TextureResource::Mipmapped { .. } => {
-                let a = array.ok_or_else(|| refuse("no array for an array resource".into()))?;
-                rd.res_type = if a.mipmapped.is_some() {
-                    RES_MIPMAPPED
-                } else {
-                    RES_ARRAY
-                };
-                rd.res[0] = a.resource_handle();
-            }
-            other => {
-                let (res_type, words) = memory_words(other, address)
-                    .ok_or_else(|| refuse("not a memory resource".into()))?;
-                let format = words[1] as u32;
-                known_format(format).ok_or_else(|| refuse(format!("format {format:#x}")))?;
-                rd.res_type = res_type;
-                rd.res[..5].copy_from_slice(&words);
-            }
+/// What an object made by the player views.
+pub enum ObjectResource<'a> {
+    /// One of the player's arrays (plain or mipmapped, as it was made).
+    Array(&'a CudaArray),
+    /// Linear memory, at its address in this process.
+    Memory(MemoryResource),
+}
+
+/// An object to make: its kind, resource and, for texture objects, how it samples.
+pub struct ObjectDesc<'a> {
+    pub surface: bool,
+    pub resource: ObjectResource<'a>,
+    /// Texture objects only (the driver's defaults when absent).
+    pub sampling: Option<Sampling>,
+    pub view: Option<View>,
+}
+
+/// The resource descriptor mirror for `resource`, its format checked for memory resources.
+fn resource_desc(resource: &ObjectResource<'_>) -> CuResult<RawResourceDesc> {
+    let mut rd = RawResourceDesc {
+        res_type: 0,
+        res: [0; 16],
+        flags: 0,
+    };
+    match resource {
+        ObjectResource::Array(a) => {
+            rd.res_type = if a.mipmapped.is_some() {
+                RES_MIPMAPPED
+            } else {
+                RES_ARRAY
+            };
+            rd.res[0] = a.resource_handle();
         }
+        ObjectResource::Memory(m) => {
+            let (res_type, words) = memory_words(m);
+            let format = words[1] as u32;
+            known_format(format).ok_or_else(|| {
+                CudaError::refused(
+                    "cuTexObjectCreate",
+                    CUresult::CUDA_ERROR_INVALID_VALUE,
+                    format!("format {format:#x}"),
+                )
+            })?;
+            rd.res_type = res_type;
+            rd.res[..5].copy_from_slice(&words);
+        }
+    }
+    Ok(rd)
+}
+
+fn raw_texture_desc(s: &Sampling) -> RawTextureDesc {
+    RawTextureDesc {
+        address_mode: s.address_mode,
+        filter_mode: s.filter_mode,
+        flags: s.flags,
+        max_anisotropy: s.max_anisotropy,
+        mipmap_filter_mode: s.mipmap_filter_mode,
+        mipmap_level_bias: s.mipmap_level_bias,
+        min_mipmap_level_clamp: s.min_mipmap_level_clamp,
+        max_mipmap_level_clamp: s.max_mipmap_level_clamp,
+        border_color: s.border_color,
+        reserved: [0; 12],
+    }
+}
+
+fn raw_view_desc(v: &View) -> RawViewDesc {
+    RawViewDesc {
+        format: v.format,
+        width: v.width as usize,
+        height: v.height as usize,
+        depth: v.depth as usize,
+        first_mipmap_level: v.first_mipmap_level,
+        last_mipmap_level: v.last_mipmap_level,
+        first_layer: v.first_layer,
+        last_layer: v.last_layer,
+        reserved: [0; 16],
+    }
+}
+
+impl TexObject {
+    /// Makes the object `desc` describes.
+    ///
+    /// # Safety
+    /// For a memory resource, the memory it names is *readable* (a texture object) or
+    /// *readable and writable* (a surface object) (`crate::memory`'s contracts) for every
+    /// kernel that uses the object while it lives: the object hands the address to kernels.
+    pub unsafe fn create(desc: &ObjectDesc<'_>) -> CuResult<TexObject> {
+        let rd = resource_desc(&desc.resource)?;
         let rd_ptr = &rd as *const RawResourceDesc as *const sys::CUDA_RESOURCE_DESC;
         let mut handle = 0u64;
-        if obj.surface {
-            // SAFETY: writes one handle; the resource mirror has the driver's layout and holds
-            // only handles made here, addresses the caller placed and checked formats.
+        if desc.surface {
             check(
+                // SAFETY: writes one handle; the resource mirror has the driver's layout and holds
+                // only arrays made here, or memory this function's contract covers, with a
+                // checked format.
                 unsafe { sys::cuSurfObjectCreate(&mut handle, rd_ptr) },
                 "cuSurfObjectCreate",
             )?;
         } else {
-            let s = obj.sampling.clone().unwrap_or_default();
-            let td = RawTextureDesc {
-                address_mode: s.address_mode,
-                filter_mode: s.filter_mode,
-                flags: s.flags,
-                max_anisotropy: s.max_anisotropy,
-                mipmap_filter_mode: s.mipmap_filter_mode,
-                mipmap_level_bias: s.mipmap_level_bias,
-                min_mipmap_level_clamp: s.min_mipmap_level_clamp,
-                max_mipmap_level_clamp: s.max_mipmap_level_clamp,
-                border_color: s.border_color,
-                reserved: [0; 12],
-            };
-            let vd = obj.view.as_ref().map(|v| RawViewDesc {
-                format: v.format,
-                width: v.width as usize,
-                height: v.height as usize,
-                depth: v.depth as usize,
-                first_mipmap_level: v.first_mipmap_level,
-                last_mipmap_level: v.last_mipmap_level,
-                first_layer: v.first_layer,
-                last_layer: v.last_layer,
-                reserved: [0; 16],
-            });
+            let td = raw_texture_desc(&desc.sampling.clone().unwrap_or_default());
+            let vd = desc.view.as_ref().map(raw_view_desc);
             let vd_ptr = vd.as_ref().map_or(std::ptr::null(), |v| {
                 v as *const RawViewDesc as *const sys::CUDA_RESOURCE_VIEW_DESC
             });
-            // SAFETY: writes one handle; the mirrors have the driver's layouts; the driver
-            // validates the sampling and view numbers and answers an error for bad ones.
             check(
+                // SAFETY: writes one handle; the mirrors have the driver's layouts and live across
+                // the call; the resource is as for surfaces above; the driver validates the
+                // sampling and view numbers and answers an error for bad ones.
                 unsafe {
                     sys::cuTexObjectCreate(
                         &mut handle,
@@ -642,7 +721,7 @@ impl TexObject {
         }
         Ok(TexObject {
             handle,
-            surface: obj.surface,
+            surface: desc.surface,
         })
     }
 
@@ -665,7 +744,7 @@ impl Drop for TexObject {
 }
 
 fn known_format(format: u32) -> Option<u64> {
-    kreplay_format::array_format_bytes(format)
+    array_format_bytes(format)
 }
 
 #[cfg(test)]
@@ -675,13 +754,13 @@ mod tests {
     #[test]
     fn memory_resources_round_trip_through_descriptor_words() {
         for r in [
-            TextureResource::Linear {
+            MemoryResource::Linear {
                 address: 0x7f00_0000_1000,
                 format: 0x20,
                 channels: 4,
                 size: 1 << 20,
             },
-            TextureResource::Pitch2D {
+            MemoryResource::Pitch2D {
                 address: 0x7f00_0010_0000,
                 format: 0x01,
                 channels: 2,
@@ -690,12 +769,12 @@ mod tests {
                 pitch: 1024,
             },
         ] {
-            let (t, words) = memory_words(&r, r.address().expect("address")).expect("memory");
+            let (t, words) = memory_words(&r);
+            assert_eq!(words[0], r.address());
             let mut res = [0u64; 16];
             res[..5].copy_from_slice(&words);
             assert_eq!(memory_resource(t, &res), Some(r));
         }
-        assert_eq!(memory_words(&TextureResource::Array { index: 0 }, 0), None);
         assert_eq!(memory_resource(RES_ARRAY, &[0; 16]), None);
     }
 
