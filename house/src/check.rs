@@ -66,8 +66,17 @@ pub fn check(
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (root, cycle) in &self.cycles {
-            let names: Vec<_> = cycle.files.iter().map(|p| p.display().to_string()).collect();
-            writeln!(f, "import cycle in the crate of {}: {}", root.display(), names.join(", "))?;
+            let names: Vec<_> = cycle
+                .files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            writeln!(
+                f,
+                "import cycle in the crate of {}: {}",
+                root.display(),
+                names.join(", ")
+            )?;
             for (from, to, evidence) in &cycle.edges {
                 writeln!(
                     f,
@@ -126,7 +135,10 @@ mod tests {
     use crate::sources::Memory;
 
     fn long_fn(name: &str, lines: usize) -> String {
-        format!("pub fn {name}() {{\n{}}}\n", "    let _ = 1;\n".repeat(lines - 2))
+        format!(
+            "pub fn {name}() {{\n{}}}\n",
+            "    let _ = 1;\n".repeat(lines - 2)
+        )
     }
 
     fn crate_with(a: &str, b: &str) -> Memory {
@@ -150,12 +162,18 @@ mod tests {
 
     #[test]
     fn a_cycle_fails_and_names_both_use_lines() {
-        let src = crate_with("use crate::b::g;\npub fn f() {}", "pub fn g() { super::a::f() }");
+        let src = crate_with(
+            "use crate::b::g;\npub fn f() {}",
+            "pub fn g() { super::a::f() }",
+        );
         let report = run(&src, "");
         assert!(!report.passed());
         let text = report.to_string();
         assert!(text.contains("c/src/a.rs:1: use crate::b::g;"), "{text}");
-        assert!(text.contains("c/src/b.rs:1: pub fn g() { super::a::f() }"), "{text}");
+        assert!(
+            text.contains("c/src/b.rs:1: pub fn g() { super::a::f() }"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -163,7 +181,9 @@ mod tests {
         let src = crate_with(&long_fn("big", 101), "");
         let report = run(&src, "");
         assert_eq!(report.long.len(), 1);
-        assert!(report.to_string().contains("c/src/a.rs:1 `big` has 101 lines"));
+        assert!(report
+            .to_string()
+            .contains("c/src/a.rs:1 `big` has 101 lines"));
         assert!(run(&src, "c/src/a.rs::big").passed());
         let shrunk = crate_with(&long_fn("big", 100), "");
         assert!(!run(&shrunk, "c/src/a.rs::big").passed());
@@ -171,7 +191,10 @@ mod tests {
 
     #[test]
     fn test_code_is_exempt_from_both_rules() {
-        let tests = format!("#[cfg(test)]\nmod tests {{\n use crate::a::*;\n{}}}", long_fn("t", 300));
+        let tests = format!(
+            "#[cfg(test)]\nmod tests {{\n use crate::a::*;\n{}}}",
+            long_fn("t", 300)
+        );
         let src = crate_with("use crate::b::*;", &tests);
         assert!(run(&src, "").passed());
     }

@@ -55,7 +55,9 @@ impl Resolver<'_> {
             _ => {
                 // 2018 paths: a child module's name starts a path relative to here.
                 let child = [module, std::slice::from_ref(first)].concat();
-                self.tree.is_module(&child).then(|| [module, segments].concat())
+                self.tree
+                    .is_module(&child)
+                    .then(|| [module, segments].concat())
             }
         }
     }
@@ -83,16 +85,22 @@ pub fn edges(tree: &CrateTree) -> Edges {
         .files
         .iter()
         .filter(|f| !f.test_only)
-        .map(|f| (f.path.as_path(), f.text.as_str(), collect(&f.ast, &f.module)))
+        .map(|f| {
+            (
+                f.path.as_path(),
+                f.text.as_str(),
+                collect(&f.ast, &f.module),
+            )
+        })
         .collect();
     let mut bindings = BTreeMap::new();
     for reference in per_file.iter().flat_map(|(_, _, refs)| refs) {
-        if let Some(Binding::Name(name)) = &reference.binding {
-            bindings.insert(
-                (reference.module.clone(), name.clone()),
-                (reference.module.clone(), reference.segments.clone()),
-            );
-        }
+        let key = match &reference.binding {
+            Some(Binding::Name(name)) => (reference.module.clone(), name.clone()),
+            Some(Binding::Exported(name)) => (Vec::new(), name.clone()),
+            _ => continue,
+        };
+        bindings.insert(key, (reference.module.clone(), reference.segments.clone()));
     }
     let resolver = Resolver { tree, bindings };
     let mut found = Edges::new();
@@ -195,13 +203,29 @@ mod tests {
         let t = tree(&[
             ("c/src/lib.rs", "mod a;\nmod b;"),
             ("c/src/a.rs", "use crate::b::B;\npub struct A;"),
-            ("c/src/b.rs", "pub struct B;\nfn f() { let _ = super::a::A; }"),
+            (
+                "c/src/b.rs",
+                "pub struct B;\nfn f() { let _ = super::a::A; }",
+            ),
         ]);
         let found = cycles(&edges(&t));
         assert_eq!(found.len(), 1);
-        assert_eq!(found[0].files, [PathBuf::from("c/src/a.rs"), PathBuf::from("c/src/b.rs")]);
-        let lines: Vec<_> = found[0].edges.iter().map(|(_, _, e)| (e.line, e.text.as_str())).collect();
-        assert_eq!(lines, [(1, "use crate::b::B;"), (2, "fn f() { let _ = super::a::A; }")]);
+        assert_eq!(
+            found[0].files,
+            [PathBuf::from("c/src/a.rs"), PathBuf::from("c/src/b.rs")]
+        );
+        let lines: Vec<_> = found[0]
+            .edges
+            .iter()
+            .map(|(_, _, e)| (e.line, e.text.as_str()))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                (1, "use crate::b::B;"),
+                (2, "fn f() { let _ = super::a::A; }")
+            ]
+        );
     }
 
     #[test]
@@ -219,7 +243,10 @@ mod tests {
         // lib.rs re-exports a's item; b using `crate::A` depends on a.rs, not on lib.rs, so
         // lib.rs ↔ b.rs is no cycle although lib.rs also uses b.
         let t = tree(&[
-            ("c/src/lib.rs", "mod a;\nmod b;\npub use a::A;\npub use b::g;"),
+            (
+                "c/src/lib.rs",
+                "mod a;\nmod b;\npub use a::A;\npub use b::g;",
+            ),
             ("c/src/a.rs", "pub struct A;"),
             ("c/src/b.rs", "use crate::A;\npub fn g() {}"),
         ]);
@@ -235,22 +262,59 @@ mod tests {
     }
 
     #[test]
+    fn an_exported_macro_is_a_dependency_on_its_defining_file() {
+        let t = tree(&[
+            (
+                "c/src/lib.rs",
+                "mod out;\nmod cmd;\nfn main() { cmd::run(); }",
+            ),
+            (
+                "c/src/out.rs",
+                "#[macro_export]\nmacro_rules! warn { () => {} }",
+            ),
+            ("c/src/cmd.rs", "pub fn run() { crate::warn!(); }"),
+        ]);
+        assert_eq!(
+            edge_list(&t),
+            [
+                ("c/src/cmd.rs".into(), "c/src/out.rs".into(), 1),
+                ("c/src/lib.rs".into(), "c/src/cmd.rs".into(), 3),
+            ]
+        );
+    }
+
+    #[test]
     fn test_modules_make_no_edges() {
         let t = tree(&[
             ("c/src/lib.rs", "mod a;\nmod b;\n#[cfg(test)] mod fixtures;"),
-            ("c/src/a.rs", "use crate::b::B;\n#[cfg(test)] mod tests { use crate::fixtures::F; }"),
-            ("c/src/b.rs", "pub struct B;\n#[cfg(test)] mod tests { use crate::a::*; }"),
+            (
+                "c/src/a.rs",
+                "use crate::b::B;\n#[cfg(test)] mod tests { use crate::fixtures::F; }",
+            ),
+            (
+                "c/src/b.rs",
+                "pub struct B;\n#[cfg(test)] mod tests { use crate::a::*; }",
+            ),
             ("c/src/fixtures.rs", "use crate::a::*;"),
         ]);
-        assert_eq!(edge_list(&t), [("c/src/a.rs".into(), "c/src/b.rs".into(), 1)]);
+        assert_eq!(
+            edge_list(&t),
+            [("c/src/a.rs".into(), "c/src/b.rs".into(), 1)]
+        );
     }
 
     #[test]
     fn relative_child_paths_and_inline_modules_resolve() {
         let t = tree(&[
             ("c/src/lib.rs", "mod cmd;"),
-            ("c/src/cmd.rs", "mod play;\nmod info;\nfn run() { play::go(); }"),
-            ("c/src/cmd/play.rs", "pub fn go() {}\nmod inner { use super::super::info::I; }"),
+            (
+                "c/src/cmd.rs",
+                "mod play;\nmod info;\nfn run() { play::go(); }",
+            ),
+            (
+                "c/src/cmd/play.rs",
+                "pub fn go() {}\nmod inner { use super::super::info::I; }",
+            ),
             ("c/src/cmd/info.rs", "pub struct I;"),
         ]);
         assert_eq!(

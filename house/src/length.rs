@@ -140,7 +140,9 @@ impl<'ast> Visit<'ast> for Measure<'_> {
         if let Some(block) = &f.default {
             self.record(&f.sig.ident, &f.sig.fn_token, block);
         }
-        self.scoped(f.sig.ident.to_string(), |s| visit::visit_trait_item_fn(s, f));
+        self.scoped(f.sig.ident.to_string(), |s| {
+            visit::visit_trait_item_fn(s, f)
+        });
     }
 }
 
@@ -164,8 +166,15 @@ mod tests {
 
     #[test]
     fn lines_run_from_fn_to_the_closing_brace() {
-        let text = format!("/// doc\n#[inline]\n{}{}", function("long", 101), function("edge", 100));
-        assert_eq!(lengths(&text), [("long".to_string(), 101), ("edge".to_string(), 100)]);
+        let text = format!(
+            "/// doc\n#[inline]\n{}{}",
+            function("long", 101),
+            function("edge", 100)
+        );
+        assert_eq!(
+            lengths(&text),
+            [("long".to_string(), 101), ("edge".to_string(), 100)]
+        );
     }
 
     #[test]

@@ -222,7 +222,10 @@ mod tests {
     #[test]
     fn follows_file_inline_nested_and_path_modules() {
         let src = Memory::default()
-            .with("c/src/lib.rs", "mod a; mod b { mod inner; } #[path = \"other/p.rs\"] mod p;")
+            .with(
+                "c/src/lib.rs",
+                "mod a; mod b { mod inner; } #[path = \"other/p.rs\"] mod p;",
+            )
             .with("c/src/a.rs", "mod deep;")
             .with("c/src/a/deep.rs", "")
             .with("c/src/b/inner.rs", "")
@@ -252,7 +255,10 @@ mod tests {
             .with("c/src/cmd/play.rs", "")
             .with("c/src/tests.rs", "");
         let tree = CrateTree::load(&src, Path::new("c/src/main.rs")).expect("loads");
-        assert_eq!(tree.file_of(&["cmd".into(), "play".into()]), Some(Path::new("c/src/cmd/play.rs")));
+        assert_eq!(
+            tree.file_of(&["cmd".into(), "play".into()]),
+            Some(Path::new("c/src/cmd/play.rs"))
+        );
         assert!(tree.modules[&vec!["tests".to_string()]].test_only);
         assert!(!tree.modules[&vec!["cmd".to_string()]].test_only);
     }
@@ -260,8 +266,13 @@ mod tests {
     #[test]
     fn a_missing_module_file_is_an_error_naming_both_candidates() {
         let src = Memory::default().with("c/src/lib.rs", "mod gone;");
-        let err = CrateTree::load(&src, Path::new("c/src/lib.rs")).err().expect("fails");
+        let err = CrateTree::load(&src, Path::new("c/src/lib.rs"))
+            .err()
+            .expect("fails");
         let text = err.to_string();
-        assert!(text.contains("c/src/gone.rs") && text.contains("c/src/gone/mod.rs"), "{text}");
+        assert!(
+            text.contains("c/src/gone.rs") && text.contains("c/src/gone/mod.rs"),
+            "{text}"
+        );
     }
 }

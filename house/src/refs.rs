@@ -14,6 +14,9 @@ use crate::modtree::ModPath;
 pub enum Binding {
     Name(String),
     Glob,
+    /// `#[macro_export] macro_rules! name`: rustc puts `name` at the crate root, though it is
+    /// defined here (so `crate::name!` depends on this file, not on the root's).
+    Exported(String),
 }
 
 /// One path as written, in the module it is written in.
@@ -192,6 +195,16 @@ impl<'ast> Visit<'ast> for Collector {
         visit::visit_path(self, path);
     }
 
+    fn visit_item_macro(&mut self, item: &'ast syn::ItemMacro) {
+        let exported = item.attrs.iter().any(|a| a.path().is_ident("macro_export"));
+        if let (true, Some(name)) = (exported, &item.ident) {
+            let line = name.span().start().line;
+            let segments = vec!["self".to_string(), name.to_string()];
+            self.push(segments, line, Some(Binding::Exported(name.to_string())));
+        }
+        visit::visit_item_macro(self, item);
+    }
+
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
         self.scan_tokens(mac.tokens.clone());
         visit::visit_macro(self, mac);
@@ -236,6 +249,21 @@ mod tests {
         );
         let paths: Vec<_> = found.iter().map(|(p, l, _)| (p.as_str(), *l)).collect();
         assert_eq!(paths, vec![("crate::a::g", 2), ("self::b::C", 3)]);
+    }
+
+    #[test]
+    fn exported_macros_are_bindings_at_the_root() {
+        let found = refs(
+            "#[macro_export]\nmacro_rules! warn { () => {} }\nmacro_rules! local { () => {} }",
+        );
+        assert_eq!(
+            found,
+            vec![(
+                "self::warn".to_string(),
+                2,
+                Some(Binding::Exported("warn".into()))
+            )]
+        );
     }
 
     #[test]

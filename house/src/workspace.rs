@@ -12,7 +12,10 @@ const SKIPPED: [&str; 2] = ["target", "fuzz"];
 pub fn crate_roots(repo: &Path) -> Result<Vec<PathBuf>, HouseError> {
     let mut roots = Vec::new();
     for dir in sorted_entries(repo)? {
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if name.starts_with('.') || SKIPPED.contains(&name.as_str()) {
             continue;
         }
