@@ -718,6 +718,42 @@ pub fn pack_observed<W: Write + Seek>(
     )?;
     write_head_parts(&mut w, info.as_ref(), device.as_ref(), cap, &dispatch)?;
 
+    write_pre_state(&mut w, cap, &opts, observer, &mut report, &mut log)?;
+    write_post_state(&mut w, cap, drop_post, observer, &mut report)?;
+    let redaction = if opts.redact {
+        list_tail(&mut log, cap, report.dropped_post_bytes);
+        Some(&log)
+    } else {
+        cap.redaction.as_ref()
+    };
+    write_tail_parts(&mut w, cap, graph.as_ref(), redaction)?;
+    // Its zero post chunks were copied as they are: they still stand for lost output.
+    if let Some(s) = &cap.salvage {
+        w.salvage_record(s)?;
+    }
+    let reference = reference_after(opts.redact, drop_post, cap.reference());
+    // A partial reference is the salvage record's to say (written above).
+    if !matches!(reference, Reference::Recorded | Reference::Partial) {
+        w.annotation(&Annotation {
+            key: REFERENCE_ANNOTATION.into(),
+            value: reference.name().into(),
+        })?;
+    }
+    report.reference = Some(reference);
+    report.redaction = redaction.cloned();
+    Ok((w.finish()?, report))
+}
+
+/// Every region's declaration and pre-dispatch chunks, redacted when `opts` asks (the
+/// redaction log lists each region).
+fn write_pre_state<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    opts: &PackOptions,
+    observer: &mut dyn Observer,
+    report: &mut PackReport,
+    log: &mut Redaction,
+) -> Result<()> {
     // Words a redacted region keeps: pointer slots and texture handle words, per region.
     let mut keep: Vec<(u32, u64)> = cap.pointer_slots.clone();
     for o in &cap.textures.objects {
@@ -731,9 +767,11 @@ pub fn pack_observed<W: Write + Seek>(
             "the replay maps memory at the recorded addresses",
         );
     }
-
-    let total: u64 = cap.regions.iter().map(|r| r.size).sum();
-    let mut done = 0u64;
+    let mut progress = Progress {
+        observer,
+        done: 0,
+        total: cap.regions.iter().map(|r| r.size).sum(),
+    };
     let mut buf = Vec::new();
     for r in &cap.regions {
         w.region(r)?;
@@ -757,48 +795,80 @@ pub fn pack_observed<W: Write + Seek>(
                 })
                 .collect()
         };
-        let (mut replaced_here, mut kept_here, mut zero_chunks) = (0u64, 0u64, 0u32);
-        let chunks: Vec<_> = cap.chunks(r.region_id, MemoryState::Pre).collect();
-        let per_window = (WINDOW / r.chunk_size.max(1)).max(1) as usize;
-        for window in chunks.chunks(per_window) {
-            let start = window[0].offset;
-            let len: u64 = window.iter().map(|c| c.raw_len).sum();
-            // The region's chunks tile it (the reader checked): `len` is at most the window.
-            buf.resize(len as usize, 0);
-            let mut at = 0usize;
-            for c in window {
-                let n = c.raw_len as usize;
-                cap.read_chunk_into(c, &mut buf[at..at + n])?;
-                at += n;
-            }
-            if !whole {
-                let (replaced, kept, zeros) =
-                    redact_window(&segments, start, r.chunk_size, &mut buf, &keep_here);
-                replaced_here += replaced;
-                kept_here += kept;
-                zero_chunks += zeros;
-            }
-            w.memory(r.region_id, MemoryState::Pre, start, &buf)?;
-            for c in window {
-                observer.done_with(c.payload_offset, c.payload_offset + c.payload_len);
-            }
-            done += len;
-            observer.progress(Phase::Pack, done, total);
-        }
-        report.redacted_bytes += replaced_here;
-        report.kept_bytes += kept_here;
+        let redact = (!whole).then_some((segments.as_slice(), keep_here.as_slice()));
+        let counts = copy_pre_chunks(w, cap, r, redact, &mut progress, &mut buf)?;
+        report.redacted_bytes += counts.0;
+        report.kept_bytes += counts.1;
         if opts.redact {
-            list_region(
-                &mut log,
-                r,
-                whole,
-                &segments,
-                (replaced_here, kept_here, zero_chunks),
-            );
+            list_region(log, r, whole, &segments, counts);
         }
     }
-    // Post chunks: the recorded output, or (no reference) zeros that mark the write set and
-    // cost nothing.
+    Ok(())
+}
+
+/// How far the copy of the pre-dispatch state has come, for the observer.
+struct Progress<'o> {
+    observer: &'o mut dyn Observer,
+    done: u64,
+    total: u64,
+}
+
+/// One region's pre-dispatch chunks, a window at a time, redacted with `redact` (its
+/// segments with their replacement periods, and the offsets of words kept) when given.
+/// Returns the bytes replaced, the bytes kept and the all-zero chunks left as they were.
+fn copy_pre_chunks<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    r: &Region,
+    redact: Option<(&[(Segment, Vec<u8>)], &[u64])>,
+    progress: &mut Progress<'_>,
+    buf: &mut Vec<u8>,
+) -> Result<(u64, u64, u32)> {
+    let (mut replaced_here, mut kept_here, mut zero_chunks) = (0u64, 0u64, 0u32);
+    let chunks: Vec<_> = cap.chunks(r.region_id, MemoryState::Pre).collect();
+    let per_window = (WINDOW / r.chunk_size.max(1)).max(1) as usize;
+    for window in chunks.chunks(per_window) {
+        let start = window[0].offset;
+        let len: u64 = window.iter().map(|c| c.raw_len).sum();
+        // The region's chunks tile it (the reader checked): `len` is at most the window.
+        buf.resize(len as usize, 0);
+        let mut at = 0usize;
+        for c in window {
+            let n = c.raw_len as usize;
+            cap.read_chunk_into(c, &mut buf[at..at + n])?;
+            at += n;
+        }
+        if let Some((segments, keep_here)) = redact {
+            let (replaced, kept, zeros) =
+                redact_window(segments, start, r.chunk_size, buf, keep_here);
+            replaced_here += replaced;
+            kept_here += kept;
+            zero_chunks += zeros;
+        }
+        w.memory(r.region_id, MemoryState::Pre, start, buf)?;
+        for c in window {
+            progress
+                .observer
+                .done_with(c.payload_offset, c.payload_offset + c.payload_len);
+        }
+        progress.done += len;
+        progress
+            .observer
+            .progress(Phase::Pack, progress.done, progress.total);
+    }
+    Ok((replaced_here, kept_here, zero_chunks))
+}
+
+/// Post chunks: the recorded output, or (no reference) zeros that mark the write set and
+/// cost nothing.
+fn write_post_state<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    drop_post: bool,
+    observer: &mut dyn Observer,
+    report: &mut PackReport,
+) -> Result<()> {
+    let mut buf = Vec::new();
     for r in &cap.regions {
         for c in cap.chunks(r.region_id, MemoryState::Post) {
             buf.resize(c.raw_len as usize, 0);
@@ -812,28 +882,7 @@ pub fn pack_observed<W: Write + Seek>(
             w.memory(r.region_id, MemoryState::Post, c.offset, &buf)?;
         }
     }
-    let redaction = if opts.redact {
-        list_tail(&mut log, cap, report.dropped_post_bytes);
-        Some(&log)
-    } else {
-        cap.redaction.as_ref()
-    };
-    write_tail_parts(&mut w, cap, graph.as_ref(), redaction)?;
-    // Its zero post chunks were copied as they are: they still stand for lost output.
-    if let Some(s) = &cap.salvage {
-        w.salvage_record(s)?;
-    }
-    let reference = reference_after(opts.redact, drop_post, cap.reference());
-    // A partial reference is the salvage record's to say (written above).
-    if !matches!(reference, Reference::Recorded | Reference::Partial) {
-        w.annotation(&Annotation {
-            key: REFERENCE_ANNOTATION.into(),
-            value: reference.name().into(),
-        })?;
-    }
-    report.reference = Some(reference);
-    report.redaction = redaction.cloned();
-    Ok((w.finish()?, report))
+    Ok(())
 }
 
 /// The head of a redacted capture: capture info, device and dispatch with the application's
