@@ -795,7 +795,10 @@ fn write_pre_state<W: Write + Seek>(
                 })
                 .collect()
         };
-        let redact = (!whole).then_some((segments.as_slice(), keep_here.as_slice()));
+        let redact = (!whole).then_some(Redact {
+            segments: &segments,
+            keep: &keep_here,
+        });
         let counts = copy_pre_chunks(w, cap, r, redact, &mut progress, &mut buf)?;
         report.redacted_bytes += counts.0;
         report.kept_bytes += counts.1;
@@ -806,6 +809,13 @@ fn write_pre_state<W: Write + Seek>(
     Ok(())
 }
 
+/// How one region is redacted: its segments with their replacement periods, and the offsets
+/// of the words it keeps.
+struct Redact<'a> {
+    segments: &'a [(Segment, Vec<u8>)],
+    keep: &'a [u64],
+}
+
 /// How far the copy of the pre-dispatch state has come, for the observer.
 struct Progress<'o> {
     observer: &'o mut dyn Observer,
@@ -813,14 +823,13 @@ struct Progress<'o> {
     total: u64,
 }
 
-/// One region's pre-dispatch chunks, a window at a time, redacted with `redact` (its
-/// segments with their replacement periods, and the offsets of words kept) when given.
+/// One region's pre-dispatch chunks, a window at a time, redacted when `redact` is given.
 /// Returns the bytes replaced, the bytes kept and the all-zero chunks left as they were.
 fn copy_pre_chunks<W: Write + Seek>(
     w: &mut CaptureWriter<W>,
     cap: &Capture<'_>,
     r: &Region,
-    redact: Option<(&[(Segment, Vec<u8>)], &[u64])>,
+    redact: Option<Redact<'_>>,
     progress: &mut Progress<'_>,
     buf: &mut Vec<u8>,
 ) -> Result<(u64, u64, u32)> {
@@ -838,9 +847,9 @@ fn copy_pre_chunks<W: Write + Seek>(
             cap.read_chunk_into(c, &mut buf[at..at + n])?;
             at += n;
         }
-        if let Some((segments, keep_here)) = redact {
+        if let Some(how) = &redact {
             let (replaced, kept, zeros) =
-                redact_window(segments, start, r.chunk_size, buf, keep_here);
+                redact_window(how.segments, start, r.chunk_size, buf, how.keep);
             replaced_here += replaced;
             kept_here += kept;
             zero_chunks += zeros;
