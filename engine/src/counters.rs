@@ -1,7 +1,8 @@
 //! `kreplay play --metrics`: hardware counters of the replayed dispatch through the CUPTI range
-//! profiler. CUPTI says how many passes the metric set needs; the player replays the dispatch
-//! that many times, restoring the written memory (and, by default, emptying L2) before each,
-//! so every pass sees the captured input. Counter passes are never timing passes.
+//! profiler. CUPTI says how many passes the metric set needs; the one pass loop
+//! (`tool::drive_from`, with `CounterPasses` as its tool) replays the dispatch that many
+//! times, restoring the written memory (and, by default, emptying L2) before each, so every
+//! pass sees the captured input. Counter passes are never timing passes.
 
 use std::ffi::CString;
 
@@ -15,10 +16,13 @@ use serde::Serialize;
 use crate::error::{MetricsError, PlayError};
 use crate::options::CacheState;
 use crate::passes::Replayer;
+use crate::tool::{
+    drive_from, DispatchView, Flow, PassOutcome, PassRequest, PassRunner, PassTool, Start,
+};
 
 /// More passes than any metric set needs: a profiler that never reports completion is a bug,
 /// not a reason to spin forever.
-const MAX_PASSES: usize = 256;
+pub const MAX_PASSES: usize = 256;
 
 /// Checked metric names, ready to be collected on one device.
 pub struct MetricRequest {
@@ -292,15 +296,123 @@ fn unit_of(name: &str, dim_unit: &str) -> String {
     }
 }
 
+/// The built-in counters as a tool: passes until the range profiler has every pass the metric
+/// set needs, the profiler started at BEGIN and stopped at END of each. The player's counter
+/// passes and `kreplay profile`'s counter batches both run it.
+pub struct CounterPasses<'a> {
+    profiler: &'a mut RangeProfiler,
+    /// Every pass the metric set needs was submitted.
+    complete: bool,
+    /// The first failure of the profiler (the loop stops at it).
+    failed: Option<cupti::CuptiError>,
+}
+
+impl<'a> CounterPasses<'a> {
+    pub fn new(profiler: &'a mut RangeProfiler) -> CounterPasses<'a> {
+        CounterPasses {
+            profiler,
+            complete: false,
+            failed: None,
+        }
+    }
+
+    /// After the loop: whether the profiler failed, else whether it has every pass it needs.
+    pub fn outcome(self) -> CounterOutcome {
+        match self.failed {
+            Some(e) => CounterOutcome::Failed(e),
+            None if self.complete => CounterOutcome::Complete,
+            None => CounterOutcome::Incomplete,
+        }
+    }
+}
+
+/// How a counter collection ended.
+#[derive(Debug)]
+pub enum CounterOutcome {
+    Complete,
+    /// The loop reached its most passes before the profiler reported completion.
+    Incomplete,
+    Failed(cupti::CuptiError),
+}
+
+impl PassTool for CounterPasses<'_> {
+    fn config(&mut self, _d: &DispatchView) -> PassRequest {
+        PassRequest::UntilStop
+    }
+
+    fn begin(&mut self, _d: &DispatchView, _pass: u32) -> Flow {
+        match self.profiler.start() {
+            Ok(()) => Flow::Continue,
+            Err(e) => {
+                self.failed = Some(e);
+                Flow::Stop
+            }
+        }
+    }
+
+    fn end(&mut self, _d: &DispatchView, _o: &PassOutcome) -> Flow {
+        match self.profiler.stop() {
+            Ok(true) => {
+                self.complete = true;
+                Flow::Stop
+            }
+            Ok(false) => Flow::Continue,
+            Err(e) => {
+                self.failed.get_or_insert(e);
+                Flow::Stop
+            }
+        }
+    }
+}
+
+/// The most passes a metric set that CUPTI says needs `needed` may take.
+pub fn max_counter_passes(needed: usize) -> u32 {
+    MAX_PASSES
+        .max(needed.saturating_add(2))
+        .min(u32::MAX as usize) as u32
+}
+
+/// How a counter pass of a `Replayer` runs: restored, L2 emptied (`cache` flush) and the
+/// stream drained before BEGIN starts the profiler, launched untimed (a timing gate would be
+/// one more kernel among the profiler's ranges), waited for before END stops it.
+struct CounterRuns<'r, F: AsFunction> {
+    replayer: &'r mut Replayer<F>,
+    cache: CacheState,
+}
+
+impl<F: AsFunction> PassRunner for CounterRuns<'_, F> {
+    type Error = PlayError;
+
+    fn restore(&mut self) -> Result<(), PlayError> {
+        self.replayer.restore()
+    }
+
+    fn prepare(&mut self, _pass: u32) -> Result<(), PlayError> {
+        self.replayer.prepare_cache(self.cache)?;
+        self.replayer.stream().synchronize()?;
+        Ok(())
+    }
+
+    fn run(&mut self, pass: u32) -> Result<PassOutcome, PlayError> {
+        self.replayer.launch()?;
+        self.replayer.stream().synchronize()?;
+        Ok(PassOutcome {
+            index: pass,
+            duration_ns: 0,
+            matches_first: None,
+        })
+    }
+}
+
 impl<F: AsFunction> Replayer<F> {
     /// Replays the dispatch as many times as the metric set needs, each pass on restored
     /// memory, and evaluates the counters. `cache` flush empties L2 before each pass, as
-    /// profilers do by default. `kernel` names the dispatch's range.
+    /// profilers do by default. `view` is the dispatch (its kernel names the range).
     pub fn collect_metrics(
         &mut self,
         req: &MetricRequest,
         cache: CacheState,
-        kernel: &str,
+        view: &DispatchView,
     ) -> Result<MetricsReport, PlayError> {
         let mut config = req.config.clone();
         let needed = passes_needed(&mut config).map_err(MetricsError::from)?;
@@ -308,29 +420,29 @@ impl<F: AsFunction> Replayer<F> {
         // profiler starts. (Running it inside the window as a range of its own was tried: it
         // leaves the kernel's output dirty in L2, and DRAM writes then read far below ncu's.)
         let mut rp = req.range_profiler(1)?;
-        let mut passes = 0usize;
-        loop {
-            self.restore_if_launched()?;
-            self.prepare_cache(cache)?;
-            self.stream().synchronize()?;
-            rp.start().map_err(MetricsError::from)?;
-            let launched = self.launch();
-            let stopped = rp.stop();
-            launched?;
-            let done = stopped.map_err(MetricsError::from)?;
-            self.stream().synchronize()?;
-            passes += 1;
-            if done {
-                break;
+        let mut view = view.clone();
+        view.max_passes = max_counter_passes(needed);
+        let start = Start {
+            warmup: 0,
+            ran_before: self.launched(),
+        };
+        let mut tool = CounterPasses::new(&mut rp);
+        let mut runner = CounterRuns {
+            replayer: self,
+            cache,
+        };
+        let summary = drive_from(&mut tool, &view, &mut runner, start)?;
+        match tool.outcome() {
+            CounterOutcome::Complete => {}
+            CounterOutcome::Incomplete => {
+                return Err(MetricsError::NoCompletion(summary.passes as usize).into())
             }
-            if passes >= MAX_PASSES.max(needed + 2) {
-                return Err(MetricsError::NoCompletion(passes).into());
-            }
+            CounterOutcome::Failed(e) => return Err(MetricsError::from(e).into()),
         }
-        let metrics = req.evaluate(&mut rp, kernel)?;
+        let metrics = req.evaluate(&mut rp, view.kernel())?;
         Ok(MetricsReport {
             metrics,
-            passes: passes as u32,
+            passes: summary.passes,
             cache,
             chip: req.chip.clone(),
             cupti: cupti::pair_profiler_libraries().ok().cloned(),
@@ -431,6 +543,15 @@ mod tests {
         // CUPTI may prefix the kernel's name.
         assert_eq!(assign(&r(&["ctx/gemm"]), &["gemm"]), vec![Some(0)]);
         assert_eq!(assign(&[], &["gemm"]), vec![None]);
+    }
+
+    // Catches: a cap below what CUPTI says the metric set needs (a collection refused as
+    // incomplete although it would finish), or no cap at all.
+    #[test]
+    fn counter_passes_are_capped_above_what_the_metric_set_needs() {
+        assert_eq!(super::max_counter_passes(3), super::MAX_PASSES as u32);
+        assert_eq!(super::max_counter_passes(300), 302);
+        assert_eq!(super::max_counter_passes(usize::MAX - 2), u32::MAX);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `kreplay-engine`: what replays a dispatch. A pure plan computed from a capture and the
-//! options (`plan`, `restore::WriteSet`), then the parts that run on the GPU and are shared by
-//! the player (a capture made live in a fresh process) and the in-process replay service: the
-//! pass loop (`passes`), restore (`restore`), counters (`counters`), verification (`verify`).
+//! options (`plan`, `restore::WriteSet` over the ranges `write_set` decides), then the parts
+//! that run on the GPU and are shared by the player (a capture made live in a fresh process)
+//! and the in-process replay service: the one pass loop and the tool API (`tool`), the
+//! player's timed passes (`passes`), restore (`restore`), counters (`counters`), verification
+//! (`verify`).
 
 pub mod arrays;
 pub mod attributes;
@@ -15,6 +17,7 @@ pub mod repro;
 pub mod restore;
 pub mod tool;
 pub mod verify;
+pub mod write_set;
 
 #[cfg(test)]
 mod testdata;

@@ -1,7 +1,8 @@
-//! The pass loop: restore → (flush L2) → launch → time → (check), as many times as asked.
-//! `Replayer` owns what a pass needs (the kernel ready to launch, the restorer, a stream) and
-//! nothing about where they came from, so the player (a capture made live) and the in-process
-//! replay service (a live dispatch of the application) run the same loop.
+//! The player's timed passes: restore → (flush L2) → launch → time → (check), run by the one
+//! pass loop (`tool::drive_from`) as many times as its tool (a fixed count, or `--tool`)
+//! asks. `Replayer` owns what a pass needs (the kernel ready to launch, the restorer, a
+//! stream) and nothing about where they came from; `TimedPasses` is how one of its passes
+//! restores, launches and times. Counter passes are `counters::CounterRuns`.
 
 use std::time::Instant;
 
@@ -14,6 +15,9 @@ use crate::arrays::ArraySync;
 use crate::error::PlayError;
 use crate::options::{CacheState, RunOptions, Verification};
 use crate::restore::Restorer;
+use crate::tool::{
+    drive_from, DispatchView, LoopSummary, PassOutcome, PassRunner, PassTool, Start,
+};
 
 /// The L2 flush sweeps this many times the L2 size (at least `MIN_FLUSH_BYTES`).
 const FLUSH_L2_MULTIPLE: u64 = 4;
@@ -40,6 +44,12 @@ pub struct PassStats {
     pub deterministic: bool,
     /// Passes whose output differed from the first pass's (1-based).
     pub divergent_passes: Vec<u32>,
+    /// The tool asked to stop (from BEGIN or END) before it had all the passes it asked for.
+    pub stopped_by_tool: bool,
+    /// The loop ended at the dispatch's most passes while the tool wanted more.
+    pub capped: bool,
+    /// The tool asked for no pass (CONFIG returned 0): the dispatch ran once, as pass 0.
+    pub skipped: bool,
 }
 
 /// Timing of the passes (`play --json` carries these fields at its top level).
@@ -79,6 +89,8 @@ pub struct Replayer<F: AsFunction> {
     /// The kernel ran at least once, so the write set must be restored before the next pass.
     launched: bool,
     opened: Instant,
+    /// From opening to the first launch, in milliseconds (once it was made).
+    setup_ms: Option<f64>,
 }
 
 impl<F: AsFunction> Replayer<F> {
@@ -100,6 +112,7 @@ impl<F: AsFunction> Replayer<F> {
             stream,
             launched: false,
             opened,
+            setup_ms: None,
         }
     }
 
@@ -113,8 +126,13 @@ impl<F: AsFunction> Replayer<F> {
         &self.stream
     }
 
+    /// Whether the kernel ran on this memory already (a later run must restore first).
+    pub fn launched(&self) -> bool {
+        self.launched
+    }
+
     /// Restores the write set and puts the restored texels into written arrays.
-    fn restore(&self) -> Result<(), PlayError> {
+    pub(crate) fn restore(&self) -> Result<(), PlayError> {
         self.restorer.restore(&self.stream)?;
         self.arrays.push(&self.stream)?;
         Ok(())
@@ -124,12 +142,12 @@ impl<F: AsFunction> Replayer<F> {
         &self.restorer
     }
 
-    /// Puts the input back when an earlier pass changed it.
-    pub fn restore_if_launched(&self) -> Result<(), PlayError> {
-        if self.launched {
-            self.restore()?;
+    /// Notes the setup time, when the next launch is the first (called before anything of
+    /// the launch, its timer included, is queued).
+    fn note_setup(&mut self) {
+        if !self.launched {
+            self.setup_ms = Some(self.opened.elapsed().as_secs_f64() * 1e3);
         }
-        Ok(())
     }
 
     pub fn launch(&mut self) -> Result<(), PlayError> {
@@ -153,105 +171,284 @@ impl<F: AsFunction> Replayer<F> {
         Ok(())
     }
 
-    /// Runs warm-up and timed passes. With verification on, `check_reference` is called once
-    /// with the output of a pass that ran on the captured input (the first timed pass, or an
-    /// extra one after warm-up), and every pass's write set is compared with the first's.
+    /// Copies written arrays back into their shadows (where verification and --save-output
+    /// read them) and waits.
+    fn pull_arrays(&mut self) -> Result<(), PlayError> {
+        self.arrays.pull(&self.stream)?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Runs warm-up and timed passes, as many as `tool` asks (`tool::FixedPasses` for
+    /// `--passes`); `view` is the dispatch as the tool sees it. With verification on,
+    /// `check_reference` is called once with the output of a pass that ran on the captured
+    /// input (the first timed pass, or an extra one after warm-up), and every pass's write set
+    /// is compared with the first's.
     pub fn run(
         &mut self,
         opts: &RunOptions,
+        tool: &mut dyn PassTool,
+        view: &DispatchView,
         check_reference: &mut dyn FnMut() -> Result<(), PlayError>,
     ) -> Result<PassStats, PlayError> {
         let verify = opts.verification == Verification::Check;
-        let mut timer = GatedTimer::new()?;
-        let stop = Event::new()?;
-        let restore_start = Event::new()?;
-        let mut setup_ms = 0.0;
-        for _ in 0..opts.warmup {
-            if self.launched {
-                self.restore()?;
-            } else {
-                setup_ms = self.opened.elapsed().as_secs_f64() * 1e3;
-            }
-            self.launch()?;
-            self.stream.synchronize()?;
-        }
-        let mut durations = Vec::new();
-        let mut restores = Vec::new();
-        let mut divergent = Vec::new();
-        let mut reference: Option<Vec<u32>> = None;
-        for pass in 0..opts.passes.max(1) {
-            if self.launched {
-                restore_start.record(&self.stream)?;
-                self.restore()?;
-                stop.record(&self.stream)?;
-                stop.synchronize()?;
-                restores.push(stop.elapsed_ns_since(&restore_start)?);
-            }
-            self.prepare_cache(opts.cache)?;
-            if !self.launched {
-                setup_ms = self.opened.elapsed().as_secs_f64() * 1e3;
-            }
-            timer.arm(&self.stream)?;
-            let launched_ok = self.launch();
-            timer.finish(&self.stream)?;
-            launched_ok?;
-            durations.push(timer.elapsed_ns()?);
-            if verify && !self.arrays.is_empty() {
-                self.arrays.pull(&self.stream)?;
-                self.stream.synchronize()?;
-            }
-            if verify {
-                if pass == 0 && opts.warmup == 0 {
-                    check_reference()?;
-                }
-                let digest = self.restorer.digest()?;
-                match &reference {
-                    None => reference = Some(digest),
-                    Some(r) if *r != digest => divergent.push(pass + 1),
-                    Some(_) => {}
-                }
-            }
-        }
-        if verify && opts.warmup > 0 {
-            // Warm-up passes ran first: restore and run once more for the reference check.
+        let start = Start {
+            warmup: opts.warmup,
+            ran_before: self.launched,
+        };
+        let mut runner = TimedPasses::new(self, opts, &mut *check_reference)?;
+        let summary = drive_from(tool, view, &mut runner, start)?;
+        let TimedPasses {
+            restores_ns, timer, ..
+        } = runner;
+        self.finish_timed(verify, opts.warmup, check_reference)?;
+        let timing = timing_of(
+            &summary,
+            opts.warmup,
+            &restores_ns,
+            timer.is_gated(),
+            self.setup_ms.unwrap_or(0.0),
+        );
+        let divergent = divergent_passes(&summary.outcomes);
+        Ok(PassStats {
+            timing,
+            deterministic: divergent.is_empty(),
+            divergent_passes: divergent,
+            stopped_by_tool: summary.stopped_by_tool,
+            capped: summary.capped,
+            skipped: summary.skipped,
+        })
+    }
+
+    /// After the timed passes: the reference check when warm-up passes ran first (restore and
+    /// run once more), and the shadows of written arrays filled with the last pass's output
+    /// (for --save-output; a verified run pulled them already).
+    fn finish_timed(
+        &mut self,
+        verify: bool,
+        warmup: u32,
+        check_reference: &mut dyn FnMut() -> Result<(), PlayError>,
+    ) -> Result<(), PlayError> {
+        if verify && warmup > 0 {
             self.restore()?;
             self.launch()?;
-            self.arrays.pull(&self.stream)?;
-            self.stream.synchronize()?;
+            self.pull_arrays()?;
             check_reference()?;
         }
         if !verify && !self.arrays.is_empty() {
-            // The shadows hold the last pass's output (for --save-output); a verified run
-            // pulled it already.
-            self.arrays.pull(&self.stream)?;
-            self.stream.synchronize()?;
+            self.pull_arrays()?;
         }
-        let mut sorted = durations.clone();
-        sorted.sort_unstable();
-        Ok(PassStats {
-            timing: PassTiming {
-                passes: opts.passes.max(1),
-                warmup: opts.warmup,
-                min_ns: sorted.first().copied().unwrap_or(0),
-                median_ns: median(&durations),
-                max_ns: sorted.last().copied().unwrap_or(0),
-                durations_ns: durations,
-                restore_median_ns: median(&restores),
-                gated_timing: timer.is_gated(),
-                setup_ms,
-            },
-            deterministic: divergent.is_empty(),
-            divergent_passes: divergent,
+        Ok(())
+    }
+}
+
+/// The statistics of the timed passes of `summary`.
+fn timing_of(
+    summary: &LoopSummary,
+    warmup: u32,
+    restores_ns: &[u64],
+    gated_timing: bool,
+    setup_ms: f64,
+) -> PassTiming {
+    let durations: Vec<u64> = summary.outcomes.iter().map(|o| o.duration_ns).collect();
+    let mut sorted = durations.clone();
+    sorted.sort_unstable();
+    PassTiming {
+        passes: summary.passes,
+        warmup,
+        min_ns: sorted.first().copied().unwrap_or(0),
+        median_ns: median(&durations),
+        max_ns: sorted.last().copied().unwrap_or(0),
+        durations_ns: durations,
+        restore_median_ns: median(restores_ns),
+        gated_timing,
+        setup_ms,
+    }
+}
+
+/// The passes (1-based) whose output differed from the first pass's.
+fn divergent_passes(outcomes: &[PassOutcome]) -> Vec<u32> {
+    outcomes
+        .iter()
+        .filter(|o| o.matches_first == Some(false))
+        .map(|o| o.index + 1)
+        .collect()
+}
+
+/// How a timed pass of a `Replayer` restores (timed by events, outside the measured window),
+/// launches (behind a timing gate) and checks its output.
+struct TimedPasses<'r, 'c, F: AsFunction> {
+    replayer: &'r mut Replayer<F>,
+    cache: CacheState,
+    verify: bool,
+    /// The reference check follows pass 0 (no warm-up ran before it).
+    check_after_first: bool,
+    check_reference: &'c mut dyn FnMut() -> Result<(), PlayError>,
+    /// The first pass's write-set digest, which every later pass's is compared with.
+    reference: Option<Vec<u32>>,
+    timer: GatedTimer,
+    restore_start: Event,
+    restore_stop: Event,
+    restores_ns: Vec<u64>,
+}
+
+impl<'r, 'c, F: AsFunction> TimedPasses<'r, 'c, F> {
+    fn new(
+        replayer: &'r mut Replayer<F>,
+        opts: &RunOptions,
+        check_reference: &'c mut dyn FnMut() -> Result<(), PlayError>,
+    ) -> Result<Self, PlayError> {
+        let verify = opts.verification == Verification::Check;
+        Ok(TimedPasses {
+            replayer,
+            cache: opts.cache,
+            verify,
+            check_after_first: verify && opts.warmup == 0,
+            check_reference,
+            reference: None,
+            timer: GatedTimer::new()?,
+            restore_start: Event::new()?,
+            restore_stop: Event::new()?,
+            restores_ns: Vec::new(),
         })
+    }
+
+    /// After pass `pass` completed: the reference check (pass 0) and whether its write set
+    /// holds what the first pass's did (`None`: not verifying).
+    fn check(&mut self, pass: u32) -> Result<Option<bool>, PlayError> {
+        if !self.verify {
+            return Ok(None);
+        }
+        if !self.replayer.arrays.is_empty() {
+            self.replayer.pull_arrays()?;
+        }
+        if pass == 0 && self.check_after_first {
+            (self.check_reference)()?;
+        }
+        let digest = self.replayer.restorer.digest()?;
+        Ok(Some(match &self.reference {
+            None => {
+                self.reference = Some(digest);
+                true
+            }
+            Some(r) => *r == digest,
+        }))
+    }
+}
+
+impl<F: AsFunction> PassRunner for TimedPasses<'_, '_, F> {
+    type Error = PlayError;
+
+    fn restore(&mut self) -> Result<(), PlayError> {
+        let r = &mut *self.replayer;
+        self.restore_start.record(&r.stream)?;
+        r.restore()?;
+        self.restore_stop.record(&r.stream)?;
+        self.restore_stop.synchronize()?;
+        self.restores_ns
+            .push(self.restore_stop.elapsed_ns_since(&self.restore_start)?);
+        Ok(())
+    }
+
+    fn prepare(&mut self, _pass: u32) -> Result<(), PlayError> {
+        self.replayer.prepare_cache(self.cache)
+    }
+
+    fn run(&mut self, pass: u32) -> Result<PassOutcome, PlayError> {
+        let r = &mut *self.replayer;
+        r.note_setup();
+        self.timer.arm(&r.stream)?;
+        let launched_ok = r.launch();
+        self.timer.finish(&r.stream)?;
+        launched_ok?;
+        let duration_ns = self.timer.elapsed_ns()?;
+        let matches_first = self.check(pass)?;
+        Ok(PassOutcome {
+            index: pass,
+            duration_ns,
+            matches_first,
+        })
+    }
+
+    /// Untimed, unflushed, restored without timing the copy.
+    fn warm_up(&mut self, restore_first: bool) -> Result<(), PlayError> {
+        let r = &mut *self.replayer;
+        if restore_first {
+            r.restore()?;
+        }
+        r.note_setup();
+        r.launch()?;
+        r.stream.synchronize()?;
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_median_is_the_middle_of_the_sorted_values() {
-        assert_eq!(super::median(&[5, 1, 3]), 3);
-        assert_eq!(super::median(&[4, 1]), 4);
-        assert_eq!(super::median(&[]), 0);
+        assert_eq!(median(&[5, 1, 3]), 3);
+        assert_eq!(median(&[4, 1]), 4);
+        assert_eq!(median(&[]), 0);
+    }
+
+    fn outcome(index: u32, duration_ns: u64, matches_first: Option<bool>) -> PassOutcome {
+        PassOutcome {
+            index,
+            duration_ns,
+            matches_first,
+        }
+    }
+
+    fn summary(outcomes: Vec<PassOutcome>) -> LoopSummary {
+        LoopSummary {
+            passes: outcomes.len() as u32,
+            skipped: false,
+            stopped_by_tool: true,
+            capped: false,
+            deterministic: None,
+            outcomes,
+        }
+    }
+
+    // Catches: the pass count taken from the options instead of the loop (a tool's choice
+    // lost), statistics over unsorted durations, or the durations reordered in the report.
+    #[test]
+    fn timing_is_of_the_passes_the_loop_ran_in_their_order() {
+        let s = summary(vec![
+            outcome(0, 300, None),
+            outcome(1, 100, None),
+            outcome(2, 200, None),
+            outcome(3, 900, None),
+        ]);
+        let t = timing_of(&s, 2, &[40, 10, 30], true, 12.5);
+        assert_eq!((t.passes, t.warmup), (4, 2));
+        assert_eq!(t.durations_ns, vec![300, 100, 200, 900]);
+        assert_eq!((t.min_ns, t.median_ns, t.max_ns), (100, 300, 900));
+        assert_eq!(t.restore_median_ns, 30);
+        assert!(t.gated_timing);
+        assert_eq!(t.setup_ms, 12.5);
+        // No restore (a single pass): zero, not a panic.
+        let one = timing_of(&summary(vec![outcome(0, 5, None)]), 0, &[], false, 0.0);
+        assert_eq!(
+            (one.min_ns, one.median_ns, one.restore_median_ns),
+            (5, 5, 0)
+        );
+    }
+
+    // Catches: divergent passes numbered from 0 (the report's are 1-based, "differ from pass
+    // 1"), or unchecked passes counted as divergent.
+    #[test]
+    fn divergent_passes_are_those_checked_and_different_counted_from_one() {
+        let o = [
+            outcome(0, 1, Some(true)),
+            outcome(1, 1, Some(false)),
+            outcome(2, 1, None),
+            outcome(3, 1, Some(false)),
+        ];
+        assert_eq!(divergent_passes(&o), vec![2, 4]);
+        assert_eq!(divergent_passes(&o[..1]), Vec::<u32>::new());
     }
 }

@@ -1,12 +1,14 @@
 //! Putting the input back between passes: only the bytes the kernel writes (the write set),
 //! from a pristine copy made once, in device memory when it fits (host pinned memory
-//! otherwise). The write set of a capture is computed purely from its post-state chunks and
-//! where each region lives; the in-process replay service builds one from live ranges.
+//! otherwise). The write set of a capture is computed purely from its post-state chunks (the
+//! ranges `write_set::written` decided at record time) and where each region lives; the
+//! in-process replay service builds one from live ranges.
 
 use kreplay_cuda::{copy_dtod_async, copy_dtoh, copy_htod, DeviceBuffer, PinnedBuffer, Stream};
 use kreplay_format::{Capture, MemoryState};
 
 use crate::options::PristineStore;
+use crate::write_set::ByteRange;
 
 /// Bytes of the write set read back at once for a pass's digest.
 const DIGEST_WINDOW: u64 = 64 << 20;
@@ -32,7 +34,7 @@ pub struct RegionPlacement {
 
 /// The part of a chunk at `offset` (`len` bytes) that lies inside `usable` bytes.
 pub fn clipped(offset: u64, len: u64, usable: u64) -> Option<u64> {
-    (offset < usable).then(|| len.min(usable - offset))
+    ByteRange { offset, len }.clipped(usable).map(|r| r.len)
 }
 
 /// Every range restored before a pass, adjacent ranges joined (fewer, larger copies).
@@ -49,6 +51,19 @@ impl WriteSet {
             set.push(addr, len);
         }
         set
+    }
+
+    /// Adds a region's written ranges where the region is placed, never past `usable` bytes.
+    pub fn place(
+        &mut self,
+        placement: &RegionPlacement,
+        written: impl IntoIterator<Item = ByteRange>,
+    ) {
+        for r in written {
+            if let Some(r) = r.clipped(placement.usable) {
+                self.push(placement.base + r.offset, r.len);
+            }
+        }
     }
 
     fn push(&mut self, addr: u64, len: u64) {
@@ -77,11 +92,13 @@ impl WriteSet {
             let Some(p) = placements.iter().find(|p| p.region_id == r.region_id) else {
                 continue;
             };
-            for c in cap.chunks(r.region_id, MemoryState::Post) {
-                if let Some(len) = clipped(c.offset, c.raw_len, p.usable) {
-                    set.push(p.base + c.offset, len);
-                }
-            }
+            let written = cap
+                .chunks(r.region_id, MemoryState::Post)
+                .map(|c| ByteRange {
+                    offset: c.offset,
+                    len: c.raw_len,
+                });
+            set.place(p, written);
         }
         set
     }
@@ -274,6 +291,33 @@ mod tests {
             // A region placed nowhere is not restored.
             assert_eq!(WriteSet::of_capture(cap, &[]).bytes(), 0);
         });
+    }
+
+    #[test]
+    fn written_ranges_are_placed_at_the_region_and_clipped_to_its_usable_bytes() {
+        let mut s = WriteSet::default();
+        let p = RegionPlacement {
+            region_id: 0,
+            base: 0x1000,
+            usable: 0x30,
+        };
+        let r = |offset, len| ByteRange { offset, len };
+        s.place(&p, [r(0, 0x10), r(0x10, 0x10), r(0x28, 0x10), r(0x40, 8)]);
+        assert_eq!(
+            s.ranges(),
+            &[
+                WriteRange {
+                    device_addr: 0x1000,
+                    pristine_offset: 0,
+                    len: 0x20
+                },
+                WriteRange {
+                    device_addr: 0x1028,
+                    pristine_offset: 0x20,
+                    len: 8
+                }
+            ]
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
-//! The pass API (`include/kreplay_tool.h`): a tool decides how many times a dispatch runs and
-//! sees each pass begin and end. `drive` is the pass loop's control flow, pure: the GPU work
-//! (restore, launch, timing, the output check) is the `PassRunner`'s, so the loop is tested
-//! on the CPU, with the C example tool among others. `CTool` is a tool loaded from a shared
-//! library.
+//! The one pass loop, and the pass API (`include/kreplay_tool.h`) it is built on.
 //!
-//! Not wired to a command yet: the in-process replay service (issue 12) and the player will
-//! host tools through `drive`.
+//! Who decides the passes is a `PassTool`: a fixed count (`FixedPasses`: `play --passes`,
+//! `profile --passes`), the counters (`counters::CounterPasses`: passes until CUPTI's range
+//! profiler has all it needs), or a library's (`CTool`: `--tool LIB.so`). How a pass restores,
+//! launches and times is a `PassRunner`: the player's (`passes`), the application's process's
+//! (`kreplay profile`, `record::profile`), a counter batch's (`record::counter_batch`).
+//! `drive` is the loop's control flow, pure (warm-up, restore before every run that follows
+//! another, cache preparation before BEGIN, stop and cap), so it is tested on the CPU with a
+//! fake runner, the C example tool among the tools.
 
 use std::ffi::{c_char, c_void, CString};
 use std::path::Path;
@@ -199,6 +201,7 @@ impl DispatchView {
 
 /// A tool: kreplay's own (timing, counters) or a library's (`CTool`).
 pub trait PassTool {
+    /// CONFIG: how many passes `d` runs.
     fn config(&mut self, d: &DispatchView) -> PassRequest;
     fn begin(&mut self, _d: &DispatchView, _pass: u32) -> Flow {
         Flow::Continue
@@ -209,13 +212,60 @@ pub trait PassTool {
     fn finish(&mut self, _d: &DispatchView, _passes: u32, _deterministic: Option<bool>) {}
 }
 
+/// kreplay's own timing as a tool: a fixed number of passes (at least one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedPasses(pub u32);
+
+impl PassTool for FixedPasses {
+    fn config(&mut self, _d: &DispatchView) -> PassRequest {
+        PassRequest::Passes(self.0.max(1))
+    }
+}
+
 /// The GPU side of the loop.
 pub trait PassRunner {
     type Error;
-    /// Puts back the memory the kernel writes (before every pass after the first).
+    /// Puts back the memory the kernel writes: before every pass or warm-up run that follows
+    /// another run of the kernel, so each sees the captured input. Never inside a pass's
+    /// measured window.
     fn restore(&mut self) -> Result<(), Self::Error>;
-    /// Runs the dispatch once.
+    /// Readies pass `pass` once its memory is in place, before the tool's BEGIN (the L2 is
+    /// emptied here, so a tool that starts counters at BEGIN sees the dispatch alone).
+    fn prepare(&mut self, _pass: u32) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    /// Runs the dispatch once, as pass `pass`.
     fn run(&mut self, pass: u32) -> Result<PassOutcome, Self::Error>;
+    /// An untimed run before the passes (`--warmup`), after a restore when `restore_first`;
+    /// no tool sees it. By default: a pass whose outcome is dropped.
+    fn warm_up(&mut self, restore_first: bool) -> Result<(), Self::Error> {
+        if restore_first {
+            self.restore()?;
+        }
+        self.run(0).map(|_| ())
+    }
+}
+
+/// How `drive_from` starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Start {
+    /// Untimed runs before pass 0, unseen by the tool.
+    pub warmup: u32,
+    /// The kernel ran on this memory before the loop (earlier passes of another loop), so
+    /// even the first run restores first.
+    pub ran_before: bool,
+}
+
+impl Start {
+    /// Whether warm-up run `w` restores memory first.
+    pub fn restores_before_warmup(&self, w: u32) -> bool {
+        w > 0 || self.ran_before
+    }
+
+    /// Whether pass 0 restores memory first.
+    pub fn restores_before_first_pass(&self) -> bool {
+        self.warmup > 0 || self.ran_before
+    }
 }
 
 /// What `drive` did.
@@ -279,6 +329,7 @@ impl PassLoop {
         let mut stopped = tool.end(d, &first) == Flow::Stop || self.last;
         while !stopped && pass < self.wanted.min(self.cap) {
             runner.restore()?;
+            runner.prepare(pass)?;
             let last = tool.begin(d, pass) == Flow::Stop;
             let o = runner.run(pass)?;
             outcomes.push(o);
@@ -301,13 +352,32 @@ impl PassLoop {
     }
 }
 
-/// Runs the dispatch as `tool` asks. Memory is restored before each pass after the first, so
-/// the memory after the last pass is one run's effect, as the application expects.
+/// Runs the dispatch as `tool` asks, on memory as the kernel found it. Memory is restored
+/// before each pass after the first, so the memory after the last pass is one run's effect,
+/// as the application expects.
 pub fn drive<R: PassRunner>(
     tool: &mut dyn PassTool,
     d: &DispatchView,
     runner: &mut R,
 ) -> Result<LoopSummary, R::Error> {
+    drive_from(tool, d, runner, Start::default())
+}
+
+/// `drive` after `start.warmup` untimed runs, and on memory an earlier run changed when
+/// `start.ran_before`: every run but a very first restores memory before it.
+pub fn drive_from<R: PassRunner>(
+    tool: &mut dyn PassTool,
+    d: &DispatchView,
+    runner: &mut R,
+    start: Start,
+) -> Result<LoopSummary, R::Error> {
+    for w in 0..start.warmup {
+        runner.warm_up(start.restores_before_warmup(w))?;
+    }
+    if start.restores_before_first_pass() {
+        runner.restore()?;
+    }
+    runner.prepare(0)?;
     match PassLoop::begin(tool, d) {
         None => {
             let o = runner.run(0)?;
@@ -424,34 +494,59 @@ mod tests {
     use super::*;
 
     /// A runner that records what the loop asked of the GPU (a stand-in for the GPU in these
-    /// CPU tests of the control flow only).
+    /// CPU tests of the control flow only). Its log is shared with `Logged`, so the order of
+    /// the runner's and the tool's steps shows.
     struct Recorded {
-        log: Vec<String>,
+        log: Log,
         durations: Vec<u64>,
         differs_at: Option<u32>,
+        /// Whether passes check their output (as the player's under --verify).
+        checks: bool,
+    }
+
+    type Log = std::rc::Rc<std::cell::RefCell<Vec<String>>>;
+
+    impl Recorded {
+        fn log(&self) -> Vec<String> {
+            self.log.borrow().clone()
+        }
     }
 
     impl PassRunner for Recorded {
         type Error = String;
         fn restore(&mut self) -> Result<(), String> {
-            self.log.push("restore".into());
+            self.log.borrow_mut().push("restore".into());
+            Ok(())
+        }
+        fn prepare(&mut self, pass: u32) -> Result<(), String> {
+            self.log.borrow_mut().push(format!("prepare {pass}"));
             Ok(())
         }
         fn run(&mut self, pass: u32) -> Result<PassOutcome, String> {
-            self.log.push(format!("run {pass}"));
+            self.log.borrow_mut().push(format!("run {pass}"));
             Ok(PassOutcome {
                 index: pass,
                 duration_ns: self.durations.get(pass as usize).copied().unwrap_or(100),
-                matches_first: Some(self.differs_at != Some(pass)),
+                matches_first: self.checks.then_some(self.differs_at != Some(pass)),
             })
+        }
+        fn warm_up(&mut self, restore_first: bool) -> Result<(), String> {
+            let what = if restore_first {
+                "warm restored"
+            } else {
+                "warm"
+            };
+            self.log.borrow_mut().push(what.into());
+            Ok(())
         }
     }
 
     fn runner() -> Recorded {
         Recorded {
-            log: vec![],
+            log: Log::default(),
             durations: vec![],
             differs_at: None,
+            checks: true,
         }
     }
 
@@ -487,7 +582,19 @@ mod tests {
     fn passes_are_restored_between_and_counted() {
         let mut r = runner();
         let s = drive(&mut Fixed(PassRequest::Passes(3), None), &view(100), &mut r).unwrap();
-        assert_eq!(r.log, ["run 0", "restore", "run 1", "restore", "run 2"]);
+        assert_eq!(
+            r.log(),
+            [
+                "prepare 0",
+                "run 0",
+                "restore",
+                "prepare 1",
+                "run 1",
+                "restore",
+                "prepare 2",
+                "run 2"
+            ]
+        );
         assert_eq!((s.passes, s.stopped_by_tool, s.capped), (3, false, false));
         assert_eq!(s.deterministic, Some(true));
     }
@@ -497,7 +604,7 @@ mod tests {
         let mut r = runner();
         let s = drive(&mut Fixed(PassRequest::Skip, None), &view(100), &mut r).unwrap();
         assert_eq!((s.passes, s.skipped), (1, true));
-        assert_eq!(r.log, ["run 0"]);
+        assert_eq!(r.log(), ["prepare 0", "run 0"]);
         let mut r = runner();
         let s = drive(
             &mut Fixed(PassRequest::UntilStop, Some(4)),
@@ -520,6 +627,192 @@ mod tests {
         r.differs_at = Some(2);
         let s = drive(&mut Fixed(PassRequest::Passes(4), None), &view(100), &mut r).unwrap();
         assert_eq!(s.deterministic, Some(false));
+    }
+
+    /// A tool that logs its callbacks into the runner's log; it asks `request` and says stop
+    /// at BEGIN of `stop_at_begin` or at END of `stop_at_end` (as the counters do when the
+    /// range profiler fails to start, or has every pass).
+    struct Logged {
+        log: Log,
+        request: PassRequest,
+        stop_at_begin: Option<u32>,
+        stop_at_end: Option<u32>,
+        finished: Option<(u32, Option<bool>)>,
+    }
+
+    fn logged(log: &Log, request: PassRequest) -> Logged {
+        Logged {
+            log: log.clone(),
+            request,
+            stop_at_begin: None,
+            stop_at_end: None,
+            finished: None,
+        }
+    }
+
+    impl PassTool for Logged {
+        fn config(&mut self, _: &DispatchView) -> PassRequest {
+            self.log.borrow_mut().push("config".into());
+            self.request
+        }
+        fn begin(&mut self, _: &DispatchView, pass: u32) -> Flow {
+            self.log.borrow_mut().push(format!("begin {pass}"));
+            if self.stop_at_begin == Some(pass) {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        }
+        fn end(&mut self, _: &DispatchView, o: &PassOutcome) -> Flow {
+            self.log.borrow_mut().push(format!("end {}", o.index));
+            if self.stop_at_end == Some(o.index) {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        }
+        fn finish(&mut self, _: &DispatchView, passes: u32, deterministic: Option<bool>) {
+            self.finished = Some((passes, deterministic));
+        }
+    }
+
+    // Catches: a restore or the L2 preparation after BEGIN (inside a tool's measurement:
+    // the counters would count the sweep), or END before the pass ran.
+    #[test]
+    fn memory_and_cache_are_ready_before_the_tool_sees_a_pass_begin() {
+        let mut r = runner();
+        let mut t = logged(&r.log, PassRequest::Passes(2));
+        drive(&mut t, &view(100), &mut r).unwrap();
+        assert_eq!(
+            r.log(),
+            [
+                "prepare 0",
+                "config",
+                "begin 0",
+                "run 0",
+                "end 0",
+                "restore",
+                "prepare 1",
+                "begin 1",
+                "run 1",
+                "end 1"
+            ]
+        );
+        assert_eq!(t.finished, Some((2, Some(true))));
+    }
+
+    // Catches: warm-up runs seen by the tool or counted as passes, a warm-up that does not
+    // restore after the one before it, or pass 0 run on memory a warm-up changed.
+    #[test]
+    fn warm_up_runs_come_first_unseen_and_every_run_after_another_restores() {
+        let mut r = runner();
+        let mut t = logged(&r.log, PassRequest::Passes(2));
+        let start = Start {
+            warmup: 2,
+            ran_before: false,
+        };
+        let s = drive_from(&mut t, &view(100), &mut r, start).unwrap();
+        assert_eq!(
+            r.log(),
+            [
+                "warm",
+                "warm restored",
+                "restore",
+                "prepare 0",
+                "config",
+                "begin 0",
+                "run 0",
+                "end 0",
+                "restore",
+                "prepare 1",
+                "begin 1",
+                "run 1",
+                "end 1"
+            ]
+        );
+        assert_eq!((s.passes, s.outcomes.len()), (2, 2));
+    }
+
+    // Catches: the counter passes after the timed ones run pass 0 on the timed passes'
+    // output (`ran_before` ignored), for a skipping tool too.
+    #[test]
+    fn a_loop_after_earlier_runs_restores_before_its_first_pass() {
+        let start = Start {
+            warmup: 0,
+            ran_before: true,
+        };
+        let mut r = runner();
+        drive_from(
+            &mut Fixed(PassRequest::Passes(1), None),
+            &view(9),
+            &mut r,
+            start,
+        )
+        .unwrap();
+        assert_eq!(r.log(), ["restore", "prepare 0", "run 0"]);
+        let mut r = runner();
+        let s = drive_from(&mut Fixed(PassRequest::Skip, None), &view(9), &mut r, start).unwrap();
+        assert!(s.skipped);
+        assert_eq!(r.log(), ["restore", "prepare 0", "run 0"]);
+        assert!(start.restores_before_warmup(0) && start.restores_before_first_pass());
+        let fresh = Start::default();
+        assert!(!fresh.restores_before_warmup(0) && fresh.restores_before_warmup(1));
+        assert!(!fresh.restores_before_first_pass());
+    }
+
+    // Catches: the counters' loop (until stop, stopped at END when the profiler has every
+    // pass) running one pass too many or too few, a BEGIN that says stop not ending the loop
+    // after its pass (a failed profiler start), or such a stop reported as capped.
+    #[test]
+    fn until_stop_ends_after_the_pass_whose_begin_or_end_said_stop() {
+        let mut r = runner();
+        let mut t = logged(&r.log, PassRequest::UntilStop);
+        t.stop_at_end = Some(2);
+        let s = drive(&mut t, &view(256), &mut r).unwrap();
+        assert_eq!((s.passes, s.stopped_by_tool, s.capped), (3, true, false));
+        let mut r = runner();
+        let mut t = logged(&r.log, PassRequest::UntilStop);
+        t.stop_at_begin = Some(1);
+        let s = drive(&mut t, &view(256), &mut r).unwrap();
+        assert_eq!((s.passes, s.stopped_by_tool), (2, true));
+        assert_eq!(r.log().last().map(String::as_str), Some("end 1"));
+        // BEGIN of pass 0 saying stop: pass 0 alone.
+        let mut r = runner();
+        let mut t = logged(&r.log, PassRequest::UntilStop);
+        t.stop_at_begin = Some(0);
+        let s = drive(&mut t, &view(256), &mut r).unwrap();
+        assert_eq!(s.passes, 1);
+        assert!(!r.log().contains(&"restore".to_string()));
+    }
+
+    // Catches: `FixedPasses(0)` running no pass (the player's --passes is at least 1, and the
+    // application needs its one run), or a fixed count cut or stretched.
+    #[test]
+    fn fixed_passes_run_exactly_their_count_and_at_least_one() {
+        for (n, want) in [(0, 1), (1, 1), (8, 8)] {
+            let mut r = runner();
+            let s = drive(&mut FixedPasses(n), &view(want), &mut r).unwrap();
+            assert_eq!(
+                (s.passes, s.stopped_by_tool, s.capped),
+                (want, false, false)
+            );
+        }
+    }
+
+    // Catches: determinism claimed for passes that were not checked (counter passes, a
+    // runner without verification), or a differing pass not reported.
+    #[test]
+    fn determinism_is_unknown_when_no_pass_is_checked() {
+        let mut r = runner();
+        r.checks = false;
+        let s = drive(&mut FixedPasses(3), &view(3), &mut r).unwrap();
+        assert_eq!(s.deterministic, None);
+        let mut r = runner();
+        r.differs_at = Some(1);
+        let mut t = logged(&r.log, PassRequest::Passes(3));
+        let s = drive(&mut t, &view(3), &mut r).unwrap();
+        assert_eq!(t.finished, Some((3, Some(false))));
+        assert_eq!(s.outcomes[1].matches_first, Some(false));
     }
 
     /// The example tool of `testdata/tools`, compiled with the system's C compiler against the

@@ -11,12 +11,13 @@ pub use kreplay_engine::counters::{
 };
 pub use kreplay_engine::plan::fixed_ranges;
 pub use kreplay_engine::repro::{Content as ReproContent, ReproError, Reproducer};
+pub use kreplay_engine::tool::{CTool, PassTool, ToolError};
 pub use kreplay_engine::verify::{Mismatch, VerifyOutcome};
 pub use kreplay_engine::{
     AddressMode, CacheState, CodeChoice, CodeSource, MetricsError, OpenOptions, Placement,
     PlayError, PristineStore, RunOptions, Verification,
 };
 pub use save::SavedOutput;
-pub use session::{PlayReport, Session};
+pub use session::{PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
 #[cfg(test)]
 mod testdata;

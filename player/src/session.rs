@@ -1,6 +1,7 @@
 //! A capture made live: the engine's `ReplayPlan` materialised on a device (memory mapped back
 //! at the captured addresses or moved, regions uploaded, module loaded, globals restored,
-//! pristine copy of the write set made), then the engine's pass loop.
+//! pristine copy of the write set made), then the engine's pass loop (`tool::drive_from`),
+//! its passes decided by a fixed count, by a `kreplay_tool.h` tool, or by the counters.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -17,10 +18,12 @@ use kreplay_engine::counters::{MetricRequest, MetricsReport};
 use kreplay_engine::plan::{CodePlan, LaunchPlan, MemoryPlan, Target};
 use kreplay_engine::relocate::Relocation;
 use kreplay_engine::restore::clipped;
+use kreplay_engine::tool::{DispatchView, FixedPasses, PassTool};
 use kreplay_engine::verify::{compare, VerifyOutcome};
 use kreplay_engine::{
-    AddressMode, CacheState, CodeSource, Kernel, OpenOptions, PassTiming, Placement, PlayError,
-    PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification, WriteSet,
+    AddressMode, CacheState, CodeSource, Kernel, OpenOptions, PassStats, PassTiming, Placement,
+    PlayError, PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification,
+    WriteSet,
 };
 use kreplay_format::{
     Capture, ChunkEncoding, ChunkRef, MemoryKind, MemoryState, Region, RegionRole, TextureResource,
@@ -61,7 +64,28 @@ pub struct PlayReport {
     pub pristine: PristineStore,
     pub cache: CacheState,
     pub verify: VerifyOutcome,
+    /// The tool that decided the passes (`play --tool`); absent under `--passes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolRun>,
 }
+
+/// What a tool (`play --tool LIB.so`) made of the replay (`--json`: `tool`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolRun {
+    /// The library, as given.
+    pub path: String,
+    /// Timed passes the tool chose (the report's `passes`).
+    pub passes: u32,
+    /// The tool asked to stop (BEGIN or END) rather than running out of requested passes.
+    pub stopped_by_tool: bool,
+    /// The loop ended at `TOOL_MAX_PASSES` while the tool wanted more.
+    pub capped: bool,
+    /// The tool asked for no pass (CONFIG returned 0): the dispatch ran once, as without it.
+    pub skipped: bool,
+}
+
+/// Most timed passes a tool may ask for (as `kreplay profile`'s).
+pub const TOOL_MAX_PASSES: u32 = 1000;
 
 /// Where the captured memory went.
 enum Memory {
@@ -281,6 +305,37 @@ fn upload_region(
     Ok(())
 }
 
+/// Uploads every region but the module globals to where `base_of` places it, staged through
+/// a ring of page-locked buffers, telling `progress` the bytes loaded (of how many).
+fn upload_regions(
+    cap: &Capture<'_>,
+    base_of: &dyn Fn(&Region) -> u64,
+    relocation: Option<&Relocation>,
+    progress: &mut dyn FnMut(u64, u64),
+    release: FilePages<'_>,
+) -> Result<(), PlayError> {
+    let window = upload_window(cap);
+    let mut ring = UploadRing::new(UPLOAD_BUFFERS, window as usize)?;
+    let total: u64 = uploaded_regions(cap).map(|r| r.size).sum();
+    let mut loaded = 0u64;
+    for r in uploaded_regions(cap) {
+        upload_region(
+            cap,
+            r,
+            base_of(r),
+            &mut ring,
+            relocation,
+            &mut |n| {
+                loaded += n;
+                progress(loaded, total);
+            },
+            release,
+        )?;
+    }
+    ring.finish()?;
+    Ok(())
+}
+
 /// The kernel's own parameter layout, to compare with the file's. A cubin declares it (its
 /// `.nv.info` section), so no driver call is needed; otherwise (PTX through the JIT) the
 /// driver is asked parameter by parameter until it says there are no more, which costs one
@@ -475,7 +530,6 @@ impl<'c> Session<'c> {
         Self::open_with_progress(cap, opts, &mut |_, _| {}, &keep_pages)
     }
 
-    /// `open`, telling `progress` how many of the capture's memory bytes are on the device.
     /// `open`, telling `progress` how many bytes of memory are loaded (of how many), and
     /// `release` which bytes of the file it is done with.
     pub fn open_with_progress(
@@ -513,26 +567,7 @@ impl<'c> Session<'c> {
             placed(relocation, r.address)
         };
 
-        let window = upload_window(cap);
-        let mut ring = UploadRing::new(UPLOAD_BUFFERS, window as usize)?;
-        let total: u64 = uploaded_regions(cap).map(|r| r.size).sum();
-        let mut loaded = 0u64;
-        for r in uploaded_regions(cap) {
-            upload_region(
-                cap,
-                r,
-                base_of(r),
-                &mut ring,
-                relocation,
-                &mut |n| {
-                    loaded += n;
-                    progress(loaded, total);
-                },
-                release,
-            )?;
-        }
-        ring.finish()?;
-        drop(ring);
+        upload_regions(cap, &base_of, relocation, progress, release)?;
 
         let (module, function) = load_kernel(cap, &code, &launch)?;
         let mut placements: Vec<RegionPlacement> = uploaded_regions(cap)
@@ -609,18 +644,75 @@ impl<'c> Session<'c> {
         self.relocation().is_some()
     }
 
+    /// The dispatch as a pass tool sees it, with `max_passes` its most passes.
+    fn dispatch_view(&self, max_passes: u32) -> DispatchView {
+        let d = &self.cap.dispatch;
+        let demangled = cpp_demangle::Symbol::new(&d.kernel_name)
+            .ok()
+            .and_then(|s| s.demangle(&Default::default()).ok())
+            .unwrap_or_else(|| d.kernel_name.clone());
+        let mut view = DispatchView::new(
+            &d.kernel_name,
+            &demangled,
+            d.grid,
+            d.block,
+            d.cluster,
+            d.dynamic_shared_bytes,
+            d.arg_bytes.clone(),
+            max_passes,
+        );
+        view.write_set_bytes = self.replayer.restorer().write_set().bytes();
+        // As the recorder saw it, so a tool's lines name the same launch in play and profile.
+        if let Some(info) = &self.cap.info {
+            view.launch_index = info.launch_index;
+            view.match_index = info.match_index;
+        }
+        view
+    }
+
     /// Replays the dispatch as many times as the metric set needs (see the engine).
     pub fn collect_metrics(
         &mut self,
         req: &MetricRequest,
         cache: CacheState,
     ) -> Result<MetricsReport, PlayError> {
-        let kernel = self.cap.dispatch.kernel_name.clone();
-        self.replayer.collect_metrics(req, cache, &kernel)
+        let view = self.dispatch_view(1);
+        self.replayer.collect_metrics(req, cache, &view)
     }
 
-    /// Runs warm-up and timed passes.
+    /// Runs warm-up and `opts.passes` timed passes.
     pub fn run(&mut self, opts: &RunOptions) -> Result<PlayReport, PlayError> {
+        let passes = opts.passes.max(1);
+        Ok(self.run_loop(opts, &mut FixedPasses(passes), passes)?.0)
+    }
+
+    /// Runs warm-up passes, then as many timed passes as `tool` asks (at most
+    /// `TOOL_MAX_PASSES`; `opts.passes` is not used), the tool seeing each begin and end;
+    /// `path` names the tool in the report.
+    pub fn run_with_tool(
+        &mut self,
+        opts: &RunOptions,
+        tool: &mut dyn PassTool,
+        path: &str,
+    ) -> Result<PlayReport, PlayError> {
+        let (mut report, stats) = self.run_loop(opts, tool, TOOL_MAX_PASSES)?;
+        report.tool = Some(ToolRun {
+            path: path.to_string(),
+            passes: report.timing.passes,
+            stopped_by_tool: stats.stopped_by_tool,
+            capped: stats.capped,
+            skipped: stats.skipped,
+        });
+        Ok(report)
+    }
+
+    /// The pass loop with `tool`, the reference check, and the report.
+    fn run_loop(
+        &mut self,
+        opts: &RunOptions,
+        tool: &mut dyn PassTool,
+        max_passes: u32,
+    ) -> Result<(PlayReport, PassStats), PlayError> {
         let checked = opts.verification == Verification::Check;
         let mut v = VerifyOutcome {
             checked,
@@ -628,22 +720,23 @@ impl<'c> Session<'c> {
             deterministic: true,
             ..Default::default()
         };
+        let view = self.dispatch_view(max_passes);
         let relocation = match &self.memory {
             Memory::Moved { relocation, .. } => Some(relocation),
             Memory::Fixed { .. } => None,
         };
         let (cap, placements, release) = (self.cap, &self.placements, self.release);
         let handles = &self.textures.memory_words;
-        let stats = self.replayer.run(opts, &mut || {
+        let stats = self.replayer.run(opts, tool, &view, &mut || {
             check_against_capture(cap, placements, relocation, handles, release, &mut v)
         })?;
         v.deterministic = stats.deterministic;
         v.divergent_passes = stats.divergent_passes.clone();
         v.matched = checked && v.mismatched_bytes == 0;
         let restorer = self.replayer.restorer();
-        Ok(PlayReport {
+        let report = PlayReport {
             kernel: cap.dispatch.kernel_name.clone(),
-            timing: stats.timing,
+            timing: stats.timing.clone(),
             original_ns: cap.dispatch.original_duration_ns,
             address_mode: if relocation.is_some() {
                 AddressMode::Relocated
@@ -656,7 +749,9 @@ impl<'c> Session<'c> {
             pristine: restorer.store(),
             cache: opts.cache,
             verify: v,
-        })
+            tool: None,
+        };
+        Ok((report, stats))
     }
 }
 

@@ -25,10 +25,10 @@ use kreplay_cuda::{
     copy_dtod_async, ctx_synchronize, DeviceBuffer, ForeignFunction, KernelArgs, LaunchConfig,
     Stream,
 };
-use kreplay_engine::counters::{assign_ranges, range_is_kernel, MetricRequest};
-use kreplay_engine::tool::{
-    drive, DispatchView, Flow, PassOutcome, PassRequest, PassRunner, PassTool,
+use kreplay_engine::counters::{
+    assign_ranges, range_is_kernel, CounterOutcome, CounterPasses, MetricRequest,
 };
+use kreplay_engine::tool::{drive, DispatchView, PassOutcome, PassRunner};
 use kreplay_protocol::report::{MetricValue, ProfileRow};
 
 use crate::device_resources::flush_l2;
@@ -281,45 +281,6 @@ impl ContextCounters {
 // any thread use (with the context current); the recorder touches them only under its lock.
 unsafe impl Send for ContextCounters {}
 
-/// The built-in counters as a tool: passes until the range profiler has every pass it needs,
-/// started at BEGIN and stopped at END of each.
-struct CounterPasses<'a> {
-    profiler: &'a mut RangeProfiler,
-    /// Every pass the metric set needs was submitted.
-    complete: bool,
-    failed: Option<String>,
-}
-
-impl PassTool for CounterPasses<'_> {
-    fn config(&mut self, _d: &DispatchView) -> PassRequest {
-        PassRequest::UntilStop
-    }
-
-    fn begin(&mut self, _d: &DispatchView, _pass: u32) -> Flow {
-        match self.profiler.start() {
-            Ok(()) => Flow::Continue,
-            Err(e) => {
-                self.failed = Some(e.to_string());
-                Flow::Stop
-            }
-        }
-    }
-
-    fn end(&mut self, _d: &DispatchView, _o: &PassOutcome) -> Flow {
-        match self.profiler.stop() {
-            Ok(true) => {
-                self.complete = true;
-                Flow::Stop
-            }
-            Ok(false) => Flow::Continue,
-            Err(e) => {
-                self.failed.get_or_insert(e.to_string());
-                Flow::Stop
-            }
-        }
-    }
-}
-
 /// One counter pass over the whole batch: each dispatch's reachable memory put back to its
 /// pristine bytes, the L2 emptied, its kernel launched, all on one stream, one wait.
 struct BatchPasses<'a> {
@@ -495,11 +456,7 @@ fn run_passes(
     let mut view = first.view.clone();
     view.max_passes = MAX_COUNTER_PASSES;
     let profiler = counters.ready()?;
-    let mut tool = CounterPasses {
-        profiler,
-        complete: false,
-        failed: None,
-    };
+    let mut tool = CounterPasses::new(profiler);
     let mut runner = BatchPasses {
         queued,
         stream,
@@ -509,14 +466,15 @@ fn run_passes(
         same_every_pass: true,
     };
     let summary = drive(&mut tool, &view, &mut runner).map_err(|e| e.to_string())?;
-    if let Some(why) = tool.failed {
-        return Err(why);
-    }
-    if !tool.complete {
-        return Err(format!(
-            "the range profiler did not finish after {} passes",
-            summary.passes
-        ));
+    match tool.outcome() {
+        CounterOutcome::Complete => {}
+        CounterOutcome::Failed(why) => return Err(why.to_string()),
+        CounterOutcome::Incomplete => {
+            return Err(format!(
+                "the range profiler did not finish after {} passes",
+                summary.passes
+            ))
+        }
     }
     Ok(Launched {
         passes: summary.passes,

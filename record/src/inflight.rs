@@ -10,11 +10,13 @@ use std::io::{Seek, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kreplay_cuda::{copy_dtoh, DeviceBuffer, DownloadRing};
+use kreplay_engine::write_set::Evidence;
 use kreplay_format::{CaptureWriter, MemoryState};
 
-use crate::capture::{changed_chunks, Bytes, PostChunk, PostScratch, Snapshot};
 use crate::error::RecordError;
+use crate::footprint::RegionSpan;
 use crate::readback;
+use crate::snapshot::{post_chunks, Bytes, PostChunk, PostScratch, Snapshot};
 
 /// Bytes one staging buffer of the ring holds, and how many there are: two copies in flight
 /// while the writer compresses the third.
@@ -51,11 +53,12 @@ fn free(buf: DeviceBuffer) {
     crate::quiet::outside_measurement(|| drop(buf));
 }
 
-/// The post chunks of `post` as host chunks (the scratch is freed).
+/// The post chunks of `post` as host chunks (the scratch is freed); `addr` is where the
+/// region's bytes are in this process.
 fn post_home(
     post: PostScratch,
     pre: &[u8],
-    region: &kreplay_format::Region,
+    (region, addr): (&kreplay_format::Region, u64),
     out: &mut Vec<PostChunk>,
 ) -> Result<(), RecordError> {
     let Some(buf) = post.buf else {
@@ -65,7 +68,14 @@ fn post_home(
     match post.runs {
         None => {
             let now = fetch(buf.ptr(), buf.len() as u64)?;
-            out.extend(changed_chunks(region.region_id, cs as usize, pre, &now));
+            let evidence = Evidence::Bytes {
+                before: pre,
+                after: &now,
+            };
+            let written = post
+                .footprint
+                .written(RegionSpan::of(region, addr), evidence);
+            out.extend(post_chunks(region.region_id, &written, cs, &now));
         }
         Some(runs) => {
             for r in runs {
@@ -88,7 +98,7 @@ fn bring_home(s: &mut Snapshot, post: &mut Vec<PostChunk>) -> Result<(), RecordE
     };
     let pre = fetch(buf.ptr(), buf.len() as u64)?;
     if let Some(p) = s.post.take() {
-        post_home(p, &pre, &s.region, post)?;
+        post_home(p, &pre, (&s.region, s.device_addr), post)?;
     }
     if let Bytes::Device(scratch) = std::mem::replace(&mut s.pre, Bytes::Host(pre)) {
         free(scratch);
@@ -199,7 +209,8 @@ fn write_snapshot<W: Write + Seek>(
         &s.post,
         Some(PostScratch {
             buf: Some(_),
-            runs: None
+            runs: None,
+            ..
         })
     );
     if unscanned {

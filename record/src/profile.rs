@@ -31,9 +31,8 @@ use kreplay_cuda::{
     ForeignStream, KernelArgs, LaunchConfig, Stream,
 };
 use kreplay_engine::plan::{launch_config, LaunchPlan};
-use kreplay_engine::tool::{
-    DispatchView, PassLoop, PassOutcome, PassRequest, PassRunner, PassTool,
-};
+use kreplay_engine::tool::{DispatchView, PassLoop, PassOutcome, PassRunner, PassTool};
+use kreplay_engine::write_set::Evidence;
 use kreplay_format::{MemoryKind, DEFAULT_CHUNK_SIZE};
 use kreplay_protocol::report::ProfileRow;
 
@@ -41,18 +40,13 @@ use crate::capture::{device_copy, dispatch_of, reach};
 use crate::counter_batch::Queued;
 use crate::device_resources::{flush_l2, with_chunk_kernels};
 use crate::error::RecordError;
+use crate::footprint::{Footprint, Reachable, RegionSpan};
 use crate::launch::LaunchView;
-use crate::readback::{pack_changed, PackedRun};
+use crate::readback::{pack, PackedRun};
 use crate::trace::{trace, trace_with};
 
-/// kreplay's own timing as a tool: a fixed number of passes.
-pub struct FixedPasses(pub u32);
-
-impl PassTool for FixedPasses {
-    fn config(&mut self, _d: &DispatchView) -> PassRequest {
-        PassRequest::Passes(self.0.max(1))
-    }
-}
+/// kreplay's own timing as a tool (the engine's, shared with the player).
+pub use kreplay_engine::tool::FixedPasses;
 
 /// A dispatch about to run, as the launch callback sees it.
 pub struct ProfileInput<'a> {
@@ -83,17 +77,20 @@ struct Saved {
 }
 
 /// Which chunks of `len` bytes at `live` differ from `pristine` (or everything, where the
-/// GPU cannot compare).
+/// GPU cannot compare), packed end to end.
 fn changed_runs(pristine: u64, live: u64, len: u64, stream: &Stream) -> Vec<PackedRun> {
     let cs = DEFAULT_CHUNK_SIZE;
-    match with_chunk_kernels(|k| k.scan(pristine, Some(live), len, cs, stream)) {
-        Ok(ChunkFlags { changed, .. }) => pack_changed(&changed, cs, len).0,
-        Err(_) => vec![PackedRun {
-            offset: 0,
-            len,
-            at: 0,
-        }],
-    }
+    let scan = with_chunk_kernels(|k| k.scan(pristine, Some(live), len, cs, stream));
+    let evidence = match &scan {
+        Ok(ChunkFlags { changed, .. }) => Evidence::Changed(changed),
+        Err(_) => Evidence::Unknown,
+    };
+    let span = RegionSpan {
+        base: live,
+        size: len,
+        chunk: cs,
+    };
+    pack(&Reachable.written(span, evidence)).0
 }
 
 /// The GPU side of the pass loop, in the application's process.
@@ -296,13 +293,17 @@ impl PassRunner for InPlace<'_> {
             .record(self.stream)
             .map_err(Self::err("timing the restore"))?;
         self.restore_queued = true;
-        // The L2 is emptied here, before BEGIN, so a tool that starts counters at BEGIN (the
-        // built-in counters do) sees the dispatch alone.
+        self.pass_began = Some(t);
+        Ok(())
+    }
+
+    /// The L2 is emptied here, before BEGIN, so a tool that starts counters at BEGIN (the
+    /// built-in counters do) sees the dispatch alone.
+    fn prepare(&mut self, _pass: u32) -> Result<(), RecordError> {
         if self.cache_flush {
             // Without a sweep (device memory short) the pass runs with what L2 holds.
             let _ = flush_l2(self.stream);
         }
-        self.pass_began = Some(t);
         Ok(())
     }
 
@@ -403,16 +404,7 @@ pub fn profile_begin(
     tool: &mut dyn PassTool,
 ) -> Result<Begun, RecordError> {
     let view = input.view;
-    let mut row = ProfileRow {
-        kernel: input.kernel_name.clone(),
-        short_name: input.short_name.clone(),
-        match_index: input.match_index,
-        launch_index: input.launch_index,
-        grid: view.grid,
-        block: view.block,
-        cache_flush: input.cache_flush,
-        ..Default::default()
-    };
+    let mut row = first_row(&input);
     trace_with(|| {
         format!(
             "{} (launch {}): enter",
@@ -421,87 +413,18 @@ pub fn profile_begin(
     });
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the passes"))?;
     trace("synchronised");
-    let (found, textures) = reach(
-        &input.args,
-        &input.layout,
-        &input.function,
-        input.module_objects,
-        &input.allocations,
-    )?;
-    row.reachable_bytes = found.regions.iter().map(|r| r.size).sum();
-    trace_with(|| {
-        format!(
-            "walked: {} regions, {} bytes",
-            found.regions.len(),
-            row.reachable_bytes
-        )
-    });
-    if !textures.arrays.is_empty() {
-        row.skipped = Some(
-            "it reaches CUDA arrays (texture or surface objects), not replayed in place yet".into(),
-        );
-        return Ok(Begun::Skipped(Box::new(row)));
-    }
-    if found.heap_word_count > 0 {
-        row.skipped = Some(
-            "it reads the device heap (malloc inside kernels), which cannot be copied aside".into(),
-        );
-        return Ok(Begun::Skipped(Box::new(row)));
-    }
-    let stream = Stream::new().map_err(RecordError::cuda("creating the pass stream"))?;
-    let mut saved = Vec::with_capacity(found.regions.len());
-    for r in &found.regions {
-        let Some(pristine) = device_copy(r.base, r.size, &stream) else {
-            row.skipped = Some(format!(
-                "its reachable memory ({}) does not fit in free device memory for the pristine copy",
-                kreplay_format::units::bytes(row.reachable_bytes)
-            ));
+    let (stream, saved) = match copy_aside(&input, &mut row)? {
+        Aside::Copied(stream, saved) => (stream, saved),
+        Aside::NotInPlace(why) => {
+            row.skipped = Some(why);
             return Ok(Begun::Skipped(Box::new(row)));
-        };
-        saved.push(Saved {
-            addr: r.base,
-            size: r.size,
-            pristine,
-            write_set: Vec::new(),
-            first_output: None,
-        });
-    }
-    stream
-        .synchronize()
-        .map_err(RecordError::cuda("copying the reachable memory aside"))?;
-    trace("pristine copy made");
-
-    let dispatch = dispatch_of(
-        view,
-        input.kernel_name.clone(),
-        0,
-        &input.layout,
-        input.args.clone(),
-        Vec::new(),
-    );
-    let plan = LaunchPlan::of_dispatch(&dispatch)
-        .map_err(|e| RecordError::Config(format!("this launch cannot be replayed: {e}")))?;
-    let config =
-        launch_config(&dispatch, &plan).map_err(RecordError::cuda("configuring the passes"))?;
-    let args = KernelArgs::new(input.args.clone(), &input.layout).map_err(RecordError::Config)?;
-    let mut d = DispatchView::new(
-        &input.kernel_name,
-        &kreplay_protocol::config::demangle(&input.kernel_name),
-        view.grid,
-        view.block,
-        view.cluster(),
-        view.shared_bytes,
-        input.args.clone(),
-        input.max_passes,
-    );
-    d.launch_index = input.launch_index;
-    d.match_index = input.match_index;
+        }
+    };
+    let (config, args) = pass_launch(&input)?;
     // SAFETY: inside the launch callback that decoded the view.
     let app_stream = unsafe { view.foreign_stream() };
-    d.stream = app_stream.raw_stream() as u64;
-    // Before the first pass only the reachable bytes are known (an upper bound).
-    d.write_set_bytes = row.reachable_bytes;
-    // The L2 is emptied before BEGIN of pass 0, as before every pass (see `restore`).
+    let d = dispatch_view(&input, &app_stream, row.reachable_bytes);
+    // The L2 is emptied before BEGIN of pass 0, as before every pass (see `prepare`).
     if input.cache_flush {
         let _ = flush_l2(&stream);
         stream
@@ -532,6 +455,123 @@ pub fn profile_begin(
         args,
         cache_flush: input.cache_flush,
     })))
+}
+
+/// The dispatch's report row as ENTER starts it.
+fn first_row(input: &ProfileInput<'_>) -> ProfileRow {
+    ProfileRow {
+        kernel: input.kernel_name.clone(),
+        short_name: input.short_name.clone(),
+        match_index: input.match_index,
+        launch_index: input.launch_index,
+        grid: input.view.grid,
+        block: input.view.block,
+        cache_flush: input.cache_flush,
+        ..Default::default()
+    }
+}
+
+/// What `copy_aside` made of the dispatch's reachable memory.
+enum Aside {
+    /// The pristine copy, made on this pass stream.
+    Copied(Stream, Vec<Saved>),
+    /// Not replayed in place, and why (the row says it).
+    NotInPlace(String),
+}
+
+/// The pristine copy of everything the dispatch reaches, on a new pass stream (the row learns
+/// the reachable bytes).
+fn copy_aside(input: &ProfileInput<'_>, row: &mut ProfileRow) -> Result<Aside, RecordError> {
+    let (found, textures) = reach(
+        &input.args,
+        &input.layout,
+        &input.function,
+        input.module_objects,
+        &input.allocations,
+    )?;
+    row.reachable_bytes = found.regions.iter().map(|r| r.size).sum();
+    trace_with(|| {
+        format!(
+            "walked: {} regions, {} bytes",
+            found.regions.len(),
+            row.reachable_bytes
+        )
+    });
+    if !textures.arrays.is_empty() {
+        return Ok(Aside::NotInPlace(
+            "it reaches CUDA arrays (texture or surface objects), not replayed in place yet".into(),
+        ));
+    }
+    if found.heap_word_count > 0 {
+        return Ok(Aside::NotInPlace(
+            "it reads the device heap (malloc inside kernels), which cannot be copied aside".into(),
+        ));
+    }
+    let stream = Stream::new().map_err(RecordError::cuda("creating the pass stream"))?;
+    let mut saved = Vec::with_capacity(found.regions.len());
+    for r in &found.regions {
+        let Some(pristine) = device_copy(r.base, r.size, &stream) else {
+            return Ok(Aside::NotInPlace(format!(
+                "its reachable memory ({}) does not fit in free device memory for the pristine copy",
+                kreplay_format::units::bytes(row.reachable_bytes)
+            )));
+        };
+        saved.push(Saved {
+            addr: r.base,
+            size: r.size,
+            pristine,
+            write_set: Vec::new(),
+            first_output: None,
+        });
+    }
+    stream
+        .synchronize()
+        .map_err(RecordError::cuda("copying the reachable memory aside"))?;
+    trace("pristine copy made");
+    Ok(Aside::Copied(stream, saved))
+}
+
+/// The launch configuration and arguments the further passes launch with.
+fn pass_launch(input: &ProfileInput<'_>) -> Result<(LaunchConfig, KernelArgs), RecordError> {
+    let dispatch = dispatch_of(
+        input.view,
+        input.kernel_name.clone(),
+        0,
+        &input.layout,
+        input.args.clone(),
+        Vec::new(),
+    );
+    let plan = LaunchPlan::of_dispatch(&dispatch)
+        .map_err(|e| RecordError::Config(format!("this launch cannot be replayed: {e}")))?;
+    let config =
+        launch_config(&dispatch, &plan).map_err(RecordError::cuda("configuring the passes"))?;
+    let args = KernelArgs::new(input.args.clone(), &input.layout).map_err(RecordError::Config)?;
+    Ok((config, args))
+}
+
+/// The dispatch as the tool sees it, on the application's stream.
+fn dispatch_view(
+    input: &ProfileInput<'_>,
+    app_stream: &ForeignStream,
+    reachable_bytes: u64,
+) -> DispatchView {
+    let view = input.view;
+    let mut d = DispatchView::new(
+        &input.kernel_name,
+        &kreplay_protocol::config::demangle(&input.kernel_name),
+        view.grid,
+        view.block,
+        view.cluster(),
+        view.shared_bytes,
+        input.args.clone(),
+        input.max_passes,
+    );
+    d.launch_index = input.launch_index;
+    d.match_index = input.match_index;
+    d.stream = app_stream.raw_stream() as u64;
+    // Before the first pass only the reachable bytes are known (an upper bound).
+    d.write_set_bytes = reachable_bytes;
+    d
 }
 
 /// How a dispatch's profile ended at EXIT.

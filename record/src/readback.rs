@@ -10,6 +10,7 @@
 use std::io::{Seek, Write};
 
 use kreplay_cuda::DownloadRing;
+use kreplay_engine::write_set::ByteRange;
 use kreplay_format::{CaptureWriter, MemoryState};
 
 use crate::error::RecordError;
@@ -78,20 +79,33 @@ pub struct PackedRun {
     pub at: u64,
 }
 
-/// Packs the runs of changed chunks of a region of `size` bytes end to end: where each lands
-/// in a scratch buffer of the returned total length.
-pub fn pack_changed(changed: &[bool], chunk: u64, size: u64) -> (Vec<PackedRun>, u64) {
-    let mut runs = Vec::new();
+/// Packs written ranges end to end: where each lands in a scratch buffer of the returned
+/// total length.
+pub fn pack(written: &[ByteRange]) -> (Vec<PackedRun>, u64) {
+    let mut runs = Vec::with_capacity(written.len());
     let mut at = 0;
-    for (first, count) in kreplay_cuda::chunks::runs(changed, true, usize::MAX) {
-        let offset = first as u64 * chunk;
-        let len = (count as u64 * chunk).min(size.saturating_sub(offset));
-        if len > 0 {
-            runs.push(PackedRun { offset, len, at });
-            at += len;
-        }
+    for w in written {
+        runs.push(PackedRun {
+            offset: w.offset,
+            len: w.len,
+            at,
+        });
+        at += w.len;
     }
     (runs, at)
+}
+
+/// Written ranges read where they are (the runs sit at their own offsets: a whole copy of
+/// the region, or the application's memory itself).
+pub fn in_place(written: &[ByteRange]) -> Vec<PackedRun> {
+    written
+        .iter()
+        .map(|w| PackedRun {
+            offset: w.offset,
+            len: w.len,
+            at: w.offset,
+        })
+        .collect()
 }
 
 /// The copies that bring packed post runs home from the scratch at `base`, in pieces of at
@@ -248,9 +262,9 @@ mod tests {
     }
 
     #[test]
-    fn changed_runs_pack_end_to_end_and_come_home_to_their_offsets() {
-        let changed = [false, true, true, false, true];
-        let (runs, total) = pack_changed(&changed, C, 18);
+    fn written_ranges_pack_end_to_end_and_come_home_to_their_offsets() {
+        let r = |offset, len| ByteRange { offset, len };
+        let (runs, total) = pack(&[r(4, 8), r(16, 2)]);
         assert_eq!(
             runs,
             vec![
@@ -288,6 +302,11 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(pack_changed(&[false; 3], C, 12), (vec![], 0));
+        assert_eq!(pack(&[]), (vec![], 0));
+        let home: Vec<u64> = in_place(&[r(4, 8), r(16, 2)])
+            .iter()
+            .map(|p| p.at)
+            .collect();
+        assert_eq!(home, vec![4, 16]);
     }
 }

@@ -1,21 +1,22 @@
 //! Regions that do not fit in device scratch (a dispatch reaching more memory than the GPU has
 //! free) go straight into the capture file while the application waits: their pre bytes are
 //! read from the application's memory through the ring of page-locked buffers, compressed and
-//! written before the launch, and after it only the chunks whose GPU digest changed are read
-//! and written. Host memory stays at the ring and the writer's batch, as on the scratch path;
-//! the stall grows with the region (the bus, compression and the disk), which is the price of
-//! not holding it anywhere else.
+//! written before the launch, and after it only the ranges the footprint says were written
+//! (from the GPU digests, see `footprint`) are read and written. Host memory stays at the ring
+//! and the writer's batch, as on the scratch path; the stall grows with the region (the bus,
+//! compression and the disk), which is the price of not holding it anywhere else.
 //!
 //! The capture file is opened for the first such region (the format lets regions come before
 //! the dispatch); the writer thread later appends the rest of the capture to it.
 
 use kreplay_cuda::chunks::ChunkDigests;
 use kreplay_cuda::{DownloadRing, Stream};
+use kreplay_engine::write_set::ByteRange;
 use kreplay_format::file::PendingFile;
 use kreplay_format::{MemoryState, Region};
 
 use crate::error::RecordError;
-use crate::readback::{self, PackedRun};
+use crate::readback;
 
 /// Staging for spilled regions: as the writer's.
 const STAGING_BYTES: usize = 64 << 20;
@@ -76,21 +77,15 @@ impl Spill {
         })
     }
 
-    /// After the launch: the chunks whose digest changed are read and written as post chunks.
+    /// After the launch: the `written` ranges are read and written as post chunks.
     pub fn post(
         &mut self,
         region: &Region,
         addr: u64,
-        before: &Spilled,
-        after: &ChunkDigests,
+        written: &[ByteRange],
     ) -> Result<u64, RecordError> {
-        let changed = changed_chunks(&before.digests, &after.digests);
-        let (runs, _) = readback::pack_changed(&changed, region.chunk_size, region.size);
         // Read in place: the runs stay at their offsets in the application's memory.
-        let runs: Vec<PackedRun> = runs
-            .into_iter()
-            .map(|r| PackedRun { at: r.offset, ..r })
-            .collect();
+        let runs = readback::in_place(written);
         let cap = self.ring.capacity() as u64;
         let steps = readback::post_steps(addr, &runs, region.chunk_size, cap);
         let w = &mut self.file.writer;
@@ -104,14 +99,6 @@ impl Spill {
     }
 }
 
-/// Which chunks' digests differ (a chunk count that changed counts every chunk as changed).
-pub fn changed_chunks(before: &[[u64; 2]], after: &[[u64; 2]]) -> Vec<bool> {
-    if before.len() != after.len() {
-        return vec![true; after.len()];
-    }
-    before.iter().zip(after).map(|(a, b)| a != b).collect()
-}
-
 /// Digests `region`'s bytes at `addr` on the GPU (an error where the GPU cannot: an unaligned
 /// address, say; before the launch the caller then copies to the host instead).
 pub fn digest(region: &Region, addr: u64, stream: &Stream) -> Result<ChunkDigests, RecordError> {
@@ -119,18 +106,4 @@ pub fn digest(region: &Region, addr: u64, stream: &Stream) -> Result<ChunkDigest
         k.digest(addr, region.size, region.chunk_size, stream)
     })
     .map_err(RecordError::WriteSet)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunks_whose_digest_changed_are_the_write_set() {
-        let a = [[1, 2], [3, 4], [5, 6]];
-        let b = [[1, 2], [3, 5], [5, 6]];
-        assert_eq!(changed_chunks(&a, &b), vec![false, true, false]);
-        assert_eq!(changed_chunks(&a, &a), vec![false; 3]);
-        assert_eq!(changed_chunks(&a[..2], &b), vec![true; 3]);
-    }
 }

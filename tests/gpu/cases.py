@@ -267,6 +267,30 @@ def check_profile_tool(prof, skipped, rows, err):
     return why + tool_checks(prof, said)
 
 
+def check_play_tool(report: dict, err: str) -> list:
+    """play-tool: the example C tool decided the player's passes (`play --tool`): it said so
+    once on stderr, its count is the report's `passes` and `tool.passes`, it stopped the loop
+    itself, and its last three passes agree within 5 % (the rule of `tool_checks`)."""
+    from krsuite import tool_checks
+
+    said = [l for l in err.splitlines() if l.startswith("example_tool:")]
+    tool = report.get("tool") or {}
+    why = []
+    if len(said) != 1:
+        why.append(f"{len(said)} lines from the tool, expected 1")
+    if tool.get("passes") != report.get("passes"):
+        why.append(f"tool.passes {tool.get('passes')}, passes {report.get('passes')}")
+    if not str(tool.get("path", "")).endswith(".so"):
+        why.append(f"tool.path {tool.get('path')!r}")
+    row = {"durations_ns": report.get("durations_ns"), "launch_index": None,
+           "stopped_by_tool": tool.get("stopped_by_tool"), "capped": tool.get("capped")}
+    # The tool names the recorded launch; the report's one row takes the tool's line's index.
+    m = re.match(r"^example_tool: .* launch (\d+):", said[0]) if said else None
+    if m:
+        row["launch_index"] = int(m.group(1))
+    return why + tool_checks([row], said)
+
+
 def check_profile_train(prof, skipped, rows, err):
     """A PyTorch training step, every GEMM profiled (8 per step, 3 steps)."""
     why = []
@@ -334,6 +358,7 @@ INLINE_CASES = {
     "graph-bench": ("bench", "timed"),
     "record-count": (),
     "play-tools": ("counters",),
+    "play-tool": ("timed",),
     "robust-module": (),
     "select-forms": (),
     "diff-replay": (),

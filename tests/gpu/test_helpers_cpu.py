@@ -322,3 +322,16 @@ def test_tail_marks_a_cut():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_play_tool_verdict_wants_the_tools_own_count_and_stop():
+    line = "example_tool: saxpy(int, float, float const*, float*) launch 2: 4 passes, settled at 1.0 us, deterministic"
+    ok = {"passes": 4, "durations_ns": [3000, 1000, 1010, 1000],
+          "tool": {"path": "/x/libexample_tool.so", "passes": 4, "stopped_by_tool": True, "capped": False}}
+    assert C.check_play_tool(ok, line + "\n") == []
+    assert C.check_play_tool(ok, "")  # the tool said nothing
+    assert C.check_play_tool(ok, line.replace("4 passes", "5 passes"))
+    assert C.check_play_tool(dict(ok, tool=dict(ok["tool"], passes=3)), line)
+    assert C.check_play_tool(dict(ok, tool=dict(ok["tool"], stopped_by_tool=False, capped=True)), line)
+    assert C.check_play_tool(dict(ok, durations_ns=[1000, 1000, 1000, 1300]), line)
+    assert C.check_play_tool({k: v for k, v in ok.items() if k != "tool"}, line)

@@ -178,6 +178,24 @@ def test_play_tools(captures, case, row, kr):
     assert not bad, "failed: " + ", ".join(bad)
 
 
+@C.inline("play-tool")
+def test_play_tool(captures, case, row, kr, app):
+    """`play --tool`: the example C tool (kreplay_tool.h) decides the player's timed passes,
+    as it does `profile`'s: passes until three agree within 5 %, one line on stderr, the count
+    reported in the JSON's `passes` and `tool`; --verify checks its passes."""
+    s = case.capture(captures.krr("cuda-saxpy"))
+    tool = app(["{example_tool}"])[0]
+    p = case.run([kr, "play", s, "--tool", tool, "--verify", "--json"], name="play-tool")
+    j = S.load_json(p.out_path) or {}
+    why = [] if p.rc == 0 else [f"rc {p.rc}"]
+    why += C.check_play_tool(j, p.err)
+    if (j.get("verify") or {}).get("matched") is not True:
+        why.append("not verified")
+    row.update(kernel=f"saxpy ({j.get('passes')} passes chosen by the example tool)", matched=not why,
+               why="; ".join(why))
+    assert not why, "; ".join(why)
+
+
 @C.inline("robust-module")
 def test_robust_module(captures, case, row, kr, app):
     """A variant module: the captured cubin itself replays and matches; a cubin without the

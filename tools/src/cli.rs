@@ -292,6 +292,16 @@ pub struct PlayArgs {
     /// Timed passes; written memory is restored before each one.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub passes: u32,
+    /// A tool library written against `engine/include/kreplay_tool.h` (as `kreplay profile
+    /// --tool` takes it) decides the timed passes and sees each begin and end: its CONFIG's
+    /// answer is the pass count (at most 1000; "until stop" runs until it says stop), so an
+    /// explicit --passes is refused with it, not silently overridden. --warmup passes run
+    /// first, unseen by the tool; --verify checks the tool's passes (each END tells it whether
+    /// the pass's output matched the first's); --metrics counter passes run after the tool's,
+    /// as many as CUPTI needs, and the tool does not see them. The library is loaded (its
+    /// `kreplay_tool_init` run) before any GPU work; one that cannot be loaded is an error.
+    #[arg(long, value_name = "LIB.so", conflicts_with = "passes")]
+    pub tool: Option<PathBuf>,
     /// Untimed passes run first.
     #[arg(long, default_value_t = 0)]
     pub warmup: u32,

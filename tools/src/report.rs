@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use kreplay_player::{MetricsReport, PlayReport};
 use serde::Serialize;
 
-/// `--json` output: the replay report, plus the counters when `--metrics` was given.
+/// `--json` output: the replay report (with `tool`: `path`, `passes`, `stopped_by_tool`,
+/// `capped`, `skipped` when `--tool` chose the passes; see `kreplay_player::ToolRun`), plus
+/// the counters when `--metrics` was given.
 #[derive(Serialize)]
 pub struct PlayJson<'a> {
     #[serde(flatten)]

@@ -304,3 +304,42 @@ fn nth_zero_says_that_nth_counts_from_one() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+// `play --tool`: a library that cannot be loaded is refused, naming it, before any GPU work
+// (no "no CUDA driver" or device error comes first, on a machine with or without a GPU).
+#[test]
+fn play_refuses_a_tool_it_cannot_load_before_any_gpu_work() {
+    let cap = common::capture("cuda-saxpy");
+    let cap = cap.to_str().expect("utf-8 path");
+    let (code, _, err) = common::kreplay(&["play", "--tool", "/nonexistent.so", cap]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot load the tool /nonexistent.so"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("CUDA driver") && !err.contains("device"),
+        "{err}"
+    );
+    // A library that is not a tool says what it lacks.
+    let (code, _, err) = common::kreplay(&["play", "--tool", "libc.so.6", cap]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("exports no kreplay_tool_init"), "{err}");
+}
+
+// `play --tool` decides the pass count: an explicit --passes with it is a usage error, not
+// silently overridden; the default --passes is not "explicit".
+#[test]
+fn play_refuses_passes_given_with_a_tool() {
+    let cap = common::capture("cuda-saxpy");
+    let cap = cap.to_str().expect("utf-8 path");
+    let (code, _, err) =
+        common::kreplay(&["play", "--tool", "/nonexistent.so", "--passes", "3", cap]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--passes") && err.contains("cannot be used with"),
+        "{err}"
+    );
+    let (_, _, err) = common::kreplay(&["play", "--tool", "/nonexistent.so", "--warmup", "2", cap]);
+    assert!(err.contains("cannot load the tool"), "{err}");
+}

@@ -37,6 +37,11 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
             blockers.join("; ")
         );
     }
+    // The tool's initialiser runs before any GPU work: a bad library costs nothing.
+    let mut tool = match &a.tool {
+        Some(t) => Some(kreplay_player::CTool::load(t)?),
+        None => None,
+    };
     // Metric names are checked before anything is uploaded or launched.
     let request = if a.metrics.is_empty() {
         None
@@ -70,7 +75,11 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     if let (Some(n), false) = (&heap, a.quiet) {
         crate::warn!("kreplay: warning: {n}");
     }
-    let r = session.run(&run).with_context(|| match &heap {
+    let ran = match (&mut tool, &a.tool) {
+        (Some(t), Some(p)) => session.run_with_tool(&run, t, &p.display().to_string()),
+        _ => session.run(&run),
+    };
+    let r = ran.with_context(|| match &heap {
         Some(n) => format!("replay failed (the kernel reads the device heap, not captured: {n})"),
         None => "replay failed".to_string(),
     })?;
@@ -117,6 +126,9 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         )?;
     } else if !a.quiet {
         print_text(&mut w, &r)?;
+    }
+    if let (Some(t), false) = (&r.tool, a.json || a.csv || a.quiet) {
+        print_tool(&mut w, t)?;
     }
     if let (Some(m), false) = (&metrics, a.json || a.csv || a.quiet) {
         print_metrics(&mut w, m)?;
@@ -281,6 +293,26 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// The passes a `--tool` chose, and why the loop ended.
+fn print_tool(w: &mut impl Write, t: &kreplay_player::ToolRun) -> anyhow::Result<()> {
+    out!(
+        w,
+        "tool      {} chose {} timed pass(es){}",
+        crate::output::printable(&t.path),
+        t.passes,
+        if t.skipped {
+            " (it skipped the dispatch: one run, as without it)"
+        } else if t.stopped_by_tool {
+            ", then said stop"
+        } else if t.capped {
+            " (capped: it wanted more)"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }
 

@@ -65,63 +65,8 @@ fn check_metrics(names: &[String]) -> anyhow::Result<()> {
 }
 
 pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
-    KernelFilter::parse(&a.kernel).map_err(anyhow::Error::msg)?;
-    if let Some(n) = &a.nvtx_include {
-        kreplay_protocol::nvtx::NvtxFilter::parse(n).map_err(anyhow::Error::msg)?;
-    }
-    let tool = match &a.tool {
-        Some(t) => Some(
-            t.canonicalize()
-                .with_context(|| format!("the tool {} does not exist", t.display()))?,
-        ),
-        None => None,
-    };
-    if let Some(pattern) = &a.output {
-        check_pattern(pattern, REPORT_PLACEHOLDERS).map_err(anyhow::Error::msg)?;
-        let dir = fixed_directory(pattern).unwrap_or_else(|| std::path::PathBuf::from("."));
-        if !dir.is_dir() {
-            anyhow::bail!(
-                "-o {pattern}: the directory {} does not exist: create it first",
-                dir.display()
-            );
-        }
-        super::check_output_dir(&dir, &format!("-o {pattern}"))?;
-    }
-    if !a.metrics.is_empty() {
-        check_metrics(&a.metrics)?;
-    }
-    let count = if a.all { u64::MAX } else { a.count };
-    let passes = a.passes.unwrap_or(if a.metrics.is_empty() {
-        kreplay_protocol::config::DEFAULT_PASSES
-    } else {
-        1
-    });
-    let vars = [
-        (env::MODE, "profile".to_string()),
-        (env::KERNEL, a.kernel.clone()),
-        (env::NTH, a.nth.to_string()),
-        (env::COUNT, count.to_string()),
-        (env::PASSES, passes.to_string()),
-        (env::METRICS, a.metrics.join(",")),
-        (
-            env::CACHE,
-            if a.cache == CacheMode::Flush {
-                "flush"
-            } else {
-                "keep"
-            }
-            .to_string(),
-        ),
-        (
-            env::TOOL,
-            tool.map_or(String::new(), |t| t.display().to_string()),
-        ),
-        (
-            env::NVTX_INCLUDE,
-            a.nvtx_include.clone().unwrap_or_default(),
-        ),
-    ];
-    let run = run_app(&a.command, &vars)?;
+    let tool = check_before_the_run(&a)?;
+    let run = run_app(&a.command, &recorder_vars(&a, tool.as_deref()))?;
     // No process reported: an empty report would read as "nothing matched".
     let silence = (!run.recorder_seen()).then(|| run.silence(&a.command[0]));
     let mut rows: Vec<ProfileRow> = run
@@ -134,28 +79,7 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     if !a.quiet && !rows.is_empty() {
         crate::warn!("{}", kreplay::profile::table(&rows).trim_end());
     }
-    let format = format_of(&a);
-    match &a.output {
-        Some(pattern) => {
-            let path = expand_output(
-                pattern,
-                std::process::id(),
-                rank_from(|k| std::env::var(k).ok()),
-                &kreplay_protocol::config::host_name(),
-                0,
-                "",
-            );
-            std::fs::write(&path, render(&rows, format, silence.as_deref())?)
-                .with_context(|| format!("cannot write the report {path}"))?;
-        }
-        None if format != Format::Table => {
-            let stdout = std::io::stdout();
-            let mut w = stdout.lock();
-            w.write_all(render(&rows, format, silence.as_deref())?.as_bytes())?;
-            crate::out!(w);
-        }
-        None => {}
-    }
+    write_report(&a, &rows, silence.as_deref())?;
     if let Some(e) = &silence {
         crate::warn!("kreplay: {e}");
         return Ok(if run.status.success() {
@@ -182,6 +106,101 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(3));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Everything that can be refused before the application starts: the filters, the tool
+/// (returned as an absolute path, for the recorder in the application's directory), the
+/// output's directory, the metric names.
+fn check_before_the_run(a: &ProfileArgs) -> anyhow::Result<Option<std::path::PathBuf>> {
+    KernelFilter::parse(&a.kernel).map_err(anyhow::Error::msg)?;
+    if let Some(n) = &a.nvtx_include {
+        kreplay_protocol::nvtx::NvtxFilter::parse(n).map_err(anyhow::Error::msg)?;
+    }
+    let tool = match &a.tool {
+        Some(t) => Some(
+            t.canonicalize()
+                .with_context(|| format!("the tool {} does not exist", t.display()))?,
+        ),
+        None => None,
+    };
+    if let Some(pattern) = &a.output {
+        check_pattern(pattern, REPORT_PLACEHOLDERS).map_err(anyhow::Error::msg)?;
+        let dir = fixed_directory(pattern).unwrap_or_else(|| std::path::PathBuf::from("."));
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "-o {pattern}: the directory {} does not exist: create it first",
+                dir.display()
+            );
+        }
+        super::check_output_dir(&dir, &format!("-o {pattern}"))?;
+    }
+    if !a.metrics.is_empty() {
+        check_metrics(&a.metrics)?;
+    }
+    Ok(tool)
+}
+
+/// The recorder's environment for profile mode.
+fn recorder_vars(a: &ProfileArgs, tool: Option<&std::path::Path>) -> Vec<(&'static str, String)> {
+    let count = if a.all { u64::MAX } else { a.count };
+    let passes = a.passes.unwrap_or(if a.metrics.is_empty() {
+        kreplay_protocol::config::DEFAULT_PASSES
+    } else {
+        1
+    });
+    vec![
+        (env::MODE, "profile".to_string()),
+        (env::KERNEL, a.kernel.clone()),
+        (env::NTH, a.nth.to_string()),
+        (env::COUNT, count.to_string()),
+        (env::PASSES, passes.to_string()),
+        (env::METRICS, a.metrics.join(",")),
+        (
+            env::CACHE,
+            if a.cache == CacheMode::Flush {
+                "flush"
+            } else {
+                "keep"
+            }
+            .to_string(),
+        ),
+        (
+            env::TOOL,
+            tool.map_or(String::new(), |t| t.display().to_string()),
+        ),
+        (
+            env::NVTX_INCLUDE,
+            a.nvtx_include.clone().unwrap_or_default(),
+        ),
+    ]
+}
+
+/// The report to `-o` (its name expanded), or on stdout as JSON or CSV; the table went to
+/// stderr already.
+fn write_report(a: &ProfileArgs, rows: &[ProfileRow], silence: Option<&str>) -> anyhow::Result<()> {
+    let format = format_of(a);
+    match &a.output {
+        Some(pattern) => {
+            let path = expand_output(
+                pattern,
+                std::process::id(),
+                rank_from(|k| std::env::var(k).ok()),
+                &kreplay_protocol::config::host_name(),
+                0,
+                "",
+            );
+            std::fs::write(&path, render(rows, format, silence)?)
+                .with_context(|| format!("cannot write the report {path}"))?;
+        }
+        None if format != Format::Table => {
+            let stdout = std::io::stdout();
+            let mut w = stdout.lock();
+            w.write_all(render(rows, format, silence)?.as_bytes())?;
+            crate::out!(w);
+        }
+        None => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]

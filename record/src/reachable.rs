@@ -1,0 +1,162 @@
+//! The reachable-memory adapter: the walk (`walk`) run over this process's memory, through the
+//! driver's allocation queries and a pinned staging buffer, from a launch's arguments, its
+//! module's globals and its texture objects: what the first `Footprint` (see `footprint`)
+//! reads.
+
+use std::sync::Mutex;
+
+use kreplay_cuda::{copy_dtoh, pointer, ForeignFunction, PinnedBuffer};
+use kreplay_format::MemoryKind;
+
+use crate::error::RecordError;
+use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, Walk, WalkError};
+
+/// Regions larger than this are not scanned for pointers (pointer tables are small; scanning
+/// gigabytes of floats finds nothing but noise).
+const POINTER_SCAN_LIMIT: u64 = 64 << 20;
+/// Most bytes one region grows to while joining contiguous VMM mappings.
+const VMM_EXTENT_LIMIT: u64 = 64 << 30;
+
+/// Page-locked buffer the pointer scan reads regions into (full PCIe speed, allocated once).
+static STAGING: Mutex<Option<PinnedBuffer>> = Mutex::new(None);
+
+/// Frees the staging buffer (page-locked memory dies with the context that allocated it; the
+/// next walk makes a new one).
+pub(crate) fn forget_staging() {
+    *lock_staging() = None;
+}
+
+pub(crate) fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuffer>> {
+    STAGING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn memory_kind(addr: u64) -> MemoryKind {
+    if pointer::is_host_memory(addr) {
+        MemoryKind::HostMapped
+    } else if pointer::is_managed(addr) {
+        MemoryKind::Managed
+    } else {
+        MemoryKind::Device
+    }
+}
+
+/// The process's memory as the walk sees it: the driver's allocation queries, and reads
+/// through the pinned staging buffer.
+pub(crate) struct DeviceSpace<'a> {
+    pub(crate) staging: &'a mut Option<PinnedBuffer>,
+}
+
+impl AddressSpace for DeviceSpace<'_> {
+    fn allocation(&mut self, addr: u64) -> Option<Allocation> {
+        let (base, size) = pointer::allocation_range(addr, VMM_EXTENT_LIMIT)?;
+        Some(Allocation {
+            base,
+            size,
+            kind: memory_kind(base),
+        })
+    }
+
+    fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
+        let fail = |why: String| WalkError { base, size, why };
+        let n = usize::try_from(size).map_err(|_| fail("too large".into()))?;
+        // Sized to what is needed (pinning costs time while the application waits).
+        if self
+            .staging
+            .as_ref()
+            .is_none_or(|st| st.as_slice().len() < n)
+        {
+            let cap = n.next_power_of_two().max(1 << 20);
+            *self.staging = None;
+            *self.staging = Some(PinnedBuffer::new(cap).map_err(|e| fail(e.to_string()))?);
+        }
+        let Some(st) = self.staging.as_mut() else {
+            return Err(fail("no staging buffer".into()));
+        };
+        let view = &mut st.as_mut_slice()[..n];
+        crate::trace::trace("region to read for the pointer scan");
+        copy_dtoh(view, base).map_err(|e| fail(e.to_string()))?;
+        crate::trace::trace("region read (the scan follows)");
+        Ok(view)
+    }
+}
+
+/// The module's `__device__`/`__constant__` variables as the application's module holds them:
+/// (name, address, size); those the driver does not resolve are left out.
+pub(crate) fn resolve_globals(
+    function: &ForeignFunction,
+    objects: &[(String, u64)],
+) -> Vec<(String, u64, u64)> {
+    let Ok(module) = function.module() else {
+        return Vec::new();
+    };
+    objects
+        .iter()
+        .filter_map(|(name, _)| module.global(name).ok().map(|(a, s)| (name.clone(), a, s)))
+        .collect()
+}
+
+/// Which words point into the device heap, in words, when some do.
+pub(crate) fn heap_note(found: &Walk) -> Option<String> {
+    if found.heap_word_count == 0 {
+        return None;
+    }
+    let shown: Vec<String> = found
+        .heap_words
+        .iter()
+        .take(4)
+        .map(|h| match h.region {
+            None => format!("argument offset {} = {:#x}", h.offset, h.value),
+            Some(r) => format!("region {r} offset {:#x} = {:#x}", h.offset, h.value),
+        })
+        .collect();
+    let more = found.heap_word_count - shown.len() as u64;
+    Some(format!(
+        "{} word(s) point into the device heap (malloc inside kernels): {}{}. The heap cannot be read outside a kernel (the driver resolves none of its addresses), so it is not captured: a replay that follows these pointers reads memory that is not there",
+        found.heap_word_count,
+        shown.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    ))
+}
+
+/// Everything a dispatch can reach: the regions (walked from its arguments, module globals and
+/// texture objects, following pointers in the memory read), and the texture objects found.
+/// Call with the context synchronised.
+pub(crate) fn reach(
+    args: &[u8],
+    layout: &[(u32, u32)],
+    function: &ForeignFunction,
+    module_objects: &[(String, u64)],
+    allocations: &[(u64, u64, MemoryKind)],
+) -> Result<(Walk, crate::textures::Found), RecordError> {
+    let globals = resolve_globals(function, module_objects);
+    crate::trace::trace_with(|| {
+        format!(
+            "globals resolved ({} of {})",
+            globals.len(),
+            module_objects.len()
+        )
+    });
+    let textures = crate::textures::find(args, layout);
+    // Only where a kernel that calls malloc has run (the probe changes nothing otherwise).
+    let heap = kreplay_cuda::heap::probe().ok().flatten();
+    crate::trace::trace("heap probed");
+    let mut staging = lock_staging();
+    let found = walk(
+        &Roots {
+            args,
+            layout,
+            globals: &globals,
+            allocations,
+            addresses: &textures.addresses,
+            heap: heap.map(|h| h.bounds()),
+        },
+        &mut DeviceSpace {
+            staging: &mut staging,
+        },
+        &Limits {
+            scan_bytes: POINTER_SCAN_LIMIT,
+            ..Limits::default()
+        },
+    )?;
+    Ok((found, textures))
+}

@@ -1,0 +1,86 @@
+//! Settling the GPU before the measured launch of a capture: the snapshot copies leave L2 full
+//! of dirty lines and the clocks may be low, so read sweeps run until the sweep time is steady
+//! (see `settle`). What was done is recorded as the capture's `TimingConditions`.
+
+use std::time::Instant;
+
+use kreplay_cuda::cache::L2Flush;
+use kreplay_cuda::{Event, Stream};
+use kreplay_format::TimingConditions;
+
+use crate::device_resources::with_sweep;
+
+/// Read sweeps over 4 x L2 run before the measured launch (see `settle`): at least this many,
+const SETTLE_MIN_SWEEPS: u32 = 16;
+/// (this many when the snapshot copies just kept the GPU busy for `BUSY_NS`: its clocks are up,
+/// and two sweeps write back the copies' dirty lines and leave L2 empty),
+const SETTLE_BUSY_MIN_SWEEPS: u32 = 2;
+pub(crate) const BUSY_NS: u64 = 2_000_000;
+/// and then more until two in a row take the same time within `SETTLE_STABLE`, up to this many
+/// or this long (the application waits for the sweeps: after gigabytes of copies, power
+/// management can keep the sweep times drifting for a hundred milliseconds; the capture then
+/// says the clocks were not steady rather than stall the application for them).
+const SETTLE_MAX_SWEEPS: u32 = 128;
+const SETTLE_BUDGET: std::time::Duration = std::time::Duration::from_millis(2);
+const SETTLE_STABLE: f64 = 0.02;
+/// Before the measured launch: the snapshot copies left L2 full of dirty scratch lines, whose
+/// write-backs would land inside the kernel's time, and the GPU may have idled at low clocks
+/// (memory clocks drop within milliseconds of idling, e.g. while the application was stalled
+/// by the capture before). Read sweeps over a buffer larger than L2 write those lines back and
+/// keep the GPU busy until two sweeps in a row take the same time (the clocks are up), so the
+/// in-app figure is the kernel's own duration with an empty L2 (what `kreplay play --cache
+/// flush` replays: each sweep ends by discarding its own lines, see `cache`). Skipped (and said
+/// so) when device memory is short. `KREPLAY_DEBUG_SETTLE=0` turns it off (a measurement aid).
+pub(crate) fn settle(stream: &Stream, busy: bool) -> Result<TimingConditions, String> {
+    if std::env::var_os("KREPLAY_DEBUG_SETTLE").is_some_and(|v| v == "0") {
+        return Err("disabled".into());
+    }
+    with_sweep(|sweep| settle_with(sweep, stream, busy))
+}
+
+fn settle_with(sweep: &L2Flush, stream: &Stream, busy: bool) -> Result<TimingConditions, String> {
+    let e = |e: kreplay_cuda::CudaError| e.to_string();
+    let min = if busy {
+        SETTLE_BUSY_MIN_SWEEPS
+    } else {
+        SETTLE_MIN_SWEEPS
+    };
+    for _ in 0..min - 2 {
+        sweep.run(stream).map_err(e)?;
+    }
+    let (start, stop) = (Event::new().map_err(e)?, Event::new().map_err(e)?);
+    let mut last: Option<u64> = None;
+    let began = Instant::now();
+    for n in min - 1..=SETTLE_MAX_SWEEPS {
+        if n > min && began.elapsed() > SETTLE_BUDGET {
+            return Ok(TimingConditions {
+                settle_sweeps: n - 1,
+                clocks_steady: false,
+                l2_empty: sweep.empties(),
+                skipped: None,
+            });
+        }
+        start.record(stream).map_err(e)?;
+        sweep.run(stream).map_err(e)?;
+        stop.record(stream).map_err(e)?;
+        stop.synchronize().map_err(e)?;
+        let t = stop.elapsed_ns_since(&start).map_err(e)?;
+        if let Some(prev) = last {
+            if (t as f64 - prev as f64).abs() <= SETTLE_STABLE * prev as f64 {
+                return Ok(TimingConditions {
+                    settle_sweeps: n,
+                    clocks_steady: true,
+                    l2_empty: sweep.empties(),
+                    skipped: None,
+                });
+            }
+        }
+        last = Some(t);
+    }
+    Ok(TimingConditions {
+        settle_sweeps: SETTLE_MAX_SWEEPS,
+        clocks_steady: false,
+        l2_empty: sweep.empties(),
+        skipped: None,
+    })
+}
