@@ -56,3 +56,49 @@ fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, HouseError> {
     names.sort();
     Ok(names)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_crate_root_is_found_and_fuzz_and_target_are_not() {
+        let repo = std::env::temp_dir().join(format!("kreplay-house-{}", std::process::id()));
+        let files = [
+            "a/Cargo.toml",
+            "a/src/lib.rs",
+            "a/src/main.rs",
+            "a/src/bin/x.rs",
+            "a/src/bin/y/main.rs",
+            "b/Cargo.toml",
+            "b/src/lib.rs",
+            "notacrate/src/lib.rs",
+            "fuzz/Cargo.toml",
+            "fuzz/src/lib.rs",
+            "target/Cargo.toml",
+            "target/src/lib.rs",
+        ];
+        for f in files {
+            let path = repo.join(f);
+            std::fs::create_dir_all(path.parent().expect("has a parent")).expect("mkdir");
+            std::fs::write(&path, "").expect("write");
+        }
+        let roots = crate_roots(&repo);
+        std::fs::remove_dir_all(&repo).expect("clean up");
+        let roots: Vec<String> = roots
+            .expect("lists")
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(
+            roots,
+            [
+                "a/src/lib.rs",
+                "a/src/main.rs",
+                "a/src/bin/x.rs",
+                "a/src/bin/y/main.rs",
+                "b/src/lib.rs"
+            ]
+        );
+    }
+}
