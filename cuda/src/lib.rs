@@ -10,6 +10,7 @@ pub mod callbacks;
 pub mod chunks;
 pub mod context;
 pub mod cupti;
+pub mod cupti_events;
 pub mod device;
 pub mod error;
 pub mod graph;

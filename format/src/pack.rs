@@ -37,13 +37,13 @@ use std::io::{Seek, Write};
 use crate::error::{FormatError, Result};
 use crate::events::{
     Annotation, CaptureInfo, DeviceInfo, Dispatch, GraphOrigin, LaunchAttribute, MemoryKind,
-    PointerSlots, Redaction, Reference, Region, RegionRole, TextureResource, REFERENCE_ANNOTATION,
+    Redaction, Reference, Region, RegionRole, TextureResource, REFERENCE_ANNOTATION,
 };
 use crate::layout::MemoryState;
 use crate::observe::{Observer, Phase};
 use crate::reader::Capture;
 use crate::units::bytes;
-use crate::writer::{CaptureWriter, WriterOptions};
+use crate::writer::{CaptureHead, CaptureTail, CaptureWriter, WriterOptions};
 
 /// What `pack` changes.
 #[derive(Debug, Clone)]
@@ -718,8 +718,22 @@ pub fn pack_observed<W: Write + Seek>(
     )?;
     write_head_parts(&mut w, info.as_ref(), device.as_ref(), cap, &dispatch)?;
 
-    write_pre_state(&mut w, cap, &opts, observer, &mut report, &mut log)?;
-    write_post_state(&mut w, cap, drop_post, observer, &mut report)?;
+    // Words a redacted region keeps: pointer slots and texture handle words, per region.
+    let mut keep: Vec<(u32, u64)> = cap.pointer_slots.clone();
+    for o in &cap.textures.objects {
+        keep.extend(o.memory_words.iter().copied());
+    }
+    keep.sort_unstable();
+    keep.dedup();
+    if opts.redact {
+        log.kept(
+            "region addresses and sizes",
+            "the replay maps memory at the recorded addresses",
+        );
+    }
+
+    pack_regions(&mut w, cap, &opts, &keep, &mut log, &mut report, observer)?;
+    pack_post(&mut w, cap, drop_post, &mut report, observer)?;
     let redaction = if opts.redact {
         list_tail(&mut log, cap, report.dropped_post_bytes);
         Some(&log)
@@ -744,34 +758,18 @@ pub fn pack_observed<W: Write + Seek>(
     Ok((w.finish()?, report))
 }
 
-/// Every region's declaration and pre-dispatch chunks, redacted when `opts` asks (the
-/// redaction log lists each region).
-fn write_pre_state<W: Write + Seek>(
+/// Each region and its pre-state chunks, a window at a time, redacted when asked.
+fn pack_regions<W: Write + Seek>(
     w: &mut CaptureWriter<W>,
     cap: &Capture<'_>,
     opts: &PackOptions,
-    observer: &mut dyn Observer,
-    report: &mut PackReport,
+    keep: &[(u32, u64)],
     log: &mut Redaction,
+    report: &mut PackReport,
+    observer: &mut dyn Observer,
 ) -> Result<()> {
-    // Words a redacted region keeps: pointer slots and texture handle words, per region.
-    let mut keep: Vec<(u32, u64)> = cap.pointer_slots.clone();
-    for o in &cap.textures.objects {
-        keep.extend(o.memory_words.iter().copied());
-    }
-    keep.sort_unstable();
-    keep.dedup();
-    if opts.redact {
-        log.kept(
-            "region addresses and sizes",
-            "the replay maps memory at the recorded addresses",
-        );
-    }
-    let mut progress = Progress {
-        observer,
-        done: 0,
-        total: cap.regions.iter().map(|r| r.size).sum(),
-    };
+    let total: u64 = cap.regions.iter().map(|r| r.size).sum();
+    let mut done = 0u64;
     let mut buf = Vec::new();
     for r in &cap.regions {
         w.region(r)?;
@@ -795,87 +793,57 @@ fn write_pre_state<W: Write + Seek>(
                 })
                 .collect()
         };
-        let redact = (!whole).then_some(Redact {
-            segments: &segments,
-            keep: &keep_here,
-        });
-        let counts = copy_pre_chunks(w, cap, r, redact, &mut progress, &mut buf)?;
-        report.redacted_bytes += counts.0;
-        report.kept_bytes += counts.1;
+        let (mut replaced_here, mut kept_here, mut zero_chunks) = (0u64, 0u64, 0u32);
+        let chunks: Vec<_> = cap.chunks(r.region_id, MemoryState::Pre).collect();
+        let per_window = (WINDOW / r.chunk_size.max(1)).max(1) as usize;
+        for window in chunks.chunks(per_window) {
+            let start = window[0].offset;
+            let len: u64 = window.iter().map(|c| c.raw_len).sum();
+            // The region's chunks tile it (the reader checked): `len` is at most the window.
+            buf.resize(len as usize, 0);
+            let mut at = 0usize;
+            for c in window {
+                let n = c.raw_len as usize;
+                cap.read_chunk_into(c, &mut buf[at..at + n])?;
+                at += n;
+            }
+            if !whole {
+                let (replaced, kept, zeros) =
+                    redact_window(&segments, start, r.chunk_size, &mut buf, &keep_here);
+                replaced_here += replaced;
+                kept_here += kept;
+                zero_chunks += zeros;
+            }
+            w.memory(r.region_id, MemoryState::Pre, start, &buf)?;
+            for c in window {
+                observer.done_with(c.payload_offset, c.payload_offset + c.payload_len);
+            }
+            done += len;
+            observer.progress(Phase::Pack, done, total);
+        }
+        report.redacted_bytes += replaced_here;
+        report.kept_bytes += kept_here;
         if opts.redact {
-            list_region(log, r, whole, &segments, counts);
+            list_region(
+                log,
+                r,
+                whole,
+                &segments,
+                (replaced_here, kept_here, zero_chunks),
+            );
         }
     }
     Ok(())
 }
 
-/// How one region is redacted: its segments with their replacement periods, and the offsets
-/// of the words it keeps.
-struct Redact<'a> {
-    segments: &'a [(Segment, Vec<u8>)],
-    keep: &'a [u64],
-}
-
-/// How far the copy of the pre-dispatch state has come, for the observer.
-struct Progress<'o> {
-    observer: &'o mut dyn Observer,
-    done: u64,
-    total: u64,
-}
-
-/// One region's pre-dispatch chunks, a window at a time, redacted when `redact` is given.
-/// Returns the bytes replaced, the bytes kept and the all-zero chunks left as they were.
-fn copy_pre_chunks<W: Write + Seek>(
-    w: &mut CaptureWriter<W>,
-    cap: &Capture<'_>,
-    r: &Region,
-    redact: Option<Redact<'_>>,
-    progress: &mut Progress<'_>,
-    buf: &mut Vec<u8>,
-) -> Result<(u64, u64, u32)> {
-    let (mut replaced_here, mut kept_here, mut zero_chunks) = (0u64, 0u64, 0u32);
-    let chunks: Vec<_> = cap.chunks(r.region_id, MemoryState::Pre).collect();
-    let per_window = (WINDOW / r.chunk_size.max(1)).max(1) as usize;
-    for window in chunks.chunks(per_window) {
-        let start = window[0].offset;
-        let len: u64 = window.iter().map(|c| c.raw_len).sum();
-        // The region's chunks tile it (the reader checked): `len` is at most the window.
-        buf.resize(len as usize, 0);
-        let mut at = 0usize;
-        for c in window {
-            let n = c.raw_len as usize;
-            cap.read_chunk_into(c, &mut buf[at..at + n])?;
-            at += n;
-        }
-        if let Some(how) = &redact {
-            let (replaced, kept, zeros) =
-                redact_window(how.segments, start, r.chunk_size, buf, how.keep);
-            replaced_here += replaced;
-            kept_here += kept;
-            zero_chunks += zeros;
-        }
-        w.memory(r.region_id, MemoryState::Pre, start, buf)?;
-        for c in window {
-            progress
-                .observer
-                .done_with(c.payload_offset, c.payload_offset + c.payload_len);
-        }
-        progress.done += len;
-        progress
-            .observer
-            .progress(Phase::Pack, progress.done, progress.total);
-    }
-    Ok((replaced_here, kept_here, zero_chunks))
-}
-
 /// Post chunks: the recorded output, or (no reference) zeros that mark the write set and
 /// cost nothing.
-fn write_post_state<W: Write + Seek>(
+fn pack_post<W: Write + Seek>(
     w: &mut CaptureWriter<W>,
     cap: &Capture<'_>,
     drop_post: bool,
-    observer: &mut dyn Observer,
     report: &mut PackReport,
+    observer: &mut dyn Observer,
 ) -> Result<()> {
     let mut buf = Vec::new();
     for r in &cap.regions {
@@ -1050,16 +1018,12 @@ fn write_head_parts<W: Write + Seek>(
     cap: &Capture<'_>,
     dispatch: &Dispatch,
 ) -> Result<()> {
-    if let Some(i) = info {
-        w.capture_info(i)?;
-    }
-    if let Some(d) = device {
-        w.device(d)?;
-    }
-    for m in &cap.modules {
-        w.module(m)?;
-    }
-    w.dispatch(dispatch)
+    w.head(&CaptureHead {
+        info,
+        device,
+        modules: &cap.modules,
+        dispatch,
+    })
 }
 
 /// Writes what follows the regions, as `cap` has it: module globals, textures, pointer
@@ -1076,34 +1040,22 @@ fn write_tail_parts<W: Write + Seek>(
     graph: Option<&GraphOrigin>,
     redaction: Option<&Redaction>,
 ) -> Result<()> {
-    for g in &cap.globals {
-        w.module_global(g)?;
-    }
-    if !cap.textures.is_empty() {
-        w.textures(&cap.textures)?;
-    }
-    if !cap.pointer_slots.is_empty() {
-        w.pointer_slots(&PointerSlots {
-            slots: cap.pointer_slots.clone(),
-        })?;
-    }
-    if let Some(t) = &cap.timing {
-        w.timing_conditions(t)?;
-    }
-    if let Some(g) = graph {
-        w.graph_origin(g)?;
-    }
-    if let Some(r) = redaction {
-        w.redaction(r)?;
-    }
-    for a in cap
+    // The reference annotation is the rewriter's to say (after the tail).
+    let annotations: Vec<Annotation> = cap
         .annotations
         .iter()
         .filter(|a| a.key != REFERENCE_ANNOTATION)
-    {
-        w.annotation(a)?;
-    }
-    Ok(())
+        .cloned()
+        .collect();
+    w.tail(&CaptureTail {
+        globals: &cap.globals,
+        textures: &cap.textures,
+        pointer_slots: &cap.pointer_slots,
+        timing: cap.timing.as_ref(),
+        graph,
+        redaction,
+        annotations: &annotations,
+    })
 }
 
 #[cfg(test)]

@@ -385,3 +385,168 @@ impl<W: Write + Seek> CaptureWriter<W> {
         Ok(self.out)
     }
 }
+
+/// What describes a capture's dispatch, written first (after the header), in this order:
+/// capture info, device, code objects, the dispatch. The one order of a capture file:
+/// [`CaptureHead`]; the regions, each declared before its chunks (its pre-state chunks, its
+/// post-state chunks after them, at the latest before the tail); [`CaptureTail`]; then what a
+/// rewriter adds about the post chunks (salvage record, reference annotation). Every writer of captures (the recorder, `pack`, the player's save)
+/// goes through these two, so the order is known once.
+#[derive(Debug, Clone, Copy)]
+pub struct CaptureHead<'a> {
+    pub info: Option<&'a CaptureInfo>,
+    pub device: Option<&'a DeviceInfo>,
+    /// The cubin first, then what else was kept (PTX).
+    pub modules: &'a [ModuleImage],
+    pub dispatch: &'a Dispatch,
+}
+
+/// What follows the memory chunks, in this order: module globals, textures (when any),
+/// pointer slots (when any), timing conditions, graph origin, redaction listing, annotations.
+#[derive(Debug, Clone, Copy)]
+pub struct CaptureTail<'a> {
+    pub globals: &'a [ModuleGlobal],
+    pub textures: &'a Textures,
+    pub pointer_slots: &'a [(u32, u64)],
+    pub timing: Option<&'a TimingConditions>,
+    pub graph: Option<&'a GraphOrigin>,
+    pub redaction: Option<&'a Redaction>,
+    pub annotations: &'a [Annotation],
+}
+
+impl<W: Write + Seek> CaptureWriter<W> {
+    /// Writes a capture's head (see [`CaptureHead`] for the order).
+    pub fn head(&mut self, h: &CaptureHead<'_>) -> Result<()> {
+        if let Some(i) = h.info {
+            self.capture_info(i)?;
+        }
+        if let Some(d) = h.device {
+            self.device(d)?;
+        }
+        for m in h.modules {
+            self.module(m)?;
+        }
+        self.dispatch(h.dispatch)
+    }
+
+    /// Writes a capture's tail (see [`CaptureTail`] for the order).
+    pub fn tail(&mut self, t: &CaptureTail<'_>) -> Result<()> {
+        for g in t.globals {
+            self.module_global(g)?;
+        }
+        if !t.textures.is_empty() {
+            self.textures(t.textures)?;
+        }
+        if !t.pointer_slots.is_empty() {
+            self.pointer_slots(&PointerSlots {
+                slots: t.pointer_slots.to_vec(),
+            })?;
+        }
+        if let Some(timing) = t.timing {
+            self.timing_conditions(timing)?;
+        }
+        if let Some(g) = t.graph {
+            self.graph_origin(g)?;
+        }
+        if let Some(r) = t.redaction {
+            self.redaction(r)?;
+        }
+        for a in t.annotations {
+            self.annotation(a)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+    use std::io::Cursor;
+
+    fn dispatch() -> Dispatch {
+        Dispatch {
+            kernel_name: "k".into(),
+            module_id: 0,
+            api: LaunchApi::LaunchKernel,
+            grid: [1; 3],
+            block: [1; 3],
+            cluster: [0; 3],
+            dynamic_shared_bytes: 0,
+            attributes: Vec::new(),
+            params: Vec::new(),
+            arg_bytes: Vec::new(),
+            pointer_words: Vec::new(),
+            original_duration_ns: None,
+        }
+    }
+
+    fn module(id: u32) -> ModuleImage {
+        ModuleImage {
+            module_id: id,
+            kind: ModuleKind::Cubin,
+            arch: 90,
+            image: vec![1, 2, 3],
+        }
+    }
+
+    fn note(value: &str) -> Annotation {
+        Annotation {
+            key: "recorder".into(),
+            value: value.into(),
+        }
+    }
+
+    #[test]
+    fn head_and_tail_write_their_events_in_the_one_order() {
+        let mut w = CaptureWriter::new(Cursor::new(Vec::new()), [0; 16], WriterOptions::default())
+            .expect("writer");
+        let d = dispatch();
+        let device = DeviceInfo::default();
+        w.head(&CaptureHead {
+            info: None,
+            device: Some(&device),
+            modules: &[module(0), module(1)],
+            dispatch: &d,
+        })
+        .expect("head");
+        let globals = [ModuleGlobal {
+            module_id: 0,
+            name: "g".into(),
+            region_id: 0,
+        }];
+        let timing = TimingConditions::default();
+        w.tail(&CaptureTail {
+            globals: &globals,
+            textures: &Textures::default(),
+            pointer_slots: &[(0, 8)],
+            timing: Some(&timing),
+            graph: None,
+            redaction: None,
+            annotations: &[note("a"), note("b")],
+        })
+        .expect("tail");
+        let bytes = w.finish().expect("finish").into_inner();
+        let kinds: Vec<u16> = crate::reader::scan(&bytes)
+            .expect("scan")
+            .intact
+            .iter()
+            .map(|e| e.frame.kind)
+            .collect();
+        let expected = [
+            EventKind::Device,
+            EventKind::Module,
+            EventKind::Module,
+            EventKind::Dispatch,
+            // No textures: none written.
+            EventKind::ModuleGlobal,
+            EventKind::PointerSlots,
+            EventKind::TimingConditions,
+            EventKind::Annotation,
+            EventKind::Annotation,
+            EventKind::Index,
+            EventKind::End,
+        ]
+        .map(|k| k as u16);
+        assert_eq!(kinds, expected);
+    }
+}

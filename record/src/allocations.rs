@@ -1,12 +1,9 @@
-//! Live device allocations, tracked through the driver's allocation entry points, for
-//! `--memory all`; and, for `kreplay profile --metrics`, the frees and requests that must wait
-//! for the dispatches waiting for their counters (`counter_batch`).
+//! Live device allocations, tracked through the driver's allocation entry points (decoded by
+//! `kreplay_cuda::cupti_events`), for `--memory all`.
 
 use std::collections::BTreeMap;
-use std::ffi::c_void;
 
-use kreplay_cuda::callbacks::cbid;
-use kreplay_cuda::cupti::sys as csys;
+use kreplay_cuda::cupti_events::{AllocationChange, AllocationKind};
 use kreplay_format::MemoryKind;
 
 /// One change to the set of live allocations.
@@ -26,151 +23,27 @@ pub enum Change {
     },
 }
 
-/// Reads an allocation callback at its EXIT site (output pointers are written by then).
-///
-/// # Safety
-/// `params` must be the `functionParams` of a CUPTI driver callback with id `id`, at EXIT.
-pub unsafe fn decode(id: u32, params: *const c_void) -> Option<Change> {
-    if params.is_null() {
-        return None;
-    }
-    // SAFETY (every arm): CUPTI passes the parameter struct matching the callback id; output
-    // pointers point at values the driver has written when the call succeeded.
-    unsafe {
-        let out = |p: *mut u64| if p.is_null() { None } else { Some(*p) };
-        match id {
-            cbid::ALLOC => {
-                let p = &*(params as *const csys::cuMemAlloc_v2_params);
-                Some(Change::Alloc {
-                    addr: out(p.dptr)?,
-                    size: p.bytesize as u64,
-                    kind: MemoryKind::Device,
-                })
-            }
-            cbid::ALLOC_PITCH => {
-                let p = &*(params as *const csys::cuMemAllocPitch_v2_params);
-                let pitch = if p.pPitch.is_null() { 0 } else { *p.pPitch };
-                Some(Change::Alloc {
-                    addr: out(p.dptr)?,
-                    size: (pitch as u64).saturating_mul(p.Height as u64),
-                    kind: MemoryKind::Device,
-                })
-            }
-            cbid::ALLOC_MANAGED => {
-                let p = &*(params as *const csys::cuMemAllocManaged_params);
-                Some(Change::Alloc {
-                    addr: out(p.dptr)?,
-                    size: p.bytesize as u64,
-                    kind: MemoryKind::Managed,
-                })
-            }
-            cbid::ALLOC_ASYNC | cbid::ALLOC_ASYNC_PTSZ => {
-                let p = &*(params as *const csys::cuMemAllocAsync_params);
-                Some(Change::Alloc {
-                    addr: out(p.dptr)?,
-                    size: p.bytesize as u64,
-                    kind: MemoryKind::Async,
-                })
-            }
-            cbid::ALLOC_POOL | cbid::ALLOC_POOL_PTSZ => {
-                let p = &*(params as *const csys::cuMemAllocFromPoolAsync_params);
-                Some(Change::Alloc {
-                    addr: out(p.dptr)?,
-                    size: p.bytesize as u64,
-                    kind: MemoryKind::Async,
-                })
-            }
-            cbid::FREE => {
-                let p = &*(params as *const csys::cuMemFree_v2_params);
-                Some(Change::Free { addr: p.dptr })
-            }
-            cbid::FREE_ASYNC | cbid::FREE_ASYNC_PTSZ => {
-                let p = &*(params as *const csys::cuMemFreeAsync_params);
-                Some(Change::Free { addr: p.dptr })
-            }
-            cbid::MAP => {
-                let p = &*(params as *const csys::cuMemMap_params);
-                Some(Change::Alloc {
-                    addr: p.ptr,
-                    size: p.size as u64,
-                    kind: MemoryKind::Vmm,
-                })
-            }
-            cbid::UNMAP => {
-                let p = &*(params as *const csys::cuMemUnmap_params);
-                Some(Change::Unmap {
-                    addr: p.ptr,
-                    size: p.size as u64,
-                })
-            }
-            _ => None,
+impl From<AllocationChange> for Change {
+    fn from(c: AllocationChange) -> Change {
+        match c {
+            AllocationChange::Alloc { addr, size, kind } => Change::Alloc {
+                addr,
+                size,
+                kind: memory_kind(kind),
+            },
+            AllocationChange::Free { addr } => Change::Free { addr },
+            AllocationChange::Unmap { addr, size } => Change::Unmap { addr, size },
         }
     }
 }
 
-/// An allocation call about to run, as its ENTER site shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entering {
-    /// Memory at `[addr, addr + len)` is about to be freed or unmapped (`len` 1 where the
-    /// call does not say: a free names its allocation's base).
-    Release { addr: u64, len: u64 },
-    /// The application asks for `bytes` of device memory.
-    Request { bytes: u64 },
-}
-
-/// Reads an allocation callback at its ENTER site (inputs only).
-///
-/// # Safety
-/// `params` must be the `functionParams` of a CUPTI driver callback with id `id`.
-pub unsafe fn entering(id: u32, params: *const c_void) -> Option<Entering> {
-    if params.is_null() {
-        return None;
-    }
-    // SAFETY (every arm): CUPTI passes the parameter struct matching the callback id; only its
-    // input fields are read.
-    unsafe {
-        match id {
-            cbid::FREE => {
-                let p = &*(params as *const csys::cuMemFree_v2_params);
-                Some(Entering::Release {
-                    addr: p.dptr,
-                    len: 1,
-                })
-            }
-            cbid::FREE_ASYNC | cbid::FREE_ASYNC_PTSZ => {
-                let p = &*(params as *const csys::cuMemFreeAsync_params);
-                Some(Entering::Release {
-                    addr: p.dptr,
-                    len: 1,
-                })
-            }
-            cbid::UNMAP => {
-                let p = &*(params as *const csys::cuMemUnmap_params);
-                Some(Entering::Release {
-                    addr: p.ptr,
-                    len: p.size as u64,
-                })
-            }
-            cbid::ALLOC => Some(Entering::Request {
-                bytes: (*(params as *const csys::cuMemAlloc_v2_params)).bytesize as u64,
-            }),
-            cbid::ALLOC_MANAGED => Some(Entering::Request {
-                bytes: (*(params as *const csys::cuMemAllocManaged_params)).bytesize as u64,
-            }),
-            cbid::ALLOC_ASYNC | cbid::ALLOC_ASYNC_PTSZ => Some(Entering::Request {
-                bytes: (*(params as *const csys::cuMemAllocAsync_params)).bytesize as u64,
-            }),
-            cbid::ALLOC_POOL | cbid::ALLOC_POOL_PTSZ => Some(Entering::Request {
-                bytes: (*(params as *const csys::cuMemAllocFromPoolAsync_params)).bytesize as u64,
-            }),
-            cbid::ALLOC_PITCH => {
-                let p = &*(params as *const csys::cuMemAllocPitch_v2_params);
-                Some(Entering::Request {
-                    bytes: (p.WidthInBytes as u64).saturating_mul(p.Height as u64),
-                })
-            }
-            _ => None,
-        }
+/// The capture format's name for an allocator.
+fn memory_kind(k: AllocationKind) -> MemoryKind {
+    match k {
+        AllocationKind::Device => MemoryKind::Device,
+        AllocationKind::Managed => MemoryKind::Managed,
+        AllocationKind::Async => MemoryKind::Async,
+        AllocationKind::Vmm => MemoryKind::Vmm,
     }
 }
 
@@ -223,6 +96,36 @@ impl AllocationTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decoded_changes_keep_their_allocator() {
+        let cases = [
+            (AllocationKind::Device, MemoryKind::Device),
+            (AllocationKind::Managed, MemoryKind::Managed),
+            (AllocationKind::Async, MemoryKind::Async),
+            (AllocationKind::Vmm, MemoryKind::Vmm),
+        ];
+        for (from, to) in cases {
+            let c: Change = AllocationChange::Alloc {
+                addr: 0x1000,
+                size: 64,
+                kind: from,
+            }
+            .into();
+            assert_eq!(
+                c,
+                Change::Alloc {
+                    addr: 0x1000,
+                    size: 64,
+                    kind: to
+                }
+            );
+        }
+        let unmap: Change = AllocationChange::Unmap { addr: 8, size: 16 }.into();
+        assert_eq!(unmap, Change::Unmap { addr: 8, size: 16 });
+        let free: Change = AllocationChange::Free { addr: 8 }.into();
+        assert_eq!(free, Change::Free { addr: 8 });
+    }
 
     #[test]
     fn tracks_alloc_free_and_unmap() {

@@ -1,18 +1,13 @@
-//! Reading a kernel launch out of a CUPTI driver-API callback: which function, geometry,
-//! stream, arguments, launch attributes, for every launch entry point.
+//! A kernel launch as the capture sees it (decoded from its callback by
+//! `kreplay_cuda::cupti_events`), and its argument bytes.
 
 use std::ffi::c_void;
 
-use kreplay_cuda::callbacks::cbid as cb;
-use kreplay_cuda::cupti::sys as csys;
-use kreplay_cuda::launch::attr::{
-    CLUSTER_DIMENSION as ATTR_CLUSTER_DIMENSION, COOPERATIVE as ATTR_COOPERATIVE,
-};
+use kreplay_cuda::cupti_events::{Launch, LaunchEntry};
+use kreplay_cuda::launch::attr::CLUSTER_DIMENSION as ATTR_CLUSTER_DIMENSION;
 use kreplay_cuda::sys;
 use kreplay_cuda::{ForeignFunction, ForeignStream};
 use kreplay_format::LaunchApi;
-/// `CU_STREAM_PER_THREAD`.
-const STREAM_PER_THREAD: usize = 0x2;
 
 /// A launch as the application made it. Raw pointers are valid during the callback only.
 pub struct LaunchView {
@@ -58,11 +53,19 @@ impl LaunchView {
     }
 }
 
-fn per_thread(stream: sys::CUstream, ptsz: bool) -> sys::CUstream {
-    if ptsz && stream.is_null() {
-        STREAM_PER_THREAD as sys::CUstream
-    } else {
-        stream
+impl From<Launch> for LaunchView {
+    fn from(l: Launch) -> LaunchView {
+        LaunchView {
+            api: launch_api(l.entry),
+            function: l.function,
+            grid: l.grid,
+            block: l.block,
+            shared_bytes: l.shared_bytes,
+            stream: l.stream,
+            kernel_params: l.kernel_params,
+            extra: l.extra,
+            attributes: l.attributes,
+        }
     }
 }
 
@@ -71,94 +74,16 @@ fn per_thread(stream: sys::CUstream, ptsz: bool) -> sys::CUstream {
 /// # Safety
 /// `params` must be the `functionParams` of a CUPTI driver callback with id `cbid`.
 pub unsafe fn decode(cbid: u32, params: *const c_void) -> Option<LaunchView> {
-    if params.is_null() {
-        return None;
-    }
-    match cbid {
-        cb::LAUNCH_KERNEL | cb::LAUNCH_KERNEL_PTSZ => {
-            // SAFETY: for these ids CUPTI passes cuLaunchKernel_params (the ptsz struct has the
-            // same layout).
-            let p = unsafe { &*(params as *const csys::cuLaunchKernel_params) };
-            Some(LaunchView {
-                api: LaunchApi::LaunchKernel,
-                function: p.f as sys::CUfunction,
-                grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
-                block: [p.blockDimX, p.blockDimY, p.blockDimZ],
-                shared_bytes: p.sharedMemBytes,
-                stream: per_thread(p.hStream as sys::CUstream, cbid == cb::LAUNCH_KERNEL_PTSZ),
-                kernel_params: p.kernelParams,
-                extra: p.extra,
-                attributes: Vec::new(),
-            })
-        }
-        cb::LAUNCH_COOPERATIVE | cb::LAUNCH_COOPERATIVE_PTSZ => {
-            // SAFETY: CUPTI passes cuLaunchCooperativeKernel_params for these ids.
-            let p = unsafe { &*(params as *const csys::cuLaunchCooperativeKernel_params) };
-            Some(LaunchView {
-                api: LaunchApi::LaunchCooperativeKernel,
-                function: p.f as sys::CUfunction,
-                grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
-                block: [p.blockDimX, p.blockDimY, p.blockDimZ],
-                shared_bytes: p.sharedMemBytes,
-                stream: per_thread(
-                    p.hStream as sys::CUstream,
-                    cbid == cb::LAUNCH_COOPERATIVE_PTSZ,
-                ),
-                kernel_params: p.kernelParams,
-                extra: std::ptr::null_mut(),
-                attributes: Vec::new(),
-            })
-        }
-        cb::LAUNCH_KERNEL_EX | cb::LAUNCH_KERNEL_EX_PTSZ => {
-            // SAFETY: CUPTI passes cuLaunchKernelEx_params for these ids.
-            let p = unsafe { &*(params as *const csys::cuLaunchKernelEx_params) };
-            if p.config.is_null() {
-                return None;
-            }
-            // SAFETY: the config pointer is the application's, valid during the call.
-            let c = unsafe { &*(p.config as *const sys::CUlaunchConfig) };
-            let mut attributes = Vec::new();
-            if !c.attrs.is_null() {
-                for i in 0..c.numAttrs.min(64) as usize {
-                    // SAFETY: attrs points to numAttrs attributes supplied by the application.
-                    // No reference to the struct is made: its id field has an enum type, and an
-                    // id from a newer CUDA than these bindings would be an invalid value of it;
-                    // it is read as the u32 it is (`#[repr(u32)]`).
-                    let a = unsafe { c.attrs.add(i) };
-                    // SAFETY: `a` points at a readable attribute; the id is a 4-byte integer.
-                    let id = unsafe { std::ptr::addr_of!((*a).id).cast::<u32>().read_unaligned() };
-                    let mut v = [0u8; 64];
-                    // SAFETY: the value union is at least 64 bytes of plain data.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            std::ptr::addr_of!((*a).value).cast::<u8>(),
-                            v.as_mut_ptr(),
-                            64.min(std::mem::size_of::<sys::CUlaunchAttributeValue>()),
-                        )
-                    };
-                    attributes.push((id, v));
-                }
-            }
-            let cooperative = attributes
-                .iter()
-                .any(|(id, v)| *id == ATTR_COOPERATIVE && v[..4] != [0, 0, 0, 0]);
-            Some(LaunchView {
-                api: if cooperative {
-                    LaunchApi::LaunchCooperativeKernel
-                } else {
-                    LaunchApi::LaunchKernelEx
-                },
-                function: p.f as sys::CUfunction,
-                grid: [c.gridDimX, c.gridDimY, c.gridDimZ],
-                block: [c.blockDimX, c.blockDimY, c.blockDimZ],
-                shared_bytes: c.sharedMemBytes,
-                stream: per_thread(c.hStream, cbid == cb::LAUNCH_KERNEL_EX_PTSZ),
-                kernel_params: p.kernelParams,
-                extra: p.extra,
-                attributes,
-            })
-        }
-        _ => None,
+    // SAFETY: the caller's contract is the decoder's.
+    unsafe { kreplay_cuda::cupti_events::decode_launch(cbid, params) }.map(LaunchView::from)
+}
+
+/// The capture format's name for a launch entry point.
+fn launch_api(e: LaunchEntry) -> LaunchApi {
+    match e {
+        LaunchEntry::Kernel => LaunchApi::LaunchKernel,
+        LaunchEntry::Cooperative => LaunchApi::LaunchCooperativeKernel,
+        LaunchEntry::KernelEx => LaunchApi::LaunchKernelEx,
     }
 }
 

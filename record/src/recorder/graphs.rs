@@ -6,11 +6,9 @@
 //! application's graph launch run as it would have: only that launch pays, and the
 //! application's results are unchanged.
 
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use kreplay_cuda::callbacks::cbid;
-use kreplay_cuda::cupti::sys as csys;
+use kreplay_cuda::cupti_events::{ApiCall, GraphCall};
 use kreplay_cuda::graph::{ForeignGraph, KernelNodeParams};
 use kreplay_cuda::{
     ctx_synchronize, launch, sys, AsStream, ForeignFunction, ForeignStream, KernelArgs,
@@ -18,7 +16,11 @@ use kreplay_cuda::{
 use kreplay_format::GraphOrigin;
 use kreplay_protocol::config::{short_kernel_name, Mode};
 
-use super::{lock, Execution, FlagGuard, Inner, Recorder, IN_LAUNCH, SELF_CALLS};
+use super::exec_graphs::{ExecKernel, ExecState};
+use super::kernels::Execution;
+use super::locking::lock;
+use super::marks::{FlagGuard, IN_LAUNCH, SELF_CALLS};
+use super::state::Recorder;
 use crate::capture::{after_launch, before_launch, resolve_globals, PreInput};
 use crate::error::RecordError;
 use crate::graph::{conditional_nodes, uncapturable, unreplayable, GraphModel, NodeOp};
@@ -29,119 +31,53 @@ use crate::graph_track::{
 /// Said once per process: conditional nodes' bodies are not counted.
 static CONDITIONALS_NOTED: AtomicBool = AtomicBool::new(false);
 
-/// A kernel node as counted at each launch.
-#[derive(Debug, Clone)]
-pub(super) struct ExecKernel {
-    /// Index of the node in the model (its name and geometry live there).
-    node: usize,
-    demangled: String,
-    wanted: bool,
-}
-
-/// An executable graph of the application.
-#[derive(Debug, Clone)]
-pub(super) struct ExecState {
-    model: GraphModel,
-    kernels: Vec<ExecKernel>,
-    launches: u64,
-    /// Why the parameters in force may differ from the model (an update kreplay does not
-    /// follow): its nodes are counted, not captured.
-    stale: Option<String>,
-    /// Argument bytes were kept (the graph may hold a wanted kernel).
-    keep_args: bool,
-}
-
-/// The first two pointer-sized fields of a graph callback's parameters: every graph call
-/// kreplay follows starts with the executable graph (or where it is written) and a second
-/// handle (graph, node or stream).
-#[repr(C)]
-struct Head {
-    first: *mut c_void,
-    second: *mut c_void,
-}
-
-fn succeeded(data: &csys::CUpti_CallbackData) -> bool {
-    data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT
-        && !data.functionReturnValue.is_null()
-        // SAFETY: at EXIT functionReturnValue points at the call's CUresult.
-        && unsafe { *(data.functionReturnValue as *const u32) } == 0
+/// The executions of one graph launch to be captured (node, launch index, match index, graph
+/// launch) and, in profile mode, skipped (name, demangled, indices, geometry).
+#[derive(Default)]
+struct Counted {
+    targets: Vec<(usize, u64, u64, u64)>,
+    #[allow(clippy::type_complexity)]
+    skipped: Vec<(String, String, (u64, u64), ([u32; 3], [u32; 3]))>,
 }
 
 impl Recorder {
-    pub(super) fn on_graph(&self, id: u32, data: &csys::CUpti_CallbackData) {
-        if data.functionParams.is_null() {
+    pub(super) fn on_graph(&self, call: &ApiCall<'_>) {
+        let Some(g) = call.graph() else {
             return;
-        }
-        // SAFETY: every graph callback kreplay enables passes a struct that starts with two
-        // pointer-sized handles (see `Head`).
-        let head = unsafe { &*(data.functionParams as *const Head) };
-        let enter = data.callbackSite == csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
-        let exec = head.first as usize;
-        match id {
-            cbid::GRAPH_LAUNCH | cbid::GRAPH_LAUNCH_PTSZ if enter => {
-                self.on_graph_launch(exec, head.second as sys::CUstream)
+        };
+        match g {
+            GraphCall::Launch { exec, stream } => self.on_graph_launch(exec, stream),
+            GraphCall::ExecDestroyed { exec } => {
+                lock(&self.graphs).remove(&exec);
             }
-            cbid::GRAPH_EXEC_DESTROY if enter => {
-                lock(&self.inner).execs.remove(&exec);
-            }
-            cbid::GRAPH_INSTANTIATE
-            | cbid::GRAPH_INSTANTIATE_V2
-            | cbid::GRAPH_INSTANTIATE_WITH_FLAGS
-            | cbid::GRAPH_INSTANTIATE_WITH_PARAMS
-            | cbid::GRAPH_INSTANTIATE_WITH_PARAMS_PTSZ
-                if succeeded(data) && !head.first.is_null() =>
-            {
-                // SAFETY: the call succeeded, so *phGraphExec holds the new executable graph.
-                let exec = unsafe { *(head.first as *const sys::CUgraphExec) } as usize;
+            GraphCall::Instantiated { exec, graph } => {
                 // SAFETY: the graph it was instantiated from, live during the call.
-                let graph = unsafe { ForeignGraph::from_raw(head.second as sys::CUgraph) };
+                let graph = unsafe { ForeignGraph::from_raw(graph) };
                 self.on_instantiate(exec, graph);
             }
-            cbid::GRAPH_EXEC_KERNEL_SET | cbid::GRAPH_EXEC_KERNEL_SET_V2 if succeeded(data) => {
-                // SAFETY: the parameter struct of this callback id.
-                let p = unsafe {
-                    if id == cbid::GRAPH_EXEC_KERNEL_SET {
-                        let p = &*(data.functionParams
-                            as *const csys::cuGraphExecKernelNodeSetParams_params);
-                        p.nodeParams.as_ref().map(KernelNodeParams::from_v1)
-                    } else {
-                        let p = &*(data.functionParams
-                            as *const csys::cuGraphExecKernelNodeSetParams_v2_params);
-                        p.nodeParams.as_ref().map(KernelNodeParams::from_raw)
-                    }
-                };
-                if let Some(p) = p {
-                    self.on_kernel_set(exec, head.second as usize, &p);
-                }
-            }
-            cbid::GRAPH_EXEC_UPDATE | cbid::GRAPH_EXEC_UPDATE_V2 if succeeded(data) => {
+            GraphCall::KernelSet { exec, node, params } => self.on_kernel_set(exec, node, &params),
+            GraphCall::Updated { exec, graph } => {
                 // SAFETY: the graph the executable graph was updated from, live during the call.
-                let graph = unsafe { ForeignGraph::from_raw(head.second as sys::CUgraph) };
+                let graph = unsafe { ForeignGraph::from_raw(graph) };
                 self.on_update(exec, graph);
             }
-            cbid::GRAPH_NODE_SET_ENABLED if succeeded(data) => {
-                // SAFETY: the parameter struct of this callback id.
-                let p =
-                    unsafe { &*(data.functionParams as *const csys::cuGraphNodeSetEnabled_params) };
-                let mut inner = lock(&self.inner);
-                if let Some(s) = inner.execs.get_mut(&exec) {
-                    match s.model.by_handle(p.hNode as usize) {
-                        Some(i) => s.model.nodes[i].enabled = p.isEnabled != 0,
+            GraphCall::NodeEnabled {
+                exec,
+                node,
+                enabled,
+            } => {
+                if let Some(s) = lock(&self.graphs).get_mut(&exec) {
+                    match s.model.by_handle(node) {
+                        Some(i) => s.model.nodes[i].enabled = enabled,
                         None => s.stale = Some("a node inside a child graph was disabled".into()),
                     }
                 }
             }
-            cbid::GRAPH_EXEC_NODE_SET
-            | cbid::GRAPH_EXEC_MEMCPY_SET
-            | cbid::GRAPH_EXEC_MEMSET_SET
-            | cbid::GRAPH_EXEC_CHILD_SET
-                if succeeded(data) =>
-            {
-                if let Some(s) = lock(&self.inner).execs.get_mut(&exec) {
+            GraphCall::NodeParamsSet { exec } => {
+                if let Some(s) = lock(&self.graphs).get_mut(&exec) {
                     s.stale = Some("the executable graph's nodes were updated in a way kreplay does not follow yet (cuGraphExecNodeSetParams, memcpy, memset or child-graph parameters)".into());
                 }
             }
-            _ => {}
         }
     }
 
@@ -177,7 +113,7 @@ impl Recorder {
         } else {
             names
         };
-        lock(&self.inner).execs.insert(
+        lock(&self.graphs).insert(
             exec,
             ExecState {
                 model,
@@ -195,7 +131,7 @@ impl Recorder {
             .into_iter()
             .filter_map(|i| match &model.nodes[i].op {
                 NodeOp::Kernel(k) => {
-                    let (wanted, demangled) = self.matches(&k.name);
+                    let (wanted, demangled) = self.kernels.matches(&self.config, &k.name);
                     Some(ExecKernel {
                         node: i,
                         demangled,
@@ -208,7 +144,7 @@ impl Recorder {
     }
 
     fn on_kernel_set(&self, exec: usize, node: usize, p: &KernelNodeParams) {
-        let keep = match lock(&self.inner).execs.get(&exec) {
+        let keep = match lock(&self.graphs).get(&exec) {
             Some(s) => s.keep_args,
             None => return,
         };
@@ -216,9 +152,9 @@ impl Recorder {
             let _self_calls = FlagGuard::force(&SELF_CALLS);
             updated_kernel(p, keep)
         };
-        let (wanted, demangled) = self.matches(&k.name);
-        let mut inner = lock(&self.inner);
-        let Some(s) = inner.execs.get_mut(&exec) else {
+        let (wanted, demangled) = self.kernels.matches(&self.config, &k.name);
+        let mut graphs = lock(&self.graphs);
+        let Some(s) = graphs.get_mut(&exec) else {
             return;
         };
         match s.model.by_handle(node) {
@@ -239,7 +175,7 @@ impl Recorder {
     }
 
     fn on_update(&self, exec: usize, graph: ForeignGraph) {
-        let keep = match lock(&self.inner).execs.get(&exec) {
+        let keep = match lock(&self.graphs).get(&exec) {
             Some(s) => s.keep_args,
             None => return,
         };
@@ -248,8 +184,8 @@ impl Recorder {
             read_graph(graph, keep)
         };
         let paired = {
-            let mut inner = lock(&self.inner);
-            let Some(s) = inner.execs.get_mut(&exec) else {
+            let mut graphs = lock(&self.graphs);
+            let Some(s) = graphs.get_mut(&exec) else {
                 return;
             };
             let mut read = read.ok();
@@ -264,30 +200,23 @@ impl Recorder {
         };
         if let Some(model) = paired {
             let kernels = self.exec_kernels(&model);
-            if let Some(s) = lock(&self.inner).execs.get_mut(&exec) {
+            if let Some(s) = lock(&self.graphs).get_mut(&exec) {
                 s.model = model;
                 s.kernels = kernels;
             }
         }
     }
 
-    /// Counts the executions of one launch of `exec`, and captures those asked for.
-    fn on_graph_launch(&self, exec: usize, stream: sys::CUstream) {
-        // SAFETY: the stream the application is launching the graph on, now.
-        let stream = unsafe { ForeignStream::from_raw(stream) };
-        // A graph launched into a stream capture becomes part of that graph: it runs later.
-        if matches!(stream.is_capturing(), Ok(true)) {
-            return;
-        }
-        let mut targets = Vec::new();
-        let mut skipped = Vec::new();
-        {
-            let mut guard = lock(&self.inner);
-            let Inner { execs, counts, .. } = &mut *guard;
-            let Some(state) = execs.get_mut(&exec) else {
-                return;
-            };
-            state.launches += 1;
+    /// Counts the enabled kernel nodes of one launch of `exec` as executions; `None` when
+    /// the executable graph is not known.
+    fn count_graph_launch(&self, exec: usize) -> Option<Counted> {
+        let mut counted = Counted::default();
+        // Graphs before kernels (the recorder's lock order); a launch's nodes are counted
+        // under one lock of the kernels, one after the other.
+        let mut graphs = lock(&self.graphs);
+        let state = graphs.get_mut(&exec)?;
+        state.launches += 1;
+        self.kernels.with_book(|book| {
             for k in &state.kernels {
                 let node = &state.model.nodes[k.node];
                 let NodeOp::Kernel(kn) = &node.op else {
@@ -304,20 +233,37 @@ impl Recorder {
                     block: kn.block,
                     in_graph: true,
                 };
-                if let Some((launch_index, index)) = self.count(counts, &e) {
-                    if self.config.mode == Mode::Profile {
-                        skipped.push((
-                            kn.name.clone(),
-                            k.demangled.clone(),
-                            (index, launch_index),
-                            (kn.grid, kn.block),
-                        ));
-                    } else {
-                        targets.push((k.node, launch_index, index, state.launches));
-                    }
+                let Some((launch_index, index)) = book.count(&self.config, &e) else {
+                    continue;
+                };
+                if self.config.mode == Mode::Profile {
+                    counted.skipped.push((
+                        kn.name.clone(),
+                        k.demangled.clone(),
+                        (index, launch_index),
+                        (kn.grid, kn.block),
+                    ));
+                } else {
+                    counted
+                        .targets
+                        .push((k.node, launch_index, index, state.launches));
                 }
             }
+        });
+        Some(counted)
+    }
+
+    /// Counts the executions of one launch of `exec`, and captures those asked for.
+    fn on_graph_launch(&self, exec: usize, stream: sys::CUstream) {
+        // SAFETY: the stream the application is launching the graph on, now.
+        let stream = unsafe { ForeignStream::from_raw(stream) };
+        // A graph launched into a stream capture becomes part of that graph: it runs later.
+        if matches!(stream.is_capturing(), Ok(true)) {
+            return;
         }
+        let Some(Counted { targets, skipped }) = self.count_graph_launch(exec) else {
+            return;
+        };
         // (The lock on the recorder's state is released by now.)
         for (name, demangled, indices, geometry) in skipped {
             self.profile_skipped(
@@ -332,8 +278,7 @@ impl Recorder {
             let _self_calls = FlagGuard::force(&SELF_CALLS);
             let _in_launch = FlagGuard::force(&IN_LAUNCH);
             if let Err(e) = self.capture_node(exec, node, &stream, launch_index, index, launch) {
-                let name = lock(&self.inner)
-                    .execs
+                let name = lock(&self.graphs)
                     .get(&exec)
                     .and_then(|s| {
                         s.kernels
@@ -360,10 +305,10 @@ impl Recorder {
         index: u64,
         graph_launch: u64,
     ) -> Result<(), RecordError> {
-        let state =
-            lock(&self.inner).execs.get(&exec).cloned().ok_or_else(|| {
-                RecordError::GraphNode("the executable graph was destroyed".into())
-            })?;
+        let state = lock(&self.graphs)
+            .get(&exec)
+            .cloned()
+            .ok_or_else(|| RecordError::GraphNode("the executable graph was destroyed".into()))?;
         if let Some(why) = &state.stale {
             return Err(RecordError::GraphNode(why.clone()));
         }
@@ -392,7 +337,7 @@ impl Recorder {
         let function = unsafe { ForeignFunction::from_launch(k.function as sys::CUfunction) };
         ctx_synchronize().map_err(RecordError::cuda("synchronising before the graph launch"))?;
         let globals = resolve_globals(&function, &target.objects);
-        let open_file = self.file_opener(index, &k.name);
+        let open_file = self.outputs.opener(index, &k.name);
         let saved = Saved::take(&writable_ranges(model, &before, &globals, node)?)?;
         let captured = (|| {
             run_nodes(model, &before, stream)?;
@@ -433,7 +378,7 @@ impl Recorder {
             nodes: model.nodes.len() as u32,
             ancestors_run: before.len() as u32,
         });
-        self.write(p.data);
+        self.sink.write(p.data);
         Ok(())
     }
 }

@@ -1,0 +1,213 @@
+//! The entry points: what the CUDA driver and the C runtime call. Each catches panics (the
+//! application is never harmed by the recorder), and none does anything in the child of a
+//! `fork`. The work is the router's.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kreplay_cuda::callbacks::{self, Group};
+use kreplay_cuda::cupti::{self, sys as csys, Subscriber};
+use kreplay_cuda::cupti_events;
+use kreplay_engine::tool::{CTool, PassTool};
+use kreplay_protocol::config::{rank_from, Config, MemoryScope, Mode};
+use kreplay_protocol::report::ProcessReport;
+
+use super::kernels;
+use super::outputs::{self, Outputs};
+use super::report::Report;
+use super::sink::Sink;
+use super::state::{Recorder, RECORDER};
+use crate::error::RecordError;
+use crate::profile::FixedPasses;
+
+/// Set in the child of a `fork`: the recorder's threads did not survive it and its locks may
+/// be held by threads that no longer exist, so the child records nothing, joins nothing and
+/// writes no report (an `exec` that follows loads a fresh recorder).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn forked_child() {
+    FORKED.store(true, Ordering::SeqCst);
+}
+
+unsafe extern "C" fn callback(
+    _userdata: *mut c_void,
+    domain: csys::CUpti_CallbackDomain,
+    cbid: csys::CUpti_CallbackId,
+    cbdata: *const c_void,
+) {
+    let r = std::panic::catch_unwind(|| {
+        if FORKED.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(rec) = RECORDER.get() else { return };
+        // SAFETY: what CUPTI passed to this callback; the event does not outlive it.
+        if let Some(event) = unsafe { cupti_events::decode(domain, cbid, cbdata) } {
+            rec.route(event);
+        }
+    });
+    if r.is_err() {
+        crate::diag!("kreplay: internal error in the recorder (caught); the application continues");
+    }
+}
+
+extern "C" {
+    fn atexit(cb: extern "C" fn()) -> i32;
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if FORKED.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(rec) = RECORDER.get() else { return };
+        // Normally done already by `collect_at_exit`, which runs first.
+        rec.collect_batches(|_| true);
+        rec.sink.join();
+        let (pid, rank) = (rec.outputs.pid, rec.outputs.rank);
+        let report = rec
+            .kernels
+            .with_book(|b| rec.report.process_report(pid, rank, &b.counts));
+        if let Some(dir) = &rec.config.report_dir {
+            if let Err(e) = report.write_to(dir) {
+                crate::diag!("kreplay: {e}");
+            }
+        }
+    });
+}
+
+/// Counts the dispatches still waiting for their counters at the process's exit, while the
+/// driver is still up: registered when the first one waits (after `cuInit` returned, so it runs
+/// before any exit handler the driver registered during `cuInit`).
+extern "C" fn collect_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if FORKED.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(rec) = RECORDER.get() {
+            rec.collect_batches(|_| true);
+        }
+    });
+}
+
+pub(super) fn ensure_exit_collection() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a plain extern "C" function with the C runtime.
+        unsafe {
+            atexit(collect_at_exit);
+        }
+    });
+}
+
+/// Subscribes to CUPTI and enables the callbacks `config` needs.
+fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
+    let sub = Subscriber::subscribe(callback)?;
+    let mut groups = vec![Group::Launch, Group::Graph];
+    if config.mode == Mode::Record {
+        groups.push(Group::ImageLoad);
+    }
+    // Profile mode with --metrics: a free or an allocation may need the dispatches waiting
+    // for their counters collected first (`before_allocation_change`).
+    let counters = config.mode == Mode::Profile && !config.metrics.is_empty();
+    if config.memory == MemoryScope::All || counters {
+        groups.push(Group::Allocation);
+    }
+    for g in groups {
+        for id in callbacks::ids(g) {
+            sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, id)?;
+        }
+    }
+    let mut resources = vec![
+        csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED,
+        csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+    ];
+    if counters {
+        resources.push(csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
+    }
+    for id in resources {
+        sub.enable_callback(
+            csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,
+            id as u32,
+        )?;
+    }
+    Ok(sub)
+}
+
+fn initialize() -> Result<(), RecordError> {
+    let Some(config) = Config::from_env().map_err(RecordError::Config)? else {
+        return Ok(()); // injected but not asked to do anything
+    };
+    if !cupti::cupti_present() {
+        return Err(RecordError::NoCupti);
+    }
+    let sub = subscribe(&config)?;
+    let get = |k: &str| std::env::var(k).ok();
+    let tool: Box<dyn PassTool + Send> = match &config.tool {
+        Some(path) => Box::new(CTool::load(path).map_err(|e| RecordError::Config(e.to_string()))?),
+        None => Box::new(FixedPasses(config.passes)),
+    };
+    let outputs = Arc::new(Outputs::new(
+        &config,
+        std::process::id(),
+        rank_from(get),
+        kreplay_protocol::config::host_name(),
+    ));
+    let report = Arc::new(Report::default());
+    let rec = Recorder {
+        sink: Sink::new(outputs.clone(), report.clone()),
+        config,
+        outputs,
+        _subscriber: sub,
+        kernels: kernels::Kernels::default(),
+        modules: Mutex::default(),
+        allocations: Mutex::default(),
+        graphs: Mutex::new(HashMap::new()),
+        report,
+        tool: Mutex::new(tool),
+        metrics: Mutex::new(Vec::new()),
+    };
+    if RECORDER.set(rec).is_err() {
+        return Ok(()); // initialised twice: keep the first
+    }
+    // SAFETY: registers plain extern "C" functions with the C runtime; the fork handler
+    // only stores to an atomic (async-signal-safe, as a fork handler must be).
+    unsafe {
+        atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(forked_child));
+    }
+    Ok(())
+}
+
+/// Entry point the CUDA driver calls during `cuInit` when this library is named by
+/// `CUDA_INJECTION64_PATH`. Returns 1 (success) even when recording cannot start: the
+/// application must run on regardless.
+#[no_mangle]
+pub extern "C" fn InitializeInjection() -> i32 {
+    let failed = match std::panic::catch_unwind(initialize) {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some("internal error during start-up".to_string()),
+    };
+    if failed.is_none() {
+        let _ = std::panic::catch_unwind(outputs::note_started);
+    }
+    if let Some(why) = failed {
+        crate::diag!("kreplay: recording disabled: {why}");
+        // Tell `kreplay record` that the recorder did start, and why it stood down.
+        let _ = std::panic::catch_unwind(|| {
+            if let Some(dir) = std::env::var_os(kreplay_protocol::config::env::REPORT_DIR) {
+                let report = ProcessReport {
+                    pid: std::process::id(),
+                    disabled: Some(why),
+                    ..Default::default()
+                };
+                if let Err(e) = report.write_to(std::path::Path::new(&dir)) {
+                    crate::diag!("kreplay: {e}");
+                }
+            }
+        });
+    }
+    1
+}

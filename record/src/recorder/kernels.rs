@@ -1,0 +1,257 @@
+//! Owner of the kernels seen: which the filter wants, how often each ran, and which
+//! executions are to be captured.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use kreplay_protocol::config::{demangle, Config, Mode};
+use kreplay_protocol::report::KernelStat;
+
+use super::locking::lock;
+
+/// Executions seen so far.
+#[derive(Default)]
+pub(super) struct Counters {
+    pub launches: u64,
+    pub matches: u64,
+    /// One per kernel name, in the order first launched; `stat_of` finds a name's.
+    pub stats: Vec<KernelStat>,
+    pub stat_of: HashMap<String, usize>,
+}
+
+/// One kernel execution, as counted.
+pub(super) struct Execution<'a> {
+    pub name: &'a str,
+    pub demangled: &'a str,
+    /// The kernel filter selects it.
+    pub wanted: bool,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub in_graph: bool,
+}
+
+/// What a thread's launches already told the recorder about a function handle: a launch of a
+/// kernel the filter does not want then costs a lookup by handle and one counter, with no
+/// allocation and no hashing of its name (the non-matching slowdown, issue 12).
+struct KnownFunction {
+    /// The symbol the handle launched (a handle reused for another kernel is looked up anew).
+    name: Box<[u8]>,
+    wanted: bool,
+    stat: usize,
+}
+
+thread_local! {
+    /// Function handle → what is known of it (see `KnownFunction`).
+    static KNOWN: RefCell<HashMap<usize, KnownFunction>> = RefCell::new(HashMap::new());
+}
+
+/// The statistics index of an unwanted kernel this thread launched through `handle` before
+/// under symbol `symbol`.
+pub(super) fn known_unwanted(handle: usize, symbol: &[u8]) -> Option<usize> {
+    KNOWN.with(|k| {
+        k.borrow()
+            .get(&handle)
+            .filter(|f| !f.wanted && *f.name == *symbol)
+            .map(|f| f.stat)
+    })
+}
+
+/// Notes what a launch through `handle` told about its kernel (see `KnownFunction`).
+pub(super) fn remember(handle: usize, symbol: &[u8], wanted: bool, stat: usize) {
+    KNOWN.with(|k| {
+        k.borrow_mut().insert(
+            handle,
+            KnownFunction {
+                name: symbol.into(),
+                wanted,
+                stat,
+            },
+        )
+    });
+}
+
+/// Counts and names, behind one lock.
+#[derive(Default)]
+pub(super) struct KernelBook {
+    pub counts: Counters,
+    /// Mangled name → (matches the filter, demangled).
+    names: HashMap<String, (bool, String)>,
+}
+
+/// The owner (see the module comment).
+#[derive(Default)]
+pub(super) struct Kernels {
+    book: Mutex<KernelBook>,
+}
+
+impl Kernels {
+    /// Whether the filter wants kernel `name` (mangled), and its demangled name.
+    pub(super) fn matches(&self, config: &Config, name: &str) -> (bool, String) {
+        lock(&self.book).matches(config, name)
+    }
+
+    /// Works on the book under its lock (a graph launch counts all its nodes at once).
+    pub(super) fn with_book<R>(&self, f: impl FnOnce(&mut KernelBook) -> R) -> R {
+        f(&mut lock(&self.book))
+    }
+
+    /// One more execution of a known kernel (statistics index `stat`) that is not wanted.
+    pub(super) fn count_known(&self, stat: usize) {
+        let mut book = lock(&self.book);
+        book.counts.launches += 1;
+        if let Some(s) = book.counts.stats.get_mut(stat) {
+            s.count += 1;
+        }
+    }
+}
+
+impl KernelBook {
+    fn matches(&mut self, config: &Config, name: &str) -> (bool, String) {
+        if let Some(v) = self.names.get(name) {
+            return v.clone();
+        }
+        let demangled = demangle(name);
+        // With only --launch-index, any kernel may be the one: every module is kept.
+        let m = match &config.kernel {
+            Some(f) => f.matches(name, &demangled),
+            None => config.launch_index.is_some(),
+        };
+        self.names.insert(name.to_string(), (m, demangled.clone()));
+        (m, demangled)
+    }
+
+    /// Counts one execution; returns (launch index, match index) when it is to be captured.
+    pub(super) fn count(&mut self, config: &Config, e: &Execution<'_>) -> Option<(u64, u64)> {
+        self.count_with_stat(config, e).1
+    }
+
+    /// `count`, and the index of the kernel's statistics in `counts.stats`.
+    pub(super) fn count_with_stat(
+        &mut self,
+        config: &Config,
+        e: &Execution<'_>,
+    ) -> (usize, Option<(u64, u64)>) {
+        let c = &mut self.counts;
+        c.launches += 1;
+        let launches = c.launches;
+        let at = match c.stat_of.get(e.name) {
+            Some(&i) => i,
+            None => {
+                c.stats.push(KernelStat {
+                    name: e.name.to_string(),
+                    demangled: e.demangled.to_string(),
+                    count: 0,
+                    in_graphs: 0,
+                    grid: e.grid,
+                    block: e.block,
+                    first_launch: launches,
+                    nvtx: crate::nvtx::innermost(),
+                });
+                c.stat_of.insert(e.name.to_string(), c.stats.len() - 1);
+                c.stats.len() - 1
+            }
+        };
+        (at, count_at(config, c, e, at, launches))
+    }
+}
+
+fn count_at(
+    config: &Config,
+    c: &mut Counters,
+    e: &Execution<'_>,
+    at: usize,
+    launches: u64,
+) -> Option<(u64, u64)> {
+    let stat = &mut c.stats[at];
+    stat.count += 1;
+    stat.in_graphs += u64::from(e.in_graph);
+    let is_match = e.wanted
+        && config.launch_index.is_none_or(|i| i == launches)
+        && config
+            .nvtx
+            .as_ref()
+            .is_none_or(|f| f.matches(&crate::nvtx::open_ranges()));
+    if config.mode == Mode::List || !is_match {
+        return None;
+    }
+    c.matches += 1;
+    let index = c.matches;
+    let first = config.nth;
+    (index >= first && index < first.saturating_add(config.count)).then_some((launches, index))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kreplay_protocol::config::env;
+
+    fn config(vars: &[(&str, &str)]) -> Config {
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        Config::from_lookup(get)
+            .expect("valid settings")
+            .expect("a mode is set")
+    }
+
+    fn execution(name: &str, wanted: bool) -> Execution<'_> {
+        Execution {
+            name,
+            demangled: name,
+            wanted,
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            in_graph: false,
+        }
+    }
+
+    #[test]
+    fn the_nth_to_the_nth_plus_count_matches_are_captured() {
+        let c = config(&[
+            (env::MODE, "record"),
+            (env::KERNEL, "saxpy"),
+            (env::NTH, "2"),
+            (env::COUNT, "2"),
+        ]);
+        let mut book = KernelBook::default();
+        let (wanted, _) = book.matches(&c, "saxpy");
+        assert!(wanted);
+        assert!(!book.matches(&c, "other").0);
+        let picked: Vec<_> = (0..4)
+            .map(|_| book.count(&c, &execution("saxpy", wanted)))
+            .collect();
+        assert_eq!(picked, vec![None, Some((2, 2)), Some((3, 3)), None]);
+        assert_eq!(book.count(&c, &execution("other", false)), None);
+        assert_eq!(book.counts.launches, 5);
+        assert_eq!(book.counts.matches, 4);
+        assert_eq!(book.counts.stats.len(), 2);
+        assert_eq!(book.counts.stats[0].count, 4);
+    }
+
+    #[test]
+    fn listing_counts_without_capturing() {
+        let c = config(&[(env::MODE, "list")]);
+        let mut book = KernelBook::default();
+        let mut e = execution("k", true);
+        e.in_graph = true;
+        assert_eq!(book.count(&c, &e), None);
+        assert_eq!(book.counts.matches, 0);
+        assert_eq!(book.counts.stats[0].in_graphs, 1);
+    }
+
+    #[test]
+    fn a_launch_index_picks_that_launch_of_any_kernel() {
+        let c = config(&[(env::MODE, "record"), (env::LAUNCH_INDEX, "2")]);
+        let mut book = KernelBook::default();
+        let wanted = book.matches(&c, "anything").0;
+        assert!(
+            wanted,
+            "with only a launch index every kernel may be the one"
+        );
+        assert_eq!(book.count(&c, &execution("a", wanted)), None);
+        assert_eq!(book.count(&c, &execution("b", wanted)), Some((2, 1)));
+    }
+}

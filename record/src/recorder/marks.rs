@@ -1,0 +1,89 @@
+//! What the calling thread is doing for kreplay, in thread-local flags: the router reads them
+//! to keep the recorder's own driver calls and launches out of the application's.
+
+use std::cell::Cell;
+
+thread_local! {
+    /// Inside the ENTER callback of a launch.
+    pub(super) static IN_LAUNCH: Cell<bool> = const { Cell::new(false) };
+    /// Set while the recorder itself calls the driver (its scratch allocations are not the
+    /// application's).
+    pub(super) static SELF_CALLS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread's driver calls are the recorder's now.
+pub(super) fn self_calls() -> bool {
+    SELF_CALLS.with(|f| f.get())
+}
+
+/// Sets a thread-local flag for its lifetime; put back as it was on drop, also when a panic
+/// unwinds through (the callback catches it), so a flag can never stay stuck, and a nested
+/// guard (a batch counted from a callback that marked the recorder's calls already) leaves the
+/// outer one's flag set.
+pub(super) struct FlagGuard(&'static std::thread::LocalKey<Cell<bool>>, bool);
+
+impl FlagGuard {
+    /// Sets the flag; `None` when it was set already (a re-entrant call).
+    pub(super) fn set(flag: &'static std::thread::LocalKey<Cell<bool>>) -> Option<FlagGuard> {
+        // No guard is built on re-entry: one built and dropped (`then_some` builds eagerly)
+        // would clear the flag the outer call still holds.
+        if flag.with(|f| f.replace(true)) {
+            None
+        } else {
+            Some(FlagGuard(flag, false))
+        }
+    }
+
+    /// Sets the flag whether or not it was set; put back on drop.
+    pub(super) fn force(flag: &'static std::thread::LocalKey<Cell<bool>>) -> FlagGuard {
+        FlagGuard(flag, flag.with(|f| f.replace(true)))
+    }
+}
+
+impl Drop for FlagGuard {
+    fn drop(&mut self) {
+        let before = self.1;
+        self.0.with(|f| f.set(before));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    thread_local! {
+        static FLAG: Cell<bool> = const { Cell::new(false) };
+    }
+
+    #[test]
+    fn flags_are_cleared_even_when_a_panic_unwinds() {
+        {
+            let g = FlagGuard::set(&FLAG).expect("first entry");
+            assert!(FLAG.with(|f| f.get()));
+            assert!(FlagGuard::set(&FLAG).is_none(), "re-entry is refused");
+            assert!(
+                FLAG.with(|f| f.get()),
+                "a refused re-entry leaves the outer call's flag set"
+            );
+            drop(g);
+        }
+        assert!(!FLAG.with(|f| f.get()));
+        let r = std::panic::catch_unwind(|| {
+            let _g = FlagGuard::force(&FLAG);
+            panic!("inside the callback");
+        });
+        assert!(r.is_err());
+        assert!(!FLAG.with(|f| f.get()), "the unwind cleared the flag");
+        {
+            let _outer = FlagGuard::force(&FLAG);
+            {
+                let _inner = FlagGuard::force(&FLAG);
+            }
+            assert!(
+                FLAG.with(|f| f.get()),
+                "a nested guard leaves the outer one's flag set"
+            );
+        }
+        assert!(!FLAG.with(|f| f.get()));
+    }
+}

@@ -1,0 +1,46 @@
+//! The recorder's process-wide state: the owners, each behind its own lock, and the one
+//! instance the entry points find.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use kreplay_cuda::cupti::Subscriber;
+use kreplay_engine::tool::PassTool;
+use kreplay_protocol::config::Config;
+
+use super::context_metrics::ContextMetrics;
+use super::exec_graphs::ExecState;
+use super::kernels::Kernels;
+use super::module_book::Modules;
+use super::outputs::Outputs;
+use super::report::Report;
+use super::sink::Sink;
+use crate::allocations::AllocationTable;
+
+/// Everything the recorder keeps for the process. Lock order where two are held at once:
+/// `graphs` before `kernels` before `report`; `metrics` before `tool` and `report`.
+pub(super) struct Recorder {
+    pub config: Config,
+    pub outputs: Arc<Outputs>,
+    pub _subscriber: Subscriber,
+    pub kernels: Kernels,
+    pub modules: Mutex<Modules>,
+    pub allocations: Mutex<AllocationTable>,
+    /// Executable graphs, by handle.
+    pub graphs: Mutex<HashMap<usize, ExecState>>,
+    pub report: Arc<Report>,
+    pub sink: Sink,
+    /// Profile mode: the tool deciding the passes (kreplay's timing unless `--tool`).
+    pub tool: Mutex<Box<dyn PassTool + Send>>,
+    /// Profile mode with `--metrics`: per context (made on the context's first profiled
+    /// dispatch), its counters or why there are none, and its dispatches waiting for them.
+    pub metrics: Mutex<Vec<ContextMetrics>>,
+}
+
+pub(super) static RECORDER: OnceLock<Recorder> = OnceLock::new();
+
+impl Recorder {
+    pub(super) fn error(&self, msg: String) {
+        self.report.error(msg);
+    }
+}
