@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
 cargo clippy --all-targets -- -D warnings
+# The house rules (issue #30): no import cycle between the files of a crate, no function over
+# 100 lines outside tests save those in house/allow-long-functions.txt (which must shrink).
+cargo run -q -p kreplay-house -- check
 cargo test --workspace
 # The Python package (python/): its own crate, built by maturin into a virtual environment,
 # linted like the rest, and its tests run on the captures in testdata.

@@ -6,7 +6,9 @@
 
 use std::fmt::Write as _;
 
-use kreplay_format::{ptx, Capture, MemoryKind, ModuleKind, Reference, RegionRole};
+use kreplay_format::{
+    ptx, Capture, MemoryKind, ModuleImage, ModuleKind, Reference, Region, RegionRole,
+};
 
 use crate::options::Placement;
 use crate::plan::{LaunchPlan, MemoryPlan, PlanError};
@@ -119,149 +121,12 @@ impl Reproducer {
         let module = cap
             .module(d.module_id)
             .ok_or(PlanError::NoModule(d.module_id))?;
-        let ext = |k: ModuleKind| match k {
-            ModuleKind::Cubin => "cubin",
-            ModuleKind::Ptx => "ptx",
-            ModuleKind::Fatbin => "fatbin",
-        };
         let mut files = Vec::new();
-        let code_file = format!("module-{}.{}", module.module_id, ext(module.kind));
-        files.push((code_file.clone(), Content::Bytes(module.image.clone())));
-        let ptx_file = cap
-            .modules
-            .iter()
-            .find(|p| {
-                p.kind == ModuleKind::Ptx
-                    && p.module_id != module.module_id
-                    && ptx::defines_entry(&p.image, &d.kernel_name)
-            })
-            .map(|p| {
-                let name = format!("module-{}.ptx", p.module_id);
-                files.push((name.clone(), Content::Bytes(p.image.clone())));
-                name
-            });
-
+        let code = code_files(cap, module, &mut files);
         let reference = cap.reference();
         let mut t = Tables::default();
-        let recorded = cap
-            .device
-            .as_ref()
-            .map_or("an unknown GPU".to_string(), |v| {
-                format!("{} (sm_{}{})", v.name, v.cc_major, v.cc_minor)
-            });
-        let blocker = memory.relocation_blocker.as_deref().unwrap_or("");
-        let attrs = launch.attributes.iter().map(|a| {
-            format!(
-                "{{{}, {}, {{{}}}}}",
-                a.id,
-                a.needs_event,
-                bytes_list(&a.value)
-            )
-        });
-        t.def("char *KERNEL", c_string(&d.kernel_name)?);
-        t.def(
-            "char *RECORDED_DEVICE",
-            c_string(&recorded).unwrap_or("\"?\"".into()),
-        );
-        t.def("char *CODE_FILE", format!("\"{code_file}\""));
-        t.def("bool CODE_IS_TEXT", module.kind == ModuleKind::Ptx);
-        t.def(
-            "char *PTX_FILE",
-            format!("\"{}\"", ptx_file.as_deref().unwrap_or("")),
-        );
-        t.def(
-            "unsigned GRID[3]",
-            format!("{{{}, {}, {}}}", d.grid[0], d.grid[1], d.grid[2]),
-        );
-        t.def(
-            "unsigned BLOCK[3]",
-            format!("{{{}, {}, {}}}", d.block[0], d.block[1], d.block[2]),
-        );
-        t.def("unsigned DYNAMIC_SHARED", d.dynamic_shared_bytes);
-        t.def(
-            "unsigned MAX_DYNAMIC_SHARED",
-            launch.max_dynamic_shared.unwrap_or(0),
-        );
-        t.def("bool NON_PORTABLE_CLUSTER", launch.non_portable_cluster);
-        t.def(
-            "unsigned long long ORIGINAL_NS",
-            format!("{}ull", d.original_duration_ns.unwrap_or(0)),
-        );
-        t.def("bool REFERENCE", reference == Reference::Recorded);
-        t.def("char *REFERENCE_WHY", format!("\"{}\"", reference.name()));
-        // The only blocker today names a TMA tensor map; a name the source cannot carry says so.
-        t.def(
-            "char *RELOCATION_BLOCKER",
-            c_string(blocker).unwrap_or("\"a TMA tensor map\"".into()),
-        );
-        t.list("unsigned char", "ARGS", [bytes_list(&d.arg_bytes)]);
-        t.list(
-            "Param",
-            "PARAMS",
-            launch.layout.iter().map(|(o, s)| format!("{{{o}, {s}}}")),
-        );
-        t.list(
-            "unsigned",
-            "POINTER_WORDS",
-            d.pointer_words.iter().map(|w| w.to_string()),
-        );
-        t.list("Attribute", "ATTRIBUTES", attrs);
-        t.list("Range", "DEVICE_RANGES", ranges(&memory.fixed_ranges));
-        t.list("Range", "DEVICE_GROUPS", ranges(&memory.move_groups));
-        t.list("Range", "HOST_GROUPS", ranges(&memory.host_move_groups));
-
-        let mut regions = Vec::new();
-        for r in &cap.regions {
-            let (kind, global) = if r.role == RegionRole::Global {
-                match cap.globals.iter().find(|g| g.region_id == r.region_id) {
-                    Some(g) => ("MODULE_GLOBAL", c_string(&g.name)?),
-                    // A global region no variable names cannot be placed: the player skips it too.
-                    None => continue,
-                }
-            } else if r.kind == MemoryKind::CudaArray {
-                ("CUDA_ARRAY", "nullptr".to_string())
-            } else if r.kind == MemoryKind::HostMapped {
-                ("HOST_MAPPED", "nullptr".to_string())
-            } else {
-                ("DEVICE", "nullptr".to_string())
-            };
-            let pre = format!("region-{}.bin", r.region_id);
-            files.push((
-                pre.clone(),
-                Content::Region {
-                    region_id: r.region_id,
-                    post: false,
-                },
-            ));
-            let post = if cap.is_written(r.region_id) {
-                let name = format!("region-{}.post.bin", r.region_id);
-                if reference == Reference::Recorded {
-                    files.push((
-                        name.clone(),
-                        Content::Region {
-                            region_id: r.region_id,
-                            post: true,
-                        },
-                    ));
-                }
-                format!("\"{name}\"")
-            } else {
-                "nullptr".into()
-            };
-            regions.push(format!(
-                "{{{}, {:#x}ull, {:#x}ull, {kind}, {global}, \"{pre}\", {post}}}",
-                r.region_id, r.address, r.size
-            ));
-        }
-        t.list("Region", "REGIONS", regions);
-        t.list(
-            "Slot",
-            "SLOTS",
-            cap.pointer_slots
-                .iter()
-                .map(|(r, o)| format!("{{{r}, {o:#x}ull}}")),
-        );
-
+        launch_tables(cap, &launch, &memory, &code, reference, &mut t)?;
+        memory_tables(cap, &memory, reference, &mut files, &mut t)?;
         textures(cap, &mut t)?;
         files.push((
             "repro.cpp".into(),
@@ -271,6 +136,202 @@ impl Reproducer {
         files.push(("README.txt".into(), Content::Text(readme(cap, reference))));
         Ok(Reproducer { files })
     }
+}
+
+/// The code object files of a reproducer and what the program calls them.
+struct CodeFiles {
+    /// The module that defines the kernel.
+    code_file: String,
+    code_is_text: bool,
+    /// A PTX module that also defines the kernel, for a GPU the cubin does not run on.
+    ptx_file: Option<String>,
+}
+
+/// Adds the kernel's module, and a PTX module defining the same entry if there is one.
+fn code_files(
+    cap: &Capture<'_>,
+    module: &ModuleImage,
+    files: &mut Vec<(String, Content)>,
+) -> CodeFiles {
+    let ext = |k: ModuleKind| match k {
+        ModuleKind::Cubin => "cubin",
+        ModuleKind::Ptx => "ptx",
+        ModuleKind::Fatbin => "fatbin",
+    };
+    let code_file = format!("module-{}.{}", module.module_id, ext(module.kind));
+    files.push((code_file.clone(), Content::Bytes(module.image.clone())));
+    let ptx_file = cap
+        .modules
+        .iter()
+        .find(|p| {
+            p.kind == ModuleKind::Ptx
+                && p.module_id != module.module_id
+                && ptx::defines_entry(&p.image, &cap.dispatch.kernel_name)
+        })
+        .map(|p| {
+            let name = format!("module-{}.ptx", p.module_id);
+            files.push((name.clone(), Content::Bytes(p.image.clone())));
+            name
+        });
+    CodeFiles {
+        code_file,
+        code_is_text: module.kind == ModuleKind::Ptx,
+        ptx_file,
+    }
+}
+
+/// The kernel, its launch configuration and arguments (and why memory cannot move), as tables.
+fn launch_tables(
+    cap: &Capture<'_>,
+    launch: &LaunchPlan,
+    memory: &MemoryPlan,
+    code: &CodeFiles,
+    reference: Reference,
+    t: &mut Tables,
+) -> Result<(), ReproError> {
+    let d = &cap.dispatch;
+    let recorded = cap
+        .device
+        .as_ref()
+        .map_or("an unknown GPU".to_string(), |v| {
+            format!("{} (sm_{}{})", v.name, v.cc_major, v.cc_minor)
+        });
+    let attrs = launch.attributes.iter().map(|a| {
+        format!(
+            "{{{}, {}, {{{}}}}}",
+            a.id,
+            a.needs_event,
+            bytes_list(&a.value)
+        )
+    });
+    t.def("char *KERNEL", c_string(&d.kernel_name)?);
+    t.def(
+        "char *RECORDED_DEVICE",
+        c_string(&recorded).unwrap_or("\"?\"".into()),
+    );
+    t.def("char *CODE_FILE", format!("\"{}\"", code.code_file));
+    t.def("bool CODE_IS_TEXT", code.code_is_text);
+    t.def(
+        "char *PTX_FILE",
+        format!("\"{}\"", code.ptx_file.as_deref().unwrap_or("")),
+    );
+    t.def(
+        "unsigned GRID[3]",
+        format!("{{{}, {}, {}}}", d.grid[0], d.grid[1], d.grid[2]),
+    );
+    t.def(
+        "unsigned BLOCK[3]",
+        format!("{{{}, {}, {}}}", d.block[0], d.block[1], d.block[2]),
+    );
+    t.def("unsigned DYNAMIC_SHARED", d.dynamic_shared_bytes);
+    t.def(
+        "unsigned MAX_DYNAMIC_SHARED",
+        launch.max_dynamic_shared.unwrap_or(0),
+    );
+    t.def("bool NON_PORTABLE_CLUSTER", launch.non_portable_cluster);
+    t.def(
+        "unsigned long long ORIGINAL_NS",
+        format!("{}ull", d.original_duration_ns.unwrap_or(0)),
+    );
+    t.def("bool REFERENCE", reference == Reference::Recorded);
+    t.def("char *REFERENCE_WHY", format!("\"{}\"", reference.name()));
+    let blocker = memory.relocation_blocker.as_deref().unwrap_or("");
+    // The only blocker today names a TMA tensor map; a name the source cannot carry says so.
+    t.def(
+        "char *RELOCATION_BLOCKER",
+        c_string(blocker).unwrap_or("\"a TMA tensor map\"".into()),
+    );
+    t.list("unsigned char", "ARGS", [bytes_list(&d.arg_bytes)]);
+    t.list(
+        "Param",
+        "PARAMS",
+        launch.layout.iter().map(|(o, s)| format!("{{{o}, {s}}}")),
+    );
+    t.list(
+        "unsigned",
+        "POINTER_WORDS",
+        d.pointer_words.iter().map(|w| w.to_string()),
+    );
+    t.list("Attribute", "ATTRIBUTES", attrs);
+    Ok(())
+}
+
+/// The placement ranges of memory and every region (with its files), as tables.
+fn memory_tables(
+    cap: &Capture<'_>,
+    memory: &MemoryPlan,
+    reference: Reference,
+    files: &mut Vec<(String, Content)>,
+    t: &mut Tables,
+) -> Result<(), ReproError> {
+    t.list("Range", "DEVICE_RANGES", ranges(&memory.fixed_ranges));
+    t.list("Range", "DEVICE_GROUPS", ranges(&memory.move_groups));
+    t.list("Range", "HOST_GROUPS", ranges(&memory.host_move_groups));
+    let mut regions = Vec::new();
+    for r in &cap.regions {
+        if let Some(row) = region_row(cap, r, reference, files)? {
+            regions.push(row);
+        }
+    }
+    t.list("Region", "REGIONS", regions);
+    t.list(
+        "Slot",
+        "SLOTS",
+        cap.pointer_slots
+            .iter()
+            .map(|(r, o)| format!("{{{r}, {o:#x}ull}}")),
+    );
+    Ok(())
+}
+
+/// One region's row of the REGIONS table, after adding its pre-state file (and post-state
+/// file, when the capture's reference is recorded); `None` for a region the player skips too.
+fn region_row(
+    cap: &Capture<'_>,
+    r: &Region,
+    reference: Reference,
+    files: &mut Vec<(String, Content)>,
+) -> Result<Option<String>, ReproError> {
+    let (kind, global) = if r.role == RegionRole::Global {
+        match cap.globals.iter().find(|g| g.region_id == r.region_id) {
+            Some(g) => ("MODULE_GLOBAL", c_string(&g.name)?),
+            // A global region no variable names cannot be placed.
+            None => return Ok(None),
+        }
+    } else if r.kind == MemoryKind::CudaArray {
+        ("CUDA_ARRAY", "nullptr".to_string())
+    } else if r.kind == MemoryKind::HostMapped {
+        ("HOST_MAPPED", "nullptr".to_string())
+    } else {
+        ("DEVICE", "nullptr".to_string())
+    };
+    let pre = format!("region-{}.bin", r.region_id);
+    files.push((
+        pre.clone(),
+        Content::Region {
+            region_id: r.region_id,
+            post: false,
+        },
+    ));
+    let post = if cap.is_written(r.region_id) {
+        let name = format!("region-{}.post.bin", r.region_id);
+        if reference == Reference::Recorded {
+            files.push((
+                name.clone(),
+                Content::Region {
+                    region_id: r.region_id,
+                    post: true,
+                },
+            ));
+        }
+        format!("\"{name}\"")
+    } else {
+        "nullptr".into()
+    };
+    Ok(Some(format!(
+        "{{{}, {:#x}ull, {:#x}ull, {kind}, {global}, \"{pre}\", {post}}}",
+        r.region_id, r.address, r.size
+    )))
 }
 
 /// The arrays (with the packed layout of each level in their region) and the texture and

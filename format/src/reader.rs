@@ -166,6 +166,115 @@ pub fn scan_observed(data: &[u8], observer: &mut dyn Observer) -> Result<ScanRep
     })
 }
 
+/// The index event the header names, checked to lie inside the file and to be an index.
+fn index_frame(data: &[u8], header: &FileHeader) -> Result<(u64, Frame)> {
+    let len = data.len() as u64;
+    let index_offset = header.index_offset;
+    if index_offset < HEADER_LEN as u64 || index_offset >= len {
+        return Err(FormatError::Truncated {
+            offset: index_offset,
+            what: "index event named by the header",
+            needed: FRAME_LEN as u64,
+            available: len.saturating_sub(index_offset),
+        });
+    }
+    let index_frame = Frame::decode(data, index_offset)?;
+    if index_frame.kind != EventKind::Index as u16 {
+        return Err(FormatError::Inconsistent {
+            offset: index_offset,
+            what: format!(
+                "header names an index at this offset but the event there has kind {}",
+                index_frame.kind
+            ),
+        });
+    }
+    Ok((index_offset, index_frame))
+}
+
+/// The END event after the index and the trailer after it, checked to agree with the
+/// header and the index (`entries` events indexed).
+fn check_end(
+    data: &[u8],
+    b: &mut CaptureBuilder<'_>,
+    index_offset: u64,
+    index_frame: &Frame,
+    entries: usize,
+) -> Result<EndMark> {
+    let len = data.len() as u64;
+    let end_offset = index_offset + FRAME_LEN as u64 + index_frame.payload_len;
+    let end_frame = Frame::decode(data, end_offset)?;
+    if end_frame.kind != EventKind::End as u16 {
+        return Err(FormatError::Inconsistent {
+            offset: end_offset,
+            what: format!(
+                "expected END after the index, found kind {}",
+                end_frame.kind
+            ),
+        });
+    }
+    let end: EndMark = b.decode(end_offset, &end_frame, EventKind::End)?;
+    let trailer_offset = end_offset + FRAME_LEN as u64 + end_frame.payload_len;
+    let trailer = Trailer::decode(data, trailer_offset)?;
+    let file_end = trailer_offset + TRAILER_LEN as u64;
+    if file_end < len {
+        return Err(FormatError::TrailingGarbage { end: file_end, len });
+    }
+    if trailer.index_offset != index_offset
+        || trailer.end_offset != end_offset
+        || end.index_offset != index_offset
+        || end.event_count as usize != entries + 1
+        || trailer.event_count != end.event_count + 1
+    {
+        return Err(FormatError::Inconsistent {
+            offset: trailer_offset,
+            what: "header, index, END and trailer disagree on offsets or event counts".into(),
+        });
+    }
+    Ok(end)
+}
+
+/// Every indexed event, in file order, checked not to overlap or leave the event area.
+fn add_indexed(
+    data: &[u8],
+    b: &mut CaptureBuilder<'_>,
+    entries: &[IndexEntry],
+    index_offset: u64,
+) -> Result<()> {
+    let mut next_free = HEADER_LEN as u64;
+    for entry in entries {
+        let off = entry.offset;
+        if off < next_free || off >= index_offset {
+            return Err(FormatError::Inconsistent {
+                offset: index_offset,
+                what: format!("index entry points at byte {off}, outside the event area or overlapping the previous event"),
+            });
+        }
+        let frame = Frame::decode(data, off)?;
+        if frame.kind != entry.kind {
+            return Err(FormatError::Inconsistent {
+                offset: off,
+                what: format!(
+                    "index says kind {} but the event has kind {}",
+                    entry.kind, frame.kind
+                ),
+            });
+        }
+        next_free = off
+            .checked_add(FRAME_LEN as u64)
+            .and_then(|v| v.checked_add(frame.payload_len))
+            .filter(|&e| e <= index_offset)
+            .ok_or_else(|| FormatError::Inconsistent {
+                offset: off,
+                what: format!(
+                    "payload length {} runs past the event area",
+                    frame.payload_len
+                ),
+            })?;
+        b.add(off, &frame)?;
+    }
+    Ok(())
+}
+
 impl<'a> Capture<'a> {
     /// Parses a complete capture through its index.
     pub fn parse(data: &'a [u8]) -> Result<Capture<'a>> {
@@ -177,90 +286,11 @@ impl<'a> Capture<'a> {
                 intact_until: report.intact_until,
             });
         }
-        let len = data.len() as u64;
-        let index_offset = header.index_offset;
-        if index_offset < HEADER_LEN as u64 || index_offset >= len {
-            return Err(FormatError::Truncated {
-                offset: index_offset,
-                what: "index event named by the header",
-                needed: FRAME_LEN as u64,
-                available: len.saturating_sub(index_offset),
-            });
-        }
-        let index_frame = Frame::decode(data, index_offset)?;
-        if index_frame.kind != EventKind::Index as u16 {
-            return Err(FormatError::Inconsistent {
-                offset: index_offset,
-                what: format!(
-                    "header names an index at this offset but the event there has kind {}",
-                    index_frame.kind
-                ),
-            });
-        }
+        let (index_offset, index_frame) = index_frame(data, &header)?;
         let mut b = CaptureBuilder::new(data, header);
         let entries: Vec<IndexEntry> = b.decode(index_offset, &index_frame, EventKind::Index)?;
-        let end_offset = index_offset + FRAME_LEN as u64 + index_frame.payload_len;
-        let end_frame = Frame::decode(data, end_offset)?;
-        if end_frame.kind != EventKind::End as u16 {
-            return Err(FormatError::Inconsistent {
-                offset: end_offset,
-                what: format!(
-                    "expected END after the index, found kind {}",
-                    end_frame.kind
-                ),
-            });
-        }
-        let end: EndMark = b.decode(end_offset, &end_frame, EventKind::End)?;
-        let trailer_offset = end_offset + FRAME_LEN as u64 + end_frame.payload_len;
-        let trailer = Trailer::decode(data, trailer_offset)?;
-        let file_end = trailer_offset + TRAILER_LEN as u64;
-        if file_end < len {
-            return Err(FormatError::TrailingGarbage { end: file_end, len });
-        }
-        if trailer.index_offset != index_offset
-            || trailer.end_offset != end_offset
-            || end.index_offset != index_offset
-            || end.event_count as usize != entries.len() + 1
-            || trailer.event_count != end.event_count + 1
-        {
-            return Err(FormatError::Inconsistent {
-                offset: trailer_offset,
-                what: "header, index, END and trailer disagree on offsets or event counts".into(),
-            });
-        }
-
-        let mut next_free = HEADER_LEN as u64;
-        for entry in &entries {
-            let off = entry.offset;
-            if off < next_free || off >= index_offset {
-                return Err(FormatError::Inconsistent {
-                    offset: index_offset,
-                    what: format!("index entry points at byte {off}, outside the event area or overlapping the previous event"),
-                });
-            }
-            let frame = Frame::decode(data, off)?;
-            if frame.kind != entry.kind {
-                return Err(FormatError::Inconsistent {
-                    offset: off,
-                    what: format!(
-                        "index says kind {} but the event has kind {}",
-                        entry.kind, frame.kind
-                    ),
-                });
-            }
-            next_free = off
-                .checked_add(FRAME_LEN as u64)
-                .and_then(|v| v.checked_add(frame.payload_len))
-                .filter(|&e| e <= index_offset)
-                .ok_or_else(|| FormatError::Inconsistent {
-                    offset: off,
-                    what: format!(
-                        "payload length {} runs past the event area",
-                        frame.payload_len
-                    ),
-                })?;
-            b.add(off, &frame)?;
-        }
+        let end = check_end(data, &mut b, index_offset, &index_frame, entries.len())?;
+        add_indexed(data, &mut b, &entries, index_offset)?;
         b.check_complete(index_offset)?;
         let Some(dispatch) = b.dispatch else {
             return Err(FormatError::Inconsistent {

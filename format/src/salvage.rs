@@ -182,31 +182,11 @@ fn walk(data: &[u8]) -> Result<Walk> {
 pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport)> {
     let walk = walk(data)?;
     let mut rules = CaptureBuilder::new(data, walk.header);
-    let mut accepted: Vec<(u64, Frame, EventRef)> = Vec::new();
-    let mut dropped_events = Vec::new();
-    // Regions named by intact chunks that broke a rule (a missing chunk may be one of them).
-    let mut rejected_chunks_of: Vec<u32> = Vec::new();
-    for ev in &walk.intact {
-        if ev.frame.kind == EventKind::Index as u16 || ev.frame.kind == EventKind::End as u16 {
-            continue;
-        }
-        match rules.add(ev.offset, &ev.frame) {
-            Ok(r) => accepted.push((ev.offset, ev.frame, r)),
-            // A newer writer's event cannot be judged: keeping or dropping it could both
-            // change what the capture means.
-            Err(e @ FormatError::UnknownCritical { .. }) => return Err(e),
-            Err(e) => {
-                if ev.frame.kind == EventKind::MemoryChunk as u16 {
-                    if let Ok(p) = payload_of(data, ev.offset, &ev.frame)
-                        .and_then(|p| ChunkPrefix::decode(p, ev.offset + FRAME_LEN as u64))
-                    {
-                        rejected_chunks_of.push(p.region_id);
-                    }
-                }
-                dropped_events.push((ev.offset, e.to_string()));
-            }
-        }
-    }
+    let Judged {
+        accepted,
+        mut dropped_events,
+        rejected_chunks_of,
+    } = judge(data, &walk, &mut rules)?;
     let dropped_regions = rules.incomplete_regions();
     let gone: HashSet<u32> = dropped_regions.iter().copied().collect();
 
@@ -259,48 +239,7 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
     );
 
     let mut w = CaptureWriter::new(out, walk.header.uuid, WriterOptions::default())?;
-    let mut kept = 0u64;
-    let mut slots_written = false;
-    for (off, frame, r) in &accepted {
-        match r {
-            EventRef::Region(id) | EventRef::Chunk(id) | EventRef::Global(id)
-                if gone.contains(id) =>
-            {
-                continue
-            }
-            EventRef::Region(id) => {
-                // Through the writer, so it knows the region's shape for the zero chunks.
-                if let Some(region) = rules.regions.iter().find(|r| r.region_id == *id) {
-                    w.region(region)?;
-                    kept += 1;
-                }
-                continue;
-            }
-            EventRef::Textures(ids) if ids.iter().any(|id| gone.contains(id)) => {
-                dropped_events.push((
-                    *off,
-                    "texture and surface objects whose array data was lost (the dispatch cannot be replayed faithfully without them)".into(),
-                ));
-                continue;
-            }
-            EventRef::PointerSlots => {
-                // The slots that survived, in one event where the first one was.
-                if !slots_written && !rules.pointer_slots.is_empty() {
-                    w.pointer_slots(&PointerSlots {
-                        slots: rules.pointer_slots.clone(),
-                    })?;
-                    kept += 1;
-                }
-                slots_written = true;
-                continue;
-            }
-            // Rewritten below, with what this salvage lost.
-            EventRef::Salvage => continue,
-            _ => {}
-        }
-        w.write_raw_event(frame.kind, frame.flags, payload_of(data, *off, frame)?)?;
-        kept += 1;
-    }
+    let kept = write_kept(&mut w, data, &accepted, &rules, &gone, &mut dropped_events)?;
     for &(region_id, offset, n) in &placeholders {
         w.zeros(region_id, MemoryState::Post, offset, n)?;
     }
@@ -326,6 +265,102 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
             replay_blockers,
         },
     ))
+}
+
+/// The surviving events the format's rules accept, with why each other one was dropped.
+struct Judged {
+    accepted: Vec<(u64, Frame, EventRef)>,
+    dropped_events: Vec<(u64, String)>,
+    /// Regions named by intact chunks that broke a rule (a missing chunk may be one of them).
+    rejected_chunks_of: Vec<u32>,
+}
+
+/// Puts every intact event but the index and END through the rules.
+fn judge(data: &[u8], walk: &Walk, rules: &mut CaptureBuilder<'_>) -> Result<Judged> {
+    let mut accepted: Vec<(u64, Frame, EventRef)> = Vec::new();
+    let mut dropped_events = Vec::new();
+    let mut rejected_chunks_of: Vec<u32> = Vec::new();
+    for ev in &walk.intact {
+        if ev.frame.kind == EventKind::Index as u16 || ev.frame.kind == EventKind::End as u16 {
+            continue;
+        }
+        match rules.add(ev.offset, &ev.frame) {
+            Ok(r) => accepted.push((ev.offset, ev.frame, r)),
+            // A newer writer's event cannot be judged: keeping or dropping it could both
+            // change what the capture means.
+            Err(e @ FormatError::UnknownCritical { .. }) => return Err(e),
+            Err(e) => {
+                if ev.frame.kind == EventKind::MemoryChunk as u16 {
+                    if let Ok(p) = payload_of(data, ev.offset, &ev.frame)
+                        .and_then(|p| ChunkPrefix::decode(p, ev.offset + FRAME_LEN as u64))
+                    {
+                        rejected_chunks_of.push(p.region_id);
+                    }
+                }
+                dropped_events.push((ev.offset, e.to_string()));
+            }
+        }
+    }
+    Ok(Judged {
+        accepted,
+        dropped_events,
+        rejected_chunks_of,
+    })
+}
+
+/// Writes the accepted events that survive the dropped regions (`gone`), the surviving pointer
+/// slots in one event; returns how many it wrote.
+fn write_kept<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    data: &[u8],
+    accepted: &[(u64, Frame, EventRef)],
+    rules: &CaptureBuilder<'_>,
+    gone: &HashSet<u32>,
+    dropped_events: &mut Vec<(u64, String)>,
+) -> Result<u64> {
+    let mut kept = 0u64;
+    let mut slots_written = false;
+    for (off, frame, r) in accepted {
+        match r {
+            EventRef::Region(id) | EventRef::Chunk(id) | EventRef::Global(id)
+                if gone.contains(id) =>
+            {
+                continue
+            }
+            EventRef::Region(id) => {
+                // Through the writer, so it knows the region's shape for the zero chunks.
+                if let Some(region) = rules.regions.iter().find(|r| r.region_id == *id) {
+                    w.region(region)?;
+                    kept += 1;
+                }
+                continue;
+            }
+            EventRef::Textures(ids) if ids.iter().any(|id| gone.contains(id)) => {
+                dropped_events.push((
+                *off,
+                "texture and surface objects whose array data was lost (the dispatch cannot be replayed faithfully without them)".into(),
+            ));
+                continue;
+            }
+            EventRef::PointerSlots => {
+                // The slots that survived, in one event where the first one was.
+                if !slots_written && !rules.pointer_slots.is_empty() {
+                    w.pointer_slots(&PointerSlots {
+                        slots: rules.pointer_slots.clone(),
+                    })?;
+                    kept += 1;
+                }
+                slots_written = true;
+                continue;
+            }
+            // Rewritten below, with what this salvage lost.
+            EventRef::Salvage => continue,
+            _ => {}
+        }
+        w.write_raw_event(frame.kind, frame.flags, payload_of(data, *off, frame)?)?;
+        kept += 1;
+    }
+    Ok(kept)
 }
 
 /// Pre-dispatch chunks the declared regions should have and do not.

@@ -306,70 +306,8 @@ fn kind_name(k: MemoryKind) -> &'static str {
 
 pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
     let d = &cap.dispatch;
-    // Types from the signature, when it names exactly the captured parameters.
-    let types = crate::params::signature_types(&demangle(&d.kernel_name))
-        .filter(|t| t.len() == d.params.len());
-    let params = d
-        .params
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let end = (p.offset as usize + p.size as usize).min(d.arg_bytes.len());
-            let bytes = d.arg_bytes.get(p.offset as usize..end).unwrap_or(&[]);
-            let pointer = d
-                .pointer_words
-                .iter()
-                .any(|&w| w >= p.offset && (w as u64) < p.offset as u64 + p.size as u64);
-            let target = if pointer && bytes.len() >= 8 {
-                let v = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]));
-                cap.regions
-                    .iter()
-                    .find(|r| v >= r.address && v - r.address < r.size.max(1))
-                    .map(|r| (r.region_id, v - r.address))
-            } else {
-                None
-            };
-            let ty = types.as_ref().map(|t| t[i].clone());
-            ParamDesc {
-                index: i,
-                offset: p.offset,
-                size: p.size,
-                pointer,
-                value_hex: hex(bytes),
-                value: ty
-                    .as_deref()
-                    .and_then(|t| crate::params::decode_value(t, bytes))
-                    // Without a signature, a word the recorder found to be a device pointer.
-                    .or_else(|| {
-                        (ty.is_none() && pointer && p.size == 8)
-                            .then(|| crate::params::decode_value("void*", bytes))
-                            .flatten()
-                    }),
-                r#type: ty,
-                region: target.map(|t| t.0),
-                region_offset: target.map(|t| t.1),
-            }
-        })
-        .collect();
-    let regions = cap
-        .regions
-        .iter()
-        .map(|r| RegionDesc {
-            id: r.region_id,
-            address: r.address,
-            size: r.size,
-            stored_bytes: cap.stored_bytes(r.region_id),
-            role: role_name(r.role),
-            kind: kind_name(r.kind),
-            written: cap.is_written(r.region_id),
-            global: cap
-                .globals
-                .iter()
-                .find(|g| g.region_id == r.region_id)
-                .map(|g| g.name.clone()),
-            unknown_output_bytes: cap.unknown_output_bytes(r.region_id),
-        })
-        .collect();
+    let params = param_descs(cap);
+    let regions = region_descs(cap);
     Description {
         file: file.to_string(),
         format_version: format!("{}.{}", cap.header.major, cap.header.minor),
@@ -388,32 +326,8 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
         },
         params,
         regions,
-        modules: cap
-            .modules
-            .iter()
-            .map(|m| ModuleDesc {
-                id: m.module_id,
-                kind: match m.kind {
-                    ModuleKind::Cubin => "cubin",
-                    ModuleKind::Ptx => "ptx",
-                    ModuleKind::Fatbin => "fatbin",
-                },
-                arch: m.arch,
-                size: m.image.len() as u64,
-            })
-            .collect(),
-        device: cap.device.as_ref().map(|v| DeviceDesc {
-            name: v.name.clone(),
-            compute_capability: format!("{}.{}", v.cc_major, v.cc_minor),
-            uuid: hex(&v.uuid),
-            driver_version: format!(
-                "{}.{}",
-                v.driver_version / 1000,
-                v.driver_version % 1000 / 10
-            ),
-            sm_count: v.sm_count,
-            total_memory: v.total_memory,
-        }),
+        modules: cap.modules.iter().map(module_desc).collect(),
+        device: cap.device.as_ref().map(device_desc),
         original_ns: d.original_duration_ns,
         timing: cap.timing.clone(),
         graph: cap.graph.clone(),
@@ -424,41 +338,157 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             .iter()
             .map(|o| texture_desc(cap, o))
             .collect(),
-        recorder: cap.info.as_ref().map(|i| Recorder {
-            version: i.tool_version.clone(),
-            host: i.host.clone(),
-            pid: i.pid,
-            rank: i.rank,
-            command_line: i.command_line.clone(),
-            time_unix_ns: i.time_unix_ns,
-            time: iso_time(i.time_unix_ns),
-            match_index: i.match_index,
-            launch_index: i.launch_index,
-            kernel_filter: i.kernel_filter.clone(),
-        }),
+        recorder: cap.info.as_ref().map(recorder_desc),
         reference: cap.reference(),
-        salvage: cap.salvage.as_ref().map(|s| SalvageDesc {
-            lost_from: s.lost_from,
-            lost_events: s
-                .lost_events
-                .iter()
-                .map(|&(off, kind)| {
-                    let name = kreplay_format::EventKind::from_u16(kind)
-                        .map_or_else(|| format!("kind {kind}"), |k| k.name().to_string());
-                    (off, name)
-                })
-                .collect(),
-            dropped_regions: s.dropped_regions.iter().map(|r| r.region_id).collect(),
-            unknown_output_chunks: s.unknown_output.len(),
-            textures_dropped: s.textures_dropped,
-            replay_blockers: kreplay_format::replay_blockers(cap),
-        }),
+        salvage: cap.salvage.as_ref().map(|s| salvage_desc(cap, s)),
         redaction: cap.redaction.as_ref().map(|r| r.fields.clone()),
         annotations: cap
             .annotations
             .iter()
             .map(|a| (a.key.clone(), a.value.clone()))
             .collect(),
+    }
+}
+
+/// Each kernel parameter: its bytes, its type when the signature names every parameter, and
+/// the region it points into.
+fn param_descs(cap: &Capture<'_>) -> Vec<ParamDesc> {
+    let d = &cap.dispatch;
+    // Types from the signature, when it names exactly the captured parameters.
+    let types = crate::params::signature_types(&demangle(&d.kernel_name))
+        .filter(|t| t.len() == d.params.len());
+    d.params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| param_desc(cap, types.as_deref(), i, p))
+        .collect()
+}
+
+/// One parameter; `types` is the signature's, one per parameter.
+fn param_desc(
+    cap: &Capture<'_>,
+    types: Option<&[String]>,
+    i: usize,
+    p: &kreplay_format::Param,
+) -> ParamDesc {
+    let d = &cap.dispatch;
+    let end = (p.offset as usize + p.size as usize).min(d.arg_bytes.len());
+    let bytes = d.arg_bytes.get(p.offset as usize..end).unwrap_or(&[]);
+    let pointer = d
+        .pointer_words
+        .iter()
+        .any(|&w| w >= p.offset && (w as u64) < p.offset as u64 + p.size as u64);
+    let target = if pointer && bytes.len() >= 8 {
+        let v = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]));
+        cap.regions
+            .iter()
+            .find(|r| v >= r.address && v - r.address < r.size.max(1))
+            .map(|r| (r.region_id, v - r.address))
+    } else {
+        None
+    };
+    let ty = types.map(|t| t[i].clone());
+    ParamDesc {
+        index: i,
+        offset: p.offset,
+        size: p.size,
+        pointer,
+        value_hex: hex(bytes),
+        value: ty
+            .as_deref()
+            .and_then(|t| crate::params::decode_value(t, bytes))
+            // Without a signature, a word the recorder found to be a device pointer.
+            .or_else(|| {
+                (ty.is_none() && pointer && p.size == 8)
+                    .then(|| crate::params::decode_value("void*", bytes))
+                    .flatten()
+            }),
+        r#type: ty,
+        region: target.map(|t| t.0),
+        region_offset: target.map(|t| t.1),
+    }
+}
+
+fn region_descs(cap: &Capture<'_>) -> Vec<RegionDesc> {
+    cap.regions
+        .iter()
+        .map(|r| RegionDesc {
+            id: r.region_id,
+            address: r.address,
+            size: r.size,
+            stored_bytes: cap.stored_bytes(r.region_id),
+            role: role_name(r.role),
+            kind: kind_name(r.kind),
+            written: cap.is_written(r.region_id),
+            global: cap
+                .globals
+                .iter()
+                .find(|g| g.region_id == r.region_id)
+                .map(|g| g.name.clone()),
+            unknown_output_bytes: cap.unknown_output_bytes(r.region_id),
+        })
+        .collect()
+}
+
+fn module_desc(m: &kreplay_format::ModuleImage) -> ModuleDesc {
+    ModuleDesc {
+        id: m.module_id,
+        kind: match m.kind {
+            ModuleKind::Cubin => "cubin",
+            ModuleKind::Ptx => "ptx",
+            ModuleKind::Fatbin => "fatbin",
+        },
+        arch: m.arch,
+        size: m.image.len() as u64,
+    }
+}
+
+fn device_desc(v: &kreplay_format::DeviceInfo) -> DeviceDesc {
+    DeviceDesc {
+        name: v.name.clone(),
+        compute_capability: format!("{}.{}", v.cc_major, v.cc_minor),
+        uuid: hex(&v.uuid),
+        driver_version: format!(
+            "{}.{}",
+            v.driver_version / 1000,
+            v.driver_version % 1000 / 10
+        ),
+        sm_count: v.sm_count,
+        total_memory: v.total_memory,
+    }
+}
+
+fn recorder_desc(i: &kreplay_format::CaptureInfo) -> Recorder {
+    Recorder {
+        version: i.tool_version.clone(),
+        host: i.host.clone(),
+        pid: i.pid,
+        rank: i.rank,
+        command_line: i.command_line.clone(),
+        time_unix_ns: i.time_unix_ns,
+        time: iso_time(i.time_unix_ns),
+        match_index: i.match_index,
+        launch_index: i.launch_index,
+        kernel_filter: i.kernel_filter.clone(),
+    }
+}
+
+fn salvage_desc(cap: &Capture<'_>, s: &kreplay_format::SalvageRecord) -> SalvageDesc {
+    SalvageDesc {
+        lost_from: s.lost_from,
+        lost_events: s
+            .lost_events
+            .iter()
+            .map(|&(off, kind)| {
+                let name = kreplay_format::EventKind::from_u16(kind)
+                    .map_or_else(|| format!("kind {kind}"), |k| k.name().to_string());
+                (off, name)
+            })
+            .collect(),
+        dropped_regions: s.dropped_regions.iter().map(|r| r.region_id).collect(),
+        unknown_output_chunks: s.unknown_output.len(),
+        textures_dropped: s.textures_dropped,
+        replay_blockers: kreplay_format::replay_blockers(cap),
     }
 }
 

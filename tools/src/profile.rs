@@ -60,27 +60,7 @@ fn counter(v: f64) -> String {
 /// below the table.
 pub fn table(rows: &[ProfileRow]) -> String {
     let names = metric_names(rows);
-    let units: Vec<String> = names
-        .iter()
-        .map(|n| {
-            rows.iter()
-                .flat_map(|r| r.metrics.iter())
-                .find(|m| &m.name == n)
-                .map(|m| m.unit.clone())
-                .unwrap_or_default()
-        })
-        .collect();
-    let heads: Vec<String> = names
-        .iter()
-        .zip(&units)
-        .map(|(n, u)| {
-            if u.is_empty() {
-                n.clone()
-            } else {
-                format!("{n} ({u})")
-            }
-        })
-        .collect();
+    let heads = metric_heads(rows, &names);
     let metric_cells = |r: &ProfileRow| -> String {
         let mut line = String::new();
         for (n, h) in names.iter().zip(&heads) {
@@ -112,36 +92,73 @@ pub fn table(rows: &[ProfileRow]) -> String {
     }
     out.push('\n');
     for r in rows {
-        let name: String = r.short_name.chars().take(28).collect();
-        out.push_str(&format!(
-            "{:<28} {:>7} {:>6} {:>14} {:>12} {:>6} {:>11} {:>10} {:>11} {:>11} {:>6}",
-            name,
-            r.rank.map_or("-".to_string(), |x| x.to_string()),
-            r.launch_index,
-            dims(r.grid),
-            dims(r.block),
-            r.durations_ns.len(),
-            if r.skipped.is_some() {
-                "-".into()
-            } else {
-                us(r.median_ns)
-            },
-            if r.skipped.is_some() {
-                "-".into()
-            } else {
-                us(r.min_ns)
-            },
-            kreplay_format::units::bytes(r.write_set_bytes),
-            if r.durations_ns.len() > 1 {
-                us(r.restore_median_ns)
-            } else {
-                "-".into()
-            },
-            verdict(r)
-        ));
+        out.push_str(&row_cells(r));
         out.push_str(&metric_cells(r));
         out.push('\n');
     }
+    out.push_str(&notes(rows));
+    out
+}
+
+/// The header of each metric's column: its name, and its unit when it has one.
+fn metric_heads(rows: &[ProfileRow], names: &[String]) -> Vec<String> {
+    let units: Vec<String> = names
+        .iter()
+        .map(|n| {
+            rows.iter()
+                .flat_map(|r| r.metrics.iter())
+                .find(|m| &m.name == n)
+                .map(|m| m.unit.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    names
+        .iter()
+        .zip(&units)
+        .map(|(n, u)| {
+            if u.is_empty() {
+                n.clone()
+            } else {
+                format!("{n} ({u})")
+            }
+        })
+        .collect()
+}
+
+/// The fixed columns of one row (the metric columns follow).
+fn row_cells(r: &ProfileRow) -> String {
+    let name: String = r.short_name.chars().take(28).collect();
+    format!(
+        "{:<28} {:>7} {:>6} {:>14} {:>12} {:>6} {:>11} {:>10} {:>11} {:>11} {:>6}",
+        name,
+        r.rank.map_or("-".to_string(), |x| x.to_string()),
+        r.launch_index,
+        dims(r.grid),
+        dims(r.block),
+        r.durations_ns.len(),
+        if r.skipped.is_some() {
+            "-".into()
+        } else {
+            us(r.median_ns)
+        },
+        if r.skipped.is_some() {
+            "-".into()
+        } else {
+            us(r.min_ns)
+        },
+        kreplay_format::units::bytes(r.write_set_bytes),
+        if r.durations_ns.len() > 1 {
+            us(r.restore_median_ns)
+        } else {
+            "-".into()
+        },
+        verdict(r)
+    )
+}
+
+/// Why a dispatch was not profiled, and each distinct reason counters are missing, a line each.
+fn notes(rows: &[ProfileRow]) -> String {
+    let mut out = String::new();
     for r in rows {
         if let Some(why) = &r.skipped {
             out.push_str(&format!(

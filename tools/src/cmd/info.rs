@@ -7,7 +7,7 @@ use anyhow::Context;
 use kreplay_format::Capture;
 
 use crate::cli::InfoArgs;
-use crate::describe::{bytes, describe, duration};
+use crate::describe::{bytes, describe, duration, Description};
 use crate::out;
 use crate::output::printable as p;
 
@@ -58,7 +58,19 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::Result<()> {
+fn print_text(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
+    print_head(w, d)?;
+    print_reference(w, d)?;
+    print_salvage(w, d)?;
+    print_origin(w, d)?;
+    print_params(w, d)?;
+    print_memory(w, d)?;
+    print_provenance(w, d)?;
+    Ok(())
+}
+
+/// The capture, the kernel and its launch configuration.
+fn print_head(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     out!(
         w,
         "capture   {} (format {}, {})",
@@ -94,6 +106,11 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             format!(" attributes {:?}", l.attributes)
         }
     );
+    Ok(())
+}
+
+/// What stands in for the recorded output, when it is not the recorded bytes.
+fn print_reference(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     match d.reference {
         kreplay_format::Reference::Recorded => {}
         kreplay_format::Reference::Dropped => out!(
@@ -135,6 +152,11 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             );
         }
     }
+    Ok(())
+}
+
+/// What salvage lost, and what that stops from replaying.
+fn print_salvage(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     if let Some(s) = &d.salvage {
         let mut what = Vec::new();
         if let Some(at) = s.lost_from {
@@ -176,6 +198,11 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             );
         }
     }
+    Ok(())
+}
+
+/// Where the dispatch came from and how long it took when recorded.
+fn print_origin(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     if let Some(g) = &d.graph {
         out!(w, "graph     {}", crate::describe::graph_origin(g));
     }
@@ -188,6 +215,11 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             crate::describe::timing_conditions(t)
         ))
     );
+    Ok(())
+}
+
+/// The kernel parameters, one a line.
+fn print_params(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     out!(
         w,
         "params    {:>3} {:>6} {:>5}  {:<24} value",
@@ -224,6 +256,11 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             target
         );
     }
+    Ok(())
+}
+
+/// The memory regions, textures, pointer slots and code modules.
+fn print_memory(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     out!(
         w,
         "regions   {:>3} {:>18} {:>12} {:>12} {:<9} {:<13} {:<7} global",
@@ -293,6 +330,11 @@ fn print_text(w: &mut impl Write, d: &crate::describe::Description) -> anyhow::R
             bytes(m.size)
         );
     }
+    Ok(())
+}
+
+/// The device, who recorded it and where, and what the file holds of the application.
+fn print_provenance(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     match &d.device {
         Some(v) => out!(
             w,

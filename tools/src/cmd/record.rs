@@ -394,24 +394,7 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
     let nth = a.launch_skip.map_or(a.nth, |s| s.saturating_add(1));
     let count = a.launch_count.unwrap_or(a.count);
     check_output(&a, count)?;
-    let vars = [
-        (env::MODE, "record".to_string()),
-        (env::KERNEL, kernel.clone()),
-        (env::NTH, nth.to_string()),
-        (env::COUNT, count.to_string()),
-        (
-            env::LAUNCH_INDEX,
-            a.launch_index.map_or(String::new(), |i| i.to_string()),
-        ),
-        (env::OUTPUT, a.output.clone()),
-        (env::FORCE, if a.force { "1" } else { "0" }.to_string()),
-        (env::QUIET, if a.quiet { "1" } else { "0" }.to_string()),
-        (
-            env::NVTX_INCLUDE,
-            a.nvtx_include.clone().unwrap_or_default(),
-        ),
-        (env::MEMORY, a.memory.env_value().to_string()),
-    ];
+    let vars = recorder_vars(&a, &kernel, nth, count);
     let run = run_app(&a.command, &vars)?;
     let captures: Vec<_> = run
         .reports
@@ -479,6 +462,42 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         // application's own.
         return Ok(ExitCode::SUCCESS);
     };
+    explain_nothing(&a, &run, &kernel, &error, errors.is_empty());
+    Ok(ExitCode::from(3))
+}
+
+/// What the recorder in the application is told: the selection, the output, the memory scope.
+fn recorder_vars(
+    a: &RecordArgs,
+    kernel: &str,
+    nth: u64,
+    count: u64,
+) -> Vec<(&'static str, String)> {
+    vec![
+        (env::MODE, "record".to_string()),
+        (env::KERNEL, kernel.to_string()),
+        (env::NTH, nth.to_string()),
+        (env::COUNT, count.to_string()),
+        (
+            env::LAUNCH_INDEX,
+            a.launch_index.map_or(String::new(), |i| i.to_string()),
+        ),
+        (env::OUTPUT, a.output.clone()),
+        (env::FORCE, if a.force { "1" } else { "0" }.to_string()),
+        (env::QUIET, if a.quiet { "1" } else { "0" }.to_string()),
+        (
+            env::NVTX_INCLUDE,
+            a.nvtx_include.clone().unwrap_or_default(),
+        ),
+        (env::MEMORY, a.memory.env_value().to_string()),
+    ]
+}
+
+/// Says on stderr why nothing was captured (`error`), with the kernels closest to what was
+/// asked for when nothing matched; the recorder's own errors (`no_errors` false) already said.
+fn explain_nothing(a: &RecordArgs, run: &Run, kernel: &str, error: &str, no_errors: bool) {
+    let disabled = run.reports.iter().filter(|r| r.disabled.is_some()).count();
+    let matches: u64 = run.reports.iter().map(|r| r.matches).sum();
     if matches == 0 && disabled < run.reports.len() {
         let kernels = merge_kernels(&run.reports);
         if a.kernel
@@ -491,7 +510,7 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         } else {
             crate::warn!("kreplay: {error}.");
         }
-        let close = closest(&kernel, &kernels);
+        let close = closest(kernel, &kernels);
         let (title, list): (&str, Vec<&KernelStat>) = if close.is_empty() {
             ("most frequent kernels", kernels.iter().collect())
         } else {
@@ -509,10 +528,9 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         }
     } else if let Some((said, _)) = all_disabled(&run.reports) {
         crate::warn!("kreplay: nothing captured: {said}");
-    } else if errors.is_empty() {
+    } else if no_errors {
         crate::warn!("kreplay: {error}");
     }
-    Ok(ExitCode::from(3))
 }
 
 /// Refuses, before the application starts, an output name that cannot work: an unknown
@@ -613,75 +631,86 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
         serde_json::to_writer(&mut w, &kernels)?;
         out!(w);
     } else if a.csv {
-        let mut rows = vec![[
-            "count",
-            "in_graphs",
-            "first_launch",
-            "grid",
-            "block",
-            "nvtx",
-            "name",
-            "demangled",
-        ]
-        .map(String::from)
-        .to_vec()];
-        for k in &kernels {
-            rows.push(vec![
-                k.count.to_string(),
-                k.in_graphs.to_string(),
-                k.first_launch.to_string(),
-                format!("{}x{}x{}", k.grid[0], k.grid[1], k.grid[2]),
-                format!("{}x{}x{}", k.block[0], k.block[1], k.block[2]),
-                k.nvtx.clone().unwrap_or_default(),
-                k.name.clone(),
-                k.demangled.clone(),
-            ]);
-        }
-        crate::output::write_csv(&mut w, &rows)?;
+        write_kernels_csv(&mut w, &kernels)?;
     } else {
-        // The innermost NVTX range at each kernel's first launch, when the app uses NVTX.
-        let nvtx_width = kernels
-            .iter()
-            .filter_map(|k| k.nvtx.as_ref().map(|n| n.chars().count()))
-            .max()
-            .map(|n| n.clamp(4, 40) + 1);
-        let nvtx = |k: &KernelStat| -> String {
-            match nvtx_width {
-                Some(wd) => {
-                    let n: String = k.nvtx.as_deref().unwrap_or("-").chars().take(40).collect();
-                    format!("{:<wd$}", crate::output::printable(&n))
-                }
-                None => String::new(),
-            }
-        };
-        let header = match nvtx_width {
-            Some(wd) => format!("{:<wd$}", "nvtx"),
-            None => String::new(),
-        };
-        out!(
-            w,
-            "{:>8} {:>8} {:>8}  {:<16} {:<14} {header}kernel",
-            "count",
-            "in graph",
-            "first",
-            "grid",
-            "block"
-        );
-        for k in &kernels {
-            out!(
-                w,
-                "{:>8} {:>8} {:>8}  {:<16} {:<14} {}{}",
-                k.count,
-                k.in_graphs,
-                k.first_launch,
-                format!("({},{},{})", k.grid[0], k.grid[1], k.grid[2]),
-                format!("({},{},{})", k.block[0], k.block[1], k.block[2]),
-                nvtx(k),
-                k.demangled
-            );
-        }
+        print_kernels(&mut w, &kernels)?;
     }
     Ok(app_exit_code(run.status))
+}
+
+/// `list --csv`: one row a kernel.
+fn write_kernels_csv(w: &mut impl Write, kernels: &[KernelStat]) -> anyhow::Result<()> {
+    let mut rows = vec![[
+        "count",
+        "in_graphs",
+        "first_launch",
+        "grid",
+        "block",
+        "nvtx",
+        "name",
+        "demangled",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for k in kernels {
+        rows.push(vec![
+            k.count.to_string(),
+            k.in_graphs.to_string(),
+            k.first_launch.to_string(),
+            format!("{}x{}x{}", k.grid[0], k.grid[1], k.grid[2]),
+            format!("{}x{}x{}", k.block[0], k.block[1], k.block[2]),
+            k.nvtx.clone().unwrap_or_default(),
+            k.name.clone(),
+            k.demangled.clone(),
+        ]);
+    }
+    crate::output::write_csv(w, &rows)
+}
+
+/// `list` as a table, with an NVTX column when the application uses NVTX.
+fn print_kernels(w: &mut impl Write, kernels: &[KernelStat]) -> anyhow::Result<()> {
+    // The innermost NVTX range at each kernel's first launch, when the app uses NVTX.
+    let nvtx_width = kernels
+        .iter()
+        .filter_map(|k| k.nvtx.as_ref().map(|n| n.chars().count()))
+        .max()
+        .map(|n| n.clamp(4, 40) + 1);
+    let nvtx = |k: &KernelStat| -> String {
+        match nvtx_width {
+            Some(wd) => {
+                let n: String = k.nvtx.as_deref().unwrap_or("-").chars().take(40).collect();
+                format!("{:<wd$}", crate::output::printable(&n))
+            }
+            None => String::new(),
+        }
+    };
+    let header = match nvtx_width {
+        Some(wd) => format!("{:<wd$}", "nvtx"),
+        None => String::new(),
+    };
+    out!(
+        w,
+        "{:>8} {:>8} {:>8}  {:<16} {:<14} {header}kernel",
+        "count",
+        "in graph",
+        "first",
+        "grid",
+        "block"
+    );
+    for k in kernels {
+        out!(
+            w,
+            "{:>8} {:>8} {:>8}  {:<16} {:<14} {}{}",
+            k.count,
+            k.in_graphs,
+            k.first_launch,
+            format!("({},{},{})", k.grid[0], k.grid[1], k.grid[2]),
+            format!("({},{},{})", k.block[0], k.block[1], k.block[2]),
+            nvtx(k),
+            k.demangled
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

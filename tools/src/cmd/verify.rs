@@ -106,60 +106,103 @@ fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result
                         out_path.display()
                     );
                 }
-                let report = kreplay_format::file::salvage_to_file(data, out_path, a.force)
-                    .with_context(|| format!("nothing replayable could be salvaged from {name}"))?;
-                let mut dropped = String::new();
-                if !report.lost_events.is_empty() {
-                    dropped += &format!(
-                        "; skipped {} damaged event(s) and read on (first at byte {})",
-                        report.lost_events.len(),
-                        report.lost_events[0].0
-                    );
-                }
-                if !report.dropped_regions.is_empty() {
-                    dropped += &format!(
-                        "; dropped regions {:?} whose memory was lost",
-                        report.dropped_regions
-                    );
-                }
-                if !report.dropped_events.is_empty() {
-                    dropped += &format!(
-                        "; dropped {} event(s) that broke the format's rules (first at byte {})",
-                        report.dropped_events.len(),
-                        report.dropped_events[0].0
-                    );
-                }
-                if report.unknown_output_chunks > 0 {
-                    dropped += &format!(
-                        "; the recorded output of {} chunk(s) is unknown (the kernel may have written them after byte {}): play --verify checks them for determinism only",
-                        report.unknown_output_chunks,
-                        report
-                            .lost_from
-                            .or(report.lost_events.first().map(|l| l.0))
-                            .unwrap_or(0)
-                    );
-                }
-                if report.replay_blockers.is_empty() {
-                    crate::warn!(
-                        "kreplay: salvaged {} of {} intact events into {} (verified){}",
-                        report.kept_events,
-                        report.intact_events,
-                        out_path.display(),
-                        dropped
-                    );
-                } else {
-                    crate::warn!(
-                        "kreplay: salvaged {} of {} intact events into {}{}; it {}: {}",
-                        report.kept_events,
-                        report.intact_events,
-                        out_path.display(),
-                        dropped,
-                        crate::output::verdict("cannot be replayed", false),
-                        report.replay_blockers.join("; ")
-                    );
-                }
+                salvage_into(data, out_path, &name, a.force)?;
             }
             Ok(false)
         }
+    }
+}
+
+/// Salvages the damaged capture `data` (called `name` in messages) into `out_path`, and says
+/// on stderr what it kept and whether the result can be replayed.
+fn salvage_into(data: &[u8], out_path: &Path, name: &str, force: bool) -> anyhow::Result<()> {
+    let report = kreplay_format::file::salvage_to_file(data, out_path, force)
+        .with_context(|| format!("nothing replayable could be salvaged from {name}"))?;
+    let dropped = salvage_losses(&report);
+    if report.replay_blockers.is_empty() {
+        crate::warn!(
+            "kreplay: salvaged {} of {} intact events into {} (verified){}",
+            report.kept_events,
+            report.intact_events,
+            out_path.display(),
+            dropped
+        );
+    } else {
+        crate::warn!(
+            "kreplay: salvaged {} of {} intact events into {}{}; it {}: {}",
+            report.kept_events,
+            report.intact_events,
+            out_path.display(),
+            dropped,
+            crate::output::verdict("cannot be replayed", false),
+            report.replay_blockers.join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// What a salvage lost, as clauses to append to its summary ("" when it lost nothing).
+fn salvage_losses(report: &kreplay_format::SalvageReport) -> String {
+    let mut dropped = String::new();
+    if !report.lost_events.is_empty() {
+        dropped += &format!(
+            "; skipped {} damaged event(s) and read on (first at byte {})",
+            report.lost_events.len(),
+            report.lost_events[0].0
+        );
+    }
+    if !report.dropped_regions.is_empty() {
+        dropped += &format!(
+            "; dropped regions {:?} whose memory was lost",
+            report.dropped_regions
+        );
+    }
+    if !report.dropped_events.is_empty() {
+        dropped += &format!(
+            "; dropped {} event(s) that broke the format's rules (first at byte {})",
+            report.dropped_events.len(),
+            report.dropped_events[0].0
+        );
+    }
+    if report.unknown_output_chunks > 0 {
+        dropped += &format!(
+            "; the recorded output of {} chunk(s) is unknown (the kernel may have written them after byte {}): play --verify checks them for determinism only",
+            report.unknown_output_chunks,
+            report
+                .lost_from
+                .or(report.lost_events.first().map(|l| l.0))
+                .unwrap_or(0)
+        );
+    }
+    dropped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_salvage_that_lost_nothing_adds_no_clause() {
+        assert_eq!(
+            salvage_losses(&kreplay_format::SalvageReport::default()),
+            ""
+        );
+    }
+
+    #[test]
+    fn each_loss_of_a_salvage_is_one_clause_in_order() {
+        let report = kreplay_format::SalvageReport {
+            lost_events: vec![(4096, 7)],
+            dropped_regions: vec![2, 5],
+            unknown_output_chunks: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            salvage_losses(&report),
+            "; skipped 1 damaged event(s) and read on (first at byte 4096)\
+             ; dropped regions [2, 5] whose memory was lost\
+             ; the recorded output of 3 chunk(s) is unknown (the kernel may have written them \
+             after byte 4096): play --verify checks them for determinism only"
+        );
     }
 }
