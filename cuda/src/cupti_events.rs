@@ -12,17 +12,12 @@ use crate::cupti::sys as csys;
 mod allocation;
 mod graph;
 mod launch;
+mod site;
 
 pub use allocation::{AllocationChange, AllocationKind, AllocationRequest};
 pub use graph::GraphCall;
 pub use launch::{Launch, LaunchEntry};
-
-/// Where a driver-API callback fires: before the call runs, or after it returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Site {
-    Enter,
-    Exit,
-}
+pub use site::Site;
 
 /// One driver-API call as its callback shows it.
 #[derive(Clone, Copy)]

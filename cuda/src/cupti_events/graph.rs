@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use super::Site;
+use super::site::Site;
 use crate::callbacks::cbid;
 use crate::cupti::sys as csys;
 use crate::graph::KernelNodeParams;

@@ -222,72 +222,82 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
         r.timing.setup_ms
     );
     if r.verify.checked {
-        let v = &r.verify;
-        let recorded = matches!(
-            v.reference,
-            kreplay_format::Reference::Recorded | kreplay_format::Reference::Partial
-        );
-        match v.reference {
-            kreplay_format::Reference::Recorded => {}
-            kreplay_format::Reference::Partial => out!(
-                w,
-                "verify    part of the recorded output was lost (kreplay verify --salvage): the chunks without it are checked for determinism only"
-            ),
-            kreplay_format::Reference::Dropped | kreplay_format::Reference::Redacted => out!(
-                w,
-                "verify    no recorded output in this capture ({} by kreplay pack): only determinism is checked{}",
-                v.reference.name(),
-                if v.matched { ", and that nothing outside the write set changed" } else { "" }
-            ),
-        }
-        if v.matched && recorded {
-            out!(
-                w,
-                "verify    {} the recorded output bit for bit{}",
-                crate::output::verdict("matched", true),
-                if v.reference == kreplay_format::Reference::Partial {
-                    " where it survived"
-                } else {
-                    ""
-                }
-            );
-        } else if !v.matched {
-            out!(
-                w,
-                "verify    {}: {} byte(s) differ from the {}",
-                crate::output::verdict("MISMATCH", false),
-                v.mismatched_bytes,
-                if recorded {
-                    "recorded output"
-                } else {
-                    "input, outside the write set"
-                }
-            );
-            for m in &v.first_mismatches {
-                out!(
-                    w,
-                    "          region {} offset {:#x}: expected {:#04x} found {:#04x}",
-                    m.region_id,
-                    m.offset,
-                    m.expected,
-                    m.found
-                );
+        print_verify(w, &r.verify, r.timing.passes)?;
+    }
+    Ok(())
+}
+
+/// What `--verify` found: against the recorded output (or, without one, the input outside the
+/// write set), and whether every pass produced the same output.
+fn print_verify(
+    w: &mut impl Write,
+    v: &kreplay_player::VerifyOutcome,
+    passes: u32,
+) -> anyhow::Result<()> {
+    let recorded = matches!(
+        v.reference,
+        kreplay_format::Reference::Recorded | kreplay_format::Reference::Partial
+    );
+    match v.reference {
+        kreplay_format::Reference::Recorded => {}
+        kreplay_format::Reference::Partial => out!(
+            w,
+            "verify    part of the recorded output was lost (kreplay verify --salvage): the chunks without it are checked for determinism only"
+        ),
+        kreplay_format::Reference::Dropped | kreplay_format::Reference::Redacted => out!(
+            w,
+            "verify    no recorded output in this capture ({} by kreplay pack): only determinism is checked{}",
+            v.reference.name(),
+            if v.matched { ", and that nothing outside the write set changed" } else { "" }
+        ),
+    }
+    if v.matched && recorded {
+        out!(
+            w,
+            "verify    {} the recorded output bit for bit{}",
+            crate::output::verdict("matched", true),
+            if v.reference == kreplay_format::Reference::Partial {
+                " where it survived"
+            } else {
+                ""
             }
-        }
-        if v.deterministic {
+        );
+    } else if !v.matched {
+        out!(
+            w,
+            "verify    {}: {} byte(s) differ from the {}",
+            crate::output::verdict("MISMATCH", false),
+            v.mismatched_bytes,
+            if recorded {
+                "recorded output"
+            } else {
+                "input, outside the write set"
+            }
+        );
+        for m in &v.first_mismatches {
             out!(
                 w,
-                "          all {} pass(es) produced identical output",
-                r.timing.passes
-            );
-        } else {
-            out!(
-                w,
-                "          {}: passes {:?} differ from pass 1 (atomics or races)",
-                crate::output::verdict("NON-DETERMINISTIC", false),
-                v.divergent_passes
+                "          region {} offset {:#x}: expected {:#04x} found {:#04x}",
+                m.region_id,
+                m.offset,
+                m.expected,
+                m.found
             );
         }
+    }
+    if v.deterministic {
+        out!(
+            w,
+            "          all {} pass(es) produced identical output",
+            passes
+        );
+    } else {
+        out!(
+            w,
+            "          {}: passes {:?} differ from pass 1 (atomics or races)",
+            crate::output::verdict("NON-DETERMINISTIC", false),
+            v.divergent_passes
+        );
     }
     Ok(())
 }
