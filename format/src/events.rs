@@ -23,6 +23,8 @@ pub enum EventKind {
     /// Since 1.1.
     Salvage = 15,
     Redaction = 16,
+    /// Since 1.2: one kernel step of a range capture.
+    Step = 17,
 }
 
 impl EventKind {
@@ -44,6 +46,7 @@ impl EventKind {
             14 => EventKind::Textures,
             15 => EventKind::Salvage,
             16 => EventKind::Redaction,
+            17 => EventKind::Step,
             _ => return None,
         })
     }
@@ -81,6 +84,7 @@ impl EventKind {
             EventKind::Textures => "textures",
             EventKind::Salvage => "salvage record",
             EventKind::Redaction => "redaction",
+            EventKind::Step => "step",
         }
     }
 }
@@ -393,6 +397,18 @@ pub struct Dispatch {
     /// Duration of the original launch in the application, measured with CUDA events
     /// recorded on the launch stream around it.
     pub original_duration_ns: Option<u64>,
+}
+
+/// One kernel launch of a range capture (STEP, since 1.2), in issue order. A range capture
+/// also writes its first step's dispatch as the one DISPATCH event (see `docs/FORMAT.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// The application's stream handle value the launch was issued on (0: the legacy
+    /// default stream). It names a stream within the capture; a replay cannot use it.
+    pub stream: u64,
+    /// The launch, as a single capture's DISPATCH holds it (its in-app duration in
+    /// `original_duration_ns`).
+    pub dispatch: Dispatch,
 }
 
 /// Kind of device memory a region came from.

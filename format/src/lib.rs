@@ -16,6 +16,7 @@ pub mod file;
 pub mod layout;
 pub mod observe;
 pub mod pack;
+pub mod range;
 pub mod ptx;
 pub mod reader;
 pub mod rules;
@@ -33,4 +34,4 @@ pub use reader::{
     scan, scan_observed, verify, verify_observed, Capture, ChunkRef, ScanReport, VerifyReport,
 };
 pub use salvage::{replay_blockers, salvage, salvage_verified, SalvageReport};
-pub use writer::{CaptureWriter, WriterOptions};
+pub use writer::{CaptureHead, CaptureTail, CaptureWriter, WriterOptions};

@@ -40,6 +40,9 @@ pub struct Capture<'a> {
     pub device: Option<DeviceInfo>,
     pub modules: Vec<ModuleImage>,
     pub dispatch: Dispatch,
+    /// A range capture's kernel steps in issue order; empty for a single-dispatch capture
+    /// (whose one step is `dispatch`). The first step's dispatch equals `dispatch`.
+    pub steps: Vec<Step>,
     pub regions: Vec<Region>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
@@ -305,6 +308,7 @@ impl<'a> Capture<'a> {
             device: b.device,
             modules: b.modules,
             dispatch,
+            steps: b.steps,
             regions: b.regions,
             globals: b.globals,
             annotations: b.annotations,
@@ -318,6 +322,11 @@ impl<'a> Capture<'a> {
             salvage: b.salvage,
             event_count: end.event_count + 1,
         })
+    }
+
+    /// Whether this is a range capture (a sequence of steps) rather than one dispatch.
+    pub fn is_range(&self) -> bool {
+        !self.steps.is_empty()
     }
 
     /// The bytes this capture was parsed from.

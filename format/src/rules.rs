@@ -131,6 +131,28 @@ pub(crate) fn decode_meta<T: DeserializeOwned>(
     codec::decode(&out, payload_offset, kind.name())
 }
 
+/// What is wrong with step `index` of a range capture, if anything: its module must be
+/// declared (modules precede the steps) and its pointer words lie inside its arguments.
+pub fn step_problem(step: &Step, index: usize, modules: &[ModuleImage]) -> Option<String> {
+    let d = &step.dispatch;
+    if !modules.iter().any(|m| m.module_id == d.module_id) {
+        return Some(format!(
+            "step {index} ({}) names module {}, which the capture does not hold",
+            d.kernel_name, d.module_id
+        ));
+    }
+    if d.pointer_words
+        .iter()
+        .any(|&w| w as usize + 8 > d.arg_bytes.len())
+    {
+        return Some(format!(
+            "step {index} ({}): a pointer word lies outside the kernel-argument bytes",
+            d.kernel_name
+        ));
+    }
+    None
+}
+
 /// What an accepted event is about; salvage drops the events that refer to dropped regions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventRef {
@@ -157,6 +179,8 @@ pub struct CaptureBuilder<'a> {
     pub device: Option<DeviceInfo>,
     pub modules: Vec<ModuleImage>,
     pub dispatch: Option<Dispatch>,
+    /// A range capture's steps in issue order (empty for a single capture).
+    pub steps: Vec<Step>,
     pub regions: Vec<Region>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
@@ -181,6 +205,7 @@ impl<'a> CaptureBuilder<'a> {
             device: None,
             modules: Vec::new(),
             dispatch: None,
+            steps: Vec::new(),
             regions: Vec::new(),
             globals: Vec::new(),
             annotations: Vec::new(),
@@ -270,6 +295,7 @@ impl<'a> CaptureBuilder<'a> {
             EventKind::PointerSlots => self.add_pointer_slots(off, frame),
             EventKind::Textures => self.add_textures(off, frame),
             EventKind::Salvage => self.add_salvage(off, frame),
+            EventKind::Step => self.add_step(off, frame),
             EventKind::Index | EventKind::End => Err(FormatError::Inconsistent {
                 offset: off,
                 what: format!("{} event inside the event area", kind.name()),
@@ -309,6 +335,27 @@ impl<'a> CaptureBuilder<'a> {
             ));
         }
         self.dispatch = Some(d);
+        Ok(EventRef::Other)
+    }
+
+    /// STEP: only in a file that states 1.2 or newer, after the DISPATCH (the first step's
+    /// copy), its module declared, its pointer words inside its argument bytes.
+    fn add_step(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        if self.header.minor < STEP_MINOR {
+            return Err(inconsistent(format!(
+                "a step event in a file that states format {}.{} (steps need {}.{STEP_MINOR})",
+                self.header.major, self.header.minor, self.header.major
+            )));
+        }
+        if self.dispatch.is_none() {
+            return Err(inconsistent(
+                "a step event before the dispatch event".into(),
+            ));
+        }
+        let s: Step = self.decode(off, frame, EventKind::Step)?;
+        step_problem(&s, self.steps.len(), &self.modules).map_or(Ok(()), |p| Err(inconsistent(p)))?;
+        self.steps.push(s);
         Ok(EventRef::Other)
     }
 
@@ -617,6 +664,14 @@ impl<'a> CaptureBuilder<'a> {
                 offset,
                 what: "the capture holds no dispatch event".into(),
             });
+        }
+        if let (Some(first), Some(d)) = (self.steps.first(), &self.dispatch) {
+            if &first.dispatch != d {
+                return Err(FormatError::Inconsistent {
+                    offset,
+                    what: "the first step differs from the dispatch event (a range capture's dispatch is its first step)".into(),
+                });
+            }
         }
         if let Some(&id) = self.incomplete_regions().first() {
             let r = self.region(id).map_or((0, 1), |r| (r.size, r.chunk_size));

@@ -137,6 +137,11 @@ impl<W: Write + Seek> CaptureWriter<W> {
 
     /// Appends an event exactly as given (salvage and tests of unknown kinds use this).
     pub fn write_raw_event(&mut self, kind: u16, flags: u16, payload: &[u8]) -> Result<()> {
+        // Salvage copies a range capture's steps through here: the file must still state
+        // the minor that added them.
+        if kind == EventKind::Step as u16 {
+            self.minor = self.minor.max(STEP_MINOR);
+        }
         self.write_event(kind, flags, &[payload])
     }
 
@@ -185,6 +190,16 @@ impl<W: Write + Seek> CaptureWriter<W> {
     pub fn salvage_record(&mut self, v: &SalvageRecord) -> Result<()> {
         self.minor = self.minor.max(SALVAGE_MINOR);
         self.write_meta(EventKind::Salvage, v)
+    }
+
+    /// The steps of a range capture, in issue order, right after the head (whose dispatch is
+    /// the first step's). The file then states format 1.2.
+    pub fn steps(&mut self, steps: &[Step]) -> Result<()> {
+        self.minor = self.minor.max(STEP_MINOR);
+        for s in steps {
+            self.write_meta(EventKind::Step, s)?;
+        }
+        Ok(())
     }
 
     /// Declares a region; its memory follows with `memory`.
