@@ -19,6 +19,9 @@ pub mod env {
     pub const FORCE: &str = "KREPLAY_FORCE";
     /// Capture the launch with this 1-based index among all launches (`--launch-index`).
     pub const LAUNCH_INDEX: &str = "KREPLAY_LAUNCH_INDEX";
+    /// Capture launches I through J (1-based, inclusive, `I:J`) as one range capture
+    /// (`--launch-range`).
+    pub const LAUNCH_RANGE: &str = "KREPLAY_LAUNCH_RANGE";
     /// `1`: no per-capture summary lines (`kreplay record -q`).
     pub const QUIET: &str = "KREPLAY_QUIET";
     /// Only launches inside this NVTX push/pop range (`--nvtx-include`).
@@ -125,6 +128,8 @@ pub struct Config {
     pub force: bool,
     /// Capture the launch with this 1-based index among all launches of the process.
     pub launch_index: Option<u64>,
+    /// Capture these launches of the process as one range capture.
+    pub launch_range: Option<LaunchRange>,
     /// No per-capture summary lines.
     pub quiet: bool,
     /// Only launches inside this NVTX range.
@@ -176,11 +181,13 @@ impl Config {
                 format!("{}={v}: expected a whole number >= 1", env::LAUNCH_INDEX)
             })?),
         };
-        if mode != Mode::List && kernel.is_none() && launch_index.is_none() {
+        let launch_range = launch_range_from(&get, &mode, kernel.is_some() || launch_index.is_some())?;
+        if mode != Mode::List && kernel.is_none() && launch_index.is_none() && launch_range.is_none() {
             return Err(format!(
-                "{} or {} is required in record and profile modes",
+                "{}, {} or {} is required in record and profile modes",
                 env::KERNEL,
-                env::LAUNCH_INDEX
+                env::LAUNCH_INDEX,
+                env::LAUNCH_RANGE
             ));
         }
         let num = |k: &str, default: u64| -> Result<u64, String> {
@@ -213,6 +220,7 @@ impl Config {
                 .map(PathBuf::from),
             force: get(env::FORCE).as_deref() == Some("1"),
             launch_index,
+            launch_range,
             quiet: get(env::QUIET).as_deref() == Some("1"),
             nvtx: match get(env::NVTX_INCLUDE).filter(|v| !v.is_empty()) {
                 Some(v) => Some(crate::nvtx::NvtxFilter::parse(&v)?),
@@ -230,6 +238,61 @@ impl Config {
                 .unwrap_or_default(),
         }))
     }
+}
+
+/// Launches `first..=last` of the process (the 1-based indices `kreplay list` shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchRange {
+    pub first: u64,
+    pub last: u64,
+}
+
+impl LaunchRange {
+    /// Parses `I:J` with `1 <= I <= J`.
+    pub fn parse(text: &str) -> Result<LaunchRange, String> {
+        let bad = || format!("{text}: expected I:J, two launch indices with 1 <= I <= J");
+        let (i, j) = text.split_once(':').ok_or_else(bad)?;
+        let first: u64 = i.trim().parse().map_err(|_| bad())?;
+        let last: u64 = j.trim().parse().map_err(|_| bad())?;
+        if first == 0 || last < first {
+            return Err(bad());
+        }
+        Ok(LaunchRange { first, last })
+    }
+
+    /// The value `parse` reads back.
+    pub fn env_value(self) -> String {
+        format!("{}:{}", self.first, self.last)
+    }
+
+    pub fn contains(self, launch_index: u64) -> bool {
+        (self.first..=self.last).contains(&launch_index)
+    }
+}
+
+/// The launch range of record mode, refused next to another launch selection (a range is
+/// one capture of its own) and in the other modes.
+fn launch_range_from(
+    get: &impl Fn(&str) -> Option<String>,
+    mode: &Mode,
+    other_selection: bool,
+) -> Result<Option<LaunchRange>, String> {
+    let Some(v) = get(env::LAUNCH_RANGE).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let range = LaunchRange::parse(&v).map_err(|e| format!("{}={e}", env::LAUNCH_RANGE))?;
+    if *mode != Mode::Record {
+        return Err(format!("{} is for record mode only", env::LAUNCH_RANGE));
+    }
+    if other_selection {
+        return Err(format!(
+            "{} cannot be combined with {} or {}",
+            env::LAUNCH_RANGE,
+            env::KERNEL,
+            env::LAUNCH_INDEX
+        ));
+    }
+    Ok(Some(range))
 }
 
 /// Metric names from a comma-separated list (blanks around names and empty entries dropped).
@@ -575,6 +638,38 @@ mod tests {
         assert_eq!(c.output, DEFAULT_OUTPUT);
         m.insert(env::NTH.to_string(), "0".to_string());
         assert!(Config::from_lookup(|k| m.get(k).cloned()).is_err());
+    }
+
+    #[test]
+    fn launch_ranges_parse_and_contain_their_ends() {
+        let r = LaunchRange::parse("3:5").unwrap();
+        assert_eq!(r, LaunchRange { first: 3, last: 5 });
+        assert!(r.contains(3) && r.contains(5) && !r.contains(2) && !r.contains(6));
+        assert_eq!(LaunchRange::parse(&r.env_value()), Ok(r));
+        assert_eq!(LaunchRange::parse("4:4").unwrap().last, 4);
+        for bad in ["", "3", "0:2", "5:3", "a:b", "1:", ":2", "-1:2"] {
+            assert!(LaunchRange::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn launch_range_config_is_record_only_and_alone() {
+        let mut m = HashMap::new();
+        m.insert(env::MODE.to_string(), "record".to_string());
+        m.insert(env::LAUNCH_RANGE.to_string(), "2:4".to_string());
+        let c = Config::from_lookup(|k| m.get(k).cloned()).unwrap().unwrap();
+        assert_eq!(c.launch_range, Some(LaunchRange { first: 2, last: 4 }));
+        assert!(c.kernel.is_none() && c.launch_index.is_none());
+        m.insert(env::LAUNCH_INDEX.to_string(), "3".to_string());
+        let err = Config::from_lookup(|k| m.get(k).cloned()).unwrap_err();
+        assert!(err.contains("cannot be combined"), "{err}");
+        m.remove(env::LAUNCH_INDEX);
+        m.insert(env::MODE.to_string(), "profile".to_string());
+        assert!(Config::from_lookup(|k| m.get(k).cloned()).is_err());
+        m.insert(env::MODE.to_string(), "record".to_string());
+        m.insert(env::LAUNCH_RANGE.to_string(), "4:2".to_string());
+        let err = Config::from_lookup(|k| m.get(k).cloned()).unwrap_err();
+        assert!(err.contains(env::LAUNCH_RANGE), "{err}");
     }
 
     #[test]
