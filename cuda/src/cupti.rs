@@ -217,6 +217,16 @@ impl Subscriber {
             "cuptiEnableCallback",
         )
     }
+
+    /// Enables every callback of `domain` (a range capture watches every driver call the
+    /// application makes while the range is open).
+    pub fn enable_domain(&self, domain: sys::CUpti_CallbackDomain) -> Result<(), CuptiError> {
+        // SAFETY: valid subscriber handle.
+        check(
+            unsafe { sys::cuptiEnableDomain(1, self.raw, domain) },
+            "cuptiEnableDomain",
+        )
+    }
 }
 
 #[cfg(test)]

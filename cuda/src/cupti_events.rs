@@ -138,6 +138,14 @@ impl<'a> ApiCall<'a> {
         (!self.data.symbolName.is_null()).then(|| unsafe { CStr::from_ptr(self.data.symbolName) })
     }
 
+    /// The driver function's name (`cuMemcpyAsync`, ...), as CUPTI passes it.
+    pub fn function_name(&self) -> Option<&'a CStr> {
+        // SAFETY: CUPTI passes a NUL-terminated function name for driver callbacks, or null,
+        // valid during the callback (`'a`).
+        (!self.data.functionName.is_null())
+            .then(|| unsafe { CStr::from_ptr(self.data.functionName) })
+    }
+
     /// At EXIT: the call returned `CUDA_SUCCESS`.
     pub fn succeeded(&self) -> bool {
         self.site == Site::Exit

@@ -73,6 +73,10 @@ impl CodeObject {
 /// Everything the writer thread needs (it runs off the callback thread).
 pub struct CaptureData {
     pub dispatch: Dispatch,
+    /// A range capture's steps, the first equal to `dispatch` (empty for one dispatch).
+    pub steps: Vec<kreplay_format::Step>,
+    /// A range capture's code objects other than `module`.
+    pub step_modules: Vec<CodeObject>,
     pub snapshots: Vec<Snapshot>,
     pub globals: Vec<ModuleGlobal>,
     pub module: CodeObject,
@@ -250,6 +254,8 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         footprint,
         data: CaptureData {
             dispatch,
+            steps: Vec::new(),
+            step_modules: Vec::new(),
             snapshots,
             globals: module_globals,
             module: input.module,

@@ -52,6 +52,9 @@ pub enum RecordError {
     WriterPanicked,
     #[error("{0}")]
     Config(String),
+    /// A range capture met something it does not capture yet.
+    #[error("{0}")]
+    Range(String),
     #[error("libcupti.so could not be loaded: add CUDA's CUPTI directory (e.g. /usr/local/cuda/lib64 or extras/CUPTI/lib64) to LD_LIBRARY_PATH")]
     NoCupti,
     #[error("another profiler or tracer already holds CUPTI in this process (only one CUPTI subscriber is allowed on this driver); run without it to record")]

@@ -31,6 +31,7 @@ pub mod nvtx;
 pub mod profile;
 pub mod ptx;
 pub mod quiet;
+pub mod range;
 pub mod reachable;
 pub mod readback;
 mod recorder;

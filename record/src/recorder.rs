@@ -12,7 +12,7 @@
 //!   profiles, errors); NVTX ranges live in `crate::nvtx`.
 //! - `units`: captures in flight between a launch's ENTER and EXIT, keyed, opened by
 //!   `launches` as a `record_unit` (a capture to a file) or a `profile_unit` (profiled in
-//!   place), with `counters` (`context_metrics`) for profile mode's counter batches.
+//!   place), or a `range_unit` (launches I..J as one capture, in the process-wide map), with `counters` (`context_metrics`) for profile mode's counter batches.
 //! - `sink`: writes a finished capture on a thread of its own, handed what it needs
 //!   (`outputs`: names, report directory, file opener), in the format's event order.
 //!
@@ -31,6 +31,7 @@ mod module_book;
 mod modules;
 mod outputs;
 mod profile_unit;
+mod range_unit;
 mod record_unit;
 mod report;
 mod router;

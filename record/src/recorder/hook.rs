@@ -64,6 +64,7 @@ extern "C" fn at_exit() {
         let Some(rec) = RECORDER.get() else { return };
         // Normally done already by `collect_at_exit`, which runs first.
         rec.collect_batches(|_| true);
+        rec.range_at_exit();
         rec.sink.join();
         let (pid, rank) = (rec.outputs.pid, rec.outputs.rank);
         let report = rec
@@ -118,6 +119,12 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
         for id in callbacks::ids(g) {
             sub.enable_callback(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API, id)?;
         }
+    }
+    // A range capture must see every memory and stream operation the application makes
+    // while it is open (they refuse it), under any of their many entry points: only range
+    // recordings pay for callbacks on every driver call.
+    if config.launch_range.is_some() {
+        sub.enable_domain(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API)?;
     }
     let mut resources = vec![
         csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_LOADED,

@@ -112,10 +112,11 @@ impl KernelBook {
             return v.clone();
         }
         let demangled = demangle(name);
-        // With only --launch-index, any kernel may be the one: every module is kept.
+        // With only --launch-index or --launch-range, any kernel may be the one: every module
+        // is kept.
         let m = match &config.kernel {
             Some(f) => f.matches(name, &demangled),
-            None => config.launch_index.is_some(),
+            None => config.launch_index.is_some() || config.launch_range.is_some(),
         };
         self.names.insert(name.to_string(), (m, demangled.clone()));
         (m, demangled)
@@ -168,6 +169,10 @@ fn count_at(
     stat.in_graphs += u64::from(e.in_graph);
     let is_match = e.wanted
         && config.launch_index.is_none_or(|i| i == launches)
+        // A graph node inside a range is not a step: the graph launch refuses the range.
+        && config
+            .launch_range
+            .is_none_or(|r| r.contains(launches) && !e.in_graph)
         && config
             .nvtx
             .as_ref()
@@ -177,6 +182,10 @@ fn count_at(
     }
     c.matches += 1;
     let index = c.matches;
+    if config.launch_range.is_some() {
+        // Every launch of the range is one of its steps.
+        return Some((launches, index));
+    }
     let first = config.nth;
     (index >= first && index < first.saturating_add(config.count)).then_some((launches, index))
 }

@@ -78,6 +78,9 @@ impl Recorder {
         correlation: u32,
     ) {
         let _self_calls = FlagGuard::force(&SELF_CALLS);
+        if self.config.launch_range.is_some() {
+            return self.range_enter(view, name, launch_index, correlation);
+        }
         if self.config.mode == Mode::Profile {
             if let Some(p) =
                 self.profile_enter(view, name, demangled, (index, launch_index), correlation)
@@ -103,6 +106,9 @@ impl Recorder {
                 self.finish(*p);
             }
             Some(Unit::Profile(p)) => self.profile_exit(p),
+            // Range units are process-wide, never in this thread's map.
+            Some(Unit::Range(_)) => {}
+            None if self.config.launch_range.is_some() => self.range_exit(correlation),
             None => {}
         }
     }

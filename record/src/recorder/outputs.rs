@@ -38,7 +38,11 @@ impl Outputs {
             template: config.output.clone(),
             force: config.force,
             report_dir: config.report_dir.clone(),
-            kernel_filter: config.kernel_text.clone(),
+            // A range capture says where it came from in the same field.
+            kernel_filter: match config.launch_range {
+                Some(r) => format!("launch-range {}", r.env_value()),
+                None => config.kernel_text.clone(),
+            },
             quiet: config.quiet,
         }
     }

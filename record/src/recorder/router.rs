@@ -77,6 +77,13 @@ fn route_of(group: Option<Group>, site: Site, marks: ThreadMarks) -> Route {
     }
 }
 
+/// Whether a driver call is one an open range must look at: the application's own call (not
+/// the recorder's, not made inside a launch's ENTER), at its ENTER (before it runs), and not
+/// a launch (launches are the range's steps).
+fn watched_for_range(group: Option<Group>, site: Site, marks: ThreadMarks) -> bool {
+    site == Site::Enter && group != Some(Group::Launch) && !marks.self_calls && !marks.in_launch
+}
+
 impl Recorder {
     /// Hands a decoded callback to the part of the recorder it concerns.
     pub(super) fn route(&self, event: CallbackEvent<'_>) {
@@ -98,7 +105,14 @@ impl Recorder {
     }
 
     fn route_call(&self, call: &ApiCall<'_>) {
-        match route_of(callbacks::group(call.id), call.site, ThreadMarks::now()) {
+        let group = callbacks::group(call.id);
+        let marks = ThreadMarks::now();
+        if self.config.launch_range.is_some() && watched_for_range(group, call.site, marks) {
+            if let Some(name) = call.function_name().and_then(|n| n.to_str().ok()) {
+                self.on_call_in_range(name);
+            }
+        }
+        match route_of(group, call.site, marks) {
             Route::Ignore => {}
             Route::ImageLoad => self.on_image_load(call),
             Route::Allocation => self.on_allocation(call),
@@ -189,6 +203,17 @@ mod tests {
             assert_eq!(route_of(launch, site, FINISHING), Route::Ignore);
             assert_eq!(route_of(launch, site, INSIDE_ENTER), Route::Ignore);
         }
+    }
+
+    #[test]
+    fn a_range_watches_the_applications_other_calls_at_enter() {
+        assert!(watched_for_range(None, Site::Enter, APP));
+        assert!(watched_for_range(Some(Group::Allocation), Site::Enter, APP));
+        assert!(watched_for_range(Some(Group::Graph), Site::Enter, APP));
+        assert!(!watched_for_range(None, Site::Exit, APP));
+        assert!(!watched_for_range(Some(Group::Launch), Site::Enter, APP));
+        assert!(!watched_for_range(None, Site::Enter, FINISHING));
+        assert!(!watched_for_range(None, Site::Enter, INSIDE_ENTER));
     }
 
     #[test]

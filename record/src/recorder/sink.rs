@@ -218,10 +218,14 @@ fn write_events<W: Write + Seek>(
     flight: &InFlight,
 ) -> Result<Written, RecordError> {
     let e = RecordError::Format;
-    let modules = modules_of(
-        &p.module,
-        ptx::resolve(&p.ptx_sources, &p.dispatch.kernel_name),
-    );
+    let modules = if p.steps.is_empty() {
+        modules_of(
+            &p.module,
+            ptx::resolve(&p.ptx_sources, &p.dispatch.kernel_name),
+        )
+    } else {
+        range_modules(&p.module, &p.step_modules)
+    };
     w.head(&CaptureHead {
         info: Some(info),
         device: p.device.as_ref(),
@@ -229,6 +233,9 @@ fn write_events<W: Write + Seek>(
         dispatch: &p.dispatch,
     })
     .map_err(e)?;
+    if !p.steps.is_empty() {
+        w.steps(&p.steps).map_err(e)?;
+    }
     let mut written = write_regions(w, p, flight)?;
     // Post chunks of host snapshots, and of those the teardown callback brought home.
     for (region, offset, bytes) in flight.take_early_post().iter().chain(&p.post) {
@@ -286,6 +293,15 @@ fn modules_of(cubin: &CodeObject, ptx: Option<(u32, Vec<u8>)>) -> Vec<ModuleImag
         });
     }
     modules
+}
+
+/// The code objects of a range capture: each step's cubin once. No PTX yet: a PTX module
+/// takes the id after its cubin's, which another step's module may hold.
+fn range_modules(first: &CodeObject, others: &[CodeObject]) -> Vec<ModuleImage> {
+    std::iter::once(first)
+        .chain(others)
+        .map(CodeObject::to_image)
+        .collect()
 }
 
 /// The recorder's annotations: its notes, then what the device heap held.

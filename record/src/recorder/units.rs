@@ -5,14 +5,20 @@
 //! that makes it (ENTER and EXIT of a call come on its thread), which also frees a unit
 //! whose thread ends before its close.
 //!
-//! Kinds today, each one dispatch: a capture written to a file, and a dispatch profiled in
-//! place. A unit that spans several launches (a range, a graph launch) opens the same way and
-//! grows at the launches inside it before it closes.
+//! Kinds: a capture of one dispatch written to a file, a dispatch profiled in place, and a
+//! range of launches captured as one file. A range spans launches (and may span threads that
+//! launch on its stream), so it lives in the process-wide map (`shared`), keyed by the
+//! range's first launch index; it opens at its first launch's ENTER, grows at each later
+//! launch's ENTER and closes at its last launch's EXIT (`range_unit`).
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
+use super::locking::lock;
 use crate::capture::Pending;
 use crate::profile::ProfilePending;
+use crate::range::RangePending;
 
 /// What ties a unit's open and close together.
 pub(super) type UnitKey = u32;
@@ -24,6 +30,8 @@ pub(super) enum Unit {
     Record(Box<Pending>),
     /// One dispatch profiled in place (`profile_unit`): its passes run at EXIT.
     Profile(Box<ProfilePending>),
+    /// Launches I..J captured as one range capture (`range_unit`).
+    Range(Box<RangePending>),
 }
 
 /// Units in flight, by key (a handful at most: a linear search beats hashing).
@@ -80,6 +88,52 @@ pub(super) fn open(key: UnitKey, unit: Unit) {
 /// Closes this thread's unit under `key`, if one is open.
 pub(super) fn close(key: UnitKey) -> Option<Unit> {
     UNITS.with(|u| u.borrow_mut().close(key))
+}
+
+/// The process-wide units. Only range units enter it (`open_shared`).
+struct Shared(Units<Unit>);
+
+// SAFETY: only `Unit::Range` enters the map (`open_shared`). A range unit holds driver
+// handles of the application's context (its stream, events, device scratch), which CUDA lets
+// any thread of the process use with that context current; the range is used from the
+// callbacks of the application's threads that launch on its stream (the context is current
+// there), one at a time under the map's lock.
+unsafe impl Send for Shared {}
+
+static SHARED: Mutex<Shared> = Mutex::new(Shared(Units::new()));
+/// Whether `SHARED` holds a unit: a launch's EXIT looks there only then.
+static SHARED_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// Opens a process-wide range unit.
+pub(super) fn open_shared(key: UnitKey, unit: Box<RangePending>) {
+    let left = {
+        let mut units = lock(&SHARED);
+        let left = units.0.open(key, Unit::Range(unit));
+        SHARED_OPEN.store(true, Ordering::SeqCst);
+        left
+    };
+    drop(left);
+}
+
+/// Whether a process-wide unit is open (cheap: no lock).
+pub(super) fn any_shared() -> bool {
+    SHARED_OPEN.load(Ordering::SeqCst)
+}
+
+/// Runs `f` on the process-wide unit under `key` (none when it is not open), under the map's
+/// lock: a range's steps and the calls that refuse it are serialised.
+pub(super) fn with_shared<R>(key: UnitKey, f: impl FnOnce(Option<&mut Unit>) -> R) -> R {
+    let mut units = lock(&SHARED);
+    let unit = units.0.open.iter_mut().find(|(k, _)| *k == key).map(|(_, u)| u);
+    f(unit)
+}
+
+/// Takes the process-wide unit under `key` out of flight.
+pub(super) fn close_shared(key: UnitKey) -> Option<Unit> {
+    let mut units = lock(&SHARED);
+    let unit = units.0.close(key);
+    SHARED_OPEN.store(!units.0.open.is_empty(), Ordering::SeqCst);
+    unit
 }
 
 #[cfg(test)]
