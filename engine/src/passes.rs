@@ -79,6 +79,9 @@ fn median(v: &[u64]) -> u64 {
 pub struct Replayer<F: AsFunction> {
     // Field order is drop order: the kernel and copies before the stream they ran on.
     kernel: Kernel<F>,
+    /// A range capture's later steps, launched after `kernel` in order on the same stream
+    /// (a pass runs and times them all); empty for one dispatch.
+    steps: Vec<Kernel<F>>,
     restorer: Restorer,
     /// Arrays the kernel writes, synchronised with their shadows around each pass.
     arrays: ArraySync,
@@ -111,6 +114,7 @@ impl<F: AsFunction> Replayer<F> {
     ) -> Replayer<F> {
         Replayer {
             kernel,
+            steps: Vec::new(),
             restorer,
             arrays: ArraySync::default(),
             flush: None,
@@ -125,6 +129,16 @@ impl<F: AsFunction> Replayer<F> {
     /// Arrays the kernel writes (see `arrays`).
     pub fn with_arrays(mut self, arrays: ArraySync) -> Replayer<F> {
         self.arrays = arrays;
+        self
+    }
+
+    /// A range's later steps (see `steps`).
+    ///
+    /// # Safety
+    /// As for `new`'s `kernel`: each step, launched any number of times after the steps
+    /// before it, touches only memory it may.
+    pub unsafe fn with_steps(mut self, steps: Vec<Kernel<F>>) -> Replayer<F> {
+        self.steps = steps;
         self
     }
 
@@ -160,6 +174,10 @@ impl<F: AsFunction> Replayer<F> {
         let k = &mut self.kernel;
         // SAFETY: what the kernel touches was vouched for at `Replayer::new`.
         unsafe { kreplay_cuda::launch(&k.function, &k.config, &mut k.args, &self.stream)? };
+        for s in &mut self.steps {
+            // SAFETY: what each step touches was vouched for at `with_steps`.
+            unsafe { kreplay_cuda::launch(&s.function, &s.config, &mut s.args, &self.stream)? };
+        }
         self.launched = true;
         Ok(())
     }

@@ -36,6 +36,42 @@ pub struct Description {
     /// redacted by a kreplay that did not list it).
     pub redaction: Option<Vec<kreplay_format::RedactedField>>,
     pub annotations: Vec<(String, String)>,
+    /// A range capture's kernel steps in order (left out for a single dispatch, whose JSON
+    /// is as before).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepDesc>,
+}
+
+/// One step of a range capture.
+#[derive(Serialize)]
+pub struct StepDesc {
+    /// 0-based, in issue order.
+    pub index: usize,
+    pub kernel: Kernel,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    /// The application's stream handle value it was issued on.
+    pub stream: u64,
+    /// In-app duration.
+    pub original_ns: Option<u64>,
+}
+
+fn step_descs(cap: &Capture<'_>) -> Vec<StepDesc> {
+    cap.steps
+        .iter()
+        .enumerate()
+        .map(|(index, s)| StepDesc {
+            index,
+            kernel: Kernel {
+                name: demangle(&s.dispatch.kernel_name),
+                mangled: s.dispatch.kernel_name.clone(),
+            },
+            grid: s.dispatch.grid,
+            block: s.dispatch.block,
+            stream: s.stream,
+            original_ns: s.dispatch.original_duration_ns,
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -347,6 +383,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             .iter()
             .map(|a| (a.key.clone(), a.value.clone()))
             .collect(),
+        steps: step_descs(cap),
     }
 }
 

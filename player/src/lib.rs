@@ -10,6 +10,7 @@ pub mod describe;
 pub mod params;
 mod play;
 mod play_options;
+pub mod range;
 mod report;
 mod save;
 mod session;

@@ -123,6 +123,10 @@ pub fn play<'c>(
     if !blockers.is_empty() {
         return Err(PlayFailure::Blocked(blockers));
     }
+    if let Some(option) = crate::range::unsupported_option(options) {
+        kreplay_format::range::refuse_range(cap, option)
+            .map_err(|why| PlayFailure::Blocked(vec![why]))?;
+    }
     // The tool's initialiser runs before any GPU work: a bad library costs nothing.
     let mut tool = match &options.tool {
         Some(path) => Some((CTool::load(path).map_err(PlayFailure::Tool)?, path)),

@@ -520,30 +520,108 @@ fn load_kernel(
     code: &CodePlan,
     launch: &LaunchPlan,
 ) -> Result<(Module, Function), PlayError> {
-    let d = &cap.dispatch;
     let module = Module::load(&code.image)?;
+    let function = find_kernel(&module, &code.image, &cap.dispatch, launch, code.source)?;
+    Ok((module, function))
+}
+
+/// Dispatch `d`'s kernel in `module` (loaded from `image`), its parameter layout checked
+/// against the capture's (see `load_kernel`).
+fn find_kernel(
+    module: &Module,
+    image: &[u8],
+    d: &kreplay_format::Dispatch,
+    launch: &LaunchPlan,
+    source: CodeSource,
+) -> Result<Function, PlayError> {
     let function = module
         .function(&d.kernel_name)
         .map_err(|source| PlayError::KernelNotFound {
             kernel: d.kernel_name.clone(),
             source,
         })?;
-    let layout = kernel_layout(&code.image, &d.kernel_name, &function, &launch.layout);
-    if let Some(e) = layout_mismatch(&d.kernel_name, code.source, &launch.layout, layout) {
+    let layout = kernel_layout(image, &d.kernel_name, &function, &launch.layout);
+    if let Some(e) = layout_mismatch(&d.kernel_name, source, &launch.layout, layout) {
         return Err(e);
     }
-    Ok((module, function))
+    Ok(function)
+}
+
+/// A range capture's later steps, ready to launch after the first, in order: each from its
+/// own module, loaded once (the first step's `first` reused), with the placements of the
+/// globals of the modules loaded here.
+fn load_range_steps(
+    cap: &Capture<'_>,
+    first: &Module,
+    relocation: Option<&Relocation>,
+) -> Result<(Vec<Kernel<Function>>, Vec<RegionPlacement>), PlayError> {
+    let mut loaded: HashMap<u32, Module> = HashMap::new();
+    let mut placements = Vec::new();
+    let mut kernels = Vec::new();
+    for step in cap.steps.iter().skip(1) {
+        let d = &step.dispatch;
+        let launch = LaunchPlan::of_dispatch(d)?;
+        let image = &cap
+            .module(d.module_id)
+            .ok_or(kreplay_engine::plan::PlanError::NoModule(d.module_id))?
+            .image;
+        if d.module_id != cap.dispatch.module_id && !loaded.contains_key(&d.module_id) {
+            let m = Module::load(image)?;
+            placements.extend(restore_globals(cap, &m, relocation, Some(d.module_id))?);
+            loaded.insert(d.module_id, m);
+        }
+        let module = loaded.get(&d.module_id).unwrap_or(first);
+        let function = find_kernel(module, image, d, &launch, CodeSource::Cubin)?;
+        kernels.push(step_kernel(d, &launch, function, relocation)?);
+    }
+    Ok((kernels, placements))
+}
+
+/// One step's kernel: its function made ready for its launch plan, its arguments patched
+/// where memory moved.
+fn step_kernel(
+    d: &kreplay_format::Dispatch,
+    launch: &LaunchPlan,
+    function: Function,
+    relocation: Option<&Relocation>,
+) -> Result<Kernel<Function>, PlayError> {
+    if let Some(bytes) = launch.max_dynamic_shared {
+        function.set_max_dynamic_shared(bytes)?;
+    }
+    if launch.non_portable_cluster {
+        function.allow_non_portable_cluster()?;
+    }
+    let config = kreplay_engine::plan::launch_config(d, launch)?;
+    let mut arg_bytes = d.arg_bytes.clone();
+    if let Some(rel) = relocation {
+        rel.patch_words(&mut arg_bytes, d.pointer_words.iter().map(|&w| w as u64));
+    }
+    let args = KernelArgs::new(arg_bytes, &launch.layout).map_err(|what| {
+        PlayError::Format(kreplay_format::FormatError::Inconsistent { offset: 0, what })
+    })?;
+    Ok(Kernel {
+        function,
+        config,
+        args,
+    })
 }
 
 /// Writes each module global's captured bytes into the loaded module's global, sized by the
-/// driver's global, never by the file's claim; returns where each landed.
+/// driver's global, never by the file's claim; returns where each landed. `only`: the
+/// globals of that module id alone (a range capture holds several modules); `None`: all of
+/// them (a single dispatch has one module, or a `--module` variant stands for it).
 fn restore_globals(
     cap: &Capture<'_>,
     module: &Module,
     relocation: Option<&Relocation>,
+    only: Option<u32>,
 ) -> Result<Vec<RegionPlacement>, PlayError> {
     let mut placed = Vec::new();
-    for g in &cap.globals {
+    for g in cap
+        .globals
+        .iter()
+        .filter(|g| only.is_none_or(|id| g.module_id == id))
+    {
         let Ok((ptr, size)) = module.global(&g.name) else {
             continue; // the variant module may lack it; the kernel cannot reference it then
         };
@@ -621,7 +699,13 @@ impl<'c> Session<'c> {
                 usable: r.size,
             })
             .collect();
-        placements.extend(restore_globals(cap, &module, relocation)?);
+        let only = cap.is_range().then_some(cap.dispatch.module_id);
+        placements.extend(restore_globals(cap, &module, relocation, only)?);
+        let (steps, step_globals) = match cap.is_range() {
+            true => load_range_steps(cap, &module, relocation)?,
+            false => (Vec::new(), Vec::new()),
+        };
+        placements.extend(step_globals);
 
         if let Some(bytes) = launch.max_dynamic_shared {
             function.set_max_dynamic_shared(bytes)?;
@@ -657,8 +741,12 @@ impl<'c> Session<'c> {
             // addresses (or moved, with its pointers patched), as `play` promises to run it;
             // the memory outlives the replayer (field order of `Session`). A hostile capture
             // can still reach anything in this context: DESIGN's threat model.
-            replayer: unsafe { Replayer::new(kernel, restorer, stream, props, opened) }
-                .with_arrays(written_arrays),
+            // The range's later steps qualify as the first does (their memory placed here).
+            replayer: unsafe {
+                Replayer::new(kernel, restorer, stream, props, opened)
+                    .with_arrays(written_arrays)
+                    .with_steps(steps)
+            },
             placements,
             code: code.source,
             textures,
@@ -789,7 +877,7 @@ impl<'c> Session<'c> {
         let report = PlayReport {
             kernel: cap.dispatch.kernel_name.clone(),
             timing: stats.timing.clone(),
-            original_ns: cap.dispatch.original_duration_ns,
+            original_ns: crate::range::original_ns(cap),
             address_mode: if relocation.is_some() {
                 AddressMode::Relocated
             } else {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use kreplay_protocol::config::MemoryScope;
+use kreplay_protocol::config::{LaunchRange, MemoryScope};
 
 #[derive(Parser)]
 #[command(
@@ -120,6 +120,11 @@ fn launch_index_value(s: &str) -> Result<u64, String> {
     )
 }
 
+/// `--launch-range I:J`: launches I through J, 1-based, I <= J.
+fn launch_range_value(s: &str) -> Result<LaunchRange, String> {
+    LaunchRange::parse(s)
+}
+
 #[derive(Args)]
 pub struct RecordArgs {
     /// Kernel to capture, as ncu takes it: a plain name matches the kernel's function name
@@ -130,7 +135,7 @@ pub struct RecordArgs {
         short = 'k',
         long = "kernel",
         value_name = "NAME|regex:RE",
-        required_unless_present = "launch_index"
+        required_unless_present_any = ["launch_index", "launch_range"]
     )]
     pub kernel: Option<String>,
     /// Capture the Nth matching dispatch (1-based).
@@ -150,6 +155,19 @@ pub struct RecordArgs {
     /// With -k, the launch must also match it.
     #[arg(long, value_name = "I", value_parser = launch_index_value)]
     pub launch_index: Option<u64>,
+    /// Capture launches I through J of the process (the 1-based indices `kreplay list`
+    /// counts, as for --launch-index) as ONE range capture: their kernels in order, the memory
+    /// they read at the range's start and what the range wrote. `kreplay play FILE --passes N
+    /// --verify` replays and times the whole range. All launches must be on one stream; a
+    /// memcpy, memset, event, allocation, free or graph launch inside the range makes the
+    /// capture refuse (the application runs on unchanged).
+    #[arg(
+        long,
+        value_name = "I:J",
+        value_parser = launch_range_value,
+        conflicts_with_all = ["kernel", "launch_index", "nth", "count", "launch_skip", "launch_count", "nvtx_include"]
+    )]
+    pub launch_range: Option<LaunchRange>,
     /// Only launches made inside an NVTX push/pop range (`torch.cuda.nvtx.range`,
     /// `nvtxRangePush`): `RANGE`, `DOMAIN@RANGE`, or `OUTER/INNER` for a range opened directly
     /// inside another (a subset of ncu's syntax). --nth counts only those launches.
@@ -536,5 +554,31 @@ mod tests {
         assert!(
             Cli::try_parse_from(["kreplay", "record", "--launch-index", "0", "./app"]).is_err()
         );
+    }
+
+    #[test]
+    fn launch_range_stands_alone() {
+        let a = record(&["--launch-range", "2:4", "-o", "r.krr", "--", "./app"]);
+        assert_eq!(a.launch_range, Some(LaunchRange { first: 2, last: 4 }));
+        assert_eq!(a.kernel, None);
+        for bad in ["0:3", "4:2", "3"] {
+            assert!(
+                Cli::try_parse_from(["kreplay", "record", "--launch-range", bad, "./app"]).is_err(),
+                "{bad}"
+            );
+        }
+        for other in [
+            &["-k", "f"][..],
+            &["--launch-index", "3"],
+            &["--nth", "2"],
+            &["--count", "2"],
+            &["-c", "2"],
+            &["--nvtx-include", "layer"],
+        ] {
+            let mut args = vec!["kreplay", "record", "--launch-range", "1:2"];
+            args.extend_from_slice(other);
+            args.push("./app");
+            assert!(Cli::try_parse_from(&args).is_err(), "{other:?}");
+        }
     }
 }

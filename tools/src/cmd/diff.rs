@@ -149,6 +149,9 @@ pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
     let fb = super::open(&a.b)?;
     let ca = Capture::parse(fa.bytes()).with_context(|| format!("{}", a.a.display()))?;
     let cb = Capture::parse(fb.bytes()).with_context(|| format!("{}", a.b.display()))?;
+    for c in [&ca, &cb] {
+        kreplay_format::range::refuse_range(c, "diff").map_err(anyhow::Error::msg)?;
+    }
     if a.state == DiffState::Post {
         for (c, path) in [(&ca, &a.a), (&cb, &a.b)] {
             match c.reference() {

@@ -117,6 +117,7 @@ fn write_file(dir: &Path, name: &str, bytes: &[u8], force: bool) -> anyhow::Resu
 pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(&a.file)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
+    kreplay_format::range::refuse_range(&cap, "extract").map_err(anyhow::Error::msg)?;
     let total = output_size(&cap);
     let limit = output_limit(file.bytes().len() as u64);
     if total > limit && !a.force {

@@ -60,6 +60,7 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
 
 fn print_text(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     print_head(w, d)?;
+    print_steps(w, d)?;
     print_reference(w, d)?;
     print_salvage(w, d)?;
     print_origin(w, d)?;
@@ -106,6 +107,36 @@ fn print_head(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
             format!(" attributes {:?}", l.attributes)
         }
     );
+    Ok(())
+}
+
+/// A range capture's steps, one line each: index, kernel, grid x block, in-app time.
+fn print_steps(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
+    if d.steps.is_empty() {
+        return Ok(());
+    }
+    let total: Option<u64> = d.steps.iter().map(|s| s.original_ns).sum();
+    out!(
+        w,
+        "range     {} kernel steps on one stream, in-app {}",
+        d.steps.len(),
+        total.map_or("unknown".into(), duration)
+    );
+    for s in &d.steps {
+        out!(
+            w,
+            "  step {:<3} {}  ({},{},{})x({},{},{})  in-app {}",
+            s.index,
+            p(&s.kernel.name),
+            s.grid[0],
+            s.grid[1],
+            s.grid[2],
+            s.block[0],
+            s.block[1],
+            s.block[2],
+            s.original_ns.map_or("unknown".into(), |ns| format!("{:.1} µs", ns as f64 / 1e3))
+        );
+    }
     Ok(())
 }
 

@@ -29,6 +29,9 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
     }
     super::check_new_output(&a.output, a.force, "-o")?;
     let parsed = kreplay_format::Capture::parse(file.bytes()).ok();
+    if let Some(c) = &parsed {
+        kreplay_format::range::refuse_range(c, "pack").map_err(anyhow::Error::msg)?;
+    }
     let memory: u64 = parsed
         .as_ref()
         .map(|c| c.regions.iter().map(|r| r.size).sum())

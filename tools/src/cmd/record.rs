@@ -482,6 +482,10 @@ fn recorder_vars(
             env::LAUNCH_INDEX,
             a.launch_index.map_or(String::new(), |i| i.to_string()),
         ),
+        (
+            env::LAUNCH_RANGE,
+            a.launch_range.map_or(String::new(), |r| r.env_value()),
+        ),
         (env::OUTPUT, a.output.clone()),
         (env::FORCE, if a.force { "1" } else { "0" }.to_string()),
         (env::QUIET, if a.quiet { "1" } else { "0" }.to_string()),
@@ -570,6 +574,9 @@ fn check_output(a: &RecordArgs, count: u64) -> anyhow::Result<()> {
 
 /// How the user selected the dispatch, for messages.
 fn selection(a: &RecordArgs) -> String {
+    if let Some(r) = a.launch_range {
+        return format!("--launch-range {}", r.env_value());
+    }
     let base = match (&a.kernel, a.launch_index) {
         (Some(k), None) => format!("-k '{k}'"),
         (Some(k), Some(i)) => format!("-k '{k}' at --launch-index {i}"),
