@@ -1,7 +1,7 @@
 """The case table: every case of the bash GPU suite (tests/gpu/bash_cases.txt), by kind.
 
 Placeholders in command lines: {kapps}, {driver_app}, {graph_apps}, {beyond_apps},
-{cupti_app}, {driver_kernel} (a cubin), {example_tool} (a shared library): the test apps,
+{cupti_app}, {range_app}, {driver_kernel} (a cubin), {example_tool} (a shared library): the test apps,
 built once per session by the `apps` fixture (conftest.py); {apps}: testdata/apps (the Python
 apps' sources). `python3` is the machine's, as in the bash suite.
 
@@ -168,6 +168,10 @@ CHECK_CASES = [
     CheckCase("graph-cond-beside", ("record", "-k", "graph_axpy"), 3, COND, (G, "cond", "3")),
     CheckCase("graph-cond-body", ("record", "-k", "graph_countdown"), 3,
               "bodies run a data-dependent number of times.*no dispatch matched", (G, "cond", "3")),
+    # A memcpy inside a --launch-range refuses the range, naming the call (issue 32).
+    CheckCase("range-refuse", ("record", "--launch-range", "1:3"), 3,
+              r"launches 1:3 abandoned: cuMemcpy\w* was called inside the range.*the application continues",
+              ("{range_app}", "memcpy")),
     CheckCase("robust-cupti-user", ("record", "-k", "saxpy_traced"), 3,
               "another profiler or tracer already holds CUPTI.*nothing captured", ("{cupti_app}",)),
 ]
@@ -371,6 +375,7 @@ INLINE_CASES = {
     "chunk-kernels": (),
     "python-package": ("counters",),
     "python-cli-same-report": (),
+    "range-launch": (),
     "mpi-2ranks": ("mpi",),
     "profile-2ranks": ("mpi",),
 }

@@ -257,6 +257,45 @@ def relocate_verdict(reloc: Optional[dict], reloc_rc: Optional[int], reloc_err: 
     return "FAIL"
 
 
+RANGE_KERNELS = ("range_first", "range_second", "range_third")
+
+
+def range_checks(rec_rc: int, base_out: str, rec_out: str, info, play_rc: int, play, pack_rc: int,
+                 pack_err: str) -> list[str]:
+    """range-launch: `record --launch-range 1:3` of range_app's three dependent kernels (issue
+    32). Why it failed (empty: passed): the record exits 0 with the app's output as a plain
+    run's; `info --json` lists the three steps in order with their geometry and in-app time;
+    `play --passes 8 --verify` times 8 passes of the whole range, matched bit for bit and
+    deterministic; `pack` (which does not know ranges yet) refuses the capture."""
+    why = []
+    if rec_rc != 0:
+        why.append(f"kreplay record exits {rec_rc}")
+    if base_out != rec_out or not base_out:
+        why.append("the application's stdout under record differs from the plain run's")
+    steps = (info or {}).get("steps") or []
+    names = [((s.get("kernel") or {}).get("name") or "").split("(")[0] for s in steps]
+    if names != list(RANGE_KERNELS):
+        why.append(f"info lists steps {names}, want {list(RANGE_KERNELS)}")
+    for s in steps:
+        if s.get("grid") != [4096, 1, 1] or s.get("block") != [256, 1, 1]:
+            why.append(f"step {s.get('index')}: grid {s.get('grid')} block {s.get('block')}")
+        if not (s.get("original_ns") or 0) > 0:
+            why.append(f"step {s.get('index')}: no in-app time")
+    if play_rc != 0:
+        why.append(f"kreplay play --verify exits {play_rc}")
+    play = play or {}
+    v = play.get("verify") or {}
+    if len(play.get("durations_ns") or []) != 8:
+        why.append(f"{len(play.get('durations_ns') or [])} passes timed, 8 asked")
+    if v.get("matched") is not True:
+        why.append(f"the end state does not match the recorded one ({v.get('mismatched_bytes')} bytes)")
+    if v.get("deterministic") is not True:
+        why.append("the 8 passes are not identical")
+    if pack_rc == 0 or "range captures are not supported" not in (pack_err or ""):
+        why.append(f"pack of a range capture exits {pack_rc} without refusing it")
+    return why
+
+
 def run_case_checks(r: dict) -> list[str]:
     """Why a record-and-play case failed (empty: passed). `r` is what `record_and_play` kept:
     exit statuses, the parsed JSON of info/play/--relocate/--ptx, the outputs' equality."""

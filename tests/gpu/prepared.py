@@ -60,6 +60,7 @@ class Apps:
             "graph_apps": ([s / "graph_apps.cu"], ["nvcc", "-O2", "-std=c++17", a, "-o", "{out}", s / "graph_apps.cu"]),
             "beyond_apps": ([s / "beyond_apps.cu"],
                             ["nvcc", "-O2", "-std=c++17", a, "-o", "{out}", s / "beyond_apps.cu", "-lcuda"]),
+            "range_app": ([s / "range_app.cu"], ["nvcc", "-O2", "-std=c++17", a, "-o", "{out}", s / "range_app.cu"]),
             "driver_kernel": ([s / "driver_kernel.cu"], ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "driver_kernel.cu"]),
             "cupti_app": ([s / "cupti_app.cu"],
                           ["nvcc", "-O2", a, f"-I{cu}/extras/CUPTI/include", "-o", "{out}", s / "cupti_app.cu",

@@ -353,3 +353,34 @@ def test_play_tool_verdict_wants_the_tools_own_count_and_stop():
     assert C.check_play_tool(dict(ok, tool=dict(ok["tool"], stopped_by_tool=False, capped=True)), line)
     assert C.check_play_tool(dict(ok, durations_ns=[1000, 1000, 1000, 1300]), line)
     assert C.check_play_tool({k: v for k, v in ok.items() if k != "tool"}, line)
+
+
+def _range_info():
+    step = lambda i, name: {"index": i, "kernel": {"name": f"{name}(int, float const*, float*)"},
+                            "grid": [4096, 1, 1], "block": [256, 1, 1], "original_ns": 5000}
+    return {"steps": [step(0, "range_first"), step(1, "range_second"), step(2, "range_third")]}
+
+
+def test_range_launch_verdict_wants_three_steps_a_verified_replay_and_a_refusing_pack():
+    play = {"durations_ns": [1000] * 8, "verify": {"matched": True, "deterministic": True}}
+    refusal = "kreplay: error: this is a range capture (3 steps): range captures are not supported by `pack` yet"
+    good = dict(rec_rc=0, base_out="range checksum 1\n", rec_out="range checksum 1\n", info=_range_info(),
+                play_rc=0, play=play, pack_rc=1, pack_err=refusal)
+    assert S.range_checks(**good) == []
+    two = _range_info()
+    two["steps"].pop()
+    faults = [dict(rec_rc=3), dict(rec_out="range checksum 2\n"), dict(info=two), dict(info=None),
+              dict(play_rc=1), dict(play={**play, "durations_ns": [1000] * 7}),
+              dict(play={**play, "verify": {"matched": False, "deterministic": True}}),
+              dict(play={**play, "verify": {"matched": True, "deterministic": False}}),
+              dict(pack_rc=0, pack_err=""), dict(pack_err="some other failure")]
+    for f in faults:
+        assert S.range_checks(**{**good, **f}), f
+
+
+def test_range_refuse_pattern_matches_the_recorders_message():
+    case = next(c for c in C.CHECK_CASES if c.name == "range-refuse")
+    said = ("kreplay: range capture of launches 1:3 abandoned: cuMemcpy_v2 was called inside the range "
+            "(after launch 1); range captures hold kernel launches only yet; the application continues\n")
+    assert re.search(case.stderr, said, re.S)
+    assert not re.search(case.stderr, said.replace("cuMemcpy_v2", "cuMemsetD8_v2"), re.S)

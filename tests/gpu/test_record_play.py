@@ -158,6 +158,26 @@ def test_beyond_heap(case, row, kr, app):
     assert not bad, "failed: " + ", ".join(bad)
 
 
+@C.inline("range-launch")
+def test_range_launch(case, row, kr, app):
+    """`record --launch-range 1:3` of three dependent kernels (issue 32): one capture of
+    three steps, replayed as a whole, bit for bit, 8 times (see krsuite.range_checks)."""
+    argv = app(["{range_app}"])
+    w = case.capture(case.path("range.krr"))
+    base = case.run(argv, name="base")
+    rec = case.run([kr, "record", "--launch-range", "1:3", "-o", w, "--force", "--"] + argv, name="rec")
+    info = case.run([kr, "info", "--json", w], name="info")
+    case.run([kr, "info", w], name="info-text")
+    play = case.run([kr, "play", w, "--passes", "8", "--verify", "--json"], name="play", timeout=300)
+    pack = case.run([kr, "pack", w, "-o", case.path("packed.krr"), "--force"], name="pack")
+    why = S.range_checks(rec.rc, base.out, rec.out, S.load_json(info.out_path), play.rc,
+                         S.load_json(play.out_path), pack.rc, pack.err)
+    p = S.load_json(play.out_path) or {}
+    row.update(kernel="range: 3 steps", median_us=(p.get("median_ns") or 0) / 1e3,
+               matched=bool((p.get("verify") or {}).get("matched")), why="; ".join(why))
+    assert not why, "; ".join(why)
+
+
 TEXTURES = {"tex2d": ("texture", "array 2D 256x192 f32 x1"), "texlayered": ("texture", "layered 256x192 x5 layers"),
             "texcube": ("texture", "cubemap 128x128 x6 faces"),
             "texmip": ("texture", "array 2D 128x128 f32 x1, 4 mip levels"),

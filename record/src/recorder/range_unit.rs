@@ -200,7 +200,7 @@ impl Recorder {
         let _self_calls = FlagGuard::force(&SELF_CALLS);
         drop(units::close_shared(RANGE_KEY));
         self.error(format!(
-            "{} abandoned {why}; the application continues",
+            "{} abandoned: {why}; the application continues",
             describe(range)
         ));
     }
