@@ -354,7 +354,8 @@ impl<'a> CaptureBuilder<'a> {
             ));
         }
         let s: Step = self.decode(off, frame, EventKind::Step)?;
-        step_problem(&s, self.steps.len(), &self.modules).map_or(Ok(()), |p| Err(inconsistent(p)))?;
+        step_problem(&s, self.steps.len(), &self.modules)
+            .map_or(Ok(()), |p| Err(inconsistent(p)))?;
         self.steps.push(s);
         Ok(EventRef::Other)
     }

@@ -25,8 +25,12 @@ fn three_steps() -> Vec<Step> {
 /// A range capture: the head's dispatch is the first step, then `steps`, one region with a
 /// post chunk. `dispatch` overrides the head's dispatch (for the rule tests).
 fn range_bytes(steps: &[Step], dispatch: Option<Dispatch>) -> Vec<u8> {
-    let mut w = CaptureWriter::new(Cursor::new(Vec::new()), common::UUID, WriterOptions::default())
-        .expect("writer");
+    let mut w = CaptureWriter::new(
+        Cursor::new(Vec::new()),
+        common::UUID,
+        WriterOptions::default(),
+    )
+    .expect("writer");
     let modules = [ModuleImage {
         module_id: 1,
         kind: ModuleKind::Cubin,
@@ -53,7 +57,8 @@ fn range_bytes(steps: &[Step], dispatch: Option<Dispatch>) -> Vec<u8> {
     })
     .expect("region");
     w.memory(0, MemoryState::Pre, 0, &pre).expect("pre");
-    w.memory(0, MemoryState::Post, 0, &[9u8; 256]).expect("post");
+    w.memory(0, MemoryState::Post, 0, &[9u8; 256])
+        .expect("post");
     w.finish().expect("finish").into_inner()
 }
 
@@ -95,7 +100,10 @@ fn commands_that_do_not_know_ranges_refuse_them() {
     let data = range_bytes(&three_steps(), None);
     let cap = Capture::parse(&data).expect("parse");
     let msg = range::refuse_range(&cap, "extract").expect_err("refused");
-    assert!(msg.contains("`extract`") && msg.contains("3 steps"), "{msg}");
+    assert!(
+        msg.contains("`extract`") && msg.contains("3 steps"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -154,8 +162,12 @@ fn step_problem_accepts_a_sound_step() {
 
 #[test]
 fn a_step_before_the_dispatch_is_refused() {
-    let mut w = CaptureWriter::new(Cursor::new(Vec::new()), common::UUID, WriterOptions::default())
-        .expect("writer");
+    let mut w = CaptureWriter::new(
+        Cursor::new(Vec::new()),
+        common::UUID,
+        WriterOptions::default(),
+    )
+    .expect("writer");
     w.module(&ModuleImage {
         module_id: 1,
         kind: ModuleKind::Cubin,

@@ -577,6 +577,36 @@ fn load_range_steps(
     Ok((kernels, placements))
 }
 
+/// Sets what the launch plan needs of the function before it is launched.
+fn prepare_function(function: &Function, launch: &LaunchPlan) -> Result<(), PlayError> {
+    if let Some(bytes) = launch.max_dynamic_shared {
+        function.set_max_dynamic_shared(bytes)?;
+    }
+    if launch.non_portable_cluster {
+        function.allow_non_portable_cluster()?;
+    }
+    Ok(())
+}
+
+/// Restores the module globals into `module` (for a range capture, those of its module) and,
+/// for a range, loads its later steps (restoring their modules' globals); the globals'
+/// placements are added to `placements`.
+fn load_globals_and_steps(
+    cap: &Capture<'_>,
+    module: &Module,
+    relocation: Option<&Relocation>,
+    placements: &mut Vec<RegionPlacement>,
+) -> Result<Vec<Kernel<Function>>, PlayError> {
+    let only = cap.is_range().then_some(cap.dispatch.module_id);
+    placements.extend(restore_globals(cap, module, relocation, only)?);
+    if !cap.is_range() {
+        return Ok(Vec::new());
+    }
+    let (steps, step_globals) = load_range_steps(cap, module, relocation)?;
+    placements.extend(step_globals);
+    Ok(steps)
+}
+
 /// One step's kernel: its function made ready for its launch plan, its arguments patched
 /// where memory moved.
 fn step_kernel(
@@ -585,12 +615,7 @@ fn step_kernel(
     function: Function,
     relocation: Option<&Relocation>,
 ) -> Result<Kernel<Function>, PlayError> {
-    if let Some(bytes) = launch.max_dynamic_shared {
-        function.set_max_dynamic_shared(bytes)?;
-    }
-    if launch.non_portable_cluster {
-        function.allow_non_portable_cluster()?;
-    }
+    prepare_function(&function, launch)?;
     let config = kreplay_engine::plan::launch_config(d, launch)?;
     let mut arg_bytes = d.arg_bytes.clone();
     if let Some(rel) = relocation {
@@ -699,20 +724,9 @@ impl<'c> Session<'c> {
                 usable: r.size,
             })
             .collect();
-        let only = cap.is_range().then_some(cap.dispatch.module_id);
-        placements.extend(restore_globals(cap, &module, relocation, only)?);
-        let (steps, step_globals) = match cap.is_range() {
-            true => load_range_steps(cap, &module, relocation)?,
-            false => (Vec::new(), Vec::new()),
-        };
-        placements.extend(step_globals);
+        let steps = load_globals_and_steps(cap, &module, relocation, &mut placements)?;
 
-        if let Some(bytes) = launch.max_dynamic_shared {
-            function.set_max_dynamic_shared(bytes)?;
-        }
-        if launch.non_portable_cluster {
-            function.allow_non_portable_cluster()?;
-        }
+        prepare_function(&function, &launch)?;
         let config = launch_config(cap, &launch)?;
         let d = &cap.dispatch;
         let mut arg_bytes = d.arg_bytes.clone();

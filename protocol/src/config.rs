@@ -181,8 +181,13 @@ impl Config {
                 format!("{}={v}: expected a whole number >= 1", env::LAUNCH_INDEX)
             })?),
         };
-        let launch_range = launch_range_from(&get, &mode, kernel.is_some() || launch_index.is_some())?;
-        if mode != Mode::List && kernel.is_none() && launch_index.is_none() && launch_range.is_none() {
+        let launch_range =
+            launch_range_from(&get, &mode, kernel.is_some() || launch_index.is_some())?;
+        if mode != Mode::List
+            && kernel.is_none()
+            && launch_index.is_none()
+            && launch_range.is_none()
+        {
             return Err(format!(
                 "{}, {} or {} is required in record and profile modes",
                 env::KERNEL,

@@ -346,7 +346,12 @@ mod tests {
         ] {
             assert!(refuses_range(f), "{f}");
         }
-        for f in ["cuCtxSynchronize", "cuLaunchKernel", "cuStreamSynchronize", "cuCtxGetCurrent"] {
+        for f in [
+            "cuCtxSynchronize",
+            "cuLaunchKernel",
+            "cuStreamSynchronize",
+            "cuCtxGetCurrent",
+        ] {
             assert!(!refuses_range(f), "{f}");
         }
     }

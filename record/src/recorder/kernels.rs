@@ -263,4 +263,22 @@ mod tests {
         assert_eq!(book.count(&c, &execution("a", wanted)), None);
         assert_eq!(book.count(&c, &execution("b", wanted)), Some((2, 1)));
     }
+
+    #[test]
+    fn every_launch_of_a_range_is_a_step_and_graph_nodes_are_not() {
+        let c = config(&[(env::MODE, "record"), (env::LAUNCH_RANGE, "2:4")]);
+        let mut book = KernelBook::default();
+        let wanted = book.matches(&c, "anything").0;
+        assert!(wanted, "with a launch range every kernel may be a step");
+        let mut node = execution("n", wanted);
+        node.in_graph = true;
+        let picked = [
+            book.count(&c, &execution("a", wanted)),
+            book.count(&c, &execution("b", wanted)),
+            book.count(&c, &node),
+            book.count(&c, &execution("c", wanted)),
+            book.count(&c, &execution("d", wanted)),
+        ];
+        assert_eq!(picked, [None, Some((2, 1)), None, Some((4, 2)), None]);
+    }
 }

@@ -5,6 +5,7 @@
 //! other memory or stream operation the application makes while it is open refuses it; the
 //! application's calls all run as they would without kreplay.
 
+use kreplay_cuda::cupti_events::ApiCall;
 use kreplay_protocol::config::LaunchRange;
 
 use super::marks::{FlagGuard, SELF_CALLS};
@@ -169,8 +170,15 @@ impl Recorder {
 
     /// A driver call of the application's (not a launch) at its ENTER: inside an open range,
     /// one that changes memory or orders streams refuses the range, before it runs.
-    pub(super) fn on_call_in_range(&self, function: &str) {
-        if !units::any_shared() || !refuses_range(function) {
+    pub(super) fn on_call_in_range(&self, call: &ApiCall<'_>) {
+        // Cheap first: every driver call of a range recording comes here.
+        if !units::any_shared() {
+            return;
+        }
+        let Some(function) = call.function_name().and_then(|n| n.to_str().ok()) else {
+            return;
+        };
+        if !refuses_range(function) {
             return;
         }
         let _self_calls = FlagGuard::force(&SELF_CALLS);

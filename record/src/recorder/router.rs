@@ -108,9 +108,7 @@ impl Recorder {
         let group = callbacks::group(call.id);
         let marks = ThreadMarks::now();
         if self.config.launch_range.is_some() && watched_for_range(group, call.site, marks) {
-            if let Some(name) = call.function_name().and_then(|n| n.to_str().ok()) {
-                self.on_call_in_range(name);
-            }
+            self.on_call_in_range(call);
         }
         match route_of(group, call.site, marks) {
             Route::Ignore => {}

@@ -124,7 +124,12 @@ pub(super) fn any_shared() -> bool {
 /// lock: a range's steps and the calls that refuse it are serialised.
 pub(super) fn with_shared<R>(key: UnitKey, f: impl FnOnce(Option<&mut Unit>) -> R) -> R {
     let mut units = lock(&SHARED);
-    let unit = units.0.open.iter_mut().find(|(k, _)| *k == key).map(|(_, u)| u);
+    let unit = units
+        .0
+        .open
+        .iter_mut()
+        .find(|(k, _)| *k == key)
+        .map(|(_, u)| u);
     f(unit)
 }
 

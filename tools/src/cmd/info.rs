@@ -134,7 +134,8 @@ fn print_steps(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
             s.block[0],
             s.block[1],
             s.block[2],
-            s.original_ns.map_or("unknown".into(), |ns| format!("{:.1} µs", ns as f64 / 1e3))
+            s.original_ns
+                .map_or("unknown".into(), |ns| format!("{:.1} µs", ns as f64 / 1e3))
         );
     }
     Ok(())
