@@ -436,23 +436,36 @@ pub fn salvage_verified(data: &[u8]) -> Result<(Vec<u8>, SalvageReport)> {
 /// touched, and for one whose losses the replay does not need. No I/O: the parsed capture
 /// holds all it takes.
 pub fn replay_blockers(cap: &Capture<'_>) -> Vec<String> {
-    match &cap.salvage {
-        Some(s) => blockers(&cap.dispatch, &cap.regions, &cap.globals, s),
-        None => Vec::new(),
+    let Some(s) = &cap.salvage else {
+        return Vec::new();
+    };
+    let mut out = blockers(&cap.dispatch, &cap.regions, &cap.globals, s);
+    // A range's later steps need their argument memory as the first does.
+    for (i, step) in cap.steps.iter().enumerate().skip(1) {
+        let mut named = HashSet::new();
+        out.extend(
+            argument_blockers(&step.dispatch, &cap.regions, s, &mut named)
+                .into_iter()
+                .map(|b| format!("step {i}: {b}")),
+        );
     }
+    out
 }
 
-fn blockers(
+/// Whether address `v` lies in region `r` (CUDA arrays have no address).
+fn inside(r: &Region, v: u64) -> bool {
+    r.kind != MemoryKind::CudaArray && v >= r.address && v - r.address < r.size.max(1)
+}
+
+/// The argument words of `d` that point into a region salvage dropped; the regions they
+/// name are added to `named`.
+fn argument_blockers(
     d: &Dispatch,
     kept: &[Region],
-    globals: &[ModuleGlobal],
     s: &SalvageRecord,
+    named: &mut HashSet<u32>,
 ) -> Vec<String> {
-    let inside = |r: &Region, v: u64| {
-        r.kind != MemoryKind::CudaArray && v >= r.address && v - r.address < r.size.max(1)
-    };
     let mut out = Vec::new();
-    let mut named: HashSet<u32> = HashSet::new();
     for &word in &d.pointer_words {
         let at = word as usize;
         let Some(bytes) = d.arg_bytes.get(at..at + 8) else {
@@ -473,6 +486,17 @@ fn blockers(
             ));
         }
     }
+    out
+}
+
+fn blockers(
+    d: &Dispatch,
+    kept: &[Region],
+    globals: &[ModuleGlobal],
+    s: &SalvageRecord,
+) -> Vec<String> {
+    let mut named: HashSet<u32> = HashSet::new();
+    let mut out = argument_blockers(d, kept, s, &mut named);
     for r in &s.dropped_regions {
         if named.contains(&r.region_id) {
             continue;

@@ -220,3 +220,62 @@ fn salvage_keeps_the_steps_and_their_minor() {
     assert_eq!(saved.steps, three_steps());
     assert!(saved.header.minor >= layout::STEP_MINOR);
 }
+
+#[test]
+fn a_salvaged_range_whose_later_step_lost_its_argument_memory_cannot_be_replayed() {
+    // Step 1 reads region 1, which no other step reaches; its pre chunk is damaged.
+    let mut steps = three_steps();
+    steps[1].dispatch.arg_bytes[8..16].copy_from_slice(&0x7f00_0000_8000u64.to_le_bytes());
+    let mut w = CaptureWriter::new(
+        Cursor::new(Vec::new()),
+        common::UUID,
+        WriterOptions::default(),
+    )
+    .expect("writer");
+    let modules = [ModuleImage {
+        module_id: 1,
+        kind: ModuleKind::Cubin,
+        arch: 90,
+        image: b"\x7fELF".to_vec(),
+    }];
+    w.head(&CaptureHead {
+        info: None,
+        device: None,
+        modules: &modules,
+        dispatch: &steps[0].dispatch,
+    })
+    .expect("head");
+    w.steps(&steps).expect("steps");
+    for (id, address) in [(0u32, 0x7f00_0000_0000u64), (1, 0x7f00_0000_8000)] {
+        w.region(&Region {
+            region_id: id,
+            address,
+            size: 256,
+            kind: MemoryKind::Device,
+            role: RegionRole::Argument,
+            chunk_size: 256,
+        })
+        .expect("region");
+        let bytes: Vec<u8> = (0..256u32).map(|i| (i * 7 + id) as u8).collect();
+        w.memory(id, MemoryState::Pre, 0, &bytes).expect("pre");
+    }
+    let mut data = w.finish().expect("finish").into_inner();
+    let last_chunk = scan(&data)
+        .expect("scan")
+        .intact
+        .into_iter()
+        .filter(|e| e.frame.kind == EventKind::MemoryChunk as u16)
+        .last()
+        .expect("region 1's chunk");
+    let payload = last_chunk.offset as usize + layout::FRAME_LEN + layout::CHUNK_PREFIX_LEN;
+    data[payload] ^= 0xff;
+    let (out, _) = salvage(&data, Cursor::new(Vec::new())).expect("salvage");
+    let out = out.into_inner();
+    let saved = Capture::parse(&out).expect("parse salvaged");
+    let why = replay_blockers(&saved);
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert!(
+        why[0].starts_with("step 1:") && why[0].contains("region 1"),
+        "{why:?}"
+    );
+}

@@ -576,6 +576,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_range_lists_its_steps_and_a_single_capture_has_no_steps_field() {
+        let bytes = crate::testdata::bytes("cuda-saxpy");
+        let mut cap = crate::testdata::parse(&bytes);
+        let single = serde_json::to_value(describe("s.krr", &cap)).expect("json");
+        assert!(
+            single.get("steps").is_none(),
+            "single captures' JSON is as before"
+        );
+        let mut second = cap.dispatch.clone();
+        second.grid = [7, 1, 1];
+        second.original_duration_ns = Some(1500);
+        cap.steps = vec![
+            kreplay_format::Step {
+                stream: 0,
+                dispatch: cap.dispatch.clone(),
+            },
+            kreplay_format::Step {
+                stream: 0,
+                dispatch: second,
+            },
+        ];
+        let range = serde_json::to_value(describe("r.krr", &cap)).expect("json");
+        let steps = range["steps"].as_array().expect("steps");
+        assert_eq!(steps.len(), 2);
+        assert_eq!(steps[1]["index"], 1);
+        assert_eq!(steps[1]["grid"], serde_json::json!([7, 1, 1]));
+        assert_eq!(steps[1]["original_ns"], 1500);
+        assert_eq!(
+            steps[0]["kernel"]["mangled"],
+            cap.dispatch.kernel_name.as_str()
+        );
+    }
+
+    #[test]
     fn iso_time_known_values() {
         assert_eq!(iso_time(0), "1970-01-01T00:00:00Z");
         assert_eq!(iso_time(1_700_000_000_000_000_000), "2023-11-14T22:13:20Z");
