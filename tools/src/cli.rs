@@ -65,22 +65,17 @@ pub struct DiffArgs {
     pub b: PathBuf,
     /// Compare the memory as the kernel left it (`post`, default: the results) or as it found
     /// it (`pre`: the inputs).
-    #[arg(long, value_enum, default_value_t = DiffState::Post)]
+    #[arg(long, value_enum, default_value_t = DiffState::default())]
     pub state: DiffState,
     /// Read differing bytes as this element type for the error figures.
-    #[arg(long = "as", value_enum, default_value_t = crate::compare::Element::F32)]
-    pub r#as: crate::compare::Element,
+    #[arg(long = "as", value_enum, default_value_t = kreplay_player::compare::Element::default())]
+    pub r#as: kreplay_player::compare::Element,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DiffState {
-    Pre,
-    Post,
-}
+pub use kreplay_player::diff::DiffState;
 
 #[derive(Args)]
 pub struct CompletionsArgs {

@@ -5,7 +5,6 @@
 
 mod cli;
 mod cmd;
-mod compare;
 mod output;
 use kreplay_protocol::progress;
 
