@@ -35,6 +35,6 @@ pub use reader::{
     scan, scan_observed, verify, verify_observed, Capture, ChunkRef, ScanReport, VerifyReport,
 };
 pub use salvage::{replay_blockers, salvage, salvage_verified, SalvageReport};
-pub use verdict::Verdict;
 pub use salvage_into::{salvage_into, SalvageRefused};
+pub use verdict::Verdict;
 pub use writer::{CaptureWriter, WriterOptions};

@@ -51,9 +51,13 @@ mod tests {
         let file = MappedFile::open(&path).unwrap();
         let e = salvage_into(&file, "cut.krr", &path, true).unwrap_err();
         assert!(matches!(e, SalvageRefused::IntoItself(_)), "{e}");
-        assert!(e.to_string().ends_with("that is the damaged capture itself; salvage into another file"));
+        assert!(e
+            .to_string()
+            .ends_with("that is the damaged capture itself; salvage into another file"));
         let e = salvage_into(&file, "cut.krr", &dir.join("out.krr"), false).unwrap_err();
-        assert!(e.to_string().starts_with("nothing replayable could be salvaged from cut.krr"));
+        assert!(e
+            .to_string()
+            .starts_with("nothing replayable could be salvaged from cut.krr"));
         assert!(!dir.join("out.krr").exists(), "nothing left behind");
         std::fs::remove_dir_all(&dir).unwrap();
     }

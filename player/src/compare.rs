@@ -133,7 +133,10 @@ mod tests {
     fn each_element_is_found_by_its_name_and_only_by_it() {
         for e in Element::ALL {
             assert_eq!(Element::from_name(e.name()), Some(e));
-            assert_eq!(serde_json::to_string(&e).unwrap(), format!("\"{}\"", e.name()));
+            assert_eq!(
+                serde_json::to_string(&e).unwrap(),
+                format!("\"{}\"", e.name())
+            );
         }
         assert_eq!(Element::from_name("float32"), None);
     }

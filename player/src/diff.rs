@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use kreplay_format::{Capture, ChunkEncoding, ChunkRef, FormatError, MemoryState, Reference, Region};
+use kreplay_format::{
+    Capture, ChunkEncoding, ChunkRef, FormatError, MemoryState, Reference, Region,
+};
 use serde::Serialize;
 
 use crate::compare::{Difference, Element};
@@ -276,7 +278,11 @@ mod tests {
             e.to_string(),
             "d holds no recorded output (dropped by kreplay pack): compare the inputs with --state pre"
         );
-        assert!(diff("a", &c, "d", &d, DiffState::Pre, Element::F32).unwrap().identical);
+        assert!(
+            diff("a", &c, "d", &d, DiffState::Pre, Element::F32)
+                .unwrap()
+                .identical
+        );
     }
 
     #[test]

@@ -20,7 +20,11 @@ use kreplay_format::{
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
     #[error("extract would write {} from a {} capture (more than {}, 16 x its size): pass --force to write it", bytes(*.total), bytes(*.file_len), bytes(*.limit))]
-    TooLarge { total: u64, file_len: u64, limit: u64 },
+    TooLarge {
+        total: u64,
+        file_len: u64,
+        limit: u64,
+    },
     #[error("no reproducer for {name}")]
     NoReproducer {
         name: String,
@@ -270,18 +274,28 @@ mod tests {
 
     #[test]
     fn a_capture_extracts_into_a_new_directory_and_not_into_a_full_one() {
-        let src = format!("{}/../testdata/captures/cuda-saxpy.krr", env!("CARGO_MANIFEST_DIR"));
+        let src = format!(
+            "{}/../testdata/captures/cuda-saxpy.krr",
+            env!("CARGO_MANIFEST_DIR")
+        );
         let file = MappedFile::open(Path::new(&src)).unwrap();
         let cap = Capture::parse(file.bytes()).unwrap();
         let x = Extraction::plan(&file, &cap, "saxpy.krr", false, false).unwrap();
         let dir = scratch("new");
         let done = x.write_files(&dir).unwrap();
         assert_eq!(done.regions, cap.regions.len());
-        assert_eq!(fs::read(dir.join("args.bin")).unwrap(), cap.dispatch.arg_bytes);
+        assert_eq!(
+            fs::read(dir.join("args.bin")).unwrap(),
+            cap.dispatch.arg_bytes
+        );
         let r = &cap.regions[0];
         let pre = dir.join(format!("region-{}-{:#x}.bin", r.region_id, r.address));
         assert_eq!(fs::metadata(pre).unwrap().len(), r.size);
-        assert_eq!(x.write_repro(&dir).unwrap(), None, "no reproducer asked for");
+        assert_eq!(
+            x.write_repro(&dir).unwrap(),
+            None,
+            "no reproducer asked for"
+        );
         let e = x.write_files(&dir).unwrap_err();
         assert!(matches!(e, ExtractError::NotEmpty(_)), "{e}");
         fs::remove_dir_all(&dir).unwrap();

@@ -124,7 +124,10 @@ mod tests {
         let plan = PackPlan::of(&saxpy, PackRequest::default()).unwrap();
         assert_eq!(plan.options.level, 19);
         assert!(plan.memory_bytes > 0);
-        assert!(!plan.options.param_types.is_empty(), "types from the signature");
+        assert!(
+            !plan.options.param_types.is_empty(),
+            "types from the signature"
+        );
         let asked = PackRequest {
             level: Some(5),
             redact: true,
@@ -133,7 +136,14 @@ mod tests {
         let plan = PackPlan::of(&saxpy, asked).unwrap();
         assert_eq!((plan.options.level, plan.options.redact), (5, true));
         for bad in [0, 23, -1] {
-            let e = PackPlan::of(&saxpy, PackRequest { level: Some(bad), ..asked }).unwrap_err();
+            let e = PackPlan::of(
+                &saxpy,
+                PackRequest {
+                    level: Some(bad),
+                    ..asked
+                },
+            )
+            .unwrap_err();
             assert!(matches!(e, PackRefused::Level(l) if l == bad), "{e}");
         }
     }

@@ -27,8 +27,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _native
+from .commands import diff, extract, pack, verify
 
-__all__ = ["open", "play", "record", "Capture", "Region", "RecordError", "CaptureChanged", "__version__"]
+__all__ = ["open", "play", "record", "verify", "diff", "pack", "extract", "Capture", "Region", "RecordError", "CaptureChanged", "__version__"]
 __version__ = _native.__version__
 
 #: Raised when a capture's file was written over in place (`cp new.krr old.krr`) after

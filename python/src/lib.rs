@@ -7,6 +7,9 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+// `verify`, `pack`, `extract`, `diff`: the CLI's commands of those names.
+mod commands;
+
 use std::ffi::{c_int, c_void, CStr};
 use std::path::Path;
 
@@ -410,5 +413,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CaptureFile>()?;
     m.add("CaptureChanged", m.py().get_type::<CaptureChanged>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    commands::register(m)?;
     Ok(())
 }
