@@ -88,14 +88,14 @@ class Region:
         `__nv_bfloat16*`: bfloat16, through ml_dtypes). ValueError saying what to pass when no
         parameter says. Trailing bytes that do not fill an element are left out; `shape`
         reshapes; `post=True` reads the state after the dispatch (the recorded output)."""
-        return arrays.view(self._bytes(post), arrays.region_dtype(self, dtype), shape=shape)
+        return arrays.view(self._bytes(post), arrays.region_element(self, dtype), shape=shape)
 
     def tensor(self, dtype: Any = None, post: bool = False, shape: Sequence[int] | None = None) -> Any:
         """As `array()`, as a CPU `torch.Tensor` that shares the decoded memory (DLPack, no
         copy). Each call decodes the region anew, so the tensor is writable and writes reach
         no other array. ImportError without PyTorch."""
-        dt = arrays.region_dtype(self, dtype)
-        return arrays.tensor(self._bytes(post, writable=True), dt, shape=shape)
+        element = arrays.region_element(self, dtype)
+        return arrays.tensor(self._bytes(post, writable=True), element, shape=shape)
 
 
 @dataclass(frozen=True)

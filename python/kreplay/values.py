@@ -239,8 +239,8 @@ class Param:
         from . import arrays
 
         r = self._target()
-        dt = numpy_dtype(dtype) if dtype is not None else arrays.param_dtype(self)
-        return arrays.view(r._bytes(post), dt, offset=self.region_offset or 0)
+        element = dtype if dtype is not None else arrays.param_element(self)
+        return arrays.view(r._bytes(post), element, offset=self.region_offset or 0)
 
     def tensor(self, dtype: Any = None, post: bool = False) -> Any:
         """As `array()`, as a `torch.Tensor` sharing the decoded memory (DLPack, no copy; a
@@ -248,5 +248,5 @@ class Param:
         from . import arrays
 
         r = self._target()
-        dt = numpy_dtype(dtype) if dtype is not None else arrays.param_dtype(self)
-        return arrays.tensor(r._bytes(post, writable=True), dt, offset=self.region_offset or 0)
+        element = dtype if dtype is not None else arrays.param_element(self)
+        return arrays.tensor(r._bytes(post, writable=True), element, offset=self.region_offset or 0)
