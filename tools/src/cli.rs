@@ -83,6 +83,7 @@ fn color_in(sub: &str, global: &clap::Arg) -> clap::Arg {
         local
             .help("Colour verdicts (auto, always, never): see `kreplay --help`")
             .long_help(None)
+            .hide_possible_values(true)
     } else {
         local.hide(true)
     }

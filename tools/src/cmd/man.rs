@@ -196,10 +196,57 @@ mod tests {
         assert_eq!(blocks("x\n  y"), [Block::Prose("x y".into())]);
     }
 
+    /// How an option's entry in OPTIONS may begin, in roff: its first spelling in bold (`-s`
+    /// before `--launch-skip`), or a positional's value name, in <> when required, else [].
+    fn entry_heads(a: &clap::Arg) -> Vec<String> {
+        match (a.get_short(), a.get_long()) {
+            (Some(s), _) => vec![format!("\\fB\\-{s}\\fR")],
+            (None, Some(l)) => vec![format!("\\fB\\-\\-{}\\fR", l.replace('-', "\\-"))],
+            (None, None) => {
+                let value = a.get_value_names().map_or_else(
+                    || a.get_id().to_string(),
+                    |v| v.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(" "),
+                );
+                vec![format!("<\\fI{value}\\fR>"), format!("[\\fI{value}\\fR]")]
+            }
+        }
+    }
+
+    #[test]
+    fn one_page_per_command_each_with_every_flag_of_its_command() {
+        let mut cmd = crate::cli::command().disable_help_subcommand(true);
+        cmd.build();
+        let commands: Vec<&clap::Command> = std::iter::once(&cmd)
+            .chain(cmd.get_subcommands().filter(|s| !s.is_hide_set()))
+            .collect();
+        let pages = pages(crate::cli::command()).expect("pages render");
+        assert_eq!(pages.len(), commands.len());
+        assert!(pages.iter().any(|p| p.file_name == "kreplay-record.1"));
+        for (c, p) in commands.iter().zip(&pages) {
+            assert_eq!(p.file_name, format!("{}.1", page_name(c)));
+            let roff = String::from_utf8_lossy(&p.roff);
+            let options = &roff[roff.find(".SH OPTIONS").expect("an OPTIONS section")..];
+            let mut flags = 0;
+            for a in c.get_arguments().filter(|a| !a.is_hide_set()) {
+                let heads = entry_heads(a);
+                assert!(
+                    options
+                        .lines()
+                        .any(|l| heads.iter().any(|h| l.starts_with(h.as_str()))),
+                    "{}: no entry {heads:?} for {}",
+                    p.file_name,
+                    a.get_id()
+                );
+                flags += 1;
+            }
+            assert!(flags > 1, "{}: only --help?", p.file_name);
+        }
+    }
+
     #[test]
     fn the_main_page_shows_its_examples_unfilled_and_cites_only_written_pages() {
         let pages = pages(crate::cli::command()).expect("pages render");
-        let main = String::from_utf8_lossy(&pages[0].roff);
+        let main = String::from_utf8_lossy(&pages[0].roff).replace("\\-", "-");
         assert_eq!(pages[0].file_name, "kreplay.1");
         let ex = main.find("\n.EX\n").expect("an example block");
         assert!(main[ex..].contains("kreplay record"), "{main}");
