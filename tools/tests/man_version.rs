@@ -74,7 +74,11 @@ fn help_flags(args: &[&str]) -> BTreeSet<String> {
     let (code, out, err) = kreplay(&a);
     assert_eq!(code, 0, "{err}");
     let mut flags = BTreeSet::new();
-    for l in out.lines().map(str::trim_start).filter(|l| l.starts_with('-')) {
+    for l in out
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+    {
         for word in l.split([' ', ',', '=']).filter(|w| w.starts_with('-')) {
             if word != "-h" && word != "--help" {
                 flags.insert(word.to_string());
@@ -110,17 +114,19 @@ fn man_writes_one_page_per_command_with_every_flag() {
     let (code, out, err) = kreplay(&["man", dir.to_str().expect("utf-8 temp dir")]);
     assert_eq!(code, 0, "{err}");
     let commands = listed_commands();
-    let mut expected: BTreeSet<String> = commands
-        .iter()
-        .map(|c| format!("kreplay-{c}.1"))
-        .collect();
+    let mut expected: BTreeSet<String> =
+        commands.iter().map(|c| format!("kreplay-{c}.1")).collect();
     expected.insert("kreplay.1".into());
     let written: BTreeSet<String> = std::fs::read_dir(&dir)
         .expect("DIR created")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(written, expected);
-    assert_eq!(out.lines().count(), expected.len(), "each file named: {out}");
+    assert_eq!(
+        out.lines().count(),
+        expected.len(),
+        "each file named: {out}"
+    );
     for c in std::iter::once(None).chain(commands.iter().map(Some)) {
         let (file, args) = match c {
             None => ("kreplay.1".to_string(), vec![]),
@@ -136,7 +142,10 @@ fn man_writes_one_page_per_command_with_every_flag() {
         for word in text.split(|c: char| c.is_whitespace() || c == ',') {
             if let Some(name) = word.strip_suffix("(1)") {
                 if name.starts_with("kreplay") {
-                    assert!(written.contains(&format!("{name}.1")), "{file} cites {word}");
+                    assert!(
+                        written.contains(&format!("{name}.1")),
+                        "{file} cites {word}"
+                    );
                 }
             }
         }
@@ -160,8 +169,16 @@ fn the_main_page_keeps_its_examples_one_a_line() {
         .position(|l| l.trim_start().starts_with("kreplay list ./app args"))
         .unwrap_or_else(|| panic!("no example line: {text}"));
     assert!(l[at].ends_with("# which kernels does it launch?"), "{text}");
-    assert!(l[at + 1].trim_start().starts_with("kreplay record -k saxpy"), "{text}");
-    assert!(l[at + 3].trim_start().starts_with("kreplay play saxpy.krr"), "{text}");
+    assert!(
+        l[at + 1]
+            .trim_start()
+            .starts_with("kreplay record -k saxpy"),
+        "{text}"
+    );
+    assert!(
+        l[at + 3].trim_start().starts_with("kreplay play saxpy.krr"),
+        "{text}"
+    );
 }
 
 fn count(text: &str, word: &str) -> usize {
@@ -182,7 +199,10 @@ fn color_is_documented_once_and_hidden_where_it_does_nothing() {
         let (_, help, _) = kreplay(&[coloured, "--help"]);
         assert_eq!(count(&help, "--color"), 1, "{coloured}: {help}");
         assert!(help.contains("see `kreplay --help`"), "{coloured}: {help}");
-        assert!(!help.contains("NO_COLOR"), "{coloured} repeats the block: {help}");
+        assert!(
+            !help.contains("NO_COLOR"),
+            "{coloured} repeats the block: {help}"
+        );
     }
     // Hidden is not refused: the flag is global, wherever it is written.
     let (code, _, err) = kreplay(&["man", "--color", "never"]);

@@ -42,7 +42,10 @@ pub fn blocks(text: &str) -> Vec<Block> {
                 .min()
                 .unwrap_or(0);
             out.push(Block::Example(
-                lines.iter().map(|l| l[indent..].trim_end().to_string()).collect(),
+                lines
+                    .iter()
+                    .map(|l| l[indent..].trim_end().to_string())
+                    .collect(),
             ));
         } else {
             out.push(Block::Prose(
@@ -128,7 +131,10 @@ pub fn pages(cmd: clap::Command) -> std::io::Result<Vec<Page>> {
     cmd.build();
     let main_name = page_name(&cmd);
     let subs: Vec<&clap::Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).collect();
-    let sub_citations: Vec<String> = subs.iter().map(|s| format!("{}(1)", page_name(s))).collect();
+    let sub_citations: Vec<String> = subs
+        .iter()
+        .map(|s| format!("{}(1)", page_name(s)))
+        .collect();
     let sub_refs: Vec<&str> = sub_citations.iter().map(String::as_str).collect();
     let main_citation = format!("{main_name}(1)");
     let mut out = vec![Page {
@@ -257,7 +263,10 @@ mod tests {
         for cited in main.split(|c: char| c.is_whitespace() || c == ',') {
             let cited = cited.trim_start_matches("\\fB").trim_end_matches("\\fR");
             if cited.starts_with("kreplay") && cited.ends_with("(1)") {
-                assert!(names.iter().any(|n| n == cited), "{cited} cited, not written");
+                assert!(
+                    names.iter().any(|n| n == cited),
+                    "{cited} cited, not written"
+                );
             }
         }
         assert!(!names.iter().any(|n| n == "kreplay-help(1)"));
