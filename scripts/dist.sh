@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the release binaries and copies them into dist/ (what the GPU machine needs), as
 # built: the release profile keeps line tables only (Cargo.toml), and the linker compresses the
-# debug sections (most of them the standard library's), so they are small without `strip` and
+# debug sections (tools/build.rs, record/build.rs; most of them the standard library's), so
+# they are small without `strip` and
 # backtraces, gdb and addr2line still name files and lines (measured: kreplay 18 MiB,
 # libkreplay_record.so 14 MiB, against 54 and 47 uncompressed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=-Wl,--compress-debug-sections=zlib"
 cargo build --release -p kreplay -p kreplay-record
 cargo build --release -p kreplay-player --example replay_bench
 cargo build --release -p kreplay-format --example craft_hostile --example stream_rates
