@@ -2,9 +2,7 @@
 # Builds the release binaries and copies them into dist/ (what the GPU machine needs), as
 # built: the release profile keeps line tables only (Cargo.toml), and the linker compresses the
 # debug sections (tools/build.rs, record/build.rs; most of them the standard library's), so
-# they are small without `strip` and
-# backtraces, gdb and addr2line still name files and lines (measured: kreplay 18 MiB,
-# libkreplay_record.so 14 MiB, against 54 and 47 uncompressed).
+# they are small without `strip` and backtraces, gdb and addr2line still name files and lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p kreplay -p kreplay-record
