@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Builds the release binaries and copies them, stripped, into dist/ (what the GPU machine needs).
+# Builds the release binaries and copies them into dist/ (what the GPU machine needs), as
+# built: the release profile keeps line tables only (Cargo.toml), and the linker compresses the
+# debug sections (tools/build.rs, record/build.rs; most of them the standard library's), so
+# they are small without `strip` and backtraces, gdb and addr2line still name files and lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p kreplay -p kreplay-record
@@ -10,10 +13,9 @@ mkdir -p dist
 # --ignored or --include-ignored on a GPU).
 t=$(cargo test --release -p kreplay-cuda --test chunks_gpu --no-run --message-format=json 2> /dev/null \
   | python3 -c 'import json, sys; print([j["executable"] for j in map(json.loads, sys.stdin) if j.get("executable")][-1])')
-cp "$t" dist/chunks_gpu && strip --strip-debug dist/chunks_gpu
+cp "$t" dist/chunks_gpu
 for f in kreplay libkreplay_record.so examples/replay_bench examples/craft_hostile examples/stream_rates; do
   cp "target/release/$f" "dist/$(basename "$f")"
-  strip --strip-debug "dist/$(basename "$f")"
 done
 ls -la dist
 # The Python package (one abi3 wheel) and the pure-Python wheels its GPU tests run with, when

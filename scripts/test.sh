@@ -16,7 +16,7 @@ cargo fmt --manifest-path python/Cargo.toml --check
 cargo clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
 VENV=${KREPLAY_VENV:-target/python-venv}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.5,<2" numpy pytest
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.5,<2" numpy pytest ml-dtypes
 (cd python && VIRTUAL_ENV="$PWD/../$VENV" PATH="$PWD/../$VENV/bin:$PATH" maturin develop -q)
 KREPLAY_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/kreplay" "$VENV/bin/python" -m pytest -q python/tests
 # The GPU suite's own helpers and case table (tests/gpu; its GPU cases need a CUDA machine).

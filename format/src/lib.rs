@@ -21,7 +21,9 @@ pub mod range;
 pub mod reader;
 pub mod rules;
 pub mod salvage;
+pub mod salvage_into;
 pub mod units;
+pub mod verdict;
 pub mod writer;
 
 pub use chunk::{DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL};
@@ -34,4 +36,6 @@ pub use reader::{
     scan, scan_observed, verify, verify_observed, Capture, ChunkRef, ScanReport, VerifyReport,
 };
 pub use salvage::{replay_blockers, salvage, salvage_verified, SalvageReport};
+pub use salvage_into::{salvage_into, SalvageRefused};
+pub use verdict::Verdict;
 pub use writer::{CaptureHead, CaptureTail, CaptureWriter, WriterOptions};

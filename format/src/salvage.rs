@@ -31,8 +31,8 @@ use crate::rules::{
 };
 use crate::writer::{CaptureWriter, WriterOptions};
 
-/// What salvage kept and dropped.
-#[derive(Debug, Clone, Default)]
+/// What salvage kept and dropped (serialized for Python's `kreplay.verify(salvage=...)`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct SalvageReport {
     pub intact_events: u64,
     pub kept_events: u64,

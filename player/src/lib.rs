@@ -6,7 +6,11 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod compare;
 pub mod describe;
+pub mod diff;
+pub mod extract;
+pub mod pack;
 pub mod params;
 mod play;
 mod play_options;

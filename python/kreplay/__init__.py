@@ -2,9 +2,11 @@
 
     import kreplay
     cap = kreplay.open("saxpy.krr")
-    cap.kernel["name"], cap.launch["grid"], cap.params
-    y = cap.regions[1].array("float32")             # NumPy view, no copy
-    out = cap.regions[1].array("float32", post=True)  # the recorded output
+    cap.kernel["name"], cap.launch["grid"]
+    n, a, x, y = cap.params                          # typed: n.value == 4194304, a.value == 1.5
+    ys = y.region.array()                            # float32 (`float*` says so): NumPy view, no copy
+    out = y.region.array(post=True)                  # the recorded output
+    t = y.region.tensor()                            # a torch.Tensor on the same memory (DLPack)
     report = kreplay.play("saxpy.krr", passes=8, verify=True)   # needs a GPU
     caps = kreplay.record(["python", "app.py"], kernel="saxpy", out="saxpy.krr")
 
@@ -26,9 +28,27 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _native
+from . import _native, arrays
+from .commands import diff, extract, pack, verify
+from .values import ElementType, Param, element_type
 
-__all__ = ["open", "play", "record", "Capture", "Region", "RecordError", "CaptureChanged", "__version__"]
+__all__ = [
+    "open",
+    "play",
+    "record",
+    "verify",
+    "diff",
+    "pack",
+    "extract",
+    "Capture",
+    "Region",
+    "Param",
+    "ElementType",
+    "element_type",
+    "RecordError",
+    "CaptureChanged",
+    "__version__",
+]
 __version__ = _native.__version__
 
 #: Raised when a capture's file was written over in place (`cp new.krr old.krr`) after
@@ -39,7 +59,10 @@ CaptureChanged = _native.CaptureChanged
 
 @dataclass(frozen=True)
 class Region:
-    """One captured buffer: where it was, how large, why it is in the capture."""
+    """One captured buffer: where it was (`address`), how large (`size`, bytes), why it is in
+    the capture (`role`, `kind`, `global_name` for a module global), whether the kernel
+    wrote it, and the parameters that point into it (`pointed_by`: they say its element
+    type). `array()` reads it as NumPy, `tensor()` as torch, `bytes()` as bytes."""
 
     path: str
     id: int
@@ -52,25 +75,32 @@ class Region:
     info: dict = field(repr=False, compare=False)
     # The open capture it belongs to (the file as it was opened, whatever took its name since).
     _file: Any = field(default=None, repr=False, compare=False)
+    pointed_by: tuple = field(default=(), repr=False, compare=False)
 
-    def _bytes(self, post: bool):
+    def _bytes(self, post: bool, writable: bool = False):
         if self._file is None:
-            return _native.region_bytes(self.path, self.id, post)
-        return self._file.region_bytes(self.id, post)
+            return _native.region_bytes(self.path, self.id, post, writable)
+        return self._file.region_bytes(self.id, post, writable)
 
     def bytes(self, post: bool = False) -> memoryview:
         """The region's bytes (before the dispatch, or after it with `post=True`), decoded
         once into memory that is read-only and shared by every view of it."""
         return memoryview(self._bytes(post))
 
-    def array(self, dtype: Any = np.uint8, post: bool = False, shape: Sequence[int] | None = None) -> np.ndarray:
-        """The region as a read-only NumPy array of `dtype` (no copy of the decoded bytes).
-        Trailing bytes that do not fill an element are left out; `shape` reshapes."""
-        dt = np.dtype(dtype)
-        buf = self._bytes(post)
-        count = len(buf) // dt.itemsize
-        a = np.frombuffer(buf, dtype=dt, count=count)
-        return a.reshape(shape) if shape is not None else a
+    def array(self, dtype: Any = None, post: bool = False, shape: Sequence[int] | None = None) -> np.ndarray:
+        """The region as a read-only NumPy array (no copy of the decoded bytes) of `dtype`, or,
+        without one, of the type the parameters pointing into it say (`float*`: float32;
+        `__nv_bfloat16*`: bfloat16, through ml_dtypes). ValueError saying what to pass when no
+        parameter says. Trailing bytes that do not fill an element are left out; `shape`
+        reshapes; `post=True` reads the state after the dispatch (the recorded output)."""
+        return arrays.view(self._bytes(post), arrays.region_element(self, dtype), shape=shape)
+
+    def tensor(self, dtype: Any = None, post: bool = False, shape: Sequence[int] | None = None) -> Any:
+        """As `array()`, as a CPU `torch.Tensor` that shares the decoded memory (DLPack, no
+        copy). Each call decodes the region anew, so the tensor is writable and writes reach
+        no other array. ImportError without PyTorch."""
+        element = arrays.region_element(self, dtype)
+        return arrays.tensor(self._bytes(post, writable=True), element, shape=shape)
 
 
 @dataclass(frozen=True)
@@ -85,20 +115,26 @@ class Capture:
 
     @property
     def kernel(self) -> dict:
+        """The kernel: `name` (demangled, with its signature when known), and what the
+        capture knows of its code."""
         return self.info["kernel"]
 
     @property
     def launch(self) -> dict:
+        """The launch: `grid`, `block`, dynamic shared memory, cluster, attributes."""
         return self.info["launch"]
 
     @property
-    def params(self) -> list[dict]:
-        """Each parameter: offset, size, type (from the kernel's signature when known),
-        decoded value, and whether it is a device pointer."""
-        return self.info["params"]
+    def params(self) -> list[Param]:
+        """Each kernel parameter as a `Param`: its C type, its value as a Python `int`,
+        `float` or `bool` (a pointer's address as an `int`, with the region it points
+        into), or `bytes` when the type is not known. `param["value"]` and the other keys of
+        `kreplay info --json`'s entry still work (`value` typed)."""
+        return [Param.from_info(p, self) for p in self.info["params"]]
 
     @property
     def device(self) -> dict | None:
+        """The GPU it was captured on (name, compute capability, ...), when recorded."""
         return self.info.get("device")
 
     @property
@@ -108,6 +144,8 @@ class Capture:
 
     @property
     def regions(self) -> list[Region]:
+        """Every captured buffer, as a `Region`, in id order."""
+        params = self.params
         return [
             Region(
                 path=self.path,
@@ -120,6 +158,7 @@ class Capture:
                 global_name=r.get("global") or None,
                 info=r,
                 _file=self._file,
+                pointed_by=tuple(p for p in params if p.pointer and p.region_id == r["id"]),
             )
             for r in self.info["regions"]
         ]

@@ -2,21 +2,24 @@
 //! (`CaptureFile`: the file kept open and mapped, so a handle never reads another file that
 //! took its name), its description (the same JSON as `kreplay info --json`), a region's bytes
 //! decoded once into an anonymous memory map that NumPy views without a copy (buffer
-//! protocol), and a replay (the same JSON as `kreplay play --json`). The Python layer
+//! protocol, `region.rs`), and a replay (the same JSON as `kreplay play --json`). The Python layer
 //! (`kreplay/__init__.py`) builds the objects.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-use std::ffi::{c_int, c_void, CStr};
+// `verify`, `pack`, `extract`, `diff`: the CLI's commands of those names.
+mod commands;
+mod region;
+
 use std::path::Path;
 
 use kreplay_format::file::MappedFile;
-use kreplay_format::{Capture, ChunkEncoding, MemoryState};
+use kreplay_format::Capture;
 use kreplay_player::{CacheState, CodeChoice, PlayFailure, PlayOptions};
-use memmap2::MmapMut;
-use pyo3::exceptions::{PyBufferError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use region::{decode_region, RegionBytes};
 
 fn open_file(path: &str) -> PyResult<MappedFile> {
     MappedFile::open(Path::new(path)).map_err(|e| PyOSError::new_err(format!("{path}: {e}")))
@@ -85,11 +88,18 @@ impl CaptureFile {
     }
 
     /// The bytes of region `region_id` before the dispatch (`post=False`) or after it
-    /// (`True`: the recorded output where the kernel wrote, the input elsewhere).
-    #[pyo3(signature = (region_id, post=false))]
-    fn region_bytes(&self, py: Python<'_>, region_id: u32, post: bool) -> PyResult<RegionBytes> {
+    /// (`True`: the recorded output where the kernel wrote, the input elsewhere); `writable`
+    /// gives a decoding of its own that can be exported writable (for DLPack).
+    #[pyo3(signature = (region_id, post=false, writable=false))]
+    fn region_bytes(
+        &self,
+        py: Python<'_>,
+        region_id: u32,
+        post: bool,
+        writable: bool,
+    ) -> PyResult<RegionBytes> {
         let cap = self.capture()?;
-        decode_region(py, &self.path, &cap, region_id, post)
+        decode_region(py, &self.path, &cap, region_id, post, writable)
     }
 
     /// Replays the capture; returns `kreplay play --json`'s object as a string and the
@@ -139,130 +149,17 @@ fn describe(path: &str) -> PyResult<String> {
     CaptureFile::new(path)?.describe()
 }
 
-/// A region's bytes, decoded into anonymous memory (chunks stored as zeros are never
-/// touched: they cost no memory). Read-only through the buffer protocol.
-#[pyclass(frozen)]
-struct RegionBytes {
-    map: MmapMut,
-    len: usize,
-}
-
-#[pymethods]
-impl RegionBytes {
-    fn __len__(&self) -> usize {
-        self.len
-    }
-
-    /// # Safety
-    /// Called by the interpreter with a valid `view` to fill; the buffer stays valid while
-    /// `view.obj` holds a reference to this object, which owns the mapping and never changes
-    /// it after construction (the class is frozen).
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut pyo3::ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("no view to fill"));
-        }
-        if flags & pyo3::ffi::PyBUF_WRITABLE == pyo3::ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err(
-                "a capture's region is read-only: copy it (numpy.array(region.array())) to change it",
-            ));
-        }
-        let this = slf.get();
-        let ptr = this.map.as_ptr() as *mut c_void;
-        let len = this.len as isize;
-        const FORMAT: &CStr = c"B";
-        // SAFETY: `view` is non-null and ours to fill (the buffer protocol's contract); the
-        // fields point into `this` (the mapping) and into `view` itself, both alive as long
-        // as the view holds its reference to `slf`.
-        unsafe {
-            (*view).obj = slf.into_any().into_ptr();
-            (*view).buf = ptr;
-            (*view).len = len;
-            (*view).readonly = 1;
-            (*view).itemsize = 1;
-            (*view).format = if flags & pyo3::ffi::PyBUF_FORMAT == pyo3::ffi::PyBUF_FORMAT {
-                FORMAT.as_ptr() as *mut _
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if flags & pyo3::ffi::PyBUF_ND == pyo3::ffi::PyBUF_ND {
-                &mut (*view).len
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).strides = if flags & pyo3::ffi::PyBUF_STRIDES == pyo3::ffi::PyBUF_STRIDES {
-                &mut (*view).itemsize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = std::ptr::null_mut();
-        }
-        Ok(())
-    }
-
-    /// # Safety
-    /// Nothing was allocated for the view.
-    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
-}
-
 /// The bytes of region `region_id` of the capture at `path` (see `CaptureFile.region_bytes`).
 #[pyfunction]
-#[pyo3(signature = (path, region_id, post=false))]
-fn region_bytes(py: Python<'_>, path: &str, region_id: u32, post: bool) -> PyResult<RegionBytes> {
-    CaptureFile::new(path)?.region_bytes(py, region_id, post)
-}
-
-/// A region's bytes decoded into anonymous memory.
-fn decode_region(
+#[pyo3(signature = (path, region_id, post=false, writable=false))]
+fn region_bytes(
     py: Python<'_>,
     path: &str,
-    cap: &Capture<'_>,
     region_id: u32,
     post: bool,
+    writable: bool,
 ) -> PyResult<RegionBytes> {
-    let region = cap
-        .region(region_id)
-        .ok_or_else(|| PyValueError::new_err(format!("{path}: no region {region_id}")))?;
-    if post && cap.reference() != kreplay_format::Reference::Recorded {
-        return Err(PyValueError::new_err(format!(
-            "{path}: holds no recorded output ({} by kreplay pack)",
-            cap.reference().name()
-        )));
-    }
-    let len = usize::try_from(region.size)
-        .map_err(|_| PyValueError::new_err("region larger than this machine's address space"))?;
-    // The size comes from the file, but only reserves address space: pages are touched
-    // chunk by chunk as each is decoded (and each chunk's length is checked by the reader).
-    let mut map = MmapMut::map_anon(len.max(1))
-        .map_err(|e| PyOSError::new_err(format!("cannot map {len} bytes: {e}")))?;
-    let decode = |map: &mut MmapMut| -> Result<(), kreplay_format::FormatError> {
-        let states: &[MemoryState] = if post {
-            &[MemoryState::Pre, MemoryState::Post]
-        } else {
-            &[MemoryState::Pre]
-        };
-        for &s in states {
-            for c in cap.chunks(region_id, s) {
-                if c.encoding == ChunkEncoding::Zero && s == MemoryState::Pre {
-                    continue;
-                }
-                let end = c.offset.saturating_add(c.raw_len);
-                let Some(dst) = map.get_mut(c.offset as usize..end as usize) else {
-                    continue;
-                };
-                cap.read_chunk_into(c, dst)?;
-            }
-        }
-        Ok(())
-    };
-    py.detach(|| decode(&mut map))
-        .map_err(|e| PyValueError::new_err(format!("{path}: {e}")))?;
-    Ok(RegionBytes { map, len })
+    CaptureFile::new(path)?.region_bytes(py, region_id, post, writable)
 }
 
 /// What a replay is asked for (the keyword arguments of `kreplay.play`).
@@ -410,5 +307,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CaptureFile>()?;
     m.add("CaptureChanged", m.py().get_type::<CaptureChanged>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    commands::register(m)?;
     Ok(())
 }

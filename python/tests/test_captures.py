@@ -35,7 +35,7 @@ def test_every_capture_opens_with_its_regions():
         assert len(cap.launch["grid"]) == 3
         assert cap.reference == "recorded"
         for r in cap.regions:
-            a = r.array()
+            a = r.array(np.uint8)
             assert a.nbytes == r.size, (path, r.id)
             assert not a.flags.writeable
 
@@ -108,8 +108,8 @@ def test_a_redacted_capture_has_no_output_to_read(tmp_path):
     cap = kreplay.open(out)
     assert cap.reference == "redacted"
     orig = kreplay.open(CAPTURES / "cuda-saxpy.krr")
-    assert not np.array_equal(cap.regions[0].array(), orig.regions[0].array())
-    assert np.array_equal(cap.regions[2].array(), orig.regions[2].array()), "module globals kept"
+    assert not np.array_equal(cap.regions[0].array(np.uint8), orig.regions[0].array(np.uint8))
+    assert np.array_equal(cap.regions[2].array(np.uint8), orig.regions[2].array(np.uint8)), "module globals kept"
     with pytest.raises(ValueError, match="no recorded output"):
         cap.regions[1].array(post=True)
 
@@ -153,10 +153,10 @@ def _two_captures(tmp_path):
 def test_a_handle_reads_its_own_file_after_the_name_is_replaced_by_rename(tmp_path):
     a, b = _two_captures(tmp_path)
     cap = kreplay.open(a)
-    before = np.array(cap.regions[1].array())
-    other = np.array(kreplay.open(b).regions[1].array())
+    before = np.array(cap.regions[1].array(np.uint8))
+    other = np.array(kreplay.open(b).regions[1].array(np.uint8))
     os.replace(b, a)  # a new file under the old name (what `kreplay pack -o a.krr --force` does)
-    after = cap.regions[1].array()
+    after = cap.regions[1].array(np.uint8)
     assert after.nbytes == cap.regions[1].size
     assert np.array_equal(after, before), "the handle reads the file it was opened on"
     assert not np.array_equal(np.resize(after, other.shape), other)
@@ -168,11 +168,11 @@ def test_a_handle_reads_its_own_file_after_the_name_is_replaced_by_rename(tmp_pa
 def test_a_file_written_over_in_place_raises_instead_of_returning_other_bytes(tmp_path):
     a, b = _two_captures(tmp_path)
     cap = kreplay.open(a)
-    kept = cap.regions[1].array()  # decoded before: stays as it was
+    kept = cap.regions[1].array(np.uint8)  # decoded before: stays as it was
     copy = np.array(kept)
     shutil.copyfile(b, a)  # the same file (inode), other bytes: `cp b.krr a.krr`
     with pytest.raises(kreplay.CaptureChanged, match="written over since it was opened"):
-        cap.regions[1].array()
+        cap.regions[1].array(np.uint8)
     with pytest.raises(OSError):
         cap.regions[0].bytes(post=True)
     assert np.array_equal(kept, copy)

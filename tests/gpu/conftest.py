@@ -1,4 +1,4 @@
-"""Fixtures and reporting of the GPU suite (see README, "Testing on a GPU").
+"""Fixtures and reporting of the GPU suite (see CONTRIBUTING.md, "Testing on a GPU").
 
 Options (or their environment variables):
   --kreplay-bin DIR  (KREPLAY_BIN_DIR)  kreplay, libkreplay_record.so and the helpers; default dist/

@@ -5,24 +5,31 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kreplay_protocol::config::{LaunchRange, MemoryScope};
 
+/// The main description. The indented lines are examples: `--help` prints them as they are,
+/// and the man page renders them as an example block (`cmd::man::blocks`).
+const LONG_ABOUT: &str = "Record one GPU kernel dispatch out of a running, unmodified CUDA \
+application into a single .krr file (kernel arguments, code object, the device memory it reads \
+and writes), then inspect it without a GPU, or replay it N times on a GPU to time, verify or \
+profile it.
+
+  kreplay list ./app args                           # which kernels does it launch?
+  kreplay record -k saxpy -o saxpy.krr ./app args   # capture the first saxpy dispatch
+  kreplay info saxpy.krr                            # what is inside (no GPU needed)
+  kreplay play saxpy.krr --passes 8 --verify        # replay, time, check outputs";
+
 #[derive(Parser)]
 #[command(
     name = "kreplay",
     version,
     about = "Record one GPU kernel dispatch out of a running application and replay it anywhere.",
-    long_about = "Record one GPU kernel dispatch out of a running, unmodified CUDA application into a \
-single .krr file (kernel arguments, code object, the device memory it reads and writes), then \
-inspect it without a GPU, or replay it N times on a GPU to time, verify or profile it.\n\n\
-  kreplay list ./app args                           # which kernels does it launch?\n\
-  kreplay record -k saxpy -o saxpy.krr ./app args   # capture the first saxpy dispatch\n\
-  kreplay info saxpy.krr                            # what is inside (no GPU needed)\n\
-  kreplay play saxpy.krr --passes 8 --verify        # replay, time, check outputs"
+    long_about = LONG_ABOUT
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Colour verdicts (matched, intact, identical and their opposites): `auto` when stdout
-    /// is a terminal and NO_COLOR is unset.
+    /// Colour the verdicts of play, info, verify, diff and profile (matched, intact, identical
+    /// and their opposites): `auto` when stdout is a terminal and NO_COLOR is unset. Given
+    /// before or after the command.
     #[arg(long, global = true, value_enum, default_value_t = crate::output::ColorChoice::Auto)]
     pub color: crate::output::ColorChoice,
 }
@@ -52,8 +59,51 @@ pub enum Command {
     Pack(PackArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
     Completions(CompletionsArgs),
-    /// Print the man page (roff) on stdout: `kreplay man > kreplay.1`.
-    Man,
+    /// Write the man pages (roff): one per command (kreplay.1, kreplay-record.1, ...) into
+    /// DIR, or the main page on stdout without DIR.
+    Man(ManArgs),
+}
+
+#[derive(Args)]
+pub struct ManArgs {
+    /// The folder to write every page into (created if missing), such as
+    /// ~/.local/share/man/man1; the files written are listed on stdout.
+    pub dir: Option<PathBuf>,
+}
+
+/// Subcommands whose output colours verdicts (`output::verdict`): their help lists `--color`
+/// with a pointer to `kreplay --help`, which documents it. Elsewhere it is still accepted
+/// (it is global) but hidden, since it changes nothing there.
+const COLOURS_VERDICTS: &[&str] = &["play", "info", "verify", "diff", "profile"];
+
+/// `--color` as subcommand `sub` shows it (`global` is the main command's).
+fn color_in(sub: &str, global: &clap::Arg) -> clap::Arg {
+    let local = global.clone().global(false);
+    if COLOURS_VERDICTS.contains(&sub) {
+        local
+            .help("Colour verdicts (auto, always, never): see `kreplay --help`")
+            .long_help(None)
+            .hide_possible_values(true)
+    } else {
+        local.hide(true)
+    }
+}
+
+/// The command line as kreplay parses, documents and completes it: `Cli`'s, with each
+/// subcommand's own `--color` (clap copies a global flag's whole help into every subcommand
+/// unless the subcommand has one of the same id; values still reach `Cli::color`).
+pub fn command() -> clap::Command {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let Some(color) = cmd.get_arguments().find(|a| a.get_id() == "color").cloned() else {
+        return cmd;
+    };
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    names.iter().fold(cmd, |c, name| {
+        c.mut_subcommand(name, |s| s.arg(color_in(name, &color)))
+    })
 }
 
 #[derive(Args)]
@@ -65,22 +115,17 @@ pub struct DiffArgs {
     pub b: PathBuf,
     /// Compare the memory as the kernel left it (`post`, default: the results) or as it found
     /// it (`pre`: the inputs).
-    #[arg(long, value_enum, default_value_t = DiffState::Post)]
+    #[arg(long, value_enum, default_value_t = DiffState::default())]
     pub state: DiffState,
     /// Read differing bytes as this element type for the error figures.
-    #[arg(long = "as", value_enum, default_value_t = crate::compare::Element::F32)]
-    pub r#as: crate::compare::Element,
+    #[arg(long = "as", value_enum, default_value_t = kreplay_player::compare::Element::default())]
+    pub r#as: kreplay_player::compare::Element,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DiffState {
-    Pre,
-    Post,
-}
+pub use kreplay_player::diff::DiffState;
 
 #[derive(Args)]
 pub struct CompletionsArgs {
@@ -461,6 +506,47 @@ pub struct PackArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_commands_are_real_subcommands() {
+        let cmd = command();
+        for name in COLOURS_VERDICTS {
+            assert!(cmd.find_subcommand(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn color_is_shown_where_it_colours_and_hidden_elsewhere() {
+        let cmd = command();
+        let color = |sub: &str| {
+            let s = cmd.find_subcommand(sub).expect("subcommand");
+            let a = s.get_arguments().find(|a| a.get_id() == "color");
+            a.map(|a| a.is_hide_set()).expect("--color accepted")
+        };
+        assert!(!color("play"));
+        assert!(!color("diff"));
+        assert!(color("man"));
+        assert!(color("completions"));
+    }
+
+    #[test]
+    fn color_given_after_a_subcommand_reaches_the_cli() {
+        use clap::FromArgMatches;
+        for args in [
+            &["kreplay", "info", "--color", "never", "x.krr"][..],
+            &["kreplay", "--color", "never", "info", "x.krr"][..],
+            &["kreplay", "man", "--color", "never"][..],
+        ] {
+            let m = command().try_get_matches_from(args).expect("parses");
+            let cli = Cli::from_arg_matches(&m).expect("a Cli");
+            assert_eq!(cli.color, crate::output::ColorChoice::Never, "{args:?}");
+        }
+        let m = command()
+            .try_get_matches_from(["kreplay", "info", "x.krr"])
+            .expect("parses");
+        let cli = Cli::from_arg_matches(&m).expect("a Cli");
+        assert_eq!(cli.color, crate::output::ColorChoice::Auto);
+    }
 
     fn record(args: &[&str]) -> RecordArgs {
         let mut v = vec!["kreplay", "record"];

@@ -5,7 +5,6 @@
 
 mod cli;
 mod cmd;
-mod compare;
 mod output;
 use kreplay_protocol::progress;
 
@@ -13,24 +12,30 @@ use kreplay_player::describe;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::FromArgMatches;
 
-/// Writes generated text (completions, the man page) to stdout. Generated in memory first:
-/// the generators panic on a failed write, and a closed pipe is not an error.
-fn generated(
-    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
-) -> anyhow::Result<ExitCode> {
-    let mut text = Vec::new();
-    write(&mut text)?;
-    let stdout = std::io::stdout();
-    let mut w = stdout.lock();
-    std::io::Write::write_all(&mut w, &text)?;
-    std::io::Write::flush(&mut w)?;
-    Ok(ExitCode::SUCCESS)
+/// The parsed command line. `--version` is answered here, with what this machine has (clap's
+/// own answer is a fixed string).
+fn parse() -> Result<cli::Cli, ExitCode> {
+    let mut command = cli::command();
+    let mut matches = match command.try_get_matches_from_mut(std::env::args_os()) {
+        Ok(m) => m,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => {
+            return Err(cmd::version::print())
+        }
+        Err(e) => e.exit(),
+    };
+    match cli::Cli::from_arg_matches_mut(&mut matches) {
+        Ok(cli) => Ok(cli),
+        Err(e) => e.format(&mut command).exit(),
+    }
 }
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = match parse() {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
     output::init_color(args.color);
     let result = match args.command {
         cli::Command::Info(a) => cmd::info::run(a),
@@ -42,14 +47,8 @@ fn main() -> ExitCode {
         cli::Command::Profile(a) => cmd::profile::run(a),
         cli::Command::Diff(a) => cmd::diff::run(a),
         cli::Command::Pack(a) => cmd::pack::run(a),
-        cli::Command::Completions(a) => generated(|w| {
-            let mut c = <cli::Cli as clap::CommandFactory>::command();
-            clap_complete::generate(a.shell, &mut c, "kreplay", w);
-            Ok(())
-        }),
-        cli::Command::Man => generated(|w| {
-            clap_mangen::Man::new(<cli::Cli as clap::CommandFactory>::command()).render(w)
-        }),
+        cli::Command::Completions(a) => cmd::completions::run(a, cli::command()),
+        cli::Command::Man(a) => cmd::man::run(a.dir.as_deref(), cli::command()),
     };
     match result {
         Ok(code) => code,

@@ -1,16 +1,33 @@
+pub mod completions;
 pub mod diff;
 pub mod extract;
 pub mod info;
+pub mod man;
 pub mod pack;
 pub mod play;
 pub mod profile;
 pub mod record;
 pub mod verify;
+pub mod version;
 
 use std::path::Path;
 
 use anyhow::Context;
 use kreplay_format::file::MappedFile;
+
+/// Writes generated text (completions, a man page, a listing) to stdout. Generated in memory
+/// first: the generators panic on a failed write, and a closed pipe is not an error.
+fn print_generated(
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> anyhow::Result<std::process::ExitCode> {
+    let mut text = Vec::new();
+    write(&mut text)?;
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    std::io::Write::write_all(&mut w, &text)?;
+    std::io::Write::flush(&mut w)?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
 
 /// Opens a capture file for reading.
 pub fn open(path: &Path) -> anyhow::Result<MappedFile> {

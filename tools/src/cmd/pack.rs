@@ -1,60 +1,37 @@
-//! `kreplay pack`.
+//! `kreplay pack`: the player packs (`kreplay_player::pack`); this checks the output first
+//! and prints what the pack did.
 
 use std::process::ExitCode;
 
-use anyhow::Context;
-use kreplay_format::file::pack_to_file;
-use kreplay_format::{PackOptions, Reference};
+use kreplay_format::Reference;
+use kreplay_player::pack::{pack_file, PackPlan, PackRequest};
 
 use crate::cli::PackArgs;
 use crate::describe::bytes;
 
-/// The zstd level when none is asked: the smallest files while that takes seconds (zstd's
-/// levels are not monotonic below 19 on every kind of data: 9 can be larger than 1).
-fn default_level(memory_bytes: u64) -> i32 {
-    if memory_bytes <= 1 << 30 {
-        19
-    } else {
-        3
-    }
-}
-
 pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(&a.file)?;
-    if file.is_same_file(&a.output) {
-        anyhow::bail!(
-            "-o {}: that is the capture itself; pack into another file",
-            a.output.display()
-        );
-    }
+    // Before the output is checked: naming the capture itself is the clearer mistake.
+    kreplay_player::pack::refuse_into_itself(&file, &a.output)
+        .map_err(|e| anyhow::anyhow!("-o {e}"))?;
     super::check_new_output(&a.output, a.force, "-o")?;
-    let parsed = kreplay_format::Capture::parse(file.bytes()).ok();
-    if let Some(c) = &parsed {
-        kreplay_format::range::refuse_range(c, "pack").map_err(anyhow::Error::msg)?;
+    if let Ok(c) = kreplay_format::Capture::parse(file.bytes()) {
+        kreplay_format::range::refuse_range(&c, "pack").map_err(anyhow::Error::msg)?;
     }
-    let memory: u64 = parsed
-        .as_ref()
-        .map(|c| c.regions.iter().map(|r| r.size).sum())
-        .unwrap_or(0);
-    // Parameter types from the signature (what redaction replaces an argument by, and the
-    // element type of the memory it points to).
-    let param_types = parsed
-        .as_ref()
-        .map(|c| kreplay_player::params::param_types(&c.dispatch))
-        .unwrap_or_default();
-    drop(parsed);
-    let opts = PackOptions {
-        level: a.level.unwrap_or(default_level(memory)),
-        drop_post: a.drop_post,
+    let request = PackRequest {
+        level: a.level,
         redact: a.redact,
-        param_types,
+        drop_post: a.drop_post,
     };
-    let progress = crate::progress::Progress::bytes("packing", memory);
-    let report = pack_to_file(
+    let plan = PackPlan::of(file.bytes(), request)?;
+    let progress = crate::progress::Progress::bytes("packing", plan.memory_bytes);
+    let name = a.file.display().to_string();
+    let report = pack_file(
         &file,
+        &name,
         &a.output,
         a.force,
-        opts,
+        plan,
         &mut |phase, done, total| {
             let what = match phase {
                 kreplay_format::Phase::Pack => "packing",
@@ -63,8 +40,7 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
             };
             progress.set(what, done, total)
         },
-    )
-    .with_context(|| format!("cannot pack {}", a.file.display()))?;
+    )?;
     drop(progress);
     let size = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
     let mut what = Vec::new();

@@ -4,8 +4,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Context;
-use serde_json::json;
+use kreplay_format::SalvageRefused;
 
 use crate::cli::VerifyArgs;
 use crate::describe::bytes;
@@ -63,16 +62,14 @@ fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result
         progress.set(what, done, total);
     });
     drop(progress);
-    match verified {
-        Ok(r) => {
-            if a.json {
-                out!(
-                    w,
-                    "{}",
-                    json!({"file": name, "intact": true, "events": r.events, "chunks": r.chunks,
-                    "raw_bytes": r.raw_bytes, "stored_bytes": r.stored_bytes})
-                );
-            } else {
+    let verdict = kreplay_format::Verdict::of(&name, &verified);
+    if a.json {
+        serde_json::to_writer(&mut *w, &verdict)?;
+        out!(w);
+    }
+    match (&verified, &a.salvage) {
+        (Ok(r), salvage) => {
+            if !a.json {
                 out!(
                     w,
                     "{name}: {}: {} events, {} memory chunks, {} of memory stored in {}",
@@ -83,41 +80,36 @@ fn verify_one(path: &Path, a: &VerifyArgs, w: &mut impl Write) -> anyhow::Result
                     bytes(r.stored_bytes)
                 );
             }
-            if a.salvage.is_some() {
+            if salvage.is_some() {
                 crate::warn!("kreplay: {name} is intact; nothing to salvage");
             }
             Ok(true)
         }
-        Err(e) => {
-            if a.json {
-                out!(
-                    w,
-                    "{}",
-                    json!({"file": name, "intact": false, "error": e.kind(),
-                    "offset": e.offset(), "message": e.to_string()})
-                );
-            } else {
+        (Err(e), salvage) => {
+            if !a.json {
                 crate::warn!("{name}: {}", crate::output::printable(&e.to_string()));
             }
-            if let Some(out_path) = &a.salvage {
-                if file.is_same_file(out_path) {
-                    anyhow::bail!(
-                        "--salvage {}: that is the damaged capture itself; salvage into another file",
-                        out_path.display()
-                    );
-                }
-                salvage_into(data, out_path, &name, a.force)?;
+            if let Some(out_path) = salvage {
+                salvage_into(&file, out_path, &name, a.force)?;
             }
             Ok(false)
         }
     }
 }
 
-/// Salvages the damaged capture `data` (called `name` in messages) into `out_path`, and says
+/// Salvages the damaged capture `file` (called `name` in messages) into `out_path`, and says
 /// on stderr what it kept and whether the result can be replayed.
-fn salvage_into(data: &[u8], out_path: &Path, name: &str, force: bool) -> anyhow::Result<()> {
-    let report = kreplay_format::file::salvage_to_file(data, out_path, force)
-        .with_context(|| format!("nothing replayable could be salvaged from {name}"))?;
+fn salvage_into(
+    file: &kreplay_format::file::MappedFile,
+    out_path: &Path,
+    name: &str,
+    force: bool,
+) -> anyhow::Result<()> {
+    let report = match kreplay_format::salvage_into(file, name, out_path, force) {
+        Ok(report) => report,
+        Err(e @ SalvageRefused::IntoItself(_)) => anyhow::bail!("--salvage {e}"),
+        Err(e) => return Err(e.into()),
+    };
     let dropped = salvage_losses(&report);
     if report.replay_blockers.is_empty() {
         crate::warn!(

@@ -3,10 +3,12 @@
 
 use serde::Serialize;
 
-/// How to read the bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+/// How to read the bytes (by default as f32, as `kreplay diff --as` and Python's `diff`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Element {
+    #[default]
     F32,
     F16,
     Bf16,
@@ -15,6 +17,31 @@ pub enum Element {
 }
 
 impl Element {
+    /// Every element type, as `kreplay diff --as` and Python's `as_` name them.
+    pub const ALL: [Element; 5] = [
+        Element::F32,
+        Element::F16,
+        Element::Bf16,
+        Element::I32,
+        Element::U8,
+    ];
+
+    /// The name `--as` takes (`f32`, `bf16`...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Element::F32 => "f32",
+            Element::F16 => "f16",
+            Element::Bf16 => "bf16",
+            Element::I32 => "i32",
+            Element::U8 => "u8",
+        }
+    }
+
+    /// The element type called `name`, or None.
+    pub fn from_name(name: &str) -> Option<Element> {
+        Element::ALL.into_iter().find(|e| e.name() == name)
+    }
+
     pub fn size(self) -> usize {
         match self {
             Element::F32 | Element::I32 => 4,
@@ -100,6 +127,18 @@ mod tests {
 
     fn f32s(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn each_element_is_found_by_its_name_and_only_by_it() {
+        for e in Element::ALL {
+            assert_eq!(Element::from_name(e.name()), Some(e));
+            assert_eq!(
+                serde_json::to_string(&e).unwrap(),
+                format!("\"{}\"", e.name())
+            );
+        }
+        assert_eq!(Element::from_name("float32"), None);
     }
 
     #[test]
