@@ -264,8 +264,8 @@ fn a_salvaged_range_whose_later_step_lost_its_argument_memory_cannot_be_replayed
         .expect("scan")
         .intact
         .into_iter()
-        .filter(|e| e.frame.kind == EventKind::MemoryChunk as u16)
-        .last()
+        .rev()
+        .find(|e| e.frame.kind == EventKind::MemoryChunk as u16)
         .expect("region 1's chunk");
     let payload = last_chunk.offset as usize + layout::FRAME_LEN + layout::CHUNK_PREFIX_LEN;
     data[payload] ^= 0xff;
