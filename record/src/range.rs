@@ -23,7 +23,8 @@ pub struct RangePending {
     /// The capture as the first step opened it; its snapshots grow with the range.
     pub pending: Pending,
     pub range: LaunchRange,
-    /// The stream every step must be issued on (its handle value).
+    /// The stream every step must be issued on (its handle value); the range's first launch
+    /// index is `range.first`.
     pub stream: u64,
     /// The steps so far; the last one's duration is known at its EXIT.
     pub steps: Vec<Step>,
@@ -31,6 +32,8 @@ pub struct RangePending {
     pub modules: Vec<CodeObject>,
     /// The launch whose EXIT is awaited (its correlation id), if one is in flight.
     pub awaiting: Option<u32>,
+    /// The launch index of the latest step.
+    pub last_launch: u64,
     /// Why the range cannot be captured, once something inside it said so; the unit is
     /// abandoned at the next point where that is safe (no timer armed on the stream).
     pub refusal: Option<String>,
@@ -40,17 +43,20 @@ pub struct RangePending {
 pub struct StepInput<'a> {
     pub pre: PreInput<'a>,
     pub stream: u64,
+    pub launch_index: u64,
 }
 
 impl RangePending {
     /// Opens the range with its first step, taken as a single dispatch.
     pub fn open(pending: Pending, range: LaunchRange, stream: u64) -> RangePending {
+        let last_launch = range.first;
         let first = Step {
             stream,
             dispatch: pending.data.dispatch.clone(),
         };
         RangePending {
             awaiting: Some(pending.correlation),
+            last_launch,
             pending,
             range,
             stream,
@@ -97,6 +103,7 @@ impl RangePending {
         self.pending.stream = app_stream;
         self.pending.correlation = pre.correlation;
         self.awaiting = Some(pre.correlation);
+        self.last_launch = input.launch_index;
         let dispatch = dispatch_of(
             pre.view,
             pre.kernel_name,
@@ -207,23 +214,67 @@ pub enum AtEnter {
     Skip,
 }
 
-/// The decision at the ENTER of launch `launch_index` (inside `range`) on `stream`; `open` is
-/// the open unit's stream and whether it already refused.
+/// What the decision at a launch's ENTER needs to know of the open range.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenRange<'a> {
+    /// The range's stream (handle value).
+    pub stream: u64,
+    /// Why it cannot be captured, if something already said so.
+    pub refusal: Option<&'a str>,
+    /// A step's EXIT is still awaited.
+    pub in_flight: bool,
+    /// The launch index of its latest step.
+    pub last_launch: u64,
+}
+
+impl RangePending {
+    pub fn view(&self) -> OpenRange<'_> {
+        OpenRange {
+            stream: self.stream,
+            refusal: self.refusal.as_deref(),
+            in_flight: self.awaiting.is_some(),
+            last_launch: self.last_launch,
+        }
+    }
+}
+
+/// The decision at the ENTER of launch `launch_index` (inside `range`) on `stream`.
 pub fn at_enter(
     range: LaunchRange,
     launch_index: u64,
     stream: u64,
-    open: Option<(u64, Option<&str>)>,
+    open: Option<OpenRange<'_>>,
 ) -> AtEnter {
-    match open {
-        None if launch_index == range.first => AtEnter::Open,
-        None => AtEnter::Skip,
-        Some((_, Some(why))) => AtEnter::Refuse(why.to_string()),
-        Some((s, None)) if s != stream => AtEnter::Refuse(format!(
-            "launch {launch_index} is on another stream ({stream:#x}) than the range's ({s:#x}); range captures hold one stream yet"
-        )),
-        Some(_) => AtEnter::Grow,
+    let Some(o) = open else {
+        return if launch_index == range.first {
+            AtEnter::Open
+        } else {
+            AtEnter::Skip
+        };
+    };
+    if let Some(why) = o.refusal {
+        return AtEnter::Refuse(why.to_string());
     }
+    if o.in_flight {
+        // Its timer gates the stream until its EXIT: two steps at once cannot be told apart.
+        return AtEnter::Refuse(format!(
+            "launch {launch_index} began while launch {} was still being issued (another thread); range captures take one launch at a time yet",
+            o.last_launch
+        ));
+    }
+    if launch_index != o.last_launch + 1 {
+        return AtEnter::Refuse(format!(
+            "launch {} of the range is not a kernel launch it can hold (a graph node?)",
+            o.last_launch + 1
+        ));
+    }
+    if o.stream != stream {
+        return AtEnter::Refuse(format!(
+            "launch {launch_index} is on another stream ({stream:#x}) than the range's ({:#x}); range captures hold one stream yet",
+            o.stream
+        ));
+    }
+    AtEnter::Grow
 }
 
 /// Whether the launch at `launch_index` is the range's last (its EXIT closes the unit).
@@ -231,8 +282,10 @@ pub fn closes(range: LaunchRange, launch_index: u64) -> bool {
     launch_index == range.last
 }
 
-/// Driver calls (by name) that change memory, order streams or allocate: inside a range they
-/// would be steps, which this slice captures only for kernel launches, so they refuse it.
+/// Driver calls (by name) that change memory, order streams, allocate, or launch work other
+/// than through the launch entry points the recorder captures (those never come here):
+/// inside a range they would be steps, which this version captures only for kernel launches,
+/// so they refuse it.
 pub fn refuses_range(function: &str) -> bool {
     const PREFIXES: [&str; 14] = [
         "cuMemcpy",
@@ -242,7 +295,7 @@ pub fn refuses_range(function: &str) -> bool {
         "cuStreamWaitValue",
         "cuStreamWriteValue",
         "cuStreamBatchMemOp",
-        "cuLaunchHostFunc",
+        "cuLaunch",
         "cuStreamAddCallback",
         "cuGraphLaunch",
         "cuMemAlloc",
@@ -312,24 +365,48 @@ mod tests {
 
     const R: LaunchRange = LaunchRange { first: 3, last: 5 };
 
+    const OPEN_AT_3: OpenRange<'static> = OpenRange {
+        stream: 0,
+        refusal: None,
+        in_flight: false,
+        last_launch: 3,
+    };
+
+    fn refusal(d: AtEnter) -> String {
+        match d {
+            AtEnter::Refuse(why) => why,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
     #[test]
     fn a_range_opens_at_its_first_launch_and_grows_on_its_stream() {
         assert_eq!(at_enter(R, 3, 0, None), AtEnter::Open);
-        assert_eq!(at_enter(R, 4, 0, Some((0, None))), AtEnter::Grow);
+        assert_eq!(at_enter(R, 4, 0, Some(OPEN_AT_3)), AtEnter::Grow);
         assert_eq!(at_enter(R, 4, 0, None), AtEnter::Skip, "abandoned");
         assert!(closes(R, 5) && !closes(R, 4));
     }
 
     #[test]
     fn a_second_stream_or_an_earlier_refusal_refuses_the_range() {
-        let AtEnter::Refuse(why) = at_enter(R, 4, 0x77, Some((0, None))) else {
-            panic!("not refused")
-        };
+        let why = refusal(at_enter(R, 4, 0x77, Some(OPEN_AT_3)));
         assert!(why.contains("another stream"), "{why}");
-        assert_eq!(
-            at_enter(R, 5, 0, Some((0, Some("cuMemcpy_v2")))),
-            AtEnter::Refuse("cuMemcpy_v2".into())
-        );
+        let refused = OpenRange {
+            refusal: Some("cuMemcpy_v2"),
+            ..OPEN_AT_3
+        };
+        assert_eq!(refusal(at_enter(R, 4, 0, Some(refused))), "cuMemcpy_v2");
+    }
+
+    #[test]
+    fn a_launch_while_a_step_is_in_flight_or_a_skipped_index_refuses_the_range() {
+        let busy = OpenRange {
+            in_flight: true,
+            ..OPEN_AT_3
+        };
+        assert!(refusal(at_enter(R, 4, 0, Some(busy))).contains("one launch at a time"));
+        // Launch 4 was counted but was not a step (a graph node): 5 does not follow 3.
+        assert!(refusal(at_enter(R, 5, 0, Some(OPEN_AT_3))).contains("launch 4"));
     }
 
     #[test]
@@ -343,14 +420,18 @@ mod tests {
             "cuMemAlloc_v2",
             "cuMemFreeAsync",
             "cuGraphLaunch",
+            "cuLaunchHostFunc",
+            "cuLaunchGrid",
         ] {
             assert!(refuses_range(f), "{f}");
         }
+        // Launches through the captured entry points are steps and never asked about.
         for f in [
             "cuCtxSynchronize",
-            "cuLaunchKernel",
             "cuStreamSynchronize",
             "cuCtxGetCurrent",
+            "cuModuleGetFunction",
+            "cuLibraryLoadData",
         ] {
             assert!(!refuses_range(f), "{f}");
         }

@@ -49,12 +49,12 @@ impl Recorder {
         let stream = view.stream as u64;
         let outcome = units::with_shared(RANGE_KEY, |unit| {
             let open = match unit.as_deref() {
-                Some(Unit::Range(r)) => Some((r.stream, r.refusal.as_deref())),
+                Some(Unit::Range(r)) => Some(r.view()),
                 _ => None,
             };
             match (at_enter(range, launch_index, stream, open), unit) {
                 (AtEnter::Grow, Some(Unit::Range(r))) => self
-                    .grow(r, view, name, correlation, stream)
+                    .grow(r, view, name, (correlation, launch_index), stream)
                     .map(|()| None)
                     .map_err(|e| format!("at launch {launch_index}: {e}")),
                 (AtEnter::Refuse(why), _) => Err(format!("at launch {launch_index}: {why}")),
@@ -95,7 +95,7 @@ impl Recorder {
         r: &mut RangePending,
         view: &LaunchView,
         name: String,
-        correlation: u32,
+        (correlation, launch_index): (u32, u64),
         stream: u64,
     ) -> Result<(), RecordError> {
         // SAFETY: inside the launch callback that decoded the view.
@@ -119,6 +119,7 @@ impl Recorder {
                 open_file: None,
             },
             stream,
+            launch_index,
         })
     }
 
@@ -135,7 +136,7 @@ impl Recorder {
             if r.awaiting != Some(correlation) {
                 return AtExit::Nothing;
             }
-            let launch_index = r.range.first + r.steps.len() as u64 - 1;
+            let launch_index = r.last_launch;
             if closes(r.range, launch_index) {
                 return AtExit::Close;
             }
@@ -186,7 +187,7 @@ impl Recorder {
             let Some(Unit::Range(r)) = unit else {
                 return None;
             };
-            let after = r.range.first + r.steps.len() as u64 - 1;
+            let after = r.last_launch;
             let why = format!(
                 "{function} was called inside the range (after launch {after}); range captures hold kernel launches only yet"
             );
@@ -219,7 +220,7 @@ impl Recorder {
             return;
         };
         if let Some(Unit::Range(r)) = units::close_shared(RANGE_KEY) {
-            let last = r.range.first + r.steps.len() as u64 - 1;
+            let last = r.last_launch;
             // The contexts may be torn down already: the unit's device memory goes with the
             // process rather than through a driver that may be gone.
             std::mem::forget(r);
