@@ -191,13 +191,15 @@ impl RangePending {
     }
 }
 
-/// (address, size) of the regions the range holds, CUDA arrays left out (they have no
-/// address).
+/// (address, size) of the regions the range holds, by region id (a snapshot's position is
+/// its region id); a CUDA array has no address, so it holds nothing a step can reach: (0, 0).
 fn held_spans(snapshots: &[Snapshot]) -> Vec<(u64, u64)> {
     snapshots
         .iter()
-        .filter(|s| s.region.kind != MemoryKind::CudaArray)
-        .map(|s| (s.device_addr, s.region.size))
+        .map(|s| match s.region.kind {
+            MemoryKind::CudaArray => (0, 0),
+            _ => (s.device_addr, s.region.size),
+        })
         .collect()
 }
 
@@ -453,6 +455,14 @@ mod tests {
         );
         let slots = remap_slots(&[(0, 8), (1, 16), (3, 0)], &places, 2);
         assert_eq!(slots, vec![(1, 0x18), (2, 16), (3, 0)]);
+    }
+
+    #[test]
+    fn an_empty_held_span_holds_nothing() {
+        // A CUDA array's slot among the held regions: ids stay positions, nothing lands there.
+        let places =
+            place_regions(&[(0, 0), (0x1000, 0x100)], &[(0x1000, 8), (0, 8)]).expect("placed");
+        assert_eq!(places, vec![Place::Held { id: 1, delta: 0 }, Place::New(0)]);
     }
 
     #[test]
