@@ -228,12 +228,13 @@ def cli_defaults(command: str) -> dict:
     option without one, False for a plain flag."""
     text = cli(command, "--help").stdout
     found, name = {}, None
+    # clap puts an option's help after it on the same line when every option's help is short,
+    # and on the lines below otherwise: both layouts are read.
     for line in text.splitlines():
-        m = re.match(r"^\s+(?:-\w, )?--([\w-]+)( <[^>]+>)?\s*$", line)
+        m = re.match(r"^\s+(?:-\w, )?--([\w-]+)( <[^>]+>)?(?:\s*$|\s{2,})", line)
         if m:
             name = m.group(1)
             found[name] = None if m.group(2) else False
-            continue
         d = re.search(r"\[default: ([^\]]*)\]", line)
         if d and name:
             found[name] = d.group(1)
