@@ -72,6 +72,9 @@ pub struct DiffReport {
 /// Why two captures could not be compared.
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
+    /// A range capture (`record --launch-range`): `diff` compares single dispatches only.
+    #[error("{0}")]
+    Range(String),
     #[error("{0} lost part of its recorded output (kreplay verify --salvage marked it unknown): compare the inputs with --state pre")]
     PartialOutput(String),
     #[error("{path} holds no recorded output ({} by kreplay pack): compare the inputs with --state pre", .reference.name())]
@@ -97,6 +100,9 @@ pub fn diff(
     state: DiffState,
     as_: Element,
 ) -> Result<DiffReport, DiffError> {
+    for c in [ca, cb] {
+        kreplay_format::range::refuse_range(c, "diff").map_err(DiffError::Range)?;
+    }
     if state == DiffState::Post {
         for (c, path) in [(ca, a), (cb, b)] {
             match c.reference() {

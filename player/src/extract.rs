@@ -19,6 +19,9 @@ use kreplay_format::{
 /// Why nothing (or not everything) was extracted.
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
+    /// A range capture (`record --launch-range`): `extract` writes single dispatches only.
+    #[error("{0}")]
+    Range(String),
     #[error("extract would write {} from a {} capture (more than {}, 16 x its size): pass --force to write it", bytes(*.total), bytes(*.file_len), bytes(*.limit))]
     TooLarge {
         total: u64,
@@ -98,6 +101,7 @@ impl<'f, 'c> Extraction<'f, 'c> {
         force: bool,
         repro: bool,
     ) -> Result<Extraction<'f, 'c>, ExtractError> {
+        kreplay_format::range::refuse_range(cap, "extract").map_err(ExtractError::Range)?;
         let total = output_size(cap);
         let file_len = file.bytes().len() as u64;
         let limit = output_limit(file_len);

@@ -19,6 +19,9 @@ pub struct PackRequest {
 /// Why nothing was packed.
 #[derive(Debug, thiserror::Error)]
 pub enum PackRefused {
+    /// A range capture (`record --launch-range`): `pack` copies single dispatches only.
+    #[error("{0}")]
+    Range(String),
     /// The output names the capture itself (the CLI prefixes its flag, `-o`).
     #[error("{}: that is the capture itself; pack into another file", .0.display())]
     IntoItself(PathBuf),
@@ -58,6 +61,9 @@ impl PackPlan {
             return Err(PackRefused::Level(level));
         }
         let parsed = Capture::parse(data).ok();
+        if let Some(c) = &parsed {
+            kreplay_format::range::refuse_range(c, "pack").map_err(PackRefused::Range)?;
+        }
         let memory_bytes: u64 = parsed
             .as_ref()
             .map(|c| c.regions.iter().map(|r| r.size).sum())

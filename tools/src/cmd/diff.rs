@@ -18,9 +18,6 @@ pub fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
     let fb = super::open(&a.b)?;
     let ca = Capture::parse(fa.bytes()).with_context(|| format!("{}", a.a.display()))?;
     let cb = Capture::parse(fb.bytes()).with_context(|| format!("{}", a.b.display()))?;
-    for c in [&ca, &cb] {
-        kreplay_format::range::refuse_range(c, "diff").map_err(anyhow::Error::msg)?;
-    }
     let (name_a, name_b) = (a.a.display().to_string(), a.b.display().to_string());
     let report = diff(&name_a, &ca, &name_b, &cb, a.state, a.r#as)?;
     let identical = report.identical;

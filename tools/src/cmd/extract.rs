@@ -12,7 +12,6 @@ use crate::cli::ExtractArgs;
 pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(&a.file)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", a.file.display()))?;
-    kreplay_format::range::refuse_range(&cap, "extract").map_err(anyhow::Error::msg)?;
     let name = a.file.display().to_string();
     let extraction = Extraction::plan(&file, &cap, &name, a.force, a.repro.is_some())?;
     if let Some(dir) = &a.output {

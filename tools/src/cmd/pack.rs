@@ -15,9 +15,6 @@ pub fn run(a: PackArgs) -> anyhow::Result<ExitCode> {
     kreplay_player::pack::refuse_into_itself(&file, &a.output)
         .map_err(|e| anyhow::anyhow!("-o {e}"))?;
     super::check_new_output(&a.output, a.force, "-o")?;
-    if let Ok(c) = kreplay_format::Capture::parse(file.bytes()) {
-        kreplay_format::range::refuse_range(&c, "pack").map_err(anyhow::Error::msg)?;
-    }
     let request = PackRequest {
         level: a.level,
         redact: a.redact,
