@@ -17,6 +17,11 @@ cp "$t" dist/chunks_gpu
 for f in kreplay libkreplay_record.so examples/replay_bench examples/craft_hostile examples/stream_rates; do
   cp "target/release/$f" "dist/$(basename "$f")"
 done
+# The test helpers (a test binary, examples) ship to no user: their debug information goes, so
+# dist/ stays within what a device run carries (64 MiB with the source tree).
+for f in chunks_gpu replay_bench craft_hostile stream_rates; do
+  strip --strip-debug "dist/$f"
+done
 ls -la dist
 # The Python package (one abi3 wheel) and the pure-Python wheels its GPU tests run with, when
 # maturin is at hand (pip install maturin).
