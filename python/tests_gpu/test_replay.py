@@ -74,7 +74,7 @@ def test_a_torch_kernel_recorded_from_python(kreplay_record):
     report = kreplay.play(cap.path, passes=4, verify=True)
     assert report["verify"]["matched"], report["verify"]
     written = [r for r in cap.regions if r.written]
-    assert written and all(r.array(post=True).nbytes == r.size for r in written)
+    assert written and all(r.array("uint8", post=True).nbytes == r.size for r in written)
 
 
 def test_a_redacted_capture_replays_deterministically(kreplay_record, tmp_path):

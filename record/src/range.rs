@@ -95,11 +95,15 @@ impl RangePending {
         self.pending.data.notes.extend(walk.notes.iter().cloned());
         // SAFETY: inside the launch callback that decoded the view.
         let app_stream = unsafe { pre.view.foreign_stream() };
-        let mut timer = GatedTimer::new().map_err(RecordError::cuda("creating the timer"))?;
-        timer
+        let timer = GatedTimer::new().map_err(RecordError::cuda("creating the timer"))?;
+        // The previous step's timer goes before the new one is armed: freeing its gate word
+        // synchronises the context, which would wait forever behind a gate already armed
+        // (measured on the H200: the application hung at launch 2 of a range).
+        drop(std::mem::replace(&mut self.pending.timer, timer));
+        self.pending
+            .timer
             .arm(&app_stream)
             .map_err(RecordError::cuda("arming the timer"))?;
-        self.pending.timer = timer;
         self.pending.stream = app_stream;
         self.pending.correlation = pre.correlation;
         self.awaiting = Some(pre.correlation);
