@@ -4,6 +4,7 @@
     cap = kreplay.open("saxpy.krr")
     cap.kernel["name"], cap.launch["grid"]
     n, a, x, y = cap.params                          # typed: n.value == 4194304, a.value == 1.5
+    cap.steps                                        # a range capture's kernel steps ([] for one dispatch)
     ys = y.region.array()                            # float32 (`float*` says so): NumPy view, no copy
     out = y.region.array(post=True)                  # the recorded output
     t = y.region.tensor()                            # a torch.Tensor on the same memory (DLPack)
@@ -42,6 +43,7 @@ __all__ = [
     "extract",
     "Capture",
     "Region",
+    "Step",
     "Param",
     "ElementType",
     "element_type",
@@ -104,6 +106,38 @@ class Region:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One kernel step of a range capture (`Capture.steps`), in issue order: `index` (0-based),
+    the kernel's `name` (demangled, with its signature when known) and `mangled` name, its
+    `grid` and `block`, the application's `stream` handle value it was issued on, and
+    `original_ns`, its duration in the application (None when not measured). `info` is its
+    entry of `kreplay info --json`'s `steps`, unchanged."""
+
+    index: int
+    name: str
+    mangled: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    stream: int
+    original_ns: int | None
+    info: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_info(cls, s: dict) -> Step:
+        """The step of an entry of `kreplay info --json`'s `steps`."""
+        return cls(
+            index=s["index"],
+            name=s["kernel"]["name"],
+            mangled=s["kernel"]["mangled"],
+            grid=tuple(s["grid"]),
+            block=tuple(s["block"]),
+            stream=s["stream"],
+            original_ns=s.get("original_ns"),
+            info=s,
+        )
+
+
+@dataclass(frozen=True)
 class Capture:
     """A .krr capture: `info` is what `kreplay info --json` prints. The file stays open for the
     object's lifetime: its regions read the file it was opened on (a file replaced by rename
@@ -131,6 +165,19 @@ class Capture:
         into), or `bytes` when the type is not known. `param["value"]` and the other keys of
         `kreplay info --json`'s entry still work (`value` typed)."""
         return [Param.from_info(p, self) for p in self.info["params"]]
+
+    @property
+    def is_range(self) -> bool:
+        """Whether this is a range capture (a sequence of kernel steps, format 1.2) rather
+        than one dispatch."""
+        return bool(self.info.get("steps"))
+
+    @property
+    def steps(self) -> list[Step]:
+        """A range capture's kernel steps in issue order, each a `Step` (index, kernel name,
+        grid, block, stream, in-app duration: `kreplay info --json`'s `steps`); `[]` for a
+        capture of one dispatch. `kernel`, `launch` and `params` are the first dispatch's."""
+        return [Step.from_info(s) for s in self.info.get("steps") or []]
 
     @property
     def device(self) -> dict | None:
@@ -180,7 +227,8 @@ class Capture:
         return _report(*self._file.play(**_play_args(**kwargs)))
 
     def __repr__(self) -> str:
-        return f"Capture({self.path!r}, kernel={self.kernel.get('name')!r}, regions={len(self.info['regions'])})"
+        steps = f", steps={len(self.info['steps'])}" if self.info.get("steps") else ""
+        return f"Capture({self.path!r}, kernel={self.kernel.get('name')!r}, regions={len(self.info['regions'])}{steps})"
 
 
 def open(path: str | os.PathLike) -> Capture:  # noqa: A001 - the package's entry point

@@ -278,3 +278,40 @@ def test_play_has_the_defaults_of_the_player_and_of_kreplay_play():
     assert b, "no kreplay binary: set KREPLAY_BIN (scripts/test.sh does)"
     help_text = subprocess.run([b, "play", "--help"], capture_output=True, text=True, check=True).stdout
     assert cli_play_defaults(help_text) == native
+
+
+# A range capture: cuda-saxpy's dispatch as three steps, the second with grid (7,1,1) and an
+# in-app duration of 1500 ns (tools/tests/range_cli.rs builds it with the format crate's
+# writer and checks this file is those bytes; KREPLAY_BLESS=1 rewrites it).
+RANGE = ROOT / "testdata" / "golden" / "range-saxpy.krr"
+
+
+def test_a_range_captures_steps_are_kreplay_info_jsons():
+    cap = kreplay.open(RANGE)
+    assert cap.is_range
+    cli = cli_json("info", "--json", RANGE)["steps"]
+    assert [s.info for s in cap.steps] == cli
+    assert [
+        {
+            "index": s.index,
+            "kernel": {"name": s.name, "mangled": s.mangled},
+            "grid": list(s.grid),
+            "block": list(s.block),
+            "stream": s.stream,
+            "original_ns": s.original_ns,
+        }
+        for s in cap.steps
+    ] == cli
+    assert [s.index for s in cap.steps] == [0, 1, 2]
+    second = cap.steps[1]
+    assert second.grid == (7, 1, 1) and second.block == (256, 1, 1)
+    assert second.original_ns == 1500
+    assert second.mangled == "_Z5saxpyifPKfPf" and second.name.startswith("saxpy(")
+    assert "steps=3" in repr(cap)
+
+
+def test_a_single_dispatch_capture_has_no_steps():
+    for path in ALL:
+        cap = kreplay.open(path)
+        assert cap.steps == [] and not cap.is_range, path
+        assert "steps=" not in repr(cap)

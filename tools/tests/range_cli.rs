@@ -12,7 +12,7 @@ use kreplay_format::*;
 use serde_json::Value;
 
 /// cuda-saxpy's capture rewritten as a range of three steps (the second with its own grid).
-fn range_file(dir: &std::path::Path) -> String {
+fn range_bytes() -> Vec<u8> {
     let src = std::fs::read(common::capture("cuda-saxpy")).expect("testdata capture");
     let cap = Capture::parse(&src).expect("parse");
     let mut second = cap.dispatch.clone();
@@ -42,9 +42,35 @@ fn range_file(dir: &std::path::Path) -> String {
         w.memory(r.region_id, MemoryState::Pre, 0, &bytes)
             .expect("memory");
     }
+    w.finish().expect("finish").into_inner()
+}
+
+/// [`range_bytes`] written to `dir/range.krr`; its path.
+fn range_file(dir: &std::path::Path) -> String {
     let out = dir.join("range.krr");
-    std::fs::write(&out, w.finish().expect("finish").into_inner()).expect("write");
+    std::fs::write(&out, range_bytes()).expect("write");
     out.to_string_lossy().into_owned()
+}
+
+#[test]
+fn range_capture_golden_file_is_the_one_built_here() {
+    let golden = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/golden/range-saxpy.krr");
+    let bytes = range_bytes();
+    if std::env::var_os("KREPLAY_BLESS").is_some() {
+        std::fs::write(&golden, &bytes).expect("write golden");
+    }
+    let on_disk = std::fs::read(&golden).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with KREPLAY_BLESS=1 to create)",
+            golden.display()
+        )
+    });
+    assert!(
+        on_disk == bytes,
+        "{}: not the range this test builds (KREPLAY_BLESS=1 rewrites it)",
+        golden.display()
+    );
 }
 
 #[test]
