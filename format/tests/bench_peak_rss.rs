@@ -1,0 +1,66 @@
+//! The stream bench's peak-RSS helper (`benches/support/peak_rss.rs`), tested here: a bench
+//! built with `harness = false` runs no `#[test]`.
+
+#[path = "../benches/support/peak_rss.rs"]
+mod peak_rss;
+
+use peak_rss::*;
+
+// A trimmed /proc/self/status of a Linux 6.x process.
+const STATUS: &str = "Name:\tthroughput-1a2b\nUmask:\t0022\nState:\tR (running)\n\
+    Pid:\t4242\nVmPeak:\t 4382116 kB\nVmSize:\t 4382116 kB\nVmLck:\t       0 kB\n\
+    VmHWM:\t  193536 kB\nVmRSS:\t   94208 kB\nRssAnon:\t   65536 kB\nThreads:\t2\n";
+
+#[test]
+fn vm_hwm_is_read_from_a_status_text() {
+    assert_eq!(vm_hwm_kib(STATUS), Ok(193_536));
+}
+
+#[test]
+fn a_status_without_a_sound_vm_hwm_is_an_error() {
+    let without = STATUS.replace("VmHWM:\t  193536 kB\n", "");
+    assert!(vm_hwm_kib(&without).is_err());
+    for bad in [
+        "VmHWM:\t\n",
+        "VmHWM:\t 12x kB\n",
+        "VmHWM:\t 12 MB\n",
+        "VmHWM:\t 12\n",
+    ] {
+        assert!(vm_hwm_kib(bad).is_err(), "{bad:?}");
+    }
+    assert!(vm_hwm_kib("VmHWM: 1 kB\nVmHWM: 2 kB\n").is_err());
+    assert!(vm_hwm_kib("").is_err());
+}
+
+#[test]
+fn own_peak_is_at_least_the_current_resident_set() {
+    let peak = own_peak_kib().expect("VmHWM of this process");
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let rss: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS");
+    assert!(
+        peak > 0 && peak >= rss,
+        "peak {peak} KiB, resident {rss} KiB"
+    );
+}
+
+#[test]
+fn the_report_line_round_trips() {
+    assert_eq!(parse_report(&report_line(193_536)), Ok(193_536));
+    let out = format!("something else\n{}\n", report_line(7));
+    assert_eq!(parse_report(&out), Ok(7));
+}
+
+#[test]
+fn a_missing_twice_or_garbled_report_is_an_error_not_zero() {
+    assert!(parse_report("").is_err());
+    assert!(parse_report("peak 193536\n").is_err());
+    assert!(parse_report(&format!("{REPORT_PREFIX}\n")).is_err());
+    assert!(parse_report(&format!("{REPORT_PREFIX}-1\n")).is_err());
+    assert!(parse_report(&format!("{REPORT_PREFIX}12 kB\n")).is_err());
+    let twice = format!("{}\n{}\n", report_line(1), report_line(2));
+    assert!(parse_report(&twice).is_err());
+}
