@@ -84,32 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .find(|s| s.0 == r.region_id)
             .map_or(r.size, |s| s.1);
-        let region = Region { size, ..r.clone() };
-        w.region(&region)?;
-        for state in [MemoryState::Pre, MemoryState::Post] {
-            for c in cap.chunks(r.region_id, state) {
-                let mut buf = vec![0u8; c.raw_len as usize];
-                cap.read_chunk_into(c, &mut buf)?;
-                if let Some((_, off)) = poison.filter(|p| p.0 == r.region_id) {
-                    if off >= c.offset && off + 8 <= c.offset + c.raw_len {
-                        let at = (off - c.offset) as usize;
-                        buf[at..at + 8].copy_from_slice(&0x0000_0dea_d000_0000u64.to_le_bytes());
-                    }
-                }
-                // A grown region: its last original chunk is padded to a whole chunk.
-                let end = (c.offset + region.chunk_size).min(size);
-                buf.resize((end - c.offset) as usize, 0);
-                w.memory(r.region_id, state, c.offset, &buf)?;
-            }
-        }
-        // Zero chunks for the rest of a grown region.
-        let mut off = r.size.div_ceil(r.chunk_size) * r.chunk_size;
-        let zero = vec![0u8; region.chunk_size as usize];
-        while off < size {
-            let n = region.chunk_size.min(size - off) as usize;
-            w.memory(r.region_id, MemoryState::Pre, off, &zero[..n])?;
-            off += region.chunk_size;
-        }
+        write_region(&mut w, &cap, r, size, poison)?;
     }
     for g in &cap.globals {
         w.module_global(g)?;
@@ -123,6 +98,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         w.annotation(a)?;
     }
     std::fs::write(output, w.finish()?.into_inner())?;
+    Ok(())
+}
+
+/// One region of the copy at `size` bytes (grown regions get zero chunks past their end), its
+/// chunks copied with the `poison` pointer word (region, offset) overwritten when given.
+fn write_region(
+    w: &mut CaptureWriter<Cursor<Vec<u8>>>,
+    cap: &Capture<'_>,
+    r: &Region,
+    size: u64,
+    poison: Option<(u32, u64)>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let region = Region { size, ..r.clone() };
+    w.region(&region)?;
+    for state in [MemoryState::Pre, MemoryState::Post] {
+        for c in cap.chunks(r.region_id, state) {
+            let mut buf = vec![0u8; c.raw_len as usize];
+            cap.read_chunk_into(c, &mut buf)?;
+            if let Some((_, off)) = poison.filter(|p| p.0 == r.region_id) {
+                if off >= c.offset && off + 8 <= c.offset + c.raw_len {
+                    let at = (off - c.offset) as usize;
+                    buf[at..at + 8].copy_from_slice(&0x0000_0dea_d000_0000u64.to_le_bytes());
+                }
+            }
+            // A grown region: its last original chunk is padded to a whole chunk.
+            let end = (c.offset + region.chunk_size).min(size);
+            buf.resize((end - c.offset) as usize, 0);
+            w.memory(r.region_id, state, c.offset, &buf)?;
+        }
+    }
+    // Zero chunks for the rest of a grown region.
+    let mut off = r.size.div_ceil(r.chunk_size) * r.chunk_size;
+    let zero = vec![0u8; region.chunk_size as usize];
+    while off < size {
+        let n = region.chunk_size.min(size - off) as usize;
+        w.memory(r.region_id, MemoryState::Pre, off, &zero[..n])?;
+        off += region.chunk_size;
+    }
     Ok(())
 }
 

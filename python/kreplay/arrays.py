@@ -8,9 +8,23 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .values import numpy_dtype
 
-__all__ = ["region_element", "param_element", "view", "tensor"]
+__all__ = ["numpy_dtype", "region_element", "param_element", "view", "tensor"]
+
+
+def numpy_dtype(name: Any) -> np.dtype:
+    """A NumPy dtype from a dtype name or anything `numpy.dtype` takes; `bfloat16` through
+    the `ml_dtypes` package (ImportError naming `pip install ml-dtypes` without it)."""
+    if isinstance(name, str) and name in ("bfloat16", "bf16"):
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise ImportError(
+                "bfloat16 needs the ml_dtypes package: pip install ml-dtypes "
+                "(or pass dtype='uint16' for the raw bits)"
+            ) from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def _named(param: Any) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ElementType", "Param", "element_type", "decode_value", "numpy_dtype"]
+__all__ = ["ElementType", "Param", "element_type", "decode_value"]
 
 # Words of a C type that say nothing of its bytes.
 _QUALIFIERS = frozenset({"const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "class"})
@@ -113,21 +113,6 @@ def element_type(ctype: str | None, pointer_hint: bool = False) -> ElementType:
         why = f"`{base}` is not a C scalar type kreplay knows (a struct, class, enum or typedef)"
         return ElementType(ctype, depth == 1, None, why)
     return ElementType(ctype, depth == 1, dtype)
-
-
-def numpy_dtype(name: Any) -> np.dtype:
-    """A NumPy dtype from a dtype name or anything `numpy.dtype` takes; `bfloat16` through
-    the `ml_dtypes` package (ImportError naming `pip install ml-dtypes` without it)."""
-    if isinstance(name, str) and name in ("bfloat16", "bf16"):
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise ImportError(
-                "bfloat16 needs the ml_dtypes package: pip install ml-dtypes "
-                "(or pass dtype='uint16' for the raw bits)"
-            ) from None
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 def _decode_scalar(dtype: str, raw: bytes) -> Any:

@@ -13,7 +13,8 @@ import pytest
 
 import kreplay
 from kreplay import arrays
-from kreplay.values import ElementType, Param, decode_value, element_type, numpy_dtype
+from kreplay.arrays import numpy_dtype
+from kreplay.values import ElementType, Param, decode_value, element_type
 
 CAPTURES = Path(__file__).resolve().parents[2] / "testdata" / "captures"
 SAXPY = CAPTURES / "cuda-saxpy.krr"
