@@ -44,6 +44,8 @@ pub enum PlayError {
     Format(FormatError),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    #[error("this range capture cannot be replayed: {0}")]
+    Range(String),
 }
 
 // Hand-written rather than `#[from]`: the message already holds the inner error, and a

@@ -25,6 +25,12 @@ pub enum EventKind {
     Redaction = 16,
     /// Since 1.2: one kernel step of a range capture.
     Step = 17,
+    /// Since 1.3: one step of a range capture that is not a kernel launch (a copy, a fill,
+    /// an event record or wait, a host wait).
+    StepOp = 18,
+    /// Since 1.3: what a range capture is as a whole (origin, streams, in-app time, the
+    /// digest of its memory after each step).
+    Range = 19,
 }
 
 impl EventKind {
@@ -47,6 +53,8 @@ impl EventKind {
             15 => EventKind::Salvage,
             16 => EventKind::Redaction,
             17 => EventKind::Step,
+            18 => EventKind::StepOp,
+            19 => EventKind::Range,
             _ => return None,
         })
     }
@@ -85,6 +93,8 @@ impl EventKind {
             EventKind::Salvage => "salvage record",
             EventKind::Redaction => "redaction",
             EventKind::Step => "step",
+            EventKind::StepOp => "step operation",
+            EventKind::Range => "range",
         }
     }
 }
@@ -397,18 +407,6 @@ pub struct Dispatch {
     /// Duration of the original launch in the application, measured with CUDA events
     /// recorded on the launch stream around it.
     pub original_duration_ns: Option<u64>,
-}
-
-/// One kernel launch of a range capture (STEP, since 1.2), in issue order. A range capture
-/// also writes its first step's dispatch as the one DISPATCH event (see `docs/FORMAT.md`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Step {
-    /// The application's stream handle value the launch was issued on (0: the legacy
-    /// default stream). It names a stream within the capture; a replay cannot use it.
-    pub stream: u64,
-    /// The launch, as a single capture's DISPATCH holds it (its in-app duration in
-    /// `original_duration_ns`).
-    pub dispatch: Dispatch,
 }
 
 /// Kind of device memory a region came from.

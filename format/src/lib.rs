@@ -22,6 +22,7 @@ pub mod reader;
 pub mod rules;
 pub mod salvage;
 pub mod salvage_into;
+pub mod steps;
 pub mod units;
 pub mod verdict;
 pub mod writer;
@@ -37,5 +38,6 @@ pub use reader::{
 };
 pub use salvage::{replay_blockers, salvage, salvage_verified, SalvageReport};
 pub use salvage_into::{salvage_into, SalvageRefused};
+pub use steps::*;
 pub use verdict::Verdict;
 pub use writer::{CaptureHead, CaptureTail, CaptureWriter, WriterOptions};

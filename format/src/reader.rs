@@ -14,6 +14,7 @@ use crate::events::*;
 use crate::layout::*;
 use crate::observe::{Observer, Phase};
 use crate::rules::{check_payload_crc, payload_of, CaptureBuilder};
+use crate::steps::{RangeInfo, Step};
 
 pub use crate::chunk::ChunkRef;
 
@@ -40,9 +41,12 @@ pub struct Capture<'a> {
     pub device: Option<DeviceInfo>,
     pub modules: Vec<ModuleImage>,
     pub dispatch: Dispatch,
-    /// A range capture's kernel steps in issue order; empty for a single-dispatch capture
-    /// (whose one step is `dispatch`). The first step's dispatch equals `dispatch`.
+    /// A range capture's steps in issue order; empty for a single-dispatch capture (whose
+    /// one step is `dispatch`). The first kernel step's dispatch equals `dispatch`.
     pub steps: Vec<Step>,
+    /// What the range is as a whole (the RANGE event; absent in single captures and in 1.2
+    /// range captures).
+    pub range: Option<RangeInfo>,
     pub regions: Vec<Region>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
@@ -309,6 +313,7 @@ impl<'a> Capture<'a> {
             modules: b.modules,
             dispatch,
             steps: b.steps,
+            range: b.range,
             regions: b.regions,
             globals: b.globals,
             annotations: b.annotations,

@@ -15,6 +15,7 @@ use crate::codec::{self, METADATA_LIMIT};
 use crate::error::{FormatError, Result};
 use crate::events::*;
 use crate::layout::*;
+use crate::steps::{op_problem, Action, KernelStep, OpStep, RangeInfo, Step};
 
 /// A zstd metadata payload may decode to at most this many times its stored size (module
 /// images and PTX compress 3-15x; 64x leaves room and stops a few KB from becoming GBs)...
@@ -131,10 +132,9 @@ pub(crate) fn decode_meta<T: DeserializeOwned>(
     codec::decode(&out, payload_offset, kind.name())
 }
 
-/// What is wrong with step `index` of a range capture, if anything: its module must be
+/// What is wrong with kernel step `index` of a range capture, if anything: its module must be
 /// declared (modules precede the steps) and its pointer words lie inside its arguments.
-pub fn step_problem(step: &Step, index: usize, modules: &[ModuleImage]) -> Option<String> {
-    let d = &step.dispatch;
+pub fn step_problem(d: &Dispatch, index: usize, modules: &[ModuleImage]) -> Option<String> {
     if !modules.iter().any(|m| m.module_id == d.module_id) {
         return Some(format!(
             "step {index} ({}) names module {}, which the capture does not hold",
@@ -181,6 +181,8 @@ pub struct CaptureBuilder<'a> {
     pub dispatch: Option<Dispatch>,
     /// A range capture's steps in issue order (empty for a single capture).
     pub steps: Vec<Step>,
+    /// What the range is as a whole (the RANGE event, since 1.3).
+    pub range: Option<RangeInfo>,
     pub regions: Vec<Region>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
@@ -206,6 +208,7 @@ impl<'a> CaptureBuilder<'a> {
             modules: Vec::new(),
             dispatch: None,
             steps: Vec::new(),
+            range: None,
             regions: Vec::new(),
             globals: Vec::new(),
             annotations: Vec::new(),
@@ -296,6 +299,8 @@ impl<'a> CaptureBuilder<'a> {
             EventKind::Textures => self.add_textures(off, frame),
             EventKind::Salvage => self.add_salvage(off, frame),
             EventKind::Step => self.add_step(off, frame),
+            EventKind::StepOp => self.add_step_op(off, frame),
+            EventKind::Range => self.add_range(off, frame),
             EventKind::Index | EventKind::End => Err(FormatError::Inconsistent {
                 offset: off,
                 what: format!("{} event inside the event area", kind.name()),
@@ -338,26 +343,64 @@ impl<'a> CaptureBuilder<'a> {
         Ok(EventRef::Other)
     }
 
-    /// STEP: only in a file that states 1.2 or newer, after the DISPATCH (the first step's
-    /// copy), its module declared, its pointer words inside its argument bytes.
+    /// STEP: only in a file that states 1.2 or newer, after the DISPATCH (the first kernel
+    /// step's copy), its module declared, its pointer words inside its argument bytes.
     fn add_step(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        self.step_allowed(off, EventKind::Step, STEP_MINOR)?;
+        let s: KernelStep = self.decode(off, frame, EventKind::Step)?;
+        step_problem(&s.dispatch, self.steps.len(), &self.modules).map_or(Ok(()), |p| {
+            Err(FormatError::Inconsistent {
+                offset: off,
+                what: p,
+            })
+        })?;
+        self.steps.push(Step::kernel(s.stream, s.dispatch));
+        Ok(EventRef::Other)
+    }
+
+    /// STEP_OP: as STEP, in a file that states 1.3 or newer (its device spans are checked
+    /// against the regions once all are known, in `check_complete`).
+    fn add_step_op(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        self.step_allowed(off, EventKind::StepOp, RANGE_MINOR)?;
+        let s: OpStep = self.decode(off, frame, EventKind::StepOp)?;
+        self.steps.push(Step::op(s.stream, s.op));
+        Ok(EventRef::Other)
+    }
+
+    /// RANGE: once, in a file that states 1.3 or newer, after the steps.
+    fn add_range(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
         let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
-        if self.header.minor < STEP_MINOR {
+        self.step_allowed(off, EventKind::Range, RANGE_MINOR)?;
+        if self.range.is_some() {
+            return Err(inconsistent("a second range event".into()));
+        }
+        if self.steps.is_empty() {
+            return Err(inconsistent("a range event before any step".into()));
+        }
+        let r: RangeInfo = self.decode(off, frame, EventKind::Range)?;
+        self.range = Some(r);
+        Ok(EventRef::Other)
+    }
+
+    /// A step or range event needs a file of `minor` or newer and the DISPATCH before it.
+    fn step_allowed(&self, off: u64, kind: EventKind, minor: u16) -> Result<()> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        if self.header.minor < minor {
             return Err(inconsistent(format!(
-                "a step event in a file that states format {}.{} (steps need {}.{STEP_MINOR})",
-                self.header.major, self.header.minor, self.header.major
+                "a {} event in a file that states format {}.{} (it needs {}.{minor})",
+                kind.name(),
+                self.header.major,
+                self.header.minor,
+                self.header.major
             )));
         }
         if self.dispatch.is_none() {
-            return Err(inconsistent(
-                "a step event before the dispatch event".into(),
-            ));
+            return Err(inconsistent(format!(
+                "a {} event before the dispatch event",
+                kind.name()
+            )));
         }
-        let s: Step = self.decode(off, frame, EventKind::Step)?;
-        step_problem(&s, self.steps.len(), &self.modules)
-            .map_or(Ok(()), |p| Err(inconsistent(p)))?;
-        self.steps.push(s);
-        Ok(EventRef::Other)
+        Ok(())
     }
 
     /// REGION: a sane chunk size, no wrap, ids unique.
@@ -657,6 +700,54 @@ impl<'a> CaptureBuilder<'a> {
         }
     }
 
+    /// The rules of a range that need the whole capture: the first kernel step is the
+    /// dispatch, every op inside a region, the range's digests one per step at most and over
+    /// regions the capture holds.
+    fn check_steps(&self, offset: u64) -> Result<()> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset, what };
+        if self.steps.is_empty() {
+            return Ok(());
+        }
+        let first = self.steps.iter().find_map(Step::dispatch);
+        match (first, &self.dispatch) {
+            (None, _) => {
+                return Err(inconsistent(
+                    "the range holds no kernel step (a range capture needs one)".into(),
+                ))
+            }
+            (Some(first), Some(d)) if first != d => {
+                return Err(inconsistent(
+                    "the first kernel step differs from the dispatch event (a range capture's dispatch is its first kernel step)".into(),
+                ))
+            }
+            _ => {}
+        }
+        for (i, s) in self.steps.iter().enumerate() {
+            if let Action::Op(op) = &s.action {
+                if let Some(p) = op_problem(op, i, &self.regions) {
+                    return Err(inconsistent(p));
+                }
+            }
+        }
+        if let Some(r) = &self.range {
+            if r.digests.len() > self.steps.len() {
+                return Err(inconsistent(format!(
+                    "the range event has {} step digests for {} steps",
+                    r.digests.len(),
+                    self.steps.len()
+                )));
+            }
+            let held = self.regions.len() as u64;
+            if let Some(d) = r.digests.iter().flatten().find(|d| d.regions as u64 > held) {
+                return Err(inconsistent(format!(
+                    "a step digest covers {} regions; the capture holds {held}",
+                    d.regions
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The rules that need the whole capture: one dispatch, every region complete. `offset`
     /// is where errors point (the index, for a parsed file).
     pub fn check_complete(&mut self, offset: u64) -> Result<()> {
@@ -666,14 +757,7 @@ impl<'a> CaptureBuilder<'a> {
                 what: "the capture holds no dispatch event".into(),
             });
         }
-        if let (Some(first), Some(d)) = (self.steps.first(), &self.dispatch) {
-            if &first.dispatch != d {
-                return Err(FormatError::Inconsistent {
-                    offset,
-                    what: "the first step differs from the dispatch event (a range capture's dispatch is its first step)".into(),
-                });
-            }
-        }
+        self.check_steps(offset)?;
         if let Some(&id) = self.incomplete_regions().first() {
             let r = self.region(id).map_or((0, 1), |r| (r.size, r.chunk_size));
             let have = self

@@ -441,13 +441,22 @@ pub fn replay_blockers(cap: &Capture<'_>) -> Vec<String> {
     };
     let mut out = blockers(&cap.dispatch, &cap.regions, &cap.globals, s);
     // A range's later steps need their argument memory as the first does.
-    for (i, step) in cap.steps.iter().enumerate().skip(1) {
-        let mut named = HashSet::new();
-        out.extend(
-            argument_blockers(&step.dispatch, &cap.regions, s, &mut named)
-                .into_iter()
-                .map(|b| format!("step {i}: {b}")),
-        );
+    let first_kernel = cap.steps.iter().position(|s| s.dispatch().is_some());
+    for (i, step) in cap.steps.iter().enumerate() {
+        match &step.action {
+            crate::steps::Action::Kernel(d) if Some(i) != first_kernel => {
+                let mut named = HashSet::new();
+                out.extend(
+                    argument_blockers(d, &cap.regions, s, &mut named)
+                        .into_iter()
+                        .map(|b| format!("step {i}: {b}")),
+                );
+            }
+            crate::steps::Action::Op(op) => {
+                out.extend(crate::steps::op_problem(op, i, &cap.regions));
+            }
+            crate::steps::Action::Kernel(_) => {}
+        }
     }
     out
 }

@@ -13,6 +13,7 @@ use crate::codec;
 use crate::error::{FormatError, Result};
 use crate::events::*;
 use crate::layout::*;
+use crate::steps::{Action, KernelStep, OpStep, RangeInfo, Step};
 
 /// Writer settings.
 #[derive(Debug, Clone, Copy)]
@@ -142,6 +143,9 @@ impl<W: Write + Seek> CaptureWriter<W> {
         if kind == EventKind::Step as u16 {
             self.minor = self.minor.max(STEP_MINOR);
         }
+        if kind == EventKind::StepOp as u16 || kind == EventKind::Range as u16 {
+            self.minor = self.minor.max(RANGE_MINOR);
+        }
         self.write_event(kind, flags, &[payload])
     }
 
@@ -193,13 +197,38 @@ impl<W: Write + Seek> CaptureWriter<W> {
     }
 
     /// The steps of a range capture, in issue order, right after the head (whose dispatch is
-    /// the first step's). The file then states format 1.2.
+    /// the first kernel step's). The file then states format 1.2, or 1.3 when a step is not
+    /// a kernel launch.
     pub fn steps(&mut self, steps: &[Step]) -> Result<()> {
         self.minor = self.minor.max(STEP_MINOR);
         for s in steps {
-            self.write_meta(EventKind::Step, s)?;
+            match &s.action {
+                Action::Kernel(d) => self.write_meta(
+                    EventKind::Step,
+                    &KernelStep {
+                        stream: s.stream,
+                        dispatch: d.clone(),
+                    },
+                )?,
+                Action::Op(op) => {
+                    self.minor = self.minor.max(RANGE_MINOR);
+                    self.write_meta(
+                        EventKind::StepOp,
+                        &OpStep {
+                            stream: s.stream,
+                            op: op.clone(),
+                        },
+                    )?
+                }
+            }
         }
         Ok(())
+    }
+
+    /// The range as a whole, after its steps. The file then states format 1.3.
+    pub fn range_info(&mut self, v: &RangeInfo) -> Result<()> {
+        self.minor = self.minor.max(RANGE_MINOR);
+        self.write_meta(EventKind::Range, v)
     }
 
     /// Declares a region; its memory follows with `memory`.

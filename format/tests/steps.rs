@@ -11,7 +11,7 @@ fn step(name: &str, stream: u64, duration: u64) -> Step {
     let mut dispatch = common::dispatch();
     dispatch.kernel_name = name.into();
     dispatch.original_duration_ns = Some(duration);
-    Step { stream, dispatch }
+    Step::kernel(stream, dispatch)
 }
 
 fn three_steps() -> Vec<Step> {
@@ -37,7 +37,7 @@ fn range_bytes(steps: &[Step], dispatch: Option<Dispatch>) -> Vec<u8> {
         arch: 90,
         image: b"\x7fELF".to_vec(),
     }];
-    let d = dispatch.unwrap_or_else(|| steps[0].dispatch.clone());
+    let d = dispatch.unwrap_or_else(|| steps[0].dispatch().expect("kernel").clone());
     w.head(&CaptureHead {
         info: None,
         device: None,
@@ -69,7 +69,7 @@ fn steps_round_trip_in_order_and_state_format_1_2() {
     let cap = Capture::parse(&data).expect("parse");
     assert_eq!(cap.steps, steps);
     assert!(cap.is_range());
-    assert_eq!(cap.dispatch, steps[0].dispatch);
+    assert_eq!(Some(&cap.dispatch), steps[0].dispatch());
     assert_eq!(cap.header.minor, layout::STEP_MINOR);
     verify(&data).expect("verify");
     let ev = scan(&data)
@@ -128,13 +128,13 @@ fn the_first_step_must_be_the_dispatch() {
     other.grid = [1, 1, 1];
     let data = range_bytes(&three_steps(), Some(other));
     let err = Capture::parse(&data).expect_err("refused");
-    assert!(err.to_string().contains("first step"), "{err}");
+    assert!(err.to_string().contains("first kernel step"), "{err}");
 }
 
 #[test]
 fn a_step_must_name_a_module_the_capture_holds() {
     let mut steps = three_steps();
-    steps[1].dispatch.module_id = 7;
+    steps[1].dispatch_mut().expect("kernel").module_id = 7;
     let err = Capture::parse(&range_bytes(&steps, None)).expect_err("refused");
     let msg = err.to_string();
     assert!(msg.contains("step 1") && msg.contains("module 7"), "{msg}");
@@ -143,7 +143,11 @@ fn a_step_must_name_a_module_the_capture_holds() {
 #[test]
 fn a_step_pointer_word_must_lie_inside_its_arguments() {
     let mut steps = three_steps();
-    steps[2].dispatch.pointer_words.push(20);
+    steps[2]
+        .dispatch_mut()
+        .expect("kernel")
+        .pointer_words
+        .push(20);
     let err = Capture::parse(&range_bytes(&steps, None)).expect_err("refused");
     assert!(err.to_string().contains("step 2"), "{err}");
 }
@@ -156,8 +160,11 @@ fn step_problem_accepts_a_sound_step() {
         arch: 90,
         image: vec![],
     }];
-    assert_eq!(rules::step_problem(&three_steps()[0], 0, &modules), None);
-    assert!(rules::step_problem(&three_steps()[0], 0, &[]).is_some());
+    assert_eq!(
+        rules::step_problem(three_steps()[0].dispatch().expect("kernel"), 0, &modules),
+        None
+    );
+    assert!(rules::step_problem(three_steps()[0].dispatch().expect("kernel"), 0, &[]).is_some());
 }
 
 #[test]
@@ -177,7 +184,8 @@ fn a_step_before_the_dispatch_is_refused() {
     .expect("module");
     let steps = three_steps();
     w.steps(&steps).expect("steps");
-    w.dispatch(&steps[0].dispatch).expect("dispatch");
+    w.dispatch(steps[0].dispatch().expect("kernel"))
+        .expect("dispatch");
     let data = w.finish().expect("finish").into_inner();
     let err = Capture::parse(&data).expect_err("refused");
     assert!(err.to_string().contains("before the dispatch"), "{err}");
@@ -225,7 +233,8 @@ fn salvage_keeps_the_steps_and_their_minor() {
 fn a_salvaged_range_whose_later_step_lost_its_argument_memory_cannot_be_replayed() {
     // Step 1 reads region 1, which no other step reaches; its pre chunk is damaged.
     let mut steps = three_steps();
-    steps[1].dispatch.arg_bytes[8..16].copy_from_slice(&0x7f00_0000_8000u64.to_le_bytes());
+    steps[1].dispatch_mut().expect("kernel").arg_bytes[8..16]
+        .copy_from_slice(&0x7f00_0000_8000u64.to_le_bytes());
     let mut w = CaptureWriter::new(
         Cursor::new(Vec::new()),
         common::UUID,
@@ -242,7 +251,7 @@ fn a_salvaged_range_whose_later_step_lost_its_argument_memory_cannot_be_replayed
         info: None,
         device: None,
         modules: &modules,
-        dispatch: &steps[0].dispatch,
+        dispatch: steps[0].dispatch().expect("kernel"),
     })
     .expect("head");
     w.steps(&steps).expect("steps");

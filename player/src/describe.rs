@@ -40,6 +40,49 @@ pub struct Description {
     /// is as before).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepDesc>,
+    /// What a range capture is as a whole (left out for a single dispatch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<RangeDesc>,
+}
+
+/// A range capture as a whole.
+#[derive(Serialize)]
+pub struct RangeDesc {
+    /// How it was selected (`launch-range 3:5`, `nvtx-range layer.2 #1`, ...; `launch-range`
+    /// for a 1.2 capture, which does not say).
+    pub origin: String,
+    /// Process launch indices of its first and last kernel steps, when known.
+    pub launches: Option<(u64, u64)>,
+    pub kernel_steps: usize,
+    /// Streams the steps were issued on.
+    pub streams: usize,
+    /// In-app duration of the whole range (the sum of the kernel steps' where not measured).
+    pub original_ns: Option<u64>,
+    /// Whether the capture holds a digest of its memory after each step (so a diverging
+    /// replay can name the step).
+    pub step_digests: bool,
+}
+
+fn range_desc(cap: &Capture<'_>) -> Option<RangeDesc> {
+    if !cap.is_range() {
+        return None;
+    }
+    let info = cap.range.clone().unwrap_or_default();
+    let mut streams: Vec<u64> = cap.steps.iter().map(|s| s.stream).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    Some(RangeDesc {
+        origin: if info.origin.is_empty() {
+            "launch-range".into()
+        } else {
+            info.origin
+        },
+        launches: info.launches,
+        kernel_steps: cap.steps.iter().filter(|s| s.dispatch().is_some()).count(),
+        streams: streams.len(),
+        original_ns: crate::range::original_ns(cap),
+        step_digests: !info.digests.is_empty() && info.digests.iter().all(Option::is_some),
+    })
 }
 
 /// One step of a range capture.
@@ -47,29 +90,59 @@ pub struct Description {
 pub struct StepDesc {
     /// 0-based, in issue order.
     pub index: usize,
-    pub kernel: Kernel,
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
+    /// `kernel`, `copy-dtod`, `copy-htod`, `copy-dtoh`, `fill`, `event-record`, `event-wait`
+    /// or `host-wait`.
+    pub kind: &'static str,
+    /// The kernel of a kernel step (null otherwise).
+    pub kernel: Option<Kernel>,
+    pub grid: Option<[u32; 3]>,
+    pub block: Option<[u32; 3]>,
+    /// Bytes a copy or fill step moves or sets (null for other steps).
+    pub bytes: Option<u64>,
+    /// The application's event handle value an event step or event wait names.
+    pub event: Option<u64>,
     /// The application's stream handle value it was issued on.
     pub stream: u64,
-    /// In-app duration.
+    /// In-app duration (kernel steps).
     pub original_ns: Option<u64>,
 }
 
 fn step_descs(cap: &Capture<'_>) -> Vec<StepDesc> {
+    use kreplay_format::{Action, HostWait, Op};
     cap.steps
         .iter()
         .enumerate()
-        .map(|(index, s)| StepDesc {
-            index,
-            kernel: Kernel {
-                name: demangle(&s.dispatch.kernel_name),
-                mangled: s.dispatch.kernel_name.clone(),
-            },
-            grid: s.dispatch.grid,
-            block: s.dispatch.block,
-            stream: s.stream,
-            original_ns: s.dispatch.original_duration_ns,
+        .map(|(index, s)| {
+            let mut desc = StepDesc {
+                index,
+                kind: s.kind(),
+                kernel: None,
+                grid: None,
+                block: None,
+                bytes: None,
+                event: None,
+                stream: s.stream,
+                original_ns: None,
+            };
+            match &s.action {
+                Action::Kernel(d) => {
+                    desc.kernel = Some(Kernel {
+                        name: demangle(&d.kernel_name),
+                        mangled: d.kernel_name.clone(),
+                    });
+                    desc.grid = Some(d.grid);
+                    desc.block = Some(d.block);
+                    desc.original_ns = d.original_duration_ns;
+                }
+                Action::Op(
+                    Op::RecordEvent { event }
+                    | Op::WaitEvent { event }
+                    | Op::HostWait(HostWait::Event(event)),
+                ) => desc.event = Some(*event),
+                Action::Op(Op::HostWait(_)) => {}
+                Action::Op(op) => desc.bytes = Some(op.bytes()),
+            }
+            desc
         })
         .collect()
 }
@@ -384,6 +457,7 @@ pub fn describe(file: &str, cap: &Capture<'_>) -> Description {
             .map(|a| (a.key.clone(), a.value.clone()))
             .collect(),
         steps: step_descs(cap),
+        range: range_desc(cap),
     }
 }
 
@@ -588,21 +662,30 @@ mod tests {
         second.grid = [7, 1, 1];
         second.original_duration_ns = Some(1500);
         cap.steps = vec![
-            kreplay_format::Step {
-                stream: 0,
-                dispatch: cap.dispatch.clone(),
-            },
-            kreplay_format::Step {
-                stream: 0,
-                dispatch: second,
-            },
+            kreplay_format::Step::kernel(0, cap.dispatch.clone()),
+            kreplay_format::Step::op(
+                0,
+                kreplay_format::Op::Fill {
+                    dst: 0,
+                    value: 0,
+                    element_bytes: 4,
+                    count: 16,
+                },
+            ),
+            kreplay_format::Step::kernel(0, second),
         ];
         let range = serde_json::to_value(describe("r.krr", &cap)).expect("json");
         let steps = range["steps"].as_array().expect("steps");
-        assert_eq!(steps.len(), 2);
-        assert_eq!(steps[1]["index"], 1);
-        assert_eq!(steps[1]["grid"], serde_json::json!([7, 1, 1]));
-        assert_eq!(steps[1]["original_ns"], 1500);
+        assert_eq!(steps.len(), 3);
+        assert_eq!(steps[2]["index"], 2);
+        assert_eq!(steps[2]["kind"], "kernel");
+        assert_eq!(steps[2]["grid"], serde_json::json!([7, 1, 1]));
+        assert_eq!(steps[2]["original_ns"], 1500);
+        assert_eq!(steps[1]["kind"], "fill");
+        assert_eq!(steps[1]["bytes"], 64);
+        assert!(steps[1]["kernel"].is_null());
+        assert_eq!(range["range"]["kernel_steps"], 2);
+        assert_eq!(range["range"]["streams"], 1);
         assert_eq!(
             steps[0]["kernel"]["mangled"],
             cap.dispatch.kernel_name.as_str()

@@ -11,9 +11,13 @@ pub fn original_ns(cap: &Capture<'_>) -> Option<u64> {
     if !cap.is_range() {
         return cap.dispatch.original_duration_ns;
     }
+    if let Some(ns) = cap.range.as_ref().and_then(|r| r.original_duration_ns) {
+        return Some(ns);
+    }
     cap.steps
         .iter()
-        .map(|s| s.dispatch.original_duration_ns)
+        .filter_map(|s| s.dispatch())
+        .map(|d| d.original_duration_ns)
         .sum()
 }
 
@@ -78,12 +82,14 @@ mod tests {
         let bytes = crate::testdata::bytes("cuda-saxpy");
         let mut cap = crate::testdata::parse(&bytes);
         assert_eq!(original_ns(&cap), cap.dispatch.original_duration_ns);
-        let step = |ns| kreplay_format::Step {
-            stream: 0,
-            dispatch: kreplay_format::Dispatch {
-                original_duration_ns: ns,
-                ..cap.dispatch.clone()
-            },
+        let step = |ns| {
+            kreplay_format::Step::kernel(
+                0,
+                kreplay_format::Dispatch {
+                    original_duration_ns: ns,
+                    ..cap.dispatch.clone()
+                },
+            )
         };
         cap.steps = vec![step(Some(100)), step(Some(250))];
         assert_eq!(original_ns(&cap), Some(350));

@@ -558,8 +558,19 @@ fn load_range_steps(
     let mut loaded: HashMap<u32, Module> = HashMap::new();
     let mut placements = Vec::new();
     let mut kernels = Vec::new();
-    for step in cap.steps.iter().skip(1) {
-        let d = &step.dispatch;
+    let mut kernels_seen = 0;
+    for step in &cap.steps {
+        let Some(d) = step.dispatch() else {
+            return Err(PlayError::Range(format!(
+                "step {} of this range is a {} step, which this player does not replay yet",
+                kernels_seen,
+                step.kind()
+            )));
+        };
+        kernels_seen += 1;
+        if kernels_seen == 1 {
+            continue;
+        }
         let launch = LaunchPlan::of_dispatch(d)?;
         let image = &cap
             .module(d.module_id)

@@ -50,10 +50,7 @@ impl RangePending {
     /// Opens the range with its first step, taken as a single dispatch.
     pub fn open(pending: Pending, range: LaunchRange, stream: u64) -> RangePending {
         let last_launch = range.first;
-        let first = Step {
-            stream,
-            dispatch: pending.data.dispatch.clone(),
-        };
+        let first = Step::kernel(stream, pending.data.dispatch.clone());
         RangePending {
             awaiting: Some(pending.correlation),
             last_launch,
@@ -116,10 +113,7 @@ impl RangePending {
             pre.args,
             walk.pointer_words,
         );
-        self.steps.push(Step {
-            stream: input.stream,
-            dispatch,
-        });
+        self.steps.push(Step::kernel(input.stream, dispatch));
         self.pending.data.stall_ns += began.elapsed().as_nanos() as u64;
         Ok(())
     }
@@ -172,8 +166,8 @@ impl RangePending {
         p.measuring = None;
         done?;
         let ns = p.timer.elapsed_ns().ok();
-        if let Some(s) = self.steps.last_mut() {
-            s.dispatch.original_duration_ns = ns;
+        if let Some(d) = self.steps.last_mut().and_then(Step::dispatch_mut) {
+            d.original_duration_ns = ns;
         }
         self.awaiting = None;
         Ok(())
@@ -183,12 +177,14 @@ impl RangePending {
     pub fn close(mut self) -> Result<crate::capture::CaptureData, RecordError> {
         crate::capture::after_launch(&mut self.pending)?;
         let last_ns = self.pending.data.dispatch.original_duration_ns;
-        if let Some(s) = self.steps.last_mut() {
-            s.dispatch.original_duration_ns = last_ns;
+        if let Some(d) = self.steps.last_mut().and_then(Step::dispatch_mut) {
+            d.original_duration_ns = last_ns;
         }
         let mut data = self.pending.data;
         // The capture's dispatch is its first step (the format's rule).
-        data.dispatch = self.steps[0].dispatch.clone();
+        if let Some(d) = self.steps.iter().find_map(Step::dispatch) {
+            data.dispatch = d.clone();
+        }
         data.steps = self.steps;
         data.step_modules = self.modules;
         Ok(data)

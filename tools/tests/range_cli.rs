@@ -20,10 +20,7 @@ fn range_bytes() -> Vec<u8> {
     second.original_duration_ns = Some(1500);
     let steps: Vec<Step> = [cap.dispatch.clone(), second, cap.dispatch.clone()]
         .into_iter()
-        .map(|dispatch| Step {
-            stream: 0,
-            dispatch,
-        })
+        .map(|dispatch| Step::kernel(0, dispatch))
         .collect();
     let mut w = CaptureWriter::new(Cursor::new(Vec::new()), [3; 16], WriterOptions::default())
         .expect("writer");
@@ -90,7 +87,10 @@ fn info_lists_the_steps_of_a_range() {
         .is_some_and(|n| n.starts_with("saxpy(")));
     let (code, text, err) = kreplay(&["info", &f]);
     assert_eq!(code, 0, "{err}");
-    assert!(text.contains("range     3 kernel steps"), "{text}");
+    assert!(
+        text.contains("range     3 steps (3 kernels) on 1 stream"),
+        "{text}"
+    );
     assert!(text.contains("(7,1,1)x(256,1,1)"), "{text}");
     // A single capture's JSON has no steps.
     let single = common::capture("cuda-saxpy");

@@ -110,32 +110,49 @@ fn print_head(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A range capture's steps, one line each: index, kernel, grid x block, in-app time.
+/// A range capture's steps, one line each: index, kind, stream, kernel (grid x block) or
+/// bytes, in-app time.
 fn print_steps(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
-    if d.steps.is_empty() {
+    let Some(r) = &d.range else {
         return Ok(());
-    }
-    let total: Option<u64> = d.steps.iter().map(|s| s.original_ns).sum();
+    };
     out!(
         w,
-        "range     {} kernel steps on one stream, in-app {}",
+        "range     {} steps ({} kernels) on {} stream{}, in-app {}, from {}",
         d.steps.len(),
-        total.map_or("unknown".into(), duration)
+        r.kernel_steps,
+        r.streams,
+        if r.streams == 1 { "" } else { "s" },
+        r.original_ns.map_or("unknown".into(), duration),
+        r.origin
     );
     for s in &d.steps {
+        let what = match (&s.kernel, s.grid, s.block) {
+            (Some(k), Some(g), Some(b)) => format!(
+                "{}  ({},{},{})x({},{},{})",
+                p(&k.name),
+                g[0],
+                g[1],
+                g[2],
+                b[0],
+                b[1],
+                b[2]
+            ),
+            _ => match (s.bytes, s.event) {
+                (Some(n), _) => kreplay_format::units::bytes(n),
+                (_, Some(e)) => format!("event {e:#x}"),
+                _ => String::new(),
+            },
+        };
+        let time = s
+            .original_ns
+            .map_or(String::new(), |ns| format!("  in-app {}", duration(ns)));
         out!(
             w,
-            "  step {:<3} {}  ({},{},{})x({},{},{})  in-app {}",
+            "  step {:<3} {:<12} stream {:#x}  {what}{time}",
             s.index,
-            p(&s.kernel.name),
-            s.grid[0],
-            s.grid[1],
-            s.grid[2],
-            s.block[0],
-            s.block[1],
-            s.block[2],
-            s.original_ns
-                .map_or("unknown".into(), |ns| format!("{:.1} µs", ns as f64 / 1e3))
+            s.kind,
+            s.stream
         );
     }
     Ok(())
