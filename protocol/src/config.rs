@@ -130,6 +130,9 @@ pub struct Config {
     pub launch_index: Option<u64>,
     /// Capture these launches of the process as one range capture.
     pub launch_range: Option<LaunchRange>,
+    /// Capture what the application issues between two boundaries (an NVTX range's push and
+    /// pop, `cuProfilerStart` and `cuProfilerStop`) as one range capture.
+    pub boundary_range: Option<BoundaryRange>,
     /// No per-capture summary lines.
     pub quiet: bool,
     /// Only launches inside this NVTX range.
@@ -226,6 +229,7 @@ impl Config {
             force: get(env::FORCE).as_deref() == Some("1"),
             launch_index,
             launch_range,
+            boundary_range: None,
             quiet: get(env::QUIET).as_deref() == Some("1"),
             nvtx: match get(env::NVTX_INCLUDE).filter(|v| !v.is_empty()) {
                 Some(v) => Some(crate::nvtx::NvtxFilter::parse(&v)?),
@@ -243,6 +247,21 @@ impl Config {
                 .unwrap_or_default(),
         }))
     }
+}
+
+/// A range selected by its boundaries in the application (`record --nvtx-range`,
+/// `--profiler-range`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BoundaryRange {
+    /// The `nth` (1-based) instance of the NVTX push/pop range `name` (in `domain`, when
+    /// given).
+    Nvtx {
+        domain: Option<String>,
+        name: String,
+        nth: u64,
+    },
+    /// The `nth` (1-based) `cuProfilerStart` .. `cuProfilerStop` pair.
+    Profiler { nth: u64 },
 }
 
 /// Launches `first..=last` of the process (the 1-based indices `kreplay list` shows).

@@ -214,6 +214,20 @@ impl Recorder {
         ));
     }
 
+    /// A selection boundary opened the range (an NVTX push, `cuProfilerStart`): every launch
+    /// and op from here is a step, until `range_end`. (The seam between the selection and the
+    /// unit; the unit's boundary mode is being built: until then the capture is refused.)
+    #[allow(dead_code)] // called by the boundary selection (rec-select), landing beside it
+    pub(super) fn range_begin(&self, origin: String) {
+        self.error(format!(
+            "range capture of {origin}: ranges opened by a boundary are not captured by this build; the application continues"
+        ));
+    }
+
+    /// A selection boundary closed the range (the matching pop, `cuProfilerStop`).
+    #[allow(dead_code)]
+    pub(super) fn range_end(&self) {}
+
     /// At the process's exit: a range still open never reached its last launch.
     pub(super) fn range_at_exit(&self) {
         let (Some(range), true) = (self.config.launch_range, units::any_shared()) else {
