@@ -46,7 +46,9 @@ pub fn ops_problem(steps: &[Step], regions: &[Region], lost: &[Region]) -> Optio
 /// `n` at most this.
 fn first_missing_id(regions: &[Region]) -> u32 {
     let ids: HashSet<u32> = regions.iter().map(|r| r.region_id).collect();
-    (0..=u32::MAX).find(|i| !ids.contains(i)).unwrap_or(u32::MAX)
+    (0..=u32::MAX)
+        .find(|i| !ids.contains(i))
+        .unwrap_or(u32::MAX)
 }
 
 /// What is wrong with the RANGE event given `steps` steps and the regions held: one digest per
@@ -126,7 +128,10 @@ mod tests {
             ..RangeInfo::default()
         };
         let why = digest_problem(&gap, 2, &held).expect("region 1 is missing");
-        assert!(why.contains("step 1") && why.contains("no region 1"), "{why}");
+        assert!(
+            why.contains("step 1") && why.contains("no region 1"),
+            "{why}"
+        );
         let many = RangeInfo {
             digests: vec![None; 3],
             ..RangeInfo::default()

@@ -727,9 +727,9 @@ impl<'a> CaptureBuilder<'a> {
         let problem = range_rules::kernel_steps_problem(&self.steps, self.dispatch.as_ref())
             .or_else(|| range_rules::ops_problem(&self.steps, &self.regions, &lost))
             .or_else(|| {
-                self.range.as_ref().and_then(|r| {
-                    range_rules::digest_problem(r, self.steps.len(), &self.regions)
-                })
+                self.range
+                    .as_ref()
+                    .and_then(|r| range_rules::digest_problem(r, self.steps.len(), &self.regions))
             });
         match problem {
             Some(what) => Err(FormatError::Inconsistent { offset, what }),

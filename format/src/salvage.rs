@@ -190,6 +190,12 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
         rejected_chunks_of,
         refused_steps,
     } = judge(data, &walk, &mut rules)?;
+    if walk.lost.iter().any(|l| is_step_event(l.1)) || !refused_steps.is_empty() {
+        // Digests are per step: with a step gone none of them names a step for sure.
+        if let Some(range) = &mut rules.range {
+            range.digests.clear();
+        }
+    }
     let dropped_regions = rules.incomplete_regions();
     let gone: HashSet<u32> = dropped_regions.iter().copied().collect();
 

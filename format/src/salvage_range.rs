@@ -33,20 +33,17 @@ pub fn op_blockers(op: &Op, index: usize, kept: &[Region], s: &SalvageRecord) ->
         .into_iter()
         .filter(|&(addr, _, _)| !kept.iter().any(|r| within(r, addr)))
         .filter_map(|(addr, bytes, written)| {
-            s.dropped_regions
-                .iter()
-                .find(|r| within(r, addr))
-                .map(|r| {
-                    format!(
-                        "step {index} ({}) {} {bytes} bytes at {addr:#x}, inside region {} \
+            s.dropped_regions.iter().find(|r| within(r, addr)).map(|r| {
+                format!(
+                    "step {index} ({}) {} {bytes} bytes at {addr:#x}, inside region {} \
                          ({} bytes at {:#x}), whose memory was lost",
-                        op.kind(),
-                        if written { "writes" } else { "reads" },
-                        r.region_id,
-                        r.size,
-                        r.address
-                    )
-                })
+                    op.kind(),
+                    if written { "writes" } else { "reads" },
+                    r.region_id,
+                    r.size,
+                    r.address
+                )
+            })
         })
         .collect()
 }
