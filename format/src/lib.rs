@@ -16,6 +16,7 @@ pub mod file;
 pub mod layout;
 pub mod observe;
 pub mod pack;
+pub mod pack_range;
 pub mod ptx;
 pub mod range;
 pub mod range_rules;

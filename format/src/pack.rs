@@ -28,6 +28,8 @@
 //!   the time, pid and output path) are replaced; the GPU model, driver version, code,
 //!   geometry, launch index and timing are kept.
 //!
+//! - a range capture's steps and RANGE event: see [`crate::pack_range`].
+//!
 //! The post-dispatch state cannot be recomputed without a GPU: its chunks keep only where the
 //! kernel writes (zero holes), and the capture says so (`Reference`), so `play --verify`
 //! checks determinism instead of a reference.
@@ -58,6 +60,9 @@ pub struct PackOptions {
     /// the demangled signature; empty when unknown (redaction then keeps every argument and
     /// gives memory the safe default type).
     pub param_types: Vec<ParamType>,
+    /// A range capture's: per step, its kernel's parameter types as `param_types` (empty for
+    /// an op step, or when unknown); the first kernel step's are `param_types`.
+    pub step_param_types: Vec<Vec<ParamType>>,
 }
 
 /// One kernel parameter's type, as redaction uses it.
@@ -717,6 +722,7 @@ pub fn pack_observed<W: Write + Seek>(
         },
     )?;
     write_head_parts(&mut w, info.as_ref(), device.as_ref(), cap, &dispatch)?;
+    write_range(&mut w, cap, &opts, &dispatch, &mut log)?;
 
     // Words a redacted region keeps: pointer slots and texture handle words, per region.
     let mut keep: Vec<(u32, u64)> = cap.pointer_slots.clone();
@@ -756,6 +762,36 @@ pub fn pack_observed<W: Write + Seek>(
     report.reference = Some(reference);
     report.redaction = redaction.cloned();
     Ok((w.finish()?, report))
+}
+
+/// A range capture's steps and RANGE event, right after the head: as recorded, or redacted
+/// with `dispatch` (the redacted DISPATCH) as its first kernel step.
+fn write_range<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    opts: &PackOptions,
+    dispatch: &Dispatch,
+    log: &mut Redaction,
+) -> Result<()> {
+    if !cap.is_range() {
+        return Ok(());
+    }
+    let packed = if opts.redact {
+        crate::pack_range::redacted(
+            cap,
+            dispatch,
+            &opts.step_param_types,
+            &mut |d, types, log| redact_dispatch(d, types, &[], log),
+            log,
+        )
+    } else {
+        crate::pack_range::as_recorded(cap, opts.drop_post)
+    };
+    w.steps(&packed.steps)?;
+    if let Some(r) = &packed.range {
+        w.range_info(r)?;
+    }
+    Ok(())
 }
 
 /// Each region and its pre-state chunks, a window at a time, redacted when asked.

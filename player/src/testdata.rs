@@ -27,6 +27,7 @@ pub fn without_output(bytes: &[u8]) -> Vec<u8> {
         drop_post: true,
         redact: false,
         param_types: Vec::new(),
+        step_param_types: Vec::new(),
     };
     let (out, _) = pack(&parse(bytes), Cursor::new(Vec::new()), [9; 16], opts).expect("pack");
     out.into_inner()
