@@ -18,6 +18,7 @@ pub mod range;
 mod report;
 mod save;
 mod session;
+pub mod step_diff;
 
 pub use kreplay_engine::counters::{
     list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport,
