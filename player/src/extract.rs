@@ -55,6 +55,8 @@ pub enum ExtractError {
 pub struct Extracted {
     pub modules: usize,
     pub regions: usize,
+    /// Files of [`argument_files`] (1, `args.bin`, for a single capture).
+    pub argument_files: usize,
 }
 
 /// An extraction checked and planned before anything is written: its size is within bounds
@@ -175,8 +177,9 @@ impl<'f, 'c> Extraction<'f, 'c> {
             };
             write(format!("module-{}.{ext}", m.module_id), &m.image)?;
         }
-        for (name, bytes) in argument_files(cap) {
-            write(name, bytes)?;
+        let arguments = argument_files(cap);
+        for (name, bytes) in &arguments {
+            write(name.clone(), bytes)?;
         }
         // Without a recorded output the post chunks only say where the kernel writes.
         let reference = cap.reference() == Reference::Recorded;
@@ -195,6 +198,7 @@ impl<'f, 'c> Extraction<'f, 'c> {
         Ok(Extracted {
             modules: cap.modules.len(),
             regions: cap.regions.len(),
+            argument_files: arguments.len(),
         })
     }
 
