@@ -21,6 +21,7 @@ pub mod ptx;
 pub mod range;
 pub mod range_rules;
 pub mod reader;
+pub mod redact_values;
 pub mod rules;
 pub mod salvage;
 pub mod salvage_into;

@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 
 use crate::events::{Dispatch, MemoryKind, Redaction, Region};
-use crate::pack::{redacted_period, Element, ParamType, REDACTION_PERIOD};
 use crate::reader::Capture;
+use crate::redact_values::{redacted_period, Element, ParamType, REDACTION_PERIOD};
 use crate::steps::{Action, HostWait, Op, RangeInfo, Step};
 use crate::units::bytes;
 

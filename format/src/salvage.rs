@@ -190,12 +190,7 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
         rejected_chunks_of,
         refused_steps,
     } = judge(data, &walk, &mut rules)?;
-    if walk.lost.iter().any(|l| is_step_event(l.1)) || !refused_steps.is_empty() {
-        // Digests are per step: with a step gone none of them names a step for sure.
-        if let Some(range) = &mut rules.range {
-            range.digests.clear();
-        }
-    }
+    forget_digests_if_steps_lost(&mut rules, &walk.lost, &refused_steps);
     let dropped_regions = rules.incomplete_regions();
     let gone: HashSet<u32> = dropped_regions.iter().copied().collect();
 
@@ -281,6 +276,18 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
             replay_blockers,
         },
     ))
+}
+
+/// Digests are per step: with a step lost (or refused) none of them names a step for sure.
+fn forget_digests_if_steps_lost(
+    rules: &mut CaptureBuilder<'_>,
+    lost: &[(u64, u16)],
+    refused_steps: &[(u64, u16)],
+) {
+    let gone = lost.iter().any(|l| is_step_event(l.1)) || !refused_steps.is_empty();
+    if let Some(range) = rules.range.as_mut().filter(|_| gone) {
+        range.digests.clear();
+    }
 }
 
 /// The surviving events the format's rules accept, with why each other one was dropped.
