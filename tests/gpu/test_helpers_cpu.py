@@ -361,11 +361,10 @@ def _range_info():
     return {"steps": [step(0, "range_first"), step(1, "range_second"), step(2, "range_third")]}
 
 
-def test_range_launch_verdict_wants_three_steps_a_verified_replay_and_a_refusing_pack():
+def test_range_launch_verdict_wants_three_steps_a_verified_replay_and_a_pack():
     play = {"durations_ns": [1000] * 8, "verify": {"matched": True, "deterministic": True}}
-    refusal = "kreplay: error: this is a range capture (3 steps): range captures are not supported by `pack` yet"
     good = dict(rec_rc=0, base_out="range checksum 1\n", rec_out="range checksum 1\n", info=_range_info(),
-                play_rc=0, play=play, pack_rc=1, pack_err=refusal)
+                play_rc=0, play=play, pack_rc=0, pack_err="")
     assert S.range_checks(**good) == []
     two = _range_info()
     two["steps"].pop()
@@ -373,7 +372,7 @@ def test_range_launch_verdict_wants_three_steps_a_verified_replay_and_a_refusing
               dict(play_rc=1), dict(play={**play, "durations_ns": [1000] * 7}),
               dict(play={**play, "verify": {"matched": False, "deterministic": True}}),
               dict(play={**play, "verify": {"matched": True, "deterministic": False}}),
-              dict(pack_rc=0, pack_err=""), dict(pack_err="some other failure")]
+              dict(pack_rc=1, pack_err="kreplay: error: cannot pack")]
     for f in faults:
         assert S.range_checks(**{**good, **f}), f
 
