@@ -107,8 +107,14 @@ impl Recorder {
     fn route_call(&self, call: &ApiCall<'_>) {
         let group = callbacks::group(call.id);
         let marks = ThreadMarks::now();
-        if self.config.launch_range.is_some() && watched_for_range(group, call.site, marks) {
+        if (self.config.launch_range.is_some() || self.config.boundary_range.is_some())
+            && watched_for_range(group, call.site, marks)
+        {
             self.on_call_in_range(call);
+        }
+        // cuProfilerStart / cuProfilerStop of `--profiler-range`, after the range's own look.
+        if self.selection.is_some() && watched_for_range(group, call.site, marks) {
+            self.on_boundary_call(call.id);
         }
         match route_of(group, call.site, marks) {
             Route::Ignore => {}
