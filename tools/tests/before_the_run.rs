@@ -351,11 +351,26 @@ fn boundary_ranges_refuse_other_selections_before_the_run() {
     let d = scratch("boundary-usage");
     let app = ["sh", "-c", "touch ran"];
     let cases: [(&[&str], &str); 6] = [
-        (&["--nvtx-range", "layer", "-k", "saxpy"], "cannot be used with"),
-        (&["--nvtx-range", "layer", "--launch-range", "1:2"], "cannot be used with"),
-        (&["--nvtx-range", "layer", "--nvtx-include", "model"], "cannot be used with"),
-        (&["--profiler-range", "--launch-index", "3"], "cannot be used with"),
-        (&["--profiler-range", "--nvtx-range", "layer"], "cannot be used with"),
+        (
+            &["--nvtx-range", "layer", "-k", "saxpy"],
+            "cannot be used with",
+        ),
+        (
+            &["--nvtx-range", "layer", "--launch-range", "1:2"],
+            "cannot be used with",
+        ),
+        (
+            &["--nvtx-range", "layer", "--nvtx-include", "model"],
+            "cannot be used with",
+        ),
+        (
+            &["--profiler-range", "--launch-index", "3"],
+            "cannot be used with",
+        ),
+        (
+            &["--profiler-range", "--nvtx-range", "layer"],
+            "cannot be used with",
+        ),
         (&["--nvtx-range", "a//b"], "expected [DOMAIN@]RANGE"),
     ];
     for (flags, says) in cases {

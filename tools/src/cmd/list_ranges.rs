@@ -81,7 +81,12 @@ pub fn json(
 mod tests {
     use super::*;
 
-    fn span(domain: Option<&str>, name: &str, instance: u64, launches: Option<(u64, u64)>) -> RangeSpan {
+    fn span(
+        domain: Option<&str>,
+        name: &str,
+        instance: u64,
+        launches: Option<(u64, u64)>,
+    ) -> RangeSpan {
         RangeSpan {
             domain: domain.map(str::to_string),
             name: name.into(),
