@@ -76,8 +76,9 @@ extern "C" fn at_exit() {
         let Some(rec) = RECORDER.get() else { return };
         // Normally done already by `collect_at_exit`, which runs first.
         rec.collect_batches(|_| true);
-        rec.range_at_exit();
+        // Before the range unit's exit, which closes a unit still open.
         rec.selection_at_exit();
+        rec.range_at_exit();
         rec.sink.join();
         let (pid, rank) = (rec.outputs.pid, rec.outputs.rank);
         let mut report = rec

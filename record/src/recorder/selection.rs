@@ -13,6 +13,7 @@ use kreplay_protocol::report::ProcessReport;
 use super::locking::lock;
 use super::marks::{FlagGuard, SELF_CALLS};
 use super::state::Recorder;
+use super::units;
 use crate::nvtx_events::{self, Delivery, NvtxEvent, Observer};
 use crate::range_select::{AtExit, Boundary, Decision, RangeSelect};
 use crate::range_spans::RangeSpans;
@@ -54,10 +55,12 @@ fn opened_too_early(origin: &str) -> String {
     )
 }
 
-/// What the exit says of a selection that never captured.
-fn exit_message(at_exit: AtExit) -> Option<String> {
+/// What the exit says of a selection that never captured; `unit_open`: the range unit is
+/// still open, and says itself at exit that it is incomplete (with its steps).
+fn exit_message(at_exit: AtExit, unit_open: bool) -> Option<String> {
     match at_exit {
         AtExit::Settled => None,
+        AtExit::NeverClosed(_) if unit_open => None,
         AtExit::NeverClosed(origin) => Some(format!(
             "range capture of {origin} is incomplete: the range was still open when the process ended"
         )),
@@ -141,7 +144,7 @@ impl Recorder {
             return;
         };
         let at_exit = lock(selection).at_exit();
-        if let Some(msg) = exit_message(at_exit) {
+        if let Some(msg) = exit_message(at_exit, units::any_shared()) {
             self.error(msg);
         }
     }
@@ -204,13 +207,19 @@ mod tests {
 
     #[test]
     fn the_exit_names_the_range_and_what_became_of_it() {
-        assert_eq!(exit_message(AtExit::Settled), None);
-        let open = exit_message(AtExit::NeverClosed("nvtx-range layer #1".into())).unwrap();
+        assert_eq!(exit_message(AtExit::Settled, false), None);
+        let never_closed = AtExit::NeverClosed("nvtx-range layer #1".into());
+        let open = exit_message(never_closed.clone(), false).unwrap();
         assert!(open.contains("nvtx-range layer #1 is incomplete"), "{open}");
-        let never = exit_message(AtExit::NeverOpened {
-            origin: "profiler-range #2".into(),
-            seen: 1,
-        })
+        // The open range unit says it itself, with its steps: said once.
+        assert_eq!(exit_message(never_closed, true), None);
+        let never = exit_message(
+            AtExit::NeverOpened {
+                origin: "profiler-range #2".into(),
+                seen: 1,
+            },
+            false,
+        )
         .unwrap();
         assert!(never.contains("profiler-range #2"), "{never}");
         assert!(never.contains("1 time(s)"), "{never}");
