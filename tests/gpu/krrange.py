@@ -6,12 +6,15 @@ The JSON fields are those of the range contract (docs/FORMAT.md "range captures"
 --json` has `steps[]` ({index, kind, kernel, grid, block, bytes, event, stream, original_ns})
 and `range` ({origin, launches, kernel_steps, streams, original_ns, step_digests}); `play
 --json` of a range adds `steps[]` ({index, kind, kernel, median_ns}) and
-`first_divergent_step`.
+`first_divergent_step`. The one part that reads files, compare_windows (with region_file and
+window_digest), reads what `kreplay extract` wrote.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from pathlib import Path
 from typing import Optional
 
 # -- testdata/apps/range_streams.cu --------------------------------------------------------------
@@ -147,8 +150,8 @@ def range_desc_checks(rng, origin: str, kernel_steps: int, streams: int, launche
 
 def range_play_checks(play_rc: int, play, passes: int, info) -> list[str]:
     """`play --passes N --verify --json` of a range: exit 0, N passes timed, the end state
-    matched bit for bit and the passes identical, no divergent step, and the report's steps
-    are info's (same count, kinds and kernels, in order)."""
+    matched bit for bit and the passes identical, `first_divergent_step` there and null, and
+    the report's steps are info's (same count, kinds and kernels, in order)."""
     play = play or {}
     v = play.get("verify") or {}
     why = []
@@ -160,7 +163,9 @@ def range_play_checks(play_rc: int, play, passes: int, info) -> list[str]:
         why.append(f"the end state does not match the recorded one ({v.get('mismatched_bytes')} bytes)")
     if v.get("deterministic") is not True:
         why.append(f"the {passes} passes are not identical")
-    if first_divergent_step(play) is not None:
+    if "first_divergent_step" not in play and "first_divergent_step" not in v:
+        why.append("the report has no first_divergent_step (null when nothing diverged)")
+    elif first_divergent_step(play) is not None:
         why.append(f"first_divergent_step {first_divergent_step(play)} on a matched replay")
     want = [(s.get("kind"), base_name(s.get("kernel"))) for s in (info or {}).get("steps") or []]
     got = [(s.get("kind"), base_name(s.get("kernel"))) for s in play.get("steps") or []]
@@ -333,21 +338,84 @@ def identity(info) -> dict:
     }
 
 
-def same_address_regions(diff) -> tuple:
-    """(compared, differing): `kreplay diff --json`'s region pairs at the same address (a
-    pair at different addresses was matched by id or size only: not the same memory)."""
-    pairs = [r for r in (diff or {}).get("regions") or [] if r.get("address_a") == r.get("address_b")]
-    return len(pairs), [r.get("id_a") for r in pairs if r.get("differing_chunks")]
+def param_windows(saved_info, direct_info) -> tuple:
+    """(windows, why): the memory each pointer argument points at, paired between the saved
+    step and the direct capture by the argument (not by address or region id, which a fresh
+    process and another footprint may change): for argument i, region and offset in each, and
+    the bytes both hold from there on. An argument pointing into no captured region in both
+    (a null pointer) is left out; into one only, a fault."""
+    windows, why = [], []
+    regions = [{r.get("id"): r for r in (x or {}).get("regions") or []} for x in (saved_info, direct_info)]
+    pairs = zip((saved_info or {}).get("params") or [], (direct_info or {}).get("params") or [])
+    for i, (a, b) in enumerate(pairs):
+        if not (a.get("pointer") and b.get("pointer")):
+            continue
+        if a.get("region") is None and b.get("region") is None:
+            continue
+        ra, rb = regions[0].get(a.get("region")), regions[1].get(b.get("region"))
+        if ra is None or rb is None:
+            why.append(f"argument {i} points into a captured region in one capture only")
+            continue
+        oa, ob = a.get("region_offset") or 0, b.get("region_offset") or 0
+        length = min(ra["size"] - oa, rb["size"] - ob)
+        windows.append({"param": i, "a": (ra["id"], ra["address"], oa), "b": (rb["id"], rb["address"], ob),
+                        "length": length})
+    if not windows and not why:
+        why.append("no pointer argument into a captured region to compare")
+    return windows, why
 
 
-def save_step_checks(save_rc: int, saved_info, saved_play, direct_rc: int, direct_info, direct_play, diff) -> list:
+def region_file(folder, region_id: int, address: int, post: bool):
+    """The file `kreplay extract` wrote for a region (`region-ID-ADDR.bin`; its state after
+    the kernel in `.post.bin`, where the kernel wrote)."""
+    base = Path(folder) / f"region-{region_id}-{address:#x}"
+    p = Path(str(base) + ".post.bin")
+    return p if post and p.exists() else Path(str(base) + ".bin")
+
+
+def window_digest(path, offset: int, length: int) -> Optional[str]:
+    """sha256 of `length` bytes of a file from `offset` (None: missing or short)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            left = length
+            while left > 0:
+                block = f.read(min(left, 8 << 20))
+                if not block:
+                    return None
+                h.update(block)
+                left -= len(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def compare_windows(windows, saved_dir, direct_dir) -> list[dict]:
+    """Each window's bytes before and after the kernel, from the two extractions: {param,
+    pre_same, post_same}; a window whose files are missing or short is not the same."""
+    out = []
+    for w in windows:
+        same = {}
+        for state, post in (("pre", False), ("post", True)):
+            da = window_digest(region_file(saved_dir, w["a"][0], w["a"][1], post), w["a"][2], w["length"])
+            db = window_digest(region_file(direct_dir, w["b"][0], w["b"][1], post), w["b"][2], w["length"])
+            same[state] = da is not None and da == db
+        out.append({"param": w["param"], "pre_same": same["pre"], "post_same": same["post"]})
+    return out
+
+
+def save_step_checks(save_rc: int, saved_info, saved_play, direct_rc: int, direct_info, direct_play,
+                     compared: list, windows_why: list) -> list:
     """range-save-step: step K saved from the range (`play --save-step K`) and the same
-    dispatch recorded directly (`record -k MANGLED --nth N`) are the same dispatch: same
-    identity (kernel, geometry, non-pointer argument bytes; pointers may differ, since a fresh
-    process may map its allocations elsewhere); both replay bit-exact; and `kreplay diff` of
-    the two finds no byte different in any region both hold at the same address (regions one
-    holds and the other not are allowed: the saved step holds the range's footprint, the direct
-    capture its reachable walk's). At least one region must be compared."""
+    dispatch recorded directly (`record -k MANGLED --nth N`) are the same dispatch: the same
+    identity (kernel, geometry, non-pointer argument bytes; pointer values may differ, since a
+    fresh process may map its allocations elsewhere); both replay bit-exact; and the memory
+    each pointer argument points at holds the same bytes before and after the kernel in both
+    (`compared`, from param_windows/compare_windows over `kreplay extract` of each: paired by
+    argument, so neither address moves nor a different footprint, the range's against the
+    reachable walk's, can pair the wrong regions as `kreplay diff`'s id/address/size pairing
+    could)."""
     why = []
     if save_rc != 0:
         why.append(f"play --save-step exits {save_rc}")
@@ -365,11 +433,13 @@ def save_step_checks(save_rc: int, saved_info, saved_play, direct_rc: int, direc
         v = (p or {}).get("verify") or {}
         if v.get("matched") is not True or v.get("deterministic") is not True:
             why.append(f"the {what} does not replay bit-exact ({v})")
-    compared, differing = same_address_regions(diff)
-    if not compared:
-        why.append("kreplay diff compared no region at the same address in both")
-    if differing:
-        why.append(f"regions {differing} differ between the saved step and the direct capture")
+    why += windows_why
+    if not compared and not windows_why:
+        why.append("no argument's memory compared")
+    for c in compared:
+        for state in ("pre", "post"):
+            if not c.get(f"{state}_same"):
+                why.append(f"argument {c.get('param')}: memory {state}-kernel differs")
     return why
 
 

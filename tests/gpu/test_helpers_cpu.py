@@ -504,6 +504,7 @@ def test_streams_case_verdict_wants_every_step_kind_stream_and_a_verified_replay
         dict(play=range_play(info, verify={"matched": False, "deterministic": True})),
         dict(play=range_play(info, verify={"matched": True, "deterministic": False})),
         dict(play=range_play(info, first_divergent_step=3)), dict(play=range_play(info, steps=[])),
+        dict(play={k: v for k, v in range_play(info).items() if k != "first_divergent_step"}),
         dict(play=None),
     ]
     for f in faults:
@@ -587,20 +588,49 @@ def test_the_save_step_kernel_runs_once_per_layer():
     assert R.save_step_choice(None, listed) is None
 
 
-def single_info(ptr="0000000070000000", scalar="0000803f"):
+def single_info(ptr="0000000070000000", scalar="0000803f", address=0x70000000, offset=0x100, size=0x1000):
     return {"kernel": {"name": "k(float*, float)", "mangled": "_Z1kPff"},
             "launch": {"grid": [8, 1, 1], "block": [128, 1, 1], "dynamic_shared_bytes": 0},
-            "params": [{"size": 8, "pointer": True, "value_hex": ptr}, {"size": 4, "pointer": False, "value_hex": scalar}]}
+            "params": [{"size": 8, "pointer": True, "value_hex": ptr, "region": 0, "region_offset": offset},
+                       {"size": 4, "pointer": False, "value_hex": scalar},
+                       {"size": 8, "pointer": True, "value_hex": "0" * 16, "region": None}],
+            "regions": [{"id": 0, "address": address, "size": size}]}
 
 
-def test_a_saved_step_equals_the_direct_capture_by_identity_replay_and_diff():
+def test_argument_memory_is_paired_by_argument_and_compared_from_the_extracted_files(tmp_path):
+    saved, direct = single_info(), single_info(address=0x80000000, offset=0x200, size=0x2000)
+    windows, why = R.param_windows(saved, direct)
+    assert why == [] and windows == [{"param": 0, "a": (0, 0x70000000, 0x100), "b": (0, 0x80000000, 0x200),
+                                      "length": 0xF00}]
+    one_sided = single_info()
+    one_sided["params"][2]["region"] = 0
+    assert R.param_windows(saved, one_sided)[1]
+    assert R.param_windows({"params": []}, {"params": []})[1]
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    data = bytes(range(256)) * 32  # 8 KiB
+    (a / "region-0-0x70000000.bin").write_bytes(data[:0x1000])
+    (a / "region-0-0x70000000.post.bin").write_bytes(b"\1" * 0x1000)
+    (b / "region-0-0x80000000.bin").write_bytes(b"\0" * 0x100 + data[:0x1F00])
+    (b / "region-0-0x80000000.post.bin").write_bytes(b"\0" * 0x100 + b"\1" * 0x1F00)
+    assert R.compare_windows(windows, a, b) == [{"param": 0, "pre_same": True, "post_same": True}]
+    (b / "region-0-0x80000000.post.bin").write_bytes(b"\0" * 0x100 + b"\2" * 0x1F00)
+    assert R.compare_windows(windows, a, b) == [{"param": 0, "pre_same": True, "post_same": False}]
+    (b / "region-0-0x80000000.post.bin").unlink()  # no post file: the kernel did not write there
+    assert R.compare_windows(windows, a, b)[0]["post_same"] is False
+    (a / "region-0-0x70000000.post.bin").unlink()
+    assert R.compare_windows(windows, a, b) == [{"param": 0, "pre_same": True, "post_same": True}]
+    assert R.compare_windows(windows, a, tmp_path / "missing")[0] == {"param": 0, "pre_same": False,
+                                                                       "post_same": False}
+
+
+def test_a_saved_step_equals_the_direct_capture_by_identity_replay_and_memory():
     matched = {"verify": {"matched": True, "deterministic": True}}
-    diff = {"regions": [{"id_a": 0, "id_b": 0, "address_a": 7, "address_b": 7, "differing_chunks": 0},
-                        {"id_a": 1, "id_b": 1, "address_a": 8, "address_b": 9, "differing_chunks": 3}]}
+    same = [{"param": 0, "pre_same": True, "post_same": True}]
     good = dict(save_rc=0, saved_info=single_info(), saved_play=matched, direct_rc=0,
-                direct_info=single_info(ptr="0000000080000000"), direct_play=matched, diff=diff)
+                direct_info=single_info(ptr="0000000080000000"), direct_play=matched, compared=same, windows_why=[])
     assert R.save_step_checks(**good) == []
-    assert R.same_address_regions(diff) == (1, [])
     other_launch = single_info()
     other_launch["launch"] = {**other_launch["launch"], "grid": [16, 1, 1]}
     faults = [dict(save_rc=2), dict(direct_rc=3), dict(saved_info=None), dict(direct_info=None),
@@ -608,8 +638,9 @@ def test_a_saved_step_equals_the_direct_capture_by_identity_replay_and_diff():
               dict(direct_info=single_info(scalar="00000040")),
               dict(direct_info={**single_info(), "kernel": {"mangled": "_Z1qPff"}}),
               dict(saved_play={"verify": {"matched": False, "deterministic": True}}), dict(direct_play=None),
-              dict(diff={"regions": [{**diff["regions"][0], "differing_chunks": 1}]}),
-              dict(diff={"regions": diff["regions"][1:]}), dict(diff=None)]
+              dict(compared=[{"param": 0, "pre_same": True, "post_same": False}]),
+              dict(compared=[{"param": 0, "pre_same": False, "post_same": True}]), dict(compared=[]),
+              dict(windows_why=["argument 2 points into a captured region in one capture only"])]
     for f in faults:
         assert R.save_step_checks(**{**good, **f}), f
 

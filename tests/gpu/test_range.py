@@ -24,8 +24,9 @@ def _json(cmd):
     return S.load_json(cmd.out_path)
 
 
-def _done(row, why, kernel, play=None, **extra):
+def _done(row, why, kernel, play=None, info=None, **extra):
     play = play or {}
+    extra.setdefault("original_us", (((info or {}).get("range") or {}).get("original_ns") or 0) / 1e3)
     row.update(kernel=kernel, median_us=(play.get("median_ns") or 0) / 1e3,
                matched=bool((play.get("verify") or {}).get("matched")),
                deterministic=(play.get("verify") or {}).get("deterministic"), why="; ".join(why), **extra)
@@ -66,7 +67,7 @@ def test_range_streams_launch(case, row, kr, app):
     play = _play(case, kr, w, "play")
     why = R.streams_case_checks(rec.rc, base.out, rec.out, _json(info), play.rc, _json(play), R.STREAMS_LAUNCH_KINDS,
                                 f"launch-range {first}:{last}", (first, last))
-    _done(row, why, f"launches {first}:{last}: {len(R.STREAMS_LAUNCH_KINDS)} steps", _json(play))
+    _done(row, why, f"launches {first}:{last}: {len(R.STREAMS_LAUNCH_KINDS)} steps", _json(play), _json(info))
 
 
 @C.inline("range-streams-profiler")
@@ -79,7 +80,7 @@ def test_range_streams_profiler(captures, case, row, kr):
     why = R.streams_case_checks(r.get("record_rc"), r.get("base_out", ""), r.get("rec_out", ""), r.get("info"), play.rc,
                                 _json(play), R.STREAMS_FULL_KINDS, "profiler-range #1")
     why += R.per_step_checks(_json(play))
-    _done(row, why, f"profiler-range #1: {len(R.STREAMS_FULL_KINDS)} steps", _json(play))
+    _done(row, why, f"profiler-range #1: {len(R.STREAMS_FULL_KINDS)} steps", _json(play), r.get("info"))
 
 
 @C.inline("range-streams-nvtx")
@@ -94,7 +95,7 @@ def test_range_streams_nvtx(case, row, kr, app):
     play = _play(case, kr, w, "play")
     why = R.streams_case_checks(rec.rc, base.out, rec.out, _json(info), play.rc, _json(play), R.STREAMS_FULL_KINDS,
                                 "nvtx-range streams #1")
-    _done(row, why, "nvtx-range streams #1", _json(play))
+    _done(row, why, "nvtx-range streams #1", _json(play), _json(info))
 
 
 @C.inline("range-nvtx-torch")
@@ -151,7 +152,8 @@ def test_range_divergent(captures, app, case, row, kr):
 def test_range_save_step(case, row, kr):
     """`play --save-step K` of the layer.2 capture writes kernel step K as a single dispatch,
     which replays bit-exact and is the dispatch `record -k MANGLED --nth N` captures directly
-    (krrange.save_step_checks says how they are compared). K is a kernel that runs once per
+    (krrange.save_step_checks says how they are compared: identity, replays, and the bytes
+    each pointer argument points at, from `kreplay extract` of both). K is a kernel that runs once per
     layer and nowhere else, so N follows from the layer and iteration."""
     ls = case.run([kr, "list", "--json", "--"] + TORCH_BLOCK, name="list", timeout=900)
     w = case.capture(case.path("layer2.krr"))
@@ -171,12 +173,15 @@ def test_range_save_step(case, row, kr):
     dplay = _play(case, kr, direct, "play-direct")
     sinfo = _json(case.run([kr, "info", "--json", saved], name="info-saved"))
     dinfo = _json(case.run([kr, "info", "--json", direct], name="info-direct"))
-    diff = case.run([kr, "diff", "--json", saved, direct], name="diff")
-    why = R.save_step_checks(sv.rc, sinfo, _json(splay), dr.rc, dinfo, _json(dplay), _json(diff))
-    compared, _ = R.same_address_regions(_json(diff))
+    for c, d in ((saved, "saved-x"), (direct, "direct-x")):
+        case.run([kr, "extract", c, "-o", case.path(d), "--force"], name="extract-" + d, timeout=600)
+    windows, windows_why = R.param_windows(sinfo, dinfo)
+    compared = R.compare_windows(windows, case.path("saved-x"), case.path("direct-x"))
+    why = R.save_step_checks(sv.rc, sinfo, _json(splay), dr.rc, dinfo, _json(dplay), compared, windows_why)
     _done(row, why, f"step {k} = {mangled[:60]} #{nth}", _json(splay),
-          figures=f"step {k}: {R.base_name((sinfo or {}).get('kernel'))} #{nth}; {compared} region(s) compared "
-                  f"at the same address by kreplay diff (exit {diff.rc})")
+          figures=f"step {k}: {R.base_name((sinfo or {}).get('kernel'))} #{nth}; memory of {len(compared)} pointer "
+                  f"argument(s) compared before and after the kernel: "
+                  f"{sum(c['pre_same'] and c['post_same'] for c in compared)} the same")
 
 
 @C.inline("range-bench")
