@@ -109,33 +109,64 @@ pub fn region_segments(
     param_types: &[ParamType],
     region: &Region,
 ) -> Vec<Segment> {
-    let d = &cap.dispatch;
+    range_region_segments(cap, param_types, &[], region)
+}
+
+/// The typed pointer arguments of launch `d` (with `types`, one per parameter) that point
+/// into `region`, each a segment from where it points; `label` prefixes their source.
+fn pointer_segments(
+    d: &Dispatch,
+    types: &[ParamType],
+    region: &Region,
+    label: &str,
+) -> Vec<Segment> {
     let inside = |addr: u64| addr >= region.address && addr - region.address < region.size;
-    let mut found: Vec<Segment> = Vec::new();
-    if param_types.len() == d.params.len() {
-        for (i, (p, t)) in d.params.iter().zip(param_types).enumerate() {
-            let ParamShape::Pointer(e) = t.shape else {
-                continue;
-            };
-            if e == Element::Unknown || !d.pointer_words.contains(&p.offset) {
-                continue;
-            }
-            let at = p.offset as usize;
-            let Some(word) = d.arg_bytes.get(at..at + 8) else {
-                continue;
-            };
-            let mut w = [0u8; 8];
-            w.copy_from_slice(word);
-            let v = u64::from_le_bytes(w);
-            if region.kind != MemoryKind::CudaArray && inside(v) {
-                found.push(Segment {
-                    start: v - region.address,
-                    element: e,
-                    source: format!("argument {i} ({})", t.name),
-                });
-            }
+    let mut found = Vec::new();
+    if types.len() != d.params.len() || region.kind == MemoryKind::CudaArray {
+        return found;
+    }
+    for (i, (p, t)) in d.params.iter().zip(types).enumerate() {
+        let ParamShape::Pointer(e) = t.shape else {
+            continue;
+        };
+        if e == Element::Unknown || !d.pointer_words.contains(&p.offset) {
+            continue;
+        }
+        let at = p.offset as usize;
+        let Some(word) = d.arg_bytes.get(at..at + 8) else {
+            continue;
+        };
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let v = u64::from_le_bytes(w);
+        if inside(v) {
+            found.push(Segment {
+                start: v - region.address,
+                element: e,
+                source: format!("{label}argument {i} ({})", t.name),
+            });
         }
     }
+    found
+}
+
+/// As [`region_segments`], for a range capture also from the typed pointer arguments of its
+/// later kernel steps (`step_types`, one list per step: `PackOptions::step_param_types`); at
+/// one offset the DISPATCH's type wins, then the earlier step's.
+pub fn range_region_segments(
+    cap: &Capture<'_>,
+    param_types: &[ParamType],
+    step_types: &[Vec<ParamType>],
+    region: &Region,
+) -> Vec<Segment> {
+    let mut found = pointer_segments(&cap.dispatch, param_types, region, "");
+    let first_kernel = cap.steps.iter().position(|s| s.dispatch().is_some());
+    for (k, (step, types)) in cap.steps.iter().zip(step_types).enumerate() {
+        if let Some(d) = step.dispatch().filter(|_| Some(k) != first_kernel) {
+            found.extend(pointer_segments(d, types, region, &format!("step {k} ")));
+        }
+    }
+    let inside = |addr: u64| addr >= region.address && addr - region.address < region.size;
     let format_element = |format: u32| match format {
         0x01 | 0x08 => Some(Element::Int(1)),
         0x02 | 0x09 => Some(Element::Int(2)),
@@ -697,7 +728,7 @@ fn pack_regions<W: Write + Seek>(
         let segments: Vec<(Segment, Vec<u8>)> = if whole {
             Vec::new()
         } else {
-            region_segments(cap, &opts.param_types, r)
+            range_region_segments(cap, &opts.param_types, &opts.step_param_types, r)
                 .into_iter()
                 .map(|s| {
                     let p = redacted_period(r.region_id, s.element);

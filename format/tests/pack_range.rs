@@ -156,6 +156,31 @@ fn redaction_replaces_the_data_inside_the_steps_and_lists_it() {
 }
 
 #[test]
+fn a_later_kernel_step_types_the_memory_it_points_to() {
+    let data = golden();
+    let cap = Capture::parse(&data).expect("parse");
+    let y = &cap.regions[1];
+    let untyped = pack::range_region_segments(&cap, &[], &[], y);
+    assert_eq!(untyped[0].element, Element::Unknown);
+    let mut types: Vec<Vec<ParamType>> = vec![Vec::new(); cap.steps.len()];
+    let mut ints = saxpy_types();
+    ints[3] = ParamType {
+        name: "int*".into(),
+        shape: ParamShape::Pointer(Element::Int(4)),
+    };
+    types[6] = ints;
+    let typed = pack::range_region_segments(&cap, &[], &types, y);
+    assert_eq!(typed[0].element, Element::Int(4));
+    assert_eq!(typed[0].source, "step 6 argument 3 (int*)");
+    // The DISPATCH's own type comes first.
+    let both = pack::range_region_segments(&cap, &saxpy_types(), &types, y);
+    assert_eq!(
+        (both[0].element, both[0].source.as_str()),
+        (Element::F32, "argument 3 (float*)")
+    );
+}
+
+#[test]
 fn a_single_capture_packs_as_before() {
     let p = format!(
         "{}/../testdata/captures/cuda-saxpy.krr",
