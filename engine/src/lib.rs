@@ -17,6 +17,8 @@ pub mod plan;
 pub mod relocate;
 pub mod repro;
 pub mod restore;
+pub mod step_plan;
+pub mod steps;
 pub mod texture_desc;
 pub mod tool;
 pub mod verify;

@@ -9,12 +9,15 @@
 pub mod compare;
 pub mod describe;
 pub mod diff;
+mod divergence;
 pub mod extract;
+mod kernels;
 pub mod pack;
 pub mod params;
 mod play;
 mod play_options;
 pub mod range;
+mod range_steps;
 mod report;
 mod save;
 mod session;

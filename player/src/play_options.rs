@@ -30,6 +30,8 @@ pub struct PlayOptions {
     /// A `kreplay_tool.h` library that decides the timed passes instead of `passes`
     /// (`--tool`).
     pub tool: Option<PathBuf>,
+    /// A range's kernel steps timed one by one too (`--per-step`).
+    pub per_step: bool,
 }
 
 /// `--save-output FILE [--force]`.
@@ -53,6 +55,7 @@ impl Default for PlayOptions {
             metrics: Vec::new(),
             save_output: None,
             tool: None,
+            per_step: false,
         }
     }
 }
@@ -82,6 +85,7 @@ impl PlayOptions {
             } else {
                 Verification::Off
             },
+            per_step: self.per_step,
         }
     }
 

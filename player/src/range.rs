@@ -1,7 +1,9 @@
-//! What the player decides about range captures (a sequence of kernel steps replayed as one
-//! pass): which replay options do not apply to them yet, and their in-app time.
+//! What the player decides about range captures (a sequence of steps replayed as one pass):
+//! which replay options do not apply to them yet, their in-app time, what the report says of
+//! each step, and whether a mismatch is worth replaying step by step to name the step.
 
-use kreplay_format::Capture;
+use kreplay_format::{Capture, StateDigest};
+use serde::Serialize;
 
 use crate::play_options::PlayOptions;
 
@@ -21,8 +23,82 @@ pub fn original_ns(cap: &Capture<'_>) -> Option<u64> {
         .sum()
 }
 
+/// One step of a range as the report shows it (`play --json`: `steps[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StepReport {
+    pub index: usize,
+    /// `Step::kind`: `kernel`, `copy-dtod`, `fill`...
+    pub kind: &'static str,
+    /// The kernel's (mangled) name, for kernel steps.
+    pub kernel: Option<String>,
+    /// Median over the timed passes, for kernel steps with `--per-step`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub median_ns: Option<u64>,
+}
+
+/// What a replay found of a range's steps (`play --json`: `steps`, `first_divergent_step`,
+/// `divergence_note`, `mismatched_copies`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RangeReport {
+    pub steps: Vec<StepReport>,
+    /// The first step after which the replay's memory digest differed from the recorded one
+    /// (`--verify`, on a mismatch); null when none was named.
+    pub first_divergent_step: Option<usize>,
+    /// Why no step was named although the output differed, when so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub divergence_note: Option<String>,
+    /// Device-to-host copy steps whose bytes differed from what the application received.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mismatched_copies: Vec<usize>,
+}
+
+/// The report's list of steps, with the per-step medians where there are some.
+pub fn step_reports(cap: &Capture<'_>, medians: &[Option<u64>]) -> Vec<StepReport> {
+    cap.steps
+        .iter()
+        .enumerate()
+        .map(|(index, s)| StepReport {
+            index,
+            kind: s.kind(),
+            kernel: s.dispatch().map(|d| d.kernel_name.clone()),
+            median_ns: medians.get(index).copied().flatten(),
+        })
+        .collect()
+}
+
+/// Whether a mismatched range is replayed again step by step to name the divergent step:
+/// `Err` says why not.
+pub fn divergence_search(cap: &Capture<'_>, relocated: bool) -> Result<(), String> {
+    if relocated {
+        return Err("the first divergent step is not named: the replay was relocated, so the \
+             digests of regions holding pointers differ from the recorded ones"
+            .into());
+    }
+    let digests = cap.range.as_ref().map_or(&[][..], |r| &r.digests[..]);
+    if digests.iter().all(Option::is_none) {
+        return Err(
+            "the first divergent step is not named: the capture holds no per-step digests".into(),
+        );
+    }
+    Ok(())
+}
+
+/// What step `index`'s digest says, given the recorded one and the replay's (`None`: could
+/// not be computed here): `Some(true)` differs, `Some(false)` matches or was not recorded,
+/// `None` cannot be told (the search stops there).
+pub fn step_differs(
+    recorded: Option<&StateDigest>,
+    replayed: Option<[u64; 2]>,
+) -> Option<bool> {
+    let Some(r) = recorded else {
+        return Some(false);
+    };
+    replayed.map(|d| d != r.digest)
+}
+
 /// The `play` option, if any, that range captures do not support yet (`--metrics`,
-/// `--tool`, `--module` or `--ptx`, `--relocate`, `--save-output`).
+/// `--tool`, `--ptx`, `--save-output`). `--relocate` works: kernel pointer arguments and
+/// pointer slots are patched as for one dispatch, op addresses placed with their regions.
 pub fn unsupported_option(options: &PlayOptions) -> Option<&'static str> {
     if !options.metrics.is_empty() {
         return Some("play --metrics");
@@ -30,11 +106,8 @@ pub fn unsupported_option(options: &PlayOptions) -> Option<&'static str> {
     if options.tool.is_some() {
         return Some("play --tool");
     }
-    if options.code != kreplay_engine::CodeChoice::Captured {
-        return Some("play --module/--ptx");
-    }
-    if options.relocate {
-        return Some("play --relocate");
+    if options.code == kreplay_engine::CodeChoice::Ptx {
+        return Some("play --ptx");
     }
     if options.save_output.is_some() {
         return Some("play --save-output");
@@ -69,12 +142,19 @@ mod tests {
             relocate: true,
             ..PlayOptions::default()
         };
-        assert_eq!(unsupported_option(&moved), Some("play --relocate"));
-        let variant = PlayOptions {
+        assert_eq!(unsupported_option(&moved), None);
+        let ptx = PlayOptions {
             code: kreplay_engine::CodeChoice::Ptx,
             ..PlayOptions::default()
         };
-        assert_eq!(unsupported_option(&variant), Some("play --module/--ptx"));
+        assert_eq!(unsupported_option(&ptx), Some("play --ptx"));
+        // A --module variant replaces the range's kernels it defines.
+        let variant = PlayOptions {
+            code: kreplay_engine::CodeChoice::Variant(vec![1, 2, 3]),
+            per_step: true,
+            ..PlayOptions::default()
+        };
+        assert_eq!(unsupported_option(&variant), None);
     }
 
     #[test]
