@@ -203,6 +203,23 @@ impl<F: AsFunction> Replayer<F> {
         Ok(())
     }
 
+    /// Restores the write set and waits for it: the captured input is in place.
+    pub fn restore_and_wait(&mut self) -> Result<(), PlayError> {
+        self.restore()?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Runs a range's step `i` alone and waits for every range stream (after the steps
+    /// before it, for a faithful state); nothing for one dispatch.
+    pub fn run_step(&mut self, i: usize) -> Result<(), PlayError> {
+        if let Some(range) = &mut self.range {
+            self.launched = true;
+            range.run_step_and_wait(i, &mut self.kernel, &self.stream)?;
+        }
+        Ok(())
+    }
+
     /// A range replayed once more step by step: restore, then each step alone, every stream
     /// waited for after it, `differs(i)` asked after step `i`; the first step it says
     /// differs (`None`: none did, or this is one dispatch).
@@ -210,17 +227,12 @@ impl<F: AsFunction> Replayer<F> {
         &mut self,
         differs: &mut dyn FnMut(usize, &Stream) -> Result<bool, PlayError>,
     ) -> Result<Option<usize>, PlayError> {
-        if self.range.is_none() {
-            return Ok(None);
-        }
-        self.restore()?;
-        self.stream.synchronize()?;
-        self.launched = true;
-        let Some(range) = &mut self.range else {
+        let Some(steps) = self.range.as_ref().map(|r| r.len()) else {
             return Ok(None);
         };
-        for i in 0..range.len() {
-            range.run_step_and_wait(i, &mut self.kernel, &self.stream)?;
+        self.restore_and_wait()?;
+        for i in 0..steps {
+            self.run_step(i)?;
             if differs(i, &self.stream)? {
                 return Ok(Some(i));
             }

@@ -20,6 +20,7 @@ pub mod range;
 mod range_steps;
 mod report;
 mod save;
+mod save_step;
 mod session;
 
 pub use kreplay_engine::counters::{
@@ -36,9 +37,10 @@ pub use kreplay_engine::{
 pub use play::{
     device_heap_note, play, verification_failed, PlayFailure, PlayObserver, PlayOutcome,
 };
-pub use play_options::{PlayOptions, SaveOutput};
+pub use play_options::{PlayOptions, SaveOutput, SaveStep};
 pub use report::PlayJson;
 pub use save::SavedOutput;
+pub use save_step::{save_step_problem, SavedStep};
 pub use session::{FilePages, PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
 #[cfg(test)]
 mod testdata;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{CacheState, MetricsReport, PlayReport, SavedOutput};
+use crate::{CacheState, MetricsReport, PlayReport, SavedOutput, SavedStep};
 use serde::Serialize;
 
 /// `--json` output: the replay report (with `tool`: `path`, `passes`, `stopped_by_tool`,
@@ -27,6 +27,9 @@ pub struct PlayJson<'a> {
     /// `--save-output`: the file and how many bytes the replay left different from the input.
     #[serde(skip_serializing_if = "Option::is_none")]
     saved_output: Option<&'a SavedOutput>,
+    /// `--save-step`: the file, the step and its kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    saved_step: Option<&'a SavedStep>,
 }
 
 impl<'a> PlayJson<'a> {
@@ -53,6 +56,13 @@ impl<'a> PlayJson<'a> {
             metric_cache: m.map(|m| m.cache),
             metric_cupti: m.and_then(|m| m.cupti.as_ref()),
             saved_output,
+            saved_step: None,
         }
+    }
+
+    /// With what `--save-step` wrote.
+    pub fn with_saved_step(mut self, saved: Option<&'a SavedStep>) -> Self {
+        self.saved_step = saved;
+        self
     }
 }

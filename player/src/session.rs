@@ -632,6 +632,11 @@ impl<'c> Session<'c> {
         self.cap
     }
 
+    /// The replayer, for what runs a range's steps outside the pass loop (`--save-step`).
+    pub(crate) fn replayer_mut(&mut self) -> &mut Replayer<Function> {
+        &mut self.replayer
+    }
+
     fn relocation(&self) -> Option<&Relocation> {
         match &self.memory {
             Memory::Moved { relocation, .. } => Some(relocation),
