@@ -87,12 +87,18 @@ pub unsafe fn fill_async(
     // SAFETY: the range is writable by this function's contract; the stream is borrowed.
     let (r, name) = unsafe {
         match element_bytes {
-            1 => (sys::cuMemsetD8Async(dst, value as u8, count, s), "cuMemsetD8Async"),
+            1 => (
+                sys::cuMemsetD8Async(dst, value as u8, count, s),
+                "cuMemsetD8Async",
+            ),
             2 => (
                 sys::cuMemsetD16Async(dst, value as u16, count, s),
                 "cuMemsetD16Async",
             ),
-            4 => (sys::cuMemsetD32Async(dst, value, count, s), "cuMemsetD32Async"),
+            4 => (
+                sys::cuMemsetD32Async(dst, value, count, s),
+                "cuMemsetD32Async",
+            ),
             _ => (sys::CUresult::CUDA_ERROR_INVALID_VALUE, "cuMemsetAsync"),
         }
     };

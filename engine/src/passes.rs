@@ -8,11 +8,12 @@ use std::time::Instant;
 
 use kreplay_cuda::cache::L2Flush;
 use kreplay_cuda::timing::GatedTimer;
-use kreplay_cuda::{AsFunction, DeviceProps, Event, KernelArgs, LaunchConfig, Stream};
+use kreplay_cuda::{AsFunction, DeviceProps, Event, Stream};
 use serde::Serialize;
 
 use crate::arrays::ArraySync;
 use crate::error::PlayError;
+pub use crate::kernel::Kernel;
 use crate::options::{CacheState, RunOptions, Verification};
 use crate::restore::Restorer;
 use crate::step_plan::step_medians;
@@ -29,13 +30,6 @@ const MIN_FLUSH_BYTES: u64 = 64 << 20;
 pub fn new_flush(props: &DeviceProps) -> Result<L2Flush, PlayError> {
     let bytes = (props.l2_bytes * FLUSH_L2_MULTIPLE).max(MIN_FLUSH_BYTES);
     Ok(L2Flush::new(bytes as usize, props.sm_count)?)
-}
-
-/// A kernel ready to launch: function, geometry and attributes, argument bytes.
-pub struct Kernel<F: AsFunction> {
-    pub function: F,
-    pub config: LaunchConfig,
-    pub args: KernelArgs,
 }
 
 /// What the pass loop measured.
@@ -193,9 +187,7 @@ impl<F: AsFunction> Replayer<F> {
             None => {
                 let k = &mut self.kernel;
                 // SAFETY: what the kernel touches was vouched for at `Replayer::new`.
-                unsafe {
-                    kreplay_cuda::launch(&k.function, &k.config, &mut k.args, &self.stream)?
-                };
+                unsafe { kreplay_cuda::launch(&k.function, &k.config, &mut k.args, &self.stream)? };
             }
             Some(range) => range.run_pass(&mut self.kernel, &self.stream, before_host_wait)?,
         }

@@ -211,7 +211,13 @@ mod tests {
             priority: -2,
         }];
         let p = StepPlan::new(&[kernel(0), kernel(5)], &info);
-        assert_eq!(p.streams[1], StreamSlot { handle: 5, priority: -2 });
+        assert_eq!(
+            p.streams[1],
+            StreamSlot {
+                handle: 5,
+                priority: -2
+            }
+        );
         assert_eq!(p.streams[0].priority, DEFAULT_PRIORITY);
     }
 

@@ -7,7 +7,7 @@ use kreplay_cuda::step_ops::{copy_dtoh_async, copy_htod_async, fill_async, wait_
 use kreplay_cuda::{AsFunction, Event, PinnedBuffer, Stream};
 
 use crate::error::PlayError;
-use crate::passes::Kernel;
+use crate::kernel::Kernel;
 use crate::step_plan::{Ordering, StepPlan};
 
 /// What one step does on its stream.
@@ -22,7 +22,10 @@ pub enum StepAction<F: AsFunction> {
         bytes: usize,
     },
     /// From a pinned buffer made once holding the recorded bytes.
-    CopyHostToDevice { dst: u64, host: PinnedBuffer },
+    CopyHostToDevice {
+        dst: u64,
+        host: PinnedBuffer,
+    },
     /// Into a pinned buffer; `received` is what the application received (checked with
     /// `--verify`).
     CopyDeviceToHost {
@@ -53,9 +56,18 @@ pub enum EventRef {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
     /// Step `step`'s own work on stream slot `slot` (with its timer events when timed).
-    Work { step: usize, slot: usize },
-    Record { event: EventRef, slot: usize },
-    Wait { slot: usize, event: EventRef },
+    Work {
+        step: usize,
+        slot: usize,
+    },
+    Record {
+        event: EventRef,
+        slot: usize,
+    },
+    Wait {
+        slot: usize,
+        event: EventRef,
+    },
     /// The host waits: for a stream, every range stream, or a recorded event.
     SyncStream(usize),
     SyncAll,
@@ -370,7 +382,7 @@ unsafe fn run_action<F: AsFunction>(
     primary: &mut Kernel<F>,
     stream: &Stream,
 ) -> Result<(), PlayError> {
-    // SAFETY (every arm): this function's contract.
+    // SAFETY: every arm queues work under this function's contract.
     unsafe {
         match action {
             StepAction::Primary => launch(primary, stream)?,
@@ -493,6 +505,9 @@ mod tests {
             step_commands(&p, 1),
             vec![Command::Work { step: 1, slot: 1 }, Command::SyncStream(1)]
         );
-        assert_eq!(step_commands(&p, 0), vec![Command::Work { step: 0, slot: 0 }]);
+        assert_eq!(
+            step_commands(&p, 0),
+            vec![Command::Work { step: 0, slot: 0 }]
+        );
     }
 }

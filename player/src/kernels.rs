@@ -63,7 +63,11 @@ fn layout_mismatch(
 
 /// The first `limit` bytes of a region's pre-dispatch state (all of it when it is smaller),
 /// decoded chunk by chunk: `limit` comes from the driver, so the file cannot choose the size.
-pub(crate) fn read_region_prefix(cap: &Capture<'_>, r: &Region, limit: u64) -> Result<Vec<u8>, PlayError> {
+pub(crate) fn read_region_prefix(
+    cap: &Capture<'_>,
+    r: &Region,
+    limit: u64,
+) -> Result<Vec<u8>, PlayError> {
     let n = r.size.min(limit);
     let mut out = vec![0u8; n as usize];
     let mut chunk = Vec::new();

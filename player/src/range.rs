@@ -70,9 +70,11 @@ pub fn step_reports(cap: &Capture<'_>, medians: &[Option<u64>]) -> Vec<StepRepor
 /// `Err` says why not.
 pub fn divergence_search(cap: &Capture<'_>, relocated: bool) -> Result<(), String> {
     if relocated {
-        return Err("the first divergent step is not named: the replay was relocated, so the \
+        return Err(
+            "the first divergent step is not named: the replay was relocated, so the \
              digests of regions holding pointers differ from the recorded ones"
-            .into());
+                .into(),
+        );
     }
     let digests = cap.range.as_ref().map_or(&[][..], |r| &r.digests[..]);
     if digests.iter().all(Option::is_none) {
@@ -86,10 +88,7 @@ pub fn divergence_search(cap: &Capture<'_>, relocated: bool) -> Result<(), Strin
 /// What step `index`'s digest says, given the recorded one and the replay's (`None`: could
 /// not be computed here): `Some(true)` differs, `Some(false)` matches or was not recorded,
 /// `None` cannot be told (the search stops there).
-pub fn step_differs(
-    recorded: Option<&StateDigest>,
-    replayed: Option<[u64; 2]>,
-) -> Option<bool> {
+pub fn step_differs(recorded: Option<&StateDigest>, replayed: Option<[u64; 2]>) -> Option<bool> {
     let Some(r) = recorded else {
         return Some(false);
     };
@@ -175,5 +174,93 @@ mod tests {
         assert_eq!(original_ns(&cap), Some(350));
         cap.steps.push(step(None));
         assert_eq!(original_ns(&cap), None);
+    }
+
+    fn range_of(cap: &mut Capture<'_>) {
+        let d = cap.dispatch.clone();
+        cap.steps = vec![
+            kreplay_format::Step::kernel(0, d.clone()),
+            kreplay_format::Step::op(
+                0,
+                kreplay_format::Op::Fill {
+                    dst: 0,
+                    value: 0,
+                    element_bytes: 1,
+                    count: 1,
+                },
+            ),
+            kreplay_format::Step::kernel(0, d),
+        ];
+    }
+
+    // Catches: ops left out of the list, a kernel name on an op, or medians put on the
+    // wrong step.
+    #[test]
+    fn the_report_lists_every_step_with_its_median() {
+        let bytes = crate::testdata::bytes("cuda-saxpy");
+        let mut cap = crate::testdata::parse(&bytes);
+        range_of(&mut cap);
+        let r = step_reports(&cap, &[Some(10), None, Some(30)]);
+        let kinds: Vec<_> = r.iter().map(|s| (s.index, s.kind, s.median_ns)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (0, "kernel", Some(10)),
+                (1, "fill", None),
+                (2, "kernel", Some(30))
+            ]
+        );
+        assert_eq!(
+            r[0].kernel.as_deref(),
+            Some(cap.dispatch.kernel_name.as_str())
+        );
+        assert_eq!(r[1].kernel, None);
+        // Without --per-step: the steps, no times (and no median_ns key in the JSON).
+        let plain = step_reports(&cap, &[]);
+        assert!(plain.iter().all(|s| s.median_ns.is_none()));
+        let json = serde_json::to_value(&plain[0]).expect("json");
+        assert!(json.get("median_ns").is_none(), "{json}");
+        assert_eq!(json["kind"], "kernel");
+    }
+
+    // Catches: naming attempted on a relocated replay (pointer regions always differ) or on
+    // a capture without digests (every step would look divergent).
+    #[test]
+    fn the_divergent_step_is_searched_only_where_digests_can_match() {
+        let bytes = crate::testdata::bytes("cuda-saxpy");
+        let mut cap = crate::testdata::parse(&bytes);
+        range_of(&mut cap);
+        let digest = StateDigest {
+            regions: 1,
+            digest: [1, 2],
+        };
+        cap.range = Some(kreplay_format::RangeInfo {
+            digests: vec![None, None, None],
+            ..Default::default()
+        });
+        assert!(divergence_search(&cap, false)
+            .expect_err("no digests")
+            .contains("no per-step digests"));
+        if let Some(r) = cap.range.as_mut() {
+            r.digests[1] = Some(digest);
+        }
+        assert_eq!(divergence_search(&cap, false), Ok(()));
+        assert!(divergence_search(&cap, true)
+            .expect_err("relocated")
+            .contains("relocated"));
+    }
+
+    // Catches: a step without a recorded digest taken as divergent, or an uncomputable
+    // digest taken as a match (the search would name a later, innocent step).
+    #[test]
+    fn a_step_differs_only_when_both_digests_are_known_and_unequal() {
+        let d = StateDigest {
+            regions: 2,
+            digest: [7, 8],
+        };
+        assert_eq!(step_differs(Some(&d), Some([7, 8])), Some(false));
+        assert_eq!(step_differs(Some(&d), Some([7, 9])), Some(true));
+        assert_eq!(step_differs(None, Some([7, 9])), Some(false));
+        assert_eq!(step_differs(Some(&d), None), None);
     }
 }

@@ -11,8 +11,8 @@ use std::path::Path;
 use kreplay_cuda::copy_dtoh;
 use kreplay_format::file::PendingFile;
 use kreplay_format::{
-    Annotation, Capture, CaptureHead, CaptureTail, Dispatch, MemoryKind, MemoryState,
-    ModuleGlobal, ModuleImage, ModuleKind, Region, RegionRole, Textures, WriterOptions,
+    Annotation, Capture, CaptureHead, CaptureTail, Dispatch, MemoryKind, MemoryState, ModuleGlobal,
+    ModuleImage, ModuleKind, Region, RegionRole, Textures, WriterOptions,
 };
 
 use kreplay_engine::PlayError;
@@ -117,7 +117,12 @@ fn changed_chunks(pre: &[u8], post: &[u8], chunk: u64) -> Vec<(u64, u64)> {
 impl Session<'_> {
     /// Replays the range up to step `k` and writes step `k` as a single-dispatch capture
     /// (`save_step_problem` must have found nothing).
-    pub fn save_step(&mut self, k: usize, path: &Path, force: bool) -> Result<SavedStep, PlayError> {
+    pub fn save_step(
+        &mut self,
+        k: usize,
+        path: &Path,
+        force: bool,
+    ) -> Result<SavedStep, PlayError> {
         let cap = self.capture();
         if let Some(why) = save_step_problem(cap, k) {
             return Err(PlayError::Range(why));
@@ -183,11 +188,11 @@ impl Session<'_> {
         })?;
         for ((r, before), after) in regions.iter().zip(pre).zip(post) {
             f.writer.region(r)?;
-            f.writer
-                .memory(r.region_id, MemoryState::Pre, 0, before)?;
+            f.writer.memory(r.region_id, MemoryState::Pre, 0, before)?;
             for (offset, len) in changed_chunks(before, after, r.chunk_size) {
                 let bytes = &after[offset as usize..(offset + len) as usize];
-                f.writer.memory(r.region_id, MemoryState::Post, offset, bytes)?;
+                f.writer
+                    .memory(r.region_id, MemoryState::Post, offset, bytes)?;
             }
         }
         let kept = |id: u32| regions.iter().any(|r| r.region_id == id);
@@ -253,7 +258,10 @@ mod tests {
         assert_eq!(save_step_problem(&cap, 1), None);
         assert_eq!(save_step_problem(&cap, 2), None);
         let op = save_step_problem(&cap, 0).expect("an op step");
-        assert!(op.contains("event-record step") && op.contains("kernel step"), "{op}");
+        assert!(
+            op.contains("event-record step") && op.contains("kernel step"),
+            "{op}"
+        );
         let past = save_step_problem(&cap, 3).expect("past the end");
         assert!(past.contains("3 steps"), "{past}");
     }

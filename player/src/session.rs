@@ -6,6 +6,10 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use crate::divergence::range_report;
+use crate::kernels::{find_kernel, load_kernel, prepare_function, restore_globals};
+use crate::range::RangeReport;
+use crate::range_steps::{load_range, LoadedRange, Variant};
 use kreplay_cuda::hostmap::HostMapping;
 use kreplay_cuda::texture::{CudaArray, TexObject};
 use kreplay_cuda::vmm::{FixedMapping, MapError};
@@ -22,14 +26,10 @@ use kreplay_engine::texture_desc;
 use kreplay_engine::tool::{DispatchView, FixedPasses, PassTool};
 use kreplay_engine::verify::{compare, VerifyOutcome};
 use kreplay_engine::{
-    AddressMode, CacheState, CodeChoice, CodeSource, Kernel, OpenOptions, PassStats, PassTiming, Placement,
-    PlayError, PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification,
-    WriteSet,
+    AddressMode, CacheState, CodeChoice, CodeSource, Kernel, OpenOptions, PassStats, PassTiming,
+    Placement, PlayError, PristineStore, RegionPlacement, Replayer, Restorer, RunOptions,
+    Verification, WriteSet,
 };
-use crate::kernels::{find_kernel, load_kernel, prepare_function, restore_globals};
-use crate::divergence::range_report;
-use crate::range::RangeReport;
-use crate::range_steps::{load_range, LoadedRange, Variant};
 use kreplay_format::{
     Capture, ChunkEncoding, ChunkRef, MemoryKind, MemoryState, Region, RegionRole, TextureResource,
 };

@@ -620,8 +620,14 @@ mod tests {
     // saved step, or --force refused with --save-step alone.
     #[test]
     fn save_step_takes_an_index_and_a_file() {
-        let o = options(&play_args(&["x.krr", "--save-step", "2", "s.krr", "--force"]))
-            .expect("options");
+        let o = options(&play_args(&[
+            "x.krr",
+            "--save-step",
+            "2",
+            "s.krr",
+            "--force",
+        ]))
+        .expect("options");
         assert_eq!(
             o.save_step,
             Some(SaveStep {
