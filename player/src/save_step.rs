@@ -11,8 +11,9 @@ use std::path::Path;
 use kreplay_cuda::copy_dtoh;
 use kreplay_format::file::PendingFile;
 use kreplay_format::{
-    Annotation, Capture, CaptureHead, CaptureTail, Dispatch, MemoryKind, MemoryState, ModuleGlobal,
-    ModuleImage, ModuleKind, Region, RegionRole, Textures, WriterOptions,
+    Annotation, Capture, CaptureHead, CaptureTail, CaptureWriter, Dispatch, MemoryKind,
+    MemoryState, ModuleGlobal, ModuleImage, ModuleKind, Region, RegionRole, Textures,
+    WriterOptions,
 };
 
 use kreplay_engine::PlayError;
@@ -164,6 +165,7 @@ impl Session<'_> {
             .collect()
     }
 
+    /// Writes step `k` (`d`) with the `regions`' bytes before and after it to `path`.
     #[allow(clippy::too_many_arguments)]
     fn write_step(
         &self,
@@ -176,55 +178,14 @@ impl Session<'_> {
         force: bool,
     ) -> Result<SavedStep, PlayError> {
         let cap = self.capture();
-        let mut uuid = cap.header.uuid;
-        uuid[14] ^= (k as u8).wrapping_add(1);
-        let mut f = PendingFile::create(path, uuid, WriterOptions::default(), force)?;
-        let modules = step_modules(cap, d);
-        f.writer.head(&CaptureHead {
-            info: cap.info.as_ref(),
-            device: cap.device.as_ref(),
-            modules: &modules,
-            dispatch: d,
-        })?;
-        for ((r, before), after) in regions.iter().zip(pre).zip(post) {
-            f.writer.region(r)?;
-            f.writer.memory(r.region_id, MemoryState::Pre, 0, before)?;
-            for (offset, len) in changed_chunks(before, after, r.chunk_size) {
-                let bytes = &after[offset as usize..(offset + len) as usize];
-                f.writer
-                    .memory(r.region_id, MemoryState::Post, offset, bytes)?;
-            }
-        }
-        let kept = |id: u32| regions.iter().any(|r| r.region_id == id);
-        let globals: Vec<ModuleGlobal> = cap
-            .globals
-            .iter()
-            .filter(|g| g.module_id == d.module_id && kept(g.region_id))
-            .cloned()
-            .collect();
-        let slots: Vec<(u32, u64)> = cap
-            .pointer_slots
-            .iter()
-            .copied()
-            .filter(|s| kept(s.0))
-            .collect();
-        let origin = cap.range.as_ref().map_or("", |r| r.origin.as_str());
-        let annotations = [Annotation {
-            key: "kreplay.saved_step".into(),
-            value: format!(
-                "step {k} of range capture ({origin}), replayed on {}",
-                self.device_name()
-            ),
-        }];
-        f.writer.tail(&CaptureTail {
-            globals: &globals,
-            textures: &Textures::default(),
-            pointer_slots: &slots,
-            timing: cap.timing.as_ref(),
-            graph: None,
-            redaction: None,
-            annotations: &annotations,
-        })?;
+        let mut f = PendingFile::create(
+            path,
+            step_uuid(cap.header.uuid, k),
+            WriterOptions::default(),
+            force,
+        )?;
+        let memory = StepMemory { regions, pre, post };
+        write_step_capture(&mut f.writer, cap, k, d, &memory, self.device_name())?;
         f.finish()?;
         Ok(SavedStep {
             path: path.display().to_string(),
@@ -233,6 +194,81 @@ impl Session<'_> {
         })
     }
 }
+
+/// The saved file's UUID: another capture than the range (derived from it, per step).
+fn step_uuid(mut uuid: [u8; 16], k: usize) -> [u8; 16] {
+    for (b, k) in uuid[8..].iter_mut().zip((k as u64 + 1).to_le_bytes()) {
+        *b ^= k;
+    }
+    uuid
+}
+
+/// The saved step's memory: its regions, each one's bytes before and after the step.
+struct StepMemory<'a> {
+    regions: &'a [&'a Region],
+    pre: &'a [Vec<u8>],
+    post: &'a [Vec<u8>],
+}
+
+/// Writes step `k` (`d`) of `cap` as a single-dispatch capture: head (capture info, device,
+/// step K's modules, its dispatch), each region with its bytes before the step and the
+/// chunks the step changed, then step K's module globals, the regions' pointer slots and an
+/// annotation naming the range and the device it was replayed on.
+fn write_step_capture<W: std::io::Write + std::io::Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    k: usize,
+    d: &Dispatch,
+    memory: &StepMemory<'_>,
+    device: &str,
+) -> Result<(), PlayError> {
+    let modules = step_modules(cap, d);
+    w.head(&CaptureHead {
+        info: cap.info.as_ref(),
+        device: cap.device.as_ref(),
+        modules: &modules,
+        dispatch: d,
+    })?;
+    for ((r, before), after) in memory.regions.iter().zip(memory.pre).zip(memory.post) {
+        w.region(r)?;
+        w.memory(r.region_id, MemoryState::Pre, 0, before)?;
+        for (offset, len) in changed_chunks(before, after, r.chunk_size) {
+            let bytes = &after[offset as usize..(offset + len) as usize];
+            w.memory(r.region_id, MemoryState::Post, offset, bytes)?;
+        }
+    }
+    let kept = |id: u32| memory.regions.iter().any(|r| r.region_id == id);
+    let globals: Vec<ModuleGlobal> = cap
+        .globals
+        .iter()
+        .filter(|g| g.module_id == d.module_id && kept(g.region_id))
+        .cloned()
+        .collect();
+    let slots: Vec<(u32, u64)> = cap
+        .pointer_slots
+        .iter()
+        .copied()
+        .filter(|s| kept(s.0))
+        .collect();
+    let origin = cap.range.as_ref().map_or("", |r| r.origin.as_str());
+    let annotations = [Annotation {
+        key: SAVED_STEP_ANNOTATION.into(),
+        value: format!("step {k} of range capture ({origin}), replayed on {device}"),
+    }];
+    w.tail(&CaptureTail {
+        globals: &globals,
+        textures: &Textures::default(),
+        pointer_slots: &slots,
+        timing: cap.timing.as_ref(),
+        graph: None,
+        redaction: None,
+        annotations: &annotations,
+    })?;
+    Ok(())
+}
+
+/// The annotation a saved step carries: which range it came from.
+pub const SAVED_STEP_ANNOTATION: &str = "kreplay.saved_step";
 
 #[cfg(test)]
 mod tests {
@@ -302,5 +338,56 @@ mod tests {
         assert!(globals > 0);
         assert_eq!(none.len(), cap.regions.len() - globals);
         assert_eq!(step_modules(&cap, &cap.dispatch)[0].module_id, module);
+    }
+
+    // Catches: a saved step that does not parse as a single capture (a range's events
+    // left in, a region without its input), the wrong dispatch, or output chunks that are
+    // not the ones the step changed.
+    #[test]
+    fn a_saved_step_reads_back_as_a_single_capture_of_that_step() {
+        let b = testdata::bytes("cuda-saxpy");
+        let mut cap = testdata::parse(&b);
+        let mut second = cap.dispatch.clone();
+        second.grid = [7, 1, 1];
+        cap.steps = vec![
+            kreplay_format::Step::kernel(0, cap.dispatch.clone()),
+            kreplay_format::Step::kernel(0, second.clone()),
+        ];
+        let regions = kept_regions(&cap, second.module_id);
+        let pre: Vec<Vec<u8>> = regions
+            .iter()
+            .map(|r| cap.read_region(r.region_id).expect("region"))
+            .collect();
+        let mut post = pre.clone();
+        let y = regions.iter().position(|r| r.region_id == 1).expect("y");
+        post[y][5 << 20] ^= 0xff;
+        let memory = StepMemory {
+            regions: &regions,
+            pre: &pre,
+            post: &post,
+        };
+        let mut w = CaptureWriter::new(
+            std::io::Cursor::new(Vec::new()),
+            step_uuid(cap.header.uuid, 1),
+            WriterOptions::default(),
+        )
+        .expect("writer");
+        write_step_capture(&mut w, &cap, 1, &second, &memory, "gpu").expect("written");
+        let bytes = w.finish().expect("finished").into_inner();
+        let saved = Capture::parse(&bytes).expect("parses");
+        assert!(!saved.is_range());
+        assert_eq!(saved.dispatch, second);
+        assert_eq!(saved.regions.len(), regions.len());
+        let posts: Vec<u64> = saved
+            .chunks(1, MemoryState::Post)
+            .map(|c| c.offset)
+            .collect();
+        assert_eq!(posts, vec![4 << 20]);
+        assert_eq!(saved.read_region(0).expect("x"), pre[0]);
+        assert!(saved
+            .annotations
+            .iter()
+            .any(|a| a.key == SAVED_STEP_ANNOTATION && a.value.contains("step 1")));
+        assert_ne!(saved.header.uuid, cap.header.uuid);
     }
 }
