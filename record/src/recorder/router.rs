@@ -84,6 +84,12 @@ fn watched_for_range(group: Option<Group>, site: Site, marks: ThreadMarks) -> bo
     site == Site::Enter && group != Some(Group::Launch) && !marks.self_calls && !marks.in_launch
 }
 
+/// Whether a driver call can be a boundary of `--profiler-range` (`cuProfilerStart`,
+/// `cuProfilerStop`): the application's own call, at its ENTER, so that each is seen once.
+fn is_boundary_call(site: Site, marks: ThreadMarks) -> bool {
+    site == Site::Enter && !marks.self_calls && !marks.in_launch
+}
+
 impl Recorder {
     /// Hands a decoded callback to the part of the recorder it concerns.
     pub(super) fn route(&self, event: CallbackEvent<'_>) {
@@ -107,8 +113,14 @@ impl Recorder {
     fn route_call(&self, call: &ApiCall<'_>) {
         let group = callbacks::group(call.id);
         let marks = ThreadMarks::now();
-        if self.config.launch_range.is_some() && watched_for_range(group, call.site, marks) {
+        if (self.config.launch_range.is_some() || self.config.boundary_range.is_some())
+            && watched_for_range(group, call.site, marks)
+        {
             self.on_call_in_range(call);
+        }
+        // cuProfilerStart / cuProfilerStop of `--profiler-range`, after the range's own look.
+        if self.selection.is_some() && is_boundary_call(call.site, marks) {
+            self.on_boundary_call(call.id);
         }
         match route_of(group, call.site, marks) {
             Route::Ignore => {}
@@ -212,6 +224,14 @@ mod tests {
         assert!(!watched_for_range(Some(Group::Launch), Site::Enter, APP));
         assert!(!watched_for_range(None, Site::Enter, FINISHING));
         assert!(!watched_for_range(None, Site::Enter, INSIDE_ENTER));
+    }
+
+    #[test]
+    fn profiler_boundaries_are_the_applications_calls_at_enter() {
+        assert!(is_boundary_call(Site::Enter, APP));
+        assert!(!is_boundary_call(Site::Exit, APP));
+        assert!(!is_boundary_call(Site::Enter, FINISHING));
+        assert!(!is_boundary_call(Site::Enter, INSIDE_ENTER));
     }
 
     #[test]
