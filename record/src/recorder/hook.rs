@@ -123,7 +123,7 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
     // A range capture must see every memory and stream operation the application makes
     // while it is open (they refuse it), under any of their many entry points: only range
     // recordings pay for callbacks on every driver call.
-    if config.launch_range.is_some() {
+    if config.launch_range.is_some() || config.boundary_range.is_some() {
         sub.enable_domain(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API)?;
     }
     let mut resources = vec![

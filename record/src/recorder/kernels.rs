@@ -112,11 +112,15 @@ impl KernelBook {
             return v.clone();
         }
         let demangled = demangle(name);
-        // With only --launch-index or --launch-range, any kernel may be the one: every module
-        // is kept.
+        // With only --launch-index or a range, any kernel may be the one: every module is
+        // kept.
         let m = match &config.kernel {
             Some(f) => f.matches(name, &demangled),
-            None => config.launch_index.is_some() || config.launch_range.is_some(),
+            None => {
+                config.launch_index.is_some()
+                    || config.launch_range.is_some()
+                    || config.boundary_range.is_some()
+            }
         };
         self.names.insert(name.to_string(), (m, demangled.clone()));
         (m, demangled)
@@ -182,8 +186,9 @@ fn count_at(
     }
     c.matches += 1;
     let index = c.matches;
-    if config.launch_range.is_some() {
-        // Every launch of the range is one of its steps.
+    if config.launch_range.is_some() || config.boundary_range.is_some() {
+        // Every launch of the range is one of its steps (a boundary range: every launch may
+        // be; the range unit knows whether one is open).
         return Some((launches, index));
     }
     let first = config.nth;
