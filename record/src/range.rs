@@ -25,7 +25,7 @@ use crate::footprint::{self, Reads};
 use crate::range_calls::{fixed_stream_info, CallClass};
 use crate::range_digest::digest_held;
 use crate::range_held::{op_walk, Held, HeldMut};
-use crate::range_ops::{read_host, resolve};
+use crate::range_ops::{op_stream, read_host, resolve};
 use crate::snapshot::{post_states, Snapshot};
 
 /// A range between its opening and its close.
@@ -126,10 +126,16 @@ impl RangePending {
         label(self.bounds, &self.origin)
     }
 
-    /// Whether the range holds memory or steps already (a first kernel step is then taken
-    /// through `kernel_step`, not as a single dispatch).
+    /// Whether the range holds memory already (its first kernel step is then taken through
+    /// `kernel_step`, not as a single dispatch: the memory it reaches is placed among what the
+    /// range holds).
     pub fn holds_anything(&self) -> bool {
-        self.pending.is_some() || !self.early.snapshots.is_empty() || !self.steps.is_empty()
+        self.pending.is_some() || !self.early.snapshots.is_empty()
+    }
+
+    /// Whether a kernel step opened the capture (a range without one cannot be written).
+    pub fn has_kernel_step(&self) -> bool {
+        self.pending.is_some()
     }
 
     /// Whether the stream `key` still needs its description (`note_stream`).
@@ -312,6 +318,11 @@ impl RangePending {
         correlation: u32,
         stream_info: impl FnOnce(u64) -> Result<StreamInfo, RecordError>,
     ) -> Result<(), RecordError> {
+        if into_stream_capture(&call) {
+            // It runs when the graph is launched, which refuses the range; synchronising now
+            // would break the application's capture.
+            return Ok(());
+        }
         let began = Instant::now();
         ctx_synchronize().map_err(RecordError::cuda("synchronising before a range step"))?;
         let previous = self.steps.last().map_or(0, |s| s.stream);
@@ -411,6 +422,17 @@ impl RangePending {
         data.stall_ns += self.stall_ns + began.elapsed().as_nanos() as u64;
         Ok(data)
     }
+}
+
+/// Whether the op is made into a stream being captured into a graph (a host wait, which names
+/// no stream or one that cannot be capturing, never is).
+fn into_stream_capture(call: &OpCall) -> bool {
+    let Some(raw) = op_stream(call) else {
+        return false;
+    };
+    // SAFETY: the application's call in flight names this stream.
+    let stream = unsafe { ForeignStream::from_raw(raw as kreplay_cuda::sys::CUstream) };
+    matches!(stream.is_capturing(), Ok(true))
 }
 
 /// The capture data of a range whose first kernel step followed ops: what they hold, the

@@ -67,6 +67,17 @@ pub fn resolve(
     })
 }
 
+/// The stream an op is issued on (as the call names it), for the calls that queue work.
+pub fn op_stream(call: &OpCall) -> Option<u64> {
+    match *call {
+        OpCall::Copy { stream, .. }
+        | OpCall::Fill { stream, .. }
+        | OpCall::RecordEvent { stream, .. }
+        | OpCall::WaitEvent { stream, .. } => Some(stream),
+        OpCall::StreamSync { .. } | OpCall::ContextSync | OpCall::EventSync { .. } => None,
+    }
+}
+
 /// A 1D copy, its sides told apart by what the driver says each address is.
 fn copy(
     function: &str,
@@ -125,4 +136,69 @@ pub unsafe fn read_host(addr: u64, bytes: u64) -> Result<Vec<u8>, RecordError> {
     }
     // SAFETY: by the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, n) }.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queued_ops_name_their_stream_and_host_waits_none() {
+        let fill = OpCall::Fill {
+            dst: 0x1000,
+            value: 0,
+            element_bytes: 4,
+            count: 4,
+            stream: 0x77,
+        };
+        assert_eq!(op_stream(&fill), Some(0x77));
+        assert_eq!(op_stream(&OpCall::StreamSync { stream: 0x77 }), None);
+        assert_eq!(op_stream(&OpCall::ContextSync), None);
+    }
+
+    #[test]
+    fn ordering_ops_and_host_waits_become_steps_on_their_streams() {
+        let at = |call| {
+            resolve(call, "cu", 0x33)
+                .expect("resolved")
+                .expect("a step")
+        };
+        let wait = at(OpCall::WaitEvent {
+            event: 0x9,
+            stream: 0x1,
+        });
+        assert_eq!(
+            (wait.stream, wait.op),
+            (0, Op::WaitEvent { event: 0x9 }),
+            "the legacy stream by its handle is stream 0"
+        );
+        let ctx = at(OpCall::ContextSync);
+        assert_eq!(
+            (ctx.stream, ctx.op),
+            (0x33, Op::HostWait(HostWait::Context)),
+            "named on the latest step's stream"
+        );
+        let empty = OpCall::Fill {
+            dst: 0x1000,
+            value: 0,
+            element_bytes: 1,
+            count: 0,
+            stream: 0,
+        };
+        assert!(resolve(empty, "cuMemsetD8_v2", 0)
+            .expect("resolved")
+            .is_none());
+    }
+
+    #[test]
+    fn host_bytes_are_copied_and_a_null_host_pointer_is_refused() {
+        let bytes = [1u8, 2, 3];
+        // SAFETY: three readable bytes of this test's own.
+        let got = unsafe { read_host(bytes.as_ptr() as u64, 3) }.expect("read");
+        assert_eq!(got, bytes);
+        // SAFETY: nothing is read for an empty copy or a null pointer.
+        assert!(unsafe { read_host(0, 0) }.expect("empty").is_empty());
+        // SAFETY: as above.
+        assert!(unsafe { read_host(0, 8) }.is_err());
+    }
 }

@@ -290,16 +290,21 @@ impl Recorder {
         if !units::any_shared() {
             return;
         }
-        let busy = units::with_shared(RANGE_KEY, |unit| match unit {
-            Some(Unit::Range(r)) if r.bounds.is_none() => Some(r.awaiting.is_some()),
+        let state = units::with_shared(RANGE_KEY, |unit| match unit {
+            Some(Unit::Range(r)) if r.bounds.is_none() => {
+                Some((r.awaiting.is_some(), r.has_kernel_step()))
+            }
             _ => None,
         });
-        match busy {
+        match state {
             None => {}
-            Some(true) => self.abandon_range(
+            Some((true, _)) => self.abandon_range(
                 "the range ended while one of its steps was still being issued (another thread)",
             ),
-            Some(false) => self.close_range("at its end"),
+            Some((false, false)) => {
+                self.abandon_range("the range holds no kernel launch (a range capture needs one)")
+            }
+            Some((false, true)) => self.close_range("at its end"),
         }
     }
 
