@@ -621,6 +621,43 @@ pub fn at_call(class: CallClass, function: &str, open: OpenRange<'_>) -> AtCall 
     }
 }
 
+/// What a selection boundary's close (`range_end`) does to the open range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AtEnd {
+    /// No range opened by a boundary is open (a `--launch-range` closes at its last launch).
+    Nothing,
+    /// The capture is taken and written.
+    Close,
+    /// The range cannot be written (the message says why).
+    Abandon(&'static str),
+}
+
+impl RangePending {
+    /// What `range_end` does to this range.
+    pub fn at_end(&self) -> AtEnd {
+        at_end(
+            self.bounds.is_some(),
+            self.awaiting.is_some(),
+            self.has_kernel_step(),
+        )
+    }
+}
+
+/// The decision at a boundary's close, for a range opened by `--launch-range` (`bounded`),
+/// with a step in flight on another thread, holding a kernel step.
+pub fn at_end(bounded: bool, in_flight: bool, has_kernel_step: bool) -> AtEnd {
+    match (bounded, in_flight, has_kernel_step) {
+        (true, _, _) => AtEnd::Nothing,
+        (false, true, _) => AtEnd::Abandon(
+            "the range ended while one of its steps was still being issued (another thread)",
+        ),
+        (false, false, false) => {
+            AtEnd::Abandon("the range holds no kernel launch (a range capture needs one)")
+        }
+        (false, false, true) => AtEnd::Close,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -722,6 +759,24 @@ mod tests {
         assert_eq!(
             at_call(CallClass::Step, "cuMemcpy", refused),
             AtCall::Refuse("earlier".into())
+        );
+    }
+
+    #[test]
+    fn a_boundary_closes_its_own_range_when_it_holds_a_kernel_and_nothing_is_in_flight() {
+        assert_eq!(at_end(false, false, true), AtEnd::Close);
+        let AtEnd::Abandon(why) = at_end(false, false, false) else {
+            panic!("abandoned");
+        };
+        assert!(why.contains("no kernel launch"), "{why}");
+        let AtEnd::Abandon(why) = at_end(false, true, true) else {
+            panic!("abandoned");
+        };
+        assert!(why.contains("still being issued"), "{why}");
+        assert_eq!(
+            at_end(true, false, true),
+            AtEnd::Nothing,
+            "--launch-range closes at launch J"
         );
     }
 

@@ -17,7 +17,7 @@ use crate::capture::PreInput;
 use crate::error::RecordError;
 use crate::launch::{self, LaunchView};
 use crate::range::{
-    at_call, at_enter, closes, label, launch_range_origin, stream_info, AtCall, AtEnter,
+    at_call, at_enter, closes, label, launch_range_origin, stream_info, AtCall, AtEnd, AtEnter,
     AwaitedKind, RangePending, StepInput,
 };
 use crate::range_calls::{classify, stream_key, CallClass};
@@ -290,21 +290,14 @@ impl Recorder {
         if !units::any_shared() {
             return;
         }
-        let state = units::with_shared(RANGE_KEY, |unit| match unit {
-            Some(Unit::Range(r)) if r.bounds.is_none() => {
-                Some((r.awaiting.is_some(), r.has_kernel_step()))
-            }
-            _ => None,
+        let at_end = units::with_shared(RANGE_KEY, |unit| match unit {
+            Some(Unit::Range(r)) => r.at_end(),
+            _ => AtEnd::Nothing,
         });
-        match state {
-            None => {}
-            Some((true, _)) => self.abandon_range(
-                "the range ended while one of its steps was still being issued (another thread)",
-            ),
-            Some((false, false)) => {
-                self.abandon_range("the range holds no kernel launch (a range capture needs one)")
-            }
-            Some((false, true)) => self.close_range("at its end"),
+        match at_end {
+            AtEnd::Nothing => {}
+            AtEnd::Abandon(why) => self.abandon_range(why),
+            AtEnd::Close => self.close_range("at its end"),
         }
     }
 
