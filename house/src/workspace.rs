@@ -1,5 +1,7 @@
 //! Which crates a checkout holds: every top-level folder with a `Cargo.toml` and a `src/`
-//! (workspace members and the separately built `python/`), save `fuzz/`.
+//! (workspace members and the separately built `python/`), save `fuzz/`, and the examples and
+//! benches beside their `src/` (each its own crate root: `craft_hostile`'s 111-line `main` once
+//! got past a check that read `src/` alone).
 
 use std::path::{Path, PathBuf};
 
@@ -28,16 +30,26 @@ pub fn crate_roots(repo: &Path) -> Result<Vec<PathBuf>, HouseError> {
                 roots.push(src.join(file));
             }
         }
-        let bin = src.join("bin");
-        if repo.join(&bin).is_dir() {
-            for entry in sorted_entries(&repo.join(&bin))? {
-                let entry = bin.join(entry);
-                if entry.extension().is_some_and(|e| e == "rs") {
-                    roots.push(entry);
-                } else if repo.join(&entry).join("main.rs").is_file() {
-                    roots.push(entry.join("main.rs"));
-                }
-            }
+        for extra in [src.join("bin"), dir.join("examples"), dir.join("benches")] {
+            roots.extend(target_roots(repo, &extra)?);
+        }
+    }
+    Ok(roots)
+}
+
+/// The crate roots of a folder of targets (`src/bin`, `examples`, `benches`): each `x.rs`, and
+/// each `x/main.rs`.
+fn target_roots(repo: &Path, folder: &Path) -> Result<Vec<PathBuf>, HouseError> {
+    let mut roots = Vec::new();
+    if !repo.join(folder).is_dir() {
+        return Ok(roots);
+    }
+    for entry in sorted_entries(&repo.join(folder))? {
+        let entry = folder.join(entry);
+        if entry.extension().is_some_and(|e| e == "rs") {
+            roots.push(entry);
+        } else if repo.join(&entry).join("main.rs").is_file() {
+            roots.push(entry.join("main.rs"));
         }
     }
     Ok(roots)
@@ -70,6 +82,10 @@ mod tests {
             "a/src/main.rs",
             "a/src/bin/x.rs",
             "a/src/bin/y/main.rs",
+            "a/examples/e.rs",
+            "a/examples/f/main.rs",
+            "a/examples/f/helper.rs",
+            "a/benches/b.rs",
             "b/Cargo.toml",
             "b/src/lib.rs",
             "notacrate/src/lib.rs",
@@ -97,6 +113,9 @@ mod tests {
                 "a/src/main.rs",
                 "a/src/bin/x.rs",
                 "a/src/bin/y/main.rs",
+                "a/examples/e.rs",
+                "a/examples/f/main.rs",
+                "a/benches/b.rs",
                 "b/src/lib.rs"
             ]
         );

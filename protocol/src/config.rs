@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use regex::Regex;
 
+pub use crate::boundary::BoundaryRange;
+
 /// Environment variable names, shared with the CLI.
 pub mod env {
     pub const MODE: &str = "KREPLAY_MODE";
@@ -22,6 +24,15 @@ pub mod env {
     /// Capture launches I through J (1-based, inclusive, `I:J`) as one range capture
     /// (`--launch-range`).
     pub const LAUNCH_RANGE: &str = "KREPLAY_LAUNCH_RANGE";
+    /// Capture the Nth (`KREPLAY_NTH`) instance of this NVTX push/pop range,
+    /// `[DOMAIN@]RANGE`, as one range capture (`--nvtx-range`).
+    pub const NVTX_RANGE: &str = "KREPLAY_NVTX_RANGE";
+    /// `1`: capture the Nth (`KREPLAY_NTH`) `cuProfilerStart`..`cuProfilerStop` pair as one
+    /// range capture (`--profiler-range`).
+    pub const PROFILER_RANGE: &str = "KREPLAY_PROFILER_RANGE";
+    /// `1`: list mode also reports each NVTX range instance with its launches
+    /// (`kreplay list --ranges`).
+    pub const LIST_RANGES: &str = "KREPLAY_LIST_RANGES";
     /// `1`: no per-capture summary lines (`kreplay record -q`).
     pub const QUIET: &str = "KREPLAY_QUIET";
     /// Only launches inside this NVTX push/pop range (`--nvtx-include`).
@@ -133,6 +144,8 @@ pub struct Config {
     /// Capture what the application issues between two boundaries (an NVTX range's push and
     /// pop, `cuProfilerStart` and `cuProfilerStop`) as one range capture.
     pub boundary_range: Option<BoundaryRange>,
+    /// List mode: report each NVTX range instance with its launches.
+    pub list_ranges: bool,
     /// No per-capture summary lines.
     pub quiet: bool,
     /// Only launches inside this NVTX range.
@@ -186,33 +199,38 @@ impl Config {
         };
         let launch_range =
             launch_range_from(&get, &mode, kernel.is_some() || launch_index.is_some())?;
+        let num = |k: &str, default: u64| number_from(&get, k, default);
+        let boundary_range = boundary_range_from(
+            &get,
+            &mode,
+            num(env::NTH, 1)?,
+            Selected {
+                kernel: kernel.is_some(),
+                launch_index: launch_index.is_some(),
+                launch_range: launch_range.is_some(),
+            },
+        )?;
         if mode != Mode::List
             && kernel.is_none()
             && launch_index.is_none()
             && launch_range.is_none()
+            && boundary_range.is_none()
         {
             return Err(format!(
-                "{}, {} or {} is required in record and profile modes",
+                "{}, {}, {}, {} or {} is required in record and profile modes",
                 env::KERNEL,
                 env::LAUNCH_INDEX,
-                env::LAUNCH_RANGE
+                env::LAUNCH_RANGE,
+                env::NVTX_RANGE,
+                env::PROFILER_RANGE
             ));
         }
-        let num = |k: &str, default: u64| -> Result<u64, String> {
-            match get(k) {
-                None => Ok(default),
-                Some(v) => v
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .ok_or_else(|| format!("{k}={v}: expected a whole number >= 1")),
-            }
-        };
         let memory = match get(env::MEMORY).as_deref() {
             None | Some("") => MemoryScope::Reachable,
             Some(v) => MemoryScope::from_env(v)
                 .ok_or_else(|| format!("{}={v}: expected reachable or all", env::MEMORY))?,
         };
+        let list_ranges = mode == Mode::List && get(env::LIST_RANGES).as_deref() == Some("1");
         Ok(Some(Config {
             mode,
             kernel,
@@ -229,7 +247,8 @@ impl Config {
             force: get(env::FORCE).as_deref() == Some("1"),
             launch_index,
             launch_range,
-            boundary_range: None,
+            boundary_range,
+            list_ranges,
             quiet: get(env::QUIET).as_deref() == Some("1"),
             nvtx: match get(env::NVTX_INCLUDE).filter(|v| !v.is_empty()) {
                 Some(v) => Some(crate::nvtx::NvtxFilter::parse(&v)?),
@@ -247,21 +266,6 @@ impl Config {
                 .unwrap_or_default(),
         }))
     }
-}
-
-/// A range selected by its boundaries in the application (`record --nvtx-range`,
-/// `--profiler-range`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BoundaryRange {
-    /// The `nth` (1-based) instance of the NVTX push/pop range `name` (in `domain`, when
-    /// given).
-    Nvtx {
-        domain: Option<String>,
-        name: String,
-        nth: u64,
-    },
-    /// The `nth` (1-based) `cuProfilerStart` .. `cuProfilerStop` pair.
-    Profiler { nth: u64 },
 }
 
 /// Launches `first..=last` of the process (the 1-based indices `kreplay list` shows).
@@ -314,6 +318,80 @@ fn launch_range_from(
             env::LAUNCH_RANGE,
             env::KERNEL,
             env::LAUNCH_INDEX
+        ));
+    }
+    Ok(Some(range))
+}
+
+/// A whole number >= 1 from variable `k`, `default` when it is not set.
+fn number_from(
+    get: &impl Fn(&str) -> Option<String>,
+    k: &str,
+    default: u64,
+) -> Result<u64, String> {
+    match get(k) {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| format!("{k}={v}: expected a whole number >= 1")),
+    }
+}
+
+/// The other selections set beside a boundary range.
+struct Selected {
+    kernel: bool,
+    launch_index: bool,
+    launch_range: bool,
+}
+
+/// The boundary range of record mode (`KREPLAY_NVTX_RANGE` or `KREPLAY_PROFILER_RANGE`, the
+/// instance from `KREPLAY_NTH`): refused in the other modes, next to the other one, and next
+/// to another selection of launches (the range takes every launch between its boundaries,
+/// and is the process's one capture).
+fn boundary_range_from(
+    get: &impl Fn(&str) -> Option<String>,
+    mode: &Mode,
+    nth: u64,
+    others: Selected,
+) -> Result<Option<BoundaryRange>, String> {
+    let nvtx = get(env::NVTX_RANGE).filter(|v| !v.is_empty());
+    let profiler = match get(env::PROFILER_RANGE).as_deref() {
+        None | Some("") | Some("0") => false,
+        Some("1") => true,
+        Some(v) => return Err(format!("{}={v}: expected 0 or 1", env::PROFILER_RANGE)),
+    };
+    let (name, range) = match (nvtx, profiler) {
+        (None, false) => return Ok(None),
+        (Some(_), true) => {
+            return Err(format!(
+                "{} and {} cannot be combined: a process records one range",
+                env::NVTX_RANGE,
+                env::PROFILER_RANGE
+            ))
+        }
+        (Some(text), false) => (
+            env::NVTX_RANGE,
+            BoundaryRange::nvtx(env::NVTX_RANGE, &text, nth)?,
+        ),
+        (None, true) => (env::PROFILER_RANGE, BoundaryRange::Profiler { nth }),
+    };
+    if *mode != Mode::Record {
+        return Err(format!("{name} is for record mode only"));
+    }
+    let clash = [
+        (others.kernel, env::KERNEL),
+        (others.launch_index, env::LAUNCH_INDEX),
+        (others.launch_range, env::LAUNCH_RANGE),
+        (
+            get(env::NVTX_INCLUDE).is_some_and(|v| !v.is_empty()),
+            env::NVTX_INCLUDE,
+        ),
+    ];
+    if let Some((_, other)) = clash.iter().find(|(set, _)| *set) {
+        return Err(format!(
+            "{name} cannot be combined with {other}: a range capture takes every launch between its boundaries"
         ));
     }
     Ok(Some(range))
@@ -694,6 +772,96 @@ mod tests {
         m.insert(env::LAUNCH_RANGE.to_string(), "4:2".to_string());
         let err = Config::from_lookup(|k| m.get(k).cloned()).unwrap_err();
         assert!(err.contains(env::LAUNCH_RANGE), "{err}");
+    }
+
+    fn lookup(m: &HashMap<String, String>) -> Result<Option<Config>, String> {
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn boundary_ranges_from_env_take_their_instance_from_nth() {
+        let mut m = HashMap::new();
+        m.insert(env::MODE.to_string(), "record".to_string());
+        m.insert(env::NVTX_RANGE.to_string(), "mydomain@layer.2".to_string());
+        let c = lookup(&m).unwrap().unwrap();
+        assert_eq!(
+            c.boundary_range,
+            Some(BoundaryRange::Nvtx {
+                domain: Some("mydomain".into()),
+                name: "layer.2".into(),
+                nth: 1
+            })
+        );
+        assert!(c.kernel.is_none() && c.launch_range.is_none() && c.launch_index.is_none());
+        m.insert(env::NTH.to_string(), "3".to_string());
+        assert_eq!(
+            lookup(&m).unwrap().unwrap().boundary_range.unwrap().nth(),
+            3
+        );
+        m.remove(env::NVTX_RANGE);
+        m.insert(env::PROFILER_RANGE.to_string(), "1".to_string());
+        let c = lookup(&m).unwrap().unwrap();
+        assert_eq!(c.boundary_range, Some(BoundaryRange::Profiler { nth: 3 }));
+        // Unset, empty or 0: no range (and then a selection is missing).
+        m.insert(env::PROFILER_RANGE.to_string(), "0".to_string());
+        let err = lookup(&m).unwrap_err();
+        assert!(err.contains(env::PROFILER_RANGE), "{err}");
+        m.insert(env::PROFILER_RANGE.to_string(), "yes".to_string());
+        let err = lookup(&m).unwrap_err();
+        assert!(err.contains("expected 0 or 1"), "{err}");
+        m.insert(env::NVTX_RANGE.to_string(), "a//b".to_string());
+        m.remove(env::PROFILER_RANGE);
+        let err = lookup(&m).unwrap_err();
+        assert!(err.starts_with(env::NVTX_RANGE), "{err}");
+    }
+
+    #[test]
+    fn a_boundary_range_is_record_only_and_alone() {
+        let base = |extra: &[(&str, &str)]| {
+            let mut m: HashMap<String, String> = [
+                (env::MODE.to_string(), "record".to_string()),
+                (env::NVTX_RANGE.to_string(), "layer".to_string()),
+            ]
+            .into();
+            for (k, v) in extra {
+                m.insert(k.to_string(), v.to_string());
+            }
+            lookup(&m)
+        };
+        for (k, v) in [
+            (env::KERNEL, "saxpy"),
+            (env::LAUNCH_INDEX, "3"),
+            (env::LAUNCH_RANGE, "1:2"),
+            (env::NVTX_INCLUDE, "model"),
+            (env::PROFILER_RANGE, "1"),
+        ] {
+            let err = base(&[(k, v)]).unwrap_err();
+            assert!(err.contains("cannot be combined"), "{k}: {err}");
+            assert!(err.contains(k), "{k}: {err}");
+        }
+        // Empty values are unset, as the CLI passes them.
+        let c = base(&[
+            (env::KERNEL, ""),
+            (env::NVTX_INCLUDE, ""),
+            (env::PROFILER_RANGE, ""),
+        ]);
+        assert!(c.unwrap().unwrap().boundary_range.is_some());
+        for mode in ["list", "profile"] {
+            let err = base(&[(env::MODE, mode)]).unwrap_err();
+            assert!(err.contains("record mode only"), "{mode}: {err}");
+        }
+    }
+
+    #[test]
+    fn list_mode_reports_ranges_only_when_asked() {
+        let mut m = HashMap::new();
+        m.insert(env::MODE.to_string(), "list".to_string());
+        assert!(!lookup(&m).unwrap().unwrap().list_ranges);
+        m.insert(env::LIST_RANGES.to_string(), "1".to_string());
+        assert!(lookup(&m).unwrap().unwrap().list_ranges);
+        m.insert(env::MODE.to_string(), "record".to_string());
+        m.insert(env::KERNEL.to_string(), "k".to_string());
+        assert!(!lookup(&m).unwrap().unwrap().list_ranges);
     }
 
     #[test]

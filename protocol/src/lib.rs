@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod boundary;
 pub mod config;
 pub mod nvtx;
 pub mod progress;

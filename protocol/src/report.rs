@@ -26,6 +26,23 @@ pub struct KernelStat {
     pub nvtx: Option<String>,
 }
 
+/// One instance of an NVTX push/pop range and the launches made while it was open (`kreplay
+/// list --ranges`: what `record --nvtx-range NAME --nth INSTANCE` would capture).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeSpan {
+    /// `None`: the default domain.
+    pub domain: Option<String>,
+    pub name: String,
+    /// 1-based among the pushes of this name in this domain in the process.
+    pub instance: u64,
+    /// The first and last launch index (as `--launch-index` counts) made while it was open, on
+    /// any thread; `None` when none was.
+    pub first_launch: Option<u64>,
+    pub last_launch: Option<u64>,
+    /// Popped before the process ended.
+    pub closed: bool,
+}
+
 /// One finished capture.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CaptureSummary {
@@ -121,6 +138,12 @@ pub struct ProcessReport {
     /// Why recording never started in this process (another CUPTI user, no libcupti).
     #[serde(default)]
     pub disabled: Option<String>,
+    /// `list --ranges`: NVTX range instances in the order they were pushed.
+    #[serde(default)]
+    pub ranges: Vec<RangeSpan>,
+    /// `list --ranges`: instances not kept (past the limit of what one report holds).
+    #[serde(default)]
+    pub ranges_left_out: u64,
 }
 
 impl ProcessReport {

@@ -2,12 +2,15 @@
 //! this library; NVTX calls `InitializeInjectionNvtx2`, and the recorder puts its own
 //! functions into NVTX's function tables). Each thread keeps its stack of open ranges, so a
 //! kernel launch knows which ranges it is inside: `--nvtx-include` selects by them, and
-//! `kreplay list` shows the innermost one.
+//! `kreplay list` shows the innermost one. Each push and pop is also an event for the recorder
+//! (`crate::nvtx_events`: `record --nvtx-range`, `list --ranges`).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 pub use kreplay_protocol::nvtx::{NvtxFilter, OpenRange};
+
+use crate::nvtx_events::{self, NvtxEvent};
 
 thread_local! {
     static STACK: RefCell<Vec<OpenRange>> = const { RefCell::new(Vec::new()) };
@@ -24,24 +27,35 @@ pub fn innermost() -> Option<String> {
 }
 
 fn push(domain: Option<String>, name: String) -> c_int {
-    STACK.with(|s| {
+    let depth = STACK.with(|s| {
         let mut s = s.borrow_mut();
         s.push(OpenRange { domain, name });
-        s.len() as c_int - 1
-    })
+        s.len() - 1
+    });
+    // Outside the stack's borrow (the recorder may look at the stack again); the copy is made
+    // only when the recorder wants the event.
+    nvtx_events::emit(|| NvtxEvent::Push {
+        thread: nvtx_events::this_thread(),
+        stack: open_ranges(),
+    });
+    depth as c_int
 }
 
 fn pop(domain: Option<&str>) -> c_int {
-    STACK.with(|s| {
+    let popped = STACK.with(|s| {
         let mut s = s.borrow_mut();
-        match s.iter().rposition(|r| r.domain.as_deref() == domain) {
-            Some(i) => {
-                s.remove(i);
-                i as c_int
-            }
-            None => -1,
-        }
-    })
+        let i = s.iter().rposition(|r| r.domain.as_deref() == domain)?;
+        s.remove(i);
+        Some(i)
+    });
+    let Some(index) = popped else {
+        return -1;
+    };
+    nvtx_events::emit(|| NvtxEvent::Pop {
+        thread: nvtx_events::this_thread(),
+        index,
+    });
+    index as c_int
 }
 
 /// # Safety

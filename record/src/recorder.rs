@@ -13,6 +13,9 @@
 //! - `units`: captures in flight between a launch's ENTER and EXIT, keyed, opened by
 //!   `launches` as a `record_unit` (a capture to a file) or a `profile_unit` (profiled in
 //!   place), or a `range_unit` (launches I..J as one capture, in the process-wide map), with `counters` (`context_metrics`) for profile mode's counter batches.
+//! - `selection`: the boundaries the application marks (NVTX pushes and pops, profiler
+//!   start and stop) handed to the range selection (`crate::range_select`), which opens and
+//!   closes the range unit, and to `list --ranges` (`crate::range_spans`).
 //! - `sink`: writes a finished capture on a thread of its own, handed what it needs
 //!   (`outputs`: names, report directory, file opener), in the format's event order.
 //!
@@ -35,6 +38,7 @@ mod range_unit;
 mod record_unit;
 mod report;
 mod router;
+mod selection;
 mod sink;
 mod state;
 mod units;

@@ -1,7 +1,8 @@
 """The case table: every case of the bash GPU suite (tests/gpu/bash_cases.txt), by kind.
 
 Placeholders in command lines: {kapps}, {driver_app}, {graph_apps}, {beyond_apps},
-{cupti_app}, {range_app}, {driver_kernel} (a cubin), {example_tool} (a shared library): the test apps,
+{cupti_app}, {range_app}, {range_streams}, {driver_kernel}, {range_streams_slow},
+{range_streams_divergent} (cubins), {example_tool} (a shared library): the test apps,
 built once per session by the `apps` fixture (conftest.py); {apps}: testdata/apps (the Python
 apps' sources). `python3` is the machine's, as in the bash suite.
 
@@ -173,10 +174,24 @@ CHECK_CASES = [
     CheckCase("range-refuse", ("record", "--launch-range", "1:3"), 3,
               r"launches 1:3 abandoned: cuMemAlloc\w* was called inside the range.*the application continues",
               ("{range_app}", "malloc")),
+    # A call a range cannot hold, inside a --profiler-range: refused naming it, before it runs;
+    # the application's call runs and its output is unchanged (issue 32, proof 6).
+    CheckCase("range-unsupported", ("record", "--profiler-range"), 3,
+              r"abandoned: cuLaunchHostFunc\w* was called inside the range.*the application continues",
+              ("{range_streams}", "hostfunc")),
+    CheckCase("range-unsupported-alloc", ("record", "--profiler-range"), 3,
+              r"abandoned: cuMemAlloc\w*Async\w* was called inside the range.*the application continues",
+              ("{range_streams}", "mallocasync")),
     CheckCase("robust-cupti-user", ("record", "-k", "saxpy_traced"), 3,
               "another profiler or tracer already holds CUPTI.*nothing captured", ("{cupti_app}",)),
 ]
 # robust-list was a check_case too (verb list); its check is list_output_checks (issue 39 item 2).
+
+# Range captures several cases replay, recorded once per run folder (prepared.py
+# Captures.range_capture): name -> (record arguments, app argv).
+RANGE_CAPTURES = {
+    "range-streams-profiler": (("--profiler-range",), ("{range_streams}",)),
+}
 
 SELF_MATCH_CASES = {
     "self-match-cuda": (K, "churn", "10"),
@@ -377,6 +392,15 @@ INLINE_CASES = {
     "python-package": ("counters",),
     "python-cli-same-report": (),
     "range-launch": (),
+    # Issue 32's proofs (test_range.py; verdicts in krrange.py).
+    "range-streams-launch": (),
+    "range-streams-profiler": (),
+    "range-streams-nvtx": (),
+    "range-nvtx-torch": ("timed",),
+    "range-module": ("timed",),
+    "range-divergent": (),
+    "range-save-step": (),
+    "range-bench": ("bench", "timed"),
     "mpi-2ranks": ("mpi",),
     "profile-2ranks": ("mpi",),
 }

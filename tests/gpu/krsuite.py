@@ -261,12 +261,13 @@ RANGE_KERNELS = ("range_first", "range_second", "range_third")
 
 
 def range_checks(rec_rc: int, base_out: str, rec_out: str, info, play_rc: int, play, pack_rc: int,
-                 pack_err: str) -> list[str]:
+                 pack_err: str, packed_play=None) -> list[str]:
     """range-launch: `record --launch-range 1:3` of range_app's three dependent kernels (issue
     32). Why it failed (empty: passed): the record exits 0 with the app's output as a plain
     run's; `info --json` lists the three steps in order with their geometry and in-app time;
     `play --passes 8 --verify` times 8 passes of the whole range, matched bit for bit and
-    deterministic; `pack` (which does not know ranges yet) refuses the capture."""
+    deterministic; `pack` either refuses the capture with its message (a pack that does not
+    know ranges yet) or packs it into a capture whose replay (`packed_play`) matches."""
     why = []
     if rec_rc != 0:
         why.append(f"kreplay record exits {rec_rc}")
@@ -291,8 +292,11 @@ def range_checks(rec_rc: int, base_out: str, rec_out: str, info, play_rc: int, p
         why.append(f"the end state does not match the recorded one ({v.get('mismatched_bytes')} bytes)")
     if v.get("deterministic") is not True:
         why.append("the 8 passes are not identical")
-    if pack_rc == 0 or "range captures are not supported" not in (pack_err or ""):
-        why.append(f"pack of a range capture exits {pack_rc} without refusing it")
+    if pack_rc == 0:
+        if ((packed_play or {}).get("verify") or {}).get("matched") is not True:
+            why.append("pack of a range capture exits 0 but the packed capture does not replay matched")
+    elif "range captures are not supported" not in (pack_err or ""):
+        why.append(f"pack of a range capture exits {pack_rc} without saying range captures are not supported")
     return why
 
 
@@ -555,6 +559,7 @@ def table_row(row: dict) -> dict:
         "ptx": str(row.get("ptx", "-")),
         "result": str(row.get("result", "-")),
         **({"why": row["why"]} if row.get("why") else {}),
+        **({"figures": str(row["figures"])} if row.get("figures") else {}),
     }
 
 
@@ -567,6 +572,9 @@ def format_table(rows: list[dict]) -> list[str]:
         lines.append(f"{r['case']:<28} {k:<40} {r['regions']:>7} {r['bytes']:>12} {r['original_us']:>9.1f} "
                      f"{r['median_us']:>10.1f} {r['verified']:>9} {r['address_mode']:>9} {r['relocated']:>8} "
                      f"{r['ptx']:>7}  {r['result']}")
+        # A case's measured figures (bench and timing cases) are shown whether it passed or not.
+        if r.get("figures"):
+            lines.append("    figures: " + r["figures"].replace("\n", " / ")[:1500])
         if r["result"] not in ("PASS", "XFAIL") and r.get("why"):
             lines.append("    why: " + r["why"].replace("\n", " / ")[:1500])
     return lines

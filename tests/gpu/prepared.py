@@ -1,7 +1,8 @@
 """Work shared between cases, done once per run folder whichever xdist worker asks first (a
 lock file per item): the test apps, built with nvcc and cached by source hash, and the
 captures of the record-and-play cases, which other cases start from (play-tools,
-robust-module, diff-replay, hostile-play, share-*, cupti-versions, repro:*).
+robust-module, diff-replay, hostile-play, share-*, cupti-versions, repro:*), and the range
+captures several range cases replay (range-streams-profiler, range-module, range-divergent).
 
 A missing input is never a silent pass: `Captures.krr(name)` fails the asking case with how
 the source was made (issue 39 item 8).
@@ -61,6 +62,14 @@ class Apps:
             "beyond_apps": ([s / "beyond_apps.cu"],
                             ["nvcc", "-O2", "-std=c++17", a, "-o", "{out}", s / "beyond_apps.cu", "-lcuda"]),
             "range_app": ([s / "range_app.cu"], ["nvcc", "-O2", "-std=c++17", a, "-o", "{out}", s / "range_app.cu"]),
+            # NVTX3 is header-only (nvtx3/nvToolsExt.h, which dlopens a tool when one is there).
+            "range_streams": ([s / "range_streams.cu"],
+                              ["nvcc", "-O2", "-std=c++17", a, "-o", "{out}", s / "range_streams.cu", "-ldl"]),
+            # Variants of range_streams' middle kernel, for play --module (issue 32).
+            "range_streams_slow": ([s / "range_streams_slow.cu"],
+                                   ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "range_streams_slow.cu"]),
+            "range_streams_divergent": ([s / "range_streams_divergent.cu"],
+                                        ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "range_streams_divergent.cu"]),
             "driver_kernel": ([s / "driver_kernel.cu"], ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "driver_kernel.cu"]),
             "cupti_app": ([s / "cupti_app.cu"],
                           ["nvcc", "-O2", a, f"-I{cu}/extras/CUPTI/include", "-o", "{out}", s / "cupti_app.cu",
@@ -203,6 +212,41 @@ class Captures:
             play_det = ((r["play"] or {}).get("verify") or {}).get("deterministic") is not False
             r["ptx"] = ptx_verdict(info, ptx, play_det)
             r["relocated"] = relocate_verdict(r["reloc"], reloc.rc, reloc.err)
+        r["log"] = [c.describe() for c in run.log]
+        return r
+
+    def range_capture(self, name: str) -> dict:
+        """The range capture `name` of C.RANGE_CAPTURES, recorded once per run folder (the
+        app plain, then under `record KARGS`, then `info --json`): base/record exit statuses
+        and stdout, the parsed info, the command log. Cases check what they need of it."""
+        d = self.dir(name)
+        with locked(self.folder / f"{name}.lock"):
+            r = load_json(d / "result.json")
+            if r and r.get("stamp") == self.stamp:
+                return r
+            shutil.rmtree(d, ignore_errors=True)
+            r = self._record_range(name, d)
+            r["stamp"] = self.stamp
+            (d / "result.json").write_text(json.dumps(r))
+            return r
+
+    def _record_range(self, name: str, d: Path) -> dict:
+        kargs, app_argv = C.RANGE_CAPTURES[name]
+        run = Runner(d, env=self.env)
+        w = d / "capture.krr"
+        r = {"case": name, "krr": str(w), "has_capture": False}
+        try:
+            argv = self.apps.resolve(app_argv)
+        except AppBuildError as e:
+            r.update(base_rc=-1, record_rc=-1, base_out="", rec_out="", setup_error=str(e), log=[str(e)])
+            return r
+        base = run.run(argv, name="base", timeout=900)
+        rec = run.run([str(self.kr), "record", *kargs, "-o", w, "--force", "--"] + argv, name="rec", timeout=900)
+        r.update(base_rc=base.rc, record_rc=rec.rc, base_out=base.out, rec_out=rec.out, rec_err=rec.err[-4000:],
+                 has_capture=w.exists())
+        if w.exists():
+            run.run([str(self.kr), "info", "--json", w], name="info")
+            r["info"] = load_json(d / "info.out")
         r["log"] = [c.describe() for c in run.log]
         return r
 

@@ -17,7 +17,7 @@ import cases as C
 import krsuite as S
 from prepared import ROOT, Apps
 
-TEST_MODULES = ("test_record_play", "test_robust", "test_tools", "test_profile")
+TEST_MODULES = ("test_record_play", "test_robust", "test_tools", "test_profile", "test_range")
 
 
 def bash_case_names() -> set:
@@ -284,6 +284,11 @@ def test_the_table_has_every_column_and_counts():
     assert lines[0].split()[:3] == ["case", "kernel", "regions"] and "ptx jit" in lines[0]
     assert "cuda-saxpy" in lines[1] and "saxpysaxpy" in lines[1] and "..." in lines[1] and lines[1].endswith("PASS")
     assert "    why: rc 1 / stderr" in lines
+    # Figures show whether the case passed or failed.
+    for result in ("PASS", "FAIL"):
+        fl = S.format_table([{"case": "range-bench", "result": result, "figures": "median 5 us\nbest 4 us"}])
+        assert "    figures: median 5 us / best 4 us" in fl
+    assert S.table_row({"figures": "x"})["figures"] == "x" and "figures" not in S.table_row({})
     assert S.count_line(rows) == "1 passed, 1 failed, 2 skipped"
     t = S.table_row(rows[0])
     assert set(S.COLUMNS) <= set(t) and t["verified"] == "yes"
@@ -373,9 +378,12 @@ def test_range_launch_verdict_wants_three_steps_a_verified_replay_and_a_refusing
               dict(play_rc=1), dict(play={**play, "durations_ns": [1000] * 7}),
               dict(play={**play, "verify": {"matched": False, "deterministic": True}}),
               dict(play={**play, "verify": {"matched": True, "deterministic": False}}),
-              dict(pack_rc=0, pack_err=""), dict(pack_err="some other failure")]
+              dict(pack_rc=0, pack_err=""), dict(pack_err="some other failure"),
+              dict(pack_rc=0, pack_err="", packed_play={"verify": {"matched": False}})]
     for f in faults:
         assert S.range_checks(**{**good, **f}), f
+    # A pack that knows ranges: the packed capture must replay matched.
+    assert S.range_checks(**{**good, "pack_rc": 0, "pack_err": "", "packed_play": play}) == []
 
 
 def test_range_refuse_pattern_matches_the_recorders_message():
@@ -384,3 +392,302 @@ def test_range_refuse_pattern_matches_the_recorders_message():
             "(after 1 steps); range captures cannot hold it; the application continues\n")
     assert re.search(case.stderr, said, re.S)
     assert not re.search(case.stderr, said.replace("cuMemAlloc_v2", "cuMemFree_v2"), re.S)
+
+
+def test_range_unsupported_patterns_name_the_call():
+    """range-unsupported(-alloc): the refusal names the call that was made (issue 32, proof 6)."""
+    said = ("kreplay: range capture of profiler-range #1 abandoned: {call} was called inside the range "
+            "(after step 4); the application continues\n")
+    for name, call, other in (("range-unsupported", "cuLaunchHostFunc", "cuMemAllocAsync"),
+                              ("range-unsupported-alloc", "cuMemAllocAsync", "cuLaunchHostFunc")):
+        case = next(c for c in C.CHECK_CASES if c.name == name)
+        assert case.want_rc == 3 and "{range_streams}" in case.argv
+        assert re.search(case.stderr, said.format(call=call), re.S), name
+        assert re.search(case.stderr, said.format(call=call + "_ptsz"), re.S), name
+        assert not re.search(case.stderr, said.format(call=other), re.S), name
+        assert not re.search(case.stderr, said.format(call=call).replace("; the application continues", ""), re.S)
+
+
+# -- range cases (krrange.py) -------------------------------------------------------------------
+
+import krrange as R  # noqa: E402
+
+S1, S2, EV1, EV2 = 0x10, 0x20, 0xE1, 0xE2
+STREAM_OF = {0: S1, 1: S1, 2: S2, 3: S2, 4: S2, 5: S2, 6: S2, 7: S1, 8: S1, 9: S1}
+EVENT_OF = {1: EV1, 2: EV1, 6: EV2, 7: EV2}
+KERNEL_AT = {0: "streams_produce", 4: "streams_middle", 8: "streams_finish"}
+
+
+def streams_info(kinds=R.STREAMS_FULL_KINDS, origin="profiler-range #1", launches=None, host_wait=True):
+    steps = []
+    for i, kind in enumerate(kinds):
+        k = KERNEL_AT.get(i) if kind == "kernel" else None
+        steps.append({"index": i, "kind": kind, "kernel": {"name": k, "mangled": k} if k else None,
+                      "grid": R.STREAMS_GRID if k else None, "block": R.STREAMS_BLOCK if k else None,
+                      "bytes": R.STREAMS_BYTES if kind in R.OP_BYTES_KINDS else None, "event": EVENT_OF.get(i),
+                      "stream": STREAM_OF.get(i, S1), "original_ns": 5000 if k else None})
+    if host_wait:
+        steps.append({"index": len(steps), "kind": "host-wait", "kernel": None, "stream": S1})
+    return {"steps": steps, "range": {"origin": origin, "launches": list(launches) if launches else None,
+                                      "kernel_steps": 3, "streams": 2, "original_ns": 30000, "step_digests": True}}
+
+
+def range_play(info, passes=8, **kw):
+    p = {"durations_ns": [20000] * passes, "median_ns": 20000, "first_divergent_step": None,
+         "verify": {"matched": True, "deterministic": True},
+         "steps": [{"index": s["index"], "kind": s["kind"], "kernel": s["kernel"],
+                    "median_ns": 4000 if s["kind"] == "kernel" else None} for s in info["steps"]]}
+    p.update(kw)
+    return p
+
+
+def _edit_step(info, i, **kw):
+    import copy
+
+    x = copy.deepcopy(info)
+    x["steps"][i].update(kw)
+    return x
+
+
+def _edit_range(info, **kw):
+    import copy
+
+    x = copy.deepcopy(info)
+    x["range"].update(kw)
+    return x
+
+
+def test_streams_launch_range_is_found_from_list():
+    ks = [{"name": n, "demangled": n, "count": 4, "first_launch": f}
+          for n, f in zip(R.STREAMS_KERNELS, (1, 2, 3))]
+    assert R.streams_launch_range(ks, 2) == (7, 9)
+    assert R.streams_launch_range({"kernels": ks, "ranges": []}, 1) == (4, 6)
+    import copy
+
+    bad = []
+    for i, kw in ((1, {"count": 3}), (2, {"first_launch": 5}), (0, {"name": "other", "demangled": "other"})):
+        b = copy.deepcopy(ks)
+        b[i].update(kw)
+        bad.append(b)
+    for b in bad + [ks + [dict(ks[0])]]:
+        with pytest.raises(ValueError):
+            R.streams_launch_range(b, 2)
+    for nth in (0, 4):
+        with pytest.raises(ValueError):
+            R.streams_launch_range(ks, nth)
+    with pytest.raises(ValueError):
+        R.streams_launch_range(None, 1)
+
+
+def test_streams_case_verdict_wants_every_step_kind_stream_and_a_verified_replay():
+    info = streams_info()
+    good = dict(rec_rc=0, base_out="streams checksum 1\n", rec_out="streams checksum 1\n", info=info, play_rc=0,
+                play=range_play(info), kinds=R.STREAMS_FULL_KINDS, origin="profiler-range #1")
+    assert R.streams_case_checks(**good) == []
+    linfo = streams_info(R.STREAMS_LAUNCH_KINDS, "launch-range 7:9", (7, 9), host_wait=False)
+    assert R.streams_case_checks(**{**good, "info": linfo, "play": range_play(linfo), "kinds": R.STREAMS_LAUNCH_KINDS,
+                                    "origin": "launch-range 7:9", "launches": (7, 9)}) == []
+    no_fill = streams_info(tuple(k for k in R.STREAMS_FULL_KINDS if k != "fill"))
+    faults = [
+        dict(rec_rc=3), dict(rec_out="streams checksum 2\n"), dict(base_out="", rec_out=""), dict(info=None),
+        dict(info=no_fill), dict(kinds=R.STREAMS_LAUNCH_KINDS),
+        dict(info=_edit_step(info, 4, kernel={"name": "streams_finish"})),
+        dict(info=_edit_step(info, 0, grid=[1, 1, 1])), dict(info=_edit_step(info, 8, original_ns=0)),
+        dict(info=_edit_step(info, 3, bytes=4)), dict(info=_edit_step(info, 5, bytes=None)),
+        dict(info=_edit_step(info, 1, event=None)), dict(info=_edit_step(info, 2, event=EV2)),
+        dict(info=_edit_step(_edit_step(info, 6, event=EV1), 7, event=EV1)),
+        dict(info=_edit_step(info, 4, stream=S1)), dict(info=_edit_step(info, 9, stream=S2)),
+        dict(info=_edit_range(info, origin="profiler-range #2")), dict(info=_edit_range(info, kernel_steps=2)),
+        dict(info=_edit_range(info, streams=1)), dict(info=_edit_range(info, original_ns=None)),
+        dict(info=_edit_range(info, step_digests=False)), dict(launches=(7, 9)),
+        dict(play_rc=1), dict(play=range_play(info, passes=7)),
+        dict(play=range_play(info, verify={"matched": False, "deterministic": True})),
+        dict(play=range_play(info, verify={"matched": True, "deterministic": False})),
+        dict(play=range_play(info, first_divergent_step=3)), dict(play=range_play(info, steps=[])),
+        dict(play={k: v for k, v in range_play(info).items() if k != "first_divergent_step"}),
+        dict(play=None),
+    ]
+    for f in faults:
+        assert R.streams_case_checks(**{**good, **f}), f
+
+
+def test_per_step_times_are_wanted_for_every_kernel_step():
+    info = streams_info()
+    assert R.per_step_checks(range_play(info)) == []
+    p = range_play(info)
+    p["steps"][4]["median_ns"] = None
+    assert R.per_step_checks(p)
+    assert R.per_step_checks(range_play(info, steps=[s for s in p["steps"] if s["kind"] != "kernel"]))
+    assert R.per_step_checks(None)
+
+
+def test_the_module_variant_must_match_and_be_slower():
+    ok = {"median_ns": 30000, "verify": {"matched": True, "deterministic": True}}
+    slow = {"median_ns": 300000, "verify": {"matched": True, "deterministic": True}}
+    assert R.module_checks(ok, 0, slow) == []
+    for base, rc, var in ((ok, 2, slow), (ok, 0, {**slow, "verify": {"matched": False, "deterministic": True}}),
+                          (ok, 0, {**slow, "verify": {"matched": True, "deterministic": False}}),
+                          (ok, 0, {**slow, "median_ns": 31000}), (ok, 0, None),
+                          ({**ok, "verify": {"matched": False}}, 0, slow), ({}, 0, slow)):
+        assert R.module_checks(base, rc, var), (base, rc, var)
+
+
+def test_the_divergent_variant_is_named_by_its_step():
+    info = streams_info()
+    middle = R.middle_step(info)
+    assert middle == R.STREAMS_MIDDLE_STEP == 4
+    assert R.middle_step(_edit_step(info, 8, kernel={"name": "streams_middle"})) is None
+    bad = {"first_divergent_step": 4, "verify": {"matched": False, "deterministic": True}}
+    assert R.divergent_checks(1, bad, middle) == []
+    # Inside verify is accepted too.
+    assert R.divergent_checks(1, {"verify": {**bad["verify"], "first_divergent_step": 4}}, middle) == []
+    for rc, play, m in ((0, bad, middle), (1, {**bad, "first_divergent_step": 5}, middle),
+                        (1, {**bad, "first_divergent_step": None}, middle), (1, bad, None),
+                        (1, {**bad, "verify": {"matched": True, "deterministic": True}}, middle),
+                        (1, {**bad, "verify": {"matched": False, "deterministic": False}}, middle), (1, None, middle)):
+        assert R.divergent_checks(rc, play, m), (rc, play, m)
+
+
+def torch_info(kernels=15, **rng):
+    steps = [{"index": i, "kind": "kernel", "kernel": {"name": f"k{i}", "mangled": f"_Z2k{i}v"}, "stream": 0,
+              "original_ns": 20000} for i in range(kernels)]
+    r = {"origin": "nvtx-range layer.2 #2", "launches": [300, 314], "kernel_steps": kernels, "streams": 1,
+         "original_ns": 400000, "step_digests": True}
+    r.update(rng)
+    return {"steps": steps, "range": r}
+
+
+def test_the_torch_layer_verdict_checks_time_both_ways_and_shows_figures():
+    info = torch_info()
+    play = range_play(info, median_ns=399000)
+    flush = {"durations_ns": [410000] + [400000] * 7, "median_ns": 401000}
+    good = dict(rec_rc=0, base_out="torch block output bits 5\n", rec_out="torch block output bits 5\n", info=info,
+                play_rc=0, play=play, flush=flush)
+    why, fig = R.nvtx_torch_checks(**good)
+    assert why == [] and "first pass 410.0 us (+2.5 %)" in fig and "median 401.0 us" in fig and "400.0 us" in fig
+    faults = [dict(rec_rc=3), dict(rec_out="torch block output bits 6\n"), dict(info=torch_info(5)),
+              dict(info=torch_info(origin="nvtx-range layer.2 #1")), dict(info=torch_info(streams=2)),
+              dict(info=torch_info(original_ns=None)), dict(play_rc=1),
+              dict(play={**play, "verify": {"matched": False, "deterministic": True}}),
+              dict(flush={**flush, "durations_ns": [430000] + [400000] * 7}), dict(flush={**flush, "median_ns": 370000}),
+              dict(flush=None)]
+    for f in faults:
+        why, fig = R.nvtx_torch_checks(**{**good, **f})
+        assert why and "in-app" in fig, f
+    assert R.within(105, 100) and not R.within(106, 100) and not R.within(94, 100) and not R.within(100, 0)
+
+
+def test_the_save_step_kernel_runs_once_per_layer():
+    info = torch_info(4)
+    for i, m in enumerate(("A", "B", "A", "C")):
+        info["steps"][i]["kernel"]["mangled"] = m
+    listed = [{"name": "A", "count": 24}, {"name": "B", "count": 13}, {"name": "C", "count": 12}]
+    assert R.save_step_choice(info, listed) == (3, "C", 7)
+    assert R.save_step_choice(info, {"kernels": listed}) == (3, "C", 7)
+    assert R.save_step_choice(info, [{"name": "C", "count": 11}]) is None
+    assert R.save_step_choice(None, listed) is None
+
+
+def single_info(ptr="0000000070000000", scalar="0000803f", address=0x70000000, offset=0x100, size=0x1000):
+    return {"kernel": {"name": "k(float*, float)", "mangled": "_Z1kPff"},
+            "launch": {"grid": [8, 1, 1], "block": [128, 1, 1], "dynamic_shared_bytes": 0},
+            "params": [{"size": 8, "pointer": True, "value_hex": ptr, "region": 0, "region_offset": offset},
+                       {"size": 4, "pointer": False, "value_hex": scalar},
+                       {"size": 8, "pointer": True, "value_hex": "0" * 16, "region": None}],
+            "regions": [{"id": 0, "address": address, "size": size}]}
+
+
+def test_argument_memory_is_paired_by_argument_and_compared_from_the_extracted_files(tmp_path):
+    saved, direct = single_info(), single_info(address=0x80000000, offset=0x200, size=0x2000)
+    windows, why = R.param_windows(saved, direct)
+    assert why == [] and windows == [{"param": 0, "a": (0, 0x70000000, 0x100), "b": (0, 0x80000000, 0x200),
+                                      "length": 0xF00}]
+    one_sided = single_info()
+    one_sided["params"][2]["region"] = 0
+    assert R.param_windows(saved, one_sided)[1]
+    assert R.param_windows({"params": []}, {"params": []})[1]
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    data = bytes(range(256)) * 32  # 8 KiB
+    (a / "region-0-0x70000000.bin").write_bytes(data[:0x1000])
+    (a / "region-0-0x70000000.post.bin").write_bytes(b"\1" * 0x1000)
+    (b / "region-0-0x80000000.bin").write_bytes(b"\0" * 0x100 + data[:0x1F00])
+    (b / "region-0-0x80000000.post.bin").write_bytes(b"\0" * 0x100 + b"\1" * 0x1F00)
+    assert R.compare_windows(windows, a, b) == [{"param": 0, "pre_same": True, "post_same": True}]
+    (b / "region-0-0x80000000.post.bin").write_bytes(b"\0" * 0x100 + b"\2" * 0x1F00)
+    assert R.compare_windows(windows, a, b) == [{"param": 0, "pre_same": True, "post_same": False}]
+    (b / "region-0-0x80000000.post.bin").unlink()  # no post file: the kernel did not write there
+    assert R.compare_windows(windows, a, b)[0]["post_same"] is False
+    (a / "region-0-0x70000000.post.bin").unlink()
+    assert R.compare_windows(windows, a, b) == [{"param": 0, "pre_same": True, "post_same": True}]
+    assert R.compare_windows(windows, a, tmp_path / "missing")[0] == {"param": 0, "pre_same": False,
+                                                                       "post_same": False}
+
+
+def test_a_saved_step_equals_the_direct_capture_by_identity_replay_and_memory():
+    matched = {"verify": {"matched": True, "deterministic": True}}
+    same = [{"param": 0, "pre_same": True, "post_same": True}]
+    good = dict(save_rc=0, saved_info=single_info(), saved_play=matched, direct_rc=0,
+                direct_info=single_info(ptr="0000000080000000"), direct_play=matched, compared=same, windows_why=[])
+    assert R.save_step_checks(**good) == []
+    other_launch = single_info()
+    other_launch["launch"] = {**other_launch["launch"], "grid": [16, 1, 1]}
+    faults = [dict(save_rc=2), dict(direct_rc=3), dict(saved_info=None), dict(direct_info=None),
+              dict(saved_info={**single_info(), "steps": [{"index": 0}]}), dict(direct_info=other_launch),
+              dict(direct_info=single_info(scalar="00000040")),
+              dict(direct_info={**single_info(), "kernel": {"mangled": "_Z1qPff"}}),
+              dict(saved_play={"verify": {"matched": False, "deterministic": True}}), dict(direct_play=None),
+              dict(compared=[{"param": 0, "pre_same": True, "post_same": False}]),
+              dict(compared=[{"param": 0, "pre_same": False, "post_same": True}]), dict(compared=[]),
+              dict(windows_why=["argument 2 points into a captured region in one capture only"])]
+    for f in faults:
+        assert R.save_step_checks(**{**good, **f}), f
+
+
+BENCH_OUT = ("bench checksum 12.5\n"
+             "figures in-app range: {app} us (30 kernels, events around the range, one run)\n"
+             "figures baseline: 80.00 us best of 20 rounds (30 kernels launched back to back from a C++ loop, 2.667 us per kernel)\n")
+
+
+def bench_info(kernels=30, original_ns=90000):
+    return {"steps": [{"index": i, "kind": "kernel", "kernel": {"name": "bench_step"}, "stream": 5}
+                      for i in range(kernels)],
+            "range": {"origin": "profiler-range #1", "original_ns": original_ns}}
+
+
+def test_the_bench_verdict_wants_time_within_5_percent_and_2_us_per_step():
+    assert R.bench_figures(BENCH_OUT.format(app="91.50")) == {"in-app range": 91.5, "baseline": 80.0}
+    assert R.stable_output(BENCH_OUT.format(app="1")) == "bench checksum 12.5\n"
+    info = bench_info()
+    play = range_play(info, passes=20, median_ns=90500, durations_ns=[85000] + [90500] * 19)
+    good = dict(base_out=BENCH_OUT.format(app="91.50"), rec_rc=0, rec_out=BENCH_OUT.format(app="140.00"), info=info,
+                play_rc=0, play=play, passes=20)
+    why, fig = R.bench_checks(**good)
+    assert why == [], why
+    assert "+0.167 us per step" in fig and "baseline C++ loop 80.0 us" in fig and "median 90.5 us" in fig
+    faults = [dict(rec_rc=3), dict(rec_out="bench checksum 12.6\n"), dict(base_out="bench checksum 12.5\n"),
+              dict(info=bench_info(29)), dict(info=bench_info(original_ns=80000)),
+              dict(play={**play, "median_ns": 100000}),
+              # in time with the recording, but 2.33 us per step slower than the C++ loop
+              dict(info=bench_info(original_ns=150000), play={**play, "median_ns": 150000, "durations_ns": [150000] * 20}),
+              dict(play={**play, "verify": {"matched": False, "deterministic": True}}), dict(passes=8), dict(play=None)]
+    for f in faults:
+        why, fig = R.bench_checks(**{**good, **f})
+        assert why and "per step" in fig, f
+
+
+def test_every_range_case_is_registered_with_its_app():
+    import test_range  # noqa: F401
+
+    for name in ("range-streams-launch", "range-streams-profiler", "range-streams-nvtx", "range-nvtx-torch",
+                 "range-module", "range-divergent", "range-save-step", "range-bench"):
+        assert name in C.REGISTERED and name in C.all_case_names(), name
+    assert {"timed"} <= set(C.INLINE_CASES["range-nvtx-torch"]) and {"bench"} <= set(C.INLINE_CASES["range-bench"])
+    apps = Apps(Path("/nonexistent"), "sm_90", "/usr/local/cuda")
+    for app_name in ("range_streams", "range_streams_slow", "range_streams_divergent"):
+        sources, argv = apps.recipe(app_name)
+        assert all(Path(s).is_file() for s in sources), app_name
+    assert (ROOT / "testdata/apps/torch_block_app.py").is_file()
+    for kargs, argv in C.RANGE_CAPTURES.values():
+        assert C.placeholders(argv) <= {"range_streams"} and kargs

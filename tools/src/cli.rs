@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use kreplay_protocol::config::{LaunchRange, MemoryScope};
+use kreplay_protocol::config::{BoundaryRange, LaunchRange, MemoryScope};
 
 /// The main description. The indented lines are examples: `--help` prints them as they are,
 /// and the man page renders them as an example block (`cmd::man::blocks`).
@@ -170,6 +170,11 @@ fn launch_range_value(s: &str) -> Result<LaunchRange, String> {
     LaunchRange::parse(s)
 }
 
+/// `--nvtx-range [DOMAIN@]RANGE[/RANGE...]`, checked as `--nvtx-include` is.
+fn nvtx_range_value(s: &str) -> Result<String, String> {
+    BoundaryRange::nvtx("--nvtx-range", s, 1).map(|_| s.to_string())
+}
+
 #[derive(Args)]
 pub struct RecordArgs {
     /// Kernel to capture, as ncu takes it: a plain name matches the kernel's function name
@@ -180,10 +185,11 @@ pub struct RecordArgs {
         short = 'k',
         long = "kernel",
         value_name = "NAME|regex:RE",
-        required_unless_present_any = ["launch_index", "launch_range"]
+        required_unless_present_any = ["launch_index", "launch_range", "nvtx_range", "profiler_range"]
     )]
     pub kernel: Option<String>,
-    /// Capture the Nth matching dispatch (1-based).
+    /// Capture the Nth matching dispatch (1-based); with --nvtx-range or --profiler-range, the
+    /// Nth instance of the range.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = nth_value, conflicts_with = "launch_skip")]
     pub nth: u64,
     /// Capture M consecutive matching dispatches, starting at --nth; one file each.
@@ -213,6 +219,30 @@ pub struct RecordArgs {
         conflicts_with_all = ["kernel", "launch_index", "nth", "count", "launch_skip", "launch_count", "nvtx_include"]
     )]
     pub launch_range: Option<LaunchRange>,
+    /// Capture ONE range: what the application issues inside the Nth instance (--nth,
+    /// default 1) of this NVTX push/pop range (`torch.cuda.nvtx.range`, `nvtxRangePushA`,
+    /// `nvtxRangePushEx`, `nvtxDomainRangePushEx`), from its push to its own pop, on any
+    /// thread: `RANGE`, `DOMAIN@RANGE`, or `OUTER/INNER` for a range opened directly inside
+    /// another, matched as --nvtx-include matches. `kreplay list --ranges` shows each
+    /// instance with its launches. The capture says where it came from (`nvtx-range RANGE
+    /// #N`); a range that never opens or never closes is reported, and the application runs
+    /// on unchanged.
+    #[arg(
+        long,
+        value_name = "[DOMAIN@]RANGE",
+        value_parser = nvtx_range_value,
+        conflicts_with_all = ["kernel", "launch_index", "launch_range", "count", "launch_skip", "launch_count", "nvtx_include", "profiler_range"]
+    )]
+    pub nvtx_range: Option<String>,
+    /// Capture ONE range: what the application issues between its Nth (--nth, default 1)
+    /// `cuProfilerStart` (`cudaProfilerStart`) and the `cuProfilerStop` after it, the range
+    /// ncu's range replay takes by default. A start while started and a stop while stopped
+    /// change nothing.
+    #[arg(
+        long,
+        conflicts_with_all = ["kernel", "launch_index", "launch_range", "count", "launch_skip", "launch_count", "nvtx_include"]
+    )]
+    pub profiler_range: bool,
     /// Only launches made inside an NVTX push/pop range (`torch.cuda.nvtx.range`,
     /// `nvtxRangePush`): `RANGE`, `DOMAIN@RANGE`, or `OUTER/INNER` for a range opened directly
     /// inside another (a subset of ncu's syntax). --nth counts only those launches.
@@ -322,6 +352,13 @@ pub struct ListArgs {
     /// Print JSON instead of a table.
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
+    /// Also list each NVTX push/pop range instance with the launches made inside it, what
+    /// `record --nvtx-range RANGE --nth N` captures: lines `nvtx-range RANGE #N  launches
+    /// I..J` (or `no launches`) after the table; with --json an object `{"kernels": [...],
+    /// "ranges": [{domain, name, instance, first_launch, last_launch, closed, pid}]}` instead
+    /// of the array of kernels.
+    #[arg(long, conflicts_with = "csv")]
+    pub ranges: bool,
     /// Print CSV instead of a table (count, first_launch, grid, block, name, demangled).
     #[arg(long)]
     pub csv: bool,
@@ -666,5 +703,54 @@ mod tests {
             args.push("./app");
             assert!(Cli::try_parse_from(&args).is_err(), "{other:?}");
         }
+    }
+
+    #[test]
+    fn boundary_ranges_take_nth_and_stand_alone() {
+        let a = record(&["--nvtx-range", "mydomain@layer.2", "--nth", "3", "./app"]);
+        assert_eq!(a.nvtx_range.as_deref(), Some("mydomain@layer.2"));
+        assert_eq!((a.nth, a.kernel.as_deref()), (3, None));
+        let a = record(&["--profiler-range", "./app"]);
+        assert!(a.profiler_range && a.nvtx_range.is_none());
+        assert_eq!(a.nth, 1);
+        for bad in ["", "a//b", "@x"] {
+            assert!(
+                Cli::try_parse_from(["kreplay", "record", "--nvtx-range", bad, "./app"]).is_err(),
+                "{bad:?}"
+            );
+        }
+        for range in [&["--nvtx-range", "layer"][..], &["--profiler-range"]] {
+            for other in [
+                &["-k", "f"][..],
+                &["--launch-index", "3"],
+                &["--launch-range", "1:2"],
+                &["--count", "2"],
+                &["-s", "1"],
+                &["-c", "2"],
+                &["--nvtx-include", "layer"],
+                &["--nvtx-range", "x"],
+                &["--profiler-range"],
+            ] {
+                if other[0] == range[0] {
+                    continue;
+                }
+                let mut args = vec!["kreplay", "record"];
+                args.extend_from_slice(range);
+                args.extend_from_slice(other);
+                args.push("./app");
+                assert!(Cli::try_parse_from(&args).is_err(), "{range:?} {other:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn list_ranges_is_a_table_or_json_addition() {
+        match Cli::try_parse_from(["kreplay", "list", "--ranges", "--json", "./app"])
+            .map(|c| c.command)
+        {
+            Ok(Command::List(a)) => assert!(a.ranges && a.json),
+            _ => panic!("list --ranges --json ./app did not parse"),
+        }
+        assert!(Cli::try_parse_from(["kreplay", "list", "--ranges", "--csv", "./app"]).is_err());
     }
 }

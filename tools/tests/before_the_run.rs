@@ -343,3 +343,43 @@ fn play_refuses_passes_given_with_a_tool() {
     let (_, _, err) = common::kreplay(&["play", "--tool", "/nonexistent.so", "--warmup", "2", cap]);
     assert!(err.contains("cannot load the tool"), "{err}");
 }
+
+// A boundary range is one capture of every launch between its boundaries: with another
+// selection, or a malformed range, it is a usage error before the application runs.
+#[test]
+fn boundary_ranges_refuse_other_selections_before_the_run() {
+    let d = scratch("boundary-usage");
+    let app = ["sh", "-c", "touch ran"];
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--nvtx-range", "layer", "-k", "saxpy"],
+            "cannot be used with",
+        ),
+        (
+            &["--nvtx-range", "layer", "--launch-range", "1:2"],
+            "cannot be used with",
+        ),
+        (
+            &["--nvtx-range", "layer", "--nvtx-include", "model"],
+            "cannot be used with",
+        ),
+        (
+            &["--profiler-range", "--launch-index", "3"],
+            "cannot be used with",
+        ),
+        (
+            &["--profiler-range", "--nvtx-range", "layer"],
+            "cannot be used with",
+        ),
+        (&["--nvtx-range", "a//b"], "expected [DOMAIN@]RANGE"),
+    ];
+    for (flags, says) in cases {
+        let mut args = vec!["record"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&app);
+        let (code, _, err) = kreplay_in(&d, &args);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        assert!(err.contains(says), "{flags:?}: {err}");
+        assert!(!d.join("ran").exists(), "{flags:?}: the application ran");
+    }
+}

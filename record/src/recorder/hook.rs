@@ -17,9 +17,11 @@ use kreplay_protocol::report::ProcessReport;
 use super::kernels;
 use super::outputs::{self, Outputs};
 use super::report::Report;
+use super::selection::{selection_of, spans_of};
 use super::sink::Sink;
 use super::state::{Recorder, RECORDER};
 use crate::error::RecordError;
+use crate::nvtx_events::{Delivery, NvtxEvent};
 use crate::profile::FixedPasses;
 
 /// Set in the child of a `fork`: the recorder's threads did not survive it and its locks may
@@ -52,6 +54,16 @@ unsafe extern "C" fn callback(
     }
 }
 
+/// NVTX's pushes and pops (from `crate::nvtx`'s entry points, which catch panics).
+fn nvtx_event(event: &NvtxEvent, delivery: Delivery) {
+    if FORKED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(rec) = RECORDER.get() {
+        rec.on_nvtx(event, delivery);
+    }
+}
+
 extern "C" {
     fn atexit(cb: extern "C" fn()) -> i32;
 }
@@ -64,12 +76,15 @@ extern "C" fn at_exit() {
         let Some(rec) = RECORDER.get() else { return };
         // Normally done already by `collect_at_exit`, which runs first.
         rec.collect_batches(|_| true);
+        // Before the range unit's exit, which closes a unit still open.
+        rec.selection_at_exit();
         rec.range_at_exit();
         rec.sink.join();
         let (pid, rank) = (rec.outputs.pid, rec.outputs.rank);
-        let report = rec
+        let mut report = rec
             .kernels
             .with_book(|b| rec.report.process_report(pid, rank, &b.counts));
+        rec.add_range_spans(&mut report);
         if let Some(dir) = &rec.config.report_dir {
             if let Err(e) = report.write_to(dir) {
                 crate::diag!("kreplay: {e}");
@@ -164,7 +179,6 @@ fn initialize() -> Result<(), RecordError> {
     let report = Arc::new(Report::default());
     let rec = Recorder {
         sink: Sink::new(outputs.clone(), report.clone()),
-        config,
         outputs,
         _subscriber: sub,
         kernels: kernels::Kernels::default(),
@@ -174,9 +188,15 @@ fn initialize() -> Result<(), RecordError> {
         report,
         tool: Mutex::new(tool),
         metrics: Mutex::new(Vec::new()),
+        selection: selection_of(&config),
+        spans: spans_of(&config),
+        config,
     };
     if RECORDER.set(rec).is_err() {
         return Ok(()); // initialised twice: keep the first
+    }
+    if let Some(rec) = RECORDER.get() {
+        rec.follow_nvtx(nvtx_event);
     }
     // SAFETY: registers plain extern "C" functions with the C runtime; the fork handler
     // only stores to an atomic (async-signal-safe, as a fork handler must be).
@@ -199,6 +219,10 @@ pub extern "C" fn InitializeInjection() -> i32 {
     };
     if failed.is_none() {
         let _ = std::panic::catch_unwind(outputs::note_started);
+    }
+    if RECORDER.get().is_none() {
+        // No recorder in this process: NVTX's events are held for none.
+        let _ = std::panic::catch_unwind(crate::nvtx_events::ignore);
     }
     if let Some(why) = failed {
         crate::diag!("kreplay: recording disabled: {why}");

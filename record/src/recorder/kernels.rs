@@ -177,6 +177,8 @@ fn count_at(
         && config
             .launch_range
             .is_none_or(|r| r.contains(launches) && !e.in_graph)
+        // Whether a launch is inside a boundary range is the range unit's to say (open or not).
+        && (config.boundary_range.is_none() || !e.in_graph)
         && config
             .nvtx
             .as_ref()
@@ -285,5 +287,23 @@ mod tests {
             book.count(&c, &execution("d", wanted)),
         ];
         assert_eq!(picked, [None, Some((2, 1)), None, Some((4, 2)), None]);
+    }
+
+    #[test]
+    fn with_a_boundary_range_every_launch_goes_to_the_range_unit_but_graph_nodes() {
+        for range in [(env::NVTX_RANGE, "layer"), (env::PROFILER_RANGE, "1")] {
+            let c = config(&[(env::MODE, "record"), range]);
+            let mut book = KernelBook::default();
+            let wanted = book.matches(&c, "anything").0;
+            assert!(wanted, "with a boundary range every kernel may be a step");
+            let mut node = execution("n", wanted);
+            node.in_graph = true;
+            let picked = [
+                book.count(&c, &execution("a", wanted)),
+                book.count(&c, &node),
+                book.count(&c, &execution("b", wanted)),
+            ];
+            assert_eq!(picked, [Some((1, 1)), None, Some((3, 2))], "{range:?}");
+        }
     }
 }

@@ -39,9 +39,10 @@ impl Outputs {
             force: config.force,
             report_dir: config.report_dir.clone(),
             // A range capture says where it came from in the same field.
-            kernel_filter: match config.launch_range {
-                Some(r) => format!("launch-range {}", r.env_value()),
-                None => config.kernel_text.clone(),
+            kernel_filter: match (config.launch_range, &config.boundary_range) {
+                (Some(r), _) => format!("launch-range {}", r.env_value()),
+                (None, Some(b)) => b.origin(),
+                (None, None) => config.kernel_text.clone(),
             },
             quiet: config.quiet,
         }

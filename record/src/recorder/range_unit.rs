@@ -271,7 +271,6 @@ impl Recorder {
 
     /// A selection boundary opened the range (an NVTX push, `cuProfilerStart`): every launch
     /// and op from here is a step, until `range_end`.
-    #[allow(dead_code)] // called by the boundary selection (rec-select), landing beside it
     pub(super) fn range_begin(&self, origin: String) {
         let _self_calls = FlagGuard::force(&SELF_CALLS);
         if units::with_shared(RANGE_KEY, |unit| unit.is_some()) {
@@ -285,7 +284,6 @@ impl Recorder {
 
     /// A selection boundary closed the range (the matching pop, `cuProfilerStop`): the
     /// capture is taken from the state now (after synchronising) and written.
-    #[allow(dead_code)]
     pub(super) fn range_end(&self) {
         if !units::any_shared() {
             return;

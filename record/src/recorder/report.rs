@@ -71,6 +71,9 @@ fn process_report(
         profiles,
         errors: entries.errors,
         disabled: None,
+        // Added at exit by `list --ranges` (`Recorder::add_range_spans`).
+        ranges: Vec::new(),
+        ranges_left_out: 0,
     }
 }
 

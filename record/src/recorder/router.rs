@@ -85,6 +85,12 @@ fn watched_for_range(group: Option<Group>, marks: ThreadMarks) -> bool {
     group != Some(Group::Launch) && !marks.self_calls && !marks.in_launch
 }
 
+/// Whether a driver call can be a boundary of `--profiler-range` (`cuProfilerStart`,
+/// `cuProfilerStop`): the application's own call, at its ENTER, so that each is seen once.
+fn is_boundary_call(site: Site, marks: ThreadMarks) -> bool {
+    site == Site::Enter && !marks.self_calls && !marks.in_launch
+}
+
 impl Recorder {
     /// Hands a decoded callback to the part of the recorder it concerns.
     pub(super) fn route(&self, event: CallbackEvent<'_>) {
@@ -113,6 +119,10 @@ impl Recorder {
                 Site::Enter => self.on_call_in_range(call),
                 Site::Exit => self.on_call_exit_in_range(call),
             }
+        }
+        // cuProfilerStart / cuProfilerStop of `--profiler-range`, after the range's own look.
+        if self.selection.is_some() && is_boundary_call(call.site, marks) {
+            self.on_boundary_call(call.id);
         }
         match route_of(group, call.site, marks) {
             Route::Ignore => {}
@@ -216,6 +226,14 @@ mod tests {
         // The recorder's own synchronisations and copies are never steps.
         assert!(!watched_for_range(None, FINISHING));
         assert!(!watched_for_range(None, INSIDE_ENTER));
+    }
+
+    #[test]
+    fn profiler_boundaries_are_the_applications_calls_at_enter() {
+        assert!(is_boundary_call(Site::Enter, APP));
+        assert!(!is_boundary_call(Site::Exit, APP));
+        assert!(!is_boundary_call(Site::Enter, FINISHING));
+        assert!(!is_boundary_call(Site::Enter, INSIDE_ENTER));
     }
 
     #[test]

@@ -16,6 +16,8 @@ use super::outputs::Outputs;
 use super::report::Report;
 use super::sink::Sink;
 use crate::allocations::AllocationTable;
+use crate::range_select::RangeSelect;
+use crate::range_spans::RangeSpans;
 
 /// Everything the recorder keeps for the process. Lock order where two are held at once:
 /// `graphs` before `kernels` before `report`; `metrics` before `tool` and `report`.
@@ -35,6 +37,10 @@ pub(super) struct Recorder {
     /// Profile mode with `--metrics`: per context (made on the context's first profiled
     /// dispatch), its counters or why there are none, and its dispatches waiting for them.
     pub metrics: Mutex<Vec<ContextMetrics>>,
+    /// `record --nvtx-range` / `--profiler-range`: where the selected range opens and closes.
+    pub selection: Option<Mutex<RangeSelect>>,
+    /// `list --ranges`: NVTX range instances and the launches inside each.
+    pub spans: Option<Mutex<RangeSpans>>,
 }
 
 pub(super) static RECORDER: OnceLock<Recorder> = OnceLock::new();

@@ -2,6 +2,7 @@ pub mod completions;
 pub mod diff;
 pub mod extract;
 pub mod info;
+pub mod list_ranges;
 pub mod man;
 pub mod pack;
 pub mod play;

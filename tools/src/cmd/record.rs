@@ -15,6 +15,7 @@ use kreplay_protocol::config::{
 };
 use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport};
 
+use super::list_ranges;
 use crate::cli::{ListArgs, RecordArgs};
 use crate::out;
 
@@ -493,6 +494,11 @@ fn recorder_vars(
             env::NVTX_INCLUDE,
             a.nvtx_include.clone().unwrap_or_default(),
         ),
+        (env::NVTX_RANGE, a.nvtx_range.clone().unwrap_or_default()),
+        (
+            env::PROFILER_RANGE,
+            if a.profiler_range { "1" } else { "0" }.to_string(),
+        ),
         (env::MEMORY, a.memory.env_value().to_string()),
     ]
 }
@@ -577,6 +583,12 @@ fn selection(a: &RecordArgs) -> String {
     if let Some(r) = a.launch_range {
         return format!("--launch-range {}", r.env_value());
     }
+    if let Some(n) = &a.nvtx_range {
+        return format!("--nvtx-range '{n}' --nth {}", a.nth);
+    }
+    if a.profiler_range {
+        return format!("--profiler-range --nth {}", a.nth);
+    }
     let base = match (&a.kernel, a.launch_index) {
         (Some(k), None) => format!("-k '{k}'"),
         (Some(k), Some(i)) => format!("-k '{k}' at --launch-index {i}"),
@@ -608,7 +620,11 @@ fn closest<'a>(typed: &str, kernels: &'a [KernelStat]) -> Vec<&'a KernelStat> {
 }
 
 pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
-    let run = run_app(&a.command, &[(env::MODE, "list".to_string())])?;
+    let mut vars = vec![(env::MODE, "list".to_string())];
+    if a.ranges {
+        vars.push((env::LIST_RANGES, "1".to_string()));
+    }
+    let run = run_app(&a.command, &vars)?;
     // No process reported, or recording stood down in every one: there is no list to print,
     // and an empty one would read as "no kernels ran".
     let error = if run.reports.is_empty() {
@@ -621,7 +637,11 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
         if a.json {
             let stdout = std::io::stdout();
             let mut w = stdout.lock();
-            serde_json::to_writer(&mut w, &serde_json::json!({"error": error, "kernels": []}))?;
+            let mut failed = serde_json::json!({"error": error, "kernels": []});
+            if a.ranges {
+                failed["ranges"] = serde_json::json!([]);
+            }
+            serde_json::to_writer(&mut w, &failed)?;
             out!(w);
         }
         crate::warn!("kreplay: {said}");
@@ -632,15 +652,24 @@ pub fn run_list(a: ListArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let kernels = merge_kernels(&run.reports);
+    let (ranges, left_out) = list_ranges::ranges_of(&run.reports);
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
-    if a.json {
+    if a.json && a.ranges {
+        serde_json::to_writer(&mut w, &list_ranges::json(&kernels, &ranges, left_out))?;
+        out!(w);
+    } else if a.json {
         serde_json::to_writer(&mut w, &kernels)?;
         out!(w);
     } else if a.csv {
         write_kernels_csv(&mut w, &kernels)?;
     } else {
         print_kernels(&mut w, &kernels)?;
+        if a.ranges {
+            for line in list_ranges::range_lines(&ranges, left_out) {
+                out!(w, "{line}");
+            }
+        }
     }
     Ok(app_exit_code(run.status))
 }
