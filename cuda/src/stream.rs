@@ -90,6 +90,28 @@ impl ForeignStream {
         )?;
         Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
+
+    /// `cuStreamGetFlags` (1: non-blocking).
+    pub fn flags(&self) -> CuResult<u32> {
+        let mut flags = 0u32;
+        check(
+            // SAFETY: writes one word; the handle is live by `from_raw`'s contract.
+            unsafe { sys::cuStreamGetFlags(self.0, &mut flags) },
+            "cuStreamGetFlags",
+        )?;
+        Ok(flags)
+    }
+
+    /// `cuStreamGetPriority`.
+    pub fn priority(&self) -> CuResult<i32> {
+        let mut priority = 0i32;
+        check(
+            // SAFETY: writes one word; the handle is live by `from_raw`'s contract.
+            unsafe { sys::cuStreamGetPriority(self.0, &mut priority) },
+            "cuStreamGetPriority",
+        )?;
+        Ok(priority)
+    }
 }
 
 impl sealed::Sealed for ForeignStream {}
