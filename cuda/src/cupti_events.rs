@@ -12,11 +12,13 @@ use crate::cupti::sys as csys;
 mod allocation;
 mod graph;
 mod launch;
+mod ops;
 mod site;
 
 pub use allocation::{AllocationChange, AllocationKind, AllocationRequest};
 pub use graph::GraphCall;
 pub use launch::{Launch, LaunchEntry};
+pub use ops::{OpCall, STREAM_PER_THREAD};
 pub use site::Site;
 
 /// One driver-API call as its callback shows it.
@@ -207,6 +209,16 @@ impl<'a> ApiCall<'a> {
         }
         // SAFETY: the parameter block of this callback id; only inputs are read.
         unsafe { allocation::entering(self.id, self.params()) }
+    }
+
+    /// At ENTER, the copy, fill, event or wait this call is, for the calls a range capture
+    /// makes steps of (`ops`).
+    pub fn op(&self) -> Option<OpCall> {
+        if self.site != Site::Enter {
+            return None;
+        }
+        // SAFETY: the parameter block of this callback id; only inputs are read.
+        unsafe { ops::decode(self.id, self.params()) }
     }
 
     /// The graph call this is, for the graph entry points kreplay follows: launches and

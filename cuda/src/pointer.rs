@@ -34,6 +34,18 @@ pub fn is_host_memory(p: u64) -> bool {
     .unwrap_or(false)
 }
 
+/// Whether a pointer is device memory (allocated on the GPU, managed memory included): the
+/// side of a unified-addressing copy a range capture holds as a region. Host memory, pinned
+/// or not, answers false.
+pub fn is_device_memory(p: u64) -> bool {
+    pointer_attribute_u64(
+        p,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    )
+    .is_some_and(|t| t as u32 == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32)
+        || is_managed(p)
+}
+
 /// Whether a pointer is managed memory.
 pub fn is_managed(p: u64) -> bool {
     // The attribute is a 4-byte bool: read into a zeroed u64 and test the low bytes.

@@ -68,15 +68,24 @@ impl Gate {
         }
     }
 
+    /// Frees the word. The address is taken out under the lock and freed after it is
+    /// released: `cuMemFreeHost` synchronises the context, which waits for every gate armed
+    /// on it, and the watchdog opens those while it holds its queue and then each gate's lock
+    /// in turn; freeing under this lock deadlocked whenever another gate was still armed.
     fn free(&self) {
-        let mut host = self.host.lock().unwrap_or_else(|e| e.into_inner());
-        if *host != 0 {
-            // SAFETY: frees the allocation made in `new`, once; the watchdog checks the
-            // address under this lock before every access.
-            unsafe { sys::cuMemFreeHost(*host as *mut c_void) };
-            *host = 0;
+        let host = take_word(&mut self.host.lock().unwrap_or_else(|e| e.into_inner()));
+        if host != 0 {
+            // SAFETY: frees the allocation made in `new`, once (`take_word` zeroed the
+            // address under the lock, so the watchdog, which checks it under that lock
+            // before every access, touches it no more).
+            unsafe { sys::cuMemFreeHost(host as *mut c_void) };
         }
     }
+}
+
+/// The gate word's address, left as 0 (freed) for everyone who looks after.
+fn take_word(host: &mut usize) -> usize {
+    std::mem::take(host)
 }
 
 /// One thread opens every armed gate once its `WATCHDOG` delay passed (a thread spawned per
@@ -192,6 +201,12 @@ impl GatedTimer {
         r
     }
 
+    /// Opens the gate before `finish`: the host is about to wait for work queued behind it
+    /// (a range's host-wait step), which would otherwise stall until the watchdog.
+    pub fn release(&mut self) {
+        self.open();
+    }
+
     fn open(&mut self) {
         if self.armed {
             if let Some(w) = &self.word {
@@ -221,5 +236,18 @@ impl Drop for GatedTimer {
         if let Some(w) = &self.word {
             w.free();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_word_is_taken_once_and_left_freed() {
+        let mut host = 0x1000usize;
+        assert_eq!(take_word(&mut host), 0x1000);
+        assert_eq!(host, 0, "the watchdog finds it freed");
+        assert_eq!(take_word(&mut host), 0, "a second free frees nothing");
     }
 }

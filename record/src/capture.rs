@@ -77,6 +77,8 @@ pub struct CaptureData {
     pub steps: Vec<kreplay_format::Step>,
     /// A range capture's code objects other than `module`.
     pub step_modules: Vec<CodeObject>,
+    /// What a range capture is as a whole (written after the steps); none for one dispatch.
+    pub range: Option<kreplay_format::RangeInfo>,
     pub snapshots: Vec<Snapshot>,
     pub globals: Vec<ModuleGlobal>,
     pub module: CodeObject,
@@ -256,6 +258,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             dispatch,
             steps: Vec::new(),
             step_modules: Vec::new(),
+            range: None,
             snapshots,
             globals: module_globals,
             module: input.module,

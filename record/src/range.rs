@@ -1,75 +1,200 @@
-//! A range capture in flight: launches I..J of the process captured as one file. The first
-//! step is taken like a single dispatch (`capture::before_launch`); each later step adds the
-//! memory it reaches that the range does not hold yet (still at its range-start state: no
-//! earlier step could reach it) and is timed on its own; the last step's EXIT takes the
-//! post-state of everything held (`capture::after_launch`), which is the range's write set.
-//! The decisions are pure functions at the end of this file.
+//! A range capture in flight: every kernel launch and op (copy, fill, event record or wait,
+//! host wait) the application issues between the range's opening and its close, as steps in
+//! issue order, on as many streams as it uses. `--launch-range I:J` opens it at launch I's
+//! ENTER (that launch is taken like a single dispatch, `capture::before_launch`) and closes it
+//! at launch J's EXIT; a boundary (an NVTX push, `cuProfilerStart`) opens it empty and closes
+//! it at the matching pop or stop, so its first steps may be ops. Each step adds, at its
+//! ENTER, the memory it reaches that the range does not hold yet (still at its range-start
+//! state: no earlier step could reach it, see `range_held`); after each step (its EXIT,
+//! synchronised) the held memory is digested (`range_digest`); the close takes the post-state
+//! of everything held, which is the range's write set. The decisions are pure functions at
+//! the end of this file.
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use kreplay_cuda::cupti_events::OpCall;
 use kreplay_cuda::timing::GatedTimer;
-use kreplay_cuda::{ctx_synchronize, Stream};
-use kreplay_format::{MemoryKind, Step};
+use kreplay_cuda::{ctx_synchronize, ContextHandle, ForeignStream, Stream};
+use kreplay_format::{Op, RangeInfo, StateDigest, Step, StreamInfo, TimingConditions};
 use kreplay_protocol::config::LaunchRange;
 
-use crate::capture::{dispatch_of, CodeObject, Pending, PreInput};
+use crate::capture::{dispatch_of, CaptureData, CodeObject, Pending, PreInput};
 use crate::error::RecordError;
 use crate::footprint::{self, Reads};
-use crate::snapshot::{take_snapshots, Snapshot};
-use crate::walk::Walk;
+use crate::range_calls::{fixed_stream_info, CallClass};
+use crate::range_digest::digest_held;
+use crate::range_held::{op_walk, Held, HeldMut};
+use crate::range_ops::{op_stream, read_host, resolve};
+use crate::snapshot::{post_states, Snapshot};
 
-/// A range between its first launch's ENTER and its last launch's EXIT.
+/// A range between its opening and its close.
 pub struct RangePending {
-    /// The capture as the first step opened it; its snapshots grow with the range.
-    pub pending: Pending,
-    pub range: LaunchRange,
-    /// The stream every step must be issued on (its handle value); the range's first launch
-    /// index is `range.first`.
-    pub stream: u64,
-    /// The steps so far; the last one's duration is known at its EXIT.
+    /// How the range was selected (`RangeInfo::origin`).
+    pub origin: String,
+    /// `--launch-range I:J`; none for a range opened by a boundary.
+    pub bounds: Option<LaunchRange>,
+    /// The capture as its first kernel step opened it; its snapshots grow with the range.
+    pub pending: Option<Pending>,
+    /// What the range holds before its first kernel step (the memory of its first ops).
+    early: Held,
     pub steps: Vec<Step>,
-    /// Code objects of the steps, other than the first step's (`pending.data.module`).
+    /// Code objects of the kernel steps, other than the capture's (`pending.data.module`).
     pub modules: Vec<CodeObject>,
-    /// The launch whose EXIT is awaited (its correlation id), if one is in flight.
-    pub awaiting: Option<u32>,
-    /// The launch index of the latest step.
-    pub last_launch: u64,
+    pub streams: Vec<StreamInfo>,
+    /// Per finished step, the digest of the held memory after it.
+    pub digests: Vec<Option<StateDigest>>,
+    /// The step whose EXIT is awaited, if one is in flight.
+    pub awaiting: Option<Awaited>,
+    /// Launch indices of the first and latest kernel steps.
+    pub first_launch: Option<u64>,
+    pub last_launch: Option<u64>,
     /// Why the range cannot be captured, once something inside it said so; the unit is
-    /// abandoned at the next point where that is safe (no timer armed on the stream).
+    /// abandoned at the next point where that is safe (no step in flight).
     pub refusal: Option<String>,
+    /// The application's time spent in the range's work outside kernel-step captures.
+    stall_ns: u64,
 }
 
-/// One later step at its ENTER.
+/// A step whose EXIT is awaited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Awaited {
+    pub correlation: u32,
+    pub kind: AwaitedKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AwaitedKind {
+    /// A kernel step: its timer is armed on its stream.
+    Kernel,
+    /// An op step; a device-to-host copy's bytes are read at its EXIT (address, length).
+    Op { receive: Option<(u64, u64)> },
+}
+
+/// One kernel step at its ENTER.
 pub struct StepInput<'a> {
     pub pre: PreInput<'a>,
-    pub stream: u64,
+    /// The stream the step names, and its description.
+    pub stream: StreamInfo,
     pub launch_index: u64,
 }
 
+/// The description of the stream `key` names (`range_calls::stream_key`).
+///
+/// # Safety
+/// Unless it is a default stream (0, `CU_STREAM_PER_THREAD`), `key` must be the handle of a
+/// stream of the current context, live during the call (the application's call in flight
+/// names it).
+pub unsafe fn stream_info(key: u64) -> Result<StreamInfo, RecordError> {
+    if let Some(fixed) = fixed_stream_info(key) {
+        return Ok(fixed);
+    }
+    // SAFETY: by the caller's contract.
+    let stream = unsafe { ForeignStream::from_raw(key as kreplay_cuda::sys::CUstream) };
+    Ok(StreamInfo {
+        handle: key,
+        flags: stream
+            .flags()
+            .map_err(RecordError::cuda("asking a stream's flags"))?,
+        priority: stream
+            .priority()
+            .map_err(RecordError::cuda("asking a stream's priority"))?,
+    })
+}
+
 impl RangePending {
-    /// Opens the range with its first step, taken as a single dispatch.
-    pub fn open(pending: Pending, range: LaunchRange, stream: u64) -> RangePending {
-        let last_launch = range.first;
-        let first = Step::kernel(stream, pending.data.dispatch.clone());
+    pub fn new(origin: String, bounds: Option<LaunchRange>) -> RangePending {
         RangePending {
-            awaiting: Some(pending.correlation),
-            last_launch,
-            pending,
-            range,
-            stream,
-            steps: vec![first],
+            origin,
+            bounds,
+            pending: None,
+            early: Held::default(),
+            steps: Vec::new(),
             modules: Vec::new(),
+            streams: Vec::new(),
+            digests: Vec::new(),
+            awaiting: None,
+            first_launch: None,
+            last_launch: None,
             refusal: None,
+            stall_ns: 0,
         }
     }
 
-    /// A later step's ENTER: snapshots what it reaches that the range does not hold, adds its
-    /// module and arms its timer (last: the stream stays gated until the launch is queued).
-    pub fn grow(&mut self, input: StepInput<'_>) -> Result<(), RecordError> {
+    /// How messages name the range.
+    pub fn label(&self) -> String {
+        label(self.bounds, &self.origin)
+    }
+
+    /// Whether the range holds memory already (its first kernel step is then taken through
+    /// `kernel_step`, not as a single dispatch: the memory it reaches is placed among what the
+    /// range holds).
+    pub fn holds_anything(&self) -> bool {
+        self.pending.is_some() || !self.early.snapshots.is_empty()
+    }
+
+    /// Whether a kernel step opened the capture (a range without one cannot be written).
+    pub fn has_kernel_step(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Whether the stream `key` still needs its description (`note_stream`).
+    pub fn knows_stream(&self, key: u64) -> bool {
+        self.streams.iter().any(|s| s.handle == key)
+    }
+
+    fn note_stream(&mut self, info: StreamInfo) {
+        if !self.knows_stream(info.handle) {
+            self.streams.push(info);
+        }
+    }
+
+    fn held(&mut self) -> HeldMut<'_> {
+        match &mut self.pending {
+            Some(p) => HeldMut {
+                snapshots: &mut p.data.snapshots,
+                globals: &mut p.data.globals,
+                pointer_slots: &mut p.data.pointer_slots,
+            },
+            None => self.early.as_mut(),
+        }
+    }
+
+    fn snapshots(&self) -> &[Snapshot] {
+        match &self.pending {
+            Some(p) => &p.data.snapshots,
+            None => &self.early.snapshots,
+        }
+    }
+
+    /// The first kernel step of a range that holds nothing yet, taken as a single dispatch.
+    pub fn open_first(&mut self, pending: Pending, stream: StreamInfo, launch_index: u64) {
+        self.steps
+            .push(Step::kernel(stream.handle, pending.data.dispatch.clone()));
+        self.note_stream(stream);
+        self.awaiting = Some(Awaited {
+            correlation: pending.correlation,
+            kind: AwaitedKind::Kernel,
+        });
+        self.first_launch.get_or_insert(launch_index);
+        self.last_launch = Some(launch_index);
+        self.pending = Some(pending);
+    }
+
+    /// A kernel step's ENTER (not the first of a range that held nothing): snapshots what it
+    /// reaches that the range does not hold, adds its module and arms its timer (last: the
+    /// stream stays gated until the launch is queued).
+    pub fn kernel_step(&mut self, input: StepInput<'_>) -> Result<(), RecordError> {
         let began = Instant::now();
-        let pre = input.pre;
         ctx_synchronize().map_err(RecordError::cuda("synchronising before a range step"))?;
-        let Reads { walk, textures } = self.pending.footprint.reads(&footprint::Step {
+        if self.pending.is_none() {
+            self.seed(&input.pre)?;
+        }
+        let pre = input.pre;
+        let Some(p) = self.pending.as_ref() else {
+            return Err(RecordError::NoContext);
+        };
+        let Reads { walk, textures } = p.footprint.reads(&footprint::Step {
             args: &pre.args,
             layout: &pre.layout,
             function: &pre.function,
@@ -83,28 +208,35 @@ impl RangePending {
             )));
         }
         let module_id = pre.module.module_id;
-        self.add_memory(&walk, module_id)?;
-        if module_id != self.pending.data.module.module_id
+        self.held().add(&walk, module_id)?;
+        let Some(p) = self.pending.as_mut() else {
+            return Err(RecordError::NoContext);
+        };
+        if module_id != p.data.module.module_id
             && !self.modules.iter().any(|m| m.module_id == module_id)
         {
             self.modules.push(pre.module);
         }
-        self.pending.data.notes.extend(walk.notes.iter().cloned());
+        p.data.notes.extend(walk.notes.iter().cloned());
         // SAFETY: inside the launch callback that decoded the view.
         let app_stream = unsafe { pre.view.foreign_stream() };
         let timer = GatedTimer::new().map_err(RecordError::cuda("creating the timer"))?;
         // The previous step's timer goes before the new one is armed: freeing its gate word
-        // synchronises the context, which would wait forever behind a gate already armed
-        // (measured on the H200: the application hung at launch 2 of a range).
-        drop(std::mem::replace(&mut self.pending.timer, timer));
-        self.pending
-            .timer
+        // synchronises the context, which would wait behind a gate already armed (measured
+        // on the H200: the application hung at launch 2 of a range).
+        drop(std::mem::replace(&mut p.timer, timer));
+        p.timer
             .arm(&app_stream)
             .map_err(RecordError::cuda("arming the timer"))?;
-        self.pending.stream = app_stream;
-        self.pending.correlation = pre.correlation;
-        self.awaiting = Some(pre.correlation);
-        self.last_launch = input.launch_index;
+        p.stream = app_stream;
+        p.correlation = pre.correlation;
+        p.data.stall_ns += began.elapsed().as_nanos() as u64;
+        self.awaiting = Some(Awaited {
+            correlation: pre.correlation,
+            kind: AwaitedKind::Kernel,
+        });
+        self.first_launch.get_or_insert(input.launch_index);
+        self.last_launch = Some(input.launch_index);
         let dispatch = dispatch_of(
             pre.view,
             pre.kernel_name,
@@ -113,52 +245,47 @@ impl RangePending {
             pre.args,
             walk.pointer_words,
         );
-        self.steps.push(Step::kernel(input.stream, dispatch));
-        self.pending.data.stall_ns += began.elapsed().as_nanos() as u64;
+        self.steps.push(Step::kernel(input.stream.handle, dispatch));
+        self.note_stream(input.stream);
         Ok(())
     }
 
-    /// Snapshots the regions of `walk` the range does not hold and adds the pointer slots.
-    fn add_memory(&mut self, walk: &Walk, module_id: u32) -> Result<(), RecordError> {
-        let data = &mut self.pending.data;
-        let held = held_spans(&data.snapshots);
-        let reached: Vec<(u64, u64)> = walk.regions.iter().map(|r| (r.base, r.size)).collect();
-        let places = place_regions(&held, &reached).map_err(RecordError::Range)?;
-        let fresh = Walk {
-            regions: walk
-                .regions
-                .iter()
-                .zip(&places)
-                .filter(|(_, p)| matches!(p, Place::New(_)))
-                .map(|(r, _)| r.clone())
-                .collect(),
-            ..Walk::default()
+    /// The capture of a range whose first kernel step comes after ops: made from what the
+    /// ops hold and the step's code object (its dispatch is set at the close).
+    fn seed(&mut self, pre: &PreInput<'_>) -> Result<(), RecordError> {
+        // SAFETY: inside the launch callback that decoded the view.
+        let stream = unsafe { pre.view.foreign_stream() };
+        let timer = GatedTimer::new().map_err(RecordError::cuda("creating the timer"))?;
+        let module = CodeObject {
+            module_id: pre.module.module_id,
+            arch: pre.module.arch,
+            image: Arc::clone(&pre.module.image),
         };
-        let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
-        let (mut snapshots, mut globals) =
-            take_snapshots(&fresh, module_id, &stream, None, &mut None)?;
-        stream
-            .synchronize()
-            .map_err(RecordError::cuda("waiting for the snapshot copies"))?;
-        let first_new = data.snapshots.len() as u32;
-        for s in &mut snapshots {
-            s.region.region_id += first_new;
-        }
-        for g in &mut globals {
-            g.region_id += first_new;
-        }
-        data.snapshots.extend(snapshots);
-        data.globals.extend(globals);
-        data.pointer_slots
-            .extend(remap_slots(&walk.pointer_slots, &places, first_new));
-        data.pointer_slots.sort_unstable();
-        data.pointer_slots.dedup();
+        let dispatch = dispatch_of(
+            pre.view,
+            pre.kernel_name.clone(),
+            module.module_id,
+            &pre.layout,
+            pre.args.clone(),
+            Vec::new(),
+        );
+        let held = std::mem::take(&mut self.early);
+        self.pending = Some(Pending {
+            correlation: pre.correlation,
+            stream,
+            timer,
+            measuring: None,
+            footprint: footprint::for_capture(),
+            data: seeded_data(dispatch, module, held),
+        });
         Ok(())
     }
 
-    /// The awaited step's EXIT, for every step but the last: its in-app duration.
-    pub fn finish_step(&mut self) -> Result<(), RecordError> {
-        let p = &mut self.pending;
+    /// The awaited kernel step's EXIT: its in-app duration and the digest after it.
+    pub fn finish_kernel(&mut self) -> Result<(), RecordError> {
+        let Some(p) = self.pending.as_mut() else {
+            return Err(RecordError::NoContext);
+        };
         p.timer
             .finish(&p.stream)
             .map_err(RecordError::cuda("stopping the timer"))?;
@@ -170,208 +297,379 @@ impl RangePending {
             d.original_duration_ns = ns;
         }
         self.awaiting = None;
+        self.digest_step();
         Ok(())
     }
 
-    /// The last step's EXIT: the post-state of everything held; the capture to write.
-    pub fn close(mut self) -> Result<crate::capture::CaptureData, RecordError> {
-        crate::capture::after_launch(&mut self.pending)?;
-        let last_ns = self.pending.data.dispatch.original_duration_ns;
-        if let Some(d) = self.steps.last_mut().and_then(Step::dispatch_mut) {
-            d.original_duration_ns = last_ns;
+    fn digest_step(&mut self) {
+        let began = Instant::now();
+        let digest = digest_held(self.snapshots());
+        self.digests.push(digest);
+        self.stall_ns += began.elapsed().as_nanos() as u64;
+    }
+
+    /// An op step's ENTER (`function` is CUPTI's name for the call): the memory its device
+    /// spans lie in is held from now, a host-to-device copy's bytes are taken. `stream_info`
+    /// describes a stream the range has not seen yet.
+    pub fn op_enter(
+        &mut self,
+        call: OpCall,
+        function: &str,
+        correlation: u32,
+        stream_info: impl FnOnce(u64) -> Result<StreamInfo, RecordError>,
+    ) -> Result<(), RecordError> {
+        if into_stream_capture(&call) {
+            // It runs when the graph is launched, which refuses the range; synchronising now
+            // would break the application's capture.
+            return Ok(());
         }
-        let mut data = self.pending.data;
-        // The capture's dispatch is its first step (the format's rule).
+        let began = Instant::now();
+        ctx_synchronize().map_err(RecordError::cuda("synchronising before a range step"))?;
+        let previous = self.steps.last().map_or(0, |s| s.stream);
+        let Some(enter) = resolve(call, function, previous)? else {
+            return Ok(()); // no device memory involved: not a step
+        };
+        let walk = op_walk(&enter.op.device_spans())?;
+        self.held().add(&walk, 0)?;
+        if !self.knows_stream(enter.stream) {
+            let info = stream_info(enter.stream)?;
+            self.note_stream(info);
+        }
+        self.steps.push(Step::op(enter.stream, enter.op));
+        self.awaiting = Some(Awaited {
+            correlation,
+            kind: AwaitedKind::Op {
+                receive: enter.receive,
+            },
+        });
+        self.stall_ns += began.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// The awaited op step's EXIT: the bytes a device-to-host copy delivered, and the digest
+    /// after the step.
+    pub fn op_exit(&mut self, succeeded: bool, function: &str) -> Result<(), RecordError> {
+        let receive = match self.awaiting {
+            Some(Awaited {
+                kind: AwaitedKind::Op { receive },
+                ..
+            }) => receive,
+            _ => return Ok(()),
+        };
+        self.awaiting = None;
+        if !succeeded {
+            return Err(RecordError::Range(format!(
+                "{function} failed inside the range"
+            )));
+        }
+        let began = Instant::now();
+        ctx_synchronize().map_err(RecordError::cuda("synchronising after a range step"))?;
+        if let Some((addr, bytes)) = receive {
+            // SAFETY: the application's copy of `bytes` bytes into host memory at `addr`
+            // succeeded and the context is synchronised: the bytes are there, and nothing
+            // of the range writes them now.
+            let got = unsafe { read_host(addr, bytes) }?;
+            if let Some(Step {
+                action: kreplay_format::Action::Op(Op::CopyDeviceToHost { received, .. }),
+                ..
+            }) = self.steps.last_mut()
+            {
+                *received = got;
+            }
+        }
+        self.stall_ns += began.elapsed().as_nanos() as u64;
+        self.digest_step();
+        Ok(())
+    }
+
+    /// The close (launch J's EXIT, or the boundary that ends the range): the awaited kernel
+    /// step finishes, then the post-state of everything held; the capture to write.
+    pub fn close(mut self) -> Result<CaptureData, RecordError> {
+        if matches!(self.awaiting, Some(a) if a.kind == AwaitedKind::Kernel) {
+            self.finish_kernel()?;
+        }
+        let began = Instant::now();
+        let Some(mut p) = self.pending.take() else {
+            return Err(RecordError::Range(
+                "the range holds no kernel launch (a range capture needs one)".into(),
+            ));
+        };
+        ctx_synchronize().map_err(RecordError::cuda("synchronising at the range's end"))?;
+        let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
+        p.data.post = post_states(
+            &mut p.data.snapshots,
+            &p.footprint,
+            p.data.spill.as_mut(),
+            &stream,
+        )?;
+        stream
+            .synchronize()
+            .map_err(RecordError::cuda("waiting for the post-state"))?;
+        let mut data = p.data;
+        // The capture's dispatch is its first kernel step (the format's rule).
         if let Some(d) = self.steps.iter().find_map(Step::dispatch) {
             data.dispatch = d.clone();
         }
+        data.range = Some(summarise(
+            &self.origin,
+            &self.steps,
+            (self.first_launch, self.last_launch),
+            std::mem::take(&mut self.streams),
+            std::mem::take(&mut self.digests),
+        ));
         data.steps = self.steps;
         data.step_modules = self.modules;
+        data.stall_ns += self.stall_ns + began.elapsed().as_nanos() as u64;
         Ok(data)
     }
 }
 
-/// (address, size) of the regions the range holds, by region id (a snapshot's position is
-/// its region id); a CUDA array has no address, so it holds nothing a step can reach: (0, 0).
-fn held_spans(snapshots: &[Snapshot]) -> Vec<(u64, u64)> {
-    snapshots
-        .iter()
-        .map(|s| match s.region.kind {
-            MemoryKind::CudaArray => (0, 0),
-            _ => (s.device_addr, s.region.size),
-        })
-        .collect()
+/// Whether the op is made into a stream being captured into a graph (a host wait, which names
+/// no stream or one that cannot be capturing, never is).
+fn into_stream_capture(call: &OpCall) -> bool {
+    let Some(raw) = op_stream(call) else {
+        return false;
+    };
+    // SAFETY: the application's call in flight names this stream.
+    let stream = unsafe { ForeignStream::from_raw(raw as kreplay_cuda::sys::CUstream) };
+    matches!(stream.is_capturing(), Ok(true))
 }
 
-/// What a range does at a launch's ENTER inside its launch indices.
+/// The capture data of a range whose first kernel step followed ops: what they hold, the
+/// step's code object, and nothing measured yet.
+fn seeded_data(dispatch: kreplay_format::Dispatch, module: CodeObject, held: Held) -> CaptureData {
+    CaptureData {
+        dispatch,
+        steps: Vec::new(),
+        step_modules: Vec::new(),
+        snapshots: held.snapshots,
+        globals: held.globals,
+        module,
+        ptx_sources: Vec::new(),
+        pointer_slots: held.pointer_slots,
+        context: ContextHandle::current().ok(),
+        post: Vec::new(),
+        notes: Vec::new(),
+        textures: Default::default(),
+        device_heap: None,
+        timing: TimingConditions {
+            skipped: Some(
+                "the range began with other steps than a kernel launch: no settling before its first kernel step".into(),
+            ),
+            ..Default::default()
+        },
+        graph: None,
+        match_index: 0,
+        launch_index: 0,
+        device: None,
+        spill: None,
+        range: None,
+        began: Instant::now(),
+        stall_ns: 0,
+        stall_phases: Vec::new(),
+    }
+}
+
+/// How messages name a range: by its launches for `--launch-range` (as the user gave them),
+/// else by its origin.
+pub fn label(bounds: Option<LaunchRange>, origin: &str) -> String {
+    match bounds {
+        Some(r) => format!("range capture of launches {}:{}", r.first, r.last),
+        None => format!("range capture of {origin}"),
+    }
+}
+
+/// The RANGE event of a finished range. Its in-app duration is the sum of the kernel steps'
+/// (each timed without launch overhead); op steps and the gaps between steps are not in it,
+/// since the recorder synchronises around every step and the range as a whole never runs
+/// undisturbed. `None` when no kernel step has a time.
+pub fn summarise(
+    origin: &str,
+    steps: &[Step],
+    launches: (Option<u64>, Option<u64>),
+    streams: Vec<StreamInfo>,
+    digests: Vec<Option<StateDigest>>,
+) -> RangeInfo {
+    let times: Vec<u64> = steps
+        .iter()
+        .filter_map(Step::dispatch)
+        .filter_map(|d| d.original_duration_ns)
+        .collect();
+    RangeInfo {
+        origin: origin.to_string(),
+        launches: launches.0.zip(launches.1),
+        streams,
+        original_duration_ns: (!times.is_empty()).then(|| times.iter().sum()),
+        digests,
+    }
+}
+
+/// The origin string of `--launch-range I:J`.
+pub fn launch_range_origin(r: LaunchRange) -> String {
+    format!("launch-range {}:{}", r.first, r.last)
+}
+
+/// What a range does at a launch's ENTER.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AtEnter {
-    /// The range's first launch: the unit opens.
+    /// `--launch-range`'s first launch: the unit opens with it.
     Open,
-    /// A later launch of an open range: the unit grows.
-    Grow,
+    /// A launch inside an open range: a step.
+    Step,
     /// The range cannot be captured (the message says why); the unit is abandoned.
     Refuse(String),
-    /// The range is not open (it was abandoned, or began before the recorder saw it).
+    /// No range is open (not yet, abandoned, or begun before the recorder saw it).
     Skip,
 }
 
-/// What the decision at a launch's ENTER needs to know of the open range.
+/// What the decisions need to know of the open range.
 #[derive(Debug, Clone, Copy)]
 pub struct OpenRange<'a> {
-    /// The range's stream (handle value).
-    pub stream: u64,
     /// Why it cannot be captured, if something already said so.
     pub refusal: Option<&'a str>,
     /// A step's EXIT is still awaited.
     pub in_flight: bool,
-    /// The launch index of its latest step.
-    pub last_launch: u64,
+    /// The launch index of its latest kernel step.
+    pub last_launch: Option<u64>,
+    /// Steps so far.
+    pub steps: usize,
 }
 
 impl RangePending {
     pub fn view(&self) -> OpenRange<'_> {
         OpenRange {
-            stream: self.stream,
             refusal: self.refusal.as_deref(),
             in_flight: self.awaiting.is_some(),
             last_launch: self.last_launch,
+            steps: self.steps.len(),
         }
     }
 }
 
-/// The decision at the ENTER of launch `launch_index` (inside `range`) on `stream`.
+/// The decision at the ENTER of launch `launch_index` (`bounds`: `--launch-range`'s).
 pub fn at_enter(
-    range: LaunchRange,
+    bounds: Option<LaunchRange>,
     launch_index: u64,
-    stream: u64,
     open: Option<OpenRange<'_>>,
 ) -> AtEnter {
     let Some(o) = open else {
-        return if launch_index == range.first {
-            AtEnter::Open
-        } else {
-            AtEnter::Skip
+        return match bounds {
+            Some(r) if launch_index == r.first => AtEnter::Open,
+            _ => AtEnter::Skip,
         };
     };
     if let Some(why) = o.refusal {
         return AtEnter::Refuse(why.to_string());
     }
     if o.in_flight {
-        // Its timer gates the stream until its EXIT: two steps at once cannot be told apart.
+        // A step in flight (its timer gates a stream until its EXIT): two at once cannot be
+        // told apart.
         return AtEnter::Refuse(format!(
-            "launch {launch_index} began while launch {} was still being issued (another thread); range captures take one launch at a time yet",
-            o.last_launch
+            "launch {launch_index} began while step {} was still being issued (another thread); range captures take one step at a time",
+            o.steps
         ));
     }
-    if launch_index != o.last_launch + 1 {
-        return AtEnter::Refuse(format!(
+    match o.last_launch {
+        Some(last) if launch_index != last + 1 => AtEnter::Refuse(format!(
             "launch {} of the range is not a kernel launch it can hold (a graph node?)",
-            o.last_launch + 1
-        ));
+            last + 1
+        )),
+        _ => AtEnter::Step,
     }
-    if o.stream != stream {
-        return AtEnter::Refuse(format!(
-            "launch {launch_index} is on another stream ({stream:#x}) than the range's ({:#x}); range captures hold one stream yet",
-            o.stream
-        ));
-    }
-    AtEnter::Grow
 }
 
-/// Whether the launch at `launch_index` is the range's last (its EXIT closes the unit).
-pub fn closes(range: LaunchRange, launch_index: u64) -> bool {
-    launch_index == range.last
+/// Whether the launch at `launch_index` is `--launch-range`'s last (its EXIT closes the unit).
+pub fn closes(bounds: Option<LaunchRange>, launch_index: u64) -> bool {
+    bounds.is_some_and(|r| launch_index == r.last)
 }
 
-/// Driver calls (by name) that change memory, order streams, allocate, or launch work other
-/// than through the launch entry points the recorder captures (those never come here):
-/// inside a range they would be steps, which this version captures only for kernel launches,
-/// so they refuse it.
-pub fn refuses_range(function: &str) -> bool {
-    const PREFIXES: [&str; 14] = [
-        "cuMemcpy",
-        "cuMemset",
-        "cuEventRecord",
-        "cuStreamWaitEvent",
-        "cuStreamWaitValue",
-        "cuStreamWriteValue",
-        "cuStreamBatchMemOp",
-        "cuLaunch",
-        "cuStreamAddCallback",
-        "cuGraphLaunch",
-        "cuMemAlloc",
-        "cuMemFree",
-        "cuMemMap",
-        "cuMemUnmap",
-    ];
-    PREFIXES.iter().any(|p| function.starts_with(p)) || function.starts_with("cuMemPrefetch")
+/// What an open range does with a driver call other than a launch, at its ENTER.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AtCall {
+    /// It becomes a step.
+    Step,
+    /// The range is abandoned now, for this reason.
+    Refuse(String),
+    /// The range is abandoned when the step in flight (on another thread) finishes.
+    Defer(String),
+    Ignore,
 }
 
-/// Where a region a step reaches goes in the range's regions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place {
-    /// Inside held region `id`, at `delta` bytes from its start.
-    Held { id: u32, delta: u64 },
-    /// Not held yet: the `n`th new region of this step.
-    New(u32),
-}
-
-/// Places each reached (address, size) among the held ones (held index = region id). A
-/// reached region that overlaps a held one without lying inside it is refused: its bytes
-/// would be held twice with different range-start states.
-pub fn place_regions(held: &[(u64, u64)], reached: &[(u64, u64)]) -> Result<Vec<Place>, String> {
-    let mut fresh = 0u32;
-    let mut fresh_spans: Vec<(u64, u64)> = Vec::new();
-    let mut places = Vec::with_capacity(reached.len());
-    for &(base, size) in reached {
-        let end = base.saturating_add(size);
-        let inside = held
-            .iter()
-            .position(|&(b, s)| base >= b && end <= b.saturating_add(s));
-        if let Some(id) = inside {
-            places.push(Place::Held {
-                id: id as u32,
-                delta: base - held[id].0,
-            });
-            continue;
+/// The decision at the ENTER of the driver call `function`, of class `class`.
+pub fn at_call(class: CallClass, function: &str, open: OpenRange<'_>) -> AtCall {
+    let n = open.steps;
+    match class {
+        CallClass::Ignore => AtCall::Ignore,
+        CallClass::Refuse => {
+            let why = format!(
+                "{function} was called inside the range (after {n} steps); range captures cannot hold it"
+            );
+            if open.in_flight {
+                AtCall::Defer(why)
+            } else {
+                AtCall::Refuse(why)
+            }
         }
-        let overlaps = |&(b, s): &(u64, u64)| base < b.saturating_add(s) && b < end;
-        if held.iter().chain(&fresh_spans).any(overlaps) {
-            return Err(format!(
-                "a step reaches {size} bytes at {base:#x}, which overlap memory an earlier step reached with other bounds; not supported in range captures yet"
-            ));
-        }
-        fresh_spans.push((base, size));
-        places.push(Place::New(fresh));
-        fresh += 1;
+        CallClass::Step => match (open.refusal, open.in_flight) {
+            (Some(why), false) => AtCall::Refuse(why.to_string()),
+            (Some(_), true) => AtCall::Ignore,
+            (None, true) => AtCall::Defer(format!(
+                "{function} was called while step {n} was still being issued (another thread); range captures take one step at a time"
+            )),
+            (None, false) => AtCall::Step,
+        },
     }
-    Ok(places)
 }
 
-/// A step's pointer slots (region = index into its walk) in the range's region ids, new
-/// regions numbered from `first_new`.
-pub fn remap_slots(slots: &[(u32, u64)], places: &[Place], first_new: u32) -> Vec<(u32, u64)> {
-    slots
-        .iter()
-        .filter_map(|&(r, off)| match places.get(r as usize)? {
-            Place::Held { id, delta } => Some((*id, off + delta)),
-            Place::New(n) => Some((first_new + n, off)),
-        })
-        .collect()
+/// What a selection boundary's close (`range_end`) does to the open range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AtEnd {
+    /// No range opened by a boundary is open (a `--launch-range` closes at its last launch).
+    Nothing,
+    /// The capture is taken and written.
+    Close,
+    /// The range cannot be written (the message says why).
+    Abandon(&'static str),
+}
+
+impl RangePending {
+    /// What `range_end` does to this range.
+    pub fn at_end(&self) -> AtEnd {
+        at_end(
+            self.bounds.is_some(),
+            self.awaiting.is_some(),
+            self.has_kernel_step(),
+        )
+    }
+}
+
+/// The decision at a boundary's close, for a range opened by `--launch-range` (`bounded`),
+/// with a step in flight on another thread, holding a kernel step.
+pub fn at_end(bounded: bool, in_flight: bool, has_kernel_step: bool) -> AtEnd {
+    match (bounded, in_flight, has_kernel_step) {
+        (true, _, _) => AtEnd::Nothing,
+        (false, true, _) => AtEnd::Abandon(
+            "the range ended while one of its steps was still being issued (another thread)",
+        ),
+        (false, false, false) => {
+            AtEnd::Abandon("the range holds no kernel launch (a range capture needs one)")
+        }
+        (false, false, true) => AtEnd::Close,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kreplay_format::{Dispatch, HostWait};
 
     const R: LaunchRange = LaunchRange { first: 3, last: 5 };
 
     const OPEN_AT_3: OpenRange<'static> = OpenRange {
-        stream: 0,
         refusal: None,
         in_flight: false,
-        last_launch: 3,
+        last_launch: Some(3),
+        steps: 1,
     };
 
     fn refusal(d: AtEnter) -> String {
@@ -382,22 +680,36 @@ mod tests {
     }
 
     #[test]
-    fn a_range_opens_at_its_first_launch_and_grows_on_its_stream() {
-        assert_eq!(at_enter(R, 3, 0, None), AtEnter::Open);
-        assert_eq!(at_enter(R, 4, 0, Some(OPEN_AT_3)), AtEnter::Grow);
-        assert_eq!(at_enter(R, 4, 0, None), AtEnter::Skip, "abandoned");
-        assert!(closes(R, 5) && !closes(R, 4));
+    fn a_launch_range_opens_at_its_first_launch_and_steps_on_any_stream() {
+        assert_eq!(at_enter(Some(R), 3, None), AtEnter::Open);
+        assert_eq!(at_enter(Some(R), 4, Some(OPEN_AT_3)), AtEnter::Step);
+        assert_eq!(at_enter(Some(R), 4, None), AtEnter::Skip, "abandoned");
+        assert!(closes(Some(R), 5) && !closes(Some(R), 4));
+        let refused = OpenRange {
+            refusal: Some("cuMemAlloc_v2"),
+            ..OPEN_AT_3
+        };
+        assert_eq!(
+            refusal(at_enter(Some(R), 4, Some(refused))),
+            "cuMemAlloc_v2"
+        );
     }
 
     #[test]
-    fn a_second_stream_or_an_earlier_refusal_refuses_the_range() {
-        let why = refusal(at_enter(R, 4, 0x77, Some(OPEN_AT_3)));
-        assert!(why.contains("another stream"), "{why}");
-        let refused = OpenRange {
-            refusal: Some("cuMemcpy_v2"),
-            ..OPEN_AT_3
+    fn a_boundary_range_takes_any_launch_while_open_and_never_closes_at_one() {
+        assert_eq!(at_enter(None, 17, None), AtEnter::Skip, "not open");
+        let fresh = OpenRange {
+            refusal: None,
+            in_flight: false,
+            last_launch: None,
+            steps: 2,
         };
-        assert_eq!(refusal(at_enter(R, 4, 0, Some(refused))), "cuMemcpy_v2");
+        assert_eq!(
+            at_enter(None, 17, Some(fresh)),
+            AtEnter::Step,
+            "a first kernel step after ops"
+        );
+        assert!(!closes(None, 17));
     }
 
     #[test]
@@ -406,70 +718,119 @@ mod tests {
             in_flight: true,
             ..OPEN_AT_3
         };
-        assert!(refusal(at_enter(R, 4, 0, Some(busy))).contains("one launch at a time"));
+        assert!(refusal(at_enter(Some(R), 4, Some(busy))).contains("one step at a time"));
         // Launch 4 was counted but was not a step (a graph node): 5 does not follow 3.
-        assert!(refusal(at_enter(R, 5, 0, Some(OPEN_AT_3))).contains("launch 4"));
+        assert!(refusal(at_enter(Some(R), 5, Some(OPEN_AT_3))).contains("launch 4"));
     }
 
     #[test]
-    fn memory_and_stream_operations_refuse_a_range() {
-        for f in [
-            "cuMemcpyHtoD_v2",
-            "cuMemcpyAsync",
-            "cuMemsetD32_v2",
-            "cuEventRecord",
-            "cuStreamWaitEvent",
-            "cuMemAlloc_v2",
-            "cuMemFreeAsync",
-            "cuGraphLaunch",
-            "cuLaunchHostFunc",
-            "cuLaunchGrid",
-        ] {
-            assert!(refuses_range(f), "{f}");
-        }
-        // Launches through the captured entry points are steps and never asked about.
-        for f in [
-            "cuCtxSynchronize",
-            "cuStreamSynchronize",
-            "cuCtxGetCurrent",
-            "cuModuleGetFunction",
-            "cuLibraryLoadData",
-        ] {
-            assert!(!refuses_range(f), "{f}");
-        }
-    }
-
-    #[test]
-    fn reached_regions_are_placed_inside_held_ones_or_new() {
-        let held = [(0x1000, 0x100), (0x4000, 0x1000)];
-        let reached = [(0x4010, 0x10), (0x8000, 0x40), (0x1000, 0x100), (0x9000, 8)];
-        let places = place_regions(&held, &reached).expect("placed");
+    fn calls_inside_a_range_step_refuse_now_or_after_the_step_in_flight() {
         assert_eq!(
-            places,
-            vec![
-                Place::Held { id: 1, delta: 0x10 },
-                Place::New(0),
-                Place::Held { id: 0, delta: 0 },
-                Place::New(1)
-            ]
+            at_call(CallClass::Step, "cuMemcpyAsync", OPEN_AT_3),
+            AtCall::Step
         );
-        let slots = remap_slots(&[(0, 8), (1, 16), (3, 0)], &places, 2);
-        assert_eq!(slots, vec![(1, 0x18), (2, 16), (3, 0)]);
+        assert_eq!(
+            at_call(CallClass::Ignore, "cuStreamQuery", OPEN_AT_3),
+            AtCall::Ignore
+        );
+        let AtCall::Refuse(why) = at_call(CallClass::Refuse, "cuMemAlloc_v2", OPEN_AT_3) else {
+            panic!("refused now");
+        };
+        assert!(
+            why.starts_with("cuMemAlloc_v2 was called inside the range"),
+            "{why}"
+        );
+        let busy = OpenRange {
+            in_flight: true,
+            ..OPEN_AT_3
+        };
+        assert!(matches!(
+            at_call(CallClass::Refuse, "cuMemFree_v2", busy),
+            AtCall::Defer(_)
+        ));
+        let AtCall::Defer(why) = at_call(CallClass::Step, "cuMemsetD32_v2", busy) else {
+            panic!("deferred");
+        };
+        assert!(why.contains("one step at a time"), "{why}");
+        let refused = OpenRange {
+            refusal: Some("earlier"),
+            ..OPEN_AT_3
+        };
+        assert_eq!(
+            at_call(CallClass::Step, "cuMemcpy", refused),
+            AtCall::Refuse("earlier".into())
+        );
     }
 
     #[test]
-    fn an_empty_held_span_holds_nothing() {
-        // A CUDA array's slot among the held regions: ids stay positions, nothing lands there.
-        let places =
-            place_regions(&[(0, 0), (0x1000, 0x100)], &[(0x1000, 8), (0, 8)]).expect("placed");
-        assert_eq!(places, vec![Place::Held { id: 1, delta: 0 }, Place::New(0)]);
+    fn a_boundary_closes_its_own_range_when_it_holds_a_kernel_and_nothing_is_in_flight() {
+        assert_eq!(at_end(false, false, true), AtEnd::Close);
+        let AtEnd::Abandon(why) = at_end(false, false, false) else {
+            panic!("abandoned");
+        };
+        assert!(why.contains("no kernel launch"), "{why}");
+        let AtEnd::Abandon(why) = at_end(false, true, true) else {
+            panic!("abandoned");
+        };
+        assert!(why.contains("still being issued"), "{why}");
+        assert_eq!(
+            at_end(true, false, true),
+            AtEnd::Nothing,
+            "--launch-range closes at launch J"
+        );
+    }
+
+    fn kernel(ns: Option<u64>) -> Step {
+        Step::kernel(
+            7,
+            Dispatch {
+                kernel_name: "k".into(),
+                module_id: 0,
+                api: kreplay_format::LaunchApi::LaunchKernel,
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                cluster: [0; 3],
+                dynamic_shared_bytes: 0,
+                attributes: Vec::new(),
+                params: Vec::new(),
+                arg_bytes: Vec::new(),
+                pointer_words: Vec::new(),
+                original_duration_ns: ns,
+            },
+        )
     }
 
     #[test]
-    fn a_region_straddling_a_held_one_is_refused() {
-        let err = place_regions(&[(0x1000, 0x100)], &[(0x10f0, 0x20)]).unwrap_err();
-        assert!(err.contains("overlap"), "{err}");
-        // Two new regions of one step that overlap each other too.
-        assert!(place_regions(&[], &[(0, 16), (8, 16)]).is_err());
+    fn a_ranges_time_is_its_kernel_steps_and_its_launches_their_indices() {
+        let steps = [
+            Step::op(0, Op::HostWait(HostWait::Context)),
+            kernel(Some(1_000)),
+            kernel(None),
+            kernel(Some(250)),
+        ];
+        let digests = vec![None; 4];
+        let info = summarise(
+            "nvtx-range layer.2 #1",
+            &steps,
+            (Some(10), Some(12)),
+            Vec::new(),
+            digests.clone(),
+        );
+        assert_eq!(info.origin, "nvtx-range layer.2 #1");
+        assert_eq!(info.launches, Some((10, 12)));
+        assert_eq!(info.original_duration_ns, Some(1_250));
+        assert_eq!(info.digests, digests);
+        let untimed = summarise("x", &[kernel(None)], (None, None), Vec::new(), Vec::new());
+        assert_eq!(untimed.original_duration_ns, None);
+        assert_eq!(untimed.launches, None);
+        assert_eq!(launch_range_origin(R), "launch-range 3:5");
+        assert_eq!(
+            label(Some(R), "launch-range 3:5"),
+            "range capture of launches 3:5"
+        );
+        assert_eq!(
+            label(None, "profiler-range #1"),
+            "range capture of profiler-range #1"
+        );
     }
 }

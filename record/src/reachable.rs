@@ -15,7 +15,7 @@ use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, Walk, WalkError
 /// gigabytes of floats finds nothing but noise).
 const POINTER_SCAN_LIMIT: u64 = 64 << 20;
 /// Most bytes one region grows to while joining contiguous VMM mappings.
-const VMM_EXTENT_LIMIT: u64 = 64 << 30;
+pub(crate) const VMM_EXTENT_LIMIT: u64 = 64 << 30;
 
 /// Page-locked buffer the pointer scan reads regions into (full PCIe speed, allocated once).
 static STAGING: Mutex<Option<PinnedBuffer>> = Mutex::new(None);

@@ -5,8 +5,8 @@
 // result, so a run under kreplay can be compared with a plain run.
 //
 //   range_app           the four launches, nothing else between them
-//   range_app memcpy    a device-to-device cudaMemcpy between launches 1 and 2 (inside a
-//                       --launch-range 1:3, which must refuse the capture naming the call)
+//   range_app malloc    a cudaMalloc between launches 1 and 2 (inside a --launch-range 1:3,
+//                       which must refuse the capture naming the call; copies there are steps)
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
@@ -45,7 +45,7 @@ __global__ void range_outside(int n, const float* b, const float* c, float* d) {
 }
 
 int main(int argc, char** argv) {
-  bool with_memcpy = argc > 1 && strcmp(argv[1], "memcpy") == 0;
+  bool with_malloc = argc > 1 && strcmp(argv[1], "malloc") == 0;
   const int n = 1 << 20;
   const size_t bytes = n * sizeof(float);
   std::vector<float> host(n);
@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   CK(cudaDeviceSynchronize());
   const int block = 256, grid = (n + block - 1) / block;
   range_first<<<grid, block>>>(n, a, b);
-  if (with_memcpy) CK(cudaMemcpy(spare, b, bytes, cudaMemcpyDeviceToDevice));
+  float* extra = nullptr;
+  if (with_malloc) CK(cudaMalloc(&extra, bytes));
   range_second<<<grid, block>>>(n, a, b, c);
   range_third<<<grid, block>>>(n, c, b);
   range_outside<<<grid, block>>>(n, b, c, d);
@@ -71,5 +72,6 @@ int main(int argc, char** argv) {
   double sum = 0;
   for (int i = 0; i < n; ++i) sum += host[i] * (1.0 + (i % 7));
   printf("range checksum %.6f\n", sum);
+  if (extra) CK(cudaFree(extra));
   return 0;
 }

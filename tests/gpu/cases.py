@@ -169,10 +169,11 @@ CHECK_CASES = [
     CheckCase("graph-cond-beside", ("record", "-k", "graph_axpy"), 3, COND, (G, "cond", "3")),
     CheckCase("graph-cond-body", ("record", "-k", "graph_countdown"), 3,
               "bodies run a data-dependent number of times.*no dispatch matched", (G, "cond", "3")),
-    # A memcpy inside a --launch-range refuses the range, naming the call (issue 32).
+    # An allocation inside a --launch-range refuses the range, naming the call (issue 32; a
+    # copy there is a step).
     CheckCase("range-refuse", ("record", "--launch-range", "1:3"), 3,
-              r"launches 1:3 abandoned: cuMemcpy\w* was called inside the range.*the application continues",
-              ("{range_app}", "memcpy")),
+              r"launches 1:3 abandoned: cuMemAlloc\w* was called inside the range.*the application continues",
+              ("{range_app}", "malloc")),
     # A call a range cannot hold, inside a --profiler-range: refused naming it, before it runs;
     # the application's call runs and its output is unchanged (issue 32, proof 6).
     CheckCase("range-unsupported", ("record", "--profiler-range"), 3,

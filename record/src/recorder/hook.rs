@@ -136,8 +136,8 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
         }
     }
     // A range capture must see every memory and stream operation the application makes
-    // while it is open (they refuse it), under any of their many entry points: only range
-    // recordings pay for callbacks on every driver call.
+    // while it is open (each is a step or refuses it), under any of their many entry points:
+    // only range recordings pay for callbacks on every driver call.
     if config.launch_range.is_some() || config.boundary_range.is_some() {
         sub.enable_domain(csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API)?;
     }

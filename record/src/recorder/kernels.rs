@@ -189,7 +189,8 @@ fn count_at(
     c.matches += 1;
     let index = c.matches;
     if config.launch_range.is_some() || config.boundary_range.is_some() {
-        // Every launch of the range is one of its steps.
+        // Every launch of the range is one of its steps (a boundary range: every launch may
+        // be; the range unit knows whether one is open).
         return Some((launches, index));
     }
     let first = config.nth;

@@ -78,7 +78,7 @@ impl Recorder {
         correlation: u32,
     ) {
         let _self_calls = FlagGuard::force(&SELF_CALLS);
-        if self.config.launch_range.is_some() || self.config.boundary_range.is_some() {
+        if self.records_range() {
             return self.range_enter(view, name, launch_index, correlation);
         }
         if self.config.mode == Mode::Profile {
@@ -108,9 +108,7 @@ impl Recorder {
             Some(Unit::Profile(p)) => self.profile_exit(p),
             // Range units are process-wide, never in this thread's map.
             Some(Unit::Range(_)) => {}
-            None if self.config.launch_range.is_some() || self.config.boundary_range.is_some() => {
-                self.range_exit(correlation)
-            }
+            None if self.records_range() => self.range_exit(correlation),
             None => {}
         }
     }

@@ -77,11 +77,12 @@ fn route_of(group: Option<Group>, site: Site, marks: ThreadMarks) -> Route {
     }
 }
 
-/// Whether a driver call is one an open range must look at: the application's own call (not
-/// the recorder's, not made inside a launch's ENTER), at its ENTER (before it runs), and not
-/// a launch (launches are the range's steps).
-fn watched_for_range(group: Option<Group>, site: Site, marks: ThreadMarks) -> bool {
-    site == Site::Enter && group != Some(Group::Launch) && !marks.self_calls && !marks.in_launch
+/// Whether a driver call is one an open range must look at (at its ENTER, before it runs, to
+/// take it as a step or refuse it; at its EXIT, to finish the step): the application's own
+/// call (not the recorder's, not made inside a launch's ENTER), and not a launch (launches
+/// come to the range through the launch callbacks).
+fn watched_for_range(group: Option<Group>, marks: ThreadMarks) -> bool {
+    group != Some(Group::Launch) && !marks.self_calls && !marks.in_launch
 }
 
 /// Whether a driver call can be a boundary of `--profiler-range` (`cuProfilerStart`,
@@ -113,10 +114,11 @@ impl Recorder {
     fn route_call(&self, call: &ApiCall<'_>) {
         let group = callbacks::group(call.id);
         let marks = ThreadMarks::now();
-        if (self.config.launch_range.is_some() || self.config.boundary_range.is_some())
-            && watched_for_range(group, call.site, marks)
-        {
-            self.on_call_in_range(call);
+        if self.records_range() && watched_for_range(group, marks) {
+            match call.site {
+                Site::Enter => self.on_call_in_range(call),
+                Site::Exit => self.on_call_exit_in_range(call),
+            }
         }
         // cuProfilerStart / cuProfilerStop of `--profiler-range`, after the range's own look.
         if self.selection.is_some() && is_boundary_call(call.site, marks) {
@@ -216,14 +218,14 @@ mod tests {
     }
 
     #[test]
-    fn a_range_watches_the_applications_other_calls_at_enter() {
-        assert!(watched_for_range(None, Site::Enter, APP));
-        assert!(watched_for_range(Some(Group::Allocation), Site::Enter, APP));
-        assert!(watched_for_range(Some(Group::Graph), Site::Enter, APP));
-        assert!(!watched_for_range(None, Site::Exit, APP));
-        assert!(!watched_for_range(Some(Group::Launch), Site::Enter, APP));
-        assert!(!watched_for_range(None, Site::Enter, FINISHING));
-        assert!(!watched_for_range(None, Site::Enter, INSIDE_ENTER));
+    fn a_range_watches_the_applications_other_calls() {
+        assert!(watched_for_range(None, APP));
+        assert!(watched_for_range(Some(Group::Allocation), APP));
+        assert!(watched_for_range(Some(Group::Graph), APP));
+        assert!(!watched_for_range(Some(Group::Launch), APP));
+        // The recorder's own synchronisations and copies are never steps.
+        assert!(!watched_for_range(None, FINISHING));
+        assert!(!watched_for_range(None, INSIDE_ENTER));
     }
 
     #[test]

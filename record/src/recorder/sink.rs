@@ -235,6 +235,9 @@ fn write_events<W: Write + Seek>(
     .map_err(e)?;
     if !p.steps.is_empty() {
         w.steps(&p.steps).map_err(e)?;
+        if let Some(range) = &p.range {
+            w.range_info(range).map_err(e)?;
+        }
     }
     let mut written = write_regions(w, p, flight)?;
     // Post chunks of host snapshots, and of those the teardown callback brought home.
