@@ -692,7 +692,7 @@ fn write_range<W: Write + Seek>(
             log,
         )
     } else {
-        crate::pack_range::as_recorded(cap, opts.drop_post)
+        crate::pack_range::as_recorded(cap)
     };
     w.steps(&packed.steps)?;
     if let Some(r) = &packed.range {

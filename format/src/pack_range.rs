@@ -15,7 +15,10 @@
 //! - the selection's name (an NVTX range's, the application's string) is cut to its kind;
 //!   `launch-range I:J` and `profiler-range #N` say nothing of the application and stay.
 //! - the per-step digests of memory are dropped (of the application's memory, which redaction
-//!   replaced); so are they with `--drop-post`, with the received bytes: no reference output.
+//!   replaced, so a replay of the redacted capture would not match them).
+//!
+//! A replay of a redacted range has no reference: it checks neither the zeroed received bytes
+//! nor digests (there are none), as it checks no post chunks.
 
 use std::collections::HashMap;
 
@@ -38,23 +41,13 @@ pub struct PackedRange {
     pub range: Option<RangeInfo>,
 }
 
-/// A range kept as recorded; without a reference output (`drop_post`), its digests and the
-/// bytes device-to-host copies received go too.
-pub fn as_recorded(cap: &Capture<'_>, drop_post: bool) -> PackedRange {
-    let mut steps = cap.steps.clone();
-    let mut range = cap.range.clone();
-    if drop_post {
-        steps.iter_mut().for_each(zero_received);
-        if let Some(r) = &mut range {
-            r.digests.clear();
-        }
-    }
-    PackedRange { steps, range }
-}
-
-fn zero_received(s: &mut Step) {
-    if let Action::Op(Op::CopyDeviceToHost { received, .. }) = &mut s.action {
-        received.fill(0);
+/// A range kept as recorded. `--drop-post` keeps it whole too: the digests and the bytes
+/// device-to-host copies received are small, still true of the capture's input, and what a
+/// replay checks when the post chunks are gone.
+pub fn as_recorded(cap: &Capture<'_>) -> PackedRange {
+    PackedRange {
+        steps: cap.steps.clone(),
+        range: cap.range.clone(),
     }
 }
 
