@@ -37,6 +37,7 @@ pub mod pointer;
 pub mod profiler;
 #[cfg(test)]
 mod ptx_entries;
+pub mod step_ops;
 pub mod stream;
 pub mod texture;
 pub mod timing;

@@ -30,6 +30,18 @@ impl Stream {
         Ok(Stream { raw: s })
     }
 
+    /// A non-blocking stream of `priority` (`cuStreamCreateWithPriority`; the driver clamps
+    /// it to the device's range), for a replay of an application's stream.
+    pub fn with_priority(priority: i32) -> CuResult<Stream> {
+        let mut s = ptr::null_mut();
+        check(
+            // SAFETY: writes one stream handle; flag 1 = CU_STREAM_NON_BLOCKING.
+            unsafe { sys::cuStreamCreateWithPriority(&mut s, 1, priority) },
+            "cuStreamCreateWithPriority",
+        )?;
+        Ok(Stream { raw: s })
+    }
+
     pub fn synchronize(&self) -> CuResult<()> {
         // SAFETY: a valid stream owned by self.
         check(
@@ -122,6 +134,14 @@ impl Event {
         let mut e = ptr::null_mut();
         // SAFETY: writes one event handle; flags 0 = default (timing enabled).
         check(unsafe { sys::cuEventCreate(&mut e, 0) }, "cuEventCreate")?;
+        Ok(Event { raw: e })
+    }
+
+    /// An event for ordering only (`CU_EVENT_DISABLE_TIMING`: cheaper to record and wait on).
+    pub fn untimed() -> CuResult<Event> {
+        let mut e = ptr::null_mut();
+        // SAFETY: writes one event handle; flag 2 = CU_EVENT_DISABLE_TIMING.
+        check(unsafe { sys::cuEventCreate(&mut e, 2) }, "cuEventCreate")?;
         Ok(Event { raw: e })
     }
 

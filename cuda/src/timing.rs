@@ -201,6 +201,12 @@ impl GatedTimer {
         r
     }
 
+    /// Opens the gate before `finish`: the host is about to wait for work queued behind it
+    /// (a range's host-wait step), which would otherwise stall until the watchdog.
+    pub fn release(&mut self) {
+        self.open();
+    }
+
     fn open(&mut self) {
         if self.armed {
             if let Some(w) = &self.word {

@@ -11,12 +11,15 @@ pub mod arrays;
 pub mod attributes;
 pub mod counters;
 pub mod error;
+pub mod kernel;
 pub mod options;
 pub mod passes;
 pub mod plan;
 pub mod relocate;
 pub mod repro;
 pub mod restore;
+pub mod step_plan;
+pub mod steps;
 pub mod texture_desc;
 pub mod tool;
 pub mod verify;
@@ -26,10 +29,11 @@ pub mod write_set;
 mod testdata;
 
 pub use error::{MetricsError, PlayError};
+pub use kernel::Kernel;
 pub use options::{
     AddressMode, CacheState, CodeChoice, CodeSource, OpenOptions, Placement, PristineStore,
     RunOptions, Verification,
 };
-pub use passes::{Kernel, PassStats, PassTiming, Replayer};
+pub use passes::{PassStats, PassTiming, Replayer};
 pub use plan::{CodePlan, LaunchPlan, MemoryPlan, PlanError, ReplayPlan, Target};
 pub use restore::{RegionPlacement, Restorer, WriteSet};

@@ -71,6 +71,9 @@ pub struct RunOptions {
     pub warmup: u32,
     pub cache: CacheState,
     pub verification: Verification,
+    /// A range's kernel steps timed one by one too (`play --per-step`); no effect on one
+    /// dispatch.
+    pub per_step: bool,
 }
 
 impl Default for RunOptions {
@@ -80,6 +83,7 @@ impl Default for RunOptions {
             warmup: 0,
             cache: CacheState::Keep,
             verification: Verification::Off,
+            per_step: false,
         }
     }
 }

@@ -8,13 +8,16 @@ use std::time::Instant;
 
 use kreplay_cuda::cache::L2Flush;
 use kreplay_cuda::timing::GatedTimer;
-use kreplay_cuda::{AsFunction, DeviceProps, Event, KernelArgs, LaunchConfig, Stream};
+use kreplay_cuda::{AsFunction, DeviceProps, Event, Stream};
 use serde::Serialize;
 
 use crate::arrays::ArraySync;
 use crate::error::PlayError;
+pub use crate::kernel::Kernel;
 use crate::options::{CacheState, RunOptions, Verification};
 use crate::restore::Restorer;
+use crate::step_plan::step_medians;
+use crate::steps::RangeSteps;
 use crate::tool::{
     drive_from, DispatchView, LoopSummary, PassOutcome, PassRunner, PassTool, Start,
 };
@@ -27,13 +30,6 @@ const MIN_FLUSH_BYTES: u64 = 64 << 20;
 pub fn new_flush(props: &DeviceProps) -> Result<L2Flush, PlayError> {
     let bytes = (props.l2_bytes * FLUSH_L2_MULTIPLE).max(MIN_FLUSH_BYTES);
     Ok(L2Flush::new(bytes as usize, props.sm_count)?)
-}
-
-/// A kernel ready to launch: function, geometry and attributes, argument bytes.
-pub struct Kernel<F: AsFunction> {
-    pub function: F,
-    pub config: LaunchConfig,
-    pub args: KernelArgs,
 }
 
 /// What the pass loop measured.
@@ -50,6 +46,12 @@ pub struct PassStats {
     pub capped: bool,
     /// The tool asked for no pass (CONFIG returned 0): the dispatch ran once, as pass 0.
     pub skipped: bool,
+    /// A range's per-step median times over the timed passes (with `per_step`; `None` for
+    /// steps that are not timed); empty for one dispatch.
+    pub step_medians: Vec<Option<u64>>,
+    /// A range's device-to-host copy steps whose bytes differed from what the application
+    /// received, in the verified pass (checked only when verifying).
+    pub copy_mismatches: Vec<usize>,
 }
 
 /// Timing of the passes (`play --json` carries these fields at its top level).
@@ -79,9 +81,9 @@ fn median(v: &[u64]) -> u64 {
 pub struct Replayer<F: AsFunction> {
     // Field order is drop order: the kernel and copies before the stream they ran on.
     kernel: Kernel<F>,
-    /// A range capture's later steps, launched after `kernel` in order on the same stream
-    /// (a pass runs and times them all); empty for one dispatch.
-    steps: Vec<Kernel<F>>,
+    /// A range capture's steps (`kernel` among them, as `StepAction::Primary`), a pass runs
+    /// and times them all; `None` for one dispatch.
+    range: Option<RangeSteps<F>>,
     restorer: Restorer,
     /// Arrays the kernel writes, synchronised with their shadows around each pass.
     arrays: ArraySync,
@@ -94,6 +96,8 @@ pub struct Replayer<F: AsFunction> {
     opened: Instant,
     /// From opening to the first launch, in milliseconds (once it was made).
     setup_ms: Option<f64>,
+    /// A range's device-to-host copy steps that received other bytes in the verified pass.
+    copy_mismatches: Vec<usize>,
 }
 
 impl<F: AsFunction> Replayer<F> {
@@ -114,7 +118,7 @@ impl<F: AsFunction> Replayer<F> {
     ) -> Replayer<F> {
         Replayer {
             kernel,
-            steps: Vec::new(),
+            range: None,
             restorer,
             arrays: ArraySync::default(),
             flush: None,
@@ -123,6 +127,7 @@ impl<F: AsFunction> Replayer<F> {
             launched: false,
             opened,
             setup_ms: None,
+            copy_mismatches: Vec::new(),
         }
     }
 
@@ -132,14 +137,15 @@ impl<F: AsFunction> Replayer<F> {
         self
     }
 
-    /// A range's later steps (see `steps`).
-    ///
-    /// # Safety
-    /// As for `new`'s `kernel`: each step, launched any number of times after the steps
-    /// before it, touches only memory it may.
-    pub unsafe fn with_steps(mut self, steps: Vec<Kernel<F>>) -> Replayer<F> {
-        self.steps = steps;
+    /// A range's steps (see `range`); `self`'s stream is their pass stream.
+    pub fn with_range(mut self, range: RangeSteps<F>) -> Replayer<F> {
+        self.range = Some(range);
         self
+    }
+
+    /// Whether this replays a range's steps rather than one dispatch.
+    pub fn is_range(&self) -> bool {
+        self.range.is_some()
     }
 
     pub fn stream(&self) -> &Stream {
@@ -171,15 +177,59 @@ impl<F: AsFunction> Replayer<F> {
     }
 
     pub fn launch(&mut self) -> Result<(), PlayError> {
-        let k = &mut self.kernel;
-        // SAFETY: what the kernel touches was vouched for at `Replayer::new`.
-        unsafe { kreplay_cuda::launch(&k.function, &k.config, &mut k.args, &self.stream)? };
-        for s in &mut self.steps {
-            // SAFETY: what each step touches was vouched for at `with_steps`.
-            unsafe { kreplay_cuda::launch(&s.function, &s.config, &mut s.args, &self.stream)? };
+        self.launch_with(&mut || {})
+    }
+
+    /// Queues the dispatch, or a range's whole pass (`before_host_wait` is called before
+    /// the host blocks on one of its host-wait steps).
+    fn launch_with(&mut self, before_host_wait: &mut dyn FnMut()) -> Result<(), PlayError> {
+        match &mut self.range {
+            None => {
+                let k = &mut self.kernel;
+                // SAFETY: what the kernel touches was vouched for at `Replayer::new`.
+                unsafe { kreplay_cuda::launch(&k.function, &k.config, &mut k.args, &self.stream)? };
+            }
+            Some(range) => range.run_pass(&mut self.kernel, &self.stream, before_host_wait)?,
         }
         self.launched = true;
         Ok(())
+    }
+
+    /// Restores the write set and waits for it: the captured input is in place.
+    pub fn restore_and_wait(&mut self) -> Result<(), PlayError> {
+        self.restore()?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Runs a range's step `i` alone and waits for every range stream (after the steps
+    /// before it, for a faithful state); nothing for one dispatch.
+    pub fn run_step(&mut self, i: usize) -> Result<(), PlayError> {
+        if let Some(range) = &mut self.range {
+            self.launched = true;
+            range.run_step_and_wait(i, &mut self.kernel, &self.stream)?;
+        }
+        Ok(())
+    }
+
+    /// A range replayed once more step by step: restore, then each step alone, every stream
+    /// waited for after it, `differs(i)` asked after step `i`; the first step it says
+    /// differs (`None`: none did, or this is one dispatch).
+    pub fn first_divergent_step(
+        &mut self,
+        differs: &mut dyn FnMut(usize, &Stream) -> Result<bool, PlayError>,
+    ) -> Result<Option<usize>, PlayError> {
+        let Some(steps) = self.range.as_ref().map(|r| r.len()) else {
+            return Ok(None);
+        };
+        self.restore_and_wait()?;
+        for i in 0..steps {
+            self.run_step(i)?;
+            if differs(i, &self.stream)? {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 
     /// Empties L2 (queued on the stream) when `cache` asks for it.
@@ -194,6 +244,14 @@ impl<F: AsFunction> Replayer<F> {
             f.run(&self.stream)?;
         }
         Ok(())
+    }
+
+    /// After the verified pass completed: which of a range's device-to-host copies received
+    /// other bytes than the application did.
+    fn note_copies(&mut self) {
+        if let Some(r) = &self.range {
+            self.copy_mismatches = r.copy_mismatches();
+        }
     }
 
     /// Copies written arrays back into their shadows (where verification and --save-output
@@ -221,12 +279,19 @@ impl<F: AsFunction> Replayer<F> {
             warmup: opts.warmup,
             ran_before: self.launched,
         };
+        if let Some(r) = &mut self.range {
+            r.time_steps(opts.per_step);
+        }
         let mut runner = TimedPasses::new(self, opts, &mut *check_reference)?;
         let summary = drive_from(tool, view, &mut runner, start)?;
         let TimedPasses {
-            restores_ns, timer, ..
+            restores_ns,
+            timer,
+            step_ns,
+            ..
         } = runner;
         self.finish_timed(verify, opts.warmup, check_reference)?;
+        let timed = self.range.as_ref().map(|r| r.timed()).unwrap_or_default();
         let timing = timing_of(
             &summary,
             opts.warmup,
@@ -242,6 +307,8 @@ impl<F: AsFunction> Replayer<F> {
             stopped_by_tool: summary.stopped_by_tool,
             capped: summary.capped,
             skipped: summary.skipped,
+            step_medians: step_medians(&step_ns, &timed),
+            copy_mismatches: self.copy_mismatches.clone(),
         })
     }
 
@@ -259,6 +326,7 @@ impl<F: AsFunction> Replayer<F> {
             self.launch()?;
             self.pull_arrays()?;
             check_reference()?;
+            self.note_copies();
         }
         if !verify && !self.arrays.is_empty() {
             self.pull_arrays()?;
@@ -315,6 +383,8 @@ struct TimedPasses<'r, 'c, F: AsFunction> {
     restore_start: Event,
     restore_stop: Event,
     restores_ns: Vec<u64>,
+    /// A range's per-step times, per step, one per timed pass (with `per_step`).
+    step_ns: Vec<Vec<u64>>,
 }
 
 impl<'r, 'c, F: AsFunction> TimedPasses<'r, 'c, F> {
@@ -335,6 +405,7 @@ impl<'r, 'c, F: AsFunction> TimedPasses<'r, 'c, F> {
             restore_start: Event::new()?,
             restore_stop: Event::new()?,
             restores_ns: Vec::new(),
+            step_ns: Vec::new(),
         })
     }
 
@@ -349,6 +420,7 @@ impl<'r, 'c, F: AsFunction> TimedPasses<'r, 'c, F> {
         }
         if pass == 0 && self.check_after_first {
             (self.check_reference)()?;
+            self.replayer.note_copies();
         }
         let digest = self.replayer.restorer.digest()?;
         Ok(Some(match &self.reference {
@@ -358,6 +430,21 @@ impl<'r, 'c, F: AsFunction> TimedPasses<'r, 'c, F> {
             }
             Some(r) => *r == digest,
         }))
+    }
+}
+
+impl<F: AsFunction> TimedPasses<'_, '_, F> {
+    /// Adds the pass's per-step times (a range timed step by step; nothing otherwise).
+    fn note_step_times(&mut self) -> Result<(), PlayError> {
+        let Some(range) = &self.replayer.range else {
+            return Ok(());
+        };
+        let times = range.step_times()?;
+        self.step_ns.resize(times.len(), Vec::new());
+        for (all, t) in self.step_ns.iter_mut().zip(times) {
+            all.extend(t);
+        }
+        Ok(())
     }
 }
 
@@ -383,10 +470,12 @@ impl<F: AsFunction> PassRunner for TimedPasses<'_, '_, F> {
         let r = &mut *self.replayer;
         r.note_setup();
         self.timer.arm(&r.stream)?;
-        let launched_ok = r.launch();
+        let timer = &mut self.timer;
+        let launched_ok = r.launch_with(&mut || timer.release());
         self.timer.finish(&r.stream)?;
         launched_ok?;
         let duration_ns = self.timer.elapsed_ns()?;
+        self.note_step_times()?;
         let matches_first = self.check(pass)?;
         Ok(PassOutcome {
             index: pass,

@@ -28,6 +28,8 @@
 //!   the time, pid and output path) are replaced; the GPU model, driver version, code,
 //!   geometry, launch index and timing are kept.
 //!
+//! - a range capture's steps and RANGE event: see [`crate::pack_range`].
+//!
 //! The post-dispatch state cannot be recomputed without a GPU: its chunks keep only where the
 //! kernel writes (zero holes), and the capture says so (`Reference`), so `play --verify`
 //! checks determinism instead of a reference.
@@ -42,6 +44,8 @@ use crate::events::{
 use crate::layout::MemoryState;
 use crate::observe::{Observer, Phase};
 use crate::reader::Capture;
+use crate::redact_values::{f16_bits, mix};
+pub use crate::redact_values::{redacted_period, Element, ParamShape, ParamType, REDACTION_PERIOD};
 use crate::units::bytes;
 use crate::writer::{CaptureHead, CaptureTail, CaptureWriter, WriterOptions};
 
@@ -58,68 +62,9 @@ pub struct PackOptions {
     /// the demangled signature; empty when unknown (redaction then keeps every argument and
     /// gives memory the safe default type).
     pub param_types: Vec<ParamType>,
-}
-
-/// One kernel parameter's type, as redaction uses it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParamType {
-    /// The C++ type as the signature spells it (shown in the redaction listing).
-    pub name: String,
-    pub shape: ParamShape,
-}
-
-/// What a parameter is, for redaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParamShape {
-    /// A number passed by value.
-    Scalar(Element),
-    /// A pointer to elements of this type.
-    Pointer(Element),
-    /// Anything else (a struct, an enum, a reference, a template): kept whole.
-    Other,
-}
-
-/// The type of the values redaction writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Element {
-    F16,
-    Bf16,
-    F32,
-    F64,
-    /// An integer of this many bytes (1, 2, 4 or 8).
-    Int(u8),
-    Bool,
-    /// Not known: the safe default (see the module documentation).
-    Unknown,
-}
-
-impl Element {
-    /// Bytes of one element.
-    pub fn size(self) -> u64 {
-        match self {
-            Element::F16 | Element::Bf16 => 2,
-            Element::F32 => 4,
-            Element::F64 | Element::Unknown => 8,
-            Element::Int(n) => u64::from(n.clamp(1, 8)),
-            Element::Bool => 1,
-        }
-    }
-
-    /// What redacted memory of this type holds, in words.
-    pub fn describe(self) -> String {
-        match self {
-            Element::F16 => "f16 values +-1/16..+-15/16".into(),
-            Element::Bf16 => "bf16 values +-1/16..+-15/16".into(),
-            Element::F32 => "f32 values +-1/16..+-15/16".into(),
-            Element::F64 => "f64 values +-1/16..+-15/16".into(),
-            Element::Int(n) => format!("{}-bit integers 0..=15", 8 * n),
-            Element::Bool => "bools 0/1".into(),
-            Element::Unknown => {
-                "8-byte words 0..=15 (type unknown: small as any integer, finite as any float)"
-                    .into()
-            }
-        }
-    }
+    /// A range capture's: per step, its kernel's parameter types as `param_types` (empty for
+    /// an op step, or when unknown); the first kernel step's are `param_types`.
+    pub step_param_types: Vec<Vec<ParamType>>,
 }
 
 /// What `pack` did.
@@ -147,70 +92,6 @@ pub const MIN_REDACT_LEVEL: i32 = 3;
 /// Bytes of chunks decoded at once.
 const WINDOW: u64 = 64 << 20;
 
-/// Redacted memory repeats with this period (bytes): a multiple of every element size. Inside
-/// it, elements cycle through 16 distinct values, so every 8-byte stretch of a period is
-/// unique in it and zstd at any level finds the repeat one period back: a redacted chunk
-/// compresses to a few hundred bytes, so a redacted capture is no larger than the original.
-pub const REDACTION_PERIOD: u64 = 128;
-
-fn mix(a: u64, b: u64) -> u64 {
-    let mut z = (a << 40 ^ b).wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// An f32 that f16 holds exactly (normal or zero, no rounding needed) as f16 bits.
-fn f16_bits(v: f32) -> u16 {
-    let b = v.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    if v == 0.0 {
-        return sign;
-    }
-    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
-    sign | ((exp.clamp(1, 30) as u16) << 10) | ((b >> 13) & 0x3ff) as u16
-}
-
-/// Writes value number `v` (0..16) of element type `e` into `out` (`e.size()` bytes): floats
-/// (2v - 15)/16, the odd sixteenths in (-1, 1), exact in f16, bf16, f32 and f64; integers v;
-/// bools v & 1.
-fn encode(e: Element, v: u64, out: &mut [u8]) {
-    let float = (2.0 * (v % 16) as f32 - 15.0) / 16.0;
-    let small = v % 16;
-    match e {
-        Element::F16 => out.copy_from_slice(&f16_bits(float).to_le_bytes()),
-        Element::Bf16 => out.copy_from_slice(&((float.to_bits() >> 16) as u16).to_le_bytes()),
-        Element::F32 => out.copy_from_slice(&float.to_le_bytes()),
-        Element::F64 => out.copy_from_slice(&f64::from(float).to_le_bytes()),
-        Element::Int(_) | Element::Unknown => {
-            let n = out.len();
-            out.copy_from_slice(&small.to_le_bytes()[..n]);
-        }
-        Element::Bool => out[0] = (v & 1) as u8,
-    }
-}
-
-/// One period of the redacted bytes of a stretch of `region_id` holding `e` (element 0 at
-/// the period's start): the 16 values in an order drawn from the region id (bools: a binary
-/// de Bruijn cycle, whose 8-bit windows are all distinct).
-pub fn redacted_period(region_id: u32, e: Element) -> Vec<u8> {
-    let mut order: [u64; 16] = std::array::from_fn(|i| i as u64);
-    for i in (1..16).rev() {
-        let j = (mix(u64::from(region_id), i as u64) % (i as u64 + 1)) as usize;
-        order.swap(i, j);
-    }
-    if e == Element::Bool {
-        let rot = mix(u64::from(region_id), 99) % 16;
-        order = std::array::from_fn(|i| (0b0000_1001_1010_1111u64 >> ((i as u64 + rot) % 16)) & 1);
-    }
-    let size = e.size() as usize;
-    let mut p = vec![0u8; REDACTION_PERIOD as usize];
-    for (i, el) in p.chunks_exact_mut(size).enumerate() {
-        encode(e, order[i % 16], el);
-    }
-    p
-}
-
 /// A stretch of a region with one element type, from `start` to the next segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {
@@ -228,33 +109,64 @@ pub fn region_segments(
     param_types: &[ParamType],
     region: &Region,
 ) -> Vec<Segment> {
-    let d = &cap.dispatch;
+    range_region_segments(cap, param_types, &[], region)
+}
+
+/// The typed pointer arguments of launch `d` (with `types`, one per parameter) that point
+/// into `region`, each a segment from where it points; `label` prefixes their source.
+fn pointer_segments(
+    d: &Dispatch,
+    types: &[ParamType],
+    region: &Region,
+    label: &str,
+) -> Vec<Segment> {
     let inside = |addr: u64| addr >= region.address && addr - region.address < region.size;
-    let mut found: Vec<Segment> = Vec::new();
-    if param_types.len() == d.params.len() {
-        for (i, (p, t)) in d.params.iter().zip(param_types).enumerate() {
-            let ParamShape::Pointer(e) = t.shape else {
-                continue;
-            };
-            if e == Element::Unknown || !d.pointer_words.contains(&p.offset) {
-                continue;
-            }
-            let at = p.offset as usize;
-            let Some(word) = d.arg_bytes.get(at..at + 8) else {
-                continue;
-            };
-            let mut w = [0u8; 8];
-            w.copy_from_slice(word);
-            let v = u64::from_le_bytes(w);
-            if region.kind != MemoryKind::CudaArray && inside(v) {
-                found.push(Segment {
-                    start: v - region.address,
-                    element: e,
-                    source: format!("argument {i} ({})", t.name),
-                });
-            }
+    let mut found = Vec::new();
+    if types.len() != d.params.len() || region.kind == MemoryKind::CudaArray {
+        return found;
+    }
+    for (i, (p, t)) in d.params.iter().zip(types).enumerate() {
+        let ParamShape::Pointer(e) = t.shape else {
+            continue;
+        };
+        if e == Element::Unknown || !d.pointer_words.contains(&p.offset) {
+            continue;
+        }
+        let at = p.offset as usize;
+        let Some(word) = d.arg_bytes.get(at..at + 8) else {
+            continue;
+        };
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let v = u64::from_le_bytes(w);
+        if inside(v) {
+            found.push(Segment {
+                start: v - region.address,
+                element: e,
+                source: format!("{label}argument {i} ({})", t.name),
+            });
         }
     }
+    found
+}
+
+/// As [`region_segments`], for a range capture also from the typed pointer arguments of its
+/// later kernel steps (`step_types`, one list per step: `PackOptions::step_param_types`); at
+/// one offset the DISPATCH's type wins, then the earlier step's.
+pub fn range_region_segments(
+    cap: &Capture<'_>,
+    param_types: &[ParamType],
+    step_types: &[Vec<ParamType>],
+    region: &Region,
+) -> Vec<Segment> {
+    let mut found = pointer_segments(&cap.dispatch, param_types, region, "");
+    let first_kernel = cap.steps.iter().position(|s| s.dispatch().is_some());
+    for (k, (step, types)) in cap.steps.iter().zip(step_types).enumerate() {
+        if let Some(d) = step.dispatch().filter(|_| Some(k) != first_kernel) {
+            found.extend(pointer_segments(d, types, region, &format!("step {k} ")));
+        }
+    }
+    let inside = |addr: u64| addr >= region.address && addr - region.address < region.size;
     let format_element = |format: u32| match format {
         0x01 | 0x08 => Some(Element::Int(1)),
         0x02 | 0x09 => Some(Element::Int(2)),
@@ -717,6 +629,7 @@ pub fn pack_observed<W: Write + Seek>(
         },
     )?;
     write_head_parts(&mut w, info.as_ref(), device.as_ref(), cap, &dispatch)?;
+    write_range(&mut w, cap, &opts, &dispatch, &mut log)?;
 
     // Words a redacted region keeps: pointer slots and texture handle words, per region.
     let mut keep: Vec<(u32, u64)> = cap.pointer_slots.clone();
@@ -758,6 +671,36 @@ pub fn pack_observed<W: Write + Seek>(
     Ok((w.finish()?, report))
 }
 
+/// A range capture's steps and RANGE event, right after the head: as recorded, or redacted
+/// with `dispatch` (the redacted DISPATCH) as its first kernel step.
+fn write_range<W: Write + Seek>(
+    w: &mut CaptureWriter<W>,
+    cap: &Capture<'_>,
+    opts: &PackOptions,
+    dispatch: &Dispatch,
+    log: &mut Redaction,
+) -> Result<()> {
+    if !cap.is_range() {
+        return Ok(());
+    }
+    let packed = if opts.redact {
+        crate::pack_range::redacted(
+            cap,
+            dispatch,
+            &opts.step_param_types,
+            &mut |d, types, log| redact_dispatch(d, types, &[], log),
+            log,
+        )
+    } else {
+        crate::pack_range::as_recorded(cap)
+    };
+    w.steps(&packed.steps)?;
+    if let Some(r) = &packed.range {
+        w.range_info(r)?;
+    }
+    Ok(())
+}
+
 /// Each region and its pre-state chunks, a window at a time, redacted when asked.
 fn pack_regions<W: Write + Seek>(
     w: &mut CaptureWriter<W>,
@@ -785,7 +728,7 @@ fn pack_regions<W: Write + Seek>(
         let segments: Vec<(Segment, Vec<u8>)> = if whole {
             Vec::new()
         } else {
-            region_segments(cap, &opts.param_types, r)
+            range_region_segments(cap, &opts.param_types, &opts.step_param_types, r)
                 .into_iter()
                 .map(|s| {
                     let p = redacted_period(r.region_id, s.element);

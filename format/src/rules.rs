@@ -15,7 +15,8 @@ use crate::codec::{self, METADATA_LIMIT};
 use crate::error::{FormatError, Result};
 use crate::events::*;
 use crate::layout::*;
-use crate::steps::{op_problem, Action, KernelStep, OpStep, RangeInfo, Step};
+use crate::range_rules;
+use crate::steps::{KernelStep, OpStep, RangeInfo, Step};
 
 /// A zstd metadata payload may decode to at most this many times its stored size (module
 /// images and PTX compress 3-15x; 64x leaves room and stops a few KB from becoming GBs)...
@@ -164,6 +165,8 @@ pub enum EventRef {
     Textures(Vec<u32>),
     /// The salvage record of an earlier salvage.
     Salvage,
+    /// The range event (salvage rewrites it: its digests may cover dropped regions).
+    Range,
     /// An unknown non-critical event, skipped.
     Skipped,
     Other,
@@ -195,6 +198,8 @@ pub struct CaptureBuilder<'a> {
     pub skipped: Vec<(u64, u16)>,
     /// What an earlier salvage lost (the SALVAGE event).
     pub salvage: Option<SalvageRecord>,
+    /// Regions `drop_regions` removed (as declared): an op step may still name them.
+    lost_regions: Vec<Region>,
 }
 
 impl<'a> CaptureBuilder<'a> {
@@ -220,6 +225,7 @@ impl<'a> CaptureBuilder<'a> {
             chunks: BTreeMap::new(),
             skipped: Vec::new(),
             salvage: None,
+            lost_regions: Vec::new(),
         }
     }
 
@@ -379,7 +385,7 @@ impl<'a> CaptureBuilder<'a> {
         }
         let r: RangeInfo = self.decode(off, frame, EventKind::Range)?;
         self.range = Some(r);
-        Ok(EventRef::Other)
+        Ok(EventRef::Range)
     }
 
     /// A step or range event needs a file of `minor` or newer and the DISPATCH before it.
@@ -679,7 +685,8 @@ impl<'a> CaptureBuilder<'a> {
     }
 
     /// Removes regions and everything that refers to them: their chunks, the module globals
-    /// that live in them, the pointer slots inside them.
+    /// that live in them, the pointer slots inside them, the range's digests over them (op
+    /// steps that name them stay: `replay_blockers` reports them).
     /// Texture objects cannot lose their arrays or handle tables: a dropped region they refer
     /// to drops the textures event whole (`salvage` says so).
     pub fn drop_regions(&mut self, ids: &HashSet<u32>) {
@@ -691,7 +698,14 @@ impl<'a> CaptureBuilder<'a> {
         if refers {
             self.textures = Textures::default();
         }
-        self.regions.retain(|r| !ids.contains(&r.region_id));
+        let (lost, kept): (Vec<Region>, Vec<Region>) = std::mem::take(&mut self.regions)
+            .into_iter()
+            .partition(|r| ids.contains(&r.region_id));
+        self.regions = kept;
+        self.lost_regions.extend(lost);
+        if let Some(range) = &mut self.range {
+            range_rules::forget_digests_over(range, ids);
+        }
         self.chunks.retain(|k, _| !ids.contains(&k.0));
         self.globals.retain(|g| !ids.contains(&g.region_id));
         self.pointer_slots.retain(|(r, _)| !ids.contains(r));
@@ -700,52 +714,27 @@ impl<'a> CaptureBuilder<'a> {
         }
     }
 
-    /// The rules of a range that need the whole capture: the first kernel step is the
-    /// dispatch, every op inside a region, the range's digests one per step at most and over
-    /// regions the capture holds.
+    /// The rules of a range that need the whole capture (`range_rules`): the first kernel
+    /// step is the dispatch, every op inside a region (or one salvage dropped), the range's
+    /// digests one per step at most and over regions the capture holds.
     fn check_steps(&self, offset: u64) -> Result<()> {
-        let inconsistent = |what: String| FormatError::Inconsistent { offset, what };
-        if self.steps.is_empty() {
-            return Ok(());
+        let lost: Vec<Region> = self
+            .lost_regions
+            .iter()
+            .chain(self.salvage.iter().flat_map(|s| &s.dropped_regions))
+            .cloned()
+            .collect();
+        let problem = range_rules::kernel_steps_problem(&self.steps, self.dispatch.as_ref())
+            .or_else(|| range_rules::ops_problem(&self.steps, &self.regions, &lost))
+            .or_else(|| {
+                self.range
+                    .as_ref()
+                    .and_then(|r| range_rules::digest_problem(r, self.steps.len(), &self.regions))
+            });
+        match problem {
+            Some(what) => Err(FormatError::Inconsistent { offset, what }),
+            None => Ok(()),
         }
-        let first = self.steps.iter().find_map(Step::dispatch);
-        match (first, &self.dispatch) {
-            (None, _) => {
-                return Err(inconsistent(
-                    "the range holds no kernel step (a range capture needs one)".into(),
-                ))
-            }
-            (Some(first), Some(d)) if first != d => {
-                return Err(inconsistent(
-                    "the first kernel step differs from the dispatch event (a range capture's dispatch is its first kernel step)".into(),
-                ))
-            }
-            _ => {}
-        }
-        for (i, s) in self.steps.iter().enumerate() {
-            if let Action::Op(op) = &s.action {
-                if let Some(p) = op_problem(op, i, &self.regions) {
-                    return Err(inconsistent(p));
-                }
-            }
-        }
-        if let Some(r) = &self.range {
-            if r.digests.len() > self.steps.len() {
-                return Err(inconsistent(format!(
-                    "the range event has {} step digests for {} steps",
-                    r.digests.len(),
-                    self.steps.len()
-                )));
-            }
-            let held = self.regions.len() as u64;
-            if let Some(d) = r.digests.iter().flatten().find(|d| d.regions as u64 > held) {
-                return Err(inconsistent(format!(
-                    "a step digest covers {} regions; the capture holds {held}",
-                    d.regions
-                )));
-            }
-        }
-        Ok(())
     }
 
     /// The rules that need the whole capture: one dispatch, every region complete. `offset`

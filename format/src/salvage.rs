@@ -29,6 +29,8 @@ use crate::reader::{verify, Capture, ScannedEvent};
 use crate::rules::{
     check_payload_crc, decode_meta, payload_of, CaptureBuilder, EventRef, MetaBudget,
 };
+use crate::salvage_range::{is_step_event, step_blockers};
+use crate::steps::Step;
 use crate::writer::{CaptureWriter, WriterOptions};
 
 /// What salvage kept and dropped (serialized for Python's `kreplay.verify(salvage=...)`).
@@ -186,7 +188,9 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
         accepted,
         mut dropped_events,
         rejected_chunks_of,
+        refused_steps,
     } = judge(data, &walk, &mut rules)?;
+    forget_digests_if_steps_lost(&mut rules, &walk.lost, &refused_steps);
     let dropped_regions = rules.incomplete_regions();
     let gone: HashSet<u32> = dropped_regions.iter().copied().collect();
 
@@ -221,8 +225,13 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
         chunks_without_output(&rules)
     };
     let previous = rules.salvage.take();
+    // A step the rules refused is as gone as a damaged one: the record keeps it, so the
+    // replay's blockers still name it.
+    let mut lost_events = walk.lost.clone();
+    lost_events.extend(refused_steps);
+    lost_events.sort_unstable();
     let write_record = previous.is_some()
-        || !walk.lost.is_empty()
+        || !lost_events.is_empty()
         || walk.lost_from.is_some()
         || !gone.is_empty()
         || textures_dropped
@@ -231,7 +240,7 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
         previous.unwrap_or_default(),
         SalvageRecord {
             lost_from: walk.lost_from,
-            lost_events: walk.lost.clone(),
+            lost_events,
             dropped_regions: dropped_decls,
             unknown_output: placeholders.iter().map(|p| (p.0, p.1)).collect(),
             textures_dropped,
@@ -247,7 +256,9 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
         w.salvage_record(&record)?;
     }
     let replay_blockers = match &rules.dispatch {
-        Some(d) if write_record => blockers(d, &rules.regions, &rules.globals, &record),
+        Some(d) if write_record => {
+            all_blockers(d, &rules.steps, &rules.regions, &rules.globals, &record)
+        }
         _ => Vec::new(),
     };
     let out = w.finish()?;
@@ -267,12 +278,26 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
     ))
 }
 
+/// Digests are per step: with a step lost (or refused) none of them names a step for sure.
+fn forget_digests_if_steps_lost(
+    rules: &mut CaptureBuilder<'_>,
+    lost: &[(u64, u16)],
+    refused_steps: &[(u64, u16)],
+) {
+    let gone = lost.iter().any(|l| is_step_event(l.1)) || !refused_steps.is_empty();
+    if let Some(range) = rules.range.as_mut().filter(|_| gone) {
+        range.digests.clear();
+    }
+}
+
 /// The surviving events the format's rules accept, with why each other one was dropped.
 struct Judged {
     accepted: Vec<(u64, Frame, EventRef)>,
     dropped_events: Vec<(u64, String)>,
     /// Regions named by intact chunks that broke a rule (a missing chunk may be one of them).
     rejected_chunks_of: Vec<u32>,
+    /// Step events that broke a rule: (offset, kind).
+    refused_steps: Vec<(u64, u16)>,
 }
 
 /// Puts every intact event but the index and END through the rules.
@@ -280,6 +305,7 @@ fn judge(data: &[u8], walk: &Walk, rules: &mut CaptureBuilder<'_>) -> Result<Jud
     let mut accepted: Vec<(u64, Frame, EventRef)> = Vec::new();
     let mut dropped_events = Vec::new();
     let mut rejected_chunks_of: Vec<u32> = Vec::new();
+    let mut refused_steps = Vec::new();
     for ev in &walk.intact {
         if ev.frame.kind == EventKind::Index as u16 || ev.frame.kind == EventKind::End as u16 {
             continue;
@@ -297,6 +323,9 @@ fn judge(data: &[u8], walk: &Walk, rules: &mut CaptureBuilder<'_>) -> Result<Jud
                         rejected_chunks_of.push(p.region_id);
                     }
                 }
+                if is_step_event(ev.frame.kind) {
+                    refused_steps.push((ev.offset, ev.frame.kind));
+                }
                 dropped_events.push((ev.offset, e.to_string()));
             }
         }
@@ -305,6 +334,7 @@ fn judge(data: &[u8], walk: &Walk, rules: &mut CaptureBuilder<'_>) -> Result<Jud
         accepted,
         dropped_events,
         rejected_chunks_of,
+        refused_steps,
     })
 }
 
@@ -355,6 +385,14 @@ fn write_kept<W: Write + Seek>(
             }
             // Rewritten below, with what this salvage lost.
             EventRef::Salvage => continue,
+            // Without the digests over dropped regions (`drop_regions` forgot them).
+            EventRef::Range => {
+                if let Some(range) = &rules.range {
+                    w.range_info(range)?;
+                    kept += 1;
+                }
+                continue;
+            }
             _ => {}
         }
         w.write_raw_event(frame.kind, frame.flags, payload_of(data, *off, frame)?)?;
@@ -439,25 +477,21 @@ pub fn replay_blockers(cap: &Capture<'_>) -> Vec<String> {
     let Some(s) = &cap.salvage else {
         return Vec::new();
     };
-    let mut out = blockers(&cap.dispatch, &cap.regions, &cap.globals, s);
-    // A range's later steps need their argument memory as the first does.
-    let first_kernel = cap.steps.iter().position(|s| s.dispatch().is_some());
-    for (i, step) in cap.steps.iter().enumerate() {
-        match &step.action {
-            crate::steps::Action::Kernel(d) if Some(i) != first_kernel => {
-                let mut named = HashSet::new();
-                out.extend(
-                    argument_blockers(d, &cap.regions, s, &mut named)
-                        .into_iter()
-                        .map(|b| format!("step {i}: {b}")),
-                );
-            }
-            crate::steps::Action::Op(op) => {
-                out.extend(crate::steps::op_problem(op, i, &cap.regions));
-            }
-            crate::steps::Action::Kernel(_) => {}
-        }
-    }
+    all_blockers(&cap.dispatch, &cap.steps, &cap.regions, &cap.globals, s)
+}
+
+/// The dispatch's blockers and, for a range, its steps' (`salvage_range`).
+fn all_blockers(
+    d: &Dispatch,
+    steps: &[Step],
+    kept: &[Region],
+    globals: &[ModuleGlobal],
+    s: &SalvageRecord,
+) -> Vec<String> {
+    let mut out = blockers(d, kept, globals, s);
+    out.extend(step_blockers(steps, kept, s, &mut |d| {
+        argument_blockers(d, kept, s, &mut HashSet::new())
+    }));
     out
 }
 

@@ -27,6 +27,7 @@ const PLAIN: PackOptions = PackOptions {
     drop_post: false,
     redact: false,
     param_types: Vec::new(),
+    step_param_types: Vec::new(),
 };
 
 fn state(cap: &Capture<'_>, region: u32, s: MemoryState) -> Vec<(u64, Vec<u8>)> {

@@ -1,6 +1,6 @@
 //! `kreplay diff A B` and Python's `kreplay.diff`: which regions and chunks of two captures
 //! differ, and for the bytes that differ, the largest absolute and relative error read as the
-//! element type asked for. The CLI prints the report as text or JSON; Python gets the JSON.
+//! element type asked for; for range captures also which steps differ (`step_diff`). The CLI prints the report as text or JSON; Python gets the JSON.
 
 use std::collections::HashMap;
 
@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::compare::{Difference, Element};
 use crate::describe::demangle;
+use crate::step_diff::{diff_steps, StepsDiff};
 
 /// Which memory is compared (by default the results, as `kreplay diff` and Python's `diff`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -67,14 +68,14 @@ pub struct DiffReport {
     /// Regions of A (ids) with no region of the same size in B, and the reverse.
     pub unmatched_a: Vec<u32>,
     pub unmatched_b: Vec<u32>,
+    /// For range captures: the steps compared one by one (left out when neither is a range).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<StepsDiff>,
 }
 
 /// Why two captures could not be compared.
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
-    /// A range capture (`record --launch-range`): `diff` compares single dispatches only.
-    #[error("{0}")]
-    Range(String),
     #[error("{0} lost part of its recorded output (kreplay verify --salvage marked it unknown): compare the inputs with --state pre")]
     PartialOutput(String),
     #[error("{path} holds no recorded output ({} by kreplay pack): compare the inputs with --state pre", .reference.name())]
@@ -100,9 +101,6 @@ pub fn diff(
     state: DiffState,
     as_: Element,
 ) -> Result<DiffReport, DiffError> {
-    for c in [ca, cb] {
-        kreplay_format::range::refuse_range(c, "diff").map_err(DiffError::Range)?;
-    }
     if state == DiffState::Post {
         for (c, path) in [(ca, a), (cb, b)] {
             match c.reference() {
@@ -138,9 +136,11 @@ pub fn diff(
     };
     let unmatched_a = unmatched(&ca.regions, |p| p.0.region_id);
     let unmatched_b = unmatched(&cb.regions, |p| p.1.region_id);
+    let steps = diff_steps(ca, cb);
     let identical = regions.iter().all(|r| r.diff.identical())
         && unmatched_a.is_empty()
-        && unmatched_b.is_empty();
+        && unmatched_b.is_empty()
+        && steps.as_ref().is_none_or(StepsDiff::identical);
     Ok(DiffReport {
         a: a.to_string(),
         b: b.to_string(),
@@ -152,6 +152,7 @@ pub fn diff(
         regions,
         unmatched_a,
         unmatched_b,
+        steps,
     })
 }
 
@@ -304,6 +305,27 @@ mod tests {
         }
         let paired = r.regions.len() + r.unmatched_a.len();
         assert_eq!(paired, a.regions.len());
+    }
+
+    #[test]
+    fn two_range_captures_compare_step_by_step_and_by_memory() {
+        let r = crate::testdata::golden("range-ops");
+        let c = parse(&r);
+        let same = diff("a", &c, "b", &c, DiffState::Post, Element::F32).unwrap();
+        assert!(same.identical);
+        assert_eq!(same.regions.len(), c.regions.len());
+        let json = serde_json::to_value(&same).unwrap();
+        assert_eq!(json["steps"]["steps_a"], 9);
+        let saxpy = bytes("cuda-saxpy");
+        let single = parse(&saxpy);
+        let mixed = diff("a", &c, "s", &single, DiffState::Post, Element::F32).unwrap();
+        assert!(!mixed.identical, "9 steps against 1");
+        let singles = diff("s", &single, "s", &single, DiffState::Post, Element::F32).unwrap();
+        let json = serde_json::to_value(&singles).unwrap();
+        assert!(
+            json.get("steps").is_none(),
+            "a single capture's report is as it was"
+        );
     }
 
     #[test]

@@ -13,15 +13,16 @@ use kreplay_engine::repro::{Content, ReproError, Reproducer};
 use kreplay_format::file::{create_new_private, MappedFile};
 use kreplay_format::units::bytes;
 use kreplay_format::{
-    Capture, ChunkEncoding, ChunkRef, FormatError, MemoryState, ModuleKind, Reference, Region,
+    Action, Capture, ChunkEncoding, ChunkRef, FormatError, MemoryState, ModuleKind, Op, Reference,
+    Region,
 };
 
 /// Why nothing (or not everything) was extracted.
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
-    /// A range capture (`record --launch-range`): `extract` writes single dispatches only.
-    #[error("{0}")]
-    Range(String),
+    /// `--repro` of a range capture: not written yet.
+    #[error("this is a range capture ({0} steps): `extract --repro` writes no reproducer for range captures yet (it comes later in range capture's work); `kreplay extract` without --repro writes its files, and `kreplay play` replays it")]
+    RangeReproducer(usize),
     #[error("extract would write {} from a {} capture (more than {}, 16 x its size): pass --force to write it", bytes(*.total), bytes(*.file_len), bytes(*.limit))]
     TooLarge {
         total: u64,
@@ -54,6 +55,8 @@ pub enum ExtractError {
 pub struct Extracted {
     pub modules: usize,
     pub regions: usize,
+    /// Files of [`argument_files`] (1, `args.bin`, for a single capture).
+    pub argument_files: usize,
 }
 
 /// An extraction checked and planned before anything is written: its size is within bounds
@@ -86,9 +89,35 @@ pub fn output_size(cap: &Capture<'_>) -> u64 {
                 .saturating_mul(if cap.is_written(r.region_id) { 2 } else { 1 })
         })
         .fold(0u64, u64::saturating_add);
-    modules
-        .saturating_add(cap.dispatch.arg_bytes.len() as u64)
-        .saturating_add(regions)
+    let arguments: u64 = argument_files(cap)
+        .iter()
+        .map(|(_, b)| b.len() as u64)
+        .sum();
+    modules.saturating_add(arguments).saturating_add(regions)
+}
+
+/// The files of what a capture's launches and copies hold, by name: `args.bin` for a single
+/// capture; for a range, per step, `step-K-args.bin` (a kernel step's argument bytes),
+/// `step-K-host.bin` (a host-to-device copy's source bytes) and `step-K-received.bin` (what a
+/// device-to-host copy received).
+pub fn argument_files<'c>(cap: &'c Capture<'_>) -> Vec<(String, &'c [u8])> {
+    if !cap.is_range() {
+        return vec![("args.bin".into(), &cap.dispatch.arg_bytes)];
+    }
+    cap.steps
+        .iter()
+        .enumerate()
+        .filter_map(|(k, s)| match &s.action {
+            Action::Kernel(d) => Some((format!("step-{k}-args.bin"), &d.arg_bytes[..])),
+            Action::Op(Op::CopyHostToDevice { host, .. }) => {
+                Some((format!("step-{k}-host.bin"), &host[..]))
+            }
+            Action::Op(Op::CopyDeviceToHost { received, .. }) => {
+                Some((format!("step-{k}-received.bin"), &received[..]))
+            }
+            Action::Op(_) => None,
+        })
+        .collect()
 }
 
 impl<'f, 'c> Extraction<'f, 'c> {
@@ -101,7 +130,9 @@ impl<'f, 'c> Extraction<'f, 'c> {
         force: bool,
         repro: bool,
     ) -> Result<Extraction<'f, 'c>, ExtractError> {
-        kreplay_format::range::refuse_range(cap, "extract").map_err(ExtractError::Range)?;
+        if repro && cap.is_range() {
+            return Err(ExtractError::RangeReproducer(cap.steps.len()));
+        }
         let total = output_size(cap);
         let file_len = file.bytes().len() as u64;
         let limit = output_limit(file_len);
@@ -131,8 +162,9 @@ impl<'f, 'c> Extraction<'f, 'c> {
         })
     }
 
-    /// Writes the modules, `args.bin`, each region (`region-ID-ADDR.bin`, and `.post.bin` for
-    /// the recorded output of written ones) and `capture.json` into `dir`.
+    /// Writes the modules, the argument files ([`argument_files`]: `args.bin`, or a range's
+    /// per step), each region (`region-ID-ADDR.bin`, and `.post.bin` for the recorded output
+    /// of written ones) and `capture.json` into `dir`.
     pub fn write_files(&self, dir: &Path) -> Result<Extracted, ExtractError> {
         let (cap, force) = (self.cap, self.force);
         output_dir(dir, force)?;
@@ -145,7 +177,10 @@ impl<'f, 'c> Extraction<'f, 'c> {
             };
             write(format!("module-{}.{ext}", m.module_id), &m.image)?;
         }
-        write("args.bin".into(), &cap.dispatch.arg_bytes)?;
+        let arguments = argument_files(cap);
+        for (name, bytes) in &arguments {
+            write(name.clone(), bytes)?;
+        }
         // Without a recorded output the post chunks only say where the kernel writes.
         let reference = cap.reference() == Reference::Recorded;
         for r in &cap.regions {
@@ -163,6 +198,7 @@ impl<'f, 'c> Extraction<'f, 'c> {
         Ok(Extracted {
             modules: cap.modules.len(),
             regions: cap.regions.len(),
+            argument_files: arguments.len(),
         })
     }
 
@@ -303,5 +339,54 @@ mod tests {
         let e = x.write_files(&dir).unwrap_err();
         assert!(matches!(e, ExtractError::NotEmpty(_)), "{e}");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_range_extracts_its_files_per_step_and_refuses_a_reproducer() {
+        let path = format!(
+            "{}/../testdata/golden/range-ops.krr",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let file = MappedFile::open(Path::new(&path)).unwrap();
+        let cap = Capture::parse(file.bytes()).unwrap();
+        let names: Vec<String> = argument_files(&cap).into_iter().map(|f| f.0).collect();
+        assert_eq!(
+            names,
+            [
+                "step-0-host.bin",
+                "step-1-args.bin",
+                "step-6-args.bin",
+                "step-7-received.bin"
+            ]
+        );
+        let e = Extraction::plan(&file, &cap, "r.krr", false, true)
+            .err()
+            .expect("no reproducer");
+        assert!(matches!(e, ExtractError::RangeReproducer(9)), "{e}");
+        assert!(e.to_string().contains("comes later"), "{e}");
+        let dir = scratch("range");
+        let x = Extraction::plan(&file, &cap, "r.krr", false, false).unwrap();
+        x.write_files(&dir).unwrap();
+        let Action::Kernel(second) = &cap.steps[6].action else {
+            panic!("step 6 is a kernel")
+        };
+        assert_eq!(
+            fs::read(dir.join("step-6-args.bin")).unwrap(),
+            second.arg_bytes
+        );
+        assert!(!dir.join("args.bin").exists());
+        let json: serde_json::Value =
+            serde_json::from_slice(&fs::read(dir.join("capture.json")).unwrap()).unwrap();
+        assert_eq!(json["steps"].as_array().map(Vec::len), Some(9));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_single_capture_has_one_argument_file() {
+        let saxpy = crate::testdata::bytes("cuda-saxpy");
+        let cap = crate::testdata::parse(&saxpy);
+        let files = argument_files(&cap);
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].0, "args.bin");
     }
 }

@@ -9,15 +9,20 @@
 pub mod compare;
 pub mod describe;
 pub mod diff;
+mod divergence;
 pub mod extract;
+mod kernels;
 pub mod pack;
 pub mod params;
 mod play;
 mod play_options;
 pub mod range;
+mod range_steps;
 mod report;
 mod save;
+mod save_step;
 mod session;
+pub mod step_diff;
 
 pub use kreplay_engine::counters::{
     list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport,
@@ -33,9 +38,10 @@ pub use kreplay_engine::{
 pub use play::{
     device_heap_note, play, verification_failed, PlayFailure, PlayObserver, PlayOutcome,
 };
-pub use play_options::{PlayOptions, SaveOutput};
+pub use play_options::{PlayOptions, SaveOutput, SaveStep};
 pub use report::PlayJson;
 pub use save::SavedOutput;
+pub use save_step::{save_step_problem, SavedStep};
 pub use session::{FilePages, PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
 #[cfg(test)]
 mod testdata;

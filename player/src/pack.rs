@@ -19,9 +19,6 @@ pub struct PackRequest {
 /// Why nothing was packed.
 #[derive(Debug, thiserror::Error)]
 pub enum PackRefused {
-    /// A range capture (`record --launch-range`): `pack` copies single dispatches only.
-    #[error("{0}")]
-    Range(String),
     /// The output names the capture itself (the CLI prefixes its flag, `-o`).
     #[error("{}: that is the capture itself; pack into another file", .0.display())]
     IntoItself(PathBuf),
@@ -61,9 +58,6 @@ impl PackPlan {
             return Err(PackRefused::Level(level));
         }
         let parsed = Capture::parse(data).ok();
-        if let Some(c) = &parsed {
-            kreplay_format::range::refuse_range(c, "pack").map_err(PackRefused::Range)?;
-        }
         let memory_bytes: u64 = parsed
             .as_ref()
             .map(|c| c.regions.iter().map(|r| r.size).sum())
@@ -74,16 +68,31 @@ impl PackPlan {
             .as_ref()
             .map(|c| crate::params::param_types(&c.dispatch))
             .unwrap_or_default();
+        let step_param_types = parsed.as_ref().map(step_param_types).unwrap_or_default();
         Ok(PackPlan {
             options: PackOptions {
                 level: request.level.unwrap_or(default_level(memory_bytes)),
                 drop_post: request.drop_post,
                 redact: request.redact,
                 param_types,
+                step_param_types,
             },
             memory_bytes,
         })
     }
+}
+
+/// A range capture's parameter types per step, each kernel's from its own signature (none
+/// for op steps; empty for a single capture).
+fn step_param_types(cap: &Capture<'_>) -> Vec<Vec<kreplay_format::ParamType>> {
+    cap.steps
+        .iter()
+        .map(|s| {
+            s.dispatch()
+                .map(crate::params::param_types)
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// Refuses an output that is the capture itself.
@@ -152,6 +161,30 @@ mod tests {
             .unwrap_err();
             assert!(matches!(e, PackRefused::Level(l) if l == bad), "{e}");
         }
+    }
+
+    #[test]
+    fn a_range_plans_the_types_of_each_kernel_step() {
+        let range = crate::testdata::golden("range-ops");
+        let plan = PackPlan::of(&range, PackRequest::default()).unwrap();
+        let per_step = &plan.options.step_param_types;
+        let cap = crate::testdata::parse(&range);
+        assert_eq!(per_step.len(), cap.steps.len());
+        for (types, step) in per_step.iter().zip(&cap.steps) {
+            assert_eq!(
+                types.is_empty(),
+                step.dispatch().is_none(),
+                "{}",
+                step.kind()
+            );
+        }
+        assert_eq!(
+            per_step[6], plan.options.param_types,
+            "saxpy's signature both times"
+        );
+        let single = crate::testdata::bytes("cuda-saxpy");
+        let plan = PackPlan::of(&single, PackRequest::default()).unwrap();
+        assert!(plan.options.step_param_types.is_empty());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use kreplay_format::Capture;
 use crate::play_options::PlayOptions;
 use crate::report::PlayJson;
 use crate::save::SavedOutput;
+use crate::save_step::{save_step_problem, SavedStep};
 use crate::session::{FilePages, PlayReport, Session};
 
 /// What the front end hears while a replay runs; every method does nothing unless overridden.
@@ -35,6 +36,8 @@ pub struct PlayOutcome {
     pub metrics: Option<MetricsReport>,
     /// With `save_output` asked for.
     pub saved: Option<SavedOutput>,
+    /// With `save_step` asked for.
+    pub saved_step: Option<SavedStep>,
     /// What was told to the observer's `warning`, in order.
     pub warnings: Vec<String>,
 }
@@ -43,6 +46,7 @@ impl PlayOutcome {
     /// The `kreplay play --json` object.
     pub fn json(&self) -> PlayJson<'_> {
         PlayJson::new(&self.report, self.metrics.as_ref(), self.saved.as_ref())
+            .with_saved_step(self.saved_step.as_ref())
     }
 
     /// Whether the replay's output is wrong: see `verification_failed`.
@@ -83,6 +87,9 @@ pub enum PlayFailure {
     /// Writing `save_output`.
     #[error("cannot save the replay's output")]
     Save(#[source] PlayError),
+    /// Writing `save_step`.
+    #[error("cannot save the step")]
+    SaveStep(#[source] PlayError),
     /// The counter passes.
     #[error("counter collection failed")]
     Metrics(#[source] PlayError),
@@ -96,6 +103,7 @@ impl PlayFailure {
             PlayFailure::Counters(e)
             | PlayFailure::Open(e)
             | PlayFailure::Save(e)
+            | PlayFailure::SaveStep(e)
             | PlayFailure::Metrics(e)
             | PlayFailure::Run { source: e, .. } => Some(e),
         }
@@ -126,6 +134,13 @@ pub fn play<'c>(
     if let Some(option) = crate::range::unsupported_option(options) {
         kreplay_format::range::refuse_range(cap, option)
             .map_err(|why| PlayFailure::Blocked(vec![why]))?;
+    }
+    if let Some(why) = options
+        .save_step
+        .as_ref()
+        .and_then(|s| save_step_problem(cap, s.index))
+    {
+        return Err(PlayFailure::Blocked(vec![why]));
     }
     // The tool's initialiser runs before any GPU work: a bad library costs nothing.
     let mut tool = match &options.tool {
@@ -160,6 +175,14 @@ pub fn play<'c>(
         ),
         None => None,
     };
+    let saved_step = match &options.save_step {
+        Some(s) => Some(
+            session
+                .save_step(s.index, &s.path, s.replace)
+                .map_err(PlayFailure::SaveStep)?,
+        ),
+        None => None,
+    };
     let metrics = match &request {
         Some(req) => Some(
             session
@@ -176,6 +199,7 @@ pub fn play<'c>(
         report,
         metrics,
         saved,
+        saved_step,
         warnings,
     })
 }

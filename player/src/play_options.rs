@@ -30,6 +30,20 @@ pub struct PlayOptions {
     /// A `kreplay_tool.h` library that decides the timed passes instead of `passes`
     /// (`--tool`).
     pub tool: Option<PathBuf>,
+    /// A range's kernel steps timed one by one too (`--per-step`).
+    pub per_step: bool,
+    /// Where to write one kernel step of a range as a single capture (`--save-step K FILE`).
+    pub save_step: Option<SaveStep>,
+}
+
+/// `--save-step K OUT.krr [--force]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaveStep {
+    /// The step's 0-based index in the range (a kernel step).
+    pub index: usize,
+    pub path: PathBuf,
+    /// Replace the file when it exists.
+    pub replace: bool,
 }
 
 /// `--save-output FILE [--force]`.
@@ -53,6 +67,8 @@ impl Default for PlayOptions {
             metrics: Vec::new(),
             save_output: None,
             tool: None,
+            per_step: false,
+            save_step: None,
         }
     }
 }
@@ -82,6 +98,7 @@ impl PlayOptions {
             } else {
                 Verification::Off
             },
+            per_step: self.per_step,
         }
     }
 

@@ -6,6 +6,10 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use crate::divergence::range_report;
+use crate::kernels::{find_kernel, load_kernel, prepare_function, restore_globals};
+use crate::range::RangeReport;
+use crate::range_steps::{load_range, LoadedRange, Variant};
 use kreplay_cuda::hostmap::HostMapping;
 use kreplay_cuda::texture::{CudaArray, TexObject};
 use kreplay_cuda::vmm::{FixedMapping, MapError};
@@ -22,9 +26,9 @@ use kreplay_engine::texture_desc;
 use kreplay_engine::tool::{DispatchView, FixedPasses, PassTool};
 use kreplay_engine::verify::{compare, VerifyOutcome};
 use kreplay_engine::{
-    AddressMode, CacheState, CodeSource, Kernel, OpenOptions, PassStats, PassTiming, Placement,
-    PlayError, PristineStore, RegionPlacement, Replayer, Restorer, RunOptions, Verification,
-    WriteSet,
+    AddressMode, CacheState, CodeChoice, CodeSource, Kernel, OpenOptions, PassStats, PassTiming,
+    Placement, PlayError, PristineStore, RegionPlacement, Replayer, Restorer, RunOptions,
+    Verification, WriteSet,
 };
 use kreplay_format::{
     Capture, ChunkEncoding, ChunkRef, MemoryKind, MemoryState, Region, RegionRole, TextureResource,
@@ -68,6 +72,10 @@ pub struct PlayReport {
     /// The tool that decided the passes (`play --tool`); absent under `--passes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool: Option<ToolRun>,
+    /// A range capture's steps and what verification found of them (absent for one
+    /// dispatch: its report is unchanged).
+    #[serde(flatten)]
+    pub range: Option<RangeReport>,
 }
 
 /// What a tool (`play --tool LIB.so`) made of the replay (`--json`: `tool`).
@@ -376,77 +384,6 @@ unsafe fn upload_regions(
     Ok(())
 }
 
-/// The kernel's own parameter layout, to compare with the file's. A cubin declares it (its
-/// `.nv.info` section), so no driver call is needed; otherwise (PTX through the JIT) the
-/// driver is asked parameter by parameter until it says there are no more, which costs one
-/// failing call (`compute-sanitizer` lists it as an API error).
-fn kernel_layout(
-    image: &[u8],
-    kernel: &str,
-    function: &Function,
-    captured: &[(u32, u32)],
-) -> Vec<(u32, u32)> {
-    declared_layout(image, kernel, captured).unwrap_or_else(|| function.parameter_layout())
-}
-
-/// The kernel's parameter layout as the code object declares it, or None when only the
-/// driver can tell (PTX, or a cubin whose declaration does not settle it).
-fn declared_layout(image: &[u8], kernel: &str, captured: &[(u32, u32)]) -> Option<Vec<(u32, u32)>> {
-    match kreplay_format::cubin::declared_params(image, kernel) {
-        Some(d) if !d.layout.is_empty() || d.total == Some(0) => Some(d.layout),
-        // Only the total is declared: the file's layout stands if it ends there.
-        Some(d) if d.total == Some(captured.last().map_or(0, |&(o, s)| o + s)) => {
-            Some(captured.to_vec())
-        }
-        _ => None,
-    }
-}
-
-/// Why the kernel cannot run with the captured arguments, if its `actual` layout differs
-/// from the `captured` one: a `--module` variant is told apart from the capture's own code,
-/// since then it is the variant that is wrong, not the file.
-fn layout_mismatch(
-    kernel: &str,
-    source: CodeSource,
-    captured: &[(u32, u32)],
-    actual: Vec<(u32, u32)>,
-) -> Option<PlayError> {
-    if actual == captured {
-        return None;
-    }
-    Some(if source == CodeSource::Variant {
-        PlayError::VariantMismatch {
-            kernel: kernel.to_string(),
-            captured: captured.to_vec(),
-            variant: actual,
-        }
-    } else {
-        PlayError::LayoutMismatch {
-            kernel: kernel.to_string(),
-            captured: captured.to_vec(),
-            actual,
-        }
-    })
-}
-
-/// The first `limit` bytes of a region's pre-dispatch state (all of it when it is smaller),
-/// decoded chunk by chunk: `limit` comes from the driver, so the file cannot choose the size.
-fn read_region_prefix(cap: &Capture<'_>, r: &Region, limit: u64) -> Result<Vec<u8>, PlayError> {
-    let n = r.size.min(limit);
-    let mut out = vec![0u8; n as usize];
-    let mut chunk = Vec::new();
-    for c in cap.chunks(r.region_id, MemoryState::Pre) {
-        if c.offset >= n {
-            break;
-        }
-        chunk.resize(c.raw_len as usize, 0);
-        cap.read_chunk_into(c, &mut chunk)?;
-        let take = (n - c.offset).min(c.raw_len) as usize;
-        out[c.offset as usize..c.offset as usize + take].copy_from_slice(&chunk[..take]);
-    }
-    Ok(out)
-}
-
 /// Maps the plan's ranges at their original addresses, or moves them (fresh allocations,
 /// one per group of touching ranges) when asked or when the addresses are taken.
 fn place_memory(plan: &MemoryPlan, device: &Device) -> Result<Memory, PlayError> {
@@ -511,173 +448,80 @@ fn launch_config(cap: &Capture<'_>, plan: &LaunchPlan) -> Result<LaunchConfig, P
     Ok(kreplay_engine::plan::launch_config(&cap.dispatch, plan)?)
 }
 
-/// Loads the planned code and finds the kernel, refusing a kernel whose own parameter layout
-/// differs from the capture's: the driver reads the arguments by the kernel's layout, so a
-/// damaged or crafted file (or a --module variant with other parameters) would make it read
-/// past the argument bytes.
-fn load_kernel(
+/// What the replay runs: the first kernel's function (the replayer's kernel), a range's
+/// steps, and which code object ran ("variant" when a `--module` replaced any kernel).
+struct LoadedCode {
+    function: Function,
+    range: Option<LoadedRange>,
+    source: CodeSource,
+}
+
+/// The code choice for the first kernel step: a range's `--module` variant is loaded apart
+/// (`load_code`), replacing only the kernels it defines, so the first kernel's plan is the
+/// captured code.
+fn first_code_choice<'a>(cap: &Capture<'_>, choice: &'a CodeChoice) -> &'a CodeChoice {
+    match choice {
+        CodeChoice::Variant(_) if cap.is_range() => &CodeChoice::Captured,
+        other => other,
+    }
+}
+
+/// Loads the planned code and its module globals (their placements added to `placements`),
+/// and for a range its steps, a `--module` variant replacing the kernels it defines
+/// wherever they appear.
+fn load_code(
     cap: &Capture<'_>,
     code: &CodePlan,
+    choice: &CodeChoice,
     launch: &LaunchPlan,
-) -> Result<(Module, Function), PlayError> {
-    let module = Module::load(&code.image)?;
-    let function = find_kernel(&module, &code.image, &cap.dispatch, launch, code.source)?;
-    Ok((module, function))
-}
-
-/// Dispatch `d`'s kernel in `module` (loaded from `image`), its parameter layout checked
-/// against the capture's (see `load_kernel`).
-fn find_kernel(
-    module: &Module,
-    image: &[u8],
-    d: &kreplay_format::Dispatch,
-    launch: &LaunchPlan,
-    source: CodeSource,
-) -> Result<Function, PlayError> {
-    let function = module
-        .function(&d.kernel_name)
-        .map_err(|source| PlayError::KernelNotFound {
-            kernel: d.kernel_name.clone(),
-            source,
-        })?;
-    let layout = kernel_layout(image, &d.kernel_name, &function, &launch.layout);
-    if let Some(e) = layout_mismatch(&d.kernel_name, source, &launch.layout, layout) {
-        return Err(e);
-    }
-    Ok(function)
-}
-
-/// A range capture's later steps, ready to launch after the first, in order: each from its
-/// own module, loaded once (the first step's `first` reused), with the placements of the
-/// globals of the modules loaded here.
-fn load_range_steps(
-    cap: &Capture<'_>,
-    first: &Module,
-    relocation: Option<&Relocation>,
-) -> Result<(Vec<Kernel<Function>>, Vec<RegionPlacement>), PlayError> {
-    let mut loaded: HashMap<u32, Module> = HashMap::new();
-    let mut placements = Vec::new();
-    let mut kernels = Vec::new();
-    let mut kernels_seen = 0;
-    for step in &cap.steps {
-        let Some(d) = step.dispatch() else {
-            return Err(PlayError::Range(format!(
-                "step {} of this range is a {} step, which this player does not replay yet",
-                kernels_seen,
-                step.kind()
-            )));
-        };
-        kernels_seen += 1;
-        if kernels_seen == 1 {
-            continue;
-        }
-        let launch = LaunchPlan::of_dispatch(d)?;
-        let image = &cap
-            .module(d.module_id)
-            .ok_or(kreplay_engine::plan::PlanError::NoModule(d.module_id))?
-            .image;
-        if d.module_id != cap.dispatch.module_id && !loaded.contains_key(&d.module_id) {
-            let m = Module::load(image)?;
-            placements.extend(restore_globals(cap, &m, relocation, Some(d.module_id))?);
-            loaded.insert(d.module_id, m);
-        }
-        let module = loaded.get(&d.module_id).unwrap_or(first);
-        let function = find_kernel(module, image, d, &launch, CodeSource::Cubin)?;
-        kernels.push(step_kernel(d, &launch, function, relocation)?);
-    }
-    Ok((kernels, placements))
-}
-
-/// Sets what the launch plan needs of the function before it is launched.
-fn prepare_function(function: &Function, launch: &LaunchPlan) -> Result<(), PlayError> {
-    if let Some(bytes) = launch.max_dynamic_shared {
-        function.set_max_dynamic_shared(bytes)?;
-    }
-    if launch.non_portable_cluster {
-        function.allow_non_portable_cluster()?;
-    }
-    Ok(())
-}
-
-/// Restores the module globals into `module` (for a range capture, those of its module) and,
-/// for a range, loads its later steps (restoring their modules' globals); the globals'
-/// placements are added to `placements`.
-fn load_globals_and_steps(
-    cap: &Capture<'_>,
-    module: &Module,
     relocation: Option<&Relocation>,
     placements: &mut Vec<RegionPlacement>,
-) -> Result<Vec<Kernel<Function>>, PlayError> {
+) -> Result<LoadedCode, PlayError> {
+    let (module, mut function) = load_kernel(cap, code, launch)?;
     let only = cap.is_range().then_some(cap.dispatch.module_id);
-    placements.extend(restore_globals(cap, module, relocation, only)?);
+    placements.extend(restore_globals(cap, &module, relocation, only)?);
     if !cap.is_range() {
-        return Ok(Vec::new());
+        return Ok(LoadedCode {
+            function,
+            range: None,
+            source: code.source,
+        });
     }
-    let (steps, step_globals) = load_range_steps(cap, module, relocation)?;
-    placements.extend(step_globals);
-    Ok(steps)
-}
-
-/// One step's kernel: its function made ready for its launch plan, its arguments patched
-/// where memory moved.
-fn step_kernel(
-    d: &kreplay_format::Dispatch,
-    launch: &LaunchPlan,
-    function: Function,
-    relocation: Option<&Relocation>,
-) -> Result<Kernel<Function>, PlayError> {
-    prepare_function(&function, launch)?;
-    let config = kreplay_engine::plan::launch_config(d, launch)?;
-    let mut arg_bytes = d.arg_bytes.clone();
-    if let Some(rel) = relocation {
-        rel.patch_words(&mut arg_bytes, d.pointer_words.iter().map(|&w| w as u64));
+    let variant = match choice {
+        CodeChoice::Variant(image) => Some(Variant {
+            module: Module::load(image)?,
+            image: image.clone(),
+        }),
+        _ => None,
+    };
+    let mut source = code.source;
+    let d = &cap.dispatch;
+    if let Some(v) = variant.as_ref().filter(|v| v.defines(&d.kernel_name)) {
+        function = find_kernel(&v.module, &v.image, d, launch, CodeSource::Variant)?;
+        source = CodeSource::Variant;
     }
-    let args = KernelArgs::new(arg_bytes, &launch.layout).map_err(|what| {
-        PlayError::Format(kreplay_format::FormatError::Inconsistent { offset: 0, what })
-    })?;
-    Ok(Kernel {
+    let range = load_range(cap, &module, variant.as_ref(), relocation, placements)?;
+    if range.used_variant {
+        source = CodeSource::Variant;
+    }
+    if variant.is_some() && source != CodeSource::Variant {
+        return Err(PlayError::Range(
+            "the --module file defines none of the range's kernels".into(),
+        ));
+    }
+    Ok(LoadedCode {
         function,
-        config,
-        args,
+        range: Some(range),
+        source,
     })
 }
 
-/// Writes each module global's captured bytes into the loaded module's global, sized by the
-/// driver's global, never by the file's claim; returns where each landed. `only`: the
-/// globals of that module id alone (a range capture holds several modules); `None`: all of
-/// them (a single dispatch has one module, or a `--module` variant stands for it).
-fn restore_globals(
-    cap: &Capture<'_>,
-    module: &Module,
-    relocation: Option<&Relocation>,
-    only: Option<u32>,
-) -> Result<Vec<RegionPlacement>, PlayError> {
-    let mut placed = Vec::new();
-    for g in cap
-        .globals
-        .iter()
-        .filter(|g| only.is_none_or(|id| g.module_id == id))
-    {
-        let Ok((ptr, size)) = module.global(&g.name) else {
-            continue; // the variant module may lack it; the kernel cannot reference it then
-        };
-        let Some(r) = cap.region(g.region_id) else {
-            continue;
-        };
-        let mut data = read_region_prefix(cap, r, size)?;
-        if let Some(rel) = relocation {
-            rel.patch_region_window(cap, g.region_id, 0, &mut data);
-        }
-        // SAFETY: `data` holds at most `size` bytes (`read_region_prefix`), the size of the
-        // loaded module's own global at `ptr`.
-        unsafe { copy_htod(ptr, &data)? };
-        placed.push(RegionPlacement {
-            region_id: g.region_id,
-            base: ptr,
-            usable: data.len() as u64,
-        });
+/// The replayer, with a range's steps when there are some.
+fn with_range(r: Replayer<Function>, range: Option<LoadedRange>) -> Replayer<Function> {
+    match range {
+        Some(range) => r.with_range(range.steps),
+        None => r,
     }
-    Ok(placed)
 }
 
 impl<'c> Session<'c> {
@@ -704,7 +548,7 @@ impl<'c> Session<'c> {
             name: props.name.clone(),
             arch: props.arch(),
         };
-        let code = CodePlan::choose(cap, &opts.code, &target)?;
+        let code = CodePlan::choose(cap, first_code_choice(cap, &opts.code), &target)?;
         let memory_plan = MemoryPlan::new(cap, opts.placement);
 
         let ctx = PrimaryContext::retain(&device)?;
@@ -727,7 +571,6 @@ impl<'c> Session<'c> {
         // region's size in all, memory of this session's that nothing else touches yet.
         unsafe { upload_regions(cap, &base_of, relocation, progress, release)? };
 
-        let (module, function) = load_kernel(cap, &code, &launch)?;
         let mut placements: Vec<RegionPlacement> = uploaded_regions(cap)
             .map(|r| RegionPlacement {
                 region_id: r.region_id,
@@ -735,7 +578,8 @@ impl<'c> Session<'c> {
                 usable: r.size,
             })
             .collect();
-        let steps = load_globals_and_steps(cap, &module, relocation, &mut placements)?;
+        let loaded = load_code(cap, &code, &opts.code, &launch, relocation, &mut placements)?;
+        let function = loaded.function;
 
         prepare_function(&function, &launch)?;
         let config = launch_config(cap, &launch)?;
@@ -749,7 +593,10 @@ impl<'c> Session<'c> {
             PlayError::Format(kreplay_format::FormatError::Inconsistent { offset: 0, what })
         })?;
 
-        let stream = Stream::new()?;
+        let stream = match &loaded.range {
+            Some(r) => Stream::with_priority(r.steps.pass_priority())?,
+            None => Stream::new()?,
+        };
         // SAFETY: the write set is clipped to the bytes this session placed for each region
         // (`WriteSet::of_capture`), held by `memory` and `textures`, which outlive the
         // replayer (field order of `Session`).
@@ -766,14 +613,13 @@ impl<'c> Session<'c> {
             // addresses (or moved, with its pointers patched), as `play` promises to run it;
             // the memory outlives the replayer (field order of `Session`). A hostile capture
             // can still reach anything in this context: DESIGN's threat model.
-            // The range's later steps qualify as the first does (their memory placed here).
-            replayer: unsafe {
-                Replayer::new(kernel, restorer, stream, props, opened)
-                    .with_arrays(written_arrays)
-                    .with_steps(steps)
-            },
+            replayer: with_range(
+                unsafe { Replayer::new(kernel, restorer, stream, props, opened) }
+                    .with_arrays(written_arrays),
+                loaded.range,
+            ),
             placements,
-            code: code.source,
+            code: loaded.source,
             textures,
             memory,
             device,
@@ -784,6 +630,11 @@ impl<'c> Session<'c> {
 
     pub(crate) fn capture(&self) -> &'c Capture<'c> {
         self.cap
+    }
+
+    /// The replayer, for what runs a range's steps outside the pass loop (`--save-step`).
+    pub(crate) fn replayer_mut(&mut self) -> &mut Replayer<Function> {
+        &mut self.replayer
     }
 
     fn relocation(&self) -> Option<&Relocation> {
@@ -897,7 +748,19 @@ impl<'c> Session<'c> {
         })?;
         v.deterministic = stats.deterministic;
         v.divergent_passes = stats.divergent_passes.clone();
-        v.matched = checked && v.mismatched_bytes == 0;
+        v.matched = checked && v.mismatched_bytes == 0 && stats.copy_mismatches.is_empty();
+        let range = match self.replayer.is_range() {
+            true => Some(range_report(
+                cap,
+                placements,
+                &mut self.replayer,
+                &stats,
+                checked && !v.matched,
+                relocation.is_some(),
+                self.device.props().sm_count,
+            )?),
+            false => None,
+        };
         let restorer = self.replayer.restorer();
         let report = PlayReport {
             kernel: cap.dispatch.kernel_name.clone(),
@@ -915,6 +778,7 @@ impl<'c> Session<'c> {
             cache: opts.cache,
             verify: v,
             tool: None,
+            range,
         };
         Ok((report, stats))
     }
@@ -1307,98 +1171,6 @@ mod tests {
         assert_eq!(ids, (0..7).collect::<Vec<_>>());
         let total: u64 = uploaded_regions(&cap).map(|r| r.size).sum();
         assert_eq!(total, 40 + 5 * MIB + MIB);
-    }
-
-    // Catches: `n = limit` (a file-sized read past the region) or a take that ignores the
-    // limit inside a chunk.
-    #[test]
-    fn a_region_prefix_is_the_first_bytes_of_its_input_up_to_the_limit() {
-        let b = testdata::bytes("cuda-globals");
-        let cap = testdata::parse(&b);
-        let coef = cap.region(2).expect("coef");
-        let whole = cap.read_region(2).expect("coef");
-        assert_eq!(read_region_prefix(&cap, coef, 16).expect("16"), whole);
-        assert_eq!(
-            read_region_prefix(&cap, coef, 1 << 30).expect("more"),
-            whole
-        );
-        assert_eq!(read_region_prefix(&cap, coef, 5).expect("5"), whole[..5]);
-        assert_eq!(
-            read_region_prefix(&cap, coef, 0).expect("0"),
-            Vec::<u8>::new()
-        );
-        // Across chunks: saxpy's x, cut inside its second chunk.
-        let saxpy = testdata::bytes("cuda-saxpy");
-        let cap = testdata::parse(&saxpy);
-        let x = cap.read_region(0).expect("x");
-        let n = 4 * MIB + 12;
-        let prefix = read_region_prefix(&cap, cap.region(0).expect("x"), n).expect("prefix");
-        assert_eq!(prefix, x[..n as usize]);
-    }
-
-    fn layout_of(cap: &Capture<'_>) -> Vec<(u32, u32)> {
-        cap.dispatch
-            .params
-            .iter()
-            .map(|p| (p.offset, p.size))
-            .collect()
-    }
-
-    // Catches: `declared_layout` returning None for a cubin that declares its parameters
-    // (the driver's failing call made for nothing) or Some for PTX (the driver never asked).
-    #[test]
-    fn a_cubin_declares_the_layout_and_ptx_leaves_it_to_the_driver() {
-        let b = testdata::bytes("cuda-saxpy");
-        let cap = testdata::parse(&b);
-        let layout = layout_of(&cap);
-        assert_eq!(layout, vec![(0, 4), (4, 4), (8, 8), (16, 8)]);
-        let image = &cap.modules[0].image;
-        let kernel = &cap.dispatch.kernel_name;
-        assert_eq!(
-            declared_layout(image, kernel, &layout),
-            Some(layout.clone())
-        );
-        // The cubin's declaration wins over the file's claim.
-        let claimed = vec![(0, 8)];
-        assert_eq!(declared_layout(image, kernel, &claimed), Some(layout));
-        // A kernel the cubin does not hold: only the driver can tell.
-        assert_eq!(declared_layout(image, "no_such_kernel", &claimed), None);
-        // graph-node's module 1 is PTX.
-        let g = testdata::bytes("graph-node");
-        let cap = testdata::parse(&g);
-        let ptx = cap.modules.iter().find(|m| m.module_id == 1).expect("ptx");
-        let layout = layout_of(&cap);
-        assert_eq!(
-            declared_layout(&ptx.image, &cap.dispatch.kernel_name, &layout),
-            None
-        );
-    }
-
-    // Catches: the variant test inverted (a bad --module blamed on the file, or the file on
-    // the variant) or a mismatch let through.
-    #[test]
-    fn a_layout_mismatch_blames_the_variant_or_the_file() {
-        let captured = [(0, 4), (8, 8)];
-        let other = vec![(0, 8)];
-        assert!(layout_mismatch("k", CodeSource::Cubin, &captured, captured.to_vec()).is_none());
-        assert!(layout_mismatch("k", CodeSource::Variant, &captured, captured.to_vec()).is_none());
-        match layout_mismatch("k", CodeSource::Variant, &captured, other.clone()) {
-            Some(PlayError::VariantMismatch {
-                kernel,
-                captured: c,
-                variant,
-            }) => assert_eq!(
-                (kernel.as_str(), c, variant),
-                ("k", captured.to_vec(), other.clone())
-            ),
-            e => panic!("{e:?}"),
-        }
-        for source in [CodeSource::Cubin, CodeSource::PtxJit] {
-            match layout_mismatch("k", source, &captured, other.clone()) {
-                Some(PlayError::LayoutMismatch { actual, .. }) => assert_eq!(actual, other),
-                e => panic!("{source:?}: {e:?}"),
-            }
-        }
     }
 
     // Catches: the two refusals swapped (a forced move reported as refused by the user, or

@@ -16,6 +16,15 @@ pub fn bytes(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// The bytes of `testdata/golden/{name}.krr` (range captures built by the format's tests).
+pub fn golden(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/../testdata/golden/{name}.krr",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 pub fn parse(bytes: &[u8]) -> Capture<'_> {
     Capture::parse(bytes).unwrap_or_else(|e| panic!("parse: {e}"))
 }
@@ -27,6 +36,7 @@ pub fn without_output(bytes: &[u8]) -> Vec<u8> {
         drop_post: true,
         redact: false,
         param_types: Vec::new(),
+        step_param_types: Vec::new(),
     };
     let (out, _) = pack(&parse(bytes), Cursor::new(Vec::new()), [9; 16], opts).expect("pack");
     out.into_inner()

@@ -4,7 +4,8 @@
     cap = kreplay.open("saxpy.krr")
     cap.kernel["name"], cap.launch["grid"]
     n, a, x, y = cap.params                          # typed: n.value == 4194304, a.value == 1.5
-    cap.steps                                        # a range capture's kernel steps ([] for one dispatch)
+    cap.steps                                        # a range capture's steps ([] for one dispatch)
+    cap.range                                        # the range as a whole (None for one dispatch)
     ys = y.region.array()                            # float32 (`float*` says so): NumPy view, no copy
     out = y.region.array(post=True)                  # the recorded output
     t = y.region.tensor()                            # a torch.Tensor on the same memory (DLPack)
@@ -44,6 +45,7 @@ __all__ = [
     "Capture",
     "Region",
     "Step",
+    "Range",
     "Param",
     "ElementType",
     "element_type",
@@ -107,33 +109,84 @@ class Region:
 
 @dataclass(frozen=True)
 class Step:
-    """One kernel step of a range capture (`Capture.steps`), in issue order: `index` (0-based),
-    the kernel's `name` (demangled, with its signature when known) and `mangled` name, its
-    `grid` and `block`, the application's `stream` handle value it was issued on, and
-    `original_ns`, its duration in the application (None when not measured). `info` is its
-    entry of `kreplay info --json`'s `steps`, unchanged."""
+    """One step of a range capture (`Capture.steps`), in issue order: `index` (0-based) and
+    `kind` (`kernel`, `copy-dtod`, `copy-htod`, `copy-dtoh`, `fill`, `event-record`,
+    `event-wait` or `host-wait`). A kernel step has its kernel's `name` (demangled, with its
+    signature when known) and `mangled` name, its `grid` and `block`, and `original_ns`, its
+    duration in the application (None when not measured); for other steps these are None.
+    `bytes` is what a copy or fill moves or sets (None for other steps), `event` the
+    application's event handle value an event record or wait names, `stream` the
+    application's stream handle value the step was issued on. `info` is its entry of
+    `kreplay info --json`'s `steps`, unchanged."""
 
     index: int
-    name: str
-    mangled: str
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
+    kind: str
+    name: str | None
+    mangled: str | None
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    bytes: int | None
+    event: int | None
     stream: int
     original_ns: int | None
     info: dict = field(repr=False, compare=False)
 
+    @property
+    def is_kernel(self) -> bool:
+        """Whether this step is a kernel launch (rather than a copy, fill, event or wait)."""
+        return self.kind == "kernel"
+
     @classmethod
     def from_info(cls, s: dict) -> Step:
         """The step of an entry of `kreplay info --json`'s `steps`."""
+        kernel = s.get("kernel") or {}
+        grid, block = s.get("grid"), s.get("block")
         return cls(
             index=s["index"],
-            name=s["kernel"]["name"],
-            mangled=s["kernel"]["mangled"],
-            grid=tuple(s["grid"]),
-            block=tuple(s["block"]),
+            kind=s.get("kind", "kernel"),
+            name=kernel.get("name"),
+            mangled=kernel.get("mangled"),
+            grid=tuple(grid) if grid is not None else None,
+            block=tuple(block) if block is not None else None,
+            bytes=s.get("bytes"),
+            event=s.get("event"),
             stream=s["stream"],
             original_ns=s.get("original_ns"),
             info=s,
+        )
+
+
+@dataclass(frozen=True)
+class Range:
+    """What a range capture is as a whole (`Capture.range`): `origin`, how it was selected as
+    `kreplay record` takes it again (`launch-range 3:5`, `nvtx-range layer.2 #1`,
+    `profiler-range #1`); `launches`, the process launch indices of its first and last
+    kernel steps (None when not known); `kernel_steps`, how many of its steps are kernel
+    launches; `streams`, how many streams the steps were issued on; `original_ns`, the
+    range's in-app duration (None when not measured); `step_digests`, whether it holds a
+    digest of memory after each step (so `play --verify` can name the first step that
+    diverges). `info` is `kreplay info --json`'s `range`, unchanged."""
+
+    origin: str
+    launches: tuple[int, int] | None
+    kernel_steps: int
+    streams: int
+    original_ns: int | None
+    step_digests: bool
+    info: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_info(cls, r: dict) -> Range:
+        """The range of `kreplay info --json`'s `range`."""
+        launches = r.get("launches")
+        return cls(
+            origin=r["origin"],
+            launches=tuple(launches) if launches is not None else None,
+            kernel_steps=r["kernel_steps"],
+            streams=r["streams"],
+            original_ns=r.get("original_ns"),
+            step_digests=bool(r.get("step_digests")),
+            info=r,
         )
 
 
@@ -168,16 +221,25 @@ class Capture:
 
     @property
     def is_range(self) -> bool:
-        """Whether this is a range capture (a sequence of kernel steps, format 1.2) rather
-        than one dispatch."""
+        """Whether this is a range capture (a sequence of steps: kernel launches, and since
+        format 1.3 copies, fills, event records and waits) rather than one dispatch."""
         return bool(self.info.get("steps"))
 
     @property
     def steps(self) -> list[Step]:
-        """A range capture's kernel steps in issue order, each a `Step` (index, kernel name,
-        grid, block, stream, in-app duration: `kreplay info --json`'s `steps`); `[]` for a
-        capture of one dispatch. `kernel`, `launch` and `params` are the first dispatch's."""
+        """A range capture's steps in issue order, each a `Step` (index, kind, kernel name,
+        grid, block, bytes, event, stream, in-app duration: `kreplay info --json`'s `steps`);
+        `[]` for a capture of one dispatch. `kernel`, `launch` and `params` are the first
+        kernel step's (a range may begin with a copy or a wait)."""
         return [Step.from_info(s) for s in self.info.get("steps") or []]
+
+    @property
+    def range(self) -> Range | None:
+        """What a range capture is as a whole (`Range`: origin, launch indices, kernel steps,
+        streams, in-app duration, whether it holds per-step digests); None for a capture of
+        one dispatch."""
+        r = self.info.get("range")
+        return Range.from_info(r) if r else None
 
     @property
     def device(self) -> dict | None:

@@ -55,7 +55,10 @@ def diff(a: str | os.PathLike, b: str | os.PathLike, state: str = "post", as_: s
     of the same size) `differing_bytes`, `differing_chunks`, `differing_elements`, `max_abs`,
     `max_rel`, `first_offset` and `nan_mismatches`; `unmatched_a`/`unmatched_b` list regions
     with no partner. A capture without recorded output compared with state="post" raises
-    ValueError (compare the inputs with state="pre").
+    ValueError (compare the inputs with state="pre"). When either is a range capture the
+    result also has `steps`: `steps_a`, `steps_b` and `differing` (each `{"index", "what"}`:
+    the steps both hold that differ in kind, stream, kernel, geometry, argument values or
+    what a copy or fill moves; a single capture counts as one kernel step).
     """
     return json.loads(_native.diff(os.fspath(a), os.fspath(b), state, as_))
 
@@ -75,7 +78,10 @@ def pack(
     memory, 3 above). `redact=True` replaces the application's data by generated values of
     the same types (pointer words, handles, module globals and the argument bytes kept; the
     recorded output dropped). `drop_post=True` keeps where the kernel writes but not what
-    (a smaller file; `play --verify` then checks determinism only). An existing `dst` is
+    (a smaller file; `play --verify` then checks determinism only). A range capture keeps
+    its steps; `redact=True` also replaces the host bytes its copies hold (what a
+    host-to-device copy sent, what a device-to-host copy received), its stream and event
+    handles and its per-step digests, and lists each in the redaction. An existing `dst` is
     replaced only with `force=True`. The output is written to DST.partial and renamed once
     it verifies.
 
@@ -96,11 +102,14 @@ def extract(
     files are the command's.
 
     Into `out_dir` (`-o`): `module-N.cubin` (or `.ptx`, `.fatbin`), `args.bin` (the argument
-    bytes), `region-ID-ADDRESS.bin` for each region (all-zero chunks as sparse holes) and
+    bytes; for a range capture per step instead: `step-K-args.bin` for a kernel step,
+    `step-K-host.bin` and `step-K-received.bin` for the host bytes of its copies),
+    `region-ID-ADDRESS.bin` for each region (all-zero chunks as sparse holes) and
     `region-ID-ADDRESS.post.bin` for the recorded output of written ones, and `capture.json`
     (what `kreplay info --json` prints). Into `repro` (`--repro`): a standalone reproducer
     (one C++ file on the CUDA driver API, a Makefile, the code objects and the region files;
-    `make -C REPRO && REPRO/repro`). At least one of them is needed. A directory must be
+    `make -C REPRO && REPRO/repro`; not yet for a range capture: ValueError says so). At
+    least one of them is needed. A directory must be
     new or empty, and the files may add up to at most 16 x the capture's size (at least
     256 MiB), unless `force=True`.
 

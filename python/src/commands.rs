@@ -162,7 +162,7 @@ pub fn pack<'py>(
         let refused = |e: PackRefused| match &e {
             PackRefused::IntoItself(_) => PyValueError::new_err(format!("dst={e}")),
             PackRefused::Failed { source, .. } => raise_format(&e, source),
-            PackRefused::Level(_) | PackRefused::Range(_) => raise(&e, false),
+            PackRefused::Level(_) => raise(&e, false),
         };
         let plan = PackPlan::of(file.bytes(), request).map_err(refused)?;
         pack_file(&file, src, Path::new(dst), force, plan, &mut |_, _, _| {}).map_err(refused)

@@ -284,6 +284,24 @@ def test_play_has_the_defaults_of_the_player_and_of_kreplay_play():
 # in-app duration of 1500 ns (tools/tests/range_cli.rs builds it with the format crate's
 # writer and checks this file is those bytes; KREPLAY_BLESS=1 rewrites it).
 RANGE = ROOT / "testdata" / "golden" / "range-saxpy.krr"
+# A 1.3 range of nine steps on two streams, beginning with a copy (format/tests/range_golden.rs).
+RANGE_OPS = ROOT / "testdata" / "golden" / "range-ops.krr"
+
+
+def step_as_json(s) -> dict:
+    """A `Step` back as its entry of `kreplay info --json`'s `steps`."""
+    kernel = None if s.name is None else {"name": s.name, "mangled": s.mangled}
+    return {
+        "index": s.index,
+        "kind": s.kind,
+        "kernel": kernel,
+        "grid": None if s.grid is None else list(s.grid),
+        "block": None if s.block is None else list(s.block),
+        "bytes": s.bytes,
+        "event": s.event,
+        "stream": s.stream,
+        "original_ns": s.original_ns,
+    }
 
 
 def test_a_range_captures_steps_are_kreplay_info_jsons():
@@ -291,27 +309,37 @@ def test_a_range_captures_steps_are_kreplay_info_jsons():
     assert cap.is_range
     cli = cli_json("info", "--json", RANGE)["steps"]
     assert [s.info for s in cap.steps] == cli
-    assert [
-        {
-            "index": s.index,
-            "kernel": {"name": s.name, "mangled": s.mangled},
-            "grid": list(s.grid),
-            "block": list(s.block),
-            "stream": s.stream,
-            "original_ns": s.original_ns,
-        }
-        for s in cap.steps
-    ] == cli
+    assert [step_as_json(s) for s in cap.steps] == cli
     assert [s.index for s in cap.steps] == [0, 1, 2]
     second = cap.steps[1]
+    assert second.kind == "kernel" and second.is_kernel
     assert second.grid == (7, 1, 1) and second.block == (256, 1, 1)
     assert second.original_ns == 1500
     assert second.mangled == "_Z5saxpyifPKfPf" and second.name.startswith("saxpy(")
     assert "steps=3" in repr(cap)
 
 
+def test_a_range_of_ops_lists_every_kind_of_step_and_the_range():
+    cap = kreplay.open(RANGE_OPS)
+    info = cli_json("info", "--json", RANGE_OPS)
+    assert [step_as_json(s) for s in cap.steps] == info["steps"]
+    assert [s.kind for s in cap.steps] == [
+        "copy-htod", "kernel", "event-record", "event-wait", "fill", "copy-dtod", "kernel", "copy-dtoh", "host-wait",
+    ]
+    copy, fill, record, wait = cap.steps[0], cap.steps[4], cap.steps[2], cap.steps[3]
+    assert (copy.bytes, copy.name, copy.grid, copy.is_kernel) == (256, None, None, False)
+    assert fill.bytes == 4096
+    assert record.event == wait.event and record.event is not None
+    assert record.stream != wait.stream, "two streams"
+    r = cap.range
+    assert r.info == info["range"]
+    assert (r.origin, r.launches, r.kernel_steps, r.streams) == ("launch-range 2:3", (2, 3), 2, 2)
+    assert r.step_digests and r.original_ns == 31_000
+    assert cap.kernel["mangled"] == cap.steps[1].mangled, "the first kernel step"
+
+
 def test_a_single_dispatch_capture_has_no_steps():
     for path in ALL:
         cap = kreplay.open(path)
-        assert cap.steps == [] and not cap.is_range, path
+        assert cap.steps == [] and not cap.is_range and cap.range is None, path
         assert "steps=" not in repr(cap)

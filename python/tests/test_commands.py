@@ -220,6 +220,57 @@ def test_extract_refuses_as_kreplay_extract_does(tmp_path):
     assert str(e.value) == cli_error("extract", tmp_path / "missing.krr", "-o", tmp_path / "x")
 
 
+# --- range captures ---
+
+# A 1.3 range: saxpy's kernel twice among copies, a fill and event steps on two streams
+# (format/tests/range_golden.rs builds it).
+RANGE_OPS = ROOT / "testdata" / "golden" / "range-ops.krr"
+RANGE_SAXPY = ROOT / "testdata" / "golden" / "range-saxpy.krr"
+
+
+@pytest.mark.parametrize("flags", [dict(level=3), dict(level=3, redact=True), dict(level=3, drop_post=True)])
+def test_pack_of_a_range_is_the_file_kreplay_pack_writes(tmp_path, flags):
+    ours, theirs = tmp_path / "ours.krr", tmp_path / "theirs.krr"
+    kreplay.pack(RANGE_OPS, ours, **flags)
+    args = ["pack", RANGE_OPS, "-o", theirs, "--level", "3"]
+    args += ["--redact"] * flags.get("redact", False) + ["--drop-post"] * flags.get("drop_post", False)
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert ours.read_bytes() == theirs.read_bytes()
+    packed = kreplay.open(ours)
+    assert [s.kind for s in packed.steps] == [s.kind for s in kreplay.open(RANGE_OPS).steps]
+    if flags.get("redact"):
+        fields = {f["field"]: f for f in packed.info["redaction"]}
+        assert not fields["step 0 host bytes (copy-htod)"]["kept"]
+
+
+def test_extract_of_a_range_writes_its_steps_and_no_reproducer_yet(tmp_path):
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    done = kreplay.extract(RANGE_OPS, ours)
+    r = cli("extract", RANGE_OPS, "-o", theirs)
+    assert r.returncode == 0, r.stderr
+    assert tree(ours) == tree(theirs)
+    assert "step-6-args.bin" in tree(ours) and "args.bin" not in tree(ours)
+    assert done["regions"] == len(kreplay.open(RANGE_OPS).regions)
+    with pytest.raises(ValueError) as e:
+        kreplay.extract(RANGE_OPS, repro=tmp_path / "repro")
+    assert str(e.value) == cli_error("extract", RANGE_OPS, "--repro", tmp_path / "repro2")
+    assert "comes later" in str(e.value)
+
+
+def test_diff_of_ranges_is_what_kreplay_diff_json_prints():
+    for a, b in [(RANGE_OPS, RANGE_OPS), (RANGE_OPS, RANGE_SAXPY), (RANGE_SAXPY, SAXPY)]:
+        r = cli("diff", "--json", "--state", "pre", a, b)
+        assert r.returncode in (0, 1), r.stderr
+        d = kreplay.diff(a, b, state="pre")
+        assert d == json.loads(r.stdout), (a, b)
+        assert "steps" in d
+    d = kreplay.diff(RANGE_OPS, RANGE_SAXPY, state="pre")
+    assert (d["steps"]["steps_a"], d["steps"]["steps_b"]) == (9, 3)
+    assert not d["identical"]
+    assert "steps" not in kreplay.diff(SAXPY, SAXPY)
+
+
 # --- one set of defaults, and help() ---
 
 

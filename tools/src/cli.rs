@@ -400,6 +400,7 @@ pub enum CacheMode {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("saved").multiple(true).args(["save_output", "save_step"])))]
 pub struct PlayArgs {
     /// The capture to replay.
     #[arg(required_unless_present = "list_metrics")]
@@ -465,9 +466,18 @@ pub struct PlayArgs {
     /// --module variant's).
     #[arg(long, value_name = "FILE.krr")]
     pub save_output: Option<PathBuf>,
-    /// Replace the --save-output file when it exists.
-    #[arg(long, requires = "save_output")]
+    /// Replace the --save-output (or --save-step) file when it exists.
+    #[arg(long, requires = "saved")]
     pub force: bool,
+    /// Range captures: time each kernel step too (events around it, on its stream); the
+    /// report gives each step's median over the timed passes.
+    #[arg(long)]
+    pub per_step: bool,
+    /// Range captures: replay steps 0..K-1 from the restored input, then write step K (a
+    /// 0-based kernel step index, as `kreplay info` lists them) as a single-dispatch capture
+    /// to OUT.krr, which `play` replays like any other.
+    #[arg(long, num_args = 2, value_names = ["K", "OUT.krr"])]
+    pub save_step: Option<Vec<String>>,
     /// Compile the captured PTX with the driver's JIT instead of loading the captured cubin
     /// (automatic when the GPU is of another architecture than the capture's).
     #[arg(long, conflicts_with = "module")]

@@ -101,21 +101,15 @@ fn info_lists_the_steps_of_a_range() {
 
 #[test]
 fn commands_that_do_not_know_ranges_refuse_them() {
+    // pack, extract and diff take ranges (tests/range_share.rs).
     let d = scratch("range-refuse");
     let f = range_file(&d);
-    let packed = d.join("p.krr");
-    let packed = packed.to_str().expect("utf-8");
-    let extracted = d.join("x");
-    let extracted = extracted.to_str().expect("utf-8");
     for (command, args) in [
-        ("pack", vec!["pack", &f, "-o", packed]),
-        ("extract", vec!["extract", &f, "-o", extracted]),
-        ("diff", vec!["diff", &f, &f]),
         (
             "play --metrics",
             vec!["play", &f, "--metrics", "sm__cycles_elapsed.avg"],
         ),
-        ("play --relocate", vec!["play", &f, "--relocate"]),
+        ("play --ptx", vec!["play", &f, "--ptx"]),
     ] {
         let (code, _, err) = kreplay(&args);
         assert_ne!(code, 0, "{command}: {err}");
@@ -124,5 +118,21 @@ fn commands_that_do_not_know_ranges_refuse_them() {
             "{command}: {err}"
         );
     }
-    assert!(!std::path::Path::new(packed).exists(), "pack wrote nothing");
+}
+
+#[test]
+fn save_step_is_refused_before_the_gpu_unless_it_names_a_kernel_step_of_a_range() {
+    let d = scratch("range-save-step");
+    let f = range_file(&d);
+    let out = d.join("s.krr");
+    let out = out.to_str().expect("utf-8");
+    let (code, _, err) = kreplay(&["play", &f, "--save-step", "5", out]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("the range has 3 steps"), "{err}");
+    let single = common::capture("cuda-saxpy");
+    let single = single.to_str().expect("utf-8");
+    let (code, _, err) = kreplay(&["play", single, "--save-step", "0", out]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("takes a range capture"), "{err}");
+    assert!(!std::path::Path::new(out).exists(), "nothing written");
 }

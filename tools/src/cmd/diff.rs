@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use kreplay_format::Capture;
 use kreplay_player::diff::{diff, DiffReport, DiffState};
+use kreplay_player::step_diff::StepsDiff;
 
 use crate::cli::DiffArgs;
 use crate::describe::bytes;
@@ -94,6 +95,9 @@ fn print_text(w: &mut impl Write, r: &DiffReport) -> anyhow::Result<()> {
             }
         );
     }
+    if let Some(s) = &r.steps {
+        print_steps(w, s)?;
+    }
     if !r.unmatched_a.is_empty() || !r.unmatched_b.is_empty() {
         out!(
             w,
@@ -111,5 +115,25 @@ fn print_text(w: &mut impl Write, r: &DiffReport) -> anyhow::Result<()> {
             crate::output::verdict("different", false)
         }
     );
+    Ok(())
+}
+
+/// A range's steps compared: the counts, then each step that differs and how.
+fn print_steps(w: &mut impl Write, s: &StepsDiff) -> anyhow::Result<()> {
+    out!(
+        w,
+        "steps     {} / {}, {} of those both hold differ",
+        s.steps_a,
+        s.steps_b,
+        s.differing.len()
+    );
+    for d in &s.differing {
+        out!(
+            w,
+            "          step {}: {}",
+            d.index,
+            printable(&d.what.join("; "))
+        );
+    }
     Ok(())
 }

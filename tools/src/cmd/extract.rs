@@ -16,8 +16,16 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let extraction = Extraction::plan(&file, &cap, &name, a.force, a.repro.is_some())?;
     if let Some(dir) = &a.output {
         let done = extraction.write_files(dir)?;
+        let arguments = if cap.is_range() {
+            format!(
+                "{} step file(s) (step-K-args.bin, -host.bin, -received.bin)",
+                done.argument_files
+            )
+        } else {
+            "args.bin".to_string()
+        };
         crate::warn!(
-            "kreplay: extracted {} module(s), args.bin and {} region(s) into {}",
+            "kreplay: extracted {} module(s), {arguments} and {} region(s) into {}",
             done.modules,
             done.regions,
             dir.display()

@@ -8,7 +8,7 @@ use anyhow::Context;
 use kreplay_format::Capture;
 use kreplay_player::{
     CacheState, CodeChoice, MetricsReport, PlayFailure, PlayObserver, PlayOptions, PlayOutcome,
-    PlayReport, SaveOutput,
+    PlayReport, SaveOutput, SaveStep,
 };
 
 use crate::cli::{CacheMode, PlayArgs};
@@ -29,6 +29,12 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     let file = super::open(path)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
     let options = options(&a)?;
+    if let Some(s) = &options.save_step {
+        super::check_new_output(&s.path, a.force, "--save-step")?;
+        if let Some(why) = kreplay_player::save_step_problem(&cap, s.index) {
+            anyhow::bail!("{}: {why}", path.display());
+        }
+    }
     let outcome = {
         // Device printf of the replayed kernel goes to stderr while stdout carries JSON or CSV.
         let _device_output = crate::output::StdoutToStderr::new(a.json || a.csv);
@@ -106,6 +112,11 @@ fn cli_error(e: PlayFailure, path: &Path, options: &PlayOptions) -> anyhow::Erro
             (format!("cannot save the replay's output{to}"), c)
         }
         PlayFailure::Metrics(c) => ("counter collection failed".to_string(), c),
+        PlayFailure::SaveStep(c) => {
+            let file = options.save_step.as_ref().map(|s| s.path.display());
+            let to = file.map_or(String::new(), |f| format!(" to {f}"));
+            (format!("cannot save the step{to}"), c)
+        }
     };
     anyhow::Error::new(cause).context(what)
 }
@@ -147,6 +158,15 @@ fn print_outcome(a: &PlayArgs, o: &PlayOutcome) -> anyhow::Result<()> {
             crate::describe::bytes(s.changed_bytes)
         );
     }
+    if let Some(s) = &o.saved_step {
+        out!(
+            w,
+            "saved     step {} ({}) as a single capture to {}",
+            s.step,
+            demangle(&s.kernel),
+            crate::output::printable(&s.path)
+        );
+    }
     Ok(())
 }
 
@@ -176,6 +196,27 @@ fn options(a: &PlayArgs) -> anyhow::Result<PlayOptions> {
             replace: a.force,
         }),
         tool: a.tool.clone(),
+        per_step: a.per_step,
+        save_step: a
+            .save_step
+            .as_deref()
+            .map(|v| save_step(v, a.force))
+            .transpose()?,
+    })
+}
+
+/// `--save-step K OUT.krr`: K must be a step index.
+fn save_step(v: &[String], replace: bool) -> anyhow::Result<SaveStep> {
+    let [k, path] = v else {
+        anyhow::bail!("--save-step takes a step index and a file: --save-step K OUT.krr");
+    };
+    let index = k.parse().with_context(|| {
+        format!("--save-step {k}: not a step index (a kernel step's 0-based index, as kreplay info lists them)")
+    })?;
+    Ok(SaveStep {
+        index,
+        path: path.into(),
+        replace,
     })
 }
 
@@ -221,8 +262,54 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
         duration(r.timing.restore_median_ns),
         r.timing.setup_ms
     );
+    if let Some(range) = &r.range {
+        print_steps(w, range)?;
+    }
     if r.verify.checked {
         print_verify(w, &r.verify, r.timing.passes)?;
+    }
+    if let Some(range) = r.range.as_ref().filter(|_| r.verify.checked) {
+        print_divergence(w, range)?;
+    }
+    Ok(())
+}
+
+/// A range's steps, one line each: index, kind, kernel, median with `--per-step`.
+fn print_steps(w: &mut impl Write, r: &kreplay_player::range::RangeReport) -> anyhow::Result<()> {
+    out!(w, "steps     {}", r.steps.len());
+    for s in &r.steps {
+        let kernel = s.kernel.as_deref().map(demangle).unwrap_or_default();
+        let time = s
+            .median_ns
+            .map_or(String::new(), |ns| format!("  median {}", duration(ns)));
+        out!(w, "  {:>4}  {:<12} {}{}", s.index, s.kind, kernel, time);
+    }
+    Ok(())
+}
+
+/// What the step-by-step replay of a mismatched range found.
+fn print_divergence(
+    w: &mut impl Write,
+    r: &kreplay_player::range::RangeReport,
+) -> anyhow::Result<()> {
+    for &i in &r.mismatched_copies {
+        out!(
+            w,
+            "          step {i} (copy-dtoh) received other bytes than the application did"
+        );
+    }
+    if let Some(k) = r.first_divergent_step {
+        let step = r.steps.get(k);
+        out!(
+            w,
+            "          first divergent step: {k} ({}{})",
+            step.map_or("?", |s| s.kind),
+            step.and_then(|s| s.kernel.as_deref())
+                .map_or(String::new(), |k| format!(", {}", demangle(k)))
+        );
+    }
+    if let Some(note) = &r.divergence_note {
+        out!(w, "          {note}");
     }
     Ok(())
 }
@@ -413,7 +500,7 @@ fn list_metrics(a: &PlayArgs) -> anyhow::Result<ExitCode> {
 mod tests {
     use super::{format_value, options};
     use clap::Parser;
-    use kreplay_player::{CacheState, CodeChoice, PlayOptions, SaveOutput};
+    use kreplay_player::{CacheState, CodeChoice, PlayOptions, SaveOutput, SaveStep};
 
     fn play_args(argv: &[&str]) -> crate::cli::PlayArgs {
         let argv = ["kreplay", "play"].iter().chain(argv);
@@ -451,6 +538,10 @@ mod tests {
             "--save-output",
             "out.krr",
             "--force",
+            "--per-step",
+            "--save-step",
+            "3",
+            "step.krr",
         ]);
         let want = PlayOptions {
             passes: 3,
@@ -466,6 +557,12 @@ mod tests {
                 replace: true,
             }),
             tool: None,
+            per_step: true,
+            save_step: Some(SaveStep {
+                index: 3,
+                path: "step.krr".into(),
+                replace: true,
+            }),
         };
         assert_eq!(options(&a).expect("options"), want);
         let flush = options(&play_args(&["x.krr", "--cache", "flush"])).expect("options");
@@ -517,6 +614,33 @@ mod tests {
             save.starts_with("cannot save the replay's output to out.krr: "),
             "{save}"
         );
+    }
+
+    // Catches: a step index that is not a number taken as 0, --force not reaching the
+    // saved step, or --force refused with --save-step alone.
+    #[test]
+    fn save_step_takes_an_index_and_a_file() {
+        let o = options(&play_args(&[
+            "x.krr",
+            "--save-step",
+            "2",
+            "s.krr",
+            "--force",
+        ]))
+        .expect("options");
+        assert_eq!(
+            o.save_step,
+            Some(SaveStep {
+                index: 2,
+                path: "s.krr".into(),
+                replace: true
+            })
+        );
+        let e = options(&play_args(&["x.krr", "--save-step", "two", "s.krr"]))
+            .expect_err("not an index");
+        assert!(e.to_string().contains("not a step index"), "{e}");
+        let argv = ["kreplay", "play", "x.krr", "--force"];
+        assert!(crate::cli::Cli::try_parse_from(argv).is_err());
     }
 
     #[test]
