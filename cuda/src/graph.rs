@@ -148,6 +148,75 @@ impl MemcpyParams {
     }
 }
 
+/// `CUmemorytype` values, as a memcpy node's sides name them.
+pub mod memory_type {
+    pub const HOST: u32 = 1;
+    pub const DEVICE: u32 = 2;
+    pub const ARRAY: u32 = 3;
+    pub const UNIFIED: u32 = 4;
+}
+
+/// One side of a memcpy node (`CUDA_MEMCPY3D`'s `src*` or `dst*` fields), as plain numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CopySide {
+    /// A `memory_type` value.
+    pub memory_type: u32,
+    pub host: u64,
+    pub device: u64,
+    /// Offsets into the side: bytes along a row, rows, slices; and the mipmap level.
+    pub x: u64,
+    pub y: u64,
+    pub z: u64,
+    pub lod: u64,
+}
+
+/// A memcpy node's copy as plain numbers: both sides and the extent (bytes per row, rows,
+/// slices). A 1D copy has one row of one slice at offset 0 on both sides' y and z.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CopyShape {
+    pub src: CopySide,
+    pub dst: CopySide,
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+}
+
+impl MemcpyParams {
+    /// The copy's sides and extent.
+    pub fn shape(&self) -> CopyShape {
+        let p = self.0.as_ptr();
+        // SAFETY: the driver filled the struct (`memcpy_params`); every field is read through
+        // its address as the integer (or pointer-sized integer) it is, memory types as u32,
+        // without forming enum values.
+        unsafe {
+            let u = |v: *const usize| v.read() as u64;
+            CopyShape {
+                src: CopySide {
+                    memory_type: ptr::addr_of!((*p).srcMemoryType).cast::<u32>().read(),
+                    host: ptr::addr_of!((*p).srcHost).read() as u64,
+                    device: ptr::addr_of!((*p).srcDevice).read(),
+                    x: u(ptr::addr_of!((*p).srcXInBytes)),
+                    y: u(ptr::addr_of!((*p).srcY)),
+                    z: u(ptr::addr_of!((*p).srcZ)),
+                    lod: u(ptr::addr_of!((*p).srcLOD)),
+                },
+                dst: CopySide {
+                    memory_type: ptr::addr_of!((*p).dstMemoryType).cast::<u32>().read(),
+                    host: ptr::addr_of!((*p).dstHost).read() as u64,
+                    device: ptr::addr_of!((*p).dstDevice).read(),
+                    x: u(ptr::addr_of!((*p).dstXInBytes)),
+                    y: u(ptr::addr_of!((*p).dstY)),
+                    z: u(ptr::addr_of!((*p).dstZ)),
+                    lod: u(ptr::addr_of!((*p).dstLOD)),
+                },
+                width: u(ptr::addr_of!((*p).WidthInBytes)),
+                height: u(ptr::addr_of!((*p).Height)),
+                depth: u(ptr::addr_of!((*p).Depth)),
+            }
+        }
+    }
+}
+
 /// A kernel node's parameters: the function and the argument pointers the driver holds for
 /// the node (valid while the node exists).
 #[derive(Clone, Copy, Debug)]

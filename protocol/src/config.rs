@@ -30,6 +30,9 @@ pub mod env {
     /// `1`: capture the Nth (`KREPLAY_NTH`) `cuProfilerStart`..`cuProfilerStop` pair as one
     /// range capture (`--profiler-range`).
     pub const PROFILER_RANGE: &str = "KREPLAY_PROFILER_RANGE";
+    /// `1`: with `KREPLAY_KERNEL`, capture the whole launch of the CUDA graph that holds the
+    /// Nth matching execution, every node, as one range capture (`--graph-launch`).
+    pub const GRAPH_LAUNCH: &str = "KREPLAY_GRAPH_LAUNCH";
     /// `1`: list mode also reports each NVTX range instance with its launches
     /// (`kreplay list --ranges`).
     pub const LIST_RANGES: &str = "KREPLAY_LIST_RANGES";
@@ -144,6 +147,9 @@ pub struct Config {
     /// Capture what the application issues between two boundaries (an NVTX range's push and
     /// pop, `cuProfilerStart` and `cuProfilerStop`) as one range capture.
     pub boundary_range: Option<BoundaryRange>,
+    /// With `kernel`: the match selects a CUDA graph launch, captured whole as one range
+    /// capture (a match outside a graph is not captured).
+    pub graph_launch: bool,
     /// List mode: report each NVTX range instance with its launches.
     pub list_ranges: bool,
     /// No per-capture summary lines.
@@ -197,6 +203,7 @@ impl Config {
                 format!("{}={v}: expected a whole number >= 1", env::LAUNCH_INDEX)
             })?),
         };
+        let graph_launch = graph_launch_from(&get, &mode, kernel.is_some())?;
         let launch_range =
             launch_range_from(&get, &mode, kernel.is_some() || launch_index.is_some())?;
         let num = |k: &str, default: u64| number_from(&get, k, default);
@@ -248,6 +255,7 @@ impl Config {
             launch_index,
             launch_range,
             boundary_range,
+            graph_launch,
             list_ranges,
             quiet: get(env::QUIET).as_deref() == Some("1"),
             nvtx: match get(env::NVTX_INCLUDE).filter(|v| !v.is_empty()) {
@@ -321,6 +329,45 @@ fn launch_range_from(
         ));
     }
     Ok(Some(range))
+}
+
+/// `KREPLAY_GRAPH_LAUNCH` of record mode: it needs a kernel filter (the match names the graph
+/// launch) and is refused beside the other selections of launches and ranges (the graph launch
+/// is the process's one range capture, and `--launch-index` would select a single launch).
+fn graph_launch_from(
+    get: &impl Fn(&str) -> Option<String>,
+    mode: &Mode,
+    kernel: bool,
+) -> Result<bool, String> {
+    match get(env::GRAPH_LAUNCH).as_deref() {
+        None | Some("") | Some("0") => return Ok(false),
+        Some("1") => {}
+        Some(v) => return Err(format!("{}={v}: expected 0 or 1", env::GRAPH_LAUNCH)),
+    }
+    if *mode != Mode::Record {
+        return Err(format!("{} is for record mode only", env::GRAPH_LAUNCH));
+    }
+    if !kernel {
+        return Err(format!(
+            "{} needs {}: the Nth matching execution names the graph launch",
+            env::GRAPH_LAUNCH,
+            env::KERNEL
+        ));
+    }
+    let set = |k: &str| get(k).is_some_and(|v| !v.is_empty() && v != "0");
+    let clash = [
+        env::LAUNCH_INDEX,
+        env::LAUNCH_RANGE,
+        env::NVTX_RANGE,
+        env::PROFILER_RANGE,
+    ];
+    if let Some(other) = clash.iter().find(|k| set(k)) {
+        return Err(format!(
+            "{} cannot be combined with {other}: a process records one range",
+            env::GRAPH_LAUNCH
+        ));
+    }
+    Ok(true)
 }
 
 /// A whole number >= 1 from variable `k`, `default` when it is not set.
@@ -772,6 +819,45 @@ mod tests {
         m.insert(env::LAUNCH_RANGE.to_string(), "4:2".to_string());
         let err = Config::from_lookup(|k| m.get(k).cloned()).unwrap_err();
         assert!(err.contains(env::LAUNCH_RANGE), "{err}");
+    }
+
+    #[test]
+    fn graph_launch_needs_a_kernel_in_record_mode_and_no_other_range() {
+        let with = |extra: &[(&str, &str)]| {
+            let mut m: HashMap<String, String> = [
+                (env::MODE.to_string(), "record".to_string()),
+                (env::GRAPH_LAUNCH.to_string(), "1".to_string()),
+            ]
+            .into();
+            for (k, v) in extra {
+                m.insert(k.to_string(), v.to_string());
+            }
+            Config::from_lookup(|k| m.get(k).cloned())
+        };
+        let c = with(&[(env::KERNEL, "regex:flash")]).unwrap().unwrap();
+        assert!(c.graph_launch && c.kernel.is_some());
+        let err = with(&[]).unwrap_err();
+        assert!(err.contains("needs KREPLAY_KERNEL"), "{err}");
+        for (other, value) in [
+            (env::LAUNCH_INDEX, "3"),
+            (env::LAUNCH_RANGE, "1:2"),
+            (env::NVTX_RANGE, "layer"),
+            (env::PROFILER_RANGE, "1"),
+        ] {
+            let err = with(&[(env::KERNEL, "k"), (other, value)]).unwrap_err();
+            assert!(
+                err.starts_with(env::GRAPH_LAUNCH) && err.contains(other),
+                "{err}"
+            );
+        }
+        let err = with(&[(env::KERNEL, "k"), (env::MODE, "profile")]).unwrap_err();
+        assert!(err.contains("record mode only"), "{err}");
+        let err = with(&[(env::KERNEL, "k"), (env::GRAPH_LAUNCH, "yes")]).unwrap_err();
+        assert!(err.contains("expected 0 or 1"), "{err}");
+        let c = with(&[(env::KERNEL, "k"), (env::GRAPH_LAUNCH, "0")])
+            .unwrap()
+            .unwrap();
+        assert!(!c.graph_launch);
     }
 
     fn lookup(m: &HashMap<String, String>) -> Result<Option<Config>, String> {

@@ -24,6 +24,7 @@ pub mod device_resources;
 pub mod error;
 pub mod footprint;
 pub mod graph;
+pub mod graph_plan;
 pub mod graph_track;
 pub mod inflight;
 pub mod launch;

@@ -25,7 +25,7 @@ use crate::footprint::{self, Reads};
 use crate::range_calls::{fixed_stream_info, CallClass};
 use crate::range_digest::digest_held;
 use crate::range_held::{op_walk, Held, HeldMut};
-use crate::range_ops::{op_stream, read_host, resolve};
+use crate::range_ops::{op_stream, read_host, resolve, OpEnter};
 use crate::snapshot::{post_states, Snapshot};
 
 /// A range between its opening and its close.
@@ -329,6 +329,22 @@ impl RangePending {
         let Some(enter) = resolve(call, function, previous)? else {
             return Ok(()); // no device memory involved: not a step
         };
+        self.begin_op(enter, correlation, stream_info)?;
+        self.stall_ns += began.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// An op step already made into the format's `Op` (from a CUPTI call by `op_enter`, or
+    /// from a graph node's parameters), before it runs: the memory its device spans lie in is
+    /// held from now (the one path by which an op's memory is held), and its EXIT is awaited
+    /// (`op_exit` for the application's call, `finish_op` for one the recorder runs). Call
+    /// with the context synchronised.
+    pub fn begin_op(
+        &mut self,
+        enter: OpEnter,
+        correlation: u32,
+        stream_info: impl FnOnce(u64) -> Result<StreamInfo, RecordError>,
+    ) -> Result<(), RecordError> {
         let walk = op_walk(&enter.op.device_spans())?;
         self.held().add(&walk, 0)?;
         if !self.knows_stream(enter.stream) {
@@ -342,8 +358,24 @@ impl RangePending {
                 receive: enter.receive,
             },
         });
-        self.stall_ns += began.elapsed().as_nanos() as u64;
         Ok(())
+    }
+
+    /// The awaited op step ran (the context synchronised since): a device-to-host copy's
+    /// `received` bytes are set, and the held memory is digested.
+    pub fn finish_op(&mut self, received: Option<Vec<u8>>) {
+        self.awaiting = None;
+        if let (
+            Some(got),
+            Some(Step {
+                action: kreplay_format::Action::Op(Op::CopyDeviceToHost { received, .. }),
+                ..
+            }),
+        ) = (received, self.steps.last_mut())
+        {
+            *received = got;
+        }
+        self.digest_step();
     }
 
     /// The awaited op step's EXIT: the bytes a device-to-host copy delivered, and the digest
@@ -364,21 +396,15 @@ impl RangePending {
         }
         let began = Instant::now();
         ctx_synchronize().map_err(RecordError::cuda("synchronising after a range step"))?;
-        if let Some((addr, bytes)) = receive {
+        let got = match receive {
             // SAFETY: the application's copy of `bytes` bytes into host memory at `addr`
             // succeeded and the context is synchronised: the bytes are there, and nothing
             // of the range writes them now.
-            let got = unsafe { read_host(addr, bytes) }?;
-            if let Some(Step {
-                action: kreplay_format::Action::Op(Op::CopyDeviceToHost { received, .. }),
-                ..
-            }) = self.steps.last_mut()
-            {
-                *received = got;
-            }
-        }
+            Some((addr, bytes)) => Some(unsafe { read_host(addr, bytes) }?),
+            None => None,
+        };
         self.stall_ns += began.elapsed().as_nanos() as u64;
-        self.digest_step();
+        self.finish_op(got);
         Ok(())
     }
 

@@ -8,7 +8,8 @@
 //! - `state`: the one `Recorder`, holding the owners of process state, each behind its own
 //!   lock (`locking`): `kernels` (counting, filtering), `module_book` (code objects, PTX;
 //!   `modules` handles their callbacks), allocations, `exec_graphs` (executable graphs;
-//!   `graphs` handles their callbacks and captures their nodes), `report` (captures,
+//!   `graphs` handles their callbacks and captures their nodes, `graph_launch` a whole
+//!   launch of one as a range for `--graph-launch`), `report` (captures,
 //!   profiles, errors); NVTX ranges live in `crate::nvtx`.
 //! - `units`: captures in flight between a launch's ENTER and EXIT, keyed, opened by
 //!   `launches` as a `record_unit` (a capture to a file) or a `profile_unit` (profiled in
@@ -24,6 +25,7 @@
 mod context_metrics;
 mod counters;
 mod exec_graphs;
+mod graph_launch;
 mod graphs;
 mod hook;
 mod kernels;

@@ -182,6 +182,14 @@ CHECK_CASES = [
     CheckCase("range-unsupported-alloc", ("record", "--profiler-range"), 3,
               r"abandoned: cuMemAlloc\w*Async\w* was called inside the range.*the application continues",
               ("{range_streams}", "mallocasync")),
+    # --graph-launch (issue 32): a graph with a host-function node is refused naming the node
+    # before anything runs; a match outside any graph (the eager warm-up) is not captured.
+    CheckCase("range-graph-launch-host", ("record", "-k", "graph_consume", "--nth", "2", "--graph-launch"), 3,
+              r"graph launch holding graph_consume.*host function node.*the application continues",
+              (G, "host", "3")),
+    CheckCase("range-graph-launch-eager", ("record", "-k", "regex:Gelu", "--graph-launch"), 3,
+              r"match 1.*not inside a graph launch \(--graph-launch needs a kernel that runs in a CUDA graph\)",
+              _py("torch_graph_app.py", "cudagraph", "3")),
     CheckCase("robust-cupti-user", ("record", "-k", "saxpy_traced"), 3,
               "another profiler or tracer already holds CUPTI.*nothing captured", ("{cupti_app}",)),
 ]
@@ -401,6 +409,8 @@ INLINE_CASES = {
     "range-divergent": (),
     "range-save-step": (),
     "range-bench": ("bench", "timed"),
+    "range-graph-launch": (),
+    "range-graph-launch-compile": (),
     "mpi-2ranks": ("mpi",),
     "profile-2ranks": ("mpi",),
 }

@@ -496,3 +496,59 @@ def bench_checks(base_out: str, rec_rc: int, rec_out: str, info, play_rc: int, p
     if not overhead <= OVERHEAD_US:
         why.append(f"launch overhead {overhead:.3f} us per step (target <= {OVERHEAD_US} us)")
     return why, figures
+
+
+# -- record -k K --graph-launch (torch_graph_app.py) ---------------------------------------------
+
+GRAPH_LAUNCH_STEP_KINDS = ("kernel", "fill", "copy-dtod", "copy-htod", "copy-dtoh")
+# What picks the graph's kernel in each mode of torch_graph_app.py (a part of its demangled name).
+GRAPH_LAUNCH_KERNEL = {"cudagraph": "gelu", "compile": "triton_"}
+
+
+def graph_launch_choice(listed, part: str) -> Optional[tuple]:
+    """(mangled name, nth) for `record -k ^NAME$ --graph-launch --nth N`: the most frequent
+    kernel whose demangled name holds `part` (case-insensitively) and that ran inside a CUDA
+    graph, at its last execution (eager warm-ups come first, so the last one is a graph
+    node's); None when `list --json` shows none."""
+    ks = [k for k in list_kernels(listed)
+          if part.lower() in (k.get("demangled") or k.get("name") or "").lower() and (k.get("in_graphs") or 0) > 0]
+    if not ks:
+        return None
+    k = max(ks, key=lambda k: k.get("count") or 0)
+    return k.get("name"), k.get("count")
+
+
+def graph_launch_checks(rec_rc: int, base_out: str, rec_out: str, info, play_rc: int, play, mangled: str,
+                        passes: int = 8) -> list[str]:
+    """range-graph-launch: the record exits 0 with the application's output as a plain run's;
+    info lists the graph's enabled nodes as steps (kernels, fills and 1D copies only, more than
+    one kernel, the matched kernel among them, all on the launch's one stream), and the range
+    says it is a graph launch (origin `graph-launch NAME #N (graph launch G)`), with a kernel
+    step count matching the steps, in-app time and a digest per step; `play --passes 8
+    --verify` matches bit for bit."""
+    info = info or {}
+    why = []
+    if rec_rc != 0:
+        why.append(f"kreplay record exits {rec_rc}")
+    if base_out != rec_out or not base_out:
+        why.append("the application's output differs under record (or is empty)")
+    steps = info.get("steps") or []
+    kinds = [s.get("kind") for s in steps]
+    odd = sorted({k for k in kinds if k not in GRAPH_LAUNCH_STEP_KINDS}, key=str)
+    if odd:
+        why.append(f"steps of kinds {odd}: a graph launch holds kernels, fills and copies")
+    kernels = [s for s in steps if s.get("kind") == "kernel"]
+    if len(kernels) < 2:
+        why.append(f"{len(kernels)} kernel step(s): the whole graph, not one node, was wanted")
+    if not any((s.get("kernel") or {}).get("mangled") == mangled or (s.get("kernel") or {}).get("name") == mangled
+               for s in kernels):
+        why.append(f"the matched kernel {mangled[:60]} is not among the kernel steps")
+    if len({s.get("stream") for s in steps}) > 1:
+        why.append(f"steps on streams {sorted({str(s.get('stream')) for s in steps})}: one launch, one stream")
+    rng = info.get("range") or {}
+    origin = rng.get("origin") or ""
+    if not re.fullmatch(r"graph-launch \S.* #\d+ \(graph launch \d+\)", origin):
+        why.append(f"range origin {origin!r} does not say `graph-launch NAME #N (graph launch G)`")
+    why += [w for w in range_desc_checks(rng, origin, len(kernels), 1) if "origin" not in w]
+    why += range_play_checks(play_rc, play, passes, info)
+    return why

@@ -691,3 +691,73 @@ def test_every_range_case_is_registered_with_its_app():
     assert (ROOT / "testdata/apps/torch_block_app.py").is_file()
     for kargs, argv in C.RANGE_CAPTURES.values():
         assert C.placeholders(argv) <= {"range_streams"} and kargs
+
+
+# -- record -k K --graph-launch (krrange.graph_launch_*) ------------------------------------------
+
+GELU = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_GeluE"
+
+
+def graph_launch_info(kernels=(GELU, "_Zmul", "_Zadd"), ops=(), origin="graph-launch vectorized_elementwise_kernel #3 "
+                      "(graph launch 2)", stream=0x51):
+    steps = [{"index": i, "kind": "kernel", "kernel": {"name": k, "mangled": k}, "stream": stream, "original_ns": 3000}
+             for i, k in enumerate(kernels)]
+    steps += [{"index": len(steps) + i, "kind": k, "kernel": None, "stream": stream, "bytes": 64}
+              for i, k in enumerate(ops)]
+    return {"steps": steps, "range": {"origin": origin, "launches": [20, 19 + len(kernels)],
+                                      "kernel_steps": len(kernels), "streams": 1, "original_ns": 9000,
+                                      "step_digests": True}}
+
+
+def test_the_graph_launch_kernel_is_a_graph_kernel_at_its_last_execution():
+    listed = [{"name": "_Zeager_gelu", "demangled": "gelu_eager", "count": 9, "in_graphs": 0},
+              {"name": GELU, "demangled": "void at::native::vectorized_elementwise_kernel<4, at::native::Gelu>", "count": 4,
+               "in_graphs": 3},
+              {"name": "_Zother", "demangled": "other", "count": 40, "in_graphs": 40}]
+    assert R.graph_launch_choice(listed, R.GRAPH_LAUNCH_KERNEL["cudagraph"]) == (GELU, 4)
+    assert R.graph_launch_choice({"kernels": listed}, "GELU") == (GELU, 4)
+    assert R.graph_launch_choice(listed, "triton_") is None
+    assert R.graph_launch_choice(None, "gelu") is None
+
+
+def test_the_graph_launch_verdict_wants_the_whole_graph_replayed_bit_exact():
+    info = graph_launch_info(ops=("fill",))
+    good = dict(rec_rc=0, base_out="cudagraph 3 replays 1.5\n", rec_out="cudagraph 3 replays 1.5\n", info=info,
+                play_rc=0, play=range_play(info), mangled=GELU)
+    assert R.graph_launch_checks(**good) == []
+    one = graph_launch_info(kernels=(GELU,))
+    faults = [dict(rec_rc=3), dict(rec_out="cudagraph 3 replays 1.6\n"), dict(base_out="", rec_out=""),
+              dict(info=one, play=range_play(one)),
+              dict(mangled="_Zsomething_else"),
+              dict(info=graph_launch_info(ops=("event-record",)), play=range_play(graph_launch_info(ops=("event-record",)))),
+              dict(info=graph_launch_info(origin="launch-range 3:5"), play=range_play(graph_launch_info())),
+              dict(info=_edit_step(info, 1, stream=0x99), play=range_play(_edit_step(info, 1, stream=0x99))),
+              dict(info=_edit_range(info, kernel_steps=2), play=range_play(info)),
+              dict(info=_edit_range(info, step_digests=False), play=range_play(info)),
+              dict(play={**range_play(info), "verify": {"matched": False, "deterministic": True}}),
+              dict(play=range_play(info, durations_ns=[1] * 7)), dict(play_rc=1), dict(play=None)]
+    for f in faults:
+        assert R.graph_launch_checks(**{**good, **f}), f
+
+
+def test_graph_launch_check_cases_match_the_recorders_messages():
+    host = next(c for c in C.CHECK_CASES if c.name == "range-graph-launch-host")
+    said = ("kreplay: capture of the graph launch holding graph_consume (match 2, graph launch 1) failed: the graph "
+            "node cannot be captured: node 0 of the graph is a host function node; --graph-launch captures kernel, "
+            "memset and 1D memcpy nodes; the application continues\n")
+    assert host.want_rc == 3 and "--graph-launch" in host.kargs and re.search(host.stderr, said, re.S)
+    assert not re.search(host.stderr, said.replace("host function", "event record"), re.S)
+    eager = next(c for c in C.CHECK_CASES if c.name == "range-graph-launch-eager")
+    said = ("kreplay: capture of vectorized_elementwise_kernel (match 1, launch 5) not taken: that match was not inside "
+            "a graph launch (--graph-launch needs a kernel that runs in a CUDA graph); the application continues\n")
+    assert eager.want_rc == 3 and re.search(eager.stderr, said, re.S)
+    assert not re.search(eager.stderr, said.replace("match 1", "match 2"), re.S)
+
+
+def test_the_graph_launch_cases_are_registered_with_their_app():
+    import test_range  # noqa: F401
+
+    for name in ("range-graph-launch", "range-graph-launch-compile"):
+        assert name in C.REGISTERED and name in C.all_case_names(), name
+    app = (ROOT / "testdata/apps/torch_graph_app.py").read_text()
+    assert 'mode == "cudagraph"' in app and 'mode="reduce-overhead"' in app

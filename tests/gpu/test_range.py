@@ -3,7 +3,8 @@ two-stream sequence captured by --launch-range, --profiler-range and --nvtx-rang
 bit-exact; a layer of torch_block_app.py by --nvtx-range, replayed bit-exact and timed against
 the application's own time; a variant of the middle kernel (--module) slower with the same
 output, and one writing other values whose step --verify names; --save-step against a direct
-capture of the same dispatch; the 30-kernel benchmark. The verdicts are krrange.py's (tested
+capture of the same dispatch; the 30-kernel benchmark; a whole CUDA graph launch of torch.cuda.CUDAGraph and of
+torch.compile(mode="reduce-overhead") by --graph-launch. The verdicts are krrange.py's (tested
 on the CPU in test_helpers_cpu.py); range-unsupported is a check case (cases.py)."""
 
 from __future__ import annotations
@@ -200,3 +201,42 @@ def test_range_bench(case, row, kr, app):
     why, figures = R.bench_checks(base.out, rec.rc, rec.out, _json(info), play.rc, _json(play), passes)
     rng = (_json(info) or {}).get("range") or {}
     _done(row, why, figures, _json(play), original_us=(rng.get("original_ns") or 0) / 1e3, figures=figures)
+
+
+def _graph_launch(case, row, kr, mode: str):
+    """`record -k ^K$ --graph-launch --nth N` of torch_graph_app.py MODE: K a kernel of the
+    graph found with `list --json` at its last execution (a graph node's), the whole launch as
+    steps, the application's output unchanged, 8 passes bit-exact (krrange.graph_launch_checks)."""
+    argv = ["python3", str(APPS_SRC / "torch_graph_app.py"), mode, "3"]
+    if mode == "compile":
+        # A first run fills Inductor's cache, so the listing and the recording compile alike.
+        case.run(argv, name="warm", timeout=900)
+    ls = case.run([kr, "list", "--json", "--"] + argv, name="list", timeout=900)
+    choice = R.graph_launch_choice(S.last_json_line(ls.out), R.GRAPH_LAUNCH_KERNEL[mode])
+    if choice is None:
+        _done(row, [f"list (exit {ls.rc}) shows no {R.GRAPH_LAUNCH_KERNEL[mode]} kernel inside a CUDA graph"], mode)
+    mangled, nth = choice
+    base = case.run(argv, name="base", timeout=900)
+    w = case.capture(case.path(f"{mode}.krr"))
+    rec = case.run([kr, "record", "-k", mangled, "--graph-launch", "--nth", str(nth), "-o", w, "--force",
+                    "--"] + argv, name="rec", timeout=900)
+    info = case.run([kr, "info", "--json", w], name="info")
+    case.run([kr, "info", w], name="info-text")
+    play = _play(case, kr, w, "play")
+    why = R.graph_launch_checks(rec.rc, base.out, rec.out, _json(info), play.rc, _json(play), mangled)
+    rng = (_json(info) or {}).get("range") or {}
+    _done(row, why, f"{rng.get('origin')}: {len((_json(info) or {}).get('steps') or [])} steps", _json(play),
+          _json(info))
+
+
+@C.inline("range-graph-launch")
+def test_range_graph_launch(case, row, kr):
+    """A torch.cuda.CUDAGraph replay (gelu(x) * 2 + b) captured whole with --graph-launch."""
+    _graph_launch(case, row, kr, "cudagraph")
+
+
+@C.inline("range-graph-launch-compile")
+def test_range_graph_launch_compile(case, row, kr):
+    """A torch.compile(mode="reduce-overhead") call's CUDA graph captured whole with
+    --graph-launch (from a Triton kernel of it)."""
+    _graph_launch(case, row, kr, "compile")

@@ -243,6 +243,21 @@ pub struct RecordArgs {
         conflicts_with_all = ["kernel", "launch_index", "launch_range", "count", "launch_skip", "launch_count", "nvtx_include"]
     )]
     pub profiler_range: bool,
+    /// With -k: capture ONE range, the whole launch of the CUDA graph (`cudaGraphLaunch`,
+    /// `torch.cuda.CUDAGraph.replay`, `torch.compile(mode="reduce-overhead")`) that holds the
+    /// Nth (--nth) execution of the matching kernel: every enabled node of that launch,
+    /// kernels, memsets and 1D memcpys, as the capture's steps on the launch's stream in an
+    /// order that respects the graph's edges (independent nodes run one after the other on
+    /// replay). A graph with host, event, memory allocation or free, conditional or other
+    /// nodes, or 2D/3D copies, is refused naming the node; a match that is not inside a graph
+    /// launch is not captured. The application runs on unchanged. The capture says where it
+    /// came from (`graph-launch KERNEL #N (graph launch G)`).
+    #[arg(
+        long,
+        requires = "kernel",
+        conflicts_with_all = ["launch_index", "launch_range", "nvtx_range", "profiler_range", "count", "launch_count"]
+    )]
+    pub graph_launch: bool,
     /// Only launches made inside an NVTX push/pop range (`torch.cuda.nvtx.range`,
     /// `nvtxRangePush`): `RANGE`, `DOMAIN@RANGE`, or `OUTER/INNER` for a range opened directly
     /// inside another (a subset of ncu's syntax). --nth counts only those launches.
@@ -709,6 +724,27 @@ mod tests {
             &["--nvtx-include", "layer"],
         ] {
             let mut args = vec!["kreplay", "record", "--launch-range", "1:2"];
+            args.extend_from_slice(other);
+            args.push("./app");
+            assert!(Cli::try_parse_from(&args).is_err(), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn graph_launch_takes_a_kernel_and_nth_and_no_other_range() {
+        let a = record(&["-k", "regex:flash", "--graph-launch", "--nth", "2", "./app"]);
+        assert!(a.graph_launch);
+        assert_eq!((a.nth, a.kernel.as_deref()), (2, Some("regex:flash")));
+        assert!(Cli::try_parse_from(["kreplay", "record", "--graph-launch", "./app"]).is_err());
+        for other in [
+            &["--launch-index", "3"][..],
+            &["--launch-range", "1:2"],
+            &["--nvtx-range", "x"],
+            &["--profiler-range"],
+            &["--count", "2"],
+            &["-c", "2"],
+        ] {
+            let mut args = vec!["kreplay", "record", "-k", "f", "--graph-launch"];
             args.extend_from_slice(other);
             args.push("./app");
             assert!(Cli::try_parse_from(&args).is_err(), "{other:?}");

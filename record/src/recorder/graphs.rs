@@ -4,7 +4,8 @@
 //! node and the nodes it waits for can write, runs those nodes itself on the launch's stream,
 //! captures the node like an ordinary launch, puts the memory back, and lets the
 //! application's graph launch run as it would have: only that launch pays, and the
-//! application's results are unchanged.
+//! application's results are unchanged. With `--graph-launch` the whole launch holding the
+//! execution is captured instead, as one range (`graph_launch`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -17,6 +18,7 @@ use kreplay_format::GraphOrigin;
 use kreplay_protocol::config::{short_kernel_name, Mode};
 
 use super::exec_graphs::{ExecKernel, ExecState};
+use super::graph_launch::GraphTarget;
 use super::kernels::Execution;
 use super::locking::lock;
 use super::marks::{FlagGuard, IN_LAUNCH, SELF_CALLS};
@@ -277,6 +279,16 @@ impl Recorder {
         for (node, launch_index, index, launch) in targets {
             let _self_calls = FlagGuard::force(&SELF_CALLS);
             let _in_launch = FlagGuard::force(&IN_LAUNCH);
+            if self.config.graph_launch {
+                let target = GraphTarget {
+                    node,
+                    launch_index,
+                    index,
+                    graph_launch: launch,
+                };
+                self.take_graph_launch(exec, target, &stream);
+                continue;
+            }
             if let Err(e) = self.capture_node(exec, node, &stream, launch_index, index, launch) {
                 let name = lock(&self.graphs)
                     .get(&exec)

@@ -10,6 +10,7 @@ use super::kernels::{self, Execution};
 use super::marks::{FlagGuard, SELF_CALLS};
 use super::state::Recorder;
 use super::units::{self, Unit};
+use crate::graph_plan::not_in_graph;
 use crate::launch::LaunchView;
 
 /// Whether a launch is made into a stream being captured into a graph: it does not run now,
@@ -80,6 +81,14 @@ impl Recorder {
         let _self_calls = FlagGuard::force(&SELF_CALLS);
         if self.records_range() {
             return self.range_enter(view, name, launch_index, correlation);
+        }
+        if self.config.graph_launch {
+            // Only a graph launch's nodes can be captured whole; this match is consumed.
+            return self.error(not_in_graph(
+                &short_kernel_name(demangled),
+                index,
+                launch_index,
+            ));
         }
         if self.config.mode == Mode::Profile {
             if let Some(p) =

@@ -499,6 +499,10 @@ fn recorder_vars(
             env::PROFILER_RANGE,
             if a.profiler_range { "1" } else { "0" }.to_string(),
         ),
+        (
+            env::GRAPH_LAUNCH,
+            if a.graph_launch { "1" } else { "0" }.to_string(),
+        ),
         (env::MEMORY, a.memory.env_value().to_string()),
     ]
 }
@@ -588,6 +592,9 @@ fn selection(a: &RecordArgs) -> String {
     }
     if a.profiler_range {
         return format!("--profiler-range --nth {}", a.nth);
+    }
+    if let (true, Some(k)) = (a.graph_launch, &a.kernel) {
+        return format!("-k '{k}' --graph-launch --nth {}", a.nth);
     }
     let base = match (&a.kernel, a.launch_index) {
         (Some(k), None) => format!("-k '{k}'"),
