@@ -123,7 +123,11 @@ impl<W: Write + Seek> CaptureWriter<W> {
     fn write_meta<T: Serialize>(&mut self, kind: EventKind, value: &T) -> Result<()> {
         let bytes = codec::encode(value, kind.name())?;
         let mut flags = if kind.is_critical() { FLAG_CRITICAL } else { 0 };
-        if bytes.len() > self.opts.compress_metadata_above {
+        // A step operation's host bytes are the application's data (often zeros): compressed,
+        // they would exceed the ratio a reader allows metadata to expand by (and rightly:
+        // that limit stops zip bombs), so they are stored as they are, at most
+        // `MAX_STEP_HOST_BYTES` each.
+        if bytes.len() > self.opts.compress_metadata_above && kind != EventKind::StepOp {
             let z = zstd::bulk::compress(&bytes, 3).map_err(|e| FormatError::Encode {
                 what: kind.name(),
                 message: e.to_string(),

@@ -277,10 +277,21 @@ fn texture_desc(cap: &Capture<'_>, o: &kreplay_format::TextureObject) -> Texture
     }
 }
 
-#[derive(Serialize)]
+/// A kernel as `info --json` and `play --json` name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Kernel {
+    /// Demangled.
     pub name: String,
     pub mangled: String,
+}
+
+impl Kernel {
+    pub fn of(mangled: &str) -> Kernel {
+        Kernel {
+            name: demangle(mangled),
+            mangled: mangled.to_string(),
+        }
+    }
 }
 
 #[derive(Serialize)]

@@ -29,8 +29,8 @@ pub struct StepReport {
     pub index: usize,
     /// `Step::kind`: `kernel`, `copy-dtod`, `fill`...
     pub kind: &'static str,
-    /// The kernel's (mangled) name, for kernel steps.
-    pub kernel: Option<String>,
+    /// The kernel, for kernel steps (as `info --json`'s steps name it).
+    pub kernel: Option<crate::describe::Kernel>,
     /// Median over the timed passes, for kernel steps with `--per-step`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub median_ns: Option<u64>,
@@ -60,7 +60,9 @@ pub fn step_reports(cap: &Capture<'_>, medians: &[Option<u64>]) -> Vec<StepRepor
         .map(|(index, s)| StepReport {
             index,
             kind: s.kind(),
-            kernel: s.dispatch().map(|d| d.kernel_name.clone()),
+            kernel: s
+                .dispatch()
+                .map(|d| crate::describe::Kernel::of(&d.kernel_name)),
             median_ns: medians.get(index).copied().flatten(),
         })
         .collect()
@@ -211,7 +213,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            r[0].kernel.as_deref(),
+            r[0].kernel.as_ref().map(|k| k.mangled.as_str()),
             Some(cap.dispatch.kernel_name.as_str())
         );
         assert_eq!(r[1].kernel, None);

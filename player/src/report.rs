@@ -100,7 +100,7 @@ mod tests {
             steps: vec![StepReport {
                 index: 0,
                 kind: "kernel",
-                kernel: Some("k".into()),
+                kernel: Some(crate::describe::Kernel::of("k")),
                 median_ns: Some(5),
             }],
             ..RangeReport::default()

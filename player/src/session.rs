@@ -750,8 +750,8 @@ impl<'c> Session<'c> {
         v.divergent_passes = stats.divergent_passes.clone();
         // `pack --redact` zeroes the bytes a range's device-to-host copies received: those are
         // no reference then (the write set still is, as for a single capture).
-        let copies_differ = !stats.copy_mismatches.is_empty()
-            && v.reference != kreplay_format::Reference::Redacted;
+        let copies_differ =
+            !stats.copy_mismatches.is_empty() && v.reference != kreplay_format::Reference::Redacted;
         v.matched = checked && v.mismatched_bytes == 0 && !copies_differ;
         let range = match self.replayer.is_range() {
             true => Some(range_report(

@@ -8,6 +8,9 @@
 //!   thread (another domain's, popped out of order) move it down a level.
 //! - Profiler: a start while started and a stop while stopped change nothing (the driver
 //!   treats them so); the Nth start..stop pair is the range.
+//! - The instance after the captured one (N+1), when the application makes it, is the
+//!   range's in-app time: the recorder stalls between the captured instance's steps, so that
+//!   one cannot be timed honestly; the next one runs undisturbed (`TimeBegin` / `TimeEnd`).
 
 use kreplay_protocol::config::BoundaryRange;
 use kreplay_protocol::nvtx::{NvtxFilter, OpenRange};
@@ -37,6 +40,10 @@ pub enum Decision {
     Begin(String),
     /// The selected range closed: the capture ends.
     End,
+    /// The instance after the captured one opened: it is timed.
+    TimeBegin,
+    /// That instance closed.
+    TimeEnd,
 }
 
 #[derive(Debug, Clone)]
@@ -51,7 +58,11 @@ enum Phase {
     Waiting,
     /// The Nth is open: on `thread` at `depth` for NVTX (unused for the profiler).
     Open { thread: u64, depth: usize },
-    /// It closed, or it was given up: nothing more happens.
+    /// The Nth closed: the next instance is awaited, to be timed.
+    Captured,
+    /// The next instance is open (as `Open`), being timed.
+    Timing { thread: u64, depth: usize },
+    /// It was timed, or given up: nothing more happens.
     Done,
 }
 
@@ -128,7 +139,7 @@ impl RangeSelect {
             }
             (Boundaries::Profiler { started }, Boundary::ProfilerStop) => {
                 let was_started = std::mem::replace(started, false);
-                return self.close_if(was_started && self.is_open());
+                return self.close_if(was_started && self.open_at().is_some());
             }
             _ => return Decision::Nothing,
         };
@@ -137,24 +148,39 @@ impl RangeSelect {
             self.phase = opened_at;
             return Decision::Begin(self.origin.clone());
         }
+        if let (Phase::Captured, Phase::Open { thread, depth }) = (self.phase, opened_at) {
+            self.phase = Phase::Timing { thread, depth };
+            return Decision::TimeBegin;
+        }
         Decision::Nothing
     }
 
+    /// The open instance (captured or timed) on `thread`, at `depth`.
+    fn open_at(&self) -> Option<(u64, usize, bool)> {
+        match self.phase {
+            Phase::Open { thread, depth } => Some((thread, depth, false)),
+            Phase::Timing { thread, depth } => Some((thread, depth, true)),
+            _ => None,
+        }
+    }
+
     fn nvtx_pop(&mut self, thread: u64, index: usize) -> Decision {
-        let Phase::Open {
-            thread: open_thread,
-            depth,
-        } = self.phase
-        else {
+        let Some((open_thread, depth, timing)) = self.open_at() else {
             return Decision::Nothing;
         };
         if thread != open_thread {
             return Decision::Nothing;
         }
         if index < depth {
-            self.phase = Phase::Open {
-                thread,
-                depth: depth - 1,
+            self.phase = match timing {
+                false => Phase::Open {
+                    thread,
+                    depth: depth - 1,
+                },
+                true => Phase::Timing {
+                    thread,
+                    depth: depth - 1,
+                },
             };
         }
         self.close_if(index == depth)
@@ -164,8 +190,17 @@ impl RangeSelect {
         if !closes {
             return Decision::Nothing;
         }
-        self.phase = Phase::Done;
-        Decision::End
+        match self.phase {
+            Phase::Open { .. } => {
+                self.phase = Phase::Captured;
+                Decision::End
+            }
+            Phase::Timing { .. } => {
+                self.phase = Phase::Done;
+                Decision::TimeEnd
+            }
+            _ => Decision::Nothing,
+        }
     }
 
     /// The capture could not be made (it opened before CUDA was up, or the unit refused):
@@ -177,7 +212,7 @@ impl RangeSelect {
     /// How the selection stands at the process's exit.
     pub fn at_exit(&self) -> AtExit {
         match self.phase {
-            Phase::Done => AtExit::Settled,
+            Phase::Done | Phase::Captured | Phase::Timing { .. } => AtExit::Settled,
             Phase::Open { .. } => AtExit::NeverClosed(self.origin.clone()),
             Phase::Waiting => AtExit::NeverOpened {
                 origin: self.origin.clone(),
@@ -253,7 +288,12 @@ mod tests {
         assert_eq!(t.pop(&mut s, None), Decision::Nothing);
         assert_eq!(t.pop(&mut s, None), Decision::End);
         assert!(!s.is_open());
-        // A third instance changes nothing: one capture per process.
+        // The third instance is timed (nested ranges inside it change nothing), then nothing
+        // more happens: one capture per process.
+        assert_eq!(t.push(&mut s, r("layer")), Decision::TimeBegin);
+        assert_eq!(t.push(&mut s, r("attn")), Decision::Nothing);
+        assert_eq!(t.pop(&mut s, None), Decision::Nothing);
+        assert_eq!(t.pop(&mut s, None), Decision::TimeEnd);
         assert_eq!(t.push(&mut s, r("layer")), Decision::Nothing);
         assert_eq!(t.pop(&mut s, None), Decision::Nothing);
         assert_eq!(s.at_exit(), AtExit::Settled);
@@ -365,6 +405,9 @@ mod tests {
         );
         assert_eq!(s.on(Boundary::ProfilerStart), Decision::Nothing, "still #2");
         assert_eq!(s.on(Boundary::ProfilerStop), Decision::End);
+        // The next pair is timed, once.
+        assert_eq!(s.on(Boundary::ProfilerStart), Decision::TimeBegin);
+        assert_eq!(s.on(Boundary::ProfilerStop), Decision::TimeEnd);
         assert_eq!(s.on(Boundary::ProfilerStart), Decision::Nothing);
         assert_eq!(s.on(Boundary::ProfilerStop), Decision::Nothing);
         assert_eq!(s.at_exit(), AtExit::Settled);

@@ -36,6 +36,7 @@ mod module_book;
 mod modules;
 mod outputs;
 mod profile_unit;
+mod range_timing;
 mod range_unit;
 mod record_unit;
 mod report;

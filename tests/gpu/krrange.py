@@ -316,7 +316,12 @@ def save_step_choice(info, listed) -> Optional[tuple]:
         m = (s.get("kernel") or {}).get("mangled")
         counts[m] = counts.get(m, 0) + 1
     total = {k.get("name"): k.get("count") for k in list_kernels(listed)}
-    for s in steps:
+    # A kernel with pointer parameters first: their memory is what the comparison reads (on
+    # the H200 the first such kernel was cutlass's sgemm, whose pointers sit inside a
+    # by-value Params struct: nothing to compare).
+    def has_pointers(s) -> bool:
+        return "*" in ((s.get("kernel") or {}).get("name") or "")
+    for s in sorted(steps, key=lambda s: not has_pointers(s)):
         m = (s.get("kernel") or {}).get("mangled")
         if m and counts[m] == 1 and total.get(m) == TORCH_LAYERS * TORCH_ITERATIONS:
             return s.get("index"), m, (TORCH_NTH - 1) * TORCH_LAYERS + TORCH_LAYER + 1

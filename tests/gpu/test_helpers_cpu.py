@@ -586,6 +586,11 @@ def test_the_save_step_kernel_runs_once_per_layer():
     assert R.save_step_choice(info, {"kernels": listed}) == (3, "C", 7)
     assert R.save_step_choice(info, [{"name": "C", "count": 11}]) is None
     assert R.save_step_choice(None, listed) is None
+    # Of two candidates, the one with pointer parameters (whose memory can be compared).
+    listed.append({"name": "B", "count": 12})
+    info["steps"][1]["kernel"]["name"] = "void f(float const*, float*)"
+    info["steps"][3]["kernel"]["name"] = "void g(Params)"
+    assert R.save_step_choice(info, listed) == (1, "B", 7)
 
 
 def single_info(ptr="0000000070000000", scalar="0000803f", address=0x70000000, offset=0x100, size=0x1000):

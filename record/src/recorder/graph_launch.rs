@@ -122,6 +122,18 @@ impl Recorder {
         Ok(())
     }
 
+    /// What a kernel node's capture needs, an error naming the node's kernel.
+    fn node_target(&self, name: &str) -> Result<super::modules::Target, RecordError> {
+        self.target(name).map_err(|e| {
+            RecordError::GraphNode(format!(
+                "kernel node {}: {e}",
+                kreplay_protocol::config::short_kernel_name(&kreplay_protocol::config::demangle(
+                    name
+                ))
+            ))
+        })
+    }
+
     /// Every allocation a node of the launch can write, each kernel's module globals among
     /// them (`graph_track::writable_ranges`, node by node).
     fn launch_writable(
@@ -133,7 +145,7 @@ impl Recorder {
         for run in runs {
             let globals = match run {
                 NodeRun::Kernel { kernel, .. } => {
-                    let objects = self.target(&kernel.name)?.objects;
+                    let objects = self.node_target(&kernel.name)?.objects;
                     resolve_globals(&node_function(kernel), &objects)
                 }
                 _ => Vec::new(),
@@ -190,7 +202,7 @@ impl Recorder {
             .args
             .clone()
             .ok_or_else(|| RecordError::GraphNode("its arguments were not recorded".into()))?;
-        let target = self.target(&k.name)?;
+        let target = self.node_target(&k.name)?;
         let function = node_function(k);
         let view = target_view(k, site.stream.raw_stream());
         let open_file = self.outputs.opener(site.index, &k.name);

@@ -79,6 +79,7 @@ extern "C" fn at_exit() {
         // Before the range unit's exit, which closes a unit still open.
         rec.selection_at_exit();
         rec.range_at_exit();
+        rec.range_timing_at_exit();
         rec.sink.join();
         let (pid, rank) = (rec.outputs.pid, rec.outputs.rank);
         let mut report = rec
@@ -190,6 +191,7 @@ fn initialize() -> Result<(), RecordError> {
         metrics: Mutex::new(Vec::new()),
         selection: selection_of(&config),
         spans: spans_of(&config),
+        range_timing: Mutex::default(),
         config,
     };
     if RECORDER.set(rec).is_err() {

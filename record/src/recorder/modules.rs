@@ -39,11 +39,14 @@ impl Recorder {
         };
         // Keep only modules that hold a kernel the user asked for: PyTorch loads thousands;
         // the recorder's own (chunk kernels, L2 sweeps, heap probe) are never the user's.
+        // With --graph-launch every node of the graph becomes a step, whatever its kernel
+        // (measured on the H200: a torch CUDA graph's other kernels' modules were missing).
         let wanted = !is_own_module(&syms.functions)
-            && syms
-                .functions
-                .iter()
-                .any(|f| self.kernels.matches(&self.config, f).0);
+            && (self.config.graph_launch
+                || syms
+                    .functions
+                    .iter()
+                    .any(|f| self.kernels.matches(&self.config, f).0));
         if !wanted {
             return;
         }

@@ -54,6 +54,9 @@ impl Recorder {
         if !self.records_range() {
             return;
         }
+        if self.config.boundary_range.is_some() {
+            self.time_launch(view);
+        }
         let bounds = self.config.launch_range;
         let outcome = units::with_shared(RANGE_KEY, |unit| {
             let open = match unit.as_deref() {
@@ -179,8 +182,9 @@ impl Recorder {
     /// A driver call of the application's (not a launch) at its ENTER, inside an open range:
     /// a step, or a refusal before it runs, or nothing (`range_calls::classify`).
     pub(super) fn on_call_in_range(&self, call: &ApiCall<'_>) {
+        let timing = self.config.boundary_range.is_some();
         // Cheap first: every driver call of a range recording comes here.
-        if !units::any_shared() {
+        if !units::any_shared() && !timing {
             return;
         }
         let Some(function) = call.function_name().and_then(|n| n.to_str().ok()) else {
@@ -189,6 +193,12 @@ impl Recorder {
         let class = classify(function);
         if class == CallClass::Ignore {
             return;
+        }
+        if timing {
+            self.time_call(function);
+            if !units::any_shared() {
+                return;
+            }
         }
         let _self_calls = FlagGuard::force(&SELF_CALLS);
         let now = units::with_shared(RANGE_KEY, |unit| {
@@ -250,6 +260,8 @@ impl Recorder {
         };
         let name = r.label();
         match r.close() {
+            // A boundary range's in-app time is its next instance's (`range_timing`).
+            Ok(data) if self.config.boundary_range.is_some() => self.hold_for_timing(data),
             Ok(data) => self.sink.write(data),
             Err(e) => self.error(format!("{name} failed {when}: {e}")),
         }

@@ -135,6 +135,8 @@ impl Recorder {
             }
             (Decision::Begin(origin), Delivery::Now) => self.range_begin(origin),
             (Decision::End, _) => self.range_end(),
+            (Decision::TimeBegin, _) => self.range_time_begin(),
+            (Decision::TimeEnd, _) => self.range_time_end(),
         }
     }
 

@@ -278,7 +278,7 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
 fn print_steps(w: &mut impl Write, r: &kreplay_player::range::RangeReport) -> anyhow::Result<()> {
     out!(w, "steps     {}", r.steps.len());
     for s in &r.steps {
-        let kernel = s.kernel.as_deref().map(demangle).unwrap_or_default();
+        let kernel = s.kernel.as_ref().map(|k| k.name.as_str()).unwrap_or("");
         let time = s
             .median_ns
             .map_or(String::new(), |ns| format!("  median {}", duration(ns)));
@@ -304,8 +304,8 @@ fn print_divergence(
             w,
             "          first divergent step: {k} ({}{})",
             step.map_or("?", |s| s.kind),
-            step.and_then(|s| s.kernel.as_deref())
-                .map_or(String::new(), |k| format!(", {}", demangle(k)))
+            step.and_then(|s| s.kernel.as_ref())
+                .map_or(String::new(), |k| format!(", {}", k.name))
         );
     }
     if let Some(note) = &r.divergence_note {

@@ -1,0 +1,241 @@
+//! The in-app time of a boundary range (`--nvtx-range`, `--profiler-range`). The captured
+//! instance cannot be timed honestly (the recorder synchronises and snapshots between its
+//! steps), so the capture is held back and the application's next instance of the range is
+//! timed instead, undisturbed: a gate is armed on the stream of its first launch (so its
+//! kernels queue behind it and run back to back, launch overhead excluded as for a single
+//! dispatch), and opened at the instance's end, which then waits for it. The capture is
+//! written then, with that time, or at the process's exit with the sum of its kernel steps'
+//! times (and a note saying which).
+
+use kreplay_cuda::timing::GatedTimer;
+use kreplay_cuda::{sys, AsStream, ForeignStream};
+
+use super::locking::lock;
+use super::state::Recorder;
+use crate::capture::CaptureData;
+use crate::launch::LaunchView;
+
+/// Where the timing of the next instance stands.
+#[derive(Default)]
+pub enum RangeTiming {
+    /// No capture is held.
+    #[default]
+    Idle,
+    /// The capture is written; it waits for the next instance to open.
+    Held(Box<CaptureData>),
+    /// The next instance opened; its first launch arms the gate.
+    Armed(Box<CaptureData>),
+    /// Its launches queue behind the gate.
+    Running {
+        data: Box<CaptureData>,
+        timer: GatedTimer,
+        /// The application's stream (its handle value: a raw handle is not `Send`).
+        stream: usize,
+        /// A launch on another stream, or a call that waits for the GPU (the gate was
+        /// opened early): the figure is not the range's GPU time.
+        disturbed: Option<String>,
+    },
+}
+
+/// Whether `function`, called inside the timed instance, must not find a gate armed: it waits
+/// for the GPU (a synchronisation, a synchronous copy or fill, a free) or is one we cannot
+/// tell. Stream-ordered work (async copies and fills, event records and waits) and launches
+/// queue behind the gate as they would.
+pub fn waits_for_gpu(function: &str) -> bool {
+    let queued = function.contains("Async")
+        || function.starts_with("cuEventRecord")
+        || function.starts_with("cuStreamWaitEvent")
+        || function.starts_with("cuLaunch");
+    !queued
+}
+
+/// The note a capture carries about its in-app range time.
+pub fn timing_note(ns: Option<u64>, disturbed: Option<&str>) -> String {
+    match (ns, disturbed) {
+        (Some(ns), None) => format!(
+            "range in-app time {:.1} us: the next instance of the range, timed undisturbed (gated, launch overhead excluded)",
+            ns as f64 / 1e3
+        ),
+        (_, Some(why)) => format!(
+            "range in-app time: the sum of the kernel steps' times (the next instance could not be timed: {why})"
+        ),
+        (None, None) => "range in-app time: the sum of the kernel steps' times (the application made no next instance of the range)".to_string(),
+    }
+}
+
+impl Recorder {
+    /// A boundary range's capture is complete: held until its next instance is timed.
+    pub(super) fn hold_for_timing(&self, data: CaptureData) {
+        *lock(&self.range_timing) = RangeTiming::Held(Box::new(data));
+    }
+
+    /// The next instance opened.
+    pub(super) fn range_time_begin(&self) {
+        let mut t = lock(&self.range_timing);
+        if let RangeTiming::Held(data) = std::mem::take(&mut *t) {
+            *t = RangeTiming::Armed(data);
+        }
+    }
+
+    /// A launch's ENTER (before it is queued): the first of the timed instance arms the gate.
+    pub(super) fn time_launch(&self, view: &LaunchView) {
+        let mut t = lock(&self.range_timing);
+        match std::mem::take(&mut *t) {
+            RangeTiming::Armed(data) => {
+                // SAFETY: inside the launch callback that decoded the view.
+                let stream = unsafe { view.foreign_stream() };
+                let mut timer = match GatedTimer::new() {
+                    Ok(timer) => timer,
+                    Err(e) => return self.write_timed(data, None, Some(e.to_string())),
+                };
+                if let Err(e) = timer.arm(&stream) {
+                    drop(t);
+                    return self.write_timed(data, None, Some(e.to_string()));
+                }
+                *t = RangeTiming::Running {
+                    data,
+                    timer,
+                    stream: stream.raw_stream() as usize,
+                    disturbed: None,
+                };
+            }
+            RangeTiming::Running {
+                data,
+                timer,
+                stream,
+                mut disturbed,
+            } => {
+                // SAFETY: as above.
+                let this = unsafe { view.foreign_stream() };
+                if this.raw_stream() as usize != stream && disturbed.is_none() {
+                    disturbed = Some("it launched on a second stream".into());
+                }
+                *t = RangeTiming::Running {
+                    data,
+                    timer,
+                    stream,
+                    disturbed,
+                };
+            }
+            other => *t = other,
+        }
+    }
+
+    /// A driver call of the application inside the timed instance: one that waits for the GPU
+    /// opens the gate first (it would wait behind it until the watchdog).
+    pub(super) fn time_call(&self, function: &str) {
+        if !waits_for_gpu(function) {
+            return;
+        }
+        let mut t = lock(&self.range_timing);
+        if let RangeTiming::Running {
+            timer, disturbed, ..
+        } = &mut *t
+        {
+            timer.release();
+            disturbed
+                .get_or_insert_with(|| format!("it called {function}, which waits for the GPU"));
+        }
+    }
+
+    /// The timed instance closed: the time is read (waiting for its work) and the capture
+    /// written.
+    pub(super) fn range_time_end(&self) {
+        let taken = std::mem::take(&mut *lock(&self.range_timing));
+        match taken {
+            RangeTiming::Running {
+                data,
+                mut timer,
+                stream,
+                disturbed,
+            } => {
+                // SAFETY: the application's stream the instance's first launch was queued on;
+                // the instance is closing, so the application still uses it.
+                let stream = unsafe { ForeignStream::from_raw(stream as sys::CUstream) };
+                let ns = timer
+                    .finish(&stream)
+                    .and_then(|()| timer.elapsed_ns())
+                    .map_err(|e| e.to_string());
+                let gated = timer.is_gated();
+                drop(timer);
+                match (ns, disturbed, gated) {
+                    (Ok(ns), None, true) => self.write_timed(data, Some(ns), None),
+                    (Ok(_), None, false) => {
+                        self.write_timed(data, None, Some("the device cannot gate a stream".into()))
+                    }
+                    (Ok(_), Some(why), _) => self.write_timed(data, None, Some(why)),
+                    (Err(e), _, _) => self.write_timed(data, None, Some(e)),
+                }
+            }
+            RangeTiming::Armed(data) => {
+                self.write_timed(data, None, Some("it made no launch".into()))
+            }
+            RangeTiming::Held(data) => self.write_timed(data, None, None),
+            RangeTiming::Idle => {}
+        }
+    }
+
+    /// At the process's exit: a capture still held is written with the steps' time. A gate
+    /// still armed is left to the watchdog: the driver may be gone.
+    pub(super) fn range_timing_at_exit(&self) {
+        let taken = std::mem::take(&mut *lock(&self.range_timing));
+        match taken {
+            RangeTiming::Held(data) | RangeTiming::Armed(data) => {
+                self.write_timed(data, None, None)
+            }
+            RangeTiming::Running { data, timer, .. } => {
+                std::mem::forget(timer);
+                self.write_timed(data, None, Some("the process ended inside it".into()))
+            }
+            RangeTiming::Idle => {}
+        }
+    }
+
+    fn write_timed(&self, mut data: Box<CaptureData>, ns: Option<u64>, disturbed: Option<String>) {
+        if let (Some(range), Some(ns)) = (data.range.as_mut(), ns) {
+            range.original_duration_ns = Some(ns);
+        }
+        data.notes.push(timing_note(ns, disturbed.as_deref()));
+        self.sink.write(*data);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_ordered_calls_queue_behind_the_gate_and_waits_do_not() {
+        for f in [
+            "cuMemcpyAsync",
+            "cuMemcpyDtoHAsync_v2",
+            "cuMemsetD32Async",
+            "cuEventRecord",
+            "cuEventRecordWithFlags",
+            "cuStreamWaitEvent",
+            "cuLaunchKernel",
+        ] {
+            assert!(!waits_for_gpu(f), "{f}");
+        }
+        for f in [
+            "cuStreamSynchronize",
+            "cuCtxSynchronize",
+            "cuEventSynchronize",
+            "cuMemcpyDtoH_v2",
+            "cuMemFree_v2",
+            "cuMemAlloc_v2",
+        ] {
+            assert!(waits_for_gpu(f), "{f}");
+        }
+    }
+
+    #[test]
+    fn the_note_says_how_the_time_was_taken() {
+        assert!(timing_note(Some(612_300), None).contains("612.3 us: the next instance"));
+        let disturbed = timing_note(Some(1), Some("it called cuCtxSynchronize, which waits"));
+        assert!(
+            disturbed.contains("sum of the kernel steps") && disturbed.contains("cuCtxSynchronize")
+        );
+        assert!(timing_note(None, None).contains("no next instance"));
+    }
+}
