@@ -409,6 +409,7 @@ INLINE_CASES = {
     "range-divergent": (),
     "range-save-step": (),
     "range-bench": ("bench", "timed"),
+    "range-stall-bench": ("bench", "timed"),
     "range-graph-launch": (),
     "range-graph-launch-compile": (),
     "mpi-2ranks": ("mpi",),
