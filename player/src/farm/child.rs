@@ -1,0 +1,94 @@
+//! One capture replayed in a child process of its own: a kernel fault or a poisoned context
+//! ends that child, not the run. The child is this same executable (`kreplay play FILE --json
+//! ...`), pinned to its GPU by `CUDA_VISIBLE_DEVICES`, in a process group of its own so a
+//! timeout kills whatever it started too.
+
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::Sender;
+
+use crate::farm::outcome::ChildEnd;
+
+/// How children are started: `program play FILE --json ARGS...`.
+#[derive(Debug, Clone)]
+pub struct ChildCommand {
+    pub program: PathBuf,
+    /// The options every child's `play` takes after the file.
+    pub args: Vec<OsString>,
+}
+
+/// What a child's waiting thread reports.
+pub enum ChildEvent {
+    /// The child runs as process (and process group) `pid`.
+    Started { slot: usize, pid: i32 },
+    /// It ended (or never started: `stderr` says why).
+    Ended { slot: usize, end: ChildEnd },
+}
+
+impl ChildCommand {
+    fn command(&self, file: &Path, visible: Option<&str>) -> Command {
+        let mut c = Command::new(&self.program);
+        c.arg("play")
+            .arg(file)
+            .arg("--json")
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if let Some(v) = visible {
+            c.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        c
+    }
+
+    /// Starts `file`'s child on a thread that reports on `events` under `slot`.
+    pub fn spawn(&self, slot: usize, file: &Path, visible: Option<&str>, events: Sender<ChildEvent>) {
+        let mut command = self.command(file, visible);
+        std::thread::spawn(move || {
+            let end = match command.spawn() {
+                Ok(child) => {
+                    let pid = i32::try_from(child.id()).unwrap_or(0);
+                    let _ = events.send(ChildEvent::Started { slot, pid });
+                    match child.wait_with_output() {
+                        Ok(out) => ChildEnd {
+                            code: out.status.code(),
+                            signal: out.status.signal(),
+                            timed_out: None,
+                            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                        },
+                        Err(e) => not_started(format!("lost the replay's process: {e}")),
+                    }
+                }
+                Err(e) => not_started(format!("cannot start the replay's process: {e}")),
+            };
+            let _ = events.send(ChildEvent::Ended { slot, end });
+        });
+    }
+}
+
+fn not_started(why: String) -> ChildEnd {
+    ChildEnd {
+        code: None,
+        signal: None,
+        timed_out: None,
+        stdout: String::new(),
+        stderr: format!("kreplay: error: {why}"),
+    }
+}
+
+/// Kills process group `pid` (the child and whatever it started).
+pub fn kill_group(pid: i32) {
+    if pid <= 0 {
+        // Never signal group 0 (our own) or every process (-1).
+        return;
+    }
+    // SAFETY: kill(2) takes plain integers; a negative pid names the child's own process
+    // group, made by `process_group(0)` at spawn, so nothing of ours is signalled.
+    unsafe {
+        libc::kill(-pid, libc::SIGKILL);
+    }
+}

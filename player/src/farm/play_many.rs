@@ -1,0 +1,149 @@
+//! `kreplay play DIR`: every capture replayed in a child of its own, `jobs` at once, spread
+//! over the GPUs, each killed after `timeout`. Records are handed out as captures finish.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use crate::farm::checksum;
+use crate::farm::child::{kill_group, ChildCommand, ChildEvent};
+use crate::farm::gpus::Gpu;
+use crate::farm::outcome::record_of;
+use crate::farm::schedule::Slots;
+use crate::farm::Entry;
+use crate::run_record::{RunRecord, Verdict};
+
+/// How a run of many replays runs.
+#[derive(Debug, Clone)]
+pub struct PlayFarm {
+    pub child: ChildCommand,
+    /// At least one (see `gpus::describe`).
+    pub gpus: Vec<Gpu>,
+    pub jobs: usize,
+    pub timeout: Option<Duration>,
+}
+
+/// A child in flight.
+struct Running {
+    gpu: usize,
+    pid: Option<i32>,
+    started: Instant,
+    killed: bool,
+}
+
+/// The record a capture starts from: its name, checksum and GPU.
+fn base_record(e: &Entry, gpu: Option<&Gpu>) -> RunRecord {
+    let mut r = RunRecord::new(e.shown.clone(), Verdict::Error);
+    r.sha256 = e.sha256.clone();
+    r.device_uuid = gpu.and_then(|g| g.uuid.clone());
+    r.driver = gpu.and_then(|g| g.driver.clone());
+    r
+}
+
+/// A capture the manifest's checksum refuses before any replay (None: go ahead).
+pub fn checksum_refusal(e: &Entry) -> Option<RunRecord> {
+    let want = e.sha256.as_deref()?;
+    let started = Instant::now();
+    let mut r = base_record(e, None);
+    match checksum::mismatch(&e.path, want) {
+        Ok(None) => return None,
+        Ok(Some(why)) => {
+            r.verdict = Verdict::Damaged;
+            r.error = Some(why);
+        }
+        Err(err) => r.error = Some(format!("cannot read {}: {err}", e.shown)),
+    }
+    r.wall_s = started.elapsed().as_secs_f64();
+    Some(r)
+}
+
+/// Replays `entries`, handing each record to `report` as its capture finishes (in finishing
+/// order); the verdicts, or the first error `report` returned.
+pub fn play_many(
+    farm: &PlayFarm,
+    entries: &[Entry],
+    report: &mut dyn FnMut(&RunRecord) -> std::io::Result<()>,
+) -> std::io::Result<Vec<Verdict>> {
+    let (events, inbox) = channel();
+    let mut slots = Slots::new(farm.gpus.len());
+    let mut running: HashMap<usize, Running> = HashMap::new();
+    let mut verdicts = Vec::with_capacity(entries.len());
+    let mut next = 0;
+    while next < entries.len() || !running.is_empty() {
+        while running.len() < farm.jobs.max(1) && next < entries.len() {
+            let e = &entries[next];
+            if let Some(r) = checksum_refusal(e) {
+                report(&r)?;
+                verdicts.push(r.verdict);
+            } else {
+                let gpu = slots.take();
+                let visible = farm.gpus.get(gpu).and_then(|g| g.visible.as_deref());
+                farm.child.spawn(next, &e.path, visible, events.clone());
+                let started = Instant::now();
+                let run = Running {
+                    gpu,
+                    pid: None,
+                    started,
+                    killed: false,
+                };
+                running.insert(next, run);
+            }
+            next += 1;
+        }
+        if running.is_empty() {
+            continue;
+        }
+        match inbox.recv_timeout(until_next_deadline(&running, farm.timeout)) {
+            Ok(ChildEvent::Started { slot, pid }) => {
+                if let Some(r) = running.get_mut(&slot) {
+                    r.pid = Some(pid);
+                }
+            }
+            Ok(ChildEvent::Ended { slot, mut end }) => {
+                let Some(run) = running.remove(&slot) else {
+                    continue;
+                };
+                slots.give_back(run.gpu);
+                if run.killed {
+                    end.timed_out = farm.timeout.map(|t| t.as_secs_f64());
+                }
+                let base = base_record(&entries[slot], farm.gpus.get(run.gpu));
+                let mut r = record_of(base, &end);
+                r.wall_s = run.started.elapsed().as_secs_f64();
+                report(&r)?;
+                verdicts.push(r.verdict);
+            }
+            Err(RecvTimeoutError::Timeout) => kill_overdue(&mut running, farm.timeout),
+            // Every sender is a clone of `events`, which lives here: cannot happen.
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    Ok(verdicts)
+}
+
+/// How long until the next child passes its timeout (long without one).
+fn until_next_deadline(running: &HashMap<usize, Running>, timeout: Option<Duration>) -> Duration {
+    let Some(t) = timeout else {
+        return Duration::from_secs(3600);
+    };
+    running
+        .values()
+        .filter(|r| !r.killed)
+        .map(|r| t.saturating_sub(r.started.elapsed()))
+        .min()
+        .unwrap_or(t)
+        // A child whose pid has not arrived yet is looked at again shortly.
+        .max(Duration::from_millis(5))
+}
+
+fn kill_overdue(running: &mut HashMap<usize, Running>, timeout: Option<Duration>) {
+    let Some(t) = timeout else { return };
+    for r in running.values_mut() {
+        if let (false, Some(pid)) = (r.killed, r.pid) {
+            if r.started.elapsed() >= t {
+                kill_group(pid);
+                r.killed = true;
+            }
+        }
+    }
+}

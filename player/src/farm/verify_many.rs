@@ -1,0 +1,90 @@
+//! `kreplay verify DIR`: every capture checked in this process (CPU work, nothing to isolate),
+//! `jobs` at once. Records are handed out as captures finish.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::channel;
+use std::time::Instant;
+
+use crate::farm::play_many::checksum_refusal;
+use crate::farm::Entry;
+use crate::run_record::{RunRecord, Verdict};
+use kreplay_format::file::MappedFile;
+
+/// Verifies one capture: `verified`, `damaged` (with the damage and its byte offset), or
+/// `error` when it cannot be read at all.
+pub fn verify_one(e: &Entry) -> RunRecord {
+    if let Some(r) = checksum_refusal(e) {
+        return r;
+    }
+    let started = Instant::now();
+    let mut r = RunRecord::new(e.shown.clone(), Verdict::Error);
+    r.sha256 = e.sha256.clone();
+    match MappedFile::open(&e.path) {
+        Err(err) => r.error = Some(format!("cannot open {}: {err}", e.shown)),
+        Ok(file) => match kreplay_format::file::verify_mapped(&file, &mut |_, _, _| {}) {
+            Ok(_) => {
+                r.verdict = Verdict::Verified;
+                if let Ok(cap) = kreplay_format::Capture::parse(file.bytes()) {
+                    r = r.with_kernel(&cap.dispatch.kernel_name);
+                }
+            }
+            Err(err) => {
+                r.verdict = Verdict::Damaged;
+                r.error = Some(damage_text(&err.to_string(), err.offset()));
+            }
+        },
+    }
+    r.wall_s = started.elapsed().as_secs_f64();
+    r
+}
+
+/// The damage as `verify` words it, with its byte offset when the words leave it out.
+fn damage_text(message: &str, offset: Option<u64>) -> String {
+    match offset {
+        Some(o) if !message.contains(&o.to_string()) => format!("{message} (at byte {o})"),
+        _ => message.to_string(),
+    }
+}
+
+/// Verifies `entries` on `jobs` threads, handing each record to `report` as it finishes.
+pub fn verify_many(
+    entries: &[Entry],
+    jobs: usize,
+    report: &mut dyn FnMut(&RunRecord) -> std::io::Result<()>,
+) -> std::io::Result<Vec<Verdict>> {
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = channel();
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, entries.len().max(1)) {
+            let tx = tx.clone();
+            let next = &next;
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(e) = entries.get(i) else { break };
+                if tx.send(verify_one(e)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        let mut verdicts = Vec::with_capacity(entries.len());
+        for r in rx {
+            // On a failed report the workers stop at their next send.
+            report(&r)?;
+            verdicts.push(r.verdict);
+        }
+        Ok(verdicts)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offset_is_added_only_when_the_message_lacks_it() {
+        assert_eq!(damage_text("bad crc", Some(4096)), "bad crc (at byte 4096)");
+        assert_eq!(damage_text("bad crc at byte 4096", Some(4096)), "bad crc at byte 4096");
+        assert_eq!(damage_text("truncated", None), "truncated");
+    }
+}
