@@ -402,9 +402,11 @@ pub enum CacheMode {
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("saved").multiple(true).args(["save_output", "save_step"])))]
 pub struct PlayArgs {
-    /// The capture to replay.
-    #[arg(required_unless_present = "list_metrics")]
-    pub file: Option<PathBuf>,
+    /// The capture to replay; or many: several files, a directory (every *.krr under it,
+    /// recursively, sorted), or a corpus manifest (corpus.json), each replayed in a child
+    /// process of its own with a table, a summary and --json-lines.
+    #[arg(required_unless_present = "list_metrics", num_args = 1.., value_name = "FILE|DIR|corpus.json")]
+    pub files: Vec<PathBuf>,
     /// Timed passes; written memory is restored before each one.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub passes: u32,
@@ -482,6 +484,58 @@ pub struct PlayArgs {
     /// (automatic when the GPU is of another architecture than the capture's).
     #[arg(long, conflicts_with = "module")]
     pub ptx: bool,
+    #[command(flatten)]
+    pub many: ManyArgs,
+    /// Many captures: the GPUs to replay on, as ordinals this process sees (default: every
+    /// visible GPU); each child gets one through CUDA_VISIBLE_DEVICES.
+    #[arg(long, value_name = "0,1,...", help_heading = "Many captures")]
+    pub devices: Option<String>,
+    /// Many captures: a correctness sweep: each capture plays one verified pass (--passes 1
+    /// --warmup 0 --verify), and --jobs may put several children on one GPU.
+    #[arg(long, help_heading = "Many captures", conflicts_with_all = ["passes", "warmup", "tool", "metrics", "per_step"])]
+    pub no_timing: bool,
+    /// Many captures: kill a capture's replay (its whole process group) after SECONDS and
+    /// report it as `timeout`.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds, help_heading = "Many captures")]
+    pub timeout: Option<f64>,
+}
+
+/// What `play` and `verify` of many captures share.
+#[derive(Args, Debug, Default, Clone)]
+pub struct ManyArgs {
+    /// Take this process's part of the corpus: I/N (0 <= I < N; a capture's shard is a hash
+    /// of its path relative to the folder or manifest), or `auto`: from Slurm job arrays
+    /// (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or Kubernetes Indexed Jobs
+    /// (JOB_COMPLETION_INDEX, JOB_COMPLETIONS). Shards' --json-lines files concatenate.
+    #[arg(long, value_name = "I/N|auto", help_heading = "Many captures")]
+    pub shard: Option<String>,
+    /// Append one JSON object per capture to FILE as each finishes (file, kernel, device,
+    /// verdict, times, error: see the README).
+    #[arg(long, value_name = "FILE", help_heading = "Many captures")]
+    pub json_lines: Option<PathBuf>,
+    /// Skip the captures --json-lines FILE already answers (same path, and same SHA-256 when
+    /// both know one), appending the rest.
+    #[arg(long, requires = "json_lines", help_heading = "Many captures")]
+    pub resume: bool,
+    /// How many captures at once (play: default one per GPU, more only with --no-timing;
+    /// verify: default one per CPU core).
+    #[arg(long, value_name = "N", help_heading = "Many captures")]
+    pub jobs: Option<usize>,
+}
+
+impl ManyArgs {
+    /// Whether any of these flags was given (they ask for a run of many even on one file).
+    pub fn given(&self) -> bool {
+        self.shard.is_some() || self.json_lines.is_some() || self.resume || self.jobs.is_some()
+    }
+}
+
+/// `--timeout SECONDS`: above zero.
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err("expected seconds above zero (such as 30 or 2.5)".to_string()),
+    }
 }
 
 #[derive(Args)]
@@ -496,9 +550,12 @@ pub struct InfoArgs {
 
 #[derive(Args)]
 pub struct VerifyArgs {
-    /// The captures to check.
-    #[arg(required = true, num_args = 1..)]
+    /// The captures to check: files, directories (every *.krr under them, recursively,
+    /// sorted) or corpus manifests (corpus.json: each file's SHA-256 is checked too).
+    #[arg(required = true, num_args = 1.., value_name = "FILE|DIR|corpus.json")]
     pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub many: ManyArgs,
     /// When the capture is incomplete or damaged, write its intact part as a complete capture
     /// to OUT (regions whose memory was cut are dropped, and what refers to them). OUT is
     /// written only when the result verifies; it must not be the input.

@@ -42,6 +42,9 @@ mod tests {
         assert_eq!(sha256_file(&p).expect("hash"), abc);
         assert_eq!(mismatch(&p, abc).expect("hash"), None);
         let why = mismatch(&p, "00").expect("hash").expect("differs");
-        assert!(why.contains(abc) && why.contains("the manifest's 00"), "{why}");
+        assert!(
+            why.contains(abc) && why.contains("the manifest's 00"),
+            "{why}"
+        );
     }
 }

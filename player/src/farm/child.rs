@@ -45,7 +45,13 @@ impl ChildCommand {
     }
 
     /// Starts `file`'s child on a thread that reports on `events` under `slot`.
-    pub fn spawn(&self, slot: usize, file: &Path, visible: Option<&str>, events: Sender<ChildEvent>) {
+    pub fn spawn(
+        &self,
+        slot: usize,
+        file: &Path,
+        visible: Option<&str>,
+        events: Sender<ChildEvent>,
+    ) {
         let mut command = self.command(file, visible);
         std::thread::spawn(move || {
             let end = match command.spawn() {

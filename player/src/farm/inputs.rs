@@ -202,7 +202,10 @@ mod tests {
         let keys: Vec<&str> = got.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, ["a.krr", "b.krr", "sub/c.krr", "z/deep/d.krr"]);
         assert_eq!(got[2].path, d.path().join("sub/c.krr"));
-        assert_eq!(got[2].shown, d.path().join("sub/c.krr").display().to_string());
+        assert_eq!(
+            got[2].shown,
+            d.path().join("sub/c.krr").display().to_string()
+        );
     }
 
     #[test]
@@ -248,7 +251,10 @@ mod tests {
         for bad in ["../x.krr", "/etc/x.krr", ""] {
             std::fs::write(&m, format!(r#"{{"captures":[{{"file":"{bad}"}}]}}"#)).expect("w");
             let e = expand(std::slice::from_ref(&m)).expect_err(bad);
-            assert!(e.to_string().contains("inside the manifest's folder"), "{e}");
+            assert!(
+                e.to_string().contains("inside the manifest's folder"),
+                "{e}"
+            );
         }
         std::fs::write(&m, r#"{"captures":3}"#).expect("w");
         assert!(matches!(

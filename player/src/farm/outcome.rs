@@ -56,7 +56,11 @@ fn replay_verdict(v: &ChildVerify) -> Result<Verdict, String> {
 
 /// The child's own explanation: its last `kreplay: error:` line, else its last line.
 fn error_text(stderr: &str) -> Option<String> {
-    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     lines
         .iter()
         .rev()
@@ -183,7 +187,11 @@ mod tests {
             (1, "recorded", false, false, Verdict::Mismatch),
         ];
         for (code, reference, m, d, want) in cases {
-            assert_eq!(verdict(&ended(code, report(reference, m, d))), want, "{reference} {m} {d}");
+            assert_eq!(
+                verdict(&ended(code, report(reference, m, d))),
+                want,
+                "{reference} {m} {d}"
+            );
         }
     }
 
@@ -215,7 +223,10 @@ mod tests {
         };
         let r = record_of(RunRecord::new("x.krr", Verdict::Matched), &end);
         assert_eq!(r.verdict, Verdict::Error);
-        assert_eq!(r.error.as_deref(), Some("cannot replay x.krr: no CUDA driver"));
+        assert_eq!(
+            r.error.as_deref(),
+            Some("cannot replay x.krr: no CUDA driver")
+        );
     }
 
     // Catches: a crash (exit 0 never reached, or garbage on stdout) taken as a verdict.
@@ -233,10 +244,17 @@ mod tests {
             Some("the replay's process was killed by signal 11: partial line")
         );
         assert_eq!(verdict(&ended(0, "not json".into())), Verdict::Error);
-        let unverified = report("recorded", true, true).replace("\"checked\":true", "\"checked\":false");
+        let unverified =
+            report("recorded", true, true).replace("\"checked\":true", "\"checked\":false");
         assert_eq!(verdict(&ended(0, unverified)), Verdict::Error);
-        let silent = record_of(RunRecord::new("x", Verdict::Matched), &ended(3, String::new()));
-        assert_eq!(silent.error.as_deref(), Some("the replay's process exited with status 3"));
+        let silent = record_of(
+            RunRecord::new("x", Verdict::Matched),
+            &ended(3, String::new()),
+        );
+        assert_eq!(
+            silent.error.as_deref(),
+            Some("the replay's process exited with status 3")
+        );
     }
 
     #[test]
@@ -264,7 +282,10 @@ mod tests {
     #[test]
     fn the_count_line_lists_what_occurred_in_a_fixed_order() {
         use Verdict::*;
-        assert_eq!(count_line(&[Error, Matched, Matched, Mismatch]), "2 matched, 1 mismatch, 1 error");
+        assert_eq!(
+            count_line(&[Error, Matched, Matched, Mismatch]),
+            "2 matched, 1 mismatch, 1 error"
+        );
         assert_eq!(count_line(&[]), "nothing to run");
     }
 }

@@ -147,3 +147,147 @@ fn kill_overdue(running: &mut HashMap<usize, Running>, timeout: Option<Duration>
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    /// A stand-in for `kreplay`: a shell script that acts by the capture's file name.
+    fn fake_kreplay(dir: &Path) -> PathBuf {
+        let report = r#"{"kernel":"_Z5saxpyifPKfPf","device":"gpu","passes":1,"durations_ns":[1000],"min_ns":1000,"median_ns":1000,"max_ns":1000,"original_ns":null,"verify":{"checked":true,"reference":"recorded","matched":true,"deterministic":true}}"#;
+        let script = format!(
+            "#!/bin/sh\n\
+             case \"$2\" in\n\
+             *hang*) sleep 30 & wait ;;\n\
+             *crash*) kill -SEGV $$ ;;\n\
+             *gpu*) echo \"$CUDA_VISIBLE_DEVICES\" >> \"$2\"; echo '{report}' ;;\n\
+             *) echo '{report}' ;;\n\
+             esac\n"
+        );
+        let path = dir.join("fake-kreplay");
+        std::fs::write(&path, script).expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
+    fn entry(dir: &Path, name: &str) -> Entry {
+        let path = dir.join(name);
+        Entry {
+            shown: name.into(),
+            key: name.into(),
+            path,
+            sha256: None,
+        }
+    }
+
+    fn gpu(visible: &str) -> Gpu {
+        Gpu {
+            visible: Some(visible.into()),
+            uuid: Some(format!("GPU-{visible}")),
+            driver: Some("580".into()),
+        }
+    }
+
+    fn farm(dir: &Path, gpus: Vec<Gpu>, jobs: usize, timeout: Option<Duration>) -> PlayFarm {
+        PlayFarm {
+            child: ChildCommand {
+                program: fake_kreplay(dir),
+                args: Vec::new(),
+            },
+            gpus,
+            jobs,
+            timeout,
+        }
+    }
+
+    fn run(f: &PlayFarm, entries: &[Entry]) -> Vec<RunRecord> {
+        let mut got = Vec::new();
+        play_many(f, entries, &mut |r| {
+            got.push(r.clone());
+            Ok(())
+        })
+        .expect("run");
+        got.sort_by(|a, b| a.file.cmp(&b.file));
+        got
+    }
+
+    // Catches: a hang that stalls the run, or a kill that misses what the child started
+    // (its pipes would stay open until the grandchild's sleep ended, 30 s).
+    #[test]
+    fn a_hang_is_killed_with_its_process_group_and_a_crash_ends_one_capture() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let f = farm(
+            d.path(),
+            vec![gpu("0")],
+            3,
+            Some(Duration::from_millis(300)),
+        );
+        let entries = [
+            entry(d.path(), "a-hang.krr"),
+            entry(d.path(), "b-crash.krr"),
+            entry(d.path(), "c-ok.krr"),
+        ];
+        let started = Instant::now();
+        let got = run(&f, &entries);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        let verdicts: Vec<Verdict> = got.iter().map(|r| r.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [Verdict::Timeout, Verdict::Error, Verdict::Matched]
+        );
+        assert!(
+            got[1]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("signal 11")),
+            "{:?}",
+            got[1].error
+        );
+        assert_eq!(got[2].device_uuid.as_deref(), Some("GPU-0"));
+        assert_eq!(got[2].kernel.as_deref(), Some("saxpy"));
+    }
+
+    #[test]
+    fn each_child_is_pinned_to_one_gpu_and_the_gpus_share_the_work() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let f = farm(d.path(), vec![gpu("3"), gpu("5")], 2, None);
+        let entries: Vec<Entry> = (0..4)
+            .map(|i| entry(d.path(), &format!("gpu-{i}.krr")))
+            .collect();
+        let got = run(&f, &entries);
+        assert!(got.iter().all(|r| r.verdict == Verdict::Matched));
+        let mut seen: Vec<String> = entries
+            .iter()
+            .map(|e| {
+                std::fs::read_to_string(&e.path)
+                    .expect("written")
+                    .trim()
+                    .to_string()
+            })
+            .collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen, ["3", "5"]);
+    }
+
+    #[test]
+    fn a_checksum_mismatch_is_damaged_and_never_replayed() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let mut e = entry(d.path(), "gpu-x.krr");
+        std::fs::write(&e.path, b"").expect("write");
+        e.sha256 = Some("00".into());
+        let got = run(&farm(d.path(), vec![gpu("0")], 1, None), &[e.clone()]);
+        assert_eq!(got[0].verdict, Verdict::Damaged);
+        assert_eq!(
+            std::fs::read(&e.path).expect("read"),
+            b"",
+            "the child never ran"
+        );
+    }
+}

@@ -72,10 +72,12 @@ impl Shard {
                     format!("--shard auto: {id_var}={id} is not one of {count} tasks counted from {base}")
                 });
         }
-        Err("--shard auto: neither SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (a Slurm job \
+        Err(
+            "--shard auto: neither SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (a Slurm job \
              array: sbatch --array) nor JOB_COMPLETION_INDEX and JOB_COMPLETIONS (a Kubernetes \
              Indexed Job) are set; give --shard I/N"
-            .to_string())
+                .to_string(),
+        )
     }
 
     /// Whether the capture whose key is `key` is this shard's.
@@ -104,7 +106,9 @@ mod tests {
     }
 
     fn corpus(n: usize) -> Vec<Entry> {
-        (0..n).map(|i| entry(&format!("k{}/cap-{i}.krr", i % 5))).collect()
+        (0..n)
+            .map(|i| entry(&format!("k{}/cap-{i}.krr", i % 5)))
+            .collect()
     }
 
     #[test]
@@ -156,7 +160,10 @@ mod tests {
 
     #[test]
     fn auto_reads_slurm_then_kubernetes() {
-        let slurm = [("SLURM_ARRAY_TASK_ID", "2"), ("SLURM_ARRAY_TASK_COUNT", "3")];
+        let slurm = [
+            ("SLURM_ARRAY_TASK_ID", "2"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+        ];
         assert_eq!(
             Shard::from_cluster(&env(&slurm)),
             Ok(Shard { index: 2, count: 3 })

@@ -84,7 +84,10 @@ mod tests {
     #[test]
     fn the_offset_is_added_only_when_the_message_lacks_it() {
         assert_eq!(damage_text("bad crc", Some(4096)), "bad crc (at byte 4096)");
-        assert_eq!(damage_text("bad crc at byte 4096", Some(4096)), "bad crc at byte 4096");
+        assert_eq!(
+            damage_text("bad crc at byte 4096", Some(4096)),
+            "bad crc at byte 4096"
+        );
         assert_eq!(damage_text("truncated", None), "truncated");
     }
 }

@@ -1,6 +1,8 @@
 pub mod completions;
 pub mod diff;
 pub mod extract;
+pub mod farm;
+mod farm_table;
 pub mod info;
 pub mod list_ranges;
 pub mod man;

@@ -19,7 +19,10 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     if a.list_metrics {
         return list_metrics(&a);
     }
-    let Some(path) = &a.file else {
+    if super::farm::play_wants_many(&a) {
+        return super::farm::play(&a);
+    }
+    let Some(path) = a.files.first() else {
         anyhow::bail!("no capture file given");
     };
     // Before any replay: the output must be writable when the replay is done.

@@ -12,6 +12,9 @@ use crate::out;
 
 /// Exit 0 when every file is intact, 1 when one is damaged, 2 when one cannot be read.
 pub fn run(a: VerifyArgs) -> anyhow::Result<ExitCode> {
+    if super::farm::verify_wants_many(&a) {
+        return super::farm::verify(&a);
+    }
     if a.salvage.is_some() && a.files.len() > 1 {
         anyhow::bail!("--salvage takes one capture at a time");
     }
