@@ -778,3 +778,22 @@ def test_range_stall_verdict_wants_the_range_at_most_the_sum_of_its_kernels():
     assert R.stall_checks(0, line.format(40.0), singles[:-1])[0]
     assert R.stall_checks(0, line.format(40.0), singles[:-1] + [(1, "")])[0]
     assert R.stall_ms("no figure") is None
+
+
+def test_farm_play_verdict_wants_every_capture_matched_once_and_states_the_overhead():
+    import krfarm as F
+    import test_tools  # noqa: F401
+
+    assert "farm-play" in C.REGISTERED and "timed" in C.INLINE_CASES["farm-play"]
+    files = ["/t/a.krr", "/t/b.krr"]
+    rec = lambda f, v="matched": {"file": f, "verdict": v}  # noqa: E731
+    lone = {"/t/a.krr": 0.5, "/t/b.krr": 0.5}
+    why, fig = F.farm_checks(0, [rec("/t/a.krr"), rec("/t/b.krr")], files, 1.05, lone)
+    assert why == [] and "+5.0 %" in fig and "525 ms per capture" in fig and "target" not in fig
+    assert "over the 10 % target" in F.farm_checks(0, [rec("/t/a.krr"), rec("/t/b.krr")], files, 1.5, lone)[1]
+    faults = [dict(rc=2), dict(records=[rec("/t/a.krr")]), dict(records=[rec("/t/a.krr"), rec("/t/b.krr", "error")]),
+              dict(records=[rec("/t/a.krr"), rec("/t/a.krr")]), dict(records=[rec("/t/a.krr"), None])]
+    for f in faults:
+        args = {**dict(rc=0, records=[rec("/t/a.krr"), rec("/t/b.krr")], files=files, farm_s=1.0, lone_s=lone), **f}
+        assert F.farm_checks(**args)[0], f
+    assert F.read_lines('{"a": 1}\n\nnot json\n') == [{"a": 1}, None]

@@ -518,3 +518,24 @@ def test_python_cli_same_report(bins, case, row, kr, app):
         why.append("the reports differ in " + ", ".join(differ))
     row.update(kernel="saxpy: play --json vs kreplay.play", matched=not why, why="; ".join(why))
     assert not why, "; ".join(why)
+
+
+@C.inline("farm-play")
+def test_farm_play(case, row, kr):
+    """`kreplay play DIR --jobs 1 --json-lines` over the testdata captures (issue 33): exit 0,
+    one `matched` record per capture; the figures are the farm's wall time per capture against
+    a lone `kreplay play --passes 1 --verify` of each same file."""
+    import krfarm as F
+
+    folder = ROOT / "testdata" / "captures"
+    files = sorted(str(p) for p in folder.glob("*.krr"))
+    lone = {}
+    for f in files:
+        one = case.run([kr, "play", f, "--passes", "1", "--verify", "--json"], name="lone-" + Path(f).stem)
+        lone[f] = one.secs
+    results = case.path("farm.jsonl")
+    farm = case.run([kr, "play", folder, "--jobs", "1", "--json-lines", results], name="farm", timeout=900)
+    why, figures = F.farm_checks(farm.rc, F.read_lines(S.read(results)), files, farm.secs, lone)
+    row.update(kernel=f"{len(files)} testdata captures through the farm", matched=not why,
+               why="; ".join(why), figures=figures)
+    assert not why, "; ".join(why)

@@ -1,0 +1,47 @@
+"""The verdict of the farm-play case (issue 33): `kreplay play DIR --jobs 1 --json-lines` over
+the testdata captures, against a lone `kreplay play` of each file. Pure: test_helpers_cpu.py
+checks it without a GPU."""
+
+from __future__ import annotations
+
+import json
+
+# The issue's target for the farm's per-capture overhead over a lone `kreplay play`.
+OVERHEAD_TARGET_PCT = 10.0
+
+
+def read_lines(text: str) -> list:
+    """The JSON lines of a --json-lines file (a line that does not read is None)."""
+    out = []
+    for line in (text or "").splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append(None)
+    return out
+
+
+def farm_checks(rc: int, records: list, files: list, farm_s: float, lone_s: dict) -> tuple:
+    """(what failed, figures): exit 0, one record per file, each `matched`; the figures are
+    the farm's wall time per capture against the lone plays' (the overhead, stated against
+    the 10 % target but not failing on it: one run of ten small captures is noise-bound)."""
+    why = [] if rc == 0 else [f"farm exit {rc}"]
+    good = [r for r in records if isinstance(r, dict)]
+    if len(good) != len(records):
+        why.append(f"{len(records) - len(good)} line(s) not JSON")
+    names = sorted(r.get("file", "").rsplit("/", 1)[-1] for r in good)
+    want = sorted(f.rsplit("/", 1)[-1] for f in files)
+    if names != want:
+        why.append(f"records for {names}, captures {want}")
+    bad = [f"{r.get('file')}: {r.get('verdict')} {r.get('error') or ''}".strip() for r in good
+           if r.get("verdict") != "matched"]
+    why += bad
+    n = max(len(files), 1)
+    lone_total = sum(lone_s.values())
+    per_farm, per_lone = farm_s / n, lone_total / n
+    pct = (farm_s / lone_total - 1) * 100 if lone_total > 0 else float("nan")
+    over = "" if pct <= OVERHEAD_TARGET_PCT else f" (over the {OVERHEAD_TARGET_PCT:.0f} % target)"
+    figures = (f"farm {per_farm * 1e3:.0f} ms per capture ({farm_s:.2f} s for {len(files)}), lone play "
+               f"{per_lone * 1e3:.0f} ms per capture: overhead {pct:+.1f} %{over}")
+    return why, figures
