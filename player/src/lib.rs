@@ -20,6 +20,7 @@ mod play_options;
 pub mod range;
 mod range_steps;
 mod report;
+pub mod runs_compare;
 mod save;
 mod save_step;
 mod session;
