@@ -127,3 +127,63 @@ pub fn csv_rows(r: &RunsComparison) -> Vec<Vec<String>> {
         .chain(r.removed.iter().map(|u| unpaired_row(u, true)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs() -> RunsComparison {
+        let base = parse_runs(
+            "base",
+            concat!(
+                r#"{"file":"a.krr","sha256":"s","kernel":"k,1","verdict":"matched","median_us":10}"#,
+                "\n",
+                r#"{"file":"gone.krr","verdict":"timeout"}"#,
+            ),
+        )
+        .expect("base");
+        let new = parse_runs(
+            "new",
+            concat!(
+                r#"{"file":"moved/a.krr","sha256":"s","kernel":"k,1","verdict":"mismatch","median_us":12.5}"#,
+                "\n",
+                r#"{"file":"fresh.krr","verdict":"matched","median_us":3}"#,
+            ),
+        )
+        .expect("new");
+        compare_runs(("base", &base), ("new", &new), 5.0)
+    }
+
+    #[test]
+    fn csv_rows_put_each_run_on_its_side() {
+        let rows = csv_rows(&runs());
+        assert_eq!(rows.len(), 4);
+        assert!(rows.iter().all(|r| r.len() == CSV_HEADER.len()));
+        let pair = &rows[1];
+        assert_eq!(pair[..5], ["paired", "a.krr", "moved/a.krr", "k,1", "sha256"]);
+        assert_eq!(pair[5..8], ["matched", "mismatch", "regression"]);
+        assert_eq!(pair[8..11], ["10", "12.5", "1.25"]);
+        assert_eq!(pair[12], "");
+        assert_eq!(pair[13], "slower");
+        assert_eq!(rows[2][..4], ["added", "", "fresh.krr", ""]);
+        assert_eq!((rows[2][6].as_str(), rows[2][9].as_str()), ("matched", "3"));
+        assert_eq!(rows[3][..2], ["removed", "gone.krr"]);
+        assert_eq!((rows[3][5].as_str(), rows[3][8].as_str()), ("timeout", ""));
+    }
+
+    #[test]
+    fn text_names_both_paths_and_both_causes() {
+        let mut text = Vec::new();
+        text::print(&mut text, &runs(), 10).expect("print");
+        let text = String::from_utf8(text).expect("utf-8");
+        assert!(text.contains("a.krr (new: moved/a.krr)"), "{text}");
+        assert!(
+            text.contains(
+                "REGRESSED: 1 time regression beyond 5 %, 1 correctness regression (exit 1)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("1 capture (1 by sha256), 1 added, 1 removed"), "{text}");
+        assert!(text.contains("    1.250x   +25.0 %        -"), "{text}");
+    }
+}
