@@ -37,7 +37,8 @@ fn write<S: AsRef<str>>(dir: &Path, name: &str, lines: &[S]) -> String {
 
 #[test]
 fn the_text_report_matches_its_golden_file() {
-    let (code, out, err) = compare_at_root(&["testdata/runs/base.jsonl", "testdata/runs/new.jsonl"]);
+    let (code, out, err) =
+        compare_at_root(&["testdata/runs/base.jsonl", "testdata/runs/new.jsonl"]);
     assert_eq!(code, 1, "{err}");
     let golden = std::fs::read_to_string(runs("compare.txt")).expect("golden file");
     assert_eq!(out, golden);
@@ -57,7 +58,10 @@ fn a_wider_threshold_leaves_only_the_correctness_regression() {
     let (code, out, _) = kreplay(&["compare", &base, &new, "--threshold", "40"]);
     assert_eq!(code, 1);
     assert!(out.contains("0 slower"), "{out}");
-    assert!(out.contains("REGRESSED: 1 correctness regression (exit 1)"), "{out}");
+    assert!(
+        out.contains("REGRESSED: 1 correctness regression (exit 1)"),
+        "{out}"
+    );
     assert!(!out.contains("worst first"), "{out}");
 }
 
@@ -81,8 +85,16 @@ fn only_time_within_the_threshold_passes_and_a_time_regression_fails() {
     assert_eq!(code, 0, "{out}");
     // Noisy runs: 8 % is within sqrt(6² + 6²) = 8.5 %.
     let noisy = |s: &str| s.replace("\"spread_pct\":1.0", "\"spread_pct\":6.0");
-    let base_noisy = write(&dir, "bn.jsonl", &[noisy(&std::fs::read_to_string(&base).expect("read"))]);
-    let new_noisy = write(&dir, "nn.jsonl", &[noisy(&std::fs::read_to_string(&slower).expect("read"))]);
+    let base_noisy = write(
+        &dir,
+        "bn.jsonl",
+        &[noisy(&std::fs::read_to_string(&base).expect("read"))],
+    );
+    let new_noisy = write(
+        &dir,
+        "nn.jsonl",
+        &[noisy(&std::fs::read_to_string(&slower).expect("read"))],
+    );
     let (code, out, _) = kreplay(&["compare", &base_noisy, &new_noisy]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("1 within noise"), "{out}");
@@ -99,7 +111,11 @@ fn the_header_says_mixed_devices_and_drivers() {
             r#"{"file":"b.krr","verdict":"matched","device":"NVIDIA H100","driver":"580","wall_s":1}"#,
         ],
     );
-    let new = write(&dir, "new.jsonl", &[r#"{"file":"a.krr","verdict":"matched"}"#]);
+    let new = write(
+        &dir,
+        "new.jsonl",
+        &[r#"{"file":"a.krr","verdict":"matched"}"#],
+    );
     let (code, out, err) = kreplay(&["compare", &base, &new]);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -117,11 +133,22 @@ fn csv_has_a_row_per_capture_and_json_the_whole_comparison() {
     let (code, out, _) = kreplay(&["compare", &base, &new, "--csv"]);
     assert_eq!(code, 1);
     let rows: Vec<&str> = out.lines().collect();
-    assert!(rows[0].starts_with("status,base_file,new_file,kernel,paired_by"), "{out}");
+    assert!(
+        rows[0].starts_with("status,base_file,new_file,kernel,paired_by"),
+        "{out}"
+    );
     // 6 pairs, 1 added, 1 removed.
     assert_eq!(rows.len(), 1 + 8, "{out}");
-    assert!(rows.iter().any(|r| r.starts_with("added,,corpus/attention-0.krr,")), "{out}");
-    assert!(rows.iter().any(|r| r.starts_with("removed,corpus/conv-0.krr,,")), "{out}");
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("added,,corpus/attention-0.krr,")),
+        "{out}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("removed,corpus/conv-0.krr,,")),
+        "{out}"
+    );
 
     let (code, out, _) = kreplay(&["compare", &base, &new, "--json"]);
     assert_eq!(code, 1);
@@ -149,7 +176,10 @@ fn top_cuts_the_text_lists() {
     let new = write(&dir, "new.jsonl", &new);
     let (_, out, _) = kreplay(&["compare", &base, &new, "--top", "2"]);
     assert!(out.contains("slower, worst first (2 of 5)"), "{out}");
-    assert!(out.contains("4.krr") && out.contains("3.krr") && !out.contains("2.krr"), "{out}");
+    assert!(
+        out.contains("4.krr") && out.contains("3.krr") && !out.contains("2.krr"),
+        "{out}"
+    );
     let (_, out, _) = kreplay(&["compare", &base, &new, "--top", "0"]);
     assert!(out.contains("slower, worst first (5 of 5)"), "{out}");
 }
@@ -157,11 +187,18 @@ fn top_cuts_the_text_lists() {
 #[test]
 fn bad_input_exits_2_naming_the_file_and_line() {
     let dir = scratch("compare-bad");
-    let good = write(&dir, "good.jsonl", &[r#"{"file":"a.krr","verdict":"matched"}"#]);
+    let good = write(
+        &dir,
+        "good.jsonl",
+        &[r#"{"file":"a.krr","verdict":"matched"}"#],
+    );
     let bad = write(
         &dir,
         "bad.jsonl",
-        &[r#"{"file":"a.krr","verdict":"matched"}"#, r#"{"file":"b.krr","verdict":"#],
+        &[
+            r#"{"file":"a.krr","verdict":"matched"}"#,
+            r#"{"file":"b.krr","verdict":"#,
+        ],
     );
     let (code, _, err) = kreplay(&["compare", &good, &bad]);
     assert_eq!(code, 2);
@@ -191,5 +228,9 @@ fn a_closed_pipe_keeps_the_gates_exit_status() {
     drop(child.stdout.take());
     let out = child.wait_with_output().expect("wait");
     assert_eq!(out.status.code(), Some(1));
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -160,7 +160,10 @@ mod tests {
         assert_eq!(rows.len(), 4);
         assert!(rows.iter().all(|r| r.len() == CSV_HEADER.len()));
         let pair = &rows[1];
-        assert_eq!(pair[..5], ["paired", "a.krr", "moved/a.krr", "k,1", "sha256"]);
+        assert_eq!(
+            pair[..5],
+            ["paired", "a.krr", "moved/a.krr", "k,1", "sha256"]
+        );
         assert_eq!(pair[5..8], ["matched", "mismatch", "regression"]);
         assert_eq!(pair[8..11], ["10", "12.5", "1.25"]);
         assert_eq!(pair[12], "");
@@ -183,7 +186,10 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("1 capture (1 by sha256), 1 added, 1 removed"), "{text}");
+        assert!(
+            text.contains("1 capture (1 by sha256), 1 added, 1 removed"),
+            "{text}"
+        );
         assert!(text.contains("    1.250x   +25.0 %        -"), "{text}");
     }
 }

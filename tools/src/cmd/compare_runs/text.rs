@@ -84,7 +84,13 @@ fn summary(w: &mut impl Write, r: &RunsComparison) -> anyhow::Result<()> {
         plural(s.verdicts_changed, "other change", "other changes")
     );
     notes(w, s)?;
-    out!(w, "{:<9} {} (exit {})", "result", result(r), r.exit_status());
+    out!(
+        w,
+        "{:<9} {} (exit {})",
+        "result",
+        result(r),
+        r.exit_status()
+    );
     Ok(())
 }
 
@@ -141,7 +147,11 @@ fn file(p: &CapturePair) -> String {
     if p.base_file == p.new_file {
         printable(&p.base_file).into_owned()
     } else {
-        format!("{} (new: {})", printable(&p.base_file), printable(&p.new_file))
+        format!(
+            "{} (new: {})",
+            printable(&p.base_file),
+            printable(&p.new_file)
+        )
     }
 }
 
@@ -182,7 +192,8 @@ fn micros(x: Option<f64>) -> String {
 }
 
 fn noise(t: &TimeChange) -> String {
-    t.noise_pct.map_or("-".to_string(), |n| format!("±{n:.1} %"))
+    t.noise_pct
+        .map_or("-".to_string(), |n| format!("±{n:.1} %"))
 }
 
 /// One ranked list (`slower`, `faster`) of at most `top` pairs (0: all).
@@ -196,7 +207,11 @@ fn ranked(
     if order.is_empty() {
         return Ok(());
     }
-    let shown = if top == 0 { order.len() } else { top.min(order.len()) };
+    let shown = if top == 0 {
+        order.len()
+    } else {
+        top.min(order.len())
+    };
     let rows: Vec<&CapturePair> = order[..shown].iter().map(|&i| &r.pairs[i]).collect();
     let kw = kernel_width(rows.iter().map(|p| &p.kernel));
     out!(w);
@@ -232,11 +247,21 @@ fn unpaired(w: &mut impl Write, title: &str, list: &[Unpaired], top: usize) -> a
     if list.is_empty() {
         return Ok(());
     }
-    let shown = if top == 0 { list.len() } else { top.min(list.len()) };
+    let shown = if top == 0 {
+        list.len()
+    } else {
+        top.min(list.len())
+    };
     let kw = kernel_width(list[..shown].iter().map(|u| &u.kernel));
     out!(w);
     out!(w, "{title} ({shown} of {})", list.len());
-    out!(w, "  {:<16} {:>12}  {:<kw$}  file", "verdict", "median µs", "kernel");
+    out!(
+        w,
+        "  {:<16} {:>12}  {:<kw$}  file",
+        "verdict",
+        "median µs",
+        "kernel"
+    );
     for u in &list[..shown] {
         out!(
             w,
