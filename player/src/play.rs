@@ -191,6 +191,11 @@ pub fn play<'c>(
         ),
         None => None,
     };
+    let mut report = report;
+    // A range's counters also go under its steps in the report (`steps[i].metrics`).
+    if let (Some(range), Some(m)) = (report.range.as_mut(), metrics.as_ref()) {
+        crate::range_metrics::attach(range, m);
+    }
     // The session's context goes before the counters' profiler state.
     drop(session);
     drop(request);
