@@ -105,7 +105,10 @@ fn commands_that_do_not_know_ranges_refuse_them() {
     let d = scratch("range-refuse");
     let f = range_file(&d);
     for (command, args) in [
-        ("play --tool", vec!["play", &f, "--tool", "/nonexistent/t.so"]),
+        (
+            "play --tool",
+            vec!["play", &f, "--tool", "/nonexistent/t.so"],
+        ),
         ("play --ptx", vec!["play", &f, "--ptx"]),
     ] {
         let (code, _, err) = kreplay(&args);
