@@ -277,22 +277,7 @@ fn texture_desc(cap: &Capture<'_>, o: &kreplay_format::TextureObject) -> Texture
     }
 }
 
-/// A kernel as `info --json` and `play --json` name it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Kernel {
-    /// Demangled.
-    pub name: String,
-    pub mangled: String,
-}
-
-impl Kernel {
-    pub fn of(mangled: &str) -> Kernel {
-        Kernel {
-            name: demangle(mangled),
-            mangled: mangled.to_string(),
-        }
-    }
-}
+pub use crate::kernel_name::Kernel;
 
 #[derive(Serialize)]
 pub struct Launch {

@@ -11,6 +11,7 @@ pub mod describe;
 pub mod diff;
 mod divergence;
 pub mod extract;
+pub mod kernel_name;
 mod kernels;
 pub mod pack;
 pub mod params;

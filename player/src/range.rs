@@ -32,7 +32,7 @@ pub struct StepReport {
     /// `Step::kind`: `kernel`, `copy-dtod`, `fill`...
     pub kind: &'static str,
     /// The kernel, for kernel steps (as `info --json`'s steps name it).
-    pub kernel: Option<crate::describe::Kernel>,
+    pub kernel: Option<crate::kernel_name::Kernel>,
     /// Median over the timed passes, for kernel steps with `--per-step`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub median_ns: Option<u64>,
@@ -71,7 +71,7 @@ pub fn step_reports(cap: &Capture<'_>, medians: &[Option<u64>]) -> Vec<StepRepor
             kind: s.kind(),
             kernel: s
                 .dispatch()
-                .map(|d| crate::describe::Kernel::of(&d.kernel_name)),
+                .map(|d| crate::kernel_name::Kernel::of(&d.kernel_name)),
             median_ns: medians.get(index).copied().flatten(),
             metrics: None,
         })

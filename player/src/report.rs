@@ -103,7 +103,7 @@ mod tests {
             steps: vec![StepReport {
                 index: 0,
                 kind: "kernel",
-                kernel: Some(crate::describe::Kernel::of("k")),
+                kernel: Some(crate::kernel_name::Kernel::of("k")),
                 median_ns: Some(5),
                 metrics: None,
             }],

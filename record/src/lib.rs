@@ -40,6 +40,7 @@ pub mod range_held;
 pub mod range_ops;
 pub mod range_select;
 pub mod range_spans;
+pub mod range_timing;
 pub mod reachable;
 pub mod readback;
 mod recorder;

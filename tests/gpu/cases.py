@@ -410,6 +410,7 @@ INLINE_CASES = {
     "range-metrics": ("counters",),
     "range-save-step": (),
     "range-bench": ("bench", "timed"),
+    "range-stall-bench": ("bench", "timed"),
     "range-graph-launch": (),
     "range-graph-launch-compile": (),
     "mpi-2ranks": ("mpi",),

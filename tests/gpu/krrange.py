@@ -612,3 +612,41 @@ def graph_launch_checks(rec_rc: int, base_out: str, rec_out: str, info, play_rc:
     why += [w for w in range_desc_checks(rng, origin, len(kernels), 1) if "origin" not in w]
     why += range_play_checks(play_rc, play, passes, info)
     return why
+
+
+# -- range-stall-bench ------------------------------------------------------------------------------
+
+STALL_RE = re.compile(r"stalled the app ([0-9.]+) ms")
+# range_streams bench warms up with two rounds of its 30 kernels before the range.
+BENCH_FIRST_IN_RANGE = 2 * BENCH_KERNELS + 1
+
+
+def stall_ms(err: str) -> Optional[float]:
+    """The stall the recorder's summary line reports (`stalled the app 56.8 ms`), if any."""
+    m = STALL_RE.search(err or "")
+    return float(m.group(1)) if m else None
+
+
+def stall_checks(range_rc: int, range_err: str, singles: list) -> tuple:
+    """range-stall-bench: (why, figures). `singles`: (rc, stderr) of `record -k bench_step
+    --nth N` for each of the range's kernels. The range's capture stall is at most the sum of
+    the stalls of capturing its kernels one by one (the issue's target)."""
+    why = []
+    whole = stall_ms(range_err) if range_rc == 0 else None
+    if whole is None:
+        why.append(f"the range record (exit {range_rc}) reported no stall")
+    each = []
+    for i, (rc, err) in enumerate(singles):
+        s = stall_ms(err) if rc == 0 else None
+        if s is None:
+            why.append(f"single capture {i + 1} (exit {rc}) reported no stall")
+        else:
+            each.append(s)
+    if len(singles) != BENCH_KERNELS:
+        why.append(f"{len(singles)} single captures, want {BENCH_KERNELS}")
+    total = sum(each)
+    figures = (f"capture stall of the {BENCH_KERNELS}-kernel range: {whole} ms; its kernels captured one by one: "
+               f"{total:.1f} ms in all ({len(each)} captures, {max(each, default=0):.1f} ms the largest); target: range <= sum")
+    if whole is not None and len(each) == BENCH_KERNELS and not whole <= total:
+        why.append(f"the range stalled the app {whole} ms, more than the {total:.1f} ms of its kernels one by one")
+    return why, figures

@@ -823,3 +823,15 @@ def test_the_graph_launch_cases_are_registered_with_their_app():
         assert name in C.REGISTERED and name in C.all_case_names(), name
     app = (ROOT / "testdata/apps/torch_graph_app.py").read_text()
     assert 'mode == "cudagraph"' in app and 'mode="reduce-overhead"' in app
+
+
+def test_range_stall_verdict_wants_the_range_at_most_the_sum_of_its_kernels():
+    line = "kreplay: captured bench_step (match 1) -> r.krr: 2 regions, stalled the app {} ms, 9 ms in all\n"
+    singles = [(0, line.format(3.0))] * R.BENCH_KERNELS
+    why, fig = R.stall_checks(0, line.format(40.0), singles)
+    assert why == [] and "40.0 ms" in fig and "90.0 ms in all" in fig
+    assert R.stall_checks(0, line.format(95.0), singles)[0]
+    assert R.stall_checks(3, line.format(40.0), singles)[0]
+    assert R.stall_checks(0, line.format(40.0), singles[:-1])[0]
+    assert R.stall_checks(0, line.format(40.0), singles[:-1] + [(1, "")])[0]
+    assert R.stall_ms("no figure") is None

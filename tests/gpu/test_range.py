@@ -258,3 +258,21 @@ def test_range_graph_launch_compile(case, row, kr):
     """A torch.compile(mode="reduce-overhead") call's CUDA graph captured whole with
     --graph-launch (from a Triton kernel of it)."""
     _graph_launch(case, row, kr, "compile")
+
+
+@C.inline("range-stall-bench")
+def test_range_stall_bench(case, row, kr, app):
+    """The capture stall of the 30-kernel --profiler-range of range_streams bench against the
+    stalls of capturing its 30 kernels one by one (`record -k bench_step --nth N`, N the
+    range's launches): the issue's target is range <= sum. Figures either way."""
+    argv = app(["{range_streams}", "bench", "1"])
+    w = case.capture(case.path("range.krr"))
+    rec = case.run([kr, "record", "--profiler-range", "-o", w, "--force", "--"] + argv, name="rec")
+    singles = []
+    for i in range(R.BENCH_KERNELS):
+        one = case.capture(case.path(f"k{i}.krr"))
+        r = case.run([kr, "record", "-k", "bench_step", "--nth", str(R.BENCH_FIRST_IN_RANGE + i), "-o", one,
+                      "--force", "--"] + argv, name=f"single-{i}")
+        singles.append((r.rc, r.err))
+    why, figures = R.stall_checks(rec.rc, rec.err, singles)
+    _done(row, why, figures, figures=figures)

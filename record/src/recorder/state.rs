@@ -42,7 +42,7 @@ pub(super) struct Recorder {
     /// `list --ranges`: NVTX range instances and the launches inside each.
     pub spans: Option<Mutex<RangeSpans>>,
     /// A boundary range's capture waiting for its next instance to be timed.
-    pub range_timing: Mutex<super::range_timing::RangeTiming>,
+    pub range_timing: Mutex<crate::range_timing::RangeTiming>,
 }
 
 pub(super) static RECORDER: OnceLock<Recorder> = OnceLock::new();
