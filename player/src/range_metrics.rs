@@ -8,7 +8,7 @@ use kreplay_engine::counters::MetricsReport;
 use kreplay_engine::range_counters::KernelStep;
 use kreplay_format::Capture;
 
-use crate::describe::Kernel;
+use crate::kernel_name::Kernel;
 use crate::range::RangeReport;
 
 /// A range's kernel steps, in order: each index among all steps and its kernel's names.

@@ -3,10 +3,11 @@ two-stream sequence captured by --launch-range, --profiler-range and --nvtx-rang
 bit-exact; a layer of torch_block_app.py by --nvtx-range, replayed bit-exact and timed against
 the application's own time; a variant of the middle kernel (--module) slower with the same
 output, and one writing other values whose step --verify names; --save-step against a direct
-capture of the same dispatch; the 30-kernel benchmark; a whole CUDA graph launch of torch.cuda.CUDAGraph and of
-torch.compile(mode="reduce-overhead") by --graph-launch; `play --metrics` of the profiler-range
-capture, counters per kernel step and the range's sums (range-metrics). The verdicts are krrange.py's (tested
-on the CPU in test_helpers_cpu.py); range-unsupported is a check case (cases.py)."""
+capture of the same dispatch; the 30-kernel benchmark; a whole CUDA graph launch of
+torch.cuda.CUDAGraph and of torch.compile(mode="reduce-overhead") by --graph-launch; `play
+--metrics` of the profiler-range capture, counters per kernel step and the range's sums
+(range-metrics). The verdicts are krrange.py's (tested on the CPU in test_helpers_cpu.py);
+range-unsupported is a check case (cases.py)."""
 
 from __future__ import annotations
 
