@@ -19,12 +19,10 @@ pub struct ChildCommand {
     pub args: Vec<OsString>,
 }
 
-/// What a child's waiting thread reports.
-pub enum ChildEvent {
-    /// The child runs as process (and process group) `pid`.
-    Started { slot: usize, pid: i32 },
-    /// It ended (or never started: `stderr` says why).
-    Ended { slot: usize, end: ChildEnd },
+/// A child's end, reported by its waiting thread under the slot it was started in.
+pub struct ChildEvent {
+    pub slot: usize,
+    pub end: ChildEnd,
 }
 
 impl ChildCommand {
@@ -44,35 +42,35 @@ impl ChildCommand {
         c
     }
 
-    /// Starts `file`'s child on a thread that reports on `events` under `slot`.
+    /// Starts `file`'s child here (so its process group is known before anything else
+    /// happens) and waits for it on a thread that reports on `events` under `slot`; the
+    /// child's pid, or why it could not start.
     pub fn spawn(
         &self,
         slot: usize,
         file: &Path,
         visible: Option<&str>,
         events: Sender<ChildEvent>,
-    ) {
-        let mut command = self.command(file, visible);
+    ) -> Result<i32, ChildEnd> {
+        let child = self
+            .command(file, visible)
+            .spawn()
+            .map_err(|e| not_started(format!("cannot start the replay's process: {e}")))?;
+        let pid = i32::try_from(child.id()).unwrap_or(0);
         std::thread::spawn(move || {
-            let end = match command.spawn() {
-                Ok(child) => {
-                    let pid = i32::try_from(child.id()).unwrap_or(0);
-                    let _ = events.send(ChildEvent::Started { slot, pid });
-                    match child.wait_with_output() {
-                        Ok(out) => ChildEnd {
-                            code: out.status.code(),
-                            signal: out.status.signal(),
-                            timed_out: None,
-                            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-                        },
-                        Err(e) => not_started(format!("lost the replay's process: {e}")),
-                    }
-                }
-                Err(e) => not_started(format!("cannot start the replay's process: {e}")),
+            let end = match child.wait_with_output() {
+                Ok(out) => ChildEnd {
+                    code: out.status.code(),
+                    signal: out.status.signal(),
+                    timed_out: None,
+                    stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                    stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                },
+                Err(e) => not_started(format!("lost the replay's process: {e}")),
             };
-            let _ = events.send(ChildEvent::Ended { slot, end });
+            let _ = events.send(ChildEvent { slot, end });
         });
+        Ok(pid)
     }
 }
 

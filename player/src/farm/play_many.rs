@@ -26,9 +26,22 @@ pub struct PlayFarm {
 /// A child in flight.
 struct Running {
     gpu: usize,
-    pid: Option<i32>,
+    pid: i32,
     started: Instant,
     killed: bool,
+}
+
+/// The children in flight, by entry index. Dropped early (a record that cannot be written
+/// ends the run), it kills those still running: none outlives the run.
+#[derive(Default)]
+struct InFlight(HashMap<usize, Running>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        for r in self.0.values() {
+            kill_group(r.pid);
+        }
+    }
 }
 
 /// The record a capture starts from: its name, checksum and GPU.
@@ -66,7 +79,8 @@ pub fn play_many(
 ) -> std::io::Result<Vec<Verdict>> {
     let (events, inbox) = channel();
     let mut slots = Slots::new(farm.gpus.len());
-    let mut running: HashMap<usize, Running> = HashMap::new();
+    let mut flight = InFlight::default();
+    let running = &mut flight.0;
     let mut verdicts = Vec::with_capacity(entries.len());
     let mut next = 0;
     while next < entries.len() || !running.is_empty() {
@@ -75,31 +89,36 @@ pub fn play_many(
             if let Some(r) = checksum_refusal(e) {
                 report(&r)?;
                 verdicts.push(r.verdict);
-            } else {
-                let gpu = slots.take();
-                let visible = farm.gpus.get(gpu).and_then(|g| g.visible.as_deref());
-                farm.child.spawn(next, &e.path, visible, events.clone());
-                let started = Instant::now();
-                let run = Running {
-                    gpu,
-                    pid: None,
-                    started,
-                    killed: false,
-                };
-                running.insert(next, run);
+                next += 1;
+                continue;
+            }
+            let gpu = slots.take();
+            let visible = farm.gpus.get(gpu).and_then(|g| g.visible.as_deref());
+            let started = Instant::now();
+            match farm.child.spawn(next, &e.path, visible, events.clone()) {
+                Ok(pid) => {
+                    let run = Running {
+                        gpu,
+                        pid,
+                        started,
+                        killed: false,
+                    };
+                    running.insert(next, run);
+                }
+                Err(end) => {
+                    slots.give_back(gpu);
+                    let r = record_of(base_record(e, farm.gpus.get(gpu)), &end);
+                    report(&r)?;
+                    verdicts.push(r.verdict);
+                }
             }
             next += 1;
         }
         if running.is_empty() {
             continue;
         }
-        match inbox.recv_timeout(until_next_deadline(&running, farm.timeout)) {
-            Ok(ChildEvent::Started { slot, pid }) => {
-                if let Some(r) = running.get_mut(&slot) {
-                    r.pid = Some(pid);
-                }
-            }
-            Ok(ChildEvent::Ended { slot, mut end }) => {
+        match inbox.recv_timeout(until_next_deadline(running, farm.timeout)) {
+            Ok(ChildEvent { slot, mut end }) => {
                 let Some(run) = running.remove(&slot) else {
                     continue;
                 };
@@ -113,7 +132,7 @@ pub fn play_many(
                 report(&r)?;
                 verdicts.push(r.verdict);
             }
-            Err(RecvTimeoutError::Timeout) => kill_overdue(&mut running, farm.timeout),
+            Err(RecvTimeoutError::Timeout) => kill_overdue(running, farm.timeout),
             // Every sender is a clone of `events`, which lives here: cannot happen.
             Err(RecvTimeoutError::Disconnected) => break,
         }
@@ -132,18 +151,14 @@ fn until_next_deadline(running: &HashMap<usize, Running>, timeout: Option<Durati
         .map(|r| t.saturating_sub(r.started.elapsed()))
         .min()
         .unwrap_or(t)
-        // A child whose pid has not arrived yet is looked at again shortly.
-        .max(Duration::from_millis(5))
 }
 
 fn kill_overdue(running: &mut HashMap<usize, Running>, timeout: Option<Duration>) {
     let Some(t) = timeout else { return };
     for r in running.values_mut() {
-        if let (false, Some(pid)) = (r.killed, r.pid) {
-            if r.started.elapsed() >= t {
-                kill_group(pid);
-                r.killed = true;
-            }
+        if !r.killed && r.started.elapsed() >= t {
+            kill_group(r.pid);
+            r.killed = true;
         }
     }
 }
@@ -159,7 +174,7 @@ mod tests {
         let script = format!(
             "#!/bin/sh\n\
              case \"$2\" in\n\
-             *hang*) sleep 30 & wait ;;\n\
+             *hang*) echo $$ > \"$2.pid\"; sleep 30 & wait ;;\n\
              *crash*) kill -SEGV $$ ;;\n\
              *gpu*) echo \"$CUDA_VISIBLE_DEVICES\" >> \"$2\"; echo '{report}' ;;\n\
              *) echo '{report}' ;;\n\
@@ -251,6 +266,26 @@ mod tests {
         );
         assert_eq!(got[2].device_uuid.as_deref(), Some("GPU-0"));
         assert_eq!(got[2].kernel.as_deref(), Some("saxpy"));
+    }
+
+    // Catches: a run that stops on a failed write leaving its other children running.
+    #[test]
+    fn a_run_that_cannot_write_a_record_kills_the_children_in_flight() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let f = farm(d.path(), vec![gpu("0")], 2, None);
+        let entries = [entry(d.path(), "a-hang.krr"), entry(d.path(), "b-ok.krr")];
+        let full = || Err(std::io::Error::other("disk full"));
+        let e = play_many(&f, &entries, &mut |_| full()).expect_err("the write failed");
+        assert_eq!(e.to_string(), "disk full");
+        let pid_file = d.path().join("a-hang.krr.pid");
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            let pid = std::fs::read_to_string(&pid_file).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+            // Gone, or a zombie its waiting thread has yet to reap.
+            !pid.trim().is_empty() && stat.map_or(true, |s| s.contains(") Z "))
+        });
+        assert!(gone, "the hanging child still runs");
     }
 
     #[test]
