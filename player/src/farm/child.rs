@@ -39,6 +39,21 @@ impl ChildCommand {
         if let Some(v) = visible {
             c.env("CUDA_VISIBLE_DEVICES", v);
         }
+        // In a process group of its own, the child does not hear the terminal's ^C (nor a
+        // kill of the farm's group): it is told to die with the farm instead.
+        let farm = std::process::id();
+        // SAFETY: the closure runs in the forked child before exec and calls only prctl(2),
+        // getppid(2) and _exit(2), which are async-signal-safe; it allocates nothing.
+        unsafe {
+            c.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // The farm may have died between fork and prctl: then nobody would kill us.
+                if libc::getppid() as u32 != farm {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
         c
     }
 

@@ -176,6 +176,7 @@ mod tests {
              case \"$2\" in\n\
              *hang*) echo $$ > \"$2.pid\"; sleep 30 & wait ;;\n\
              *crash*) kill -SEGV $$ ;;\n\
+             *slow*) sleep 0.5; echo '{report}' ;;\n\
              *gpu*) echo \"$CUDA_VISIBLE_DEVICES\" >> \"$2\"; echo '{report}' ;;\n\
              *) echo '{report}' ;;\n\
              esac\n"
@@ -273,7 +274,8 @@ mod tests {
     fn a_run_that_cannot_write_a_record_kills_the_children_in_flight() {
         let d = tempfile::tempdir().expect("tempdir");
         let f = farm(d.path(), vec![gpu("0")], 2, None);
-        let entries = [entry(d.path(), "a-hang.krr"), entry(d.path(), "b-ok.krr")];
+        // The other capture answers late enough for the hanging one to have written its pid.
+        let entries = [entry(d.path(), "a-hang.krr"), entry(d.path(), "b-slow.krr")];
         let full = || Err(std::io::Error::other("disk full"));
         let e = play_many(&f, &entries, &mut |_| full()).expect_err("the write failed");
         assert_eq!(e.to_string(), "disk full");
