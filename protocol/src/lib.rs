@@ -7,6 +7,7 @@
 
 pub mod boundary;
 pub mod config;
+pub mod each_kernel;
 pub mod nvtx;
 pub mod progress;
 pub mod report;
