@@ -38,6 +38,37 @@ pub struct EachKernel {
     pub max_bytes: Option<u64>,
 }
 
+/// Which capture of a corpus a match is: its distinct kernel's index in the process (1-based,
+/// first seen first) and which of that kernel's executions (1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CorpusSlot {
+    pub kernel_index: u64,
+    pub execution: u64,
+}
+
+/// Expands a corpus capture's own placeholders, `%i` (the kernel index) and `%e` (the
+/// execution), leaving the others (and `%%`) for `config::expand_output`.
+pub fn expand_slot(pattern: &str, slot: CorpusSlot) -> String {
+    let mut out = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('i') => out.push_str(&slot.kernel_index.to_string()),
+            Some('e') => out.push_str(&slot.execution.to_string()),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
 /// Parses `--max-bytes SIZE`: a whole number of bytes, or one with a unit, decimal (`K`, `M`,
 /// `G`, `T`, also `KB`...) or binary (`KiB`, `MiB`, `GiB`, `TiB`), case-insensitive; a
 /// fraction is allowed with a unit (`1.5G`).
@@ -79,6 +110,16 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_fills_its_placeholders_and_leaves_the_others() {
+        let slot = CorpusSlot {
+            kernel_index: 12,
+            execution: 3,
+        };
+        assert_eq!(expand_slot("d/%i-%k-%e-%p.krr", slot), "d/12-%k-3-%p.krr");
+        assert_eq!(expand_slot("%%i%%e%", slot), "%%i%%e%");
+    }
 
     #[test]
     fn sizes_in_decimal_and_binary_units() {
