@@ -6,6 +6,7 @@ use std::ffi::CStr;
 use kreplay_cuda::cupti_events::ApiCall;
 use kreplay_protocol::config::{short_kernel_name, Mode};
 
+use super::corpus::layout_bytes;
 use super::kernels::{self, Execution};
 use super::marks::{FlagGuard, SELF_CALLS};
 use super::state::Recorder;
@@ -44,6 +45,13 @@ impl Recorder {
             return;
         }
         let (is_match, demangled) = self.kernels.matches(&self.config, &name);
+        let arg_bytes = if is_match && self.kernels.needs_arg_bytes() {
+            let _self_calls = FlagGuard::force(&SELF_CALLS);
+            // SAFETY: inside the launch callback that decoded the view.
+            layout_bytes(&unsafe { view.foreign_function() }.parameter_layout())
+        } else {
+            0
+        };
         let execution = Execution {
             name: &name,
             demangled: &demangled,
@@ -51,6 +59,7 @@ impl Recorder {
             grid: view.grid,
             block: view.block,
             in_graph: false,
+            arg_bytes,
         };
         let (stat, counted) = self
             .kernels
