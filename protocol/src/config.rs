@@ -232,23 +232,12 @@ impl Config {
                 launch_range: launch_range.is_some(),
             },
         )?;
-        if mode != Mode::List
-            && kernel.is_none()
-            && launch_index.is_none()
-            && launch_range.is_none()
-            && boundary_range.is_none()
-            && each_kernel.is_none()
-        {
-            return Err(format!(
-                "{}, {}, {}, {}, {} or {} is required in record and profile modes",
-                env::KERNEL,
-                env::EACH_KERNEL,
-                env::LAUNCH_INDEX,
-                env::LAUNCH_RANGE,
-                env::NVTX_RANGE,
-                env::PROFILER_RANGE
-            ));
-        }
+        let selected = kernel.is_some()
+            || launch_index.is_some()
+            || launch_range.is_some()
+            || boundary_range.is_some()
+            || each_kernel.is_some();
+        require_selection(&mode, selected)?;
         let memory = match get(env::MEMORY).as_deref() {
             None | Some("") => MemoryScope::Reachable,
             Some(v) => MemoryScope::from_env(v)
@@ -292,6 +281,22 @@ impl Config {
                 .unwrap_or_default(),
         }))
     }
+}
+
+/// Record and profile modes need something that selects launches.
+fn require_selection(mode: &Mode, selected: bool) -> Result<(), String> {
+    if *mode == Mode::List || selected {
+        return Ok(());
+    }
+    Err(format!(
+        "{}, {}, {}, {}, {} or {} is required in record and profile modes",
+        env::KERNEL,
+        env::EACH_KERNEL,
+        env::LAUNCH_INDEX,
+        env::LAUNCH_RANGE,
+        env::NVTX_RANGE,
+        env::PROFILER_RANGE
+    ))
 }
 
 /// Launches `first..=last` of the process (the 1-based indices `kreplay list` shows).
