@@ -399,7 +399,8 @@ fn number_from(
     k: &str,
     default: u64,
 ) -> Result<u64, String> {
-    match get(k) {
+    // Empty is unset, as the CLI passes a number it does not set (`--each-kernel`: no --nth).
+    match get(k).filter(|v| !v.is_empty()) {
         None => Ok(default),
         Some(v) => v
             .parse::<u64>()
