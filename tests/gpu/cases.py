@@ -412,6 +412,8 @@ INLINE_CASES = {
     "range-stall-bench": ("bench", "timed"),
     "range-graph-launch": (),
     "range-graph-launch-compile": (),
+    # Issue 33: record --each-kernel (test_corpus.py; verdicts in krcorpus.py).
+    "corpus-each-kernel": (),
     "mpi-2ranks": ("mpi",),
     "profile-2ranks": ("mpi",),
 }
