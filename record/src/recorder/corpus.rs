@@ -10,13 +10,9 @@ use kreplay_protocol::each_kernel::{CorpusSlot, KeyBy};
 
 use super::corpus_ledger::CorpusLedger;
 
-/// What tells two kernels apart.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    name: String,
-    /// Grid, block and argument bytes, `--by shape` only.
-    shape: Option<([u32; 3], [u32; 3], u64)>,
-}
+/// What tells two kernels of one name apart: grid, block and argument bytes, `--by shape`
+/// only.
+type ShapeKey = Option<([u32; 3], [u32; 3], u64)>;
 
 /// One execution, as the corpus sees it.
 #[derive(Debug, Clone, Copy)]
@@ -51,7 +47,11 @@ pub(super) enum Pick {
 #[derive(Debug)]
 pub(super) struct Corpus {
     ledger: Arc<CorpusLedger>,
-    seen: HashMap<Key, Seen>,
+    /// By mangled name, then shape: looked up without allocating (every execution of a
+    /// wanted kernel comes here).
+    seen: HashMap<String, HashMap<ShapeKey, Seen>>,
+    /// Distinct kernels seen.
+    distinct: u64,
 }
 
 impl Corpus {
@@ -59,25 +59,27 @@ impl Corpus {
         Corpus {
             ledger,
             seen: HashMap::new(),
+            distinct: 0,
         }
-    }
-
-    /// Whether `--by shape` needs the argument size of each execution.
-    pub(super) fn needs_arg_bytes(&self) -> bool {
-        self.ledger.each.by == KeyBy::Shape
     }
 
     /// Decides execution `e`, match `match_index` of the process.
     pub(super) fn pick(&mut self, e: &Shape<'_>, match_index: u64) -> Pick {
-        let key = Key {
-            name: e.name.to_string(),
-            shape: (self.ledger.each.by == KeyBy::Shape).then_some((e.grid, e.block, e.arg_bytes)),
+        let shape: ShapeKey =
+            (self.ledger.each.by == KeyBy::Shape).then_some((e.grid, e.block, e.arg_bytes));
+        if !self.seen.contains_key(e.name) {
+            self.seen.insert(e.name.to_string(), HashMap::new());
+        }
+        let Some(shapes) = self.seen.get_mut(e.name) else {
+            return Pick::Enough;
         };
-        let next = self.seen.len() as u64 + 1;
-        let seen = self.seen.entry(key).or_insert(Seen {
-            index: next,
-            taken: 0,
-            left_out: false,
+        let seen = shapes.entry(shape).or_insert_with(|| {
+            self.distinct += 1;
+            Seen {
+                index: self.distinct,
+                taken: 0,
+                left_out: false,
+            }
         });
         if seen.taken >= self.ledger.each.per_kernel {
             return Pick::Enough;
@@ -178,7 +180,6 @@ mod tests {
     #[test]
     fn by_shape_grid_block_and_argument_size_tell_kernels_apart() {
         let mut c = corpus(1, KeyBy::Shape, None);
-        assert!(c.needs_arg_bytes());
         assert_eq!(c.pick(&run("a", 1, 8), 1), slot(1, 1));
         assert_eq!(c.pick(&run("a", 1, 8), 2), Pick::Enough);
         assert_eq!(c.pick(&run("a", 2, 8), 3), slot(2, 1));
@@ -188,7 +189,6 @@ mod tests {
         assert_eq!(c.pick(&block, 5), slot(4, 1));
         // By name, those are all one kernel.
         let mut by_name = corpus(1, KeyBy::Name, None);
-        assert!(!by_name.needs_arg_bytes());
         assert_eq!(by_name.pick(&run("a", 1, 8), 1), slot(1, 1));
         assert_eq!(by_name.pick(&run("a", 2, 16), 2), Pick::Enough);
     }

@@ -102,14 +102,6 @@ impl Kernels {
         }
     }
 
-    /// Whether each-kernel mode needs each wanted execution's argument size.
-    pub(super) fn needs_arg_bytes(&self) -> bool {
-        lock(&self.book)
-            .corpus
-            .as_ref()
-            .is_some_and(Corpus::needs_arg_bytes)
-    }
-
     /// Whether the filter wants kernel `name` (mangled), and its demangled name.
     pub(super) fn matches(&self, config: &Config, name: &str) -> (bool, String) {
         lock(&self.book).matches(config, name)

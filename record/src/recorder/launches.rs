@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 
 use kreplay_cuda::cupti_events::ApiCall;
-use kreplay_protocol::config::{short_kernel_name, Mode};
+use kreplay_protocol::config::{short_kernel_name, KeyBy, Mode};
 
 use super::corpus::layout_bytes;
 use super::kernels::{self, Execution};
@@ -45,7 +45,11 @@ impl Recorder {
             return;
         }
         let (is_match, demangled) = self.kernels.matches(&self.config, &name);
-        let arg_bytes = if is_match && self.kernels.needs_arg_bytes() {
+        let by_shape = self
+            .config
+            .each_kernel
+            .is_some_and(|e| e.by == KeyBy::Shape);
+        let arg_bytes = if is_match && by_shape {
             let _self_calls = FlagGuard::force(&SELF_CALLS);
             // SAFETY: inside the launch callback that decoded the view.
             layout_bytes(&unsafe { view.foreign_function() }.parameter_layout())
