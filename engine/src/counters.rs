@@ -227,14 +227,14 @@ fn open_profiler_api(device: &Device) -> Result<ProfilerApi, PlayError> {
 }
 
 /// One counter of the replayed dispatch.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MetricValue {
     pub name: String,
     pub value: f64,
     pub unit: String,
 }
 
-/// Counter values of the replayed dispatch.
+/// Counter values of the replayed dispatch, or of a range's kernel steps.
 #[derive(Debug, Clone, Serialize)]
 pub struct MetricsReport {
     /// In the order the user asked for them.
@@ -246,6 +246,22 @@ pub struct MetricsReport {
     pub chip: String,
     /// The CUPTI that collected them.
     pub cupti: Option<cupti::CuptiInfo>,
+    /// A range's kernel steps with their counters (then `metrics` holds the range's totals of
+    /// the additive ones, `range_counters::is_additive`); empty for one dispatch.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepMetrics>,
+}
+
+/// One kernel step's counters (`play --json`: `steps[i].metrics`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepMetrics {
+    /// The step's index in the range (ops count too).
+    pub index: usize,
+    /// The kernel, mangled.
+    pub kernel: String,
+    /// In the order the user asked for them; empty when the profiler returned no range for
+    /// this step (then neither for any later one).
+    pub metrics: Vec<MetricValue>,
 }
 
 /// The unit of a full metric name, from its base metric's dimension and its suffix.
@@ -414,12 +430,34 @@ impl<F: AsFunction> Replayer<F> {
         cache: CacheState,
         view: &DispatchView,
     ) -> Result<MetricsReport, PlayError> {
-        let mut config = req.config.clone();
-        let needed = passes_needed(&mut config).map_err(MetricsError::from)?;
         // One automatic range per pass: the dispatch alone. The L2 sweep runs before the
         // profiler starts. (Running it inside the window as a range of its own was tried: it
         // leaves the kernel's output dirty in L2, and DRAM writes then read far below ncu's.)
-        let mut rp = req.range_profiler(1)?;
+        let (mut rp, passes) = self.counter_passes(req, cache, view, 1)?;
+        let metrics = req.evaluate(&mut rp, view.kernel())?;
+        Ok(MetricsReport {
+            metrics,
+            steps: Vec::new(),
+            passes,
+            cache,
+            chip: req.chip.clone(),
+            cupti: cupti::pair_profiler_libraries().ok().cloned(),
+        })
+    }
+
+    /// Runs the counter passes the metric set needs (each a whole `launch`: the dispatch, or a
+    /// range's every step) with room for `max_ranges` automatic ranges per pass; the profiler
+    /// holding the collection, and the number of passes.
+    pub(crate) fn counter_passes(
+        &mut self,
+        req: &MetricRequest,
+        cache: CacheState,
+        view: &DispatchView,
+        max_ranges: usize,
+    ) -> Result<(RangeProfiler, u32), PlayError> {
+        let mut config = req.config.clone();
+        let needed = passes_needed(&mut config).map_err(MetricsError::from)?;
+        let mut rp = req.range_profiler(max_ranges)?;
         let mut view = view.clone();
         view.max_passes = max_counter_passes(needed);
         let start = Start {
@@ -439,14 +477,7 @@ impl<F: AsFunction> Replayer<F> {
             }
             CounterOutcome::Failed(e) => return Err(MetricsError::from(e).into()),
         }
-        let metrics = req.evaluate(&mut rp, view.kernel())?;
-        Ok(MetricsReport {
-            metrics,
-            passes: summary.passes,
-            cache,
-            chip: req.chip.clone(),
-            cupti: cupti::pair_profiler_libraries().ok().cloned(),
-        })
+        Ok((rp, summary.passes))
     }
 }
 

@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod options;
 pub mod passes;
 pub mod plan;
+pub mod range_counters;
 pub mod relocate;
 pub mod repro;
 pub mod restore;

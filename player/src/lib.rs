@@ -18,15 +18,17 @@ pub mod params;
 mod play;
 mod play_options;
 pub mod range;
+mod range_metrics;
 mod range_steps;
 mod report;
+pub mod runs_compare;
 mod save;
 mod save_step;
 mod session;
 pub mod step_diff;
 
 pub use kreplay_engine::counters::{
-    list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport,
+    list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport, StepMetrics,
 };
 pub use kreplay_engine::plan::fixed_ranges;
 pub use kreplay_engine::repro::{Content as ReproContent, ReproError, Reproducer};

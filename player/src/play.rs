@@ -166,7 +166,7 @@ pub fn play<'c>(
         Some((t, path)) => session.run_with_tool(&run, t, &path.display().to_string()),
         None => session.run(&run),
     };
-    let report = ran.map_err(|source| PlayFailure::Run { source, heap_note })?;
+    let mut report = ran.map_err(|source| PlayFailure::Run { source, heap_note })?;
     let saved = match &options.save_output {
         Some(s) => Some(
             session
@@ -191,6 +191,10 @@ pub fn play<'c>(
         ),
         None => None,
     };
+    // A range's counters also go under its steps in the report (`steps[i].metrics`).
+    if let (Some(range), Some(m)) = (report.range.as_mut(), metrics.as_ref()) {
+        crate::range_metrics::attach(range, m);
+    }
     // The session's context goes before the counters' profiler state.
     drop(session);
     drop(request);

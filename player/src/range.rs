@@ -2,6 +2,8 @@
 //! which replay options do not apply to them yet, their in-app time, what the report says of
 //! each step, and whether a mismatch is worth replaying step by step to name the step.
 
+use std::collections::BTreeMap;
+
 use kreplay_format::{Capture, StateDigest};
 use serde::Serialize;
 
@@ -24,7 +26,7 @@ pub fn original_ns(cap: &Capture<'_>) -> Option<u64> {
 }
 
 /// One step of a range as the report shows it (`play --json`: `steps[]`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepReport {
     pub index: usize,
     /// `Step::kind`: `kernel`, `copy-dtod`, `fill`...
@@ -34,11 +36,14 @@ pub struct StepReport {
     /// Median over the timed passes, for kernel steps with `--per-step`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub median_ns: Option<u64>,
+    /// The kernel step's counters with `--metrics` (`crate::range_metrics::attach`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<BTreeMap<String, f64>>,
 }
 
 /// What a replay found of a range's steps (`play --json`: `steps`, `first_divergent_step`,
 /// `divergence_note`, `mismatched_copies`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RangeReport {
     pub steps: Vec<StepReport>,
     /// The first step after which the replay's memory digest differed from the recorded one
@@ -50,6 +55,10 @@ pub struct RangeReport {
     /// Device-to-host copy steps whose bytes differed from what the application received.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mismatched_copies: Vec<usize>,
+    /// With `--metrics`: the additive metrics summed over the kernel steps
+    /// (`kreplay_engine::range_counters::is_additive`; the others are per step only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range_metrics: Option<BTreeMap<String, f64>>,
 }
 
 /// The report's list of steps, with the per-step medians where there are some.
@@ -64,6 +73,7 @@ pub fn step_reports(cap: &Capture<'_>, medians: &[Option<u64>]) -> Vec<StepRepor
                 .dispatch()
                 .map(|d| crate::kernel_name::Kernel::of(&d.kernel_name)),
             median_ns: medians.get(index).copied().flatten(),
+            metrics: None,
         })
         .collect()
 }
@@ -97,13 +107,11 @@ pub fn step_differs(recorded: Option<&StateDigest>, replayed: Option<[u64; 2]>) 
     replayed.map(|d| d != r.digest)
 }
 
-/// The `play` option, if any, that range captures do not support yet (`--metrics`,
-/// `--tool`, `--ptx`, `--save-output`). `--relocate` works: kernel pointer arguments and
-/// pointer slots are patched as for one dispatch, op addresses placed with their regions.
+/// The `play` option, if any, that range captures do not support yet (`--tool`, `--ptx`,
+/// `--save-output`). `--relocate` works: kernel pointer arguments and pointer slots are
+/// patched as for one dispatch, op addresses placed with their regions; `--metrics` gives
+/// counters per kernel step and for the range (`crate::range_metrics`).
 pub fn unsupported_option(options: &PlayOptions) -> Option<&'static str> {
-    if !options.metrics.is_empty() {
-        return Some("play --metrics");
-    }
     if options.tool.is_some() {
         return Some("play --tool");
     }
@@ -133,7 +141,7 @@ mod tests {
             metrics: vec!["sm__cycles_elapsed.avg".into()],
             ..PlayOptions::default()
         };
-        assert_eq!(unsupported_option(&metrics), Some("play --metrics"));
+        assert_eq!(unsupported_option(&metrics), None);
         let tool = PlayOptions {
             tool: Some("t.so".into()),
             ..PlayOptions::default()

@@ -189,19 +189,21 @@ fn op_action(
             src: place(*src, *bytes)?,
             bytes: size(*bytes)?,
         },
+        // Placed first: no page-locked memory for a span this replay cannot hold.
         Op::CopyHostToDevice { dst, host } => {
+            let dst = place(*dst, host.len() as u64)?;
             let mut buf = PinnedBuffer::new(host.len())?;
             buf.as_mut_slice().copy_from_slice(host);
-            StepAction::CopyHostToDevice {
-                dst: place(*dst, host.len() as u64)?,
-                host: buf,
+            StepAction::CopyHostToDevice { dst, host: buf }
+        }
+        Op::CopyDeviceToHost { src, received } => {
+            let src = place(*src, received.len() as u64)?;
+            StepAction::CopyDeviceToHost {
+                src,
+                into: PinnedBuffer::new(received.len())?,
+                received: received.clone(),
             }
         }
-        Op::CopyDeviceToHost { src, received } => StepAction::CopyDeviceToHost {
-            src: place(*src, received.len() as u64)?,
-            into: PinnedBuffer::new(received.len())?,
-            received: received.clone(),
-        },
         Op::Fill {
             dst,
             value,

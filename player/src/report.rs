@@ -46,9 +46,12 @@ impl<'a> PlayJson<'a> {
                     .map(|v| (v.name.as_str(), v.value))
                     .collect()
             }),
+            // A range's totals hold only the additive metrics: the units come from its steps
+            // too (a single dispatch has none).
             metric_units: m.map(|m| {
                 m.metrics
                     .iter()
+                    .chain(m.steps.iter().flat_map(|s| &s.metrics))
                     .map(|v| (v.name.as_str(), v.unit.as_str()))
                     .collect()
             }),
@@ -102,6 +105,7 @@ mod tests {
                 kind: "kernel",
                 kernel: Some(crate::kernel_name::Kernel::of("k")),
                 median_ns: Some(5),
+                metrics: None,
             }],
             ..RangeReport::default()
         }));

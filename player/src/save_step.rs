@@ -148,18 +148,29 @@ impl Session<'_> {
         self.write_step(k, d, &regions, &pre, &post, path, force)
     }
 
-    /// Each region's bytes as the device holds them now (zeros past the bytes usable here).
+    /// Each region's bytes as the device holds them now. Only a region placed whole is read:
+    /// the host buffer is sized by what this session placed, never by the file alone (a
+    /// module global placed smaller than the file says, or not at all, is refused).
     fn read_regions(&self, regions: &[&Region]) -> Result<Vec<Vec<u8>>, PlayError> {
         regions
             .iter()
             .map(|r| {
-                let mut bytes = vec![0u8; r.size as usize];
-                if let Some((base, usable)) = self.placement(r.region_id) {
-                    let n = usable.min(r.size) as usize;
-                    // SAFETY: `n` bytes at `base` are the usable bytes this session placed for
-                    // the region, memory of its own; every range stream was waited for.
-                    unsafe { copy_dtoh(&mut bytes[..n], base)? };
+                let (base, usable) = self.placement(r.region_id).ok_or_else(|| {
+                    PlayError::Range(format!(
+                        "--save-step: region {} was not placed in this replay",
+                        r.region_id
+                    ))
+                })?;
+                if usable < r.size {
+                    return Err(PlayError::Range(format!(
+                        "--save-step: region {} holds {} bytes in the capture but {usable} here (a module global of another size?)",
+                        r.region_id, r.size
+                    )));
                 }
+                let mut bytes = vec![0u8; r.size as usize];
+                // SAFETY: `r.size` bytes at `base` lie inside the usable bytes this session
+                // placed for the region, memory of its own; every range stream was waited for.
+                unsafe { copy_dtoh(&mut bytes, base)? };
                 Ok(bytes)
             })
             .collect()

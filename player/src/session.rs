@@ -686,13 +686,26 @@ impl<'c> Session<'c> {
         view
     }
 
-    /// Replays the dispatch as many times as the metric set needs (see the engine).
+    /// Replays the dispatch (a range: all its steps) as many times as the metric set needs
+    /// (see the engine).
     pub fn collect_metrics(
         &mut self,
         req: &MetricRequest,
         cache: CacheState,
     ) -> Result<MetricsReport, PlayError> {
         let view = self.dispatch_view(1);
+        if self.replayer.is_range() {
+            // Range only: whole-range passes, counters per kernel step.
+            let kernels = crate::range_metrics::kernel_steps(self.cap);
+            let steps = crate::range_metrics::as_kernel_steps(&kernels);
+            return self.replayer.collect_range_metrics(
+                req,
+                cache,
+                &view,
+                &steps,
+                self.cap.steps.len(),
+            );
+        }
         self.replayer.collect_metrics(req, cache, &view)
     }
 

@@ -213,6 +213,14 @@ pub fn run_nodes(
     Ok(())
 }
 
+/// The error of a failed put-back: unlike any other failure of a graph capture, the
+/// application's own launch may then compute from memory the recorder's runs changed.
+pub fn put_back_failed(e: RecordError) -> RecordError {
+    RecordError::GraphNode(format!(
+        "the memory the recorder's runs of the graph's nodes changed could not be put back ({e}): the application's graph launch may compute from changed memory"
+    ))
+}
+
 /// Memory saved before the recorder re-runs nodes, put back afterwards.
 pub struct Saved {
     copies: Vec<(u64, Bytes)>,

@@ -54,6 +54,9 @@ pub struct RangePending {
     pub refusal: Option<String>,
     /// The application's time spent in the range's work outside kernel-step captures.
     stall_ns: u64,
+    /// The CUDA context of its first step (`ContextHandle::id`): every step must be issued
+    /// in it (a step on another GPU would be snapshotted and digested in the wrong context).
+    context: Option<usize>,
 }
 
 /// A step whose EXIT is awaited.
@@ -118,6 +121,7 @@ impl RangePending {
             last_launch: None,
             refusal: None,
             stall_ns: 0,
+            context: None,
         }
     }
 
@@ -143,9 +147,13 @@ impl RangePending {
         self.streams.iter().any(|s| s.handle == key)
     }
 
+    /// A step's stream (and, at the first step, the range's context).
     fn note_stream(&mut self, info: StreamInfo) {
         if !self.knows_stream(info.handle) {
             self.streams.push(info);
+        }
+        if self.context.is_none() {
+            self.context = ContextHandle::current().ok().map(|c| c.id());
         }
     }
 
@@ -560,15 +568,19 @@ pub struct OpenRange<'a> {
     pub last_launch: Option<u64>,
     /// Steps so far.
     pub steps: usize,
+    /// The calling thread's context is not the range's.
+    pub other_context: bool,
 }
 
 impl RangePending {
     pub fn view(&self) -> OpenRange<'_> {
+        let current = ContextHandle::current().ok().map(|c| c.id());
         OpenRange {
             refusal: self.refusal.as_deref(),
             in_flight: self.awaiting.is_some(),
             last_launch: self.last_launch,
             steps: self.steps.len(),
+            other_context: self.context.is_some() && current != self.context,
         }
     }
 }
@@ -587,6 +599,9 @@ pub fn at_enter(
     };
     if let Some(why) = o.refusal {
         return AtEnter::Refuse(why.to_string());
+    }
+    if o.other_context {
+        return AtEnter::Refuse(other_context(&format!("launch {launch_index}")));
     }
     if o.in_flight {
         // A step in flight (its timer gates a stream until its EXIT): two at once cannot be
@@ -610,6 +625,13 @@ pub fn closes(bounds: Option<LaunchRange>, launch_index: u64) -> bool {
     bounds.is_some_and(|r| launch_index == r.last)
 }
 
+/// Why a step issued on another context than the range's refuses it.
+fn other_context(what: &str) -> String {
+    format!(
+        "{what} was issued on another CUDA context than the range's (another GPU?); range captures hold one context"
+    )
+}
+
 /// What an open range does with a driver call other than a launch, at its ENTER.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AtCall {
@@ -627,6 +649,8 @@ pub fn at_call(class: CallClass, function: &str, open: OpenRange<'_>) -> AtCall 
     let n = open.steps;
     match class {
         CallClass::Ignore => AtCall::Ignore,
+        _ if open.other_context && open.in_flight => AtCall::Defer(other_context(function)),
+        _ if open.other_context => AtCall::Refuse(other_context(function)),
         CallClass::Refuse => {
             let why = format!(
                 "{function} was called inside the range (after {n} steps); range captures cannot hold it"
@@ -697,7 +721,25 @@ mod tests {
         in_flight: false,
         last_launch: Some(3),
         steps: 1,
+        other_context: false,
     };
+
+    #[test]
+    fn a_step_on_another_context_refuses_the_range() {
+        let elsewhere = OpenRange {
+            other_context: true,
+            ..OPEN_AT_3
+        };
+        assert!(refusal(at_enter(Some(R), 4, Some(elsewhere))).contains("another CUDA context"));
+        let AtCall::Refuse(why) = at_call(CallClass::Step, "cuMemcpyAsync", elsewhere) else {
+            panic!("refused")
+        };
+        assert!(why.contains("cuMemcpyAsync") && why.contains("another CUDA context"));
+        assert_eq!(
+            at_call(CallClass::Ignore, "cuCtxGetCurrent", elsewhere),
+            AtCall::Ignore
+        );
+    }
 
     fn refusal(d: AtEnter) -> String {
         match d {
@@ -730,6 +772,7 @@ mod tests {
             in_flight: false,
             last_launch: None,
             steps: 2,
+            other_context: false,
         };
         assert_eq!(
             at_enter(None, 17, Some(fresh)),

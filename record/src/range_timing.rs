@@ -29,11 +29,17 @@ pub enum RangeTiming {
 }
 
 /// Whether `function`, called inside the timed instance, must not find a gate armed: it waits
-/// for the GPU (a synchronisation, a synchronous copy or fill, a free) or is one we cannot
-/// tell. Stream-ordered work (async copies and fills, event records and waits) and launches
-/// queue behind the gate as they would.
-pub fn waits_for_gpu(function: &str) -> bool {
-    let queued = function.contains("Async")
+/// for the GPU (a synchronisation, a synchronous copy or fill, a free, a completion query the
+/// application may poll, a device-to-host copy, which blocks on pageable memory) or is one we
+/// cannot tell. Stream-ordered work (other async copies and fills, event records and waits)
+/// and launches queue behind the gate as they would. `ignored`: the call is one a range
+/// ignores (a getter or query): only the completion queries among them wait.
+pub fn waits_for_gpu(function: &str, ignored: bool) -> bool {
+    if ignored {
+        return function.starts_with("cuStreamQuery") || function.starts_with("cuEventQuery");
+    }
+    let to_host = function.starts_with("cuMemcpyDtoH") || function.starts_with("cuMemcpyAsync");
+    let queued = (function.contains("Async") && !to_host)
         || function.starts_with("cuEventRecord")
         || function.starts_with("cuStreamWaitEvent")
         || function.starts_with("cuLaunch");
@@ -61,26 +67,33 @@ mod tests {
     #[test]
     fn stream_ordered_calls_queue_behind_the_gate_and_waits_do_not() {
         for f in [
-            "cuMemcpyAsync",
-            "cuMemcpyDtoHAsync_v2",
+            "cuMemcpyHtoDAsync_v2",
+            "cuMemcpyDtoDAsync_v2",
             "cuMemsetD32Async",
             "cuEventRecord",
             "cuEventRecordWithFlags",
             "cuStreamWaitEvent",
             "cuLaunchKernel",
         ] {
-            assert!(!waits_for_gpu(f), "{f}");
+            assert!(!waits_for_gpu(f, false), "{f}");
         }
         for f in [
             "cuStreamSynchronize",
             "cuCtxSynchronize",
             "cuEventSynchronize",
             "cuMemcpyDtoH_v2",
+            "cuMemcpyDtoHAsync_v2",
+            "cuMemcpyAsync",
             "cuMemFree_v2",
             "cuMemAlloc_v2",
         ] {
-            assert!(waits_for_gpu(f), "{f}");
+            assert!(waits_for_gpu(f, false), "{f}");
         }
+        // Of the calls a range ignores, the completion queries an application polls.
+        assert!(waits_for_gpu("cuStreamQuery", true) && waits_for_gpu("cuEventQuery", true));
+        assert!(
+            !waits_for_gpu("cuCtxGetCurrent", true) && !waits_for_gpu("cuFuncGetAttribute", true)
+        );
     }
 
     #[test]

@@ -407,6 +407,7 @@ INLINE_CASES = {
     "range-nvtx-torch": ("timed",),
     "range-module": ("timed",),
     "range-divergent": (),
+    "range-metrics": ("counters",),
     "range-save-step": (),
     "range-bench": ("bench", "timed"),
     "range-stall-bench": ("bench", "timed"),

@@ -208,6 +208,61 @@ def middle_step(info) -> Optional[int]:
     return idx[0] if len(idx) == 1 else None
 
 
+# range-metrics: `play --metrics` of the range: one metric the player sums over the kernel steps
+# (a `.sum`/`.avg` counter rollup, kreplay_engine::range_counters::is_additive), one it does not
+# (`.max`: per step only), and DRAM bytes (additive, may be 0 where L2 held the data).
+RANGE_METRICS_POSITIVE = "sm__cycles_elapsed.avg"
+RANGE_METRICS_ADDITIVE = (RANGE_METRICS_POSITIVE, "dram__bytes_read.sum")
+RANGE_METRICS_PER_STEP = ("sm__cycles_elapsed.max",)
+RANGE_METRICS = RANGE_METRICS_ADDITIVE + RANGE_METRICS_PER_STEP
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def range_metrics_checks(play_rc: int, play, info, kernel_steps: int) -> list[str]:
+    """range-metrics: `play --metrics M --json` of a range exits 0; every kernel step of the
+    report (as many as info's) has a finite value of every metric, positive for
+    RANGE_METRICS_POSITIVE; op steps have none; `range_metrics` holds each additive metric as the
+    sum of the steps' values and no per-step-only one."""
+    play = play or {}
+    why = []
+    if play_rc != 0:
+        why.append(f"kreplay play --metrics exits {play_rc}")
+    steps = play.get("steps") or []
+    kernels = [s for s in steps if s.get("kind") == "kernel"]
+    info_kernels = [s for s in (info or {}).get("steps") or [] if s.get("kind") == "kernel"]
+    if len(kernels) != kernel_steps or len(info_kernels) != kernel_steps:
+        why.append(f"{len(kernels)} kernel steps in play's report, {len(info_kernels)} in info's, want {kernel_steps}")
+    for s in steps:
+        m = s.get("metrics")
+        if s.get("kind") != "kernel":
+            if m:
+                why.append(f"step {s.get('index')} ({s.get('kind')}) has counters")
+            continue
+        m = m or {}
+        for name in RANGE_METRICS:
+            if not _number(m.get(name)):
+                why.append(f"step {s.get('index')} ({base_name(s.get('kernel'))}): no value of {name}")
+        if _number(m.get(RANGE_METRICS_POSITIVE)) and not m[RANGE_METRICS_POSITIVE] > 0:
+            why.append(f"step {s.get('index')}: {RANGE_METRICS_POSITIVE} is {m[RANGE_METRICS_POSITIVE]}")
+    totals = play.get("range_metrics")
+    if not isinstance(totals, dict):
+        return why + ["the report has no range_metrics"]
+    for name in RANGE_METRICS_ADDITIVE:
+        want = sum((s.get("metrics") or {}).get(name) or 0 for s in kernels)
+        got = totals.get(name)
+        if not _number(got):
+            why.append(f"range_metrics has no {name}")
+        elif abs(got - want) > 1e-6 * max(1.0, abs(want)):
+            why.append(f"range_metrics {name} = {got}, the steps sum to {want}")
+    for name in RANGE_METRICS_PER_STEP:
+        if name in totals:
+            why.append(f"range_metrics holds {name}, which does not add up over steps")
+    return why
+
+
 SLOWER_AT_LEAST = 1.2
 
 

@@ -682,12 +682,69 @@ def test_the_bench_verdict_wants_time_within_5_percent_and_2_us_per_step():
         assert why and "per step" in fig, f
 
 
+def range_metrics_play(info):
+    """A good `play --metrics --json` of streams_info(): values per kernel step, the sums."""
+    import copy
+
+    play = copy.deepcopy(range_play(info, passes=2))
+    per = {"sm__cycles_elapsed.avg": 1000.0, "dram__bytes_read.sum": 4194304.0, "sm__cycles_elapsed.max": 1200.0}
+    for s in play["steps"]:
+        if s["kind"] == "kernel":
+            s["metrics"] = dict(per)
+    n = sum(s["kind"] == "kernel" for s in play["steps"])
+    play["range_metrics"] = {k: per[k] * n for k in R.RANGE_METRICS_ADDITIVE}
+    return play
+
+
+def test_range_metrics_need_every_kernel_step_and_the_additive_sums():
+    import copy
+
+    info = streams_info()
+    kernels = sum(k == "kernel" for k in R.STREAMS_FULL_KINDS)
+    assert kernels == 3
+    good = range_metrics_play(info)
+    assert R.range_metrics_checks(0, good, info, kernels) == []
+    # DRAM bytes may be 0 (L2 held the data); the cycles may not.
+    zero = copy.deepcopy(good)
+    for s in zero["steps"]:
+        if s["kind"] == "kernel":
+            s["metrics"]["dram__bytes_read.sum"] = 0
+    zero["range_metrics"]["dram__bytes_read.sum"] = 0
+    assert R.range_metrics_checks(0, zero, info, kernels) == []
+
+    def fault(edit):
+        p = copy.deepcopy(good)
+        edit(p)
+        return p
+
+    kernel_at = [i for i, s in enumerate(good["steps"]) if s["kind"] == "kernel"]
+    op_at = next(i for i, s in enumerate(good["steps"]) if s["kind"] != "kernel")
+    faults = [
+        fault(lambda p: p["steps"][kernel_at[1]].pop("metrics")),
+        fault(lambda p: p["steps"][kernel_at[2]]["metrics"].pop("sm__cycles_elapsed.max")),
+        fault(lambda p: p["steps"][kernel_at[0]]["metrics"].update({"sm__cycles_elapsed.avg": 0})),
+        fault(lambda p: p["steps"][kernel_at[0]]["metrics"].update({"dram__bytes_read.sum": None})),
+        fault(lambda p: p["steps"][op_at].update({"metrics": {"sm__cycles_elapsed.avg": 1.0}})),
+        fault(lambda p: p.pop("range_metrics")),
+        fault(lambda p: p["range_metrics"].pop("dram__bytes_read.sum")),
+        fault(lambda p: p["range_metrics"].update({"sm__cycles_elapsed.avg": 1000.0})),
+        fault(lambda p: p["range_metrics"].update({"sm__cycles_elapsed.max": 3600.0})),
+        fault(lambda p: p.update({"steps": p["steps"][:kernel_at[2]]})),
+        None,
+    ]
+    for f in faults:
+        assert R.range_metrics_checks(0, f, info, kernels), f
+    assert R.range_metrics_checks(1, good, info, kernels)
+    assert R.range_metrics_checks(0, good, info, kernels + 1)
+
+
 def test_every_range_case_is_registered_with_its_app():
     import test_range  # noqa: F401
 
     for name in ("range-streams-launch", "range-streams-profiler", "range-streams-nvtx", "range-nvtx-torch",
-                 "range-module", "range-divergent", "range-save-step", "range-bench"):
+                 "range-module", "range-divergent", "range-save-step", "range-bench", "range-metrics"):
         assert name in C.REGISTERED and name in C.all_case_names(), name
+    assert "counters" in C.INLINE_CASES["range-metrics"]
     assert {"timed"} <= set(C.INLINE_CASES["range-nvtx-torch"]) and {"bench"} <= set(C.INLINE_CASES["range-bench"])
     apps = Apps(Path("/nonexistent"), "sm_90", "/usr/local/cuda")
     for app_name in ("range_streams", "range_streams_slow", "range_streams_divergent"):

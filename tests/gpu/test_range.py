@@ -3,9 +3,11 @@ two-stream sequence captured by --launch-range, --profiler-range and --nvtx-rang
 bit-exact; a layer of torch_block_app.py by --nvtx-range, replayed bit-exact and timed against
 the application's own time; a variant of the middle kernel (--module) slower with the same
 output, and one writing other values whose step --verify names; --save-step against a direct
-capture of the same dispatch; the 30-kernel benchmark; a whole CUDA graph launch of torch.cuda.CUDAGraph and of
-torch.compile(mode="reduce-overhead") by --graph-launch. The verdicts are krrange.py's (tested
-on the CPU in test_helpers_cpu.py); range-unsupported is a check case (cases.py)."""
+capture of the same dispatch; the 30-kernel benchmark; a whole CUDA graph launch of
+torch.cuda.CUDAGraph and of torch.compile(mode="reduce-overhead") by --graph-launch; `play
+--metrics` of the profiler-range capture, counters per kernel step and the range's sums
+(range-metrics). The verdicts are krrange.py's (tested on the CPU in test_helpers_cpu.py);
+range-unsupported is a check case (cases.py)."""
 
 from __future__ import annotations
 
@@ -131,6 +133,23 @@ def test_range_module(captures, app, case, row, kr):
     b, s = (_json(base) or {}).get("median_ns") or 0, (_json(var) or {}).get("median_ns") or 0
     _done(row, why, f"slow middle kernel: {s / 1e3:.1f} us vs {b / 1e3:.1f} us", _json(var),
           original_us=b / 1e3, figures=f"median {b / 1e3:.1f} us captured code, {s / 1e3:.1f} us with the slow variant")
+
+
+@C.inline("range-metrics")
+def test_range_metrics(captures, case, row, kr):
+    """`play --metrics` on the profiler-range capture: counters per kernel step (CUPTI's automatic
+    range per kernel, each counter pass the whole range on restored memory) and, for the
+    additive metrics, the range's sum (krrange.range_metrics_checks)."""
+    r, w = _shared_streams(captures, case)
+    metrics = ",".join(R.RANGE_METRICS)
+    play = case.run([kr, "play", w, "--passes", "2", "--metrics", metrics, "--json"], name="play-metrics",
+                    timeout=300)
+    case.run([kr, "play", w, "--passes", "1", "--metrics", metrics], name="play-metrics-text", timeout=300)
+    kernels = sum(k == "kernel" for k in R.STREAMS_FULL_KINDS)
+    why = R.range_metrics_checks(play.rc, _json(play), r.get("info"), kernels)
+    totals = (_json(play) or {}).get("range_metrics") or {}
+    _done(row, why, f"profiler-range #1: {kernels} kernel steps", _json(play), r.get("info"),
+          figures=", ".join(f"{k} = {v:,.0f}" for k, v in sorted(totals.items())))
 
 
 @C.inline("range-divergent")

@@ -55,6 +55,10 @@ pub enum Command {
     Extract(ExtractArgs),
     /// Compare two captures: which regions and chunks differ, and by how much as numbers.
     Diff(DiffArgs),
+    /// Compare two runs of a corpus (the JSON lines `kreplay play --json-lines` writes): each
+    /// capture's time ratio with its noise and verdict change, the geometric mean, the worst
+    /// regressions; exit 1 on a regression, for CI to gate on.
+    Compare(CompareArgs),
     /// Rewrite a capture for sharing: smaller (--drop-post, --level) or without the
     /// application's data (--redact).
     Pack(PackArgs),
@@ -105,6 +109,41 @@ pub fn command() -> clap::Command {
     names.iter().fold(cmd, |c, name| {
         c.mut_subcommand(name, |s| s.arg(color_in(name, &color)))
     })
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// The reference run's JSON-lines file (one record per capture; shards concatenated).
+    pub base: PathBuf,
+    /// The run to judge: another driver, GPU, compiler or kreplay, on the same corpus.
+    pub new: PathBuf,
+    /// A capture is slower or faster when its median time changed by more than PCT percent
+    /// and by more than the two runs' combined pass spread (noise).
+    #[arg(long, value_name = "PCT", default_value_t = 5.0, value_parser = threshold_value)]
+    pub threshold: f64,
+    /// How many of the worst regressions and best improvements the text lists (0: all);
+    /// --csv and --json hold every capture.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    /// One CSV row per capture (paired, added, removed) instead of text.
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+    /// The whole comparison as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A threshold in percent: finite and not negative.
+fn threshold_value(s: &str) -> Result<f64, String> {
+    let pct: f64 = s
+        .trim_end_matches('%')
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage"))?;
+    if !pct.is_finite() || pct < 0.0 {
+        return Err(format!("{s}: a threshold is a percentage of 0 or more"));
+    }
+    Ok(pct)
 }
 
 #[derive(Args)]
@@ -599,6 +638,16 @@ pub struct PackArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_threshold_is_a_percentage_of_zero_or_more() {
+        assert_eq!(threshold_value("5"), Ok(5.0));
+        assert_eq!(threshold_value("2.5%"), Ok(2.5));
+        assert_eq!(threshold_value("0"), Ok(0.0));
+        for bad in ["-1", "nan", "inf", "five", ""] {
+            assert!(threshold_value(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn colour_commands_are_real_subcommands() {

@@ -46,6 +46,7 @@ fn main() -> ExitCode {
         cli::Command::List(a) => cmd::record::run_list(a),
         cli::Command::Profile(a) => cmd::profile::run(a),
         cli::Command::Diff(a) => cmd::diff::run(a),
+        cli::Command::Compare(a) => cmd::compare_runs::run(a),
         cli::Command::Pack(a) => cmd::pack::run(a),
         cli::Command::Completions(a) => cmd::completions::run(a, cli::command()),
         cli::Command::Man(a) => cmd::man::run(a.dir.as_deref(), cli::command()),

@@ -115,9 +115,12 @@ impl Recorder {
         let first = first_kernel_launch(target.launch_index, position);
         let taken = self.run_launch(RangePending::new(origin, None), &runs, &site, first);
         // Whatever happened, the application's launch must find the memory as it was.
-        let restored = saved.put_back();
+        // A failed put-back is said first, whatever the capture did: it is the one failure
+        // that may change what the application computes.
+        saved
+            .put_back()
+            .map_err(crate::graph_track::put_back_failed)?;
         let data = taken?;
-        restored?;
         self.sink.write(data);
         Ok(())
     }

@@ -377,9 +377,11 @@ impl Recorder {
             Ok::<_, RecordError>(p)
         })();
         // Whatever happened, the application's launch must find the memory as it was.
-        let restored = saved.put_back();
+        // A failed put-back is said first, whatever the capture did (`put_back_failed`).
+        saved
+            .put_back()
+            .map_err(crate::graph_track::put_back_failed)?;
         let mut p = captured?;
-        restored?;
         self.describe(&mut p.data, index, launch_index, target.device);
         p.data.graph = Some(GraphOrigin {
             graph_launch,

@@ -39,7 +39,10 @@ impl Recorder {
                 let stream = unsafe { view.foreign_stream() };
                 let mut timer = match GatedTimer::new() {
                     Ok(timer) => timer,
-                    Err(e) => return self.write_timed(data, None, Some(e.to_string())),
+                    Err(e) => {
+                        drop(t);
+                        return self.write_timed(data, None, Some(e.to_string()));
+                    }
                 };
                 if let Err(e) = timer.arm(&stream) {
                     drop(t);
@@ -76,8 +79,8 @@ impl Recorder {
 
     /// A driver call of the application inside the timed instance: one that waits for the GPU
     /// opens the gate first (it would wait behind it until the watchdog).
-    pub(super) fn time_call(&self, function: &str) {
-        if !waits_for_gpu(function) {
+    pub(super) fn time_call(&self, function: &str, ignored: bool) {
+        if !waits_for_gpu(function, ignored) {
             return;
         }
         let mut t = lock(&self.range_timing);
@@ -91,8 +94,9 @@ impl Recorder {
         }
     }
 
-    /// The timed instance closed: the time is read (waiting for its work) and the capture
-    /// written.
+    /// The timed instance closed: the time is read and the capture written. Reading it waits
+    /// for the instance's work inside the application's pop (or `cuProfilerStop`), once per
+    /// process: the application's results are unchanged, its pop returns later.
     pub(super) fn range_time_end(&self) {
         let taken = std::mem::take(&mut *lock(&self.range_timing));
         match taken {

@@ -191,14 +191,11 @@ impl Recorder {
             return;
         };
         let class = classify(function);
-        if class == CallClass::Ignore {
-            return;
-        }
         if timing {
-            self.time_call(function);
-            if !units::any_shared() {
-                return;
-            }
+            self.time_call(function, class == CallClass::Ignore);
+        }
+        if class == CallClass::Ignore || !units::any_shared() {
+            return;
         }
         let _self_calls = FlagGuard::force(&SELF_CALLS);
         let now = units::with_shared(RANGE_KEY, |unit| {

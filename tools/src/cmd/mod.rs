@@ -1,3 +1,4 @@
+pub mod compare_runs;
 pub mod completions;
 pub mod diff;
 pub mod extract;

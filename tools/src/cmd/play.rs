@@ -410,6 +410,9 @@ fn print_tool(w: &mut impl Write, t: &kreplay_player::ToolRun) -> anyhow::Result
 }
 
 fn print_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
+    if !m.steps.is_empty() {
+        return print_range_metrics(w, m);
+    }
     out!(
         w,
         "counters  {} metric(s) in {} untimed pass(es) on {} (cache {} before each pass)",
@@ -437,6 +440,70 @@ fn print_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A range's counters: per kernel step (index, kernel, metric = value unit), then the range's
+/// totals of the additive metrics (the others have none).
+fn print_range_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
+    let asked = m.steps.iter().map(|s| s.metrics.len()).max().unwrap_or(0);
+    out!(
+        w,
+        "counters  {} metric(s) per kernel step, {} kernel step(s), in {} untimed whole-range pass(es) on {} (cache {} before each pass)",
+        asked,
+        m.steps.len(),
+        m.passes,
+        m.chip,
+        m.cache
+    );
+    if let Some(c) = &m.cupti {
+        out!(
+            w,
+            "          CUPTI API {} from {}",
+            c.api_version,
+            crate::output::printable(&c.path)
+        );
+    }
+    for s in &m.steps {
+        let demangled = kreplay_player::describe::demangle(&s.kernel);
+        let kernel = crate::output::printable(short_kernel(&demangled));
+        if s.metrics.is_empty() {
+            out!(
+                w,
+                "  {:>4}  {}  (no counters: the profiler returned no range for it)",
+                s.index,
+                kernel
+            );
+        }
+        for v in &s.metrics {
+            out!(
+                w,
+                "  {:>4}  {}  {} = {} {}",
+                s.index,
+                kernel,
+                v.name,
+                format_value(v.value),
+                v.unit
+            );
+        }
+    }
+    if m.metrics.is_empty() {
+        out!(w, "  range  (no additive metric: values per step only)");
+    }
+    for v in &m.metrics {
+        out!(
+            w,
+            "  range  {} = {} {}",
+            v.name,
+            format_value(v.value),
+            v.unit
+        );
+    }
+    Ok(())
+}
+
+/// A demangled kernel name without its parameter list.
+fn short_kernel(demangled: &str) -> &str {
+    demangled.split('(').next().unwrap_or(demangled)
 }
 
 /// Integers print without a fraction, with thousands separators; the rest with 2 decimals.
@@ -657,5 +724,58 @@ mod tests {
         assert_eq!(format_value(430200.17), "430,200.17");
         assert_eq!(format_value(99.5), "99.50");
         assert_eq!(format_value(-1234.5), "-1,234.50");
+    }
+
+    // Catches: a range's counters printed as one dispatch's (only the totals), a step shown
+    // without its index or kernel, or a non-additive metric given a range total.
+    #[test]
+    fn a_range_prints_counters_per_step_then_its_totals() {
+        use kreplay_player::{MetricValue, MetricsReport};
+        let v = |name: &str, value: f64| MetricValue {
+            name: name.into(),
+            value,
+            unit: "byte".into(),
+        };
+        let step = |index, kernel: &str, metrics| kreplay_player::StepMetrics {
+            index,
+            kernel: kernel.into(),
+            metrics,
+        };
+        let m = MetricsReport {
+            metrics: vec![v("dram__bytes_read.sum", 3000.0)],
+            steps: vec![
+                step(
+                    0,
+                    "_Z5scalePff",
+                    vec![v("dram__bytes_read.sum", 1000.0), v("x.max", 7.0)],
+                ),
+                step(
+                    2,
+                    "_Z3addv",
+                    vec![v("dram__bytes_read.sum", 2000.0), v("x.max", 9.0)],
+                ),
+            ],
+            passes: 2,
+            cache: CacheState::Flush,
+            chip: "GH100".into(),
+            cupti: None,
+        };
+        let mut out = Vec::new();
+        super::print_metrics(&mut out, &m).expect("print");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(
+            text.contains("2 metric(s) per kernel step, 2 kernel step(s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("     0  scale  dram__bytes_read.sum = 1,000 byte"),
+            "{text}"
+        );
+        assert!(text.contains("     2  add  x.max = 9 byte"), "{text}");
+        assert!(
+            text.contains("  range  dram__bytes_read.sum = 3,000 byte"),
+            "{text}"
+        );
+        assert!(!text.contains("range  x.max"), "{text}");
     }
 }
