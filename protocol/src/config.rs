@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use regex::Regex;
 
 pub use crate::boundary::BoundaryRange;
+pub use crate::each_kernel::{EachKernel, KeyBy};
 
 /// Environment variable names, shared with the CLI.
 pub mod env {
@@ -48,6 +49,16 @@ pub mod env {
     pub const TOOL: &str = "KREPLAY_TOOL";
     /// Profile mode: hardware counters per dispatch, comma-separated (`--metrics`).
     pub const METRICS: &str = "KREPLAY_METRICS";
+    /// `1`: capture the first `KREPLAY_PER_KERNEL` executions of every distinct kernel, a
+    /// corpus (`kreplay record --each-kernel`).
+    pub const EACH_KERNEL: &str = "KREPLAY_EACH_KERNEL";
+    /// Each-kernel mode: executions captured per distinct kernel (`--per-kernel`, default 1).
+    pub const PER_KERNEL: &str = "KREPLAY_PER_KERNEL";
+    /// Each-kernel mode: `name` (the mangled name) or `shape` (also grid, block and argument
+    /// size) tells kernels apart (`--by`).
+    pub const EACH_BY: &str = "KREPLAY_EACH_BY";
+    /// Each-kernel mode: the corpus's bound in stored bytes (`--max-bytes`).
+    pub const MAX_BYTES: &str = "KREPLAY_MAX_BYTES";
 }
 
 /// Where, inside the report directory, the recorder notes each `.partial` file it creates, so
@@ -156,6 +167,8 @@ pub struct Config {
     pub quiet: bool,
     /// Only launches inside this NVTX range.
     pub nvtx: Option<crate::nvtx::NvtxFilter>,
+    /// Capture the first executions of every distinct kernel (`--each-kernel`).
+    pub each_kernel: Option<EachKernel>,
     /// Profile mode: passes per dispatch, L2 emptied before each, a tool library.
     pub passes: u32,
     pub cache_flush: bool,
@@ -191,6 +204,8 @@ impl Config {
                 ))
             }
         };
+        // First: its refusals name the flags the user typed beside --each-kernel.
+        let each_kernel = each_kernel_from(&get, &mode)?;
         let kernel_text = get(env::KERNEL).unwrap_or_default();
         let kernel = if kernel_text.is_empty() {
             None
@@ -217,21 +232,12 @@ impl Config {
                 launch_range: launch_range.is_some(),
             },
         )?;
-        if mode != Mode::List
-            && kernel.is_none()
-            && launch_index.is_none()
-            && launch_range.is_none()
-            && boundary_range.is_none()
-        {
-            return Err(format!(
-                "{}, {}, {}, {} or {} is required in record and profile modes",
-                env::KERNEL,
-                env::LAUNCH_INDEX,
-                env::LAUNCH_RANGE,
-                env::NVTX_RANGE,
-                env::PROFILER_RANGE
-            ));
-        }
+        let selected = kernel.is_some()
+            || launch_index.is_some()
+            || launch_range.is_some()
+            || boundary_range.is_some()
+            || each_kernel.is_some();
+        require_selection(&mode, selected)?;
         let memory = match get(env::MEMORY).as_deref() {
             None | Some("") => MemoryScope::Reachable,
             Some(v) => MemoryScope::from_env(v)
@@ -256,6 +262,7 @@ impl Config {
             launch_range,
             boundary_range,
             graph_launch,
+            each_kernel,
             list_ranges,
             quiet: get(env::QUIET).as_deref() == Some("1"),
             nvtx: match get(env::NVTX_INCLUDE).filter(|v| !v.is_empty()) {
@@ -274,6 +281,22 @@ impl Config {
                 .unwrap_or_default(),
         }))
     }
+}
+
+/// Record and profile modes need something that selects launches.
+fn require_selection(mode: &Mode, selected: bool) -> Result<(), String> {
+    if *mode == Mode::List || selected {
+        return Ok(());
+    }
+    Err(format!(
+        "{}, {}, {}, {}, {} or {} is required in record and profile modes",
+        env::KERNEL,
+        env::EACH_KERNEL,
+        env::LAUNCH_INDEX,
+        env::LAUNCH_RANGE,
+        env::NVTX_RANGE,
+        env::PROFILER_RANGE
+    ))
 }
 
 /// Launches `first..=last` of the process (the 1-based indices `kreplay list` shows).
@@ -376,7 +399,8 @@ fn number_from(
     k: &str,
     default: u64,
 ) -> Result<u64, String> {
-    match get(k) {
+    // Empty is unset, as the CLI passes a number it does not set (`--each-kernel`: no --nth).
+    match get(k).filter(|v| !v.is_empty()) {
         None => Ok(default),
         Some(v) => v
             .parse::<u64>()
@@ -442,6 +466,69 @@ fn boundary_range_from(
         ));
     }
     Ok(Some(range))
+}
+
+/// The variables that select launches some other way, refused beside each-kernel mode (it
+/// chooses its own executions, and writes single-dispatch captures only), with the flag each
+/// comes from.
+const EACH_KERNEL_CLASHES: [(&str, &str); 7] = [
+    (env::LAUNCH_INDEX, "--launch-index"),
+    (env::LAUNCH_RANGE, "--launch-range"),
+    (env::NVTX_RANGE, "--nvtx-range"),
+    (env::PROFILER_RANGE, "--profiler-range"),
+    (env::GRAPH_LAUNCH, "--graph-launch"),
+    (env::COUNT, "--count"),
+    (env::NTH, "--nth"),
+];
+
+/// Each-kernel mode from the environment: `None` when `KREPLAY_EACH_KERNEL` is unset, empty or
+/// `0`. Record mode only; combines with `KREPLAY_KERNEL` and `KREPLAY_NVTX_INCLUDE` (they
+/// narrow which kernels count), refused beside the other selections.
+fn each_kernel_from(
+    get: &impl Fn(&str) -> Option<String>,
+    mode: &Mode,
+) -> Result<Option<EachKernel>, String> {
+    match get(env::EACH_KERNEL).as_deref() {
+        None | Some("") | Some("0") => return Ok(None),
+        Some("1") => {}
+        Some(v) => return Err(format!("{}={v}: expected 0 or 1", env::EACH_KERNEL)),
+    }
+    if *mode != Mode::Record {
+        return Err(format!("{} is for record mode only", env::EACH_KERNEL));
+    }
+    // Unset, empty and "0" are how the CLI passes a flag it was not given.
+    let set = |k: &str| get(k).is_some_and(|v| !v.is_empty() && v != "0");
+    if let Some((var, flag)) = EACH_KERNEL_CLASHES.iter().find(|(k, _)| set(k)) {
+        return Err(format!(
+            "{} (--each-kernel) cannot be combined with {var} ({flag}): each-kernel mode captures the first --per-kernel executions of every kernel, one file each",
+            env::EACH_KERNEL
+        ));
+    }
+    let per_kernel = match get(env::PER_KERNEL).filter(|v| !v.is_empty()) {
+        None => 1,
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| format!("{}={v}: expected a whole number >= 1", env::PER_KERNEL))?,
+    };
+    let by = match get(env::EACH_BY).filter(|v| !v.is_empty()) {
+        None => KeyBy::Name,
+        Some(v) => KeyBy::from_env(&v)
+            .ok_or_else(|| format!("{}={v}: expected name or shape", env::EACH_BY))?,
+    };
+    let max_bytes = match get(env::MAX_BYTES).filter(|v| !v.is_empty()) {
+        None => None,
+        Some(v) => Some(
+            v.parse::<u64>()
+                .map_err(|_| format!("{}={v}: expected a number of bytes", env::MAX_BYTES))?,
+        ),
+    };
+    Ok(Some(EachKernel {
+        per_kernel,
+        by,
+        max_bytes,
+    }))
 }
 
 /// Metric names from a comma-separated list (blanks around names and empty entries dropped).
@@ -948,6 +1035,99 @@ mod tests {
         m.insert(env::MODE.to_string(), "record".to_string());
         m.insert(env::KERNEL.to_string(), "k".to_string());
         assert!(!lookup(&m).unwrap().unwrap().list_ranges);
+    }
+
+    fn each(vars: &[(&str, &str)]) -> Result<Option<EachKernel>, String> {
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        each_kernel_from(&|k: &str| m.get(k).cloned(), &Mode::Record)
+    }
+
+    #[test]
+    fn defaults_one_per_kernel_by_name_unbounded() {
+        assert_eq!(each(&[]), Ok(None));
+        assert_eq!(each(&[(env::EACH_KERNEL, "0")]), Ok(None));
+        assert_eq!(
+            each(&[(env::EACH_KERNEL, "1")]),
+            Ok(Some(EachKernel {
+                per_kernel: 1,
+                by: KeyBy::Name,
+                max_bytes: None
+            }))
+        );
+        let e = each(&[
+            (env::EACH_KERNEL, "1"),
+            (env::PER_KERNEL, "3"),
+            (env::EACH_BY, "shape"),
+            (env::MAX_BYTES, "1000"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (e.per_kernel, e.by, e.max_bytes),
+            (3, KeyBy::Shape, Some(1000))
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        for (k, v) in [
+            (env::EACH_KERNEL, "yes"),
+            (env::PER_KERNEL, "0"),
+            (env::PER_KERNEL, "x"),
+            (env::EACH_BY, "size"),
+            (env::MAX_BYTES, "2G"),
+        ] {
+            let mut vars = vec![(env::EACH_KERNEL, "1")];
+            vars.push((k, v));
+            let err = each(&vars).unwrap_err();
+            assert!(err.starts_with(k), "{k}={v}: {err}");
+        }
+    }
+
+    #[test]
+    fn refused_beside_the_other_selections_and_outside_record_mode() {
+        for (var, flag) in EACH_KERNEL_CLASHES {
+            let err = each(&[(env::EACH_KERNEL, "1"), (var, "2:3")]).unwrap_err();
+            assert!(err.contains(var) && err.contains(flag), "{err}");
+            assert!(err.contains("cannot be combined"), "{err}");
+        }
+        // How the CLI passes flags it was not given.
+        let quiet = [
+            (env::EACH_KERNEL, "1"),
+            (env::LAUNCH_INDEX, ""),
+            (env::PROFILER_RANGE, "0"),
+            (env::GRAPH_LAUNCH, "0"),
+        ];
+        assert!(each(&quiet).unwrap().is_some());
+        let m: HashMap<&str, &str> = [(env::EACH_KERNEL, "1")].into();
+        for mode in [Mode::List, Mode::Profile] {
+            let err =
+                each_kernel_from(&|k: &str| m.get(k).map(|v| v.to_string()), &mode).unwrap_err();
+            assert!(err.contains("record mode only"), "{err}");
+        }
+    }
+
+    #[test]
+    fn each_kernel_alone_is_a_selection_and_combines_with_a_filter() {
+        let mut m = HashMap::new();
+        m.insert(env::MODE.to_string(), "record".to_string());
+        m.insert(env::EACH_KERNEL.to_string(), "1".to_string());
+        let c = lookup(&m).unwrap().unwrap();
+        assert!(c.each_kernel.is_some() && c.kernel.is_none());
+        m.insert(env::KERNEL.to_string(), "regex:gemm".to_string());
+        m.insert(env::NVTX_INCLUDE.to_string(), "layer".to_string());
+        let c = lookup(&m).unwrap().unwrap();
+        assert!(c.each_kernel.is_some() && c.kernel.is_some() && c.nvtx.is_some());
+        // The refusal names --each-kernel, not what the other check would have said.
+        m.insert(env::GRAPH_LAUNCH.to_string(), "1".to_string());
+        let err = lookup(&m).unwrap_err();
+        assert!(
+            err.contains("--each-kernel") && err.contains("--graph-launch"),
+            "{err}"
+        );
     }
 
     #[test]

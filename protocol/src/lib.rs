@@ -7,6 +7,8 @@
 
 pub mod boundary;
 pub mod config;
+pub mod corpus;
+pub mod each_kernel;
 pub mod nvtx;
 pub mod progress;
 pub mod report;

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::corpus::{CorpusCapture, LeftOut};
+
 /// Launch statistics of one kernel.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct KernelStat {
@@ -58,6 +60,9 @@ pub struct CaptureSummary {
     /// `kernel`: the dispatch's own run, which the application waits for anyway.
     #[serde(default)]
     pub stall_phases: Vec<StallPhase>,
+    /// `record --each-kernel`: the capture's corpus entry.
+    #[serde(default)]
+    pub corpus: Option<CorpusCapture>,
 }
 
 /// One dispatch profiled in place (`kreplay profile`): its passes, or why it was skipped.
@@ -144,6 +149,9 @@ pub struct ProcessReport {
     /// `list --ranges`: instances not kept (past the limit of what one report holds).
     #[serde(default)]
     pub ranges_left_out: u64,
+    /// `record --each-kernel`: kernels whose executions the corpus did not keep, and why.
+    #[serde(default)]
+    pub left_out: Vec<LeftOut>,
 }
 
 impl ProcessReport {

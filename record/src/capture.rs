@@ -98,6 +98,8 @@ pub struct CaptureData {
     pub timing: TimingConditions,
     /// Where the dispatch came from, when it ran as a graph node.
     pub graph: Option<kreplay_format::GraphOrigin>,
+    /// The innermost NVTX push/pop range open on the launching thread (the corpus lists it).
+    pub nvtx: Option<String>,
     /// 1-based among matching dispatches, and among all launches of the process.
     pub match_index: u64,
     pub launch_index: u64,
@@ -271,6 +273,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             textures: texture_description,
             timing,
             graph: None,
+            nvtx: None,
             match_index: 0,
             launch_index: 0,
             device: None,

@@ -473,6 +473,7 @@ fn into_stream_capture(call: &OpCall) -> bool {
 /// step's code object, and nothing measured yet.
 fn seeded_data(dispatch: kreplay_format::Dispatch, module: CodeObject, held: Held) -> CaptureData {
     CaptureData {
+        nvtx: None,
         dispatch,
         steps: Vec::new(),
         step_modules: Vec::new(),

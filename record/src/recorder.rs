@@ -17,12 +17,18 @@
 //! - `selection`: the boundaries the application marks (NVTX pushes and pops, profiler
 //!   start and stop) handed to the range selection (`crate::range_select`), which opens and
 //!   closes the range unit, and to `list --ranges` (`crate::range_spans`).
+//! - `corpus`: which executions `record --each-kernel` captures, over `corpus_ledger` (the
+//!   `--max-bytes` budget, each capture's slot for its name, the kernels left out), which the
+//!   kernels owner, the outputs and the sink share.
 //! - `sink`: writes a finished capture on a thread of its own, handed what it needs
 //!   (`outputs`: names, report directory, file opener), in the format's event order.
 //!
 //! A file here imports its siblings only, never this one, and no two import each other.
 
 mod context_metrics;
+mod corpus;
+mod corpus_keep;
+mod corpus_ledger;
 mod counters;
 mod exec_graphs;
 mod graph_launch;

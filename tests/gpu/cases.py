@@ -415,6 +415,8 @@ INLINE_CASES = {
     "range-graph-launch-compile": (),
     # Issue 33: many captures through the farm (test_tools.py; verdict in krfarm.py).
     "farm-play": ("timed",),
+    # Issue 33: record --each-kernel (test_corpus.py; verdicts in krcorpus.py).
+    "corpus-each-kernel": (),
     "mpi-2ranks": ("mpi",),
     "profile-2ranks": ("mpi",),
 }

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use kreplay_protocol::config::{BoundaryRange, LaunchRange, MemoryScope};
+use kreplay_protocol::config::{BoundaryRange, KeyBy, LaunchRange, MemoryScope};
+use kreplay_protocol::each_kernel::parse_size;
 
 /// The main description. The indented lines are examples: `--help` prints them as they are,
 /// and the man page renders them as an example block (`cmd::man::blocks`).
@@ -224,7 +225,7 @@ pub struct RecordArgs {
         short = 'k',
         long = "kernel",
         value_name = "NAME|regex:RE",
-        required_unless_present_any = ["launch_index", "launch_range", "nvtx_range", "profiler_range"]
+        required_unless_present_any = ["launch_index", "launch_range", "nvtx_range", "profiler_range", "each_kernel"]
     )]
     pub kernel: Option<String>,
     /// Capture the Nth matching dispatch (1-based); with --nvtx-range or --profiler-range, the
@@ -302,13 +303,43 @@ pub struct RecordArgs {
     /// inside another (a subset of ncu's syntax). --nth counts only those launches.
     #[arg(long, value_name = "RANGE")]
     pub nvtx_include: Option<String>,
+    /// Capture a corpus: the first --per-kernel executions (default 1) of every distinct
+    /// kernel the application runs (with -k, of those it matches; with --nvtx-include, only
+    /// launches inside that range), graph nodes included, one file each, into the folder -o
+    /// names (`-o DIR/`), as `I-KERNEL-E-PID.krr` (I: the kernel's index in its process, first
+    /// launched first; E: which of its executions). At the end kreplay writes
+    /// `DIR/corpus.json`: for each capture its file (relative to DIR), kernel short and mangled
+    /// name, grid, block, launch index, innermost NVTX range, whether it ran in a CUDA graph,
+    /// bytes stored, in-app µs and the SHA-256 of the file; the kernels left out and why; the
+    /// run's device, driver, host and command. `kreplay play DIR/corpus.json` replays it.
+    #[arg(
+        long,
+        conflicts_with_all = ["launch_index", "launch_range", "nvtx_range", "profiler_range", "graph_launch", "nth", "count", "launch_skip", "launch_count"]
+    )]
+    pub each_kernel: bool,
+    /// With --each-kernel: how many executions of each distinct kernel to capture, the first
+    /// ones.
+    #[arg(long, value_name = "N", requires = "each_kernel", value_parser = count_value)]
+    pub per_kernel: Option<u64>,
+    /// With --each-kernel: what tells two kernels apart. `name`: the mangled name; `shape`:
+    /// also the grid, the block and the size of the argument bytes (a GEMM at two sizes is two
+    /// kernels).
+    #[arg(long, value_enum, value_name = "name|shape", requires = "each_kernel")]
+    pub by: Option<KeyBy>,
+    /// With --each-kernel: bound the corpus to SIZE bytes of capture files (`500M`, `2G`,
+    /// `1.5GiB`; K, M, G, T are powers of 1000, KiB, MiB, GiB, TiB of 1024). When the next
+    /// capture would pass it, its file is removed and capturing stops; corpus.json lists the
+    /// kernels left out and why. The application's results stay the same.
+    #[arg(long, value_name = "SIZE", requires = "each_kernel", value_parser = parse_size)]
+    pub max_bytes: Option<u64>,
     /// Output file. `%p` pid, `%r` MPI/torchrun rank, `%h` host, `%n` match index, `%k` short
     /// kernel name, `%%` a percent sign. Use `%p` or `%r` when the app starts several processes,
-    /// `%n` with --count above 1. Checked before the application starts.
+    /// `%n` with --count above 1. With --each-kernel, the corpus folder: `DIR/` (created when
+    /// missing) or an existing directory. Checked before the application starts.
     #[arg(
         short = 'o',
         long = "output",
-        default_value = "%k-%p-%n.krr",
+        default_value = kreplay_protocol::config::DEFAULT_OUTPUT,
         value_name = "PATH"
     )]
     pub output: String,

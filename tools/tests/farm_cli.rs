@@ -257,3 +257,33 @@ fn timing_refuses_more_jobs_than_gpus() {
     assert_eq!(code, 2);
     assert!(e.contains("--no-timing"), "{e}");
 }
+
+// Catches: the farm's reader drifting from what `record --each-kernel` writes.
+#[test]
+fn the_manifest_record_writes_is_the_one_the_farm_reads() {
+    use kreplay_protocol::corpus::{CorpusCapture, Manifest, MANIFEST_NAME, MANIFEST_VERSION};
+    let d = scratch("farm-record-manifest");
+    std::fs::create_dir_all(d.join("k")).expect("mkdir");
+    std::fs::copy(capture("cuda-saxpy"), d.join("k/1-saxpy-1-7.krr")).expect("copy");
+    let sha = kreplay_player::farm::sha256_file(&d.join("k/1-saxpy-1-7.krr")).expect("sha");
+    let manifest = Manifest {
+        version: MANIFEST_VERSION,
+        captures: vec![CorpusCapture {
+            file: "k/1-saxpy-1-7.krr".into(),
+            kernel: "saxpy".into(),
+            sha256: sha.clone(),
+            ..CorpusCapture::default()
+        }],
+        ..Manifest::default()
+    };
+    let m = d.join(MANIFEST_NAME);
+    std::fs::write(&m, serde_json::to_string(&manifest).expect("json")).expect("write");
+    let out = d.join("r.jsonl");
+    let (code, o, e) = kreplay(&["verify", s(&m), "--json-lines", s(&out)]);
+    assert_eq!(code, 0, "{o}{e}");
+    let got = lines(&out);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["verdict"], "verified");
+    assert_eq!(got[0]["sha256"], sha.as_str());
+    assert_eq!(got[0]["file"], s(&d.join("k/1-saxpy-1-7.krr")));
+}

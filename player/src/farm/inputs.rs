@@ -157,7 +157,11 @@ fn manifest(path: &Path) -> Result<Vec<Entry>, InputError> {
                 shown: file.display().to_string(),
                 path: file,
                 key: c.file,
-                sha256: c.sha256.map(|s| s.to_ascii_lowercase()),
+                // An empty checksum says nothing to check.
+                sha256: c
+                    .sha256
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.to_ascii_lowercase()),
             })
         })
         .collect()

@@ -234,6 +234,7 @@ impl Recorder {
                     grid: kn.grid,
                     block: kn.block,
                     in_graph: true,
+                    arg_bytes: super::corpus::layout_bytes(&kn.layout),
                 };
                 let Some((launch_index, index)) = book.count(&self.config, &e) else {
                     continue;

@@ -14,6 +14,8 @@ use kreplay_engine::tool::{CTool, PassTool};
 use kreplay_protocol::config::{rank_from, Config, MemoryScope, Mode};
 use kreplay_protocol::report::ProcessReport;
 
+use super::corpus::Corpus;
+use super::corpus_ledger::CorpusLedger;
 use super::kernels;
 use super::outputs::{self, Outputs};
 use super::report::Report;
@@ -86,6 +88,9 @@ extern "C" fn at_exit() {
             .kernels
             .with_book(|b| rec.report.process_report(pid, rank, &b.counts));
         rec.add_range_spans(&mut report);
+        if let Some(corpus) = &rec.outputs.corpus {
+            report.left_out = corpus.left_out();
+        }
         if let Some(dir) = &rec.config.report_dir {
             if let Err(e) = report.write_to(dir) {
                 crate::diag!("kreplay: {e}");
@@ -171,18 +176,24 @@ fn initialize() -> Result<(), RecordError> {
         Some(path) => Box::new(CTool::load(path).map_err(|e| RecordError::Config(e.to_string()))?),
         None => Box::new(FixedPasses(config.passes)),
     };
-    let outputs = Arc::new(Outputs::new(
-        &config,
-        std::process::id(),
-        rank_from(get),
-        kreplay_protocol::config::host_name(),
-    ));
+    let ledger = config
+        .each_kernel
+        .map(|each| Arc::new(CorpusLedger::new(each, config.report_dir.as_deref())));
+    let outputs = Arc::new(
+        Outputs::new(
+            &config,
+            std::process::id(),
+            rank_from(get),
+            kreplay_protocol::config::host_name(),
+        )
+        .with_corpus(ledger.clone()),
+    );
     let report = Arc::new(Report::default());
     let rec = Recorder {
         sink: Sink::new(outputs.clone(), report.clone()),
         outputs,
         _subscriber: sub,
-        kernels: kernels::Kernels::default(),
+        kernels: kernels::Kernels::new(ledger.map(Corpus::new)),
         modules: Mutex::default(),
         allocations: Mutex::default(),
         graphs: Mutex::new(HashMap::new()),

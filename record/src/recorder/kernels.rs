@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use kreplay_protocol::config::{demangle, Config, Mode};
 use kreplay_protocol::report::KernelStat;
 
+use super::corpus::{Corpus, Pick, Shape};
 use super::locking::lock;
 
 /// Executions seen so far.
@@ -29,6 +30,9 @@ pub(super) struct Execution<'a> {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub in_graph: bool,
+    /// Size of the argument bytes, when each-kernel mode tells kernels apart by shape (0
+    /// otherwise: not asked for).
+    pub arg_bytes: u64,
 }
 
 /// What a thread's launches already told the recorder about a function handle: a launch of a
@@ -77,6 +81,8 @@ pub(super) struct KernelBook {
     pub counts: Counters,
     /// Mangled name → (matches the filter, demangled).
     names: HashMap<String, (bool, String)>,
+    /// Each-kernel mode: which executions the corpus takes.
+    corpus: Option<Corpus>,
 }
 
 /// The owner (see the module comment).
@@ -86,6 +92,16 @@ pub(super) struct Kernels {
 }
 
 impl Kernels {
+    /// The owner, with each-kernel mode's selection when it is on.
+    pub(super) fn new(corpus: Option<Corpus>) -> Kernels {
+        Kernels {
+            book: Mutex::new(KernelBook {
+                corpus,
+                ..KernelBook::default()
+            }),
+        }
+    }
+
     /// Whether the filter wants kernel `name` (mangled), and its demangled name.
     pub(super) fn matches(&self, config: &Config, name: &str) -> (bool, String) {
         lock(&self.book).matches(config, name)
@@ -120,6 +136,7 @@ impl KernelBook {
                 config.launch_index.is_some()
                     || config.launch_range.is_some()
                     || config.boundary_range.is_some()
+                    || config.each_kernel.is_some()
             }
         };
         self.names.insert(name.to_string(), (m, demangled.clone()));
@@ -157,16 +174,21 @@ impl KernelBook {
                 c.stats.len() - 1
             }
         };
-        (at, count_at(config, c, e, at, launches))
+        (
+            at,
+            count_at(config, c, self.corpus.as_mut(), e, (at, launches)),
+        )
     }
 }
 
+/// Counts execution `e` of kernel statistics `at`, launch `launches` of the process, and
+/// says whether it is captured (see `KernelBook::count`).
 fn count_at(
     config: &Config,
     c: &mut Counters,
+    corpus: Option<&mut Corpus>,
     e: &Execution<'_>,
-    at: usize,
-    launches: u64,
+    (at, launches): (usize, u64),
 ) -> Option<(u64, u64)> {
     let stat = &mut c.stats[at];
     stat.count += 1;
@@ -192,6 +214,15 @@ fn count_at(
         // Every launch of the range is one of its steps (a boundary range: every launch may
         // be; the range unit knows whether one is open).
         return Some((launches, index));
+    }
+    if let Some(corpus) = corpus {
+        let shape = Shape {
+            name: e.name,
+            grid: e.grid,
+            block: e.block,
+            arg_bytes: e.arg_bytes,
+        };
+        return matches!(corpus.pick(&shape, index), Pick::Capture(_)).then_some((launches, index));
     }
     let first = config.nth;
     (index >= first && index < first.saturating_add(config.count)).then_some((launches, index))
@@ -221,6 +252,7 @@ mod tests {
             grid: [1, 1, 1],
             block: [32, 1, 1],
             in_graph: false,
+            arg_bytes: 8,
         }
     }
 
@@ -305,5 +337,32 @@ mod tests {
             ];
             assert_eq!(picked, [Some((1, 1)), None, Some((3, 2))], "{range:?}");
         }
+    }
+
+    #[test]
+    fn each_kernel_mode_captures_the_first_of_every_wanted_kernel() {
+        use super::super::corpus_ledger::CorpusLedger;
+        use std::sync::Arc;
+        let c = config(&[
+            (env::MODE, "record"),
+            (env::EACH_KERNEL, "1"),
+            (env::KERNEL, "regex:^k"),
+        ]);
+        let each = c.each_kernel.expect("each-kernel mode");
+        let ledger = Arc::new(CorpusLedger::new(each, None));
+        let mut book = KernelBook {
+            corpus: Some(Corpus::new(ledger.clone())),
+            ..KernelBook::default()
+        };
+        let mut run = |name: &str| {
+            let wanted = book.matches(&c, name).0;
+            book.count(&c, &execution(name, wanted))
+        };
+        let picked = [run("k1"), run("other"), run("k1"), run("k2"), run("k2")];
+        assert_eq!(picked, [Some((1, 1)), None, None, Some((4, 3)), None]);
+        // The file names come from the slots the corpus noted under the match index.
+        assert_eq!(ledger.slot(3).map(|s| s.kernel_index), Some(2));
+        let without_filter = config(&[(env::MODE, "record"), (env::EACH_KERNEL, "1")]);
+        assert!(KernelBook::default().matches(&without_filter, "any").0);
     }
 }

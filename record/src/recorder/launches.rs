@@ -4,8 +4,9 @@
 use std::ffi::CStr;
 
 use kreplay_cuda::cupti_events::ApiCall;
-use kreplay_protocol::config::{short_kernel_name, Mode};
+use kreplay_protocol::config::{short_kernel_name, KeyBy, Mode};
 
+use super::corpus::layout_bytes;
 use super::kernels::{self, Execution};
 use super::marks::{FlagGuard, SELF_CALLS};
 use super::state::Recorder;
@@ -44,6 +45,17 @@ impl Recorder {
             return;
         }
         let (is_match, demangled) = self.kernels.matches(&self.config, &name);
+        let by_shape = self
+            .config
+            .each_kernel
+            .is_some_and(|e| e.by == KeyBy::Shape);
+        let arg_bytes = if is_match && by_shape {
+            let _self_calls = FlagGuard::force(&SELF_CALLS);
+            // SAFETY: inside the launch callback that decoded the view.
+            layout_bytes(&unsafe { view.foreign_function() }.parameter_layout())
+        } else {
+            0
+        };
         let execution = Execution {
             name: &name,
             demangled: &demangled,
@@ -51,6 +63,7 @@ impl Recorder {
             grid: view.grid,
             block: view.block,
             in_graph: false,
+            arg_bytes,
         };
         let (stat, counted) = self
             .kernels

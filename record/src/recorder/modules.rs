@@ -128,5 +128,6 @@ impl Recorder {
         data.launch_index = launch_index;
         data.ptx_sources = lock(&self.modules).ptx_sources.clone();
         data.device = Some(device);
+        data.nvtx = crate::nvtx::innermost();
     }
 }

@@ -3,13 +3,16 @@
 //! the notes a finished capture and a started recorder leave there.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kreplay_format::file::PendingFile;
 use kreplay_format::WriterOptions;
 use kreplay_protocol::config::{demangle, expand_output, short_kernel_name, Config};
+use kreplay_protocol::each_kernel::expand_slot;
 use kreplay_protocol::report::CaptureSummary;
 
+use super::corpus_ledger::CorpusLedger;
 use crate::error::RecordError;
 
 /// This process, and what its captures' names and files are made of.
@@ -27,6 +30,8 @@ pub(super) struct Outputs {
     pub kernel_filter: String,
     /// No per-capture summary lines.
     pub quiet: bool,
+    /// Each-kernel mode: the corpus's slots (for the names), budget and left-out kernels.
+    pub corpus: Option<Arc<CorpusLedger>>,
 }
 
 impl Outputs {
@@ -45,19 +50,28 @@ impl Outputs {
                 (None, None) => config.kernel_text.clone(),
             },
             quiet: config.quiet,
+            corpus: None,
+        }
+    }
+
+    /// The outputs of each-kernel mode, whose names take their slot from `ledger`.
+    pub(super) fn with_corpus(self, ledger: Option<Arc<CorpusLedger>>) -> Outputs {
+        Outputs {
+            corpus: ledger,
+            ..self
         }
     }
 
     /// Where match `index` of kernel `kernel` (mangled) is written.
     pub(super) fn path(&self, index: u64, kernel: &str) -> PathBuf {
         let name = short_kernel_name(&demangle(kernel));
+        let slot = self.corpus.as_ref().and_then(|c| c.slot(index));
+        let template = match slot {
+            Some(slot) => expand_slot(&self.template, slot),
+            None => self.template.clone(),
+        };
         PathBuf::from(expand_output(
-            &self.template,
-            self.pid,
-            self.rank,
-            &self.host,
-            index,
-            &name,
+            &template, self.pid, self.rank, &self.host, index, &name,
         ))
     }
 

@@ -74,6 +74,8 @@ fn process_report(
         // Added at exit by `list --ranges` (`Recorder::add_range_spans`).
         ranges: Vec::new(),
         ranges_left_out: 0,
+        // Added at exit in each-kernel mode, from the corpus's ledger.
+        left_out: Vec::new(),
     }
 }
 

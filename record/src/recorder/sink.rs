@@ -15,6 +15,7 @@ use kreplay_format::{
 use kreplay_protocol::config::{demangle, short_kernel_name};
 use kreplay_protocol::report::CaptureSummary;
 
+use super::corpus_keep;
 use super::locking::lock;
 use super::marks::{FlagGuard, SELF_CALLS};
 use super::outputs::{self, Outputs};
@@ -80,10 +81,15 @@ impl Sink {
         let flight = InFlight::new(context, std::mem::take(&mut p.snapshots));
         lock(&h.in_flight).push(flight.clone());
         let name = short_kernel_name(&demangle(&p.dispatch.kernel_name));
+        let corpus_entry = h
+            .outputs
+            .corpus
+            .as_ref()
+            .map(|_| corpus_keep::draft(&p, &path));
         let handed = h.clone();
         let handle = std::thread::Builder::new()
             .name("kreplay-writer".into())
-            .spawn(move || handed.run(&name, &path, &info, p, &flight));
+            .spawn(move || handed.run(&name, &path, &info, (p, corpus_entry), &flight));
         match handle {
             Ok(h) => lock(&self.writers).push(h),
             Err(e) => h
@@ -108,13 +114,14 @@ fn capture_info(o: &Outputs, p: &CaptureData) -> CaptureInfo {
 }
 
 impl Handed {
-    /// The writer thread's body.
+    /// The writer thread's body (`corpus_entry`: each-kernel mode's draft of the capture's
+    /// manifest entry).
     fn run(
         &self,
         name: &str,
         path: &Path,
         info: &CaptureInfo,
-        p: CaptureData,
+        (p, corpus_entry): (CaptureData, Option<kreplay_protocol::corpus::CorpusCapture>),
         flight: &Arc<InFlight>,
     ) {
         // Whatever this thread asks of the driver is the recorder's.
@@ -128,12 +135,34 @@ impl Handed {
         .unwrap_or(Err(RecordError::WriterPanicked));
         lock(&self.in_flight).retain(|f| !Arc::ptr_eq(f, flight));
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match result {
-            Ok(summary) => self.written(name, summary),
+            Ok(summary) => self.kept(name, summary, corpus_entry),
             Err(e) => self.report.error(format!(
                 "capture of {name} could not be written to {}: {e}; the application continues",
                 path.display()
             )),
         }));
+    }
+
+    /// A written capture, kept in the corpus (each-kernel mode) or not.
+    fn kept(
+        &self,
+        name: &str,
+        mut summary: CaptureSummary,
+        corpus_entry: Option<kreplay_protocol::corpus::CorpusCapture>,
+    ) {
+        let (Some(ledger), Some(entry)) = (&self.outputs.corpus, corpus_entry) else {
+            return self.written(name, summary);
+        };
+        match corpus_keep::keep(ledger, entry, std::path::Path::new(&summary.file)) {
+            Ok(entry) => {
+                summary.corpus = Some(entry);
+                self.written(name, summary);
+            }
+            Err(why) => crate::diag!(
+                "kreplay: {name} (match {}) left out of the corpus: {why}",
+                summary.match_index
+            ),
+        }
     }
 
     /// Says a capture was written, and keeps its summary.
@@ -344,6 +373,7 @@ fn summary_of(
                 ms: ns as f64 / 1e6,
             })
             .collect(),
+        corpus: None,
     }
 }
 

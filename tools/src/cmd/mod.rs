@@ -11,6 +11,7 @@ pub mod pack;
 pub mod play;
 pub mod profile;
 pub mod record;
+pub mod record_corpus;
 pub mod verify;
 pub mod version;
 

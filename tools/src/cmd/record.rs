@@ -16,6 +16,7 @@ use kreplay_protocol::config::{
 use kreplay_protocol::report::{CaptureSummary, KernelStat, ProcessReport};
 
 use super::list_ranges;
+use super::record_corpus::CorpusDir;
 use crate::cli::{ListArgs, RecordArgs};
 use crate::out;
 
@@ -394,9 +395,24 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
     }
     let nth = a.launch_skip.map_or(a.nth, |s| s.saturating_add(1));
     let count = a.launch_count.unwrap_or(a.count);
-    check_output(&a, count)?;
-    let vars = recorder_vars(&a, &kernel, nth, count);
+    let corpus = if a.each_kernel {
+        Some(CorpusDir::prepare(&a)?)
+    } else {
+        check_output(&a, count)?;
+        None
+    };
+    let mut vars = recorder_vars(&a, &kernel, nth, count);
+    if let Some(c) = &corpus {
+        c.apply(&a, &mut vars);
+    }
     let run = run_app(&a.command, &vars)?;
+    // Without a trace of the recorder there is no corpus to describe.
+    let manifest = match &corpus {
+        Some(c) if run.recorder_seen() => {
+            Some(c.write_manifest(&a, &run.reports, &run.orphan_captures)?)
+        }
+        _ => None,
+    };
     let captures: Vec<_> = run
         .reports
         .iter()
@@ -404,28 +420,8 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
         .chain(run.orphan_captures.iter())
         .collect();
     let errors: Vec<_> = run.reports.iter().flat_map(|r| r.errors.iter()).collect();
-    let disabled = run.reports.iter().filter(|r| r.disabled.is_some()).count();
-    let matches: u64 = run.reports.iter().map(|r| r.matches).sum();
-    let what = selection(&a);
     // Why nothing was captured (`None`: something was), for stderr and for --json's `error`.
-    let error: Option<String> = if !captures.is_empty() {
-        None
-    } else if !run.recorder_seen() {
-        Some(run.silence(&a.command[0]))
-    } else if run.reports.is_empty() {
-        Some("nothing captured: the application ended (exec, _exit or a signal) before the capture was written".into())
-    } else if disabled == run.reports.len() {
-        // The application ran untouched.
-        all_disabled(&run.reports).map(|(_, why)| format!("nothing captured: {why}"))
-    } else if matches == 0 {
-        Some(format!("no dispatch matched {what}"))
-    } else if errors.is_empty() {
-        Some(format!(
-            "{what} matched {matches} dispatch(es), fewer than --nth {nth}"
-        ))
-    } else {
-        Some("nothing captured: the recorder's errors are above".into())
-    };
+    let error = why_nothing(&a, &run, (captures.is_empty(), errors.is_empty()), nth);
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if a.json {
@@ -436,6 +432,8 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
                 "captures": captures,
                 "errors": errors,
                 "processes": run.reports.len(),
+                "corpus": corpus.as_ref().map(|c| c.manifest_path()),
+                "left_out": manifest.map(|m| m.left_out).unwrap_or_default(),
                 "error": error,
             }),
         )?;
@@ -465,6 +463,40 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
     };
     explain_nothing(&a, &run, &kernel, &error, errors.is_empty());
     Ok(ExitCode::from(3))
+}
+
+/// Why nothing was captured (`None`: something was), for stderr and --json's `error`.
+fn why_nothing(
+    a: &RecordArgs,
+    run: &Run,
+    (nothing, no_errors): (bool, bool),
+    nth: u64,
+) -> Option<String> {
+    let disabled = run.reports.iter().filter(|r| r.disabled.is_some()).count();
+    let matches: u64 = run.reports.iter().map(|r| r.matches).sum();
+    let what = selection(a);
+    if !nothing {
+        None
+    } else if !run.recorder_seen() {
+        Some(run.silence(&a.command[0]))
+    } else if run.reports.is_empty() {
+        Some("nothing captured: the application ended (exec, _exit or a signal) before the capture was written".into())
+    } else if disabled == run.reports.len() {
+        // The application ran untouched.
+        all_disabled(&run.reports).map(|(_, why)| format!("nothing captured: {why}"))
+    } else if matches == 0 {
+        Some(format!("no dispatch matched {what}"))
+    } else if a.each_kernel && no_errors {
+        Some(format!(
+            "{what} matched {matches} dispatch(es), and the corpus kept none of them"
+        ))
+    } else if no_errors {
+        Some(format!(
+            "{what} matched {matches} dispatch(es), fewer than --nth {nth}"
+        ))
+    } else {
+        Some("nothing captured: the recorder's errors are above".into())
+    }
 }
 
 /// What the recorder in the application is told: the selection, the output, the memory scope.
@@ -584,6 +616,14 @@ fn check_output(a: &RecordArgs, count: u64) -> anyhow::Result<()> {
 
 /// How the user selected the dispatch, for messages.
 fn selection(a: &RecordArgs) -> String {
+    if a.each_kernel {
+        return match (&a.kernel, &a.nvtx_include) {
+            (None, None) => "--each-kernel".into(),
+            (Some(k), None) => format!("--each-kernel -k '{k}'"),
+            (None, Some(n)) => format!("--each-kernel inside NVTX range '{n}'"),
+            (Some(k), Some(n)) => format!("--each-kernel -k '{k}' inside NVTX range '{n}'"),
+        };
+    }
     if let Some(r) = a.launch_range {
         return format!("--launch-range {}", r.env_value());
     }

@@ -1,0 +1,183 @@
+//! A corpus (`kreplay record --each-kernel -o DIR/`): what the recorder reports of each
+//! capture it kept and of each kernel it left out, and `DIR/corpus.json`, which the CLI writes
+//! from those reports at the end of the run (schema in the README; `kreplay play
+//! DIR/corpus.json` reads `captures[].file` and `sha256`).
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// The manifest's schema version.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// The manifest's file name inside the corpus folder.
+pub const MANIFEST_NAME: &str = "corpus.json";
+
+/// The name of every capture of a corpus, under its folder: the distinct kernel's index in
+/// its process (`%i`, first seen first), its short name, which of that kernel's executions
+/// (`%e`, from 1) and the pid (several processes may fill one folder).
+pub const CAPTURE_NAME: &str = "%i-%k-%e-%p.krr";
+
+/// One capture kept in the corpus.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CorpusCapture {
+    /// As the recorder wrote it; relative to the folder in the manifest.
+    pub file: String,
+    /// The short (demangled base) name, and the mangled one.
+    pub kernel: String,
+    pub mangled: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    /// 1-based among all kernel launches of its process.
+    pub launch_index: u64,
+    /// The innermost NVTX push/pop range open at the launch.
+    pub nvtx: Option<String>,
+    /// It ran as a node of a CUDA graph.
+    pub graph: bool,
+    /// The file's size.
+    pub bytes_stored: u64,
+    /// The launch's duration in the application.
+    pub in_app_us: Option<f64>,
+    /// SHA-256 of the finished file, lowercase hex.
+    pub sha256: String,
+}
+
+/// A kernel with executions the corpus wanted and did not keep, and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftOut {
+    /// The short name, and the mangled one.
+    pub kernel: String,
+    #[serde(default)]
+    pub mangled: String,
+    pub why: String,
+}
+
+/// `DIR/corpus.json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub version: u32,
+    /// The GPU the captures were taken on (name, UUID, compute capability, ...).
+    pub device: serde_json::Value,
+    pub driver: String,
+    pub host: String,
+    pub command: Vec<String>,
+    pub captures: Vec<CorpusCapture>,
+    pub left_out: Vec<LeftOut>,
+}
+
+/// The manifest's captures and left-out kernels from every process's: captures in file-name
+/// order with their paths made relative to `dir` (a path outside it is kept as written); one
+/// left-out entry per kernel, and none for a kernel another process did capture.
+pub fn merge(
+    dir: &Path,
+    captures: Vec<CorpusCapture>,
+    left_out: Vec<LeftOut>,
+) -> (Vec<CorpusCapture>, Vec<LeftOut>) {
+    let mut captures: Vec<CorpusCapture> = captures
+        .into_iter()
+        .map(|mut c| {
+            c.file = relative_to(dir, &c.file);
+            c
+        })
+        .collect();
+    captures.sort_by(|a, b| a.file.cmp(&b.file));
+    captures.dedup_by(|a, b| a.file == b.file);
+    let captured: HashSet<&str> = captures.iter().map(|c| c.mangled.as_str()).collect();
+    let mut seen = HashSet::new();
+    let left_out = left_out
+        .into_iter()
+        .filter(|l| !captured.contains(l.mangled.as_str()))
+        .filter(|l| seen.insert(l.mangled.clone()))
+        .collect();
+    (captures, left_out)
+}
+
+/// `file` relative to `dir` when it lies inside it (both as written, or both absolute).
+fn relative_to(dir: &Path, file: &str) -> String {
+    let path = Path::new(file);
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    match absolute(path).strip_prefix(absolute(dir)) {
+        Ok(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
+        _ => file.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capture(file: &str, mangled: &str) -> CorpusCapture {
+        CorpusCapture {
+            file: file.into(),
+            mangled: mangled.into(),
+            ..Default::default()
+        }
+    }
+
+    fn left(mangled: &str, why: &str) -> LeftOut {
+        LeftOut {
+            kernel: mangled.into(),
+            mangled: mangled.into(),
+            why: why.into(),
+        }
+    }
+
+    #[test]
+    fn captures_relative_to_the_folder_in_name_order() {
+        let (c, _) = merge(
+            Path::new("out/corpus"),
+            vec![
+                capture("out/corpus/2-b-1-9.krr", "b"),
+                capture("out/corpus/1-a-1-9.krr", "a"),
+                capture("elsewhere/x.krr", "x"),
+            ],
+            vec![],
+        );
+        let files: Vec<&str> = c.iter().map(|c| c.file.as_str()).collect();
+        assert_eq!(files, ["1-a-1-9.krr", "2-b-1-9.krr", "elsewhere/x.krr"]);
+    }
+
+    #[test]
+    fn a_kernel_is_left_out_once_and_not_when_another_process_kept_it() {
+        let (_, l) = merge(
+            Path::new("d"),
+            vec![capture("d/1-a-1-7.krr", "a")],
+            vec![left("a", "full"), left("b", "full"), left("b", "too big")],
+        );
+        assert_eq!(l, [left("b", "full")]);
+    }
+
+    #[test]
+    fn the_manifest_reads_back_with_the_contract_field_names() {
+        let m = Manifest {
+            version: MANIFEST_VERSION,
+            captures: vec![capture("1-a-1-7.krr", "a")],
+            ..Default::default()
+        };
+        let v: serde_json::Value = serde_json::to_value(&m).unwrap();
+        for key in [
+            "version", "device", "driver", "host", "command", "captures", "left_out",
+        ] {
+            assert!(v.get(key).is_some(), "{key}");
+        }
+        let c = &v["captures"][0];
+        for key in [
+            "file",
+            "kernel",
+            "mangled",
+            "grid",
+            "block",
+            "launch_index",
+            "nvtx",
+            "graph",
+            "bytes_stored",
+            "in_app_us",
+            "sha256",
+        ] {
+            assert!(c.get(key).is_some(), "{key}");
+        }
+        let back: Manifest = serde_json::from_value(v).unwrap();
+        assert_eq!(back, m);
+    }
+}
