@@ -307,8 +307,12 @@ def python_defaults(fn, rename=()) -> dict:
 def test_the_commands_have_the_defaults_of_the_cli():
     """One set of defaults: Python's keywords are the CLI's flags' (`--json` aside: Python
     always gets the JSON's fields; pack's `-o` is the positional `dst`)."""
+    # The many-capture flags of `kreplay verify DIR|FILE...` (the farm) have no Python form:
+    # `kreplay.verify` takes one capture.
+    many = {"json", "jobs", "json-lines", "resume", "shard"}
+
     def without_json(d):
-        return {k: v for k, v in d.items() if k != "json"}
+        return {k: v for k, v in d.items() if k not in many}
 
     assert python_defaults(kreplay.verify) == without_json(cli_defaults("verify"))
     assert python_defaults(kreplay.diff, {"as_": "as"}) == without_json(cli_defaults("diff"))

@@ -8,9 +8,10 @@
 //!   thread (another domain's, popped out of order) move it down a level.
 //! - Profiler: a start while started and a stop while stopped change nothing (the driver
 //!   treats them so); the Nth start..stop pair is the range.
-//! - The instance after the captured one (N+1), when the application makes it, is the
-//!   range's in-app time: the recorder stalls between the captured instance's steps, so that
-//!   one cannot be timed honestly; the next one runs undisturbed (`TimeBegin` / `TimeEnd`).
+//! - The instances after the captured one (N+1 .. N+`TIMED_INSTANCES`), when the application
+//!   makes them, give the range's in-app time: the recorder stalls between the captured
+//!   instance's steps, so that one cannot be timed honestly; the next ones run undisturbed
+//!   (`TimeBegin` / `TimeEnd` for each).
 
 use kreplay_protocol::config::BoundaryRange;
 use kreplay_protocol::nvtx::{NvtxFilter, OpenRange};
@@ -85,6 +86,8 @@ pub struct RangeSelect {
     origin: String,
     /// Instances opened so far.
     seen: u64,
+    /// Instances after the captured one that were timed.
+    timed: u32,
     phase: Phase,
 }
 
@@ -99,6 +102,7 @@ impl RangeSelect {
             nth: range.nth(),
             origin: range.origin(),
             seen: 0,
+            timed: 0,
             phase: Phase::Waiting,
         }
     }
@@ -196,7 +200,11 @@ impl RangeSelect {
                 Decision::End
             }
             Phase::Timing { .. } => {
-                self.phase = Phase::Done;
+                self.timed += 1;
+                self.phase = match self.timed >= crate::range_timing::TIMED_INSTANCES {
+                    true => Phase::Done,
+                    false => Phase::Captured,
+                };
                 Decision::TimeEnd
             }
             _ => Decision::Nothing,
@@ -288,12 +296,16 @@ mod tests {
         assert_eq!(t.pop(&mut s, None), Decision::Nothing);
         assert_eq!(t.pop(&mut s, None), Decision::End);
         assert!(!s.is_open());
-        // The third instance is timed (nested ranges inside it change nothing), then nothing
-        // more happens: one capture per process.
+        // The next instances are timed (nested ranges inside them change nothing), then
+        // nothing more happens: one capture per process.
         assert_eq!(t.push(&mut s, r("layer")), Decision::TimeBegin);
         assert_eq!(t.push(&mut s, r("attn")), Decision::Nothing);
         assert_eq!(t.pop(&mut s, None), Decision::Nothing);
         assert_eq!(t.pop(&mut s, None), Decision::TimeEnd);
+        for _ in 1..crate::range_timing::TIMED_INSTANCES {
+            assert_eq!(t.push(&mut s, r("layer")), Decision::TimeBegin);
+            assert_eq!(t.pop(&mut s, None), Decision::TimeEnd);
+        }
         assert_eq!(t.push(&mut s, r("layer")), Decision::Nothing);
         assert_eq!(t.pop(&mut s, None), Decision::Nothing);
         assert_eq!(s.at_exit(), AtExit::Settled);
@@ -405,9 +417,11 @@ mod tests {
         );
         assert_eq!(s.on(Boundary::ProfilerStart), Decision::Nothing, "still #2");
         assert_eq!(s.on(Boundary::ProfilerStop), Decision::End);
-        // The next pair is timed, once.
-        assert_eq!(s.on(Boundary::ProfilerStart), Decision::TimeBegin);
-        assert_eq!(s.on(Boundary::ProfilerStop), Decision::TimeEnd);
+        // The next pairs are timed, up to TIMED_INSTANCES of them.
+        for _ in 0..crate::range_timing::TIMED_INSTANCES {
+            assert_eq!(s.on(Boundary::ProfilerStart), Decision::TimeBegin);
+            assert_eq!(s.on(Boundary::ProfilerStop), Decision::TimeEnd);
+        }
         assert_eq!(s.on(Boundary::ProfilerStart), Decision::Nothing);
         assert_eq!(s.on(Boundary::ProfilerStop), Decision::Nothing);
         assert_eq!(s.at_exit(), AtExit::Settled);

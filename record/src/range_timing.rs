@@ -1,24 +1,74 @@
 //! The state of a boundary range's in-app timing (see `recorder::range_timing`, which drives
-//! it): the capture held back while the application's next instance of the range is timed,
-//! and the pure decisions about that instance.
+//! it): the capture held back while the application's next instances of the range are timed
+//! (up to `TIMED_INSTANCES`; one instance of a few microseconds of kernels varied by 4 % from
+//! run to run on the H200, so the median of several is the figure), and the pure decisions
+//! about them.
 
 use kreplay_cuda::timing::GatedTimer;
 
 use crate::capture::CaptureData;
 
-/// Where the timing of the next instance stands.
+/// How many instances after the captured one are timed, at most.
+pub const TIMED_INSTANCES: u32 = 5;
+
+/// A capture waiting for its in-app time, and the instances timed so far.
+pub struct Timed {
+    pub data: CaptureData,
+    /// Undisturbed instances' times.
+    pub times: Vec<u64>,
+    /// Instances that ended (timed or disturbed).
+    pub instances: u32,
+    /// Why the latest disturbed instance could not be timed.
+    pub disturbed: Option<String>,
+}
+
+impl Timed {
+    pub fn new(data: CaptureData) -> Timed {
+        Timed {
+            data,
+            times: Vec::new(),
+            instances: 0,
+            disturbed: None,
+        }
+    }
+
+    /// One more instance ended, with its time or why it has none; true once enough are in.
+    pub fn ended(&mut self, outcome: Result<u64, String>) -> bool {
+        self.instances += 1;
+        match outcome {
+            Ok(ns) => self.times.push(ns),
+            Err(why) => self.disturbed = Some(why),
+        }
+        self.instances >= TIMED_INSTANCES
+    }
+
+    /// The in-app time: the median of the undisturbed instances.
+    pub fn in_app_ns(&self) -> Option<u64> {
+        median_ns(&self.times)
+    }
+
+    /// The note the capture carries about it.
+    pub fn note(&self) -> String {
+        match self.in_app_ns() {
+            Some(ns) => timing_note(Some(ns), self.times.len(), None),
+            None => timing_note(None, 0, self.disturbed.as_deref()),
+        }
+    }
+}
+
+/// Where the timing of the next instances stands.
 #[derive(Default)]
 pub enum RangeTiming {
     /// No capture is held.
     #[default]
     Idle,
-    /// The capture is written; it waits for the next instance to open.
-    Held(Box<CaptureData>),
+    /// The capture waits for the next instance to open.
+    Held(Box<Timed>),
     /// The next instance opened; its first launch arms the gate.
-    Armed(Box<CaptureData>),
+    Armed(Box<Timed>),
     /// Its launches queue behind the gate.
     Running {
-        data: Box<CaptureData>,
+        timed: Box<Timed>,
         timer: GatedTimer,
         /// The application's stream (its handle value: a raw handle is not `Send`).
         stream: usize,
@@ -46,14 +96,22 @@ pub fn waits_for_gpu(function: &str, ignored: bool) -> bool {
     !queued
 }
 
-/// The note a capture carries about its in-app range time.
-pub fn timing_note(ns: Option<u64>, disturbed: Option<&str>) -> String {
+/// The median of `times` (the upper of the middle two), none of none.
+pub fn median_ns(times: &[u64]) -> Option<u64> {
+    let mut t = times.to_vec();
+    t.sort_unstable();
+    t.get(t.len() / 2).copied()
+}
+
+/// The note a capture carries about its in-app range time: `ns` over `instances` undisturbed
+/// instances, or why there is none.
+pub fn timing_note(ns: Option<u64>, instances: usize, disturbed: Option<&str>) -> String {
     match (ns, disturbed) {
-        (Some(ns), None) => format!(
-            "range in-app time {:.1} us: the next instance of the range, timed undisturbed (gated, launch overhead excluded)",
+        (Some(ns), _) => format!(
+            "range in-app time {:.1} us: the median of the next {instances} instance(s) of the range, timed undisturbed (gated, launch overhead excluded)",
             ns as f64 / 1e3
         ),
-        (_, Some(why)) => format!(
+        (None, Some(why)) => format!(
             "range in-app time: the sum of the kernel steps' times (the next instance could not be timed: {why})"
         ),
         (None, None) => "range in-app time: the sum of the kernel steps' times (the application made no next instance of the range)".to_string(),
@@ -97,12 +155,20 @@ mod tests {
     }
 
     #[test]
+    fn the_in_app_time_is_the_median_of_the_timed_instances() {
+        assert_eq!(median_ns(&[]), None);
+        assert_eq!(median_ns(&[104_400]), Some(104_400));
+        assert_eq!(median_ns(&[104_400, 99_000, 100_100]), Some(100_100));
+        assert_eq!(median_ns(&[3, 1, 4, 2]), Some(3));
+    }
+
+    #[test]
     fn the_note_says_how_the_time_was_taken() {
-        assert!(timing_note(Some(612_300), None).contains("612.3 us: the next instance"));
-        let disturbed = timing_note(Some(1), Some("it called cuCtxSynchronize, which waits"));
+        assert!(timing_note(Some(612_300), 3, None).contains("612.3 us: the median of the next 3"));
+        let disturbed = timing_note(None, 0, Some("it called cuCtxSynchronize, which waits"));
         assert!(
             disturbed.contains("sum of the kernel steps") && disturbed.contains("cuCtxSynchronize")
         );
-        assert!(timing_note(None, None).contains("no next instance"));
+        assert!(timing_note(None, 0, None).contains("no next instance"));
     }
 }

@@ -3,9 +3,10 @@
 //! steps), so the capture is held back and the application's next instance of the range is
 //! timed instead, undisturbed: a gate is armed on the stream of its first launch (so its
 //! kernels queue behind it and run back to back, launch overhead excluded as for a single
-//! dispatch), and opened at the instance's end, which then waits for it. The capture is
-//! written then, with that time, or at the process's exit with the sum of its kernel steps'
-//! times (and a note saying which).
+//! dispatch), and opened at the instance's end, which then waits for it. Up to
+//! `TIMED_INSTANCES` instances are timed; the capture is written after the last of them, or at
+//! the process's exit, with their median, or the sum of its kernel steps' times where none
+//! could be timed (and a note saying which).
 
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{sys, AsStream, ForeignStream};
@@ -14,19 +15,19 @@ use super::locking::lock;
 use super::state::Recorder;
 use crate::capture::CaptureData;
 use crate::launch::LaunchView;
-use crate::range_timing::{timing_note, waits_for_gpu, RangeTiming};
+use crate::range_timing::{waits_for_gpu, RangeTiming, Timed};
 
 impl Recorder {
-    /// A boundary range's capture is complete: held until its next instance is timed.
+    /// A boundary range's capture is complete: held until its next instances are timed.
     pub(super) fn hold_for_timing(&self, data: CaptureData) {
-        *lock(&self.range_timing) = RangeTiming::Held(Box::new(data));
+        *lock(&self.range_timing) = RangeTiming::Held(Box::new(Timed::new(data)));
     }
 
     /// The next instance opened.
     pub(super) fn range_time_begin(&self) {
         let mut t = lock(&self.range_timing);
-        if let RangeTiming::Held(data) = std::mem::take(&mut *t) {
-            *t = RangeTiming::Armed(data);
+        if let RangeTiming::Held(timed) = std::mem::take(&mut *t) {
+            *t = RangeTiming::Armed(timed);
         }
     }
 
@@ -34,29 +35,28 @@ impl Recorder {
     pub(super) fn time_launch(&self, view: &LaunchView) {
         let mut t = lock(&self.range_timing);
         match std::mem::take(&mut *t) {
-            RangeTiming::Armed(data) => {
+            RangeTiming::Armed(mut timed) => {
                 // SAFETY: inside the launch callback that decoded the view.
                 let stream = unsafe { view.foreign_stream() };
-                let mut timer = match GatedTimer::new() {
-                    Ok(timer) => timer,
+                let armed = GatedTimer::new().and_then(|mut timer| {
+                    timer.arm(&stream)?;
+                    Ok(timer)
+                });
+                *t = match armed {
+                    Ok(timer) => RangeTiming::Running {
+                        timed,
+                        timer,
+                        stream: stream.raw_stream() as usize,
+                        disturbed: None,
+                    },
                     Err(e) => {
-                        drop(t);
-                        return self.write_timed(data, None, Some(e.to_string()));
+                        timed.ended(Err(e.to_string()));
+                        RangeTiming::Held(timed)
                     }
-                };
-                if let Err(e) = timer.arm(&stream) {
-                    drop(t);
-                    return self.write_timed(data, None, Some(e.to_string()));
-                }
-                *t = RangeTiming::Running {
-                    data,
-                    timer,
-                    stream: stream.raw_stream() as usize,
-                    disturbed: None,
                 };
             }
             RangeTiming::Running {
-                data,
+                timed,
                 timer,
                 stream,
                 mut disturbed,
@@ -67,7 +67,7 @@ impl Recorder {
                     disturbed = Some("it launched on a second stream".into());
                 }
                 *t = RangeTiming::Running {
-                    data,
+                    timed,
                     timer,
                     stream,
                     disturbed,
@@ -94,14 +94,14 @@ impl Recorder {
         }
     }
 
-    /// The timed instance closed: the time is read and the capture written. Reading it waits
-    /// for the instance's work inside the application's pop (or `cuProfilerStop`), once per
-    /// process: the application's results are unchanged, its pop returns later.
+    /// A timed instance closed: its time is read and, after the last one, the capture written.
+    /// Reading it waits for the instance's work inside the application's pop (or
+    /// `cuProfilerStop`): the application's results are unchanged, its pop returns later.
     pub(super) fn range_time_end(&self) {
-        let taken = std::mem::take(&mut *lock(&self.range_timing));
-        match taken {
+        let mut t = lock(&self.range_timing);
+        let timed = match std::mem::take(&mut *t) {
             RangeTiming::Running {
-                data,
+                mut timed,
                 mut timer,
                 stream,
                 disturbed,
@@ -115,44 +115,53 @@ impl Recorder {
                     .map_err(|e| e.to_string());
                 let gated = timer.is_gated();
                 drop(timer);
-                match (ns, disturbed, gated) {
-                    (Ok(ns), None, true) => self.write_timed(data, Some(ns), None),
-                    (Ok(_), None, false) => {
-                        self.write_timed(data, None, Some("the device cannot gate a stream".into()))
-                    }
-                    (Ok(_), Some(why), _) => self.write_timed(data, None, Some(why)),
-                    (Err(e), _, _) => self.write_timed(data, None, Some(e)),
-                }
+                let outcome = match (ns, disturbed, gated) {
+                    (Ok(ns), None, true) => Ok(ns),
+                    (Ok(_), None, false) => Err("the device cannot gate a stream".into()),
+                    (Ok(_), Some(why), _) | (Err(why), _, _) => Err(why),
+                };
+                timed.ended(outcome);
+                timed
             }
-            RangeTiming::Armed(data) => {
-                self.write_timed(data, None, Some("it made no launch".into()))
+            RangeTiming::Armed(mut timed) => {
+                timed.ended(Err("it made no launch".into()));
+                timed
             }
-            RangeTiming::Held(data) => self.write_timed(data, None, None),
-            RangeTiming::Idle => {}
+            RangeTiming::Held(timed) => timed,
+            RangeTiming::Idle => return,
+        };
+        if timed.instances >= crate::range_timing::TIMED_INSTANCES {
+            drop(t);
+            return self.write_timed(timed);
         }
+        *t = RangeTiming::Held(timed);
     }
 
-    /// At the process's exit: a capture still held is written with the steps' time. A gate
+    /// At the process's exit: a capture still held is written with what was timed. A gate
     /// still armed is left to the watchdog: the driver may be gone.
     pub(super) fn range_timing_at_exit(&self) {
         let taken = std::mem::take(&mut *lock(&self.range_timing));
         match taken {
-            RangeTiming::Held(data) | RangeTiming::Armed(data) => {
-                self.write_timed(data, None, None)
-            }
-            RangeTiming::Running { data, timer, .. } => {
+            RangeTiming::Held(timed) | RangeTiming::Armed(timed) => self.write_timed(timed),
+            RangeTiming::Running {
+                mut timed, timer, ..
+            } => {
                 std::mem::forget(timer);
-                self.write_timed(data, None, Some("the process ended inside it".into()))
+                timed.ended(Err("the process ended inside it".into()));
+                self.write_timed(timed)
             }
             RangeTiming::Idle => {}
         }
     }
 
-    fn write_timed(&self, mut data: Box<CaptureData>, ns: Option<u64>, disturbed: Option<String>) {
+    fn write_timed(&self, timed: Box<Timed>) {
+        let note = timed.note();
+        let ns = timed.in_app_ns();
+        let mut data = timed.data;
         if let (Some(range), Some(ns)) = (data.range.as_mut(), ns) {
             range.original_duration_ns = Some(ns);
         }
-        data.notes.push(timing_note(ns, disturbed.as_deref()));
-        self.sink.write(*data);
+        data.notes.push(note);
+        self.sink.write(data);
     }
 }
