@@ -65,6 +65,17 @@ impl Verdict {
         }
     }
 
+    /// Whether the capture did what it should (`kreplay compare`'s passing side): replayed
+    /// with the recorded (or, without one, a repeatable) output, or verified intact.
+    pub fn passed(self) -> bool {
+        self.severity() == Severity::Good
+    }
+
+    /// The word in the JSON line (`name`).
+    pub fn as_str(self) -> &'static str {
+        self.name()
+    }
+
     pub fn severity(self) -> Severity {
         match self {
             Verdict::Matched | Verdict::Deterministic | Verdict::Verified => Severity::Good,

@@ -4,45 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A capture's outcome in one run, as the run record spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    Matched,
-    Deterministic,
-    Mismatch,
-    Nondeterministic,
-    Error,
-    Timeout,
-    /// `kreplay verify`: every checksum holds.
-    Verified,
-    /// `kreplay verify`: the file is damaged or incomplete.
-    Damaged,
-}
-
-impl Verdict {
-    /// Whether the capture did what it should: replayed with the recorded (or, without one, a
-    /// repeatable) output, or verified intact.
-    pub fn passed(self) -> bool {
-        matches!(
-            self,
-            Verdict::Matched | Verdict::Deterministic | Verdict::Verified
-        )
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Matched => "matched",
-            Verdict::Deterministic => "deterministic",
-            Verdict::Mismatch => "mismatch",
-            Verdict::Nondeterministic => "nondeterministic",
-            Verdict::Error => "error",
-            Verdict::Timeout => "timeout",
-            Verdict::Verified => "verified",
-            Verdict::Damaged => "damaged",
-        }
-    }
-}
+/// A capture's outcome in one run: the farm's type (`crate::run_record`), one for both.
+pub use crate::run_record::Verdict;
 
 /// One line of a run's JSON-lines file: what compare needs of it (the farm's own type,
 /// `RunRecord`, has the same field names).
