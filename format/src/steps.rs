@@ -255,6 +255,29 @@ pub fn fold_digests<'a>(digests: impl IntoIterator<Item = &'a [u64; 2]>) -> [u64
     lanes
 }
 
+/// One held region's part of a state digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegionDigest {
+    /// A CUDA array: no address, nothing digested.
+    Array,
+    /// The region's chunk digests, in chunk order.
+    Chunks(Vec<[u64; 2]>),
+}
+
+/// The state digest of `regions` (by region id): every chunk digest of every region, in that
+/// order, in one `fold_digests` (CUDA arrays count in `regions` and add nothing). The recorder
+/// and the player both call this: the rule is in one place.
+pub fn state_digest(regions: &[RegionDigest]) -> StateDigest {
+    let chunks = regions.iter().flat_map(|r| match r {
+        RegionDigest::Array => [].iter(),
+        RegionDigest::Chunks(c) => c.iter(),
+    });
+    StateDigest {
+        regions: regions.len() as u32,
+        digest: fold_digests(chunks),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,5 +363,46 @@ mod tests {
             received: vec![0; 12],
         };
         assert_eq!(copy.bytes(), 12);
+    }
+
+    #[test]
+    fn all_chunks_fold_in_region_order_and_arrays_only_count() {
+        let (a, b, c) = ([1u64, 2], [3u64, 4], [5u64, 6]);
+        let regions = [
+            RegionDigest::Chunks(vec![a, b]),
+            RegionDigest::Array,
+            RegionDigest::Chunks(vec![c]),
+        ];
+        let d = state_digest(&regions);
+        assert_eq!(d.regions, 3, "the array counts");
+        assert_eq!(
+            d.digest,
+            fold_digests([&a, &b, &c]),
+            "one fold, no separators"
+        );
+        let swapped = [
+            RegionDigest::Chunks(vec![c]),
+            RegionDigest::Array,
+            RegionDigest::Chunks(vec![a, b]),
+        ];
+        assert_ne!(
+            state_digest(&swapped).digest,
+            d.digest,
+            "region order matters"
+        );
+        let no_array = [
+            RegionDigest::Chunks(vec![a, b]),
+            RegionDigest::Chunks(vec![c]),
+        ];
+        let without = state_digest(&no_array);
+        assert_eq!(without.digest, d.digest, "an array adds no bytes");
+        assert_eq!(without.regions, 2);
+    }
+
+    #[test]
+    fn a_range_holding_nothing_digests_to_the_empty_fold() {
+        let d = state_digest(&[]);
+        assert_eq!(d.regions, 0);
+        assert_eq!(d.digest, fold_digests(std::iter::empty()));
     }
 }

@@ -7,7 +7,7 @@
 use kreplay_cuda::chunks::ChunkKernels;
 use kreplay_cuda::{Function, Stream};
 use kreplay_engine::{PassStats, PlayError, RegionPlacement, Replayer};
-use kreplay_format::{fold_digests, Capture, MemoryKind};
+use kreplay_format::{Capture, MemoryKind, RegionDigest};
 
 use crate::range::{divergence_search, step_differs, step_reports, RangeReport};
 
@@ -70,12 +70,13 @@ fn state_digest(
     stream: &Stream,
     regions: u32,
 ) -> Result<Option<[u64; 2]>, PlayError> {
-    let mut all = Vec::new();
+    let mut all = Vec::with_capacity(regions as usize);
     for id in 0..regions {
         let Some(r) = cap.region(id) else {
             return Ok(None);
         };
         if r.kind == MemoryKind::CudaArray {
+            all.push(RegionDigest::Array);
             continue;
         }
         let Some(p) = placements.iter().find(|p| p.region_id == id) else {
@@ -87,9 +88,9 @@ fn state_digest(
         // SAFETY: the region's `size` bytes at `base` are memory this session placed for it
         // (`usable` covers them), and every range stream was waited for before this call.
         match unsafe { kernels.digest(p.base, r.size, r.chunk_size, stream) } {
-            Ok(d) => all.extend(d.digests),
+            Ok(d) => all.push(RegionDigest::Chunks(d.digests)),
             Err(_) => return Ok(None),
         }
     }
-    Ok(Some(fold_digests(all.iter())))
+    Ok(Some(kreplay_format::state_digest(&all).digest))
 }

@@ -84,13 +84,7 @@ impl Recorder {
         target: GraphTarget,
         stream: &ForeignStream,
     ) -> Result<(), RecordError> {
-        let state = lock(&self.graphs)
-            .get(&exec)
-            .cloned()
-            .ok_or_else(|| RecordError::GraphNode("the executable graph was destroyed".into()))?;
-        if let Some(why) = &state.stale {
-            return Err(RecordError::GraphNode(why.clone()));
-        }
+        let state = self.live_graph(exec)?;
         let model = &state.model;
         // Every node is judged before anything runs on the GPU.
         let runs = plan_launch(model, pointer::is_device_memory).map_err(RecordError::GraphNode)?;

@@ -308,6 +308,19 @@ impl Recorder {
         }
     }
 
+    /// The model of executable graph `exec` as the recorder follows it, unless it was
+    /// destroyed or changed in a way the model does not follow.
+    pub(super) fn live_graph(&self, exec: usize) -> Result<ExecState, RecordError> {
+        let state = lock(&self.graphs)
+            .get(&exec)
+            .cloned()
+            .ok_or_else(|| RecordError::GraphNode("the executable graph was destroyed".into()))?;
+        match &state.stale {
+            Some(why) => Err(RecordError::GraphNode(why.clone())),
+            None => Ok(state),
+        }
+    }
+
     /// Captures kernel node `node` of this launch of `exec` (see the module comment).
     fn capture_node(
         &self,
@@ -318,13 +331,7 @@ impl Recorder {
         index: u64,
         graph_launch: u64,
     ) -> Result<(), RecordError> {
-        let state = lock(&self.graphs)
-            .get(&exec)
-            .cloned()
-            .ok_or_else(|| RecordError::GraphNode("the executable graph was destroyed".into()))?;
-        if let Some(why) = &state.stale {
-            return Err(RecordError::GraphNode(why.clone()));
-        }
+        let state = self.live_graph(exec)?;
         let model = &state.model;
         if let Some(why) = uncapturable(model) {
             return Err(RecordError::GraphNode(why));
