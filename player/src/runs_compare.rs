@@ -9,7 +9,7 @@ mod timing;
 mod verdicts;
 
 pub use pairing::PairedBy;
-pub use records::{parse_runs, RecordError, RunLine, Verdict};
+pub use records::{parse_runs, RecordError, RunRecord, Verdict};
 pub use report::{compare_runs, CapturePair, RunSide, RunsComparison, Summary, Unpaired};
 pub use timing::{TimeChange, TimeClass};
 pub use verdicts::VerdictChange;

@@ -67,40 +67,64 @@ pub struct Manifest {
 }
 
 /// The manifest's captures and left-out kernels from every process's: captures in file-name
-/// order with their paths made relative to `dir` (a path outside it is kept as written); one
-/// left-out entry per kernel, and none for a kernel another process did capture.
+/// order with their paths made relative to `dir`; one left-out entry per kernel, and none for
+/// a kernel another process did capture. A capture written outside `dir` (a `-o` pattern
+/// that leaves the folder) is not listed as a capture, since `kreplay play DIR/corpus.json`
+/// refuses a path that leaves its folder: its kernel is left out with that reason instead.
 pub fn merge(
     dir: &Path,
     captures: Vec<CorpusCapture>,
     left_out: Vec<LeftOut>,
 ) -> (Vec<CorpusCapture>, Vec<LeftOut>) {
-    let mut captures: Vec<CorpusCapture> = captures
-        .into_iter()
-        .map(|mut c| {
-            c.file = relative_to(dir, &c.file);
-            c
-        })
-        .collect();
+    let mut inside = Vec::new();
+    let mut outside = Vec::new();
+    for mut c in captures {
+        match relative_to(dir, &c.file) {
+            Some(rel) => {
+                c.file = rel;
+                inside.push(c);
+            }
+            None => outside.push(LeftOut {
+                why: format!(
+                    "its capture {} was written outside the corpus folder {}",
+                    c.file,
+                    dir.display()
+                ),
+                kernel: c.kernel,
+                mangled: c.mangled,
+            }),
+        }
+    }
+    let mut captures = inside;
     captures.sort_by(|a, b| a.file.cmp(&b.file));
     captures.dedup_by(|a, b| a.file == b.file);
     let captured: HashSet<&str> = captures.iter().map(|c| c.mangled.as_str()).collect();
     let mut seen = HashSet::new();
     let left_out = left_out
         .into_iter()
+        .chain(outside)
         .filter(|l| !captured.contains(l.mangled.as_str()))
         .filter(|l| seen.insert(l.mangled.clone()))
         .collect();
     (captures, left_out)
 }
 
-/// `file` relative to `dir` when it lies inside it (both as written, or both absolute).
-fn relative_to(dir: &Path, file: &str) -> String {
+/// `file` relative to `dir` when it lies inside it (both as written, or both absolute), with
+/// no `..` component left that could climb out of it.
+fn relative_to(dir: &Path, file: &str) -> Option<String> {
     let path = Path::new(file);
     let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    match absolute(path).strip_prefix(absolute(dir)) {
-        Ok(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
-        _ => file.to_string(),
+    let rel = absolute(path)
+        .strip_prefix(absolute(dir))
+        .ok()?
+        .to_path_buf();
+    let climbs = rel
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)));
+    if rel.as_os_str().is_empty() || climbs {
+        return None;
     }
+    Some(rel.display().to_string())
 }
 
 #[cfg(test)]
@@ -130,12 +154,34 @@ mod tests {
             vec![
                 capture("out/corpus/2-b-1-9.krr", "b"),
                 capture("out/corpus/1-a-1-9.krr", "a"),
-                capture("elsewhere/x.krr", "x"),
             ],
             vec![],
         );
         let files: Vec<&str> = c.iter().map(|c| c.file.as_str()).collect();
-        assert_eq!(files, ["1-a-1-9.krr", "2-b-1-9.krr", "elsewhere/x.krr"]);
+        assert_eq!(files, ["1-a-1-9.krr", "2-b-1-9.krr"]);
+    }
+
+    #[test]
+    fn a_capture_outside_the_folder_is_left_out_not_listed() {
+        let (c, l) = merge(
+            Path::new("out/corpus"),
+            vec![
+                capture("out/corpus/1-a-1-9.krr", "a"),
+                capture("elsewhere/x.krr", "x"),
+                capture("out/corpus/../y.krr", "y"),
+            ],
+            vec![],
+        );
+        let files: Vec<&str> = c.iter().map(|c| c.file.as_str()).collect();
+        assert_eq!(files, ["1-a-1-9.krr"]);
+        let left: Vec<&str> = l.iter().map(|l| l.mangled.as_str()).collect();
+        assert_eq!(left, ["x", "y"]);
+        assert!(l[0].why.contains("elsewhere/x.krr"), "{}", l[0].why);
+        assert!(
+            l[0].why.contains("outside the corpus folder"),
+            "{}",
+            l[0].why
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::records::RunLine;
+use super::records::RunRecord;
 
 /// How a pair was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -43,7 +43,7 @@ pub struct Pairing {
 
 /// The records that count: of several with the same file and SHA-256, the last one (a
 /// capture run again appends its newer result). Indices, in order, and how many were dropped.
-pub fn latest_of_each(run: &[RunLine]) -> (Vec<usize>, usize) {
+pub fn latest_of_each(run: &[RunRecord]) -> (Vec<usize>, usize) {
     let mut seen: HashSet<(&str, Option<&str>)> = HashSet::new();
     let mut kept: Vec<usize> = (0..run.len())
         .rev()
@@ -70,9 +70,9 @@ impl Partners {
 
 /// Pairs records of equal SHA-256, preferring the same path among several of equal content.
 fn pair_by_content(
-    base: &[RunLine],
+    base: &[RunRecord],
     base_kept: &[usize],
-    new: &[RunLine],
+    new: &[RunRecord],
     new_kept: &[usize],
     p: &mut Partners,
 ) {
@@ -103,9 +103,9 @@ fn pair_by_content(
 
 /// Pairs the records still alone by path.
 fn pair_by_path(
-    base: &[RunLine],
+    base: &[RunRecord],
     base_kept: &[usize],
-    new: &[RunLine],
+    new: &[RunRecord],
     new_kept: &[usize],
     p: &mut Partners,
 ) {
@@ -135,7 +135,7 @@ fn pair_by_path(
 }
 
 /// Pairs the captures of two runs: first by SHA-256, then what is left by path.
-pub fn pair(base: &[RunLine], new: &[RunLine]) -> Pairing {
+pub fn pair(base: &[RunRecord], new: &[RunRecord]) -> Pairing {
     let (base_kept, base_dropped) = latest_of_each(base);
     let (new_kept, new_dropped) = latest_of_each(new);
     let mut p = Partners::default();
@@ -169,8 +169,8 @@ mod tests {
     use super::*;
     use crate::runs_compare::records::Verdict;
 
-    fn line(file: &str, sha: Option<&str>) -> RunLine {
-        RunLine {
+    fn line(file: &str, sha: Option<&str>) -> RunRecord {
+        RunRecord {
             file: file.into(),
             sha256: sha.map(str::to_string),
             kernel: None,
@@ -185,7 +185,7 @@ mod tests {
             passes: None,
             spread_pct: None,
             error: None,
-            wall_s: None,
+            wall_s: 0.0,
         }
     }
 

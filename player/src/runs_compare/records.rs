@@ -2,44 +2,11 @@
 //! the schema the farm writes (`--json-lines`). Optional fields default, so lines from older
 //! writers still read; unknown fields are ignored, so newer writers' lines read too.
 
-use serde::{Deserialize, Serialize};
-
 /// A capture's outcome in one run: the farm's type (`crate::run_record`), one for both.
 pub use crate::run_record::Verdict;
 
-/// One line of a run's JSON-lines file: what compare needs of it (the farm's own type,
-/// `RunRecord`, has the same field names).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunLine {
-    pub file: String,
-    #[serde(default)]
-    pub sha256: Option<String>,
-    #[serde(default)]
-    pub kernel: Option<String>,
-    #[serde(default)]
-    pub mangled: Option<String>,
-    #[serde(default)]
-    pub device: Option<String>,
-    #[serde(default)]
-    pub device_uuid: Option<String>,
-    #[serde(default)]
-    pub driver: Option<String>,
-    pub verdict: Verdict,
-    #[serde(default)]
-    pub median_us: Option<f64>,
-    #[serde(default)]
-    pub first_us: Option<f64>,
-    #[serde(default)]
-    pub in_app_us: Option<f64>,
-    #[serde(default)]
-    pub passes: Option<u64>,
-    #[serde(default)]
-    pub spread_pct: Option<f64>,
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub wall_s: Option<f64>,
-}
+/// One line of a run's JSON-lines file: the farm's own record, one type for writer and reader.
+pub use crate::run_record::RunRecord;
 
 /// A line that is not a run record.
 #[derive(Debug, thiserror::Error)]
@@ -55,13 +22,13 @@ pub struct RecordError {
 /// Every record of a run's JSON-lines text, in order. Blank lines are skipped (an editor's or
 /// a shell's trailing newline); any other line that is not a record is an error naming
 /// `source_name` and the line.
-pub fn parse_runs(source_name: &str, text: &str) -> Result<Vec<RunLine>, RecordError> {
+pub fn parse_runs(source_name: &str, text: &str) -> Result<Vec<RunRecord>, RecordError> {
     let mut records = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let record = serde_json::from_str::<RunLine>(line).map_err(|e| RecordError {
+        let record = serde_json::from_str::<RunRecord>(line).map_err(|e| RecordError {
             source_name: source_name.to_string(),
             line: i + 1,
             reason: e.to_string(),

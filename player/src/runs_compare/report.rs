@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::pairing::{pair, Pair, PairedBy};
-use super::records::{RunLine, Verdict};
+use super::records::{RunRecord, Verdict};
 use super::timing::{geomean, time_change, TimeChange, TimeClass};
 use super::verdicts::{verdict_change, VerdictChange};
 
@@ -104,7 +104,7 @@ fn distinct<'a>(values: impl Iterator<Item = Option<&'a String>>) -> Vec<String>
     set.into_iter().cloned().collect()
 }
 
-pub fn run_side(name: &str, run: &[RunLine]) -> RunSide {
+pub fn run_side(name: &str, run: &[RunRecord]) -> RunSide {
     let devices = distinct(run.iter().map(|r| r.device.as_ref()));
     let drivers = distinct(run.iter().map(|r| r.driver.as_ref()));
     RunSide {
@@ -117,7 +117,7 @@ pub fn run_side(name: &str, run: &[RunLine]) -> RunSide {
     }
 }
 
-fn capture_pair(b: &RunLine, n: &RunLine, by: PairedBy, threshold_pct: f64) -> CapturePair {
+fn capture_pair(b: &RunRecord, n: &RunRecord, by: PairedBy, threshold_pct: f64) -> CapturePair {
     CapturePair {
         base_file: b.file.clone(),
         new_file: n.file.clone(),
@@ -136,7 +136,7 @@ fn capture_pair(b: &RunLine, n: &RunLine, by: PairedBy, threshold_pct: f64) -> C
     }
 }
 
-fn unpaired(r: &RunLine) -> Unpaired {
+fn unpaired(r: &RunRecord) -> Unpaired {
     Unpaired {
         file: r.file.clone(),
         kernel: r.kernel.clone(),
@@ -193,8 +193,8 @@ fn summarise(pairs: &[CapturePair], paired_by: &[Pair]) -> Summary {
 /// Compares run `new` with run `base` (their records as read, their names as the user gave
 /// them); a time change counts when beyond `threshold_pct` percent and beyond the noise.
 pub fn compare_runs(
-    (base_name, base): (&str, &[RunLine]),
-    (new_name, new): (&str, &[RunLine]),
+    (base_name, base): (&str, &[RunRecord]),
+    (new_name, new): (&str, &[RunRecord]),
     threshold_pct: f64,
 ) -> RunsComparison {
     let pairing = pair(base, new);
@@ -261,8 +261,8 @@ impl RunsComparison {
 mod tests {
     use super::*;
 
-    fn rec(file: &str, verdict: Verdict, median: Option<f64>, spread: Option<f64>) -> RunLine {
-        RunLine {
+    fn rec(file: &str, verdict: Verdict, median: Option<f64>, spread: Option<f64>) -> RunRecord {
+        RunRecord {
             file: file.into(),
             sha256: Some(format!("sha-{file}")),
             kernel: Some(format!("k_{file}")),
@@ -277,15 +277,15 @@ mod tests {
             passes: Some(8),
             spread_pct: spread,
             error: None,
-            wall_s: Some(1.0),
+            wall_s: 1.0,
         }
     }
 
-    fn matched(file: &str, median: f64) -> RunLine {
+    fn matched(file: &str, median: f64) -> RunRecord {
         rec(file, Verdict::Matched, Some(median), Some(1.0))
     }
 
-    fn compare(base: &[RunLine], new: &[RunLine]) -> RunsComparison {
+    fn compare(base: &[RunRecord], new: &[RunRecord]) -> RunsComparison {
         compare_runs(("base.jsonl", base), ("new.jsonl", new), 5.0)
     }
 
@@ -357,7 +357,7 @@ mod tests {
 
     #[test]
     fn regressions_rank_worst_first_and_improvements_best_first() {
-        let base: Vec<RunLine> = ["a", "b", "c", "d", "e"]
+        let base: Vec<RunRecord> = ["a", "b", "c", "d", "e"]
             .iter()
             .map(|f| matched(f, 10.0))
             .collect();

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use kreplay_player::runs_compare::{
-    compare_runs, parse_runs, CapturePair, RunLine, RunsComparison, Unpaired,
+    compare_runs, parse_runs, CapturePair, RunRecord, RunsComparison, Unpaired,
 };
 
 use crate::cli::CompareArgs;
@@ -46,7 +46,7 @@ fn print(a: &CompareArgs, report: &RunsComparison) -> anyhow::Result<()> {
 }
 
 /// A run's records and its name as the user gave it.
-fn read_run(path: &Path) -> anyhow::Result<(String, Vec<RunLine>)> {
+fn read_run(path: &Path) -> anyhow::Result<(String, Vec<RunRecord>)> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {name}"))?;
     let records = parse_runs(&name, &text)?;
