@@ -28,6 +28,10 @@ mod save;
 mod save_step;
 mod session;
 pub mod step_diff;
+mod trace;
+pub mod trace_build;
+pub mod trace_check;
+pub mod trace_events;
 
 pub use kreplay_engine::counters::{
     list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport, StepMetrics,
@@ -47,6 +51,7 @@ pub use play_options::{PlayOptions, SaveOutput, SaveStep};
 pub use report::PlayJson;
 pub use save::SavedOutput;
 pub use save_step::{save_step_problem, SavedStep};
+pub use trace::trace_of;
 pub use session::{FilePages, PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
 #[cfg(test)]
 mod testdata;
