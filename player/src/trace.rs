@@ -104,3 +104,103 @@ fn origin(cap: &Capture<'_>, outcome: &PlayOutcome, capture_file: &str) -> Map<S
     put("tool_version", env!("CARGO_PKG_VERSION").into());
     m
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace_build::tests::{range_passes, span};
+    use crate::trace_check::check_trace;
+    use crate::PlayReport;
+    use kreplay_engine::counters::{MetricValue, MetricsReport};
+    use kreplay_engine::pass_trace::PassRecord;
+
+    fn outcome(pass_records: Vec<PassRecord>, metrics: Option<MetricsReport>) -> PlayOutcome {
+        PlayOutcome {
+            report: PlayReport {
+                kernel: "k".into(),
+                timing: Default::default(),
+                original_ns: None,
+                address_mode: kreplay_engine::AddressMode::Original,
+                code: kreplay_engine::CodeSource::Cubin,
+                device: "NVIDIA H200".into(),
+                write_set_bytes: 0,
+                pristine: kreplay_engine::PristineStore::None,
+                cache: kreplay_engine::CacheState::Keep,
+                verify: Default::default(),
+                tool: None,
+                range: None,
+                pass_records,
+            },
+            metrics,
+            saved: None,
+            saved_step: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn metrics() -> MetricsReport {
+        MetricsReport {
+            metrics: vec![MetricValue {
+                name: "dram__bytes_read.sum".into(),
+                value: 4096.0,
+                unit: "byte".into(),
+            }],
+            passes: 1,
+            cache: kreplay_engine::CacheState::Flush,
+            chip: "gh100".into(),
+            cupti: None,
+            steps: Vec::new(),
+        }
+    }
+
+    // Catches: the origin missing what the contract names (kernel, grid, block, devices,
+    // file, format version, driver), or the dispatch not named by its demangled kernel.
+    #[test]
+    fn a_single_capture_names_its_kernel_and_origin() {
+        let bytes = crate::testdata::bytes("cuda-saxpy");
+        let cap = crate::testdata::parse(&bytes);
+        let passes = vec![PassRecord {
+            timed: span(0, 1_000),
+            ..PassRecord::default()
+        }];
+        let o = outcome(passes, Some(metrics()));
+        let s = subject(&cap, &o, "saxpy.krr");
+        assert!(!s.range);
+        assert_eq!(s.steps.len(), 1);
+        assert_eq!(s.steps[0].name, demangle(&cap.dispatch.kernel_name));
+        assert_eq!(s.counters[0].unit, "byte");
+        for key in [
+            "kernel",
+            "grid",
+            "block",
+            "replay_device",
+            "capture_file",
+            "format_version",
+            "recorded_device",
+            "recorded_driver_version",
+        ] {
+            assert!(s.origin.contains_key(key), "no {key}");
+        }
+        assert_eq!(s.origin["grid"], Value::from(cap.dispatch.grid.to_vec()));
+        let t: Value = serde_json::from_slice(&trace_of(&cap, &o, "saxpy.krr").to_json()).unwrap();
+        assert!(check_trace(&t).is_ok());
+        assert_eq!(t["metadata"]["capture_file"], "saxpy.krr");
+    }
+
+    // Catches: a range's steps not labelled with their recorded streams (every step on one
+    // thread), or ops named as kernels.
+    #[test]
+    fn a_range_capture_labels_each_step_with_its_stream() {
+        let bytes = crate::testdata::golden("range-ops");
+        let cap = crate::testdata::parse(&bytes);
+        let s = subject(&cap, &outcome(range_passes(), None), "r.krr");
+        assert!(s.range);
+        assert_eq!(s.steps.len(), cap.steps.len());
+        for (label, step) in s.steps.iter().zip(&cap.steps) {
+            assert_eq!(label.stream, Some(step.stream));
+            if step.dispatch().is_none() {
+                assert_eq!(label.name, step.kind());
+            }
+        }
+    }
+}

@@ -450,3 +450,47 @@ pub(crate) mod tests {
         assert_eq!(stream_name(None), "replay stream");
     }
 }
+
+/// The synthetic traces checked in under `testdata/traces` (for `scripts/perfetto-check.py`
+/// and as examples of the format); `KREPLAY_BLESS=1 cargo test -p kreplay-player` rewrites
+/// them.
+#[cfg(test)]
+mod fixtures {
+    use super::tests::{range, range_passes, single, span};
+    use super::*;
+
+    fn locked(name: &str, trace: &Trace) {
+        let path = format!("{}/../testdata/traces/{name}", env!("CARGO_MANIFEST_DIR"));
+        let bytes = trace.to_json();
+        if std::env::var_os("KREPLAY_BLESS").is_some() {
+            std::fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        let held = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e} (KREPLAY_BLESS=1 writes it)"));
+        assert!(held == bytes, "{path} differs from the builder's output (KREPLAY_BLESS=1)");
+    }
+
+    // Catches: a change of the trace's layout that the checked-in examples (and the Perfetto
+    // check run on them) do not show.
+    #[test]
+    fn the_checked_in_traces_are_the_builders() {
+        let counter = CounterLabel {
+            metric: "dram__bytes_read.sum".into(),
+            unit: "byte".into(),
+            value: 4_194_304.0,
+        };
+        let passes: Vec<PassRecord> = (0..3u64)
+            .map(|p| PassRecord {
+                pass: p as u32,
+                restore: (p > 0).then(|| span(p * 20_000, 3_000)),
+                flush: Some(span(p * 20_000 + 3_500, 6_000)),
+                timed: span(p * 20_000 + 10_000, 8_000 + p * 100),
+                steps: vec![],
+            })
+            .collect();
+        let mut play = single(vec![counter]);
+        play.origin.insert("capture_file".into(), "synthetic.krr".into());
+        locked("synthetic-play.json", &build(&play, &passes));
+        locked("synthetic-range.json", &build(&range(), &range_passes()));
+    }
+}

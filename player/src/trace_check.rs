@@ -221,3 +221,184 @@ fn summarise(
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace_build::tests::{range, range_passes, single, span};
+    use crate::trace_build::{build, CounterLabel};
+    use kreplay_engine::pass_trace::{GpuSpan, PassRecord, StepSpan};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn named() -> Vec<Value> {
+        vec![
+            json!({"name": "process_name", "ph": "M", "ts": 0, "pid": 1, "tid": 0, "args": {"name": "p"}}),
+            json!({"name": "thread_name", "ph": "M", "ts": 0, "pid": 1, "tid": 5, "args": {"name": "t"}}),
+        ]
+    }
+
+    fn slice(ts: f64, dur: f64) -> Value {
+        json!({"name": "k", "ph": "X", "ts": ts, "dur": dur, "pid": 1, "tid": 5})
+    }
+
+    fn check(events: Vec<Value>) -> Result<TraceSummary, Vec<TraceDefect>> {
+        check_trace(&json!({ "traceEvents": events }))
+    }
+
+    fn with(extra: Vec<Value>) -> Vec<Value> {
+        named().into_iter().chain(extra).collect()
+    }
+
+    fn only_defect(events: Vec<Value>) -> TraceDefect {
+        let d = check(events).expect_err("accepted");
+        assert_eq!(d.len(), 1, "{d:?}");
+        d.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn a_file_without_trace_events_is_not_a_trace() {
+        assert_eq!(
+            check_trace(&json!([slice(0.0, 1.0)])),
+            Err(vec![TraceDefect::NotATrace])
+        );
+    }
+
+    // Catches: any one required field not checked.
+    #[test]
+    fn each_required_field_is_required() {
+        for field in ["name", "ph", "ts", "pid", "tid", "dur"] {
+            let mut e = slice(0.0, 1.0);
+            e.as_object_mut().unwrap().remove(field);
+            match only_defect(with(vec![e])) {
+                TraceDefect::Field { index: 2, what } => assert!(what.contains(field), "{what}"),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_counter_needs_numeric_args() {
+        for args in [json!(null), json!({}), json!({"value": "x"})] {
+            let c = json!({"name": "c", "ph": "C", "ts": 0, "pid": 1, "tid": 5, "args": args});
+            assert!(matches!(only_defect(with(vec![c])), TraceDefect::Field { .. }));
+        }
+    }
+
+    #[test]
+    fn a_phase_kreplay_does_not_write_is_refused() {
+        let b = json!({"name": "k", "ph": "B", "ts": 0, "pid": 1, "tid": 5});
+        assert!(matches!(only_defect(with(vec![b])), TraceDefect::Phase { .. }));
+    }
+
+    #[test]
+    fn time_going_back_on_a_track_is_refused() {
+        let d = only_defect(with(vec![slice(10.0, 1.0), slice(5.0, 1.0)]));
+        assert!(matches!(d, TraceDefect::Backwards { index: 3, .. }), "{d:?}");
+        let c = |ts| json!({"name": "c", "ph": "C", "ts": ts, "pid": 1, "tid": 5, "args": {"value": 1}});
+        let d = only_defect(with(vec![c(3.0), c(2.0)]));
+        assert!(matches!(d, TraceDefect::Backwards { .. }), "{d:?}");
+    }
+
+    // Catches: overlap checked against the previous start instead of its end, or touching
+    // slices (decimal µs) refused.
+    #[test]
+    fn overlapping_slices_on_a_thread_are_refused() {
+        let d = only_defect(with(vec![slice(1.0, 2.0), slice(2.5, 1.0)]));
+        assert!(matches!(d, TraceDefect::Overlap { index: 3, .. }), "{d:?}");
+        assert!(check(with(vec![slice(0.1, 0.2), slice(0.3, 1.0)])).is_ok());
+    }
+
+    #[test]
+    fn slices_on_another_thread_may_overlap() {
+        let mut other = slice(1.5, 1.0);
+        other["tid"] = json!(6);
+        let mut events = with(vec![slice(1.0, 2.0), other]);
+        events.push(json!({"name": "thread_name", "ph": "M", "ts": 0, "pid": 1, "tid": 6, "args": {"name": "u"}}));
+        assert!(check(events).is_ok());
+    }
+
+    #[test]
+    fn a_thread_without_a_name_is_refused() {
+        let mut e = slice(0.0, 1.0);
+        e["tid"] = json!(9);
+        assert_eq!(
+            only_defect(with(vec![e])),
+            TraceDefect::UnnamedThread { pid: 1, tid: 9 }
+        );
+    }
+
+    #[test]
+    fn a_process_without_a_name_is_refused() {
+        let events = vec![named()[1].clone(), slice(0.0, 1.0)];
+        assert_eq!(only_defect(events), TraceDefect::UnnamedProcess { pid: 1 });
+    }
+
+    // Catches: the builder and the checker disagreeing on the format, or the summary
+    // miscounting what the GPU suite checks (a slice per kernel per pass, the restore track,
+    // the counters).
+    #[test]
+    fn the_builders_traces_pass_and_are_summarised() {
+        let counter = CounterLabel {
+            metric: "m".into(),
+            unit: "byte".into(),
+            value: 1.0,
+        };
+        let passes: Vec<PassRecord> = (0..3u32)
+            .map(|p| PassRecord {
+                pass: p,
+                restore: (p > 0).then(|| span(p as u64 * 1_000, 100)),
+                flush: None,
+                timed: span(p as u64 * 1_000 + 200, 300),
+                steps: vec![],
+            })
+            .collect();
+        let t = serde_json::from_slice(&build(&single(vec![counter]), &passes).to_json()).unwrap();
+        let s = check_trace(&t).expect("valid");
+        assert_eq!(s.slices["replay stream"], 3);
+        assert_eq!(s.slices["restore"], 2);
+        assert_eq!(s.counters["m [byte]"], 6);
+        let r = serde_json::from_slice(&build(&range(), &range_passes()).to_json()).unwrap();
+        let s = check_trace(&r).expect("valid");
+        assert_eq!((s.slices["range passes"], s.slices["stream 0x10"]), (2, 4));
+        assert_eq!(s.slice_names["a"], 2);
+    }
+
+    fn pass_records() -> impl Strategy<Value = Vec<PassRecord>> {
+        let span = (0u64..1 << 40, 0u64..1 << 30).prop_map(|(start_ns, dur_ns)| GpuSpan {
+            start_ns,
+            dur_ns,
+        });
+        let step = (0usize..5, span.clone()).prop_map(|(step, span)| StepSpan { step, span });
+        let pass = (
+            proptest::option::of(span.clone()),
+            proptest::option::of(span.clone()),
+            span,
+            proptest::collection::vec(step, 0..6),
+        );
+        proptest::collection::vec(pass, 0..8).prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (restore, flush, timed, steps))| PassRecord {
+                    pass: i as u32,
+                    restore,
+                    flush,
+                    timed,
+                    steps,
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        // Any records (starts in any order, steps beyond the range's, spans that overlap)
+        // make a trace the checker accepts.
+        #[test]
+        fn any_pass_records_make_a_valid_trace(passes in pass_records(), is_range: bool) {
+            let subject = if is_range { range() } else { single(vec![CounterLabel {
+                metric: "m".into(), unit: String::new(), value: 2.5 }]) };
+            let json: Value = serde_json::from_slice(&build(&subject, &passes).to_json()).unwrap();
+            prop_assert!(check_trace(&json).is_ok(), "{:?}", check_trace(&json));
+        }
+    }
+}
