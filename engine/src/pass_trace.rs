@@ -146,7 +146,12 @@ impl PassTracer {
         };
         let steps = steps
             .iter()
-            .map(|&(step, start, ns)| Ok(StepSpan { step, span: self.clock.span(start, ns)? }))
+            .map(|&(step, start, ns)| {
+                Ok(StepSpan {
+                    step,
+                    span: self.clock.span(start, ns)?,
+                })
+            })
             .collect::<Result<Vec<_>, PlayError>>()?;
         self.records.push(PassRecord {
             pass,

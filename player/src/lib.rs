@@ -51,7 +51,7 @@ pub use play_options::{PlayOptions, SaveOutput, SaveStep};
 pub use report::PlayJson;
 pub use save::SavedOutput;
 pub use save_step::{save_step_problem, SavedStep};
-pub use trace::trace_of;
 pub use session::{FilePages, PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
+pub use trace::trace_of;
 #[cfg(test)]
 mod testdata;

@@ -11,7 +11,10 @@ use crate::trace_events::Trace;
 
 /// The trace of `outcome`, a replay of `cap` read from `capture_file`.
 pub fn trace_of(cap: &Capture<'_>, outcome: &PlayOutcome, capture_file: &str) -> Trace {
-    build(&subject(cap, outcome, capture_file), &outcome.report.pass_records)
+    build(
+        &subject(cap, outcome, capture_file),
+        &outcome.report.pass_records,
+    )
 }
 
 fn step_label(outcome: &PlayOutcome, i: usize, s: &Step) -> StepLabel {

@@ -114,7 +114,12 @@ fn names(subject: &TraceSubject, threads: &[(u32, String)]) -> Vec<TraceEvent> {
         m.insert("name".into(), Value::from(n));
         m
     };
-    let mut out = vec![TraceEvent::metadata("process_name", PID, 0, named(&subject.title))];
+    let mut out = vec![TraceEvent::metadata(
+        "process_name",
+        PID,
+        0,
+        named(&subject.title),
+    )];
     for (tid, name) in threads {
         out.push(TraceEvent::metadata("thread_name", PID, *tid, named(name)));
         let mut order = Map::new();
@@ -402,7 +407,10 @@ pub(crate) mod tests {
             ]
         );
         let b = t.events.iter().find(|e| e.name == "b").unwrap();
-        assert_eq!((b.args["m"].as_f64(), b.args["step"].as_u64()), (Some(7.0), Some(2)));
+        assert_eq!(
+            (b.args["m"].as_f64(), b.args["step"].as_u64()),
+            (Some(7.0), Some(2))
+        );
     }
 
     // Catches: a range played without --per-step given empty stream threads.
@@ -467,7 +475,10 @@ mod fixtures {
         }
         let held = std::fs::read(&path)
             .unwrap_or_else(|e| panic!("{path}: {e} (KREPLAY_BLESS=1 writes it)"));
-        assert!(held == bytes, "{path} differs from the builder's output (KREPLAY_BLESS=1)");
+        assert!(
+            held == bytes,
+            "{path} differs from the builder's output (KREPLAY_BLESS=1)"
+        );
     }
 
     // Catches: a change of the trace's layout that the checked-in examples (and the Perfetto
@@ -489,7 +500,8 @@ mod fixtures {
             })
             .collect();
         let mut play = single(vec![counter]);
-        play.origin.insert("capture_file".into(), "synthetic.krr".into());
+        play.origin
+            .insert("capture_file".into(), "synthetic.krr".into());
         locked("synthetic-play.json", &build(&play, &passes));
         locked("synthetic-range.json", &build(&range(), &range_passes()));
     }

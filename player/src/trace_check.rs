@@ -25,7 +25,9 @@ pub enum TraceDefect {
         name: String,
         ph: String,
     },
-    #[error("event {index} ({name}): ts {ts} µs is before the previous event's {before} µs on {track}")]
+    #[error(
+        "event {index} ({name}): ts {ts} µs is before the previous event's {before} µs on {track}"
+    )]
     Backwards {
         index: usize,
         name: String,
@@ -77,13 +79,21 @@ fn fields(index: usize, e: &Value) -> Result<Fields<'_>, TraceDefect> {
         index,
         what: what.to_string(),
     };
-    let name = e["name"].as_str().ok_or_else(|| missing("no `name` string"))?;
+    let name = e["name"]
+        .as_str()
+        .ok_or_else(|| missing("no `name` string"))?;
     let ph = e["ph"].as_str().ok_or_else(|| missing("no `ph` string"))?;
     let ts = e["ts"].as_f64().filter(|t| t.is_finite() && *t >= 0.0);
     let ts = ts.ok_or_else(|| missing("no `ts` (µs, a number at least 0)"))?;
-    let pid = e["pid"].as_u64().ok_or_else(|| missing("no `pid` integer"))?;
-    let tid = e["tid"].as_u64().ok_or_else(|| missing("no `tid` integer"))?;
-    let dur = e.get("dur").map(|d| d.as_f64().filter(|d| d.is_finite() && *d >= 0.0));
+    let pid = e["pid"]
+        .as_u64()
+        .ok_or_else(|| missing("no `pid` integer"))?;
+    let tid = e["tid"]
+        .as_u64()
+        .ok_or_else(|| missing("no `tid` integer"))?;
+    let dur = e
+        .get("dur")
+        .map(|d| d.as_f64().filter(|d| d.is_finite() && *d >= 0.0));
     let dur = match (ph, dur) {
         ("X", None | Some(None)) => return Err(missing("slice without `dur` (µs, at least 0)")),
         (_, d) => d.flatten(),
@@ -197,7 +207,10 @@ fn summarise(
     for (i, f) in parsed.iter().filter(|(_, f)| f.ph != "M") {
         let thread = threads.get(&(f.pid, f.tid));
         if thread.is_none() && unnamed.insert((f.pid, f.tid)) {
-            defects.push(TraceDefect::UnnamedThread { pid: f.pid, tid: f.tid });
+            defects.push(TraceDefect::UnnamedThread {
+                pid: f.pid,
+                tid: f.tid,
+            });
         }
         if !processes.contains_key(&f.pid) && unnamed.insert((f.pid, u64::MAX)) {
             defects.push(TraceDefect::UnnamedProcess { pid: f.pid });
@@ -281,20 +294,29 @@ mod tests {
     fn a_counter_needs_numeric_args() {
         for args in [json!(null), json!({}), json!({"value": "x"})] {
             let c = json!({"name": "c", "ph": "C", "ts": 0, "pid": 1, "tid": 5, "args": args});
-            assert!(matches!(only_defect(with(vec![c])), TraceDefect::Field { .. }));
+            assert!(matches!(
+                only_defect(with(vec![c])),
+                TraceDefect::Field { .. }
+            ));
         }
     }
 
     #[test]
     fn a_phase_kreplay_does_not_write_is_refused() {
         let b = json!({"name": "k", "ph": "B", "ts": 0, "pid": 1, "tid": 5});
-        assert!(matches!(only_defect(with(vec![b])), TraceDefect::Phase { .. }));
+        assert!(matches!(
+            only_defect(with(vec![b])),
+            TraceDefect::Phase { .. }
+        ));
     }
 
     #[test]
     fn time_going_back_on_a_track_is_refused() {
         let d = only_defect(with(vec![slice(10.0, 1.0), slice(5.0, 1.0)]));
-        assert!(matches!(d, TraceDefect::Backwards { index: 3, .. }), "{d:?}");
+        assert!(
+            matches!(d, TraceDefect::Backwards { index: 3, .. }),
+            "{d:?}"
+        );
         let c = |ts| json!({"name": "c", "ph": "C", "ts": ts, "pid": 1, "tid": 5, "args": {"value": 1}});
         let d = only_defect(with(vec![c(3.0), c(2.0)]));
         assert!(matches!(d, TraceDefect::Backwards { .. }), "{d:?}");
@@ -365,10 +387,8 @@ mod tests {
     }
 
     fn pass_records() -> impl Strategy<Value = Vec<PassRecord>> {
-        let span = (0u64..1 << 40, 0u64..1 << 30).prop_map(|(start_ns, dur_ns)| GpuSpan {
-            start_ns,
-            dur_ns,
-        });
+        let span = (0u64..1 << 40, 0u64..1 << 30)
+            .prop_map(|(start_ns, dur_ns)| GpuSpan { start_ns, dur_ns });
         let step = (0usize..5, span.clone()).prop_map(|(step, span)| StepSpan { step, span });
         let pass = (
             proptest::option::of(span.clone()),

@@ -43,9 +43,9 @@ def test_a_missing_kernel_slice_fails():
     assert any("slices on the replay stream" in w for w in T.play_trace_checks(0, 0, s))
 
 
-def test_restores_must_be_one_fewer_than_passes():
+def test_restores_must_be_one_a_pass_after_the_first():
     s = play_summary()
-    s["slice_names"]["restore"] = 3
+    s["slice_names"]["restore"] = 4
     assert any("restore slices" in w for w in T.play_trace_checks(0, 0, s))
     s = play_summary()
     s["thread_names"] = ["replay stream"]

@@ -24,7 +24,10 @@ fn play_with_trace_without_a_gpu_fails_as_play_does_and_writes_nothing() {
     let d = scratch("trace-nogpu");
     let cap = capture("cuda-saxpy");
     let cap = cap.to_str().expect("utf-8 path");
-    let (code, _, err) = kreplay_app(Some(&d), &["play", cap, "--passes", "3", "--trace", "t.json"]);
+    let (code, _, err) = kreplay_app(
+        Some(&d),
+        &["play", cap, "--passes", "3", "--trace", "t.json"],
+    );
     if !no_driver(&err) {
         eprintln!("skipped: this machine has a CUDA driver (the GPU suite covers --trace): {err}");
         return;
@@ -32,7 +35,10 @@ fn play_with_trace_without_a_gpu_fails_as_play_does_and_writes_nothing() {
     let (plain_code, _, plain_err) = kreplay_app(Some(&d), &["play", cap, "--passes", "3"]);
     assert_eq!((code, err.as_str()), (plain_code, plain_err.as_str()));
     assert_ne!(code, 0);
-    assert!(!d.join("t.json").exists(), "a trace of no replay was written");
+    assert!(
+        !d.join("t.json").exists(),
+        "a trace of no replay was written"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -46,7 +52,10 @@ fn the_trace_file_is_checked_before_the_replay() {
     let cap = cap.to_str().expect("utf-8 path");
     let (code, _, err) = kreplay_app(Some(&d), &["play", cap, "--trace", "t.json"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--trace t.json: already exists: pass --force"), "{err}");
+    assert!(
+        err.contains("--trace t.json: already exists: pass --force"),
+        "{err}"
+    );
     assert!(!err.contains("CUDA"), "refused before the replay: {err}");
     let (_, _, err) = kreplay_app(Some(&d), &["play", cap, "--trace", "t.json", "--force"]);
     assert!(!err.contains("already exists"), "--force applies: {err}");
@@ -98,7 +107,10 @@ fn verify_trace_accepts_the_builders_traces_and_names_defects() {
     let (code, out, err) = kreplay(&["verify-trace", bad.to_str().expect("utf-8")]);
     assert_eq!(code, 1, "{err}");
     assert!(out.is_empty(), "{out}");
-    assert!(err.contains("thread 3 of process 1 has events but no thread_name"), "{err}");
+    assert!(
+        err.contains("thread 3 of process 1 has events but no thread_name"),
+        "{err}"
+    );
     let (_, help, _) = kreplay(&["--help"]);
     assert!(!help.contains("verify-trace"), "{help}");
     let _ = std::fs::remove_dir_all(&d);

@@ -18,7 +18,8 @@ pub fn run(a: VerifyTraceArgs) -> anyhow::Result<ExitCode> {
     let mut w = stdout.lock();
     let mut failed = false;
     for path in &a.files {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         let json: serde_json::Value = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not JSON", path.display()))?;
         match check_trace(&json) {
