@@ -132,6 +132,7 @@ fn names(subject: &TraceSubject, threads: &[(u32, String)]) -> Vec<TraceEvent> {
 /// The trace of `passes` of `subject`.
 pub fn build(subject: &TraceSubject, passes: &[PassRecord]) -> Trace {
     let streams = stream_tids(&subject.steps);
+    // A step the subject does not list (none in a real replay) goes on the first stream's.
     let stream_tid = |handle: Option<u64>| {
         let i = streams.iter().position(|s| *s == handle).unwrap_or(0);
         FIRST_STREAM_TID + i as u32
