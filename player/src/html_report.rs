@@ -9,4 +9,4 @@ mod page;
 
 pub use chart::{render_svg, Band, RefLine, Series, SortedChart, YScale};
 pub use figures::{change_pct, noise_pct, ratio, seconds, spread_pct, us};
-pub use page::{page, summary_table};
+pub use page::{figure, page, summary_table};

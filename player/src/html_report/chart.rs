@@ -60,7 +60,10 @@ impl SortedChart {
 
     /// Every value the y axis must show.
     fn values(&self) -> impl Iterator<Item = f64> + '_ {
-        let points = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let points = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1));
         let band = self
             .band
             .iter()
@@ -277,7 +280,10 @@ mod tests {
 
     #[test]
     fn values_that_cannot_be_drawn_stay_out_of_the_range() {
-        let mut c = chart(vec![(0, f64::NAN), (1, 2.0), (2, f64::INFINITY)], YScale::Linear);
+        let mut c = chart(
+            vec![(0, f64::NAN), (1, 2.0), (2, f64::INFINITY)],
+            YScale::Linear,
+        );
         c.band = None;
         c.lines.clear();
         let (lo, hi) = y_range(c.values(), c.scale);
@@ -290,14 +296,22 @@ mod tests {
 
     #[test]
     fn a_chart_is_one_svg_with_its_points_legend_and_no_address() {
-        let svg = render_svg(&chart(vec![(0, 0.9), (1, 1.0), (2, 1.2)], YScale::Linear))
-            .expect("drawn");
+        let svg =
+            render_svg(&chart(vec![(0, 0.9), (1, 1.0), (2, 1.2)], YScale::Linear)).expect("drawn");
         assert!(svg.starts_with("<svg"), "{svg}");
         assert_eq!(svg.matches("<svg").count(), 1);
-        assert_eq!(svg.matches("<circle").count(), 3 + 1, "three points and a legend dot");
+        assert_eq!(
+            svg.matches("<circle").count(),
+            3 + 1,
+            "three points and a legend dot"
+        );
         assert!(svg.contains("c &lt;&amp;&gt;"), "the caption is escaped");
         assert!(svg.contains("ratio NEW/BASE") && svg.contains("±5 %"));
-        assert_eq!(svg.matches(">\n±5 %\n<").count(), 1, "one legend entry for both lines");
+        assert_eq!(
+            svg.matches(">\n±5 %\n<").count(),
+            1,
+            "one legend entry for both lines"
+        );
         assert!(!svg.contains("http") && !svg.contains("NaN"));
     }
 

@@ -3,7 +3,8 @@
 const MISSING: &str = "–";
 
 fn or_dash(x: Option<f64>, show: impl Fn(f64) -> String) -> String {
-    x.filter(|v| v.is_finite()).map_or(MISSING.to_string(), show)
+    x.filter(|v| v.is_finite())
+        .map_or(MISSING.to_string(), show)
 }
 
 /// A time in microseconds, two decimals (the unit is in the column's header).

@@ -2,6 +2,8 @@
 
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
+use super::chart::{render_svg, SortedChart};
+
 /// Inline, so the file is whole on its own: no style sheet, font or script is fetched.
 const STYLE: &str = r#"
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif;
@@ -52,6 +54,20 @@ pub fn summary_table(rows: &[(&str, Markup)]) -> Markup {
             @for (label, value) in rows {
                 tr { th { (label) } td { (value) } }
             }
+        }
+    }
+}
+
+/// The chart inline with its caption, or why it could not be drawn (the rest of the report
+/// stands without it).
+pub fn figure(chart: &SortedChart, caption: &str) -> Markup {
+    html! {
+        figure {
+            @match render_svg(chart) {
+                Ok(svg) => (PreEscaped(svg)),
+                Err(e) => p { (e.to_string()) },
+            }
+            figcaption { (caption) }
         }
     }
 }
