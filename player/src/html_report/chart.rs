@@ -7,6 +7,8 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
+use super::figures::tick;
+
 /// Drawn size in pixels (the page scales it down to fit).
 const SIZE: (u32, u32) = (1280, 460);
 
@@ -150,6 +152,7 @@ where
         .y_desc(&chart.y_label)
         .x_labels(chart.count.clamp(2, 12))
         .x_label_formatter(&|x| format!("{}", x.round() as i64 + 1))
+        .y_label_formatter(&|y| tick(*y))
         .axis_desc_style(("sans-serif", 17))
         .label_style(("sans-serif", 14))
         .light_line_style(RGBColor(240, 242, 245))

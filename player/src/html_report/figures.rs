@@ -37,6 +37,27 @@ pub fn seconds(x: f64) -> String {
     or_dash(Some(x), |v| format!("{v:.1} s"))
 }
 
+/// `n` and the noun that agrees with it: "1 capture", "2 captures".
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// An axis tick: as many decimals as the value needs to be told from its neighbours
+/// (1000, 10, 1.05, 0.95), not plotters' one fixed decimal.
+pub fn tick(v: f64) -> String {
+    let digits = match v.abs() {
+        a if a >= 100.0 => 0,
+        a if a >= 1.0 => 2,
+        _ => 3,
+    };
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +74,17 @@ mod tests {
         assert_eq!(spread_pct(Some(1.0)), "1.0 %");
         assert_eq!(seconds(f64::INFINITY), "–");
         assert_eq!(seconds(3.25), "3.2 s");
+    }
+
+    #[test]
+    fn counts_agree_and_ticks_keep_only_the_decimals_they_need() {
+        assert_eq!(count(1, "capture", "captures"), "1 capture");
+        assert_eq!(count(0, "capture", "captures"), "0 captures");
+        assert_eq!(tick(1000.0), "1000");
+        assert_eq!(tick(10.0), "10");
+        assert_eq!(tick(1.05), "1.05");
+        assert_eq!(tick(0.8), "0.8");
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(0.125), "0.125");
     }
 }

@@ -15,7 +15,9 @@ table { border-collapse: collapse; font-size: 13px; }
 th, td { padding: 3px 10px; text-align: left; vertical-align: top; border-bottom: 1px solid #eceff2; }
 th { background: #f3f5f7; font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.name { font-family: ui-monospace, "DejaVu Sans Mono", monospace; word-break: break-all; max-width: 520px; }
+td.name, td.file { font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
+td.name { word-break: break-all; max-width: 560px; }
+td.file { white-space: nowrap; }
 table.summary th { background: none; width: 230px; }
 tr.bad td { background: #fdecec; }
 tr.good td { background: #eaf6ec; }

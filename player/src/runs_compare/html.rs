@@ -8,7 +8,7 @@ use super::report::{CapturePair, RunSide, RunsComparison, Unpaired};
 use super::timing::TimeClass;
 use super::verdicts::VerdictChange;
 use crate::html_report::{
-    change_pct, figure, noise_pct, page, ratio, summary_table, us, Band, RefLine, Series,
+    change_pct, count, figure, noise_pct, page, ratio, summary_table, us, Band, RefLine, Series,
     SortedChart, YScale,
 };
 
@@ -64,9 +64,9 @@ fn summary(r: &RunsComparison) -> Markup {
     let s = &r.summary;
     let geomean = match s.geomean_ratio {
         Some(g) => format!(
-            "{} NEW/BASE over {} captures timed in both",
+            "{} NEW/BASE over {} timed in both",
             ratio(Some(g)),
-            s.timed
+            count(s.timed, "capture", "captures")
         ),
         None => "no capture timed in both runs".to_string(),
     };
@@ -92,8 +92,9 @@ fn summary(r: &RunsComparison) -> Markup {
         (
             "verdict changes",
             html! {
-                (s.correctness_regressions) " correctness regressions, "
-                (s.correctness_improvements) " improvements, " (s.verdicts_changed) " other changes"
+                (count(s.correctness_regressions, "correctness regression", "correctness regressions"))
+                ", " (count(s.correctness_improvements, "improvement", "improvements"))
+                ", " (count(s.verdicts_changed, "other change", "other changes"))
             },
         ),
         ("result", result(r)),
@@ -169,7 +170,7 @@ fn is_good(p: &CapturePair) -> bool {
 
 fn file_cell(p: &CapturePair) -> Markup {
     html! {
-        td.name {
+        td.file {
             (p.base_file)
             @if p.new_file != p.base_file { " (new: " (p.new_file) ")" }
         }
@@ -277,7 +278,7 @@ fn unpaired_table(title: &str, captures: &[Unpaired]) -> Markup {
                 @for u in captures {
                     tr {
                         td.name { (u.kernel.as_deref().unwrap_or("–")) }
-                        td.name { (u.file) }
+                        td.file { (u.file) }
                         td { (u.verdict.name()) }
                         td.num { (us(u.median_us)) }
                     }
@@ -341,7 +342,10 @@ mod tests {
         );
         assert!(html.contains("3 (3 by SHA-256, 0 by file path); 0 added, 1 removed"));
         assert!(html.contains("1 slower and 1 faster beyond ±5 %"));
-        assert!(html.contains("1 correctness regressions, 0 improvements"));
+        assert!(
+            html.contains("1 correctness regression, 0 improvements, 0 other changes"),
+            "{html}"
+        );
         assert!(html.contains("device NVIDIA H200, driver 580.65.06"));
         assert!(html.contains("REGRESSED") && html.contains("(exit 1)"));
         assert!(html.contains("base &lt;1&gt;.jsonl") && !html.contains("base <1>"));
@@ -410,7 +414,7 @@ mod tests {
         assert_self_contained(&empty);
         let one = parse_runs("r", &line("a.krr", "k", "matched", 10.0, 0.0)).expect("one");
         let html = comparison_html(&compare_runs(("b", &one), ("n", &one), 5.0));
-        assert!(html.contains("<svg") && html.contains("1.000× NEW/BASE over 1 captures"));
+        assert!(html.contains("<svg") && html.contains("1.000× NEW/BASE over 1 capture timed"));
         assert_self_contained(&html);
     }
 }

@@ -1,6 +1,6 @@
 //! `kreplay play DIR | FILE... | corpus.json` and `kreplay verify` of the same forms: the
 //! flags turned into the farm's settings (`kreplay_player::farm`), the results written as
-//! JSON lines and shown as a table (`farm_table`).
+//! JSON lines and shown as a table (`farm_table`), and with `--html` as a report page.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -36,6 +36,27 @@ struct Selection {
     /// Already answered in the --json-lines file (--resume).
     skipped: usize,
     sink: JsonLines,
+    /// `--html FILE`, written when the run finishes.
+    report: Option<HtmlReport>,
+}
+
+/// `--html FILE`: where the finished run's page goes, and what the run was given.
+struct HtmlReport {
+    path: PathBuf,
+    inputs: String,
+}
+
+impl HtmlReport {
+    fn write(&self, records: &[RunRecord], skipped: usize, wall: Duration) -> anyhow::Result<()> {
+        let page = farm::farm_html(&farm::FarmRun {
+            inputs: &self.inputs,
+            records,
+            skipped,
+            wall_s: wall.as_secs_f64(),
+        });
+        std::fs::write(&self.path, page)
+            .with_context(|| format!("--html: cannot write {}", self.path.display()))
+    }
 }
 
 impl Selection {
@@ -69,10 +90,19 @@ impl Selection {
             (entries, skipped) = done.remaining(entries);
         }
         let sink = JsonLines::open(many.json_lines.as_deref(), many.resume)?;
+        let report = many.html.as_ref().map(|path| HtmlReport {
+            path: path.clone(),
+            inputs: files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+        });
         Ok(Selection {
             entries,
             skipped,
             sink,
+            report,
         })
     }
 }
@@ -123,14 +153,24 @@ fn run_many(
         entries,
         skipped,
         mut sink,
+        report,
     } = sel;
     let started = Instant::now();
     let mut table = Table::new(&entries, quiet);
+    // Kept only for --html: the page needs every record once the run is over.
+    let mut finished: Vec<RunRecord> = Vec::new();
     let verdicts = work(&entries, &mut |r| {
         sink.write(r)?;
+        if report.is_some() {
+            finished.push(r.clone());
+        }
         table.row(r)
     })?;
-    table.summary(&verdicts, skipped, started.elapsed())?;
+    let wall = started.elapsed();
+    table.summary(&verdicts, skipped, wall)?;
+    if let Some(report) = &report {
+        report.write(&finished, skipped, wall)?;
+    }
     Ok(ExitCode::from(farm::exit_status(&verdicts)))
 }
 
