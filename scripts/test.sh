@@ -10,6 +10,9 @@ cargo clippy --all-targets -- -D warnings
 # 100 lines outside tests save those in house/allow-long-functions.txt (which must shrink).
 cargo run -q -p kreplay-house -- check
 cargo test --workspace
+# The HTML reports in a real browser (headless Chromium, installed with apt-get where it can
+# be; skipped with the reason where it cannot, unless KREPLAY_REQUIRE_CHROMIUM=1).
+scripts/html-report-check.sh
 # The Python package (python/): its own crate, built by maturin into a virtual environment,
 # linted like the rest, and its tests run on the captures in testdata.
 cargo fmt --manifest-path python/Cargo.toml --check

@@ -141,7 +141,7 @@ fn capture_row(r: &RunRecord) -> Markup {
             td.num { (spread_pct(r.spread_pct)) }
             td.num { (r.passes.map_or("–".to_string(), |p| p.to_string())) }
             td.num { (seconds(r.wall_s)) }
-            td.name { (r.error.as_deref().unwrap_or("")) }
+            td.text { (r.error.as_deref().unwrap_or("")) }
         }
     }
 }

@@ -140,8 +140,14 @@ where
     Y::CoordDescType: ValueFormatter<f64>,
 {
     let x_end = chart.count.max(1) as f64 - 0.5;
+    // An empty chart still draws its axes, and says why it holds nothing.
+    let caption = if chart.count == 0 {
+        format!("{}: no capture to plot", chart.caption)
+    } else {
+        chart.caption.clone()
+    };
     let mut ctx = ChartBuilder::on(root)
-        .caption(&chart.caption, ("sans-serif", 22))
+        .caption(caption, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(52)
         .y_label_area_size(84)
@@ -329,6 +335,7 @@ mod tests {
         ] {
             let svg = render_svg(&c).expect("drawn");
             assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+            assert_eq!(svg.contains("no capture to plot"), c.count == 0);
             assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
         }
     }

@@ -16,7 +16,8 @@ th, td { padding: 3px 10px; text-align: left; vertical-align: top; border-bottom
 th { background: #f3f5f7; font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.name, td.file { font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
-td.name { word-break: break-all; max-width: 560px; }
+td.name { overflow-wrap: anywhere; max-width: 560px; }
+td.text { overflow-wrap: anywhere; min-width: 280px; }
 td.file { white-space: nowrap; }
 table.summary th { background: none; width: 230px; }
 tr.bad td { background: #fdecec; }
