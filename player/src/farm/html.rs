@@ -1,4 +1,4 @@
-//! `kreplay play DIR --html`: a finished run of many captures as one self-contained page: the
+//! `kreplay play DIR --html` (and `verify DIR --html`): a finished run of many captures as one self-contained page: the
 //! verdicts, the median times sorted (log scale, each with its pass spread), and a row per
 //! capture, failures first.
 
@@ -17,6 +17,8 @@ const WRONG_RGB: (u8, u8, u8) = (200, 40, 40);
 /// What the report shows of a run.
 #[derive(Debug, Clone, Copy)]
 pub struct FarmRun<'a> {
+    /// `play` or `verify`.
+    pub command: &'a str,
     /// What was played, as the user named it (folders, files, manifests).
     pub inputs: &'a str,
     /// In finishing order.
@@ -28,7 +30,7 @@ pub struct FarmRun<'a> {
 
 /// The whole report as an HTML document.
 pub fn farm_html(run: &FarmRun) -> String {
-    let lead = format!("kreplay play {}", run.inputs);
+    let lead = format!("kreplay {} {}", run.command, run.inputs);
     let caption = "Each point is one timed capture, sorted by its median replay time (log \
                    scale). The shaded band spans that capture's pass spread (max − min of the \
                    timed passes), centred on the median.";
@@ -40,7 +42,7 @@ pub fn farm_html(run: &FarmRun) -> String {
         h2 { "Every capture (failures first)" }
         (captures_table(run.records))
     };
-    page("kreplay play: run report", &lead, body)
+    page(&format!("kreplay {}: run report", run.command), &lead, body)
 }
 
 fn summary(run: &FarmRun) -> Markup {
@@ -207,6 +209,7 @@ mod tests {
 
     fn report(records: &[RunRecord]) -> String {
         farm_html(&FarmRun {
+            command: "play",
             inputs: "corpus/",
             records,
             skipped: 2,

@@ -42,6 +42,7 @@ struct Selection {
 
 /// `--html FILE`: where the finished run's page goes, and what the run was given.
 struct HtmlReport {
+    command: &'static str,
     path: PathBuf,
     inputs: String,
 }
@@ -49,6 +50,7 @@ struct HtmlReport {
 impl HtmlReport {
     fn write(&self, records: &[RunRecord], skipped: usize, wall: Duration) -> anyhow::Result<()> {
         let page = farm::farm_html(&farm::FarmRun {
+            command: self.command,
             inputs: &self.inputs,
             records,
             skipped,
@@ -60,7 +62,8 @@ impl HtmlReport {
 }
 
 impl Selection {
-    fn of(files: &[PathBuf], many: &ManyArgs) -> anyhow::Result<Selection> {
+    /// `command` (`play`, `verify`) names the run in its --html report.
+    fn of(command: &'static str, files: &[PathBuf], many: &ManyArgs) -> anyhow::Result<Selection> {
         let mut entries = farm::expand(files)?;
         if let Some(s) = &many.shard {
             let shard = if s == "auto" {
@@ -91,6 +94,7 @@ impl Selection {
         }
         let sink = JsonLines::open(many.json_lines.as_deref(), many.resume)?;
         let report = many.html.as_ref().map(|path| HtmlReport {
+            command,
             path: path.clone(),
             inputs: files
                 .iter()
@@ -196,7 +200,7 @@ pub fn play(a: &PlayArgs) -> anyhow::Result<ExitCode> {
         jobs,
         timeout: a.timeout.map(Duration::from_secs_f64),
     };
-    let sel = Selection::of(&a.files, &a.many)?;
+    let sel = Selection::of("play", &a.files, &a.many)?;
     run_many(sel, a.quiet, |entries, report| {
         farm::play_many(&settings, entries, report)
     })
@@ -215,7 +219,7 @@ pub fn verify(a: &VerifyArgs) -> anyhow::Result<ExitCode> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let sel = Selection::of(&a.files, &a.many)?;
+    let sel = Selection::of("verify", &a.files, &a.many)?;
     run_many(sel, false, |entries, report| {
         farm::verify_many(entries, jobs, report)
     })
@@ -390,6 +394,7 @@ mod tests {
         ])));
         assert!(play_wants_many(&play_args(&[f, "--json-lines", "r.jsonl"])));
         assert!(play_wants_many(&play_args(&[f, "--timeout", "3"])));
+        assert!(play_wants_many(&play_args(&[f, "--html", "r.html"])));
         assert!(play_wants_many(&play_args(&[f, f])));
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/captures");
         assert!(play_wants_many(&play_args(&[dir])));
