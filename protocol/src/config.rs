@@ -49,6 +49,17 @@ pub mod env {
     pub const TOOL: &str = "KREPLAY_TOOL";
     /// Profile mode: hardware counters per dispatch, comma-separated (`--metrics`).
     pub const METRICS: &str = "KREPLAY_METRICS";
+    /// Profile mode: a variant's code (cubin or PTX), run beside the original at every
+    /// matching dispatch (`--variant`, an absolute path).
+    pub const VARIANT: &str = "KREPLAY_VARIANT";
+    /// Profile mode: the variant's function name, when not the original's (`--variant-kernel`).
+    pub const VARIANT_KERNEL: &str = "KREPLAY_VARIANT_KERNEL";
+    /// Profile mode: `DTYPE:ABS[,REL]`, how far the variant's output may be from the
+    /// original's (`--tolerance`; unset: bit for bit).
+    pub const TOLERANCE: &str = "KREPLAY_TOLERANCE";
+    /// Profile mode: `original` (default) or `variant`: whose output the application goes on
+    /// with (`--keep`).
+    pub const KEEP: &str = "KREPLAY_KEEP";
     /// `1`: capture the first `KREPLAY_PER_KERNEL` executions of every distinct kernel, a
     /// corpus (`kreplay record --each-kernel`).
     pub const EACH_KERNEL: &str = "KREPLAY_EACH_KERNEL";
@@ -175,6 +186,8 @@ pub struct Config {
     pub tool: Option<PathBuf>,
     /// Profile mode: counters collected per dispatch (CUPTI metric names).
     pub metrics: Vec<String>,
+    /// Profile mode: a variant kernel run beside the original (`--variant`).
+    pub variant: Option<crate::variant::VariantConfig>,
 }
 
 /// Passes per dispatch `kreplay profile` runs by default.
@@ -244,6 +257,7 @@ impl Config {
                 .ok_or_else(|| format!("{}={v}: expected reachable or all", env::MEMORY))?,
         };
         let list_ranges = mode == Mode::List && get(env::LIST_RANGES).as_deref() == Some("1");
+        let variant = variant_from(&get, &mode)?;
         Ok(Some(Config {
             mode,
             kernel,
@@ -279,8 +293,21 @@ impl Config {
             metrics: get(env::METRICS)
                 .map(|v| split_metrics(&v))
                 .unwrap_or_default(),
+            variant,
         }))
     }
+}
+
+/// `--variant` and its options, for profile mode only.
+fn variant_from(
+    get: &impl Fn(&str) -> Option<String>,
+    mode: &Mode,
+) -> Result<Option<crate::variant::VariantConfig>, String> {
+    let variant = crate::variant::VariantConfig::from_lookup(get)?;
+    if variant.is_some() && *mode != Mode::Profile {
+        return Err(format!("{} is for profile mode only", env::VARIANT));
+    }
+    Ok(variant)
 }
 
 /// Record and profile modes need something that selects launches.

@@ -42,6 +42,7 @@ mod module_book;
 mod modules;
 mod outputs;
 mod profile_unit;
+mod variant_code;
 mod range_timing;
 mod range_unit;
 mod record_unit;
