@@ -110,7 +110,9 @@ impl Tolerance {
             .ok_or_else(|| format!("tolerance '{text}': {usage}"))?;
         let element = Element::from_name(dtype.trim())
             .filter(|e| TOLERANCE_ELEMENTS.contains(e))
-            .ok_or_else(|| format!("tolerance '{text}': unknown element type '{dtype}': {usage}"))?;
+            .ok_or_else(|| {
+                format!("tolerance '{text}': unknown element type '{dtype}': {usage}")
+            })?;
         let (abs, rel) = match numbers.split_once(',') {
             Some((a, r)) => (a, r),
             None => (numbers, "0"),
@@ -120,7 +122,9 @@ impl Tolerance {
                 .parse::<f64>()
                 .ok()
                 .filter(|v| v.is_finite() && *v >= 0.0)
-                .ok_or_else(|| format!("tolerance '{text}': {what} '{s}' is not a number >= 0: {usage}"))
+                .ok_or_else(|| {
+                    format!("tolerance '{text}': {what} '{s}' is not a number >= 0: {usage}")
+                })
         };
         Ok(Tolerance {
             element,
@@ -245,9 +249,24 @@ mod tests {
         assert_eq!((t.element, t.abs, t.rel), (Element::F32, 1e-3, 0.0));
         let t = Tolerance::parse("bf16:0.01,0.02").expect("abs and rel");
         assert_eq!((t.element, t.abs, t.rel), (Element::Bf16, 0.01, 0.02));
-        assert_eq!(Tolerance::parse("i32:0").expect("exact ints").element, Element::I32);
-        assert_eq!(Tolerance::parse("f16:1,0").expect("f16").element, Element::F16);
-        for bad in ["f32", "f64:1e-3", "u8:1", "f32:", "f32:x", "f32:-1", "f32:1,nan", "f32:inf"] {
+        assert_eq!(
+            Tolerance::parse("i32:0").expect("exact ints").element,
+            Element::I32
+        );
+        assert_eq!(
+            Tolerance::parse("f16:1,0").expect("f16").element,
+            Element::F16
+        );
+        for bad in [
+            "f32",
+            "f64:1e-3",
+            "u8:1",
+            "f32:",
+            "f32:x",
+            "f32:-1",
+            "f32:1,nan",
+            "f32:inf",
+        ] {
             let e = Tolerance::parse(bad).expect_err(bad);
             assert!(e.contains("DTYPE:ABS[,REL]"), "{bad}: {e}");
         }
@@ -258,7 +277,10 @@ mod tests {
         let t = Tolerance::parse("f32:0.5,0.1").expect("tolerance");
         assert!(t.admits(10.0, 11.5), "1.5 <= 0.5 + 0.1 * 10");
         assert!(!t.admits(10.0, 11.6));
-        assert!(!t.admits(-10.0, -11.6), "the reference's magnitude scales rel");
+        assert!(
+            !t.admits(-10.0, -11.6),
+            "the reference's magnitude scales rel"
+        );
         let mut d = Difference::default();
         d.add_judged(
             0,
@@ -268,12 +290,21 @@ mod tests {
             Some(&t),
         );
         assert_eq!(d.differing_elements, 3);
-        assert_eq!(d.beyond_tolerance, 2, "1 vs 2 is outside, a NaN always is: {d:?}");
+        assert_eq!(
+            d.beyond_tolerance, 2,
+            "1 vs 2 is outside, a NaN always is: {d:?}"
+        );
         let mut d = Difference::default();
         d.add(0, &f32s(&[1.0]), &f32s(&[1.000_001]), Element::F32);
-        assert_eq!(d.beyond_tolerance, 1, "no tolerance: every difference is beyond it");
+        assert_eq!(
+            d.beyond_tolerance, 1,
+            "no tolerance: every difference is beyond it"
+        );
         let json = serde_json::to_string(&Difference::default()).expect("json");
-        assert!(!json.contains("beyond_tolerance"), "diff's JSON unchanged: {json}");
+        assert!(
+            !json.contains("beyond_tolerance"),
+            "diff's JSON unchanged: {json}"
+        );
     }
 
     #[test]

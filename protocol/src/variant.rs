@@ -36,12 +36,7 @@ impl VariantConfig {
         let keep_variant = match present(env::KEEP).as_deref() {
             None | Some("original") => false,
             Some("variant") => true,
-            Some(v) => {
-                return Err(format!(
-                    "{}={v}: expected original or variant",
-                    env::KEEP
-                ))
-            }
+            Some(v) => return Err(format!("{}={v}: expected original or variant", env::KEEP)),
         };
         Ok(Some(VariantConfig {
             path: path.into(),
@@ -199,7 +194,11 @@ mod tests {
         assert_eq!(Verdict::judge(0, 0, false), Verdict::Identical);
         assert_eq!(Verdict::judge(12, 0, false), Verdict::WithinTolerance);
         assert_eq!(Verdict::judge(12, 1, false), Verdict::Differs);
-        assert_eq!(Verdict::judge(0, 0, true), Verdict::Differs, "wrote elsewhere");
+        assert_eq!(
+            Verdict::judge(0, 0, true),
+            Verdict::Differs,
+            "wrote elsewhere"
+        );
         assert_eq!(
             serde_json::to_string(&Verdict::WithinTolerance).expect("json"),
             "\"within tolerance\""

@@ -42,7 +42,6 @@ mod module_book;
 mod modules;
 mod outputs;
 mod profile_unit;
-mod variant_code;
 mod range_timing;
 mod range_unit;
 mod record_unit;
@@ -52,5 +51,6 @@ mod selection;
 mod sink;
 mod state;
 mod units;
+mod variant_code;
 
 pub use hook::InitializeInjection;

@@ -63,7 +63,11 @@ pub(crate) fn alternate(
     let mut original = vec![first];
     let mut result = VariantResult {
         kernel: v.name.clone(),
-        element: v.tolerance.map_or(Element::F32, |t| t.element).name().into(),
+        element: v
+            .tolerance
+            .map_or(Element::F32, |t| t.element)
+            .name()
+            .into(),
         ..Default::default()
     };
     let passes = v.passes.max(1);
@@ -73,7 +77,12 @@ pub(crate) fn alternate(
         let o = runner.run_of(&v.function, i)?;
         result.durations_ns.push(o.duration_ns);
         if i == 1 {
-            judge(runner.saved, runner.stream, v.tolerance.as_ref(), &mut result)?;
+            judge(
+                runner.saved,
+                runner.stream,
+                v.tolerance.as_ref(),
+                &mut result,
+            )?;
             trace("variant judged");
             if result.wrote_outside {
                 break;
@@ -159,20 +168,24 @@ fn region_difference(
     for r in &s.write_set {
         let (reference, live) = (first.ptr() + at, s.addr + r.offset);
         at += r.len;
-        let every_chunk = || (0..r.len.div_ceil(cs)).map(|i| i * cs).collect::<Vec<u64>>();
+        let every_chunk = || {
+            (0..r.len.div_ceil(cs))
+                .map(|i| i * cs)
+                .collect::<Vec<u64>>()
+        };
         let differing = match chunk_count(&[reference, live], r.len, cs) {
             // SAFETY: `reference` is our packed copy of the original's output and `live` the
             // same run of the dispatch's region, read while the application waits.
-            Ok(_) => with_chunk_kernels(|k| unsafe {
-                k.scan(reference, Some(live), r.len, cs, stream)
-            })
-            .map(|f| {
-                (0..f.changed.len() as u64)
-                    .filter(|&i| f.changed[i as usize])
-                    .map(|i| i * cs)
-                    .collect()
-            })
-            .unwrap_or_else(|_| every_chunk()),
+            Ok(_) => {
+                with_chunk_kernels(|k| unsafe { k.scan(reference, Some(live), r.len, cs, stream) })
+                    .map(|f| {
+                        (0..f.changed.len() as u64)
+                            .filter(|&i| f.changed[i as usize])
+                            .map(|i| i * cs)
+                            .collect()
+                    })
+                    .unwrap_or_else(|_| every_chunk())
+            }
             Err(_) => every_chunk(),
         };
         for off in differing {
@@ -190,6 +203,7 @@ fn read(addr: u64, n: u64) -> Result<Vec<u8>, RecordError> {
     let mut out = vec![0u8; len];
     // SAFETY: callers read a run of a dispatch's region or of our copy of it, `n` bytes that
     // lie inside it, into a host buffer of `n` bytes.
-    unsafe { copy_dtoh(&mut out, addr) }.map_err(RecordError::cuda("reading the variant's output"))?;
+    unsafe { copy_dtoh(&mut out, addr) }
+        .map_err(RecordError::cuda("reading the variant's output"))?;
     Ok(out)
 }

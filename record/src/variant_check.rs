@@ -72,13 +72,23 @@ mod tests {
             "{e}"
         );
         let e = layout_difference(&original, &[(0, 8), (8, 8)]).expect("count");
-        assert!(e.contains("parameter 3") && e.contains("the variant's absent"), "{e}");
+        assert!(
+            e.contains("parameter 3") && e.contains("the variant's absent"),
+            "{e}"
+        );
         assert!(e.contains("takes 3 parameters, the variant 2"), "{e}");
         let e = layout_difference(&original, &[(0, 8), (8, 8), (16, 4), (20, 4)]).expect("more");
-        assert!(e.contains("parameter 4") && e.contains("the original's is absent"), "{e}");
+        assert!(
+            e.contains("parameter 4") && e.contains("the original's is absent"),
+            "{e}"
+        );
         let e = layout_difference(&original, &[(0, 8), (12, 8), (16, 4)]).expect("offset");
         assert!(e.contains("parameter 2"), "{e}");
-        assert_eq!(layout_difference(&[], &[]), None, "no parameters on either side");
+        assert_eq!(
+            layout_difference(&[], &[]),
+            None,
+            "no parameters on either side"
+        );
     }
 
     #[test]
@@ -86,7 +96,10 @@ mod tests {
         assert_eq!(block_difference(128, 128), None);
         assert_eq!(block_difference(128, 1024), None);
         let e = block_difference(256, 128).expect("too many threads");
-        assert!(e.contains("256 threads") && e.contains("at most 128"), "{e}");
+        assert!(
+            e.contains("256 threads") && e.contains("at most 128"),
+            "{e}"
+        );
         assert!(e.contains("num_warps, 8"), "{e}");
     }
 

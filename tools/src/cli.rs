@@ -429,7 +429,12 @@ pub struct ProfileArgs {
     /// With --variant: whose output the application goes on with: `original` (default: its
     /// results as in a plain run) or `variant` (the variant's last pass's, to see its effect
     /// on the application's own output in the same run).
-    #[arg(long, value_enum, value_name = "original|variant", requires = "variant")]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "original|variant",
+        requires = "variant"
+    )]
     pub keep: Option<Keep>,
     /// Print one JSON object per dispatch on stdout (the table still goes to stderr).
     #[arg(long, conflicts_with = "csv")]

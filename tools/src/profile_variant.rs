@@ -88,14 +88,18 @@ fn ratio(x: Option<f64>) -> String {
 
 /// The cells after the verdict: max abs, max rel, first differing byte (region+offset).
 fn error_cells(r: &ProfileRow) -> [String; 3] {
-    match r.variant.as_ref().filter(|v| v.differing_bytes > 0 || v.wrote_outside) {
+    match r
+        .variant
+        .as_ref()
+        .filter(|v| v.differing_bytes > 0 || v.wrote_outside)
+    {
         None => ["-".into(), "-".into(), "-".into()],
         Some(v) => [
             format!("{:.3e}", v.max_abs),
             format!("{:.3e}", v.max_rel),
-            v.first_difference
-                .as_ref()
-                .map_or("-".into(), |f| format!("{:#x}+{}", f.region_address, f.offset)),
+            v.first_difference.as_ref().map_or("-".into(), |f| {
+                format!("{:#x}+{}", f.region_address, f.offset)
+            }),
         ],
     }
 }
@@ -290,7 +294,12 @@ mod tests {
             skipped: Some("a kernel node of a CUDA graph".into()),
             ..Default::default()
         };
-        vec![row(3, 10_000, 20_000, Verdict::Identical), wrong, refused, graph]
+        vec![
+            row(3, 10_000, 20_000, Verdict::Identical),
+            wrong,
+            refused,
+            graph,
+        ]
     }
 
     #[test]
@@ -301,7 +310,10 @@ mod tests {
         let g = s.geomean_speedup.expect("two");
         assert!((g - 1.5f64.sqrt()).abs() < 1e-12, "{g}");
         let w = s.weighted_speedup.expect("weighted");
-        assert!((w - (0.5f64.ln() * 0.25 + 3f64.ln() * 0.75).exp()).abs() < 1e-12, "{w}");
+        assert!(
+            (w - (0.5f64.ln() * 0.25 + 3f64.ln() * 0.75).exp()).abs() < 1e-12,
+            "{w}"
+        );
         assert_eq!(
             s.skipped,
             vec![
@@ -316,12 +328,18 @@ mod tests {
         let t = table(&rows());
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].contains("orig us") && lines[0].contains("speedup"));
-        assert!(lines[1].contains("10.0") && lines[1].contains("20.0"), "{}", lines[1]);
+        assert!(
+            lines[1].contains("10.0") && lines[1].contains("20.0"),
+            "{}",
+            lines[1]
+        );
         assert!(lines[1].contains("0.50x") && lines[1].contains("identical"));
         assert!(lines[2].contains("3.00x") && lines[2].contains("differs"));
         assert!(lines[2].ends_with("0x7f0000000000+4096"), "{}", lines[2]);
         assert!(lines[3].contains("not run") && lines[4].contains("skipped"));
-        assert!(lines[5].contains("2 dispatch(es) compared: 1 identical, 0 within tolerance, 1 differ"));
+        assert!(
+            lines[5].contains("2 dispatch(es) compared: 1 identical, 0 within tolerance, 1 differ")
+        );
         assert!(lines[5].contains("speedup 1.22x"), "{}", lines[5]);
         assert!(t.contains("1 dispatch(es) skipped: variant not run: parameter 2 differs"));
     }

@@ -144,27 +144,37 @@ fn table(a: &ProfileArgs, rows: &[ProfileRow]) -> String {
 fn check_variant(path: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
     let image = std::fs::read(path)
         .with_context(|| format!("--variant: cannot read {}", path.display()))?;
-    kreplay_cuda::image::check_image(&image).map_err(|why| {
-        anyhow::anyhow!(
+    let kind = kreplay_cuda::image::check_image(&image);
+    // The image check takes any text without NUL for PTX; PTX opens with its `.version`.
+    let is_ptx_text = |t: &[u8]| t.windows(8).any(|w| w == b".version");
+    let why = match kind {
+        Err(why) => Some(why),
+        Ok(kreplay_cuda::image::ImageKind::Ptx) if !is_ptx_text(&image) => {
+            Some("text without a PTX .version directive".to_string())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = why {
+        anyhow::bail!(
             "--variant {}: not a cubin, fatbin or PTX file ({why}): build one with \
              `nvcc -cubin -arch=sm_90 -o v.cubin kernel.cu` (or -ptx)",
             path.display()
-        )
-    })?;
+        );
+    }
     Ok(path.canonicalize()?)
 }
 
 /// The recorder's environment for --variant (empty values: none asked for).
-fn variant_vars(
-    a: &ProfileArgs,
-    variant: Option<&std::path::Path>,
-) -> Vec<(&'static str, String)> {
+fn variant_vars(a: &ProfileArgs, variant: Option<&std::path::Path>) -> Vec<(&'static str, String)> {
     vec![
         (
             env::VARIANT,
             variant.map_or(String::new(), |v| v.display().to_string()),
         ),
-        (env::VARIANT_KERNEL, a.variant_kernel.clone().unwrap_or_default()),
+        (
+            env::VARIANT_KERNEL,
+            a.variant_kernel.clone().unwrap_or_default(),
+        ),
         (env::TOLERANCE, a.tolerance.clone().unwrap_or_default()),
         (
             env::KEEP,
@@ -338,5 +348,80 @@ mod tests {
             "kreplay", "profile", "-k", "f", "--passes", "0", "./app",
         ]);
         assert!(parsed.is_err(), "zero passes");
+    }
+
+    #[test]
+    fn variant_flags_need_the_variant_and_reach_the_recorder() {
+        let a = args(&[
+            "-k",
+            "scale_add",
+            "--variant",
+            "v.cubin",
+            "--variant-kernel",
+            "_Z9scale_v2Pf",
+            "--tolerance",
+            "bf16:1e-2,1e-3",
+            "--keep",
+            "variant",
+            "./app",
+        ]);
+        let vars = variant_vars(&a, Some(std::path::Path::new("/abs/v.cubin")));
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(get(env::VARIANT), "/abs/v.cubin");
+        assert_eq!(get(env::VARIANT_KERNEL), "_Z9scale_v2Pf");
+        assert_eq!(get(env::TOLERANCE), "bf16:1e-2,1e-3");
+        assert_eq!(get(env::KEEP), "variant");
+        let plain = args(&["-k", "f", "./app"]);
+        let vars = variant_vars(&plain, None);
+        assert!(vars.iter().all(|(k, v)| v.is_empty() || *k == env::KEEP));
+        for bad in [
+            &["-k", "f", "--keep", "variant", "./app"][..],
+            &["-k", "f", "--tolerance", "f32:1e-3", "./app"],
+            &["-k", "f", "--variant-kernel", "g", "./app"],
+            &[
+                "-k",
+                "f",
+                "--variant",
+                "v.cubin",
+                "--tolerance",
+                "f64:1",
+                "./app",
+            ],
+            &["-k", "f", "--variant", "v.cubin", "--tool", "t.so", "./app"],
+            &["-k", "f", "--variant", "v.cubin", "--metrics", "m", "./app"],
+            &["-k", "f", "--variant", "v.cubin", "--keep", "both", "./app"],
+        ] {
+            let mut all = vec!["kreplay", "profile"];
+            all.extend_from_slice(bad);
+            assert!(crate::cli::Cli::try_parse_from(all).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_variant_that_is_no_code_image_is_refused_before_the_run() {
+        let dir = std::env::temp_dir().join(format!("kreplay-variant-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let text = dir.join("kernel.cu");
+        std::fs::write(&text, "extern \"C\" __global__ void k() {}").expect("write");
+        let e = check_variant(&text)
+            .expect_err("source, not a cubin")
+            .to_string();
+        assert!(
+            e.contains("not a cubin, fatbin or PTX") && e.contains("nvcc -cubin"),
+            "{e}"
+        );
+        let ptx = dir.join("k.ptx");
+        std::fs::write(&ptx, ".version 8.0\n.target sm_90\n.address_size 64\n").expect("write");
+        assert!(check_variant(&ptx).expect("PTX is accepted").is_absolute());
+        let e = check_variant(&dir.join("missing.cubin"))
+            .expect_err("missing")
+            .to_string();
+        assert!(e.contains("cannot read"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
