@@ -49,17 +49,8 @@ pub mod env {
     pub const TOOL: &str = "KREPLAY_TOOL";
     /// Profile mode: hardware counters per dispatch, comma-separated (`--metrics`).
     pub const METRICS: &str = "KREPLAY_METRICS";
-    /// Profile mode: a variant's code (cubin or PTX), run beside the original at every
-    /// matching dispatch (`--variant`, an absolute path).
-    pub const VARIANT: &str = "KREPLAY_VARIANT";
-    /// Profile mode: the variant's function name, when not the original's (`--variant-kernel`).
-    pub const VARIANT_KERNEL: &str = "KREPLAY_VARIANT_KERNEL";
-    /// Profile mode: `DTYPE:ABS[,REL]`, how far the variant's output may be from the
-    /// original's (`--tolerance`; unset: bit for bit).
-    pub const TOLERANCE: &str = "KREPLAY_TOLERANCE";
-    /// Profile mode: `original` (default) or `variant`: whose output the application goes on
-    /// with (`--keep`).
-    pub const KEEP: &str = "KREPLAY_KEEP";
+    /// Profile mode, `--variant` and its options (defined beside their parsing).
+    pub use crate::variant::env::{KEEP, TOLERANCE, VARIANT, VARIANT_KERNEL};
     /// `1`: capture the first `KREPLAY_PER_KERNEL` executions of every distinct kernel, a
     /// corpus (`kreplay record --each-kernel`).
     pub const EACH_KERNEL: &str = "KREPLAY_EACH_KERNEL";
@@ -976,6 +967,28 @@ mod tests {
 
     fn lookup(m: &HashMap<String, String>) -> Result<Option<Config>, String> {
         Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn a_variant_is_for_profile_mode_only() {
+        let mut m = HashMap::new();
+        m.insert(env::MODE.to_string(), "profile".to_string());
+        m.insert(env::KERNEL.to_string(), "k".to_string());
+        m.insert(env::VARIANT.to_string(), "/v.cubin".to_string());
+        let c = lookup(&m).expect("profile with a variant").expect("config");
+        assert_eq!(
+            c.variant.map(|v| v.path),
+            Some(std::path::PathBuf::from("/v.cubin"))
+        );
+        m.insert(env::MODE.to_string(), "record".to_string());
+        let e = lookup(&m).expect_err("record with a variant");
+        assert!(e.contains("profile mode only"), "{e}");
+        m.remove(env::VARIANT);
+        assert!(lookup(&m)
+            .expect("record")
+            .expect("config")
+            .variant
+            .is_none());
     }
 
     #[test]

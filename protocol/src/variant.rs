@@ -4,6 +4,21 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The environment variables of `--variant` (re-exported in `config::env` with the others).
+pub mod env {
+    /// Profile mode: a variant's code (cubin or PTX), run beside the original at every
+    /// matching dispatch (`--variant`, an absolute path).
+    pub const VARIANT: &str = "KREPLAY_VARIANT";
+    /// Profile mode: the variant's function name, when not the original's (`--variant-kernel`).
+    pub const VARIANT_KERNEL: &str = "KREPLAY_VARIANT_KERNEL";
+    /// Profile mode: `DTYPE:ABS[,REL]`, how far the variant's output may be from the
+    /// original's (`--tolerance`; unset: bit for bit).
+    pub const TOLERANCE: &str = "KREPLAY_TOLERANCE";
+    /// Profile mode: `original` (default) or `variant`: whose output the application goes on
+    /// with (`--keep`).
+    pub const KEEP: &str = "KREPLAY_KEEP";
+}
+
 /// What the recorder reads from the environment for `--variant`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VariantConfig {
@@ -23,7 +38,6 @@ impl VariantConfig {
     pub fn from_lookup(
         get: &impl Fn(&str) -> Option<String>,
     ) -> Result<Option<VariantConfig>, String> {
-        use crate::config::env;
         let present = |k: &str| get(k).filter(|v| !v.is_empty());
         let Some(path) = present(env::VARIANT) else {
             for k in [env::VARIANT_KERNEL, env::TOLERANCE, env::KEEP] {
@@ -64,13 +78,19 @@ pub enum Verdict {
 
 impl Verdict {
     /// The verdict from what the comparison counted: differing bytes, and of the differing
-    /// elements how many the tolerance did not admit (all of them without a tolerance).
-    pub fn judge(differing_bytes: u64, beyond_tolerance: u64, wrote_outside: bool) -> Verdict {
+    /// elements how many the tolerance did not admit; without a tolerance (`tolerance`
+    /// false) any differing byte differs.
+    pub fn judge(
+        differing_bytes: u64,
+        beyond_tolerance: u64,
+        wrote_outside: bool,
+        tolerance: bool,
+    ) -> Verdict {
         if wrote_outside {
             Verdict::Differs
         } else if differing_bytes == 0 {
             Verdict::Identical
-        } else if beyond_tolerance == 0 {
+        } else if tolerance && beyond_tolerance == 0 {
             Verdict::WithinTolerance
         } else {
             Verdict::Differs
@@ -150,7 +170,6 @@ pub fn weighted_geomean(pairs: &[(f64, f64)]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::env;
 
     fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let owned: Vec<(String, String)> = pairs
@@ -191,11 +210,17 @@ mod tests {
 
     #[test]
     fn the_verdict_separates_exact_rounding_and_wrong() {
-        assert_eq!(Verdict::judge(0, 0, false), Verdict::Identical);
-        assert_eq!(Verdict::judge(12, 0, false), Verdict::WithinTolerance);
-        assert_eq!(Verdict::judge(12, 1, false), Verdict::Differs);
+        assert_eq!(Verdict::judge(0, 0, false, false), Verdict::Identical);
+        assert_eq!(Verdict::judge(0, 0, false, true), Verdict::Identical);
+        assert_eq!(Verdict::judge(12, 0, false, true), Verdict::WithinTolerance);
+        assert_eq!(Verdict::judge(12, 1, false, true), Verdict::Differs);
         assert_eq!(
-            Verdict::judge(0, 0, true),
+            Verdict::judge(12, 0, false, false),
+            Verdict::Differs,
+            "bit for bit: any differing byte"
+        );
+        assert_eq!(
+            Verdict::judge(0, 0, true, true),
             Verdict::Differs,
             "wrote elsewhere"
         );

@@ -146,6 +146,7 @@ fn judge(
         result.differing_bytes,
         beyond,
         result.wrote_outside,
+        tolerance.is_some(),
     ));
     Ok(())
 }
@@ -168,26 +169,7 @@ fn region_difference(
     for r in &s.write_set {
         let (reference, live) = (first.ptr() + at, s.addr + r.offset);
         at += r.len;
-        let every_chunk = || {
-            (0..r.len.div_ceil(cs))
-                .map(|i| i * cs)
-                .collect::<Vec<u64>>()
-        };
-        let differing = match chunk_count(&[reference, live], r.len, cs) {
-            // SAFETY: `reference` is our packed copy of the original's output and `live` the
-            // same run of the dispatch's region, read while the application waits.
-            Ok(_) => {
-                with_chunk_kernels(|k| unsafe { k.scan(reference, Some(live), r.len, cs, stream) })
-                    .map(|f| {
-                        (0..f.changed.len() as u64)
-                            .filter(|&i| f.changed[i as usize])
-                            .map(|i| i * cs)
-                            .collect()
-                    })
-                    .unwrap_or_else(|_| every_chunk())
-            }
-            Err(_) => every_chunk(),
-        };
+        let differing = differing_chunks(reference, live, r.len, stream);
         for off in differing {
             let n = cs.min(r.len - off);
             let (a, b) = (read(reference + off, n)?, read(live + off, n)?);
@@ -195,6 +177,29 @@ fn region_difference(
         }
     }
     Ok(d)
+}
+
+/// The offsets of the chunks of `len` bytes at `reference` and `live` that differ: found by
+/// the GPU, or every chunk where it cannot compare them.
+fn differing_chunks(reference: u64, live: u64, len: u64, stream: &Stream) -> Vec<u64> {
+    let cs = DEFAULT_CHUNK_SIZE;
+    let every_chunk = || (0..len.div_ceil(cs)).map(|i| i * cs).collect();
+    if chunk_count(&[reference, live], len, cs).is_err() {
+        return every_chunk();
+    }
+    let scan = with_chunk_kernels(|k| {
+        // SAFETY: `reference` is our packed copy of the original's output and `live` the
+        // same run of the dispatch's region, `len` bytes each, read while the application
+        // waits in the launch callback.
+        unsafe { k.scan(reference, Some(live), len, cs, stream) }
+    });
+    match scan {
+        Ok(f) => (0..f.changed.len())
+            .filter(|&i| f.changed[i])
+            .map(|i| i as u64 * cs)
+            .collect(),
+        Err(_) => every_chunk(),
+    }
 }
 
 /// `n` bytes of device memory at `addr`, on the host.
