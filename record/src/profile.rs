@@ -342,11 +342,21 @@ pub fn profile_finish(
     trace("write set found");
     let looped = match &variant {
         None => passes.after_first(tool, &d, first, &mut runner),
-        Some(v) => alternate(&mut runner, v, first).map(|a| {
-            keep_variant = a.keep_variant_output;
-            row.variant = Some(a.result);
-            alternated_summary(a.original)
-        }),
+        Some(v) => match alternate(&mut runner, v, first) {
+            Ok(a) => {
+                keep_variant = a.keep_variant_output;
+                row.variant = Some(a.result);
+                Ok(alternated_summary(a.original))
+            }
+            // A launch the driver refused leaves the context usable: the row says why, and
+            // the original's output is put back below (a fault fails that too).
+            Err(e) => {
+                row.variant_error = Some(format!(
+                    "the variant's passes failed ({e}); the application keeps the original's output"
+                ));
+                Ok(alternated_summary(vec![first]))
+            }
+        },
     };
     let restores = std::mem::take(&mut runner.restores_ns);
     let overheads = std::mem::take(&mut runner.overheads_ns);

@@ -58,8 +58,10 @@ int main(int argc, char** argv) {
         float *in, *out;
         CK(cudaMalloc(&in, n * sizeof(float)));
         CK(cudaMalloc(&out, n * sizeof(float)));
-        CK(cudaMemset(in, 0, n * sizeof(float)));
-        for (int k = 0; k < loops; ++k) scale_add<<<(n + 255) / 256, 256>>>(out, in, n, 1.0f);
+        std::vector<float> ones(n, 1.0f);
+        CK(cudaMemcpy(in, ones.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        // Another alpha each time, so that every launch changes its output (a write set).
+        for (int k = 0; k < loops; ++k) scale_add<<<(n + 255) / 256, 256>>>(out, in, n, 1.0f + k);
         CK(cudaDeviceSynchronize());
         std::vector<float> r(n);
         CK(cudaMemcpy(r.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost));
