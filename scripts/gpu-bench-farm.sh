@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The corpus and farm benchmarks of issue 33 on a CUDA machine, one run, each figure next to its
+# baseline measured in the same run:
+#   scripts/gpu-bench-farm.sh [BIN_DIR]      # BIN_DIR: kreplay, libkreplay_record.so (scripts/dist.sh)
+# 1. A corpus of >= 200 captures from three applications, each taken by one
+#    `record --each-kernel --by shape` run: a CUDA C++ app (testdata/apps/corpus_app.cu), PyTorch
+#    model code (testdata/apps/torch_block_app.py) and Triton kernels
+#    (testdata/apps/triton_corpus_app.py, -k selecting its Triton kernels); every application's
+#    output identical to its plain run.
+# 2. `play CORPUS --no-timing --jobs 8` against a plain shell loop of `kreplay play` over the same
+#    files with the same per-capture work (one verified pass): captures per second, both.
+# 3. The farm's per-capture overhead over a lone `kreplay play` of the same file (timed replays,
+#    --jobs 1, a sample of the corpus): <= 10 %.
+# 4. Two timed farm runs of the sample compared with `kreplay compare` (their JSON lines are kept
+#    under KREPLAY_BENCH_OUT for the report pictures).
+# Exits 1 when a figure misses its target (MISSED) or could not be measured.
+set -u
+MISSED=0
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(cd "${1:-$HERE/dist}" && pwd)
+KR="$BIN/kreplay"
+W=${KREPLAY_WORK:-$(mktemp -d /tmp/kreplay-farm.XXXXXX)}
+KEEP=${KREPLAY_BENCH_OUT:-$W}
+ARCH=${KREPLAY_ARCH:-sm_90}
+mkdir -p "$W" "$KEEP"
+C="$W/corpus"
+rm -rf "$C"
+mkdir -p "$C"
+missed() { echo "MISSED: $*"; MISSED=1; }
+now() { date +%s.%N; }
+secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
+
+nvcc -O2 -arch=$ARCH -o "$W/corpus_app" "$HERE/testdata/apps/corpus_app.cu" || exit 2
+
+# app-name, record flags (before --), then the application's argv
+take() {
+  local name=$1 flags=$2; shift 2
+  "$@" > "$W/$name.plain" 2> "$W/$name.plain.err" || { missed "$name: plain run failed: $(tail -2 "$W/$name.plain.err")"; return; }
+  local t0 t1; t0=$(now)
+  # shellcheck disable=SC2086
+  "$KR" record --each-kernel --by shape $flags -o "$C/$name/" -- "$@" > "$W/$name.rec" 2> "$W/$name.rec.err"
+  local rc=$?; t1=$(now)
+  local n; n=$(find "$C/$name" -name '*.krr' 2>/dev/null | wc -l)
+  local bytes; bytes=$(du -sb "$C/$name" 2>/dev/null | cut -f1)
+  echo "corpus $name: $n captures, $((bytes / 1048576)) MiB, recorded in $(secs "$t0" "$t1") s (exit $rc)"
+  [ "$rc" = 0 ] || missed "$name: record exit $rc: $(tail -3 "$W/$name.rec.err")"
+  cmp -s "$W/$name.plain" "$W/$name.rec" || missed "$name: the application's output changed under record --each-kernel"
+  [ -s "$C/$name/corpus.json" ] || missed "$name: no corpus.json"
+}
+take cuda "--per-kernel 6" "$W/corpus_app" 8
+take torch "--per-kernel 4" python3 "$HERE/testdata/apps/torch_block_app.py" 3
+take triton "--per-kernel 6 -k regex:^(fused_gelu_add|row_softmax|row_sum)$" python3 "$HERE/testdata/apps/triton_corpus_app.py" 8
+
+find "$C" -name '*.krr' | sort > "$W/files"
+N=$(wc -l < "$W/files")
+echo "corpus: $N captures from 3 applications ($(du -sh "$C" | cut -f1))"
+[ "$N" -ge 200 ] || missed "corpus of $N captures, 200 wanted"
+
+# 2. shell loop vs farm, one verified pass per capture (what --no-timing runs in each child).
+t0=$(now); fails=0
+while read -r f; do
+  "$KR" play "$f" --passes 1 --warmup 0 --verify --json > /dev/null 2>> "$W/loop.err" || fails=$((fails + 1))
+done < "$W/files"
+t1=$(now); loop_s=$(secs "$t0" "$t1")
+t0=$(now)
+"$KR" play "$C" --no-timing --jobs 8 --json-lines "$KEEP/farm-no-timing.jsonl" > "$W/farm8.out" 2> "$W/farm8.err"
+farm_rc=$?; t1=$(now); farm_s=$(secs "$t0" "$t1")
+tail -2 "$W/farm8.out"
+python3 - "$N" "$loop_s" "$fails" "$farm_s" "$farm_rc" "$KEEP/farm-no-timing.jsonl" <<'PY' || MISSED=1
+import json, sys
+n, loop_s, fails, farm_s, rc, path = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+lines = [json.loads(l) for l in open(path) if l.strip()]
+verdicts = {}
+for r in lines:
+    verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+print(f"shell loop of kreplay play: {n} captures in {loop_s:.1f} s = {n / loop_s:.2f} captures/s ({fails} failed)")
+print(f"play CORPUS --no-timing --jobs 8: {len(lines)} captures in {farm_s:.1f} s = {len(lines) / farm_s:.2f} captures/s "
+      f"({loop_s / farm_s:.2f} x the loop), exit {rc}, verdicts {verdicts}")
+bad = len(lines) != n or rc != 0 or fails != 0 or any(v not in ("matched", "deterministic") for v in verdicts)
+if bad:
+    print("MISSED: not every capture replayed matched in both")
+sys.exit(1 if bad else 0)
+PY
+
+# 3. farm overhead per capture over lone plays (timed, one at a time), on every 7th capture.
+awk 'NR % 7 == 1' "$W/files" > "$W/sample"
+S=$(wc -l < "$W/sample")
+t0=$(now)
+while read -r f; do "$KR" play "$f" --json > /dev/null 2>> "$W/lone.err"; done < "$W/sample"
+t1=$(now); lone_s=$(secs "$t0" "$t1")
+mapfile -t SAMPLE < "$W/sample"
+rm -f "$KEEP/base.jsonl" "$KEEP/new.jsonl"
+t0=$(now)
+"$KR" play "${SAMPLE[@]}" --jobs 1 --json-lines "$KEEP/base.jsonl" > "$W/farm1.out" 2> "$W/farm1.err"
+t1=$(now); farm1_s=$(secs "$t0" "$t1")
+python3 - "$S" "$lone_s" "$farm1_s" <<'PY' || MISSED=1
+import sys
+n, lone, farm = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+pct = (farm / lone - 1) * 100
+print(f"per-capture wall time, {n} timed replays: farm --jobs 1 {farm / n * 1e3:.0f} ms, lone kreplay play "
+      f"{lone / n * 1e3:.0f} ms: overhead {pct:+.1f} % (target <= 10 %)")
+if pct > 10:
+    print("MISSED: farm overhead over 10 %")
+    sys.exit(1)
+PY
+
+# 4. a second timed run of the sample, compared with the first.
+"$KR" play "${SAMPLE[@]}" --jobs 1 --json-lines "$KEEP/new.jsonl" > /dev/null 2> "$W/farm2.err"
+"$KR" compare "$KEEP/base.jsonl" "$KEEP/new.jsonl" > "$KEEP/compare.txt" 2>&1
+echo "compare of two timed runs of the sample (exit $?):"
+tail -4 "$KEEP/compare.txt"
+[ "$MISSED" = 0 ] && echo "farm benchmarks: every figure met its target" || echo "farm benchmarks: MISSED targets above"
+exit $MISSED
