@@ -199,17 +199,19 @@ def pass_ns(rows: list, variant: bool) -> int:
 def bench_figures(plain_s: float, prof_s: float, prof_rows: list, var_s: float, var_rows: list, n: int) -> tuple:
     """(why, figures) of the overhead benchmark: per dispatch, wall time beyond the plain run and
     beyond the passes themselves, for `profile` (its fixed cost, the baseline) and for `profile
-    --variant`, in ms. Target (issue 38): the variant's overhead <= profile's fixed cost plus
-    the variant's comparison; stated, and the figures shown either way."""
+    --variant`, in ms. Target (issue 38): what --variant adds beyond its passes <= profile's
+    fixed cost; the figures shown either way."""
     why = []
     if len(prof_rows) < n or len(var_rows) < n:
         why.append(f"{len(prof_rows)} profile rows and {len(var_rows)} variant rows, {n} expected each")
         return why, ""
     fixed = ((prof_s - plain_s) * 1e3 - pass_ns(prof_rows, False) / 1e6) / n
-    extra = ((var_s - plain_s) * 1e3 - pass_ns(var_rows, True) / 1e6) / n
-    figures = (f"{n} dispatches: variant overhead {extra:.3f} ms per dispatch beyond its passes; "
-               f"profile's fixed cost {fixed:.3f} ms per dispatch (baseline)")
-    # The variant adds one comparison and one write-set scan per dispatch to profile's work.
-    if extra > 2 * max(fixed, 0.05):
-        why.append(f"variant overhead {extra:.3f} ms > 2 x profile's fixed cost {fixed:.3f} ms per dispatch")
+    total = ((var_s - plain_s) * 1e3 - pass_ns(var_rows, True) / 1e6) / n
+    added = total - fixed
+    figures = (f"{n} dispatches: --variant adds {added:.3f} ms per dispatch beyond its passes "
+               f"({total:.3f} ms in all); profile's own fixed cost {fixed:.3f} ms per dispatch (baseline)")
+    # Issue 38's target: what the variant adds (its comparison, the scan for writes outside
+    # the write set, the module's one load) no more than profile's fixed cost.
+    if added > max(fixed, 0.05):
+        why.append(f"--variant adds {added:.3f} ms > profile's fixed cost {fixed:.3f} ms per dispatch")
     return why, figures
