@@ -38,10 +38,6 @@ pub struct VariantInput {
     pub passes: u32,
 }
 
-// SAFETY: a function handle (and the module it keeps loaded) is usable from any thread of its
-// context; a dispatch's variant lives from its launch's ENTER to its EXIT.
-unsafe impl Send for VariantInput {}
-
 /// What the alternation did.
 pub struct Alternated {
     /// The original's passes, the application's launch first.

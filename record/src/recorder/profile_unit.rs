@@ -85,7 +85,11 @@ impl Recorder {
         let mut metrics = lock(&self.metrics);
         let counters = !self.config.metrics.is_empty();
         // The variant's first launch can load its module lazily.
-        let _variant = FlagGuard::force(&VARIANT_CODE);
+        let _variant = self
+            .config
+            .variant
+            .is_some()
+            .then(|| FlagGuard::force(&VARIANT_CODE));
         let result = profile::profile_finish(*p, lock(&self.tool).as_mut(), counters);
         match result {
             Ok(Finished::Row(row)) => self.profile_row(*row),
