@@ -10,6 +10,13 @@ cargo clippy --all-targets -- -D warnings
 # 100 lines outside tests save those in house/allow-long-functions.txt (which must shrink).
 cargo run -q -p kreplay-house -- check
 cargo test --workspace
+# Proof on a real Slurm (issue #33): installs slurm-wlm and munge, runs
+# examples/slurm/verify-corpus.sbatch as a 3-task job array over testdata/captures with the
+# debug binary, and checks that every capture was verified exactly once. A machine that cannot
+# install Slurm (not root, no apt-get, no network) skips it, saying why, unless
+# KREPLAY_REQUIRE_SLURM=1.
+cargo build -q -p kreplay
+scripts/slurm-proof.sh "${CARGO_TARGET_DIR:-target}/debug/kreplay"
 # The Python package (python/): its own crate, built by maturin into a virtual environment,
 # linted like the rest, and its tests run on the captures in testdata.
 cargo fmt --manifest-path python/Cargo.toml --check

@@ -132,6 +132,22 @@ pub unsafe fn decode_launch(id: u32, params: *const c_void) -> Option<Launch> {
     unsafe { launch::decode(id, params) }
 }
 
+/// What a code-image load returned: a `CUmodule` or a `CUlibrary` handle (as integers: an
+/// identity to compare, never dereferenced here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadedHandle {
+    Module(usize),
+    Library(usize),
+}
+
+impl LoadedHandle {
+    pub fn raw(self) -> usize {
+        match self {
+            LoadedHandle::Module(h) | LoadedHandle::Library(h) => h,
+        }
+    }
+}
+
 impl<'a> ApiCall<'a> {
     /// The launched kernel's symbol, for launch callbacks (CUPTI may pass none).
     pub fn symbol(&self) -> Option<&'a CStr> {
@@ -191,6 +207,44 @@ impl<'a> ApiCall<'a> {
             }
         };
         Some(image as *const u8)
+    }
+
+    /// At EXIT of a successful code-image load: the handle the driver returned, as a module
+    /// (`cuModuleLoadData*`, `cuModuleLoadFatBinary`) or as a library (`cuLibraryLoadData`).
+    pub fn loaded_handle(&self) -> Option<LoadedHandle> {
+        use crate::callbacks::cbid;
+        let params = self.params();
+        if !self.succeeded() || params.is_null() {
+            return None;
+        }
+        // SAFETY: functionParams is the parameter struct of this callback id; at EXIT of a
+        // successful call its out-pointer holds the handle the driver wrote.
+        let handle = unsafe {
+            let out = |p: *mut *mut c_void| (!p.is_null()).then(|| *p as usize);
+            match self.id {
+                cbid::MODULE_LOAD_DATA => out((*(params as *const csys::cuModuleLoadData_params))
+                    .module
+                    .cast())
+                .map(LoadedHandle::Module),
+                cbid::MODULE_LOAD_DATA_EX => out((*(params
+                    as *const csys::cuModuleLoadDataEx_params))
+                    .module
+                    .cast())
+                .map(LoadedHandle::Module),
+                cbid::MODULE_LOAD_FAT_BINARY => out((*(params
+                    as *const csys::cuModuleLoadFatBinary_params))
+                    .module
+                    .cast())
+                .map(LoadedHandle::Module),
+                cbid::LIBRARY_LOAD_DATA => out((*(params
+                    as *const csys::cuLibraryLoadData_params))
+                    .library
+                    .cast())
+                .map(LoadedHandle::Library),
+                _ => None,
+            }
+        };
+        handle.filter(|h| h.raw() != 0)
     }
 
     /// At EXIT of a successful allocation call: what changed in the live allocations.

@@ -67,3 +67,64 @@ fn a_missing_twice_or_garbled_report_is_an_error_not_zero() {
     let twice = format!("{}\n{}\n", report_line(1), report_line(2));
     assert!(parse_report(&twice).is_err());
 }
+
+/// Tells this test binary, run again as a child by `child_peak_mib`, how many MiB to hold.
+const CHILD_MIB_VAR: &str = "KREPLAY_PEAK_RSS_CHILD_MIB";
+
+/// The child's side of `a_child_reports_its_own_peak_not_its_parents`: holds the MiB the
+/// variable names, every page written, then prints its own peak as the bench's child does.
+#[test]
+#[ignore = "the child of a_child_reports_its_own_peak_not_its_parents, which runs it"]
+fn peak_rss_child() {
+    let mib: usize = std::env::var(CHILD_MIB_VAR)
+        .expect("run by a_child_reports_its_own_peak_not_its_parents")
+        .parse()
+        .expect("MiB");
+    let mut held = vec![0u8; mib << 20];
+    // calloc'd pages are not resident until written.
+    for page in held.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    std::hint::black_box(&held);
+    println!("{}", report_line(own_peak_kib().expect("own peak")));
+}
+
+/// The peak in MiB that a child of this process holding `mib` MiB reports.
+fn child_peak_mib(mib: usize) -> u64 {
+    let exe = std::env::current_exe().expect("this test binary");
+    let out = std::process::Command::new(exe)
+        .args(["--ignored", "--exact", "peak_rss_child", "--nocapture"])
+        .env(CHILD_MIB_VAR, mib.to_string())
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_report(&stdout).expect("the child's report") / 1024
+}
+
+// Catches: a figure that is the parent's (getrusage(RUSAGE_CHILDREN) in the parent, or
+// RUSAGE_SELF in a child spawned sharing the parent's map) or one that misses the child's
+// own allocations.
+#[test]
+fn a_child_reports_its_own_peak_not_its_parents() {
+    const PARENT_MIB: usize = 384;
+    const CHILD_MIB: usize = 192;
+    // The parent grows first, as the in-process benches grow the bench before its children.
+    let parent = vec![1u8; PARENT_MIB << 20];
+    std::hint::black_box(&parent);
+    let idle = child_peak_mib(0);
+    let busy = child_peak_mib(CHILD_MIB);
+    drop(parent);
+    assert!(
+        busy >= CHILD_MIB as u64,
+        "a child holding {CHILD_MIB} MiB reported {busy} MiB"
+    );
+    assert!(
+        idle < 64,
+        "a child holding nothing reported {idle} MiB (the parent holds {PARENT_MIB} MiB)"
+    );
+}

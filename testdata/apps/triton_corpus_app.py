@@ -18,7 +18,9 @@ def fused_gelu_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     m = offs < n
     x = tl.load(x_ptr + offs, mask=m)
     y = tl.load(y_ptr + offs, mask=m)
-    g = 0.5 * x * (1.0 + tl.math.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+    # tanh(z) = 2 sigmoid(2z) - 1: tl.math.tanh is not in every Triton release.
+    z = 0.7978845608 * (x + 0.044715 * x * x * x)
+    g = 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * z) - 1.0))
     tl.store(out_ptr + offs, g + y, mask=m)
 
 

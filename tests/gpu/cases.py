@@ -418,6 +418,7 @@ INLINE_CASES = {
     "farm-play": ("timed",),
     # Issue 33: record --each-kernel (test_corpus.py; verdicts in krcorpus.py).
     "corpus-each-kernel": (),
+    "corpus-triton-specializations": (),
     "mpi-2ranks": ("mpi",),
     "profile-2ranks": ("mpi",),
     # Issue 38: profile --variant (test_variant.py; verdicts in krvariant.py).

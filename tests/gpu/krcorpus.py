@@ -112,3 +112,34 @@ def max_bytes_for(sizes: list) -> Optional[int]:
         return None
     bound = int(max(sizes) * 1.2)
     return bound if bound < sum(sizes) // 2 else None
+
+
+def specialization_checks(rec_rc: int, base_out: str, rec_out: str, manifest, modules: dict, plays: dict,
+                          shapes: int, per_shape: int) -> list:
+    """Triton compiles one module per specialization, each defining a kernel of the same name:
+    every capture keeps the module its launch ran. `modules`: file -> the module sizes
+    `info --json` lists; `plays`: file -> `play --verify --json`. The captures of one grid
+    share one module, the grids' modules differ, every capture replays matched, and the
+    application's output is unchanged."""
+    bad = [] if rec_rc == 0 else [f"record exit {rec_rc}"]
+    if base_out != rec_out or not base_out:
+        bad.append("the application's output changed under record")
+    shape = manifest_checks(manifest)
+    if shape:
+        return bad + shape
+    caps = manifest["captures"]
+    if len(caps) != shapes * per_shape:
+        bad.append(f"{len(caps)} captures, {shapes * per_shape} expected ({shapes} grids x {per_shape})")
+    by_grid = {}
+    for c in caps:
+        by_grid.setdefault(tuple(c["grid"]), set()).add(tuple(modules.get(c["file"]) or ()))
+        verify = (plays.get(c["file"]) or {}).get("verify") or {}
+        if verify.get("matched") is not True:
+            bad.append(f"{c['file']}: play --verify did not match (another specialization's code?)")
+    for grid, mods in sorted(by_grid.items()):
+        if len(mods) != 1:
+            bad.append(f"grid {list(grid)}: its captures hold {len(mods)} different modules {sorted(mods)}")
+    firsts = [next(iter(m)) for m in by_grid.values() if len(m) == 1]
+    if len(set(firsts)) != len(firsts):
+        bad.append(f"two grids' captures hold the same module ({firsts}): a specialization's code was not kept")
+    return bad

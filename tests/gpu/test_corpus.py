@@ -16,6 +16,8 @@ pytestmark = pytest.mark.gpu
 
 # Two iterations: every kernel of the stack runs in the first.
 TORCH_BLOCK = ["python3", str(APPS_SRC / "torch_block_app.py"), "2"]
+# Three grids, each its own Triton specialization of row_softmax (BLOCK follows the width).
+TRITON_SPECS = ["python3", str(APPS_SRC / "triton_corpus_app.py"), "2"]
 
 
 @C.inline("corpus-each-kernel")
@@ -52,4 +54,29 @@ def test_corpus_each_kernel(case, row, kr):
         why += [f"bounded: {w}" for w in K.bounded_checks(rec2.rc, base.out, rec2.out, m2, bound, sums2)]
         row["bounded"] = f"{len(caps2)} kept, {len((m2 or {}).get('left_out') or [])} left out under {bound} bytes"
     row.update(kernel=f"{len(caps)} kernels, {sum(sizes)} bytes", matched=not why, why="; ".join(why)[:900])
+    assert not why, "; ".join(why)
+
+
+@C.inline("corpus-triton-specializations")
+@pytest.mark.timeout(1200)
+def test_corpus_triton_specializations(case, row, kr):
+    """Several loaded modules define `row_softmax` (one per specialization): each capture must
+    keep the module its launch ran, not the latest loaded (before the fix, the first grid's
+    second execution replayed the 1024-wide code and mismatched)."""
+    base = case.run(TRITON_SPECS, name="base", timeout=600)
+    d = case.path("corpus")
+    rec = case.run([kr, "record", "-q", "--each-kernel", "--by", "shape", "--per-kernel", "2", "-k", "row_softmax",
+                    "-o", f"{d}/", "--force", "--"] + TRITON_SPECS, name="rec", timeout=900)
+    manifest = S.load_json(d / "corpus.json")
+    caps = (manifest or {}).get("captures") or [] if isinstance(manifest, dict) else []
+    modules, plays = {}, {}
+    for i, c in enumerate(caps):
+        f = d / c["file"]
+        info = S.load_json(case.run([kr, "info", "--json", f], name=f"info-{i}", timeout=120).out_path) or {}
+        modules[c["file"]] = [m.get("size") for m in info.get("modules") or []]
+        p = case.run([kr, "play", f, "--verify", "--json"], name=f"play-{i}", timeout=300)
+        plays[c["file"]] = S.load_json(p.out_path)
+    why = K.specialization_checks(rec.rc, base.out, rec.out, manifest, modules, plays, 3, 2)
+    row.update(kernel=f"row_softmax, {len(caps)} captures of 3 specializations", matched=not why,
+               why="; ".join(why)[:900])
     assert not why, "; ".join(why)

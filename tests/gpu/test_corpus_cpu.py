@@ -74,3 +74,35 @@ def test_the_bound_keeps_the_largest_capture_and_not_all(tmp_path):
     f.write_bytes(b"abc")
     assert K.sha256_of(f) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     assert K.sha256_of(tmp_path / "none") is None
+
+
+def _spec_manifest():
+    caps = []
+    for g, grid in enumerate((256, 512, 1024)):
+        for e in (1, 2):
+            c = _cap(f"{g + 1}-row_softmax-{e}-9.krr", "row_softmax")
+            c["grid"] = [grid, 1, 1]
+            caps.append(c)
+    return {**copy.deepcopy(GOOD), "captures": caps}
+
+
+def test_specializations_each_with_its_own_module_pass():
+    m = _spec_manifest()
+    modules = {c["file"]: [10256 + 1000 * (c["grid"][0] // 512)] for c in m["captures"]}
+    plays = {c["file"]: {"verify": {"matched": True}} for c in m["captures"]}
+    assert K.specialization_checks(0, "t 1", "t 1", m, modules, plays, 3, 2) == []
+
+
+def test_a_capture_with_another_specializations_module_fails():
+    m = _spec_manifest()
+    modules = {c["file"]: [10256 + 1000 * (c["grid"][0] // 512)] for c in m["captures"]}
+    plays = {c["file"]: {"verify": {"matched": True}} for c in m["captures"]}
+    # What the recorder did before: the second execution of the first grid kept the latest module.
+    modules["1-row_softmax-2-9.krr"] = [10256 + 2000]
+    assert K.specialization_checks(0, "t 1", "t 1", m, modules, plays, 3, 2)
+    modules = {c["file"]: [13072] for c in m["captures"]}
+    assert K.specialization_checks(0, "t 1", "t 1", m, modules, plays, 3, 2)
+    bad_play = {**plays, "1-row_softmax-2-9.krr": {"verify": {"matched": False}}}
+    ok_modules = {c["file"]: [10256 + 1000 * (c["grid"][0] // 512)] for c in m["captures"]}
+    assert K.specialization_checks(0, "t 1", "t 1", m, ok_modules, bad_play, 3, 2)
+    assert K.specialization_checks(0, "t 1", "t 2", m, ok_modules, plays, 3, 2)

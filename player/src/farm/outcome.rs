@@ -111,7 +111,9 @@ pub fn record_of(mut r: RunRecord, end: &ChildEnd) -> RunRecord {
     r.median_us = Some(micros(report.median_ns));
     r.first_us = report.durations_ns.first().map(|&d| micros(d));
     r.in_app_us = report.original_ns.map(micros);
-    r.spread_pct = (report.median_ns > 0 && !report.durations_ns.is_empty()).then(|| {
+    // One timed pass measures no spread: null, not 0 %, so `kreplay compare` does not read
+    // it as a noise-free figure.
+    r.spread_pct = (report.median_ns > 0 && report.durations_ns.len() >= 2).then(|| {
         report.max_ns.saturating_sub(report.min_ns) as f64 / report.median_ns as f64 * 100.0
     });
     r
@@ -211,6 +213,16 @@ mod tests {
         let spread = r.spread_pct.expect("spread");
         assert!((spread - 200.0 / 3.0).abs() < 1e-9, "{spread}");
         assert_eq!(r.error, None);
+    }
+
+    #[test]
+    fn one_timed_pass_has_no_spread() {
+        let one = report("recorded", true, true)
+            .replace(r#""passes":3"#, r#""passes":1"#)
+            .replace("[4000,2000,3000]", "[3000]");
+        let r = record_of(RunRecord::new("x.krr", Verdict::Error), &ended(0, one));
+        assert_eq!(r.passes, Some(1));
+        assert_eq!(r.spread_pct, None);
     }
 
     #[test]

@@ -120,8 +120,12 @@ impl Recorder {
     }
 
     /// What a kernel node's capture needs, an error naming the node's kernel.
-    fn node_target(&self, name: &str) -> Result<super::modules::Target, RecordError> {
-        self.target(name).map_err(|e| {
+    fn node_target(
+        &self,
+        name: &str,
+        function: &ForeignFunction,
+    ) -> Result<super::modules::Target, RecordError> {
+        self.target(name, Some(function)).map_err(|e| {
             RecordError::GraphNode(format!(
                 "kernel node {}: {e}",
                 kreplay_protocol::config::short_kernel_name(&kreplay_protocol::config::demangle(
@@ -142,8 +146,9 @@ impl Recorder {
         for run in runs {
             let globals = match run {
                 NodeRun::Kernel { kernel, .. } => {
-                    let objects = self.node_target(&kernel.name)?.objects;
-                    resolve_globals(&node_function(kernel), &objects)
+                    let function = node_function(kernel);
+                    let objects = self.node_target(&kernel.name, &function)?.objects;
+                    resolve_globals(&function, &objects)
                 }
                 _ => Vec::new(),
             };
@@ -199,8 +204,8 @@ impl Recorder {
             .args
             .clone()
             .ok_or_else(|| RecordError::GraphNode("its arguments were not recorded".into()))?;
-        let target = self.node_target(&k.name)?;
         let function = node_function(k);
+        let target = self.node_target(&k.name, &function)?;
         let view = target_view(k, site.stream.raw_stream());
         let open_file = self.outputs.opener(site.index, &k.name);
         let pre = PreInput {

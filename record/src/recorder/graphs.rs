@@ -352,9 +352,9 @@ impl Recorder {
                 "its arguments were not recorded".into(),
             ));
         };
-        let target = self.target(&k.name)?;
         // SAFETY: the function of a node of a live executable graph.
         let function = unsafe { ForeignFunction::from_launch(k.function as sys::CUfunction) };
+        let target = self.target(&k.name, Some(&function))?;
         ctx_synchronize().map_err(RecordError::cuda("synchronising before the graph launch"))?;
         let globals = resolve_globals(&function, &target.objects);
         let open_file = self.outputs.opener(index, &k.name);

@@ -127,7 +127,9 @@ pub(super) fn ensure_exit_collection() {
 fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
     let sub = Subscriber::subscribe(callback)?;
     let mut groups = vec![Group::Launch, Group::Graph];
-    if config.mode == Mode::Record {
+    // Record: a code image's PTX; record and profile: which module a load returned, so a
+    // capture keeps the code its launch runs when several modules share a kernel's name.
+    if config.mode != Mode::List {
         groups.push(Group::ImageLoad);
     }
     // Profile mode with --metrics: a free or an allocation may need the dispatches waiting

@@ -2,20 +2,63 @@
 //! and globals) and where the PTX of wanted kernels is; and what a capture of a kernel needs
 //! from them, the device and the allocations.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
-use kreplay_cuda::cupti_events::{ApiCall, Site};
-use kreplay_cuda::Device;
+use kreplay_cuda::cupti_events::{ApiCall, LoadedHandle, Site};
+use kreplay_cuda::{Device, ForeignFunction};
 use kreplay_format::{cubin, DeviceInfo};
 use kreplay_protocol::config::{MemoryScope, Mode};
 
 use super::locking::lock;
 use super::marks;
-use super::module_book::{is_own_module, StoredModule};
+use super::module_book::{choose_module, is_own_module, ModuleChoice, ModuleKey, StoredModule};
 use super::state::Recorder;
 use crate::capture::{CaptureData, CodeObject};
 use crate::error::RecordError;
 use crate::ptx;
+
+thread_local! {
+    /// Inside what the driver reports a module load on this thread now: a load call (its
+    /// handle comes at EXIT) or a launch (lazy loading, inside the recorder's first query of
+    /// the launched kernel). Set around those calls, read by the MODULE_LOADED callback.
+    static LOAD_SITE: Cell<ModuleKey> = const { Cell::new(ModuleKey::Unknown) };
+}
+
+/// Marks this thread's module loads as made inside the launch of a function until dropped;
+/// then gives the modules loaded meanwhile the handle of that function's module (asked once
+/// the lazy load is over, while the launch keeps the function valid).
+pub(super) struct LaunchLoadSite<'a> {
+    recorder: &'a Recorder,
+    function: usize,
+    before: ModuleKey,
+}
+
+impl<'a> LaunchLoadSite<'a> {
+    pub(super) fn enter(recorder: &'a Recorder, function: usize) -> LaunchLoadSite<'a> {
+        let before = LOAD_SITE.replace(ModuleKey::LaunchedFunction(function));
+        LaunchLoadSite {
+            recorder,
+            function,
+            before,
+        }
+    }
+}
+
+impl Drop for LaunchLoadSite<'_> {
+    fn drop(&mut self) {
+        LOAD_SITE.set(self.before);
+        let key = ModuleKey::LaunchedFunction(self.function);
+        let mut m = lock(&self.recorder.modules);
+        if !m.modules.iter().any(|s| s.key == key) {
+            return;
+        }
+        let handle = module_handle(key).map_or(ModuleKey::Unknown, ModuleKey::Module);
+        for s in m.modules.iter_mut().filter(|s| s.key == key) {
+            s.key = handle;
+        }
+    }
+}
 
 /// What a capture of one kernel needs besides the launch.
 pub(super) struct Target {
@@ -58,12 +101,33 @@ impl Recorder {
             image: Arc::new(bytes.to_vec()),
             functions: syms.functions,
             objects: syms.objects,
+            key: LOAD_SITE.get(),
         });
     }
 
-    /// A code image is about to be loaded: note where its PTX is, if it has any.
+    /// A code image is handed to the driver: at ENTER, note where its PTX is, if it has
+    /// any, and that loads now come from this call; at EXIT, give the modules it loaded the
+    /// handle it returned.
     pub(super) fn on_image_load(&self, call: &ApiCall<'_>) {
-        if self.config.mode != Mode::Record || call.site != Site::Enter || marks::self_calls() {
+        if marks::self_calls() {
+            return;
+        }
+        if call.site == Site::Exit {
+            LOAD_SITE.set(ModuleKey::Unknown);
+            let key = match call.loaded_handle() {
+                Some(LoadedHandle::Module(h)) => ModuleKey::Module(h),
+                Some(LoadedHandle::Library(h)) => ModuleKey::Library(h),
+                None => ModuleKey::Unknown,
+            };
+            for m in lock(&self.modules).modules.iter_mut().rev() {
+                if m.key == ModuleKey::Loading {
+                    m.key = key;
+                }
+            }
+            return;
+        }
+        LOAD_SITE.set(ModuleKey::Loading);
+        if self.config.mode != Mode::Record {
             return;
         }
         let Some(image) = call.image() else {
@@ -76,16 +140,27 @@ impl Recorder {
         }
     }
 
-    /// What a capture of kernel `name` needs from the recorder's state and the driver.
-    pub(super) fn target(&self, name: &str) -> Result<Target, RecordError> {
+    /// What a capture of kernel `name`, launched as `function` (when known), needs from the
+    /// recorder's state and the driver.
+    pub(super) fn target(
+        &self,
+        name: &str,
+        function: Option<&ForeignFunction>,
+    ) -> Result<Target, RecordError> {
         let (image, objects, module_id) = {
             let m = lock(&self.modules);
-            let m = m
+            let defining: Vec<&StoredModule> = m
                 .modules
                 .iter()
-                .rev()
-                .find(|m| m.functions.iter().any(|f| f == name))
-                .ok_or(RecordError::ModuleNotSeen)?;
+                .filter(|m| m.functions.iter().any(|f| f == name))
+                .collect();
+            let m = match pick_module(&defining, function) {
+                ModuleChoice::Chosen(i) => defining[i],
+                ModuleChoice::None => return Err(RecordError::ModuleNotSeen),
+                ModuleChoice::Ambiguous { candidates } => {
+                    return Err(RecordError::AmbiguousModule { candidates })
+                }
+            };
             (m.image.clone(), m.objects.clone(), m.id)
         };
         let device = Device::current().map_err(RecordError::cuda("finding the device"))?;
@@ -129,5 +204,41 @@ impl Recorder {
         data.ptx_sources = lock(&self.modules).ptx_sources.clone();
         data.device = Some(device);
         data.nvtx = crate::nvtx::innermost();
+    }
+}
+
+/// Which of `defining` (the stored modules defining a kernel, in load order) the launch of
+/// `function` runs: asks the driver for module handles only when their code differs.
+fn pick_module(defining: &[&StoredModule], function: Option<&ForeignFunction>) -> ModuleChoice {
+    let same_code = defining.windows(2).all(|w| w[0].image == w[1].image);
+    let ask = !same_code && function.is_some();
+    let launched = function
+        .filter(|_| ask)
+        .and_then(|f| f.module().ok())
+        .map(|m| m.handle());
+    let candidates: Vec<(&[u8], Option<usize>)> = defining
+        .iter()
+        .map(|m| {
+            let handle = if ask { module_handle(m.key) } else { None };
+            (m.image.as_slice(), handle)
+        })
+        .collect();
+    choose_module(&candidates, launched)
+}
+
+/// The driver module handle a stored module's key resolves to now, if any.
+fn module_handle(key: ModuleKey) -> Option<usize> {
+    match key {
+        ModuleKey::Module(h) => Some(h),
+        // SAFETY: a library handle the application's load returned; a library unloaded since
+        // makes the driver fail with INVALID_HANDLE, which reads as unknown.
+        ModuleKey::Library(l) => unsafe { kreplay_cuda::module::library_module_handle(l) },
+        ModuleKey::LaunchedFunction(f) => {
+            // SAFETY: asked only at the end of the ENTER of the launch of `f` (see
+            // `LaunchLoadSite`), while the application's launch keeps it valid.
+            let f = unsafe { ForeignFunction::from_launch(f as kreplay_cuda::sys::CUfunction) };
+            f.module().ok().map(|m| m.handle())
+        }
+        ModuleKey::Unknown | ModuleKey::Loading => None,
     }
 }

@@ -32,7 +32,7 @@ impl Recorder {
             // SAFETY: the view was decoded in this very callback; the layout is its function's.
             let args =
                 unsafe { launch::argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
-            let target = self.target(&name)?;
+            let target = self.target(&name, Some(&function))?;
             let variant = self
                 .config
                 .variant

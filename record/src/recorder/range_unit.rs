@@ -120,7 +120,7 @@ impl Recorder {
             objects,
             allocations,
             device,
-        } = self.target(&name)?;
+        } = self.target(&name, Some(&function))?;
         let seeding = r.pending.is_none();
         r.kernel_step(StepInput {
             pre: PreInput {

@@ -23,7 +23,7 @@ impl Recorder {
         // SAFETY: the view was decoded in this very callback; the layout belongs to its function.
         let args =
             unsafe { launch::argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
-        let target = self.target(&name)?;
+        let target = self.target(&name, Some(&function))?;
         let open_file = self.outputs.opener(index, &name);
         let mut p = before_launch(PreInput {
             view,
