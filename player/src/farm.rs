@@ -2,11 +2,13 @@
 //! same forms): which captures (`inputs`), which of them this process takes (`shard`,
 //! `resume`), where and how many at once (`schedule`, `gpus`), each replay in a child process
 //! of its own (`child`, `play_many`) or each verification here (`verify_many`), and what the
-//! children's ends mean (`outcome`). Results are `RunRecord`s, one JSON line each.
+//! children's ends mean (`outcome`). Results are `RunRecord`s, one JSON line each; `html`
+//! makes a finished run's report page.
 
 mod checksum;
 mod child;
 mod gpus;
+mod html;
 mod inputs;
 mod outcome;
 mod play_many;
@@ -18,6 +20,7 @@ mod verify_many;
 pub use checksum::sha256_file;
 pub use child::ChildCommand;
 pub use gpus::{describe as describe_gpus, visible_ordinals, Gpu};
+pub use html::{farm_html, median_chart, FarmRun};
 pub use inputs::{expand, is_manifest, names_many, Entry, InputError};
 pub use outcome::{count_line, exit_status, record_of, ChildEnd};
 pub use play_many::{play_many, PlayFarm};

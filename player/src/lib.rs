@@ -13,6 +13,7 @@ pub mod diff;
 mod divergence;
 pub mod extract;
 pub mod farm;
+pub mod html_report;
 pub mod kernel_name;
 mod kernels;
 pub mod pack;

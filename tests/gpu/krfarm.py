@@ -45,3 +45,27 @@ def farm_checks(rc: int, records: list, files: list, farm_s: float, lone_s: dict
     figures = (f"farm {per_farm * 1e3:.0f} ms per capture ({farm_s:.2f} s for {len(files)}), lone play "
                f"{per_lone * 1e3:.0f} ms per capture: overhead {pct:+.1f} %{over}")
     return why, figures
+
+
+def report_checks(html: str, records: list) -> list:
+    """What is wrong with the farm's `--html` report (issue 40) of `records`: one row per
+    capture in its table, one chart with a point per timed capture (a legend dot per kind on
+    top), nothing referred to outside the file."""
+    if not html:
+        return ["no --html report was written"]
+    why = []
+    good = [r for r in records if isinstance(r, dict)]
+    start = html.find('<table id="captures">')
+    table = html[start:html.find("</table>", start)] if start >= 0 else ""
+    rows = table.count('<tr class="capture')
+    if rows != len(good):
+        why.append(f"the report has {rows} capture rows for {len(good)} records")
+    timed = sum(1 for r in good if (r.get("median_us") or 0) > 0)
+    if html.count("<svg") != 1:
+        why.append(f"the report has {html.count('<svg')} charts, not 1")
+    if html.count("<circle") < timed:
+        why.append(f"the chart has {html.count('<circle')} points for {timed} timed captures")
+    for outside in ("http://", "https://", "src=", "<script"):
+        if outside in html:
+            why.append(f"the report refers outside itself ({outside})")
+    return why

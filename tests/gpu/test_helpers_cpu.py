@@ -854,3 +854,17 @@ def test_farm_play_verdict_wants_every_capture_matched_once_and_states_the_overh
         args = {**dict(rc=0, records=[rec("/t/a.krr"), rec("/t/b.krr")], files=files, farm_s=1.0, lone_s=lone), **f}
         assert F.farm_checks(**args)[0], f
     assert F.read_lines('{"a": 1}\n\nnot json\n') == [{"a": 1}, None]
+
+
+def test_farm_report_verdict_wants_a_row_per_capture_and_a_point_per_timed_one():
+    import krfarm as F
+
+    records = [{"file": "a.krr", "median_us": 3.0}, {"file": "b.krr", "median_us": None}]
+    page = ('<svg><circle/><circle/></svg><table id="captures"><tr><th>file</th></tr>'
+            '<tr class="capture"><td>a</td></tr><tr class="capture bad"><td>b</td></tr></table>')
+    assert F.report_checks(page, records) == []
+    assert F.report_checks("", records) == ["no --html report was written"]
+    assert F.report_checks(page.replace('<tr class="capture bad">', "<tr>"), records)
+    assert F.report_checks(page.replace("<circle/>", ""), records)
+    assert F.report_checks(page + '<img src="https://x/y.png">', records)
+    assert F.report_checks(page + "<svg></svg>", records)

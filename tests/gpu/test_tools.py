@@ -522,8 +522,9 @@ def test_python_cli_same_report(bins, case, row, kr, app):
 
 @C.inline("farm-play")
 def test_farm_play(case, row, kr):
-    """`kreplay play DIR --jobs 1 --json-lines` over the testdata captures (issue 33): exit 0,
-    one `matched` record per capture; the figures are the farm's wall time per capture against
+    """`kreplay play DIR --jobs 1 --json-lines --html` over the testdata captures (issue 33):
+    exit 0, one `matched` record per capture, and (issue 40) a report page with a row per
+    capture and a chart point per timed one, referring to nothing outside itself; the figures are the farm's wall time per capture against
     a lone `kreplay play --passes 1 --verify` of each same file."""
     import krfarm as F
 
@@ -534,8 +535,12 @@ def test_farm_play(case, row, kr):
         one = case.run([kr, "play", f, "--passes", "1", "--verify", "--json"], name="lone-" + Path(f).stem)
         lone[f] = one.secs
     results = case.path("farm.jsonl")
-    farm = case.run([kr, "play", folder, "--jobs", "1", "--json-lines", results], name="farm", timeout=900)
-    why, figures = F.farm_checks(farm.rc, F.read_lines(S.read(results)), files, farm.secs, lone)
+    report = case.path("farm.html")
+    farm = case.run([kr, "play", folder, "--jobs", "1", "--json-lines", results, "--html", report],
+                    name="farm", timeout=900)
+    records = F.read_lines(S.read(results))
+    why, figures = F.farm_checks(farm.rc, records, files, farm.secs, lone)
+    why += F.report_checks(S.read(report), records)
     row.update(kernel=f"{len(files)} testdata captures through the farm", matched=not why,
                why="; ".join(why), figures=figures)
     assert not why, "; ".join(why)

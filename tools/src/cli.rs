@@ -131,6 +131,13 @@ pub struct CompareArgs {
     /// The whole comparison as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also write the comparison as one self-contained HTML page to FILE (replaced if it
+    /// exists): the summary, a chart of each capture's time ratio NEW/BASE sorted with its noise
+    /// band and the threshold, the regressions and verdict changes, and a row per paired
+    /// capture. Nothing in it is fetched from elsewhere; stdout and the exit status are
+    /// unchanged.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// A threshold in percent: finite and not negative.
@@ -633,12 +640,21 @@ pub struct ManyArgs {
     /// verify: default one per CPU core).
     #[arg(long, value_name = "N", help_heading = "Many captures")]
     pub jobs: Option<usize>,
+    /// When the run finishes, write it as one self-contained HTML page to FILE (replaced if it
+    /// exists): the verdicts, a chart of the median times sorted with their pass spread, and a
+    /// row per capture (verdict, median, first and in-app µs, spread, error), failures first.
+    #[arg(long, value_name = "FILE", help_heading = "Many captures")]
+    pub html: Option<PathBuf>,
 }
 
 impl ManyArgs {
     /// Whether any of these flags was given (they ask for a run of many even on one file).
     pub fn given(&self) -> bool {
-        self.shard.is_some() || self.json_lines.is_some() || self.resume || self.jobs.is_some()
+        self.shard.is_some()
+            || self.json_lines.is_some()
+            || self.resume
+            || self.jobs.is_some()
+            || self.html.is_some()
     }
 }
 

@@ -234,3 +234,33 @@ fn a_closed_pipe_keeps_the_gates_exit_status() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn html_writes_the_report_and_leaves_stdout_and_the_gate_as_they_were() {
+    let d = scratch("compare-html");
+    let page = d.join("report.html");
+    let (base, new) = (runs("corpus-base.jsonl"), runs("corpus-new.jsonl"));
+    let (plain_code, plain_out, _) = kreplay(&["compare", &base, &new]);
+    let page_arg = page.to_str().expect("utf-8 path");
+    let (code, out, err) = kreplay(&["compare", &base, &new, "--html", page_arg]);
+    assert_eq!((code, plain_code), (1, 1), "{err}");
+    assert_eq!(out, plain_out);
+    let html = std::fs::read_to_string(&page).expect("the report");
+    let (_, pairs) = html.split_once("<table id=\"pairs\">").expect("pairs");
+    let pairs = &pairs[..pairs.find("</table>").expect("end of the table")];
+    assert_eq!(pairs.matches("<tr class=\"pair").count(), 30);
+    assert!(html.contains("4 slower and 2 faster"), "{html}");
+    assert!(html.contains("cunn_SoftMaxForward&lt;4, float"));
+    assert!(html.contains("<svg") && !html.contains("http"));
+}
+
+#[test]
+fn an_html_report_that_cannot_be_written_is_an_error_naming_it() {
+    let new = runs("new.jsonl");
+    let (code, _, err) = kreplay(&["compare", &new, &new, "--html", "/nonexistent/dir/r.html"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--html: cannot write /nonexistent/dir/r.html"),
+        "{err}"
+    );
+}

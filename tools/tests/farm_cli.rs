@@ -252,6 +252,41 @@ fn play_of_several_files_without_a_gpu_is_an_error_per_capture_with_its_reason()
 }
 
 #[test]
+fn play_html_of_one_file_is_a_run_with_its_report_written_at_the_end() {
+    if Path::new("/proc/driver/nvidia/version").exists() {
+        eprintln!("skipped: this machine has an NVIDIA driver (the GPU suite covers it)");
+        return;
+    }
+    let d = scratch("farm-html");
+    let page = d.join("run.html");
+    let saxpy = capture("cuda-saxpy");
+    let (code, o, e) = kreplay(&["play", s(&saxpy), "--html", s(&page), "--timeout", "60"]);
+    assert_eq!(code, 2, "{o}{e}");
+    assert!(o.contains("1 capture(s): 1 error"), "{o}");
+    let html = std::fs::read_to_string(&page).expect("the report");
+    assert!(
+        html.contains("<title>kreplay play: run report</title>"),
+        "{html}"
+    );
+    assert_eq!(html.matches("<tr class=\"capture bad\">").count(), 1);
+    assert!(html.contains("no CUDA driver") && html.contains("(exit 2)"));
+    assert!(html.contains("<svg") && !html.contains("http"));
+}
+
+#[test]
+fn verify_html_reports_every_capture_verified() {
+    let d = scratch("verify-html");
+    let page = d.join("verify.html");
+    let (code, o, e) = kreplay(&["verify", s(&captures_dir()), "--html", s(&page)]);
+    assert_eq!(code, 0, "{o}{e}");
+    let html = std::fs::read_to_string(&page).expect("the report");
+    let n = testdata_count();
+    assert!(html.contains(&format!("{n} verified")), "{html}");
+    assert_eq!(html.matches("<tr class=\"capture\">").count(), n);
+    assert!(html.contains("all passed") && html.contains("kreplay verify"));
+}
+
+#[test]
 fn timing_refuses_more_jobs_than_gpus() {
     let (code, _, e) = kreplay(&["play", s(&captures_dir()), "--jobs", "4", "--devices", "0"]);
     assert_eq!(code, 2);

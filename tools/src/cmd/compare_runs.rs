@@ -1,6 +1,6 @@
 //! `kreplay compare BASE.jsonl NEW.jsonl`: reads the two runs, the player compares them
 //! (`kreplay_player::runs_compare`), and this prints the result as text, CSV or JSON and
-//! turns it into the exit status CI gates on.
+//! turns it into the exit status CI gates on; `--html` also writes the player's report page.
 
 mod text;
 
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use kreplay_player::runs_compare::{
-    compare_runs, parse_runs, CapturePair, RunRecord, RunsComparison, Unpaired,
+    compare_runs, comparison_html, parse_runs, CapturePair, RunRecord, RunsComparison, Unpaired,
 };
 
 use crate::cli::CompareArgs;
@@ -21,6 +21,10 @@ pub fn run(a: CompareArgs) -> anyhow::Result<ExitCode> {
     let (base_name, base) = read_run(&a.base)?;
     let (new_name, new) = read_run(&a.new)?;
     let report = compare_runs((&base_name, &base), (&new_name, &new), a.threshold);
+    if let Some(path) = &a.html {
+        std::fs::write(path, comparison_html(&report))
+            .with_context(|| format!("--html: cannot write {}", path.display()))?;
+    }
     match print(&a, &report) {
         // A reader that stopped early (`| head`) still gets the gate's answer: a pipeline
         // under `set -o pipefail` must not pass a regression because its output was cut.

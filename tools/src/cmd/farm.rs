@@ -1,6 +1,6 @@
 //! `kreplay play DIR | FILE... | corpus.json` and `kreplay verify` of the same forms: the
 //! flags turned into the farm's settings (`kreplay_player::farm`), the results written as
-//! JSON lines and shown as a table (`farm_table`).
+//! JSON lines and shown as a table (`farm_table`), and with `--html` as a report page.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -36,10 +36,34 @@ struct Selection {
     /// Already answered in the --json-lines file (--resume).
     skipped: usize,
     sink: JsonLines,
+    /// `--html FILE`, written when the run finishes.
+    report: Option<HtmlReport>,
+}
+
+/// `--html FILE`: where the finished run's page goes, and what the run was given.
+struct HtmlReport {
+    command: &'static str,
+    path: PathBuf,
+    inputs: String,
+}
+
+impl HtmlReport {
+    fn write(&self, records: &[RunRecord], skipped: usize, wall: Duration) -> anyhow::Result<()> {
+        let page = farm::farm_html(&farm::FarmRun {
+            command: self.command,
+            inputs: &self.inputs,
+            records,
+            skipped,
+            wall_s: wall.as_secs_f64(),
+        });
+        std::fs::write(&self.path, page)
+            .with_context(|| format!("--html: cannot write {}", self.path.display()))
+    }
 }
 
 impl Selection {
-    fn of(files: &[PathBuf], many: &ManyArgs) -> anyhow::Result<Selection> {
+    /// `command` (`play`, `verify`) names the run in its --html report.
+    fn of(command: &'static str, files: &[PathBuf], many: &ManyArgs) -> anyhow::Result<Selection> {
         let mut entries = farm::expand(files)?;
         if let Some(s) = &many.shard {
             let shard = if s == "auto" {
@@ -69,10 +93,20 @@ impl Selection {
             (entries, skipped) = done.remaining(entries);
         }
         let sink = JsonLines::open(many.json_lines.as_deref(), many.resume)?;
+        let report = many.html.as_ref().map(|path| HtmlReport {
+            command,
+            path: path.clone(),
+            inputs: files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+        });
         Ok(Selection {
             entries,
             skipped,
             sink,
+            report,
         })
     }
 }
@@ -123,14 +157,24 @@ fn run_many(
         entries,
         skipped,
         mut sink,
+        report,
     } = sel;
     let started = Instant::now();
     let mut table = Table::new(&entries, quiet);
+    // Kept only for --html: the page needs every record once the run is over.
+    let mut finished: Vec<RunRecord> = Vec::new();
     let verdicts = work(&entries, &mut |r| {
         sink.write(r)?;
+        if report.is_some() {
+            finished.push(r.clone());
+        }
         table.row(r)
     })?;
-    table.summary(&verdicts, skipped, started.elapsed())?;
+    let wall = started.elapsed();
+    table.summary(&verdicts, skipped, wall)?;
+    if let Some(report) = &report {
+        report.write(&finished, skipped, wall)?;
+    }
     Ok(ExitCode::from(farm::exit_status(&verdicts)))
 }
 
@@ -156,7 +200,7 @@ pub fn play(a: &PlayArgs) -> anyhow::Result<ExitCode> {
         jobs,
         timeout: a.timeout.map(Duration::from_secs_f64),
     };
-    let sel = Selection::of(&a.files, &a.many)?;
+    let sel = Selection::of("play", &a.files, &a.many)?;
     run_many(sel, a.quiet, |entries, report| {
         farm::play_many(&settings, entries, report)
     })
@@ -175,7 +219,7 @@ pub fn verify(a: &VerifyArgs) -> anyhow::Result<ExitCode> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let sel = Selection::of(&a.files, &a.many)?;
+    let sel = Selection::of("verify", &a.files, &a.many)?;
     run_many(sel, false, |entries, report| {
         farm::verify_many(entries, jobs, report)
     })
@@ -350,6 +394,7 @@ mod tests {
         ])));
         assert!(play_wants_many(&play_args(&[f, "--json-lines", "r.jsonl"])));
         assert!(play_wants_many(&play_args(&[f, "--timeout", "3"])));
+        assert!(play_wants_many(&play_args(&[f, "--html", "r.html"])));
         assert!(play_wants_many(&play_args(&[f, f])));
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/captures");
         assert!(play_wants_many(&play_args(&[dir])));
