@@ -221,6 +221,11 @@ impl GatedTimer {
         self.word.is_some()
     }
 
+    /// The start event of the last window (where it lies on a trace's GPU-time axis).
+    pub fn start_event(&self) -> &Event {
+        &self.start
+    }
+
     /// Waits for the stop event and returns the kernel time in nanoseconds.
     pub fn elapsed_ns(&self) -> CuResult<u64> {
         self.stop.synchronize()?;

@@ -14,6 +14,7 @@ pub mod counters;
 pub mod error;
 pub mod kernel;
 pub mod options;
+pub mod pass_trace;
 pub mod passes;
 pub mod plan;
 pub mod range_counters;

@@ -74,6 +74,10 @@ pub struct RunOptions {
     /// A range's kernel steps timed one by one too (`play --per-step`); no effect on one
     /// dispatch.
     pub per_step: bool,
+    /// Keep where each timed pass's parts ran on the GPU (`play --trace`): the restore's,
+    /// the flush's, the timed window's and the steps' events read against an origin event
+    /// (`pass_trace`). The timed window is the same with it or without.
+    pub trace: bool,
 }
 
 impl Default for RunOptions {
@@ -84,6 +88,7 @@ impl Default for RunOptions {
             cache: CacheState::Keep,
             verification: Verification::Off,
             per_step: false,
+            trace: false,
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::arrays::ArraySync;
 use crate::error::PlayError;
 pub use crate::kernel::Kernel;
 use crate::options::{CacheState, RunOptions, Verification};
+use crate::pass_trace::{PassRecord, PassTracer};
 use crate::restore::Restorer;
 use crate::step_plan::step_medians;
 use crate::steps::RangeSteps;
@@ -52,6 +53,9 @@ pub struct PassStats {
     /// A range's device-to-host copy steps whose bytes differed from what the application
     /// received, in the verified pass (checked only when verifying).
     pub copy_mismatches: Vec<usize>,
+    /// Where each timed pass's parts ran on the GPU (with `RunOptions::trace`; empty
+    /// otherwise).
+    pub trace: Vec<PassRecord>,
 }
 
 /// Timing of the passes (`play --json` carries these fields at its top level).
@@ -288,6 +292,7 @@ impl<F: AsFunction> Replayer<F> {
             restores_ns,
             timer,
             step_ns,
+            tracer,
             ..
         } = runner;
         self.finish_timed(verify, opts.warmup, check_reference)?;
@@ -309,6 +314,7 @@ impl<F: AsFunction> Replayer<F> {
             skipped: summary.skipped,
             step_medians: step_medians(&step_ns, &timed),
             copy_mismatches: self.copy_mismatches.clone(),
+            trace: tracer.map(PassTracer::into_records).unwrap_or_default(),
         })
     }
 
@@ -385,6 +391,8 @@ struct TimedPasses<'r, 'c, F: AsFunction> {
     restores_ns: Vec<u64>,
     /// A range's per-step times, per step, one per timed pass (with `per_step`).
     step_ns: Vec<Vec<u64>>,
+    /// With `RunOptions::trace`.
+    tracer: Option<PassTracer>,
 }
 
 impl<'r, 'c, F: AsFunction> TimedPasses<'r, 'c, F> {
@@ -406,6 +414,10 @@ impl<'r, 'c, F: AsFunction> TimedPasses<'r, 'c, F> {
             restore_stop: Event::new()?,
             restores_ns: Vec::new(),
             step_ns: Vec::new(),
+            tracer: match opts.trace {
+                true => Some(PassTracer::new()?),
+                false => None,
+            },
         })
     }
 
@@ -446,6 +458,18 @@ impl<F: AsFunction> TimedPasses<'_, '_, F> {
         }
         Ok(())
     }
+
+    /// Keeps where pass `pass`'s parts ran (when tracing), after its timed window completed.
+    fn note_trace(&mut self, pass: u32, timed_ns: u64) -> Result<(), PlayError> {
+        let Some(tracer) = &mut self.tracer else {
+            return Ok(());
+        };
+        let steps = match &self.replayer.range {
+            Some(range) => range.step_starts()?,
+            None => Vec::new(),
+        };
+        tracer.finished(pass, self.timer.start_event(), timed_ns, &steps)
+    }
 }
 
 impl<F: AsFunction> PassRunner for TimedPasses<'_, '_, F> {
@@ -453,22 +477,37 @@ impl<F: AsFunction> PassRunner for TimedPasses<'_, '_, F> {
 
     fn restore(&mut self) -> Result<(), PlayError> {
         let r = &mut *self.replayer;
+        if let Some(t) = &mut self.tracer {
+            t.begin(&r.stream)?;
+        }
         self.restore_start.record(&r.stream)?;
         r.restore()?;
         self.restore_stop.record(&r.stream)?;
         self.restore_stop.synchronize()?;
-        self.restores_ns
-            .push(self.restore_stop.elapsed_ns_since(&self.restore_start)?);
+        let ns = self.restore_stop.elapsed_ns_since(&self.restore_start)?;
+        self.restores_ns.push(ns);
+        if let Some(t) = &mut self.tracer {
+            t.restored(&self.restore_start, ns)?;
+        }
         Ok(())
     }
 
     fn prepare(&mut self, _pass: u32) -> Result<(), PlayError> {
-        self.replayer.prepare_cache(self.cache)
+        let flushes = self.cache == CacheState::Flush;
+        let (Some(t), true) = (&mut self.tracer, flushes) else {
+            return self.replayer.prepare_cache(self.cache);
+        };
+        t.mark_flush(&self.replayer.stream, true)?;
+        self.replayer.prepare_cache(self.cache)?;
+        t.mark_flush(&self.replayer.stream, false)
     }
 
     fn run(&mut self, pass: u32) -> Result<PassOutcome, PlayError> {
         let r = &mut *self.replayer;
         r.note_setup();
+        if let Some(t) = &mut self.tracer {
+            t.begin(&r.stream)?;
+        }
         self.timer.arm(&r.stream)?;
         let timer = &mut self.timer;
         let launched_ok = r.launch_with(&mut || timer.release());
@@ -476,6 +515,7 @@ impl<F: AsFunction> PassRunner for TimedPasses<'_, '_, F> {
         launched_ok?;
         let duration_ns = self.timer.elapsed_ns()?;
         self.note_step_times()?;
+        self.note_trace(pass, duration_ns)?;
         let matches_first = self.check(pass)?;
         Ok(PassOutcome {
             index: pass,

@@ -355,6 +355,19 @@ impl<F: AsFunction> RangeSteps<F> {
             .collect()
     }
 
+    /// Per timed step of the pass that last completed: its index, start event and time
+    /// (for a trace's spans; empty unless passes time their steps).
+    pub fn step_starts(&self) -> Result<Vec<(usize, &Event, u64)>, PlayError> {
+        let mut out = Vec::new();
+        for (i, t) in self.timers.iter().enumerate() {
+            if let Some((start, stop)) = t.as_ref().filter(|_| self.timing) {
+                stop.synchronize()?;
+                out.push((i, start, stop.elapsed_ns_since(start)?));
+            }
+        }
+        Ok(out)
+    }
+
     /// The device-to-host copy steps whose bytes differ from what the application received,
     /// after a pass completed.
     pub fn copy_mismatches(&self) -> Vec<usize> {

@@ -30,6 +30,10 @@ mod save;
 mod save_step;
 mod session;
 pub mod step_diff;
+mod trace;
+pub mod trace_build;
+pub mod trace_check;
+pub mod trace_events;
 
 pub use kreplay_engine::counters::{
     list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport, StepMetrics,
@@ -50,5 +54,6 @@ pub use report::PlayJson;
 pub use save::SavedOutput;
 pub use save_step::{save_step_problem, SavedStep};
 pub use session::{FilePages, PlayReport, Session, ToolRun, TOOL_MAX_PASSES};
+pub use trace::trace_of;
 #[cfg(test)]
 mod testdata;

@@ -34,6 +34,8 @@ pub struct PlayOptions {
     pub per_step: bool,
     /// Where to write one kernel step of a range as a single capture (`--save-step K FILE`).
     pub save_step: Option<SaveStep>,
+    /// Keep where each timed pass's parts ran on the GPU, for a trace (`--trace`).
+    pub trace: bool,
 }
 
 /// `--save-step K OUT.krr [--force]`.
@@ -69,6 +71,7 @@ impl Default for PlayOptions {
             tool: None,
             per_step: false,
             save_step: None,
+            trace: false,
         }
     }
 }
@@ -99,6 +102,7 @@ impl PlayOptions {
                 Verification::Off
             },
             per_step: self.per_step,
+            trace: self.trace,
         }
     }
 

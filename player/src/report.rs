@@ -89,6 +89,7 @@ mod tests {
             verify: Default::default(),
             tool: None,
             range,
+            pass_records: Vec::new(),
         }
     }
 

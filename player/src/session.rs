@@ -76,6 +76,10 @@ pub struct PlayReport {
     /// dispatch: its report is unchanged).
     #[serde(flatten)]
     pub range: Option<RangeReport>,
+    /// Where each timed pass's parts ran on the GPU (`RunOptions::trace`, for `play
+    /// --trace`; empty otherwise; not in the JSON report).
+    #[serde(skip)]
+    pub pass_records: Vec<kreplay_engine::pass_trace::PassRecord>,
 }
 
 /// What a tool (`play --tool LIB.so`) made of the replay (`--json`: `tool`).
@@ -796,6 +800,7 @@ impl<'c> Session<'c> {
             verify: v,
             tool: None,
             range,
+            pass_records: stats.trace.clone(),
         };
         Ok((report, stats))
     }

@@ -414,6 +414,9 @@ INLINE_CASES = {
     "range-stall-bench": ("bench", "timed"),
     "range-graph-launch": (),
     "range-graph-launch-compile": (),
+    # Issue 40: play --trace (test_trace.py; verdicts in krtrace.py).
+    "trace-play-metrics": ("counters",),
+    "trace-range-per-step": (),
     # Issue 33: many captures through the farm (test_tools.py; verdict in krfarm.py).
     "farm-play": ("timed",),
     # Issue 33: record --each-kernel (test_corpus.py; verdicts in krcorpus.py).

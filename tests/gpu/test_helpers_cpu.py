@@ -17,7 +17,7 @@ import cases as C
 import krsuite as S
 from prepared import ROOT, Apps
 
-TEST_MODULES = ("test_record_play", "test_robust", "test_tools", "test_profile", "test_range", "test_corpus")
+TEST_MODULES = ("test_record_play", "test_robust", "test_tools", "test_profile", "test_range", "test_corpus", "test_trace")
 
 
 def bash_case_names() -> set:

@@ -67,6 +67,11 @@ pub enum Command {
     /// Write the man pages (roff): one per command (kreplay.1, kreplay-record.1, ...) into
     /// DIR, or the main page on stdout without DIR.
     Man(ManArgs),
+    /// Check trace files (`play --trace`) against the trace-event format kreplay writes and
+    /// print what each holds as one JSON line; exit 1 naming every defect. For the GPU
+    /// suite and for debugging, so not listed.
+    #[command(hide = true)]
+    VerifyTrace(VerifyTraceArgs),
 }
 
 #[derive(Args)]
@@ -519,7 +524,7 @@ pub enum CacheMode {
 }
 
 #[derive(Args)]
-#[command(group(clap::ArgGroup::new("saved").multiple(true).args(["save_output", "save_step"])))]
+#[command(group(clap::ArgGroup::new("saved").multiple(true).args(["save_output", "save_step", "trace"])))]
 pub struct PlayArgs {
     /// The capture to replay; or many: several files, a directory (every *.krr under it,
     /// recursively, sorted), or a corpus manifest (corpus.json), each replayed in a child
@@ -587,7 +592,7 @@ pub struct PlayArgs {
     /// --module variant's).
     #[arg(long, value_name = "FILE.krr")]
     pub save_output: Option<PathBuf>,
-    /// Replace the --save-output (or --save-step) file when it exists.
+    /// Replace the --save-output, --save-step or --trace file when it exists.
     #[arg(long, requires = "saved")]
     pub force: bool,
     /// Range captures: time each kernel step too (events around it, on its stream); the
@@ -599,6 +604,14 @@ pub struct PlayArgs {
     /// to OUT.krr, which `play` replays like any other.
     #[arg(long, num_args = 2, value_names = ["K", "OUT.krr"])]
     pub save_step: Option<Vec<String>>,
+    /// Write the timed passes as a trace to FILE.json (Chrome trace-event format: open it in
+    /// ui.perfetto.dev or chrome://tracing): a thread per stream with one slice per pass (a
+    /// range: per pass, and with --per-step per kernel step on its recorded stream), timed by
+    /// the passes' CUDA events on the GPU's clock; the restores and L2 flushes outside the
+    /// timed window on a "restore" thread; --metrics counters as counter tracks; the
+    /// capture's origin in the metadata. The timed window is the same with it or without.
+    #[arg(long, value_name = "FILE.json")]
+    pub trace: Option<PathBuf>,
     /// Compile the captured PTX with the driver's JIT instead of loading the captured cubin
     /// (automatic when the GPU is of another architecture than the capture's).
     #[arg(long, conflicts_with = "module")]
@@ -664,6 +677,13 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
         Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
         _ => Err("expected seconds above zero (such as 30 or 2.5)".to_string()),
     }
+}
+
+#[derive(Args)]
+pub struct VerifyTraceArgs {
+    /// The trace files to check.
+    #[arg(required = true, num_args = 1.., value_name = "TRACE.json")]
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Args)]

@@ -50,6 +50,7 @@ fn main() -> ExitCode {
         cli::Command::Pack(a) => cmd::pack::run(a),
         cli::Command::Completions(a) => cmd::completions::run(a, cli::command()),
         cli::Command::Man(a) => cmd::man::run(a.dir.as_deref(), cli::command()),
+        cli::Command::VerifyTrace(a) => cmd::verify_trace::run(a),
     };
     match result {
         Ok(code) => code,

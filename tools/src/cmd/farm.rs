@@ -241,6 +241,12 @@ pub fn child_args(a: &PlayArgs) -> anyhow::Result<Vec<OsString>> {
             "names one output file: not available",
         ));
     }
+    if a.trace.is_some() {
+        return Err(refuse(
+            "--trace",
+            "names one output file: not available (trace one capture at a time)",
+        ));
+    }
     if a.json || a.csv {
         return Err(refuse(
             "--json and --csv",

@@ -13,6 +13,7 @@ pub mod profile;
 pub mod record;
 pub mod record_corpus;
 pub mod verify;
+pub mod verify_trace;
 pub mod version;
 
 use std::path::Path;

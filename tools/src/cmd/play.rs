@@ -29,6 +29,9 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
     if let Some(out) = &a.save_output {
         super::check_new_output(out, a.force, "--save-output")?;
     }
+    if let Some(out) = &a.trace {
+        super::check_new_output(out, a.force, "--trace")?;
+    }
     let file = super::open(path)?;
     let cap = Capture::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
     let options = options(&a)?;
@@ -52,11 +55,21 @@ pub fn run(a: PlayArgs) -> anyhow::Result<ExitCode> {
         kreplay_player::play(&cap, &options, &release, &mut observer)
             .map_err(|e| cli_error(e, path, &options))?
     };
+    if let Some(out) = &a.trace {
+        write_trace(out, &cap, &outcome, path)?;
+    }
     print_outcome(&a, &outcome)?;
     if outcome.verification_failed() {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--trace FILE.json`: the passes as a trace.
+fn write_trace(out: &Path, cap: &Capture<'_>, o: &PlayOutcome, path: &Path) -> anyhow::Result<()> {
+    let trace = kreplay_player::trace_of(cap, o, &path.display().to_string());
+    std::fs::write(out, trace.to_json())
+        .with_context(|| format!("cannot write the trace to {}", out.display()))
 }
 
 /// The replay's progress and warnings on stderr.
@@ -161,6 +174,13 @@ fn print_outcome(a: &PlayArgs, o: &PlayOutcome) -> anyhow::Result<()> {
             crate::describe::bytes(s.changed_bytes)
         );
     }
+    if let Some(t) = &a.trace {
+        out!(
+            w,
+            "trace     the passes written to {} (open it in ui.perfetto.dev or chrome://tracing)",
+            crate::output::printable(&t.display().to_string())
+        );
+    }
     if let Some(s) = &o.saved_step {
         out!(
             w,
@@ -200,6 +220,7 @@ fn options(a: &PlayArgs) -> anyhow::Result<PlayOptions> {
         }),
         tool: a.tool.clone(),
         per_step: a.per_step,
+        trace: a.trace.is_some(),
         save_step: a
             .save_step
             .as_deref()
@@ -612,6 +633,8 @@ mod tests {
             "--save-step",
             "3",
             "step.krr",
+            "--trace",
+            "t.json",
         ]);
         let want = PlayOptions {
             passes: 3,
@@ -633,6 +656,7 @@ mod tests {
                 path: "step.krr".into(),
                 replace: true,
             }),
+            trace: true,
         };
         assert_eq!(options(&a).expect("options"), want);
         let flush = options(&play_args(&["x.krr", "--cache", "flush"])).expect("options");

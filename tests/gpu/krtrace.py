@@ -1,0 +1,85 @@
+"""`play --trace` in the GPU suite (issue 40): the verdicts over what `kreplay verify-trace`
+(the Rust checker, hidden subcommand) says of a real replay's trace, as pure functions that
+test_trace_cpu.py checks on the CPU, and where the traces are left for a person to open in
+Perfetto afterwards."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+# A counter the suite already collects (range-metrics; also valid on one dispatch).
+TRACE_METRIC = "dram__bytes_read.sum"
+TRACE_PASSES = 3
+
+
+def _common(play_rc, verify_rc, summary, passes) -> list:
+    why = []
+    if play_rc != 0:
+        why.append(f"kreplay play --trace exits {play_rc}")
+    if verify_rc != 0 or not isinstance(summary, dict):
+        why.append(f"kreplay verify-trace exits {verify_rc} (see its stderr for the defects)")
+        return why
+    names = summary.get("slice_names") or {}
+    if "restore" not in (summary.get("thread_names") or []):
+        why.append("no restore thread")
+    # No warm-up: pass 0 runs on the uploaded input (restored first only if something ran
+    # before it), every later pass restores first.
+    if not passes - 1 <= names.get("restore", 0) <= passes:
+        why.append(f"{names.get('restore', 0)} restore slices for {passes} passes (want {passes - 1})")
+    return why
+
+
+def play_trace_checks(play_rc, verify_rc, summary, passes=TRACE_PASSES, metric=TRACE_METRIC) -> list:
+    """`play CAPTURE --passes N --metrics M --trace`: one kernel slice per pass on the replay
+    stream, the restores on their own thread, and M as a counter track (a sample at each
+    timed window's start and end)."""
+    why = _common(play_rc, verify_rc, summary, passes)
+    if why and verify_rc != 0:
+        return why
+    slices = summary.get("slices") or {}
+    if slices.get("replay stream") != passes:
+        why.append(f"{slices.get('replay stream', 0)} slices on the replay stream for {passes} passes")
+    counters = {k: v for k, v in (summary.get("counters") or {}).items() if k.split(" [")[0] == metric}
+    if not counters:
+        why.append(f"no counter track for {metric}: {sorted(summary.get('counters') or {})}")
+    elif any(n != 2 * passes for n in counters.values()):
+        why.append(f"counter samples {counters}, want {2 * passes} (start and end of each pass)")
+    return why
+
+
+def range_trace_checks(play_rc, play, verify_rc, summary, passes=TRACE_PASSES, streams=2) -> list:
+    """`play RANGE --per-step --trace`: one whole-pass slice per pass, one slice per timed step
+    per pass on the stream threads (at least `streams` of them), the restores apart."""
+    why = _common(play_rc, verify_rc, summary, passes)
+    if why and verify_rc != 0:
+        return why
+    slices = summary.get("slices") or {}
+    if slices.get("range passes") != passes:
+        why.append(f"{slices.get('range passes', 0)} range-pass slices for {passes} passes")
+    timed = [s for s in ((play or {}).get("steps") or []) if s.get("median_ns") is not None]
+    on_streams = sum(n for t, n in slices.items() if t.startswith("stream "))
+    if not timed or on_streams != passes * len(timed):
+        why.append(f"{on_streams} step slices on the stream threads, want {passes} x {len(timed)} timed steps")
+    threads = [t for t in (summary.get("thread_names") or []) if t.startswith("stream ")]
+    if len(threads) < streams:
+        why.append(f"stream threads {threads}, want at least {streams}")
+    return why
+
+
+def publish(traces, run_dir) -> list:
+    """Copies the traces into the run folder's traces/ (and $KREPLAY_ARTIFACTS/traces, or
+    $OUT/traces, when set) for Perfetto afterwards; returns where they went."""
+    dests = [Path(run_dir) / "traces"]
+    extra = os.environ.get("KREPLAY_ARTIFACTS") or os.environ.get("OUT")
+    if extra:
+        dests.append(Path(extra) / "traces")
+    out = []
+    for d in dests:
+        d.mkdir(parents=True, exist_ok=True)
+        for t in traces:
+            if Path(t).exists():
+                shutil.copy2(t, d / Path(t).name)
+                out.append(str(d / Path(t).name))
+    return out
