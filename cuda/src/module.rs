@@ -175,6 +175,24 @@ impl Function {
         // SAFETY: a live function handle.
         unsafe { parameter_layout(self.raw) }
     }
+
+    /// The most threads a block of this function may have (its `.maxntid`, or what its
+    /// registers allow).
+    pub fn max_threads_per_block(&self) -> CuResult<u32> {
+        let mut v = 0i32;
+        check(
+            // SAFETY: writes one int for a function of a module this value keeps loaded.
+            unsafe {
+                sys::cuFuncGetAttribute(
+                    &mut v,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                    self.raw,
+                )
+            },
+            "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)",
+        )?;
+        Ok(v.max(0) as u32)
+    }
 }
 
 /// # Safety

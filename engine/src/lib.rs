@@ -9,6 +9,7 @@
 
 pub mod arrays;
 pub mod attributes;
+pub mod compare;
 pub mod counters;
 pub mod error;
 pub mod kernel;

@@ -49,6 +49,8 @@ pub mod env {
     pub const TOOL: &str = "KREPLAY_TOOL";
     /// Profile mode: hardware counters per dispatch, comma-separated (`--metrics`).
     pub const METRICS: &str = "KREPLAY_METRICS";
+    /// Profile mode, `--variant` and its options (defined beside their parsing).
+    pub use crate::variant::env::{KEEP, TOLERANCE, VARIANT, VARIANT_KERNEL};
     /// `1`: capture the first `KREPLAY_PER_KERNEL` executions of every distinct kernel, a
     /// corpus (`kreplay record --each-kernel`).
     pub const EACH_KERNEL: &str = "KREPLAY_EACH_KERNEL";
@@ -175,6 +177,8 @@ pub struct Config {
     pub tool: Option<PathBuf>,
     /// Profile mode: counters collected per dispatch (CUPTI metric names).
     pub metrics: Vec<String>,
+    /// Profile mode: a variant kernel run beside the original (`--variant`).
+    pub variant: Option<crate::variant::VariantConfig>,
 }
 
 /// Passes per dispatch `kreplay profile` runs by default.
@@ -244,6 +248,7 @@ impl Config {
                 .ok_or_else(|| format!("{}={v}: expected reachable or all", env::MEMORY))?,
         };
         let list_ranges = mode == Mode::List && get(env::LIST_RANGES).as_deref() == Some("1");
+        let variant = variant_from(&get, &mode)?;
         Ok(Some(Config {
             mode,
             kernel,
@@ -279,8 +284,21 @@ impl Config {
             metrics: get(env::METRICS)
                 .map(|v| split_metrics(&v))
                 .unwrap_or_default(),
+            variant,
         }))
     }
+}
+
+/// `--variant` and its options, for profile mode only.
+fn variant_from(
+    get: &impl Fn(&str) -> Option<String>,
+    mode: &Mode,
+) -> Result<Option<crate::variant::VariantConfig>, String> {
+    let variant = crate::variant::VariantConfig::from_lookup(get)?;
+    if variant.is_some() && *mode != Mode::Profile {
+        return Err(format!("{} is for profile mode only", env::VARIANT));
+    }
+    Ok(variant)
 }
 
 /// Record and profile modes need something that selects launches.
@@ -949,6 +967,28 @@ mod tests {
 
     fn lookup(m: &HashMap<String, String>) -> Result<Option<Config>, String> {
         Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn a_variant_is_for_profile_mode_only() {
+        let mut m = HashMap::new();
+        m.insert(env::MODE.to_string(), "profile".to_string());
+        m.insert(env::KERNEL.to_string(), "k".to_string());
+        m.insert(env::VARIANT.to_string(), "/v.cubin".to_string());
+        let c = lookup(&m).expect("profile with a variant").expect("config");
+        assert_eq!(
+            c.variant.map(|v| v.path),
+            Some(std::path::PathBuf::from("/v.cubin"))
+        );
+        m.insert(env::MODE.to_string(), "record".to_string());
+        let e = lookup(&m).expect_err("record with a variant");
+        assert!(e.contains("profile mode only"), "{e}");
+        m.remove(env::VARIANT);
+        assert!(lookup(&m)
+            .expect("record")
+            .expect("config")
+            .variant
+            .is_none());
     }
 
     #[test]

@@ -12,3 +12,4 @@ pub mod each_kernel;
 pub mod nvtx;
 pub mod progress;
 pub mod report;
+pub mod variant;

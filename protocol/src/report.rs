@@ -110,6 +110,13 @@ pub struct ProfileRow {
     /// Why the counters are missing (`None`: collected, or none asked for).
     #[serde(default)]
     pub metrics_error: Option<String>,
+    /// `--variant`: the variant's passes and verdict at this dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<crate::variant::VariantResult>,
+    /// `--variant`: why the variant did not run or was not judged here (its code would not
+    /// load, another parameter layout, a failure); the original ran as usual.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant_error: Option<String>,
 }
 
 /// One counter of a dispatch.

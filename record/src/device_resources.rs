@@ -1,6 +1,7 @@
 //! What the recorder keeps per CUDA context for its own work on the GPU: the L2 sweep kernels
 //! (settling before a timed launch, counter passes) and the chunk kernels (write sets, digests,
-//! pointer scans), each made on the context's first use and freed before the context goes; and
+//! pointer scans) and `profile --variant`'s module, each made on the context's first use and
+//! freed before the context goes; and
 //! the rule for how much device scratch the recorder may take. Used by capture, spill, profile
 //! and the counter batches, so that none of them reaches into another for it.
 
@@ -8,7 +9,7 @@ use std::sync::Mutex;
 
 use kreplay_cuda::cache::L2Flush;
 use kreplay_cuda::chunks::ChunkKernels;
-use kreplay_cuda::{memory_info, ContextHandle, Device, Stream};
+use kreplay_cuda::{memory_info, ContextHandle, Device, Module, Stream};
 
 /// The application's sweep kernels, one per context (made on the context's first capture),
 /// or why there is none.
@@ -69,6 +70,31 @@ pub(crate) fn with_chunk_kernels<T>(
     with_per_context(&CHUNK_KERNELS, load, |k| f(k).map_err(|e| e.to_string()))
 }
 
+/// `kreplay profile --variant`'s module, one per context (loaded at the context's first
+/// matching dispatch), or why it would not load.
+static VARIANT_MODULES: PerContext<Module> = Mutex::new(Vec::new());
+
+/// Runs `f` with the variant's module for the current context, loading `path` (a cubin, or PTX
+/// the driver compiles) on first use. Call with the recorder's driver calls marked, so the
+/// module's load is not taken for one of the application's.
+pub(crate) fn with_variant_module<R>(
+    path: &std::path::Path,
+    f: impl FnOnce(&Module) -> Result<R, String>,
+) -> Result<R, String> {
+    let load = || {
+        let image = std::fs::read(path)
+            .map_err(|e| format!("cannot read the variant {}: {e}", path.display()))?;
+        Module::load(&image).map_err(|e| {
+            format!(
+                "the variant {} does not load on this GPU ({e}): compile it for this \
+                 architecture (nvcc -cubin -arch=sm_XX) or pass its PTX",
+                path.display()
+            )
+        })
+    };
+    with_per_context(&VARIANT_MODULES, load, f)
+}
+
 /// Device scratch for snapshots is used only while this much device memory stays free after
 /// it, so the application never runs out of memory because of a capture.
 /// `KREPLAY_DEBUG_SNAPSHOT=host` makes every region take the path of those that do not fit
@@ -93,8 +119,10 @@ pub(crate) fn with_sweep<R>(f: impl FnOnce(&L2Flush) -> Result<R, String>) -> Re
     with_per_context(&SETTLE, make_sweep, f)
 }
 
-/// Drops what belongs to a context about to be destroyed (its L2 sweep, its chunk kernels).
+/// Drops what belongs to a context about to be destroyed (its L2 sweep, its chunk kernels,
+/// the variant's module).
 pub(crate) fn forget_context(context: usize) {
     forget_in(&SETTLE, context);
     forget_in(&CHUNK_KERNELS, context);
+    forget_in(&VARIANT_MODULES, context);
 }

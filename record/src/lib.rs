@@ -26,6 +26,7 @@ pub mod footprint;
 pub mod graph;
 pub mod graph_plan;
 pub mod graph_track;
+pub mod in_place;
 pub mod inflight;
 pub mod launch;
 pub mod nvtx;
@@ -49,6 +50,8 @@ pub mod snapshot;
 pub mod spill;
 pub mod textures;
 pub mod trace;
+pub mod variant;
+pub mod variant_check;
 pub mod walk;
 
 pub use nvtx::InitializeInjectionNvtx2;

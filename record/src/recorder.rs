@@ -51,5 +51,6 @@ mod selection;
 mod sink;
 mod state;
 mod units;
+mod variant_code;
 
 pub use hook::InitializeInjection;

@@ -2,7 +2,8 @@
 
 Placeholders in command lines: {kapps}, {driver_app}, {graph_apps}, {beyond_apps},
 {cupti_app}, {range_app}, {range_streams}, {driver_kernel}, {range_streams_slow},
-{range_streams_divergent} (cubins), {example_tool} (a shared library): the test apps,
+{range_streams_divergent}, {variant_app}, {variant_same}, {variant_slow}, {variant_wrong},
+{variant_layout} (cubins but variant_app), {example_tool} (a shared library): the test apps,
 built once per session by the `apps` fixture (conftest.py); {apps}: testdata/apps (the Python
 apps' sources). `python3` is the machine's, as in the bash suite.
 
@@ -423,6 +424,13 @@ INLINE_CASES = {
     "corpus-triton-specializations": (),
     "mpi-2ranks": ("mpi",),
     "profile-2ranks": ("mpi",),
+    # Issue 38: profile --variant (test_variant.py; verdicts in krvariant.py).
+    "variant-slow": ("timed",),
+    "variant-wrong": (),
+    "variant-wrong-keep": (),
+    "variant-layout": (),
+    "variant-triton": ("timed",),
+    "variant-bench": ("bench", "timed"),
 }
 
 # Which apps the inline cases build, so that a failed build fails them at setup.

@@ -70,6 +70,15 @@ class Apps:
                                    ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "range_streams_slow.cu"]),
             "range_streams_divergent": ([s / "range_streams_divergent.cu"],
                                         ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "range_streams_divergent.cu"]),
+            # profile --variant (issue 38): the app, its kernel as an identical cubin (the
+            # overhead benchmark), and three variants of it, as cubins.
+            "variant_app": ([s / "variant_app.cu"], ["nvcc", "-O2", a, "-o", "{out}", s / "variant_app.cu"]),
+            "variant_same": ([s / "variant_app.cu"], ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "variant_app.cu"]),
+            "variant_slow": ([s / "variant_slow.cu"], ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "variant_slow.cu"]),
+            "variant_wrong": ([s / "variant_wrong.cu"],
+                              ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "variant_wrong.cu"]),
+            "variant_layout": ([s / "variant_layout.cu"],
+                               ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "variant_layout.cu"]),
             "driver_kernel": ([s / "driver_kernel.cu"], ["nvcc", "-O2", a, "-cubin", "-o", "{out}", s / "driver_kernel.cu"]),
             "cupti_app": ([s / "cupti_app.cu"],
                           ["nvcc", "-O2", a, f"-I{cu}/extras/CUPTI/include", "-o", "{out}", s / "cupti_app.cu",

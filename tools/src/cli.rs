@@ -420,6 +420,34 @@ pub struct ProfileArgs {
     /// begin and end.
     #[arg(long, value_name = "LIB.so")]
     pub tool: Option<PathBuf>,
+    /// A variant of the kernel (a cubin, or PTX the driver compiles when it loads it) run
+    /// beside the original at every profiled dispatch, on the same restored inputs with the
+    /// same grid, block, shared memory and arguments: --passes timed passes each, alternating
+    /// (the application's launch is the original's first), then its output compared with the
+    /// original's over the dispatch's write set. Its parameter layout must be the original's
+    /// (checked before any variant launch; refused naming the first parameter that differs).
+    #[arg(long, value_name = "FILE.cubin|FILE.ptx", conflicts_with_all = ["tool", "metrics"])]
+    pub variant: Option<PathBuf>,
+    /// With --variant: the variant's function name (mangled, as `cuobjdump -symbols` lists
+    /// it), when it is not the original's.
+    #[arg(long, value_name = "NAME", requires = "variant")]
+    pub variant_kernel: Option<String>,
+    /// With --variant: the variant's output may differ from the original's by at most ABS +
+    /// REL x |original| per element read as DTYPE (f32, f16, bf16, i32, as `kreplay diff --as`
+    /// reads them), such as `f32:1e-5,1e-4`; the verdict is then `within tolerance`. Default:
+    /// bit for bit.
+    #[arg(long, value_name = "DTYPE:ABS[,REL]", requires = "variant", value_parser = tolerance_value)]
+    pub tolerance: Option<String>,
+    /// With --variant: whose output the application goes on with: `original` (default: its
+    /// results as in a plain run) or `variant` (the variant's last pass's, to see its effect
+    /// on the application's own output in the same run).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "original|variant",
+        requires = "variant"
+    )]
+    pub keep: Option<Keep>,
     /// Print one JSON object per dispatch on stdout (the table still goes to stderr).
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
@@ -469,6 +497,20 @@ pub struct ListArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
+}
+
+/// `profile --keep`: whose output the application continues with.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+pub enum Keep {
+    /// The original kernel's (the application's results as in a plain run).
+    Original,
+    /// The variant's.
+    Variant,
+}
+
+/// `--tolerance DTYPE:ABS[,REL]`, checked as the recorder reads it.
+fn tolerance_value(s: &str) -> Result<String, String> {
+    kreplay_player::compare::Tolerance::parse(s).map(|_| s.to_string())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

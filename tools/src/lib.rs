@@ -5,3 +5,4 @@
 #![forbid(unsafe_code)]
 
 pub mod profile;
+pub mod profile_variant;

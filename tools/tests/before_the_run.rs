@@ -383,3 +383,37 @@ fn boundary_ranges_refuse_other_selections_before_the_run() {
         assert!(!d.join("ran").exists(), "{flags:?}: the application ran");
     }
 }
+
+#[test]
+fn a_variant_that_is_no_code_is_refused_before_the_application_runs() {
+    let d = scratch("variant-refused");
+    std::fs::write(d.join("kernel.cu"), "extern \"C\" __global__ void k() {}\n").expect("write");
+    let marker = d.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let (code, _, err) = kreplay_in(
+        &d,
+        &[
+            "profile",
+            "-k",
+            "k",
+            "--variant",
+            "kernel.cu",
+            "--",
+            "/bin/sh",
+            "-c",
+            &touch,
+        ],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("not a cubin, fatbin or PTX") && err.contains("nvcc -cubin"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the application ran");
+    let (code, _, err) = kreplay_in(
+        &d,
+        &["profile", "-k", "k", "--keep", "variant", "/bin/true"],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("--variant"), "{err}");
+}

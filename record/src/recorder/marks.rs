@@ -9,6 +9,15 @@ thread_local! {
     /// Set while the recorder itself calls the driver (its scratch allocations are not the
     /// application's).
     pub(super) static SELF_CALLS: Cell<bool> = const { Cell::new(false) };
+    /// Set while the recorder loads, looks up or runs `profile --variant`'s code: a module
+    /// loaded then (also lazily, at the variant's first launch) is the variant's, which defines
+    /// the application's kernel name and must not be taken for its module.
+    pub(super) static VARIANT_CODE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a module loaded on this thread now is `profile --variant`'s.
+pub(super) fn variant_code() -> bool {
+    VARIANT_CODE.with(|f| f.get())
 }
 
 /// Whether this thread's driver calls are the recorder's now.

@@ -7,7 +7,7 @@ use kreplay_protocol::config::short_kernel_name;
 use kreplay_protocol::report::ProfileRow;
 
 use super::locking::lock;
-use super::marks::{FlagGuard, IN_LAUNCH, SELF_CALLS};
+use super::marks::{FlagGuard, IN_LAUNCH, SELF_CALLS, VARIANT_CODE};
 use super::state::Recorder;
 use crate::error::RecordError;
 use crate::launch::{self, LaunchView};
@@ -33,6 +33,16 @@ impl Recorder {
             let args =
                 unsafe { launch::argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
             let target = self.target(&name, Some(&function))?;
+            let variant = self
+                .config
+                .variant
+                .as_ref()
+                .map(|vc| self.variant_for(vc, &name, view, &layout));
+            let (variant, variant_refused) = match variant {
+                None => (None, None),
+                Some(Ok(v)) => (Some(v), None),
+                Some(Err(why)) => (None, Some(why)),
+            };
             let mut tool = lock(&self.tool);
             profile::profile_begin(
                 ProfileInput {
@@ -48,6 +58,8 @@ impl Recorder {
                     launch_index,
                     cache_flush: self.config.cache_flush,
                     max_passes: kreplay_protocol::config::MAX_PASSES,
+                    variant,
+                    variant_refused,
                 },
                 correlation,
                 tool.as_mut(),
@@ -72,6 +84,12 @@ impl Recorder {
         let index = p.match_index();
         let mut metrics = lock(&self.metrics);
         let counters = !self.config.metrics.is_empty();
+        // The variant's first launch can load its module lazily.
+        let _variant = self
+            .config
+            .variant
+            .is_some()
+            .then(|| FlagGuard::force(&VARIANT_CODE));
         let result = profile::profile_finish(*p, lock(&self.tool).as_mut(), counters);
         match result {
             Ok(Finished::Row(row)) => self.profile_row(*row),

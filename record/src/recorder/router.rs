@@ -96,7 +96,7 @@ impl Recorder {
     pub(super) fn route(&self, event: CallbackEvent<'_>) {
         match event {
             CallbackEvent::Resource(ResourceEvent::ModuleLoaded { cubin }) => {
-                if let Some(cubin) = cubin {
+                if let Some(cubin) = cubin.filter(|_| !marks::variant_code()) {
                     self.on_module_loaded(cubin);
                 }
             }

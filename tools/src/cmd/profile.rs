@@ -11,7 +11,7 @@ use kreplay_protocol::config::{
 };
 use kreplay_protocol::report::ProfileRow;
 
-use crate::cli::{CacheMode, ProfileArgs};
+use crate::cli::{CacheMode, Keep, ProfileArgs};
 use crate::cmd::record::{app_exit_code, run_app};
 
 /// How a report is written.
@@ -43,10 +43,22 @@ fn format_of(a: &ProfileArgs) -> Format {
 }
 
 /// The report: its rows, or (JSON only: CSV and the table have no place for it) one object
-/// with an `error` field when no process reported.
-fn render(rows: &[ProfileRow], f: Format, error: Option<&str>) -> anyhow::Result<String> {
+/// with an `error` field when no process reported. With `variant`, the variant's report.
+fn render(
+    rows: &[ProfileRow],
+    f: Format,
+    error: Option<&str>,
+    variant: bool,
+) -> anyhow::Result<String> {
     if let (Some(e), Format::Json) = (error, f) {
         return Ok(serde_json::to_string(&serde_json::json!({ "error": e }))? + "\n");
+    }
+    if variant {
+        return Ok(match f {
+            Format::Table => kreplay::profile_variant::table(rows),
+            Format::Json => kreplay::profile_variant::json_lines(rows)?,
+            Format::Csv => kreplay::profile_variant::csv(rows)?,
+        });
     }
     Ok(match f {
         Format::Table => kreplay::profile::table(rows),
@@ -66,7 +78,13 @@ fn check_metrics(names: &[String]) -> anyhow::Result<()> {
 
 pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     let tool = check_before_the_run(&a)?;
-    let run = run_app(&a.command, &recorder_vars(&a, tool.as_deref()))?;
+    let variant = match &a.variant {
+        Some(v) => Some(check_variant(v)?),
+        None => None,
+    };
+    let mut vars = recorder_vars(&a, tool.as_deref());
+    vars.extend(variant_vars(&a, variant.as_deref()));
+    let run = run_app(&a.command, &vars)?;
     // No process reported: an empty report would read as "nothing matched".
     let silence = (!run.recorder_seen()).then(|| run.silence(&a.command[0]));
     let mut rows: Vec<ProfileRow> = run
@@ -77,7 +95,7 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     rows.sort_by_key(|r| (r.rank, r.pid, r.launch_index));
     // The recorder printed its errors as they happened.
     if !a.quiet && !rows.is_empty() {
-        crate::warn!("{}", kreplay::profile::table(&rows).trim_end());
+        crate::warn!("{}", table(&a, &rows).trim_end());
     }
     write_report(&a, &rows, silence.as_deref())?;
     if let Some(e) = &silence {
@@ -105,7 +123,68 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(3));
     }
+    if a.variant.is_some() && rows.iter().all(|r| r.variant.is_none()) {
+        crate::warn!("kreplay: the variant ran at no dispatch (the reasons are under the table)");
+        return Ok(ExitCode::from(3));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The table on stderr: the variant's comparison with --variant, else the timing table.
+fn table(a: &ProfileArgs, rows: &[ProfileRow]) -> String {
+    if a.variant.is_some() {
+        kreplay::profile_variant::table(rows)
+    } else {
+        kreplay::profile::table(rows)
+    }
+}
+
+/// The variant, as an absolute path (the recorder runs in the application's directory), once
+/// it reads as a code image the driver can load: a cubin, a fatbin or PTX.
+fn check_variant(path: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    let image = std::fs::read(path)
+        .with_context(|| format!("--variant: cannot read {}", path.display()))?;
+    let kind = kreplay_cuda::image::check_image(&image);
+    // The image check takes any text without NUL for PTX; PTX opens with its `.version`.
+    let is_ptx_text = |t: &[u8]| t.windows(8).any(|w| w == b".version");
+    let why = match kind {
+        Err(why) => Some(why),
+        Ok(kreplay_cuda::image::ImageKind::Ptx) if !is_ptx_text(&image) => {
+            Some("text without a PTX .version directive".to_string())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = why {
+        anyhow::bail!(
+            "--variant {}: not a cubin, fatbin or PTX file ({why}): build one with \
+             `nvcc -cubin -arch=sm_90 -o v.cubin kernel.cu` (or -ptx)",
+            path.display()
+        );
+    }
+    Ok(path.canonicalize()?)
+}
+
+/// The recorder's environment for --variant (empty values: none asked for).
+fn variant_vars(a: &ProfileArgs, variant: Option<&std::path::Path>) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            env::VARIANT,
+            variant.map_or(String::new(), |v| v.display().to_string()),
+        ),
+        (
+            env::VARIANT_KERNEL,
+            a.variant_kernel.clone().unwrap_or_default(),
+        ),
+        (env::TOLERANCE, a.tolerance.clone().unwrap_or_default()),
+        (
+            env::KEEP,
+            match a.keep {
+                Some(Keep::Variant) => "variant",
+                Some(Keep::Original) | None => "original",
+            }
+            .to_string(),
+        ),
+    ]
 }
 
 /// Everything that can be refused before the application starts: the filters, the tool
@@ -189,13 +268,13 @@ fn write_report(a: &ProfileArgs, rows: &[ProfileRow], silence: Option<&str>) -> 
                 0,
                 "",
             );
-            std::fs::write(&path, render(rows, format, silence)?)
+            std::fs::write(&path, render(rows, format, silence, a.variant.is_some())?)
                 .with_context(|| format!("cannot write the report {path}"))?;
         }
         None if format != Format::Table => {
             let stdout = std::io::stdout();
             let mut w = stdout.lock();
-            w.write_all(render(rows, format, silence)?.as_bytes())?;
+            w.write_all(render(rows, format, silence, a.variant.is_some())?.as_bytes())?;
             crate::out!(w);
         }
         None => {}
@@ -269,5 +348,80 @@ mod tests {
             "kreplay", "profile", "-k", "f", "--passes", "0", "./app",
         ]);
         assert!(parsed.is_err(), "zero passes");
+    }
+
+    #[test]
+    fn variant_flags_need_the_variant_and_reach_the_recorder() {
+        let a = args(&[
+            "-k",
+            "scale_add",
+            "--variant",
+            "v.cubin",
+            "--variant-kernel",
+            "_Z9scale_v2Pf",
+            "--tolerance",
+            "bf16:1e-2,1e-3",
+            "--keep",
+            "variant",
+            "./app",
+        ]);
+        let vars = variant_vars(&a, Some(std::path::Path::new("/abs/v.cubin")));
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(get(env::VARIANT), "/abs/v.cubin");
+        assert_eq!(get(env::VARIANT_KERNEL), "_Z9scale_v2Pf");
+        assert_eq!(get(env::TOLERANCE), "bf16:1e-2,1e-3");
+        assert_eq!(get(env::KEEP), "variant");
+        let plain = args(&["-k", "f", "./app"]);
+        let vars = variant_vars(&plain, None);
+        assert!(vars.iter().all(|(k, v)| v.is_empty() || *k == env::KEEP));
+        for bad in [
+            &["-k", "f", "--keep", "variant", "./app"][..],
+            &["-k", "f", "--tolerance", "f32:1e-3", "./app"],
+            &["-k", "f", "--variant-kernel", "g", "./app"],
+            &[
+                "-k",
+                "f",
+                "--variant",
+                "v.cubin",
+                "--tolerance",
+                "f64:1",
+                "./app",
+            ],
+            &["-k", "f", "--variant", "v.cubin", "--tool", "t.so", "./app"],
+            &["-k", "f", "--variant", "v.cubin", "--metrics", "m", "./app"],
+            &["-k", "f", "--variant", "v.cubin", "--keep", "both", "./app"],
+        ] {
+            let mut all = vec!["kreplay", "profile"];
+            all.extend_from_slice(bad);
+            assert!(crate::cli::Cli::try_parse_from(all).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_variant_that_is_no_code_image_is_refused_before_the_run() {
+        let dir = std::env::temp_dir().join(format!("kreplay-variant-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let text = dir.join("kernel.cu");
+        std::fs::write(&text, "extern \"C\" __global__ void k() {}").expect("write");
+        let e = check_variant(&text)
+            .expect_err("source, not a cubin")
+            .to_string();
+        assert!(
+            e.contains("not a cubin, fatbin or PTX") && e.contains("nvcc -cubin"),
+            "{e}"
+        );
+        let ptx = dir.join("k.ptx");
+        std::fs::write(&ptx, ".version 8.0\n.target sm_90\n.address_size 64\n").expect("write");
+        assert!(check_variant(&ptx).expect("PTX is accepted").is_absolute());
+        let e = check_variant(&dir.join("missing.cubin"))
+            .expect_err("missing")
+            .to_string();
+        assert!(e.contains("cannot read"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,0 +1,430 @@
+//! The GPU side of in-process replay (`kreplay profile`): the regions a dispatch reaches and
+//! their pristine copies (`Saved`), and `InPlace`, the runner of the engine's pass loop in the
+//! application's process: restore the write set, empty the L2, launch behind a timing gate,
+//! check the output against the first pass's. `profile` drives it for the original's passes,
+//! `variant` for the original and a variant kernel in turn; both end with
+//! `put_back_application_output`.
+
+use kreplay_cuda::chunks::ChunkFlags;
+use kreplay_cuda::timing::GatedTimer;
+use kreplay_cuda::{
+    copy_dtod_async, copy_dtoh, AsFunction, DeviceBuffer, Event, ForeignFunction, KernelArgs,
+    LaunchConfig, Stream,
+};
+use kreplay_engine::tool::{PassOutcome, PassRunner};
+use kreplay_engine::write_set::Evidence;
+use kreplay_format::DEFAULT_CHUNK_SIZE;
+
+use crate::device_resources::{flush_l2, with_chunk_kernels};
+use crate::error::RecordError;
+use crate::footprint::{Footprint, Reachable, RegionSpan};
+use crate::readback::{pack, PackedRun};
+use crate::trace::{trace, trace_with};
+
+/// One region reachable by the dispatch, and its pristine copy on the device.
+pub(crate) struct Saved {
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) pristine: DeviceBuffer,
+    /// The chunks the first pass changed (the whole region where the GPU cannot compare it:
+    /// an address that is not 16-byte aligned).
+    pub(crate) write_set: Vec<PackedRun>,
+    /// The first pass's output of the write set, packed.
+    pub(crate) first_output: Option<DeviceBuffer>,
+}
+
+/// Which chunks of `len` bytes at `live` differ from `pristine` (or everything, where the
+/// GPU cannot compare), packed end to end.
+pub(crate) fn changed_runs(pristine: u64, live: u64, len: u64, stream: &Stream) -> Vec<PackedRun> {
+    let cs = DEFAULT_CHUNK_SIZE;
+    let scan = with_chunk_kernels(|k| {
+        // SAFETY: callers pass a region's pristine copy (ours) and the region itself (the
+        // application's allocation, read while the application waits in the launch callback).
+        unsafe { k.scan(pristine, Some(live), len, cs, stream) }
+    });
+    let evidence = match &scan {
+        Ok(ChunkFlags { changed, .. }) => Evidence::Changed(changed),
+        Err(_) => Evidence::Unknown,
+    };
+    let span = RegionSpan {
+        base: live,
+        size: len,
+        chunk: cs,
+    };
+    pack(&Reachable.written(span, evidence)).0
+}
+
+/// The GPU side of the pass loop, in the application's process.
+pub(crate) struct InPlace<'a> {
+    pub(crate) function: &'a ForeignFunction,
+    pub(crate) config: &'a LaunchConfig,
+    pub(crate) args: &'a mut KernelArgs,
+    pub(crate) stream: &'a Stream,
+    pub(crate) timer: GatedTimer,
+    pub(crate) cache_flush: bool,
+    pub(crate) saved: &'a mut [Saved],
+    pub(crate) restores_ns: Vec<u64>,
+    /// Wall time of each extra pass beyond its kernel's run, in ns.
+    pub(crate) overheads_ns: Vec<u64>,
+    /// When the current extra pass began (its restore).
+    pass_began: Option<std::time::Instant>,
+    /// Each timed pass's output check (planned once the write set is known).
+    check: Option<OutputCheck>,
+    /// Bracket the restore copies, read after the pass's one wait.
+    restore_events: (Event, Event),
+    restore_queued: bool,
+}
+
+/// The output check of each timed pass, planned once after the first: one GPU scan per
+/// write-set run (the first pass's output against memory), all queued into one flags buffer
+/// and read back after the pass's one wait. Runs the GPU cannot compare (addresses not
+/// 16-byte aligned: small globals) are compared on the host.
+struct OutputCheck {
+    /// (first pass's output, live memory, bytes, chunks).
+    gpu: Vec<(u64, u64, u64, usize)>,
+    host: Vec<(u64, u64, u64)>,
+    flags: Option<DeviceBuffer>,
+    readback: Vec<u8>,
+}
+
+impl OutputCheck {
+    fn plan(saved: &[Saved]) -> Result<OutputCheck, RecordError> {
+        let cs = DEFAULT_CHUNK_SIZE;
+        let (mut gpu, mut host) = (Vec::new(), Vec::new());
+        for s in saved {
+            let Some(first) = &s.first_output else {
+                continue;
+            };
+            let mut at = 0;
+            for r in &s.write_set {
+                let (a, b) = (first.ptr() + at, s.addr + r.offset);
+                match kreplay_cuda::chunks::chunk_count(&[a, b], r.len, cs) {
+                    Ok(n) => gpu.push((a, b, r.len, n)),
+                    Err(_) => host.push((a, b, r.len)),
+                }
+                at += r.len;
+            }
+        }
+        let total: usize = gpu.iter().map(|g| g.3 * 8).sum();
+        let flags = if total > 0 {
+            Some(DeviceBuffer::new(total).map_err(|_| RecordError::NoPostScratch(total as u64))?)
+        } else {
+            None
+        };
+        Ok(OutputCheck {
+            gpu,
+            host,
+            flags,
+            readback: vec![0u8; total],
+        })
+    }
+
+    /// Queues the GPU scans behind the pass on `stream`.
+    fn queue(&self, stream: &Stream) -> Result<(), RecordError> {
+        let Some(flags) = &self.flags else {
+            return Ok(());
+        };
+        let cs = DEFAULT_CHUNK_SIZE;
+        with_chunk_kernels(|k| {
+            let mut off = 0u64;
+            for &(a, b, len, _) in &self.gpu {
+                // SAFETY: `a` and `b` are a region and our copy of it (see `OutputCheck::new`);
+                // `flags` was sized for 8 bytes per chunk of every scan, so `off` stays inside.
+                let n = unsafe { k.scan_queued(a, b, len, cs, flags.ptr() + off, stream)? };
+                off += n as u64 * 8;
+            }
+            Ok(())
+        })
+        .map_err(|e| RecordError::Config(format!("comparing a pass's output: {e}")))
+    }
+
+    /// After the wait: whether the write set holds what the first pass wrote there.
+    fn same(&mut self, stream: &Stream) -> Result<bool, RecordError> {
+        if let Some(flags) = &self.flags {
+            // SAFETY: `flags` is our buffer, as long as `readback`.
+            unsafe { copy_dtoh(&mut self.readback, flags.ptr()) }
+                .map_err(RecordError::cuda("reading the output check"))?;
+            let mut off = 0;
+            for &(.., n) in &self.gpu {
+                let changed = &self.readback[off + n * 4..off + n * 8];
+                if changed.iter().any(|&b| b != 0) {
+                    return Ok(false);
+                }
+                off += n * 8;
+            }
+        }
+        for &(a, b, len) in &self.host {
+            if differs(a, b, len, stream)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl<'a> InPlace<'a> {
+    /// The runner of a dispatch's further passes, once its first pass ran.
+    pub(crate) fn new(
+        launch: (&'a ForeignFunction, &'a LaunchConfig, &'a mut KernelArgs),
+        stream: &'a Stream,
+        timer: GatedTimer,
+        cache_flush: bool,
+        saved: &'a mut [Saved],
+    ) -> Result<InPlace<'a>, RecordError> {
+        let event = || Event::new().map_err(RecordError::cuda("creating the restore events"));
+        Ok(InPlace {
+            function: launch.0,
+            config: launch.1,
+            args: launch.2,
+            stream,
+            timer,
+            cache_flush,
+            saved,
+            restores_ns: Vec::new(),
+            overheads_ns: Vec::new(),
+            pass_began: None,
+            check: None,
+            restore_events: (event()?, event()?),
+            restore_queued: false,
+        })
+    }
+
+    fn err(during: &'static str) -> impl Fn(kreplay_cuda::CudaError) -> RecordError + Copy {
+        RecordError::cuda(during)
+    }
+
+    /// After the first pass: the write set, and a copy of what the pass wrote there.
+    pub(crate) fn learn_write_set(&mut self) -> Result<(), RecordError> {
+        for s in self.saved.iter_mut() {
+            s.write_set = changed_runs(s.pristine.ptr(), s.addr, s.size, self.stream);
+            let total: u64 = s.write_set.iter().map(|r| r.len).sum();
+            s.first_output = None;
+            if total > 0 {
+                let out = device_copy_packed(s.addr, &s.write_set, total, self.stream)?;
+                s.first_output = Some(out);
+            }
+        }
+        self.check = Some(OutputCheck::plan(self.saved)?);
+        self.stream
+            .synchronize()
+            .map_err(Self::err("copying the first pass's output"))
+    }
+
+    /// After a pass's wait: the restore's GPU time, when one was queued before it.
+    fn note_restore(&mut self) {
+        if std::mem::take(&mut self.restore_queued) {
+            if let Ok(ns) = self
+                .restore_events
+                .1
+                .elapsed_ns_since(&self.restore_events.0)
+            {
+                self.restores_ns.push(ns);
+            }
+        }
+    }
+}
+
+/// Whether `len` bytes at device addresses `a` and `b` differ: on the GPU, or on the host where
+/// the GPU cannot compare them (addresses not 16-byte aligned: small globals).
+fn differs(a: u64, b: u64, len: u64, stream: &Stream) -> Result<bool, RecordError> {
+    let cs = DEFAULT_CHUNK_SIZE;
+    // SAFETY: callers compare a region of the dispatch with our copy of it, while the
+    // application waits in the launch callback.
+    if let Ok(flags) = with_chunk_kernels(|k| unsafe { k.scan(a, Some(b), len, cs, stream) }) {
+        return Ok(flags.changed.iter().any(|&c| c));
+    }
+    let n = usize::try_from(len).map_err(|_| RecordError::RegionTooLarge(len))?;
+    let (mut x, mut y) = (vec![0u8; n], vec![0u8; n]);
+    let read = RecordError::cuda("comparing a pass's output");
+    // SAFETY: as for the scan above; the host buffers are ours, `len` bytes each.
+    unsafe {
+        copy_dtoh(&mut x, a).map_err(read)?;
+        copy_dtoh(&mut y, b).map_err(read)?;
+    }
+    Ok(x != y)
+}
+
+/// Copies the runs of `addr` end to end into a new device buffer of `total` bytes.
+fn device_copy_packed(
+    addr: u64,
+    runs: &[PackedRun],
+    total: u64,
+    stream: &Stream,
+) -> Result<DeviceBuffer, RecordError> {
+    let buf = DeviceBuffer::new(total as usize).map_err(|_| RecordError::NoPostScratch(total))?;
+    let mut at = 0;
+    for r in runs {
+        // SAFETY: the runs lie in the region at `addr` (the application's, while it waits in
+        // the launch callback) and end to end in `buf`, sized to their total.
+        unsafe { copy_dtod_async(buf.ptr() + at, addr + r.offset, r.len as usize, stream) }
+            .map_err(RecordError::cuda("copying the first pass's output"))?;
+        at += r.len;
+    }
+    Ok(buf)
+}
+
+impl PassRunner for InPlace<'_> {
+    type Error = RecordError;
+
+    /// Queued, not waited for: the pass's launch follows on the same stream, and its one wait
+    /// covers both (the copies' GPU time is read from events afterwards).
+    fn restore(&mut self) -> Result<(), RecordError> {
+        let t = std::time::Instant::now();
+        self.restore_events
+            .0
+            .record(self.stream)
+            .map_err(Self::err("timing the restore"))?;
+        for s in self.saved.iter() {
+            for r in &s.write_set {
+                // SAFETY: the write set lies in the dispatch's region, which the kernel writes
+                // anyway, restored while the application waits in the launch callback (no Rust
+                // value of kreplay's lives there); the source is our pristine copy.
+                unsafe {
+                    copy_dtod_async(
+                        s.addr + r.offset,
+                        s.pristine.ptr() + r.offset,
+                        r.len as usize,
+                        self.stream,
+                    )
+                }
+                .map_err(Self::err("restoring the write set"))?;
+            }
+        }
+        self.restore_events
+            .1
+            .record(self.stream)
+            .map_err(Self::err("timing the restore"))?;
+        self.restore_queued = true;
+        self.pass_began = Some(t);
+        Ok(())
+    }
+
+    /// The L2 is emptied here, before BEGIN, so a tool that starts counters at BEGIN (the
+    /// built-in counters do) sees the dispatch alone.
+    fn prepare(&mut self, _pass: u32) -> Result<(), RecordError> {
+        if self.cache_flush {
+            // Without a sweep (device memory short) the pass runs with what L2 holds.
+            let _ = flush_l2(self.stream);
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
+        let function = self.function;
+        self.run_of(function, pass)
+    }
+}
+
+impl InPlace<'_> {
+    /// A pass of `function` (the original's, or a variant with the same parameter layout),
+    /// with the original's geometry and arguments.
+    pub(crate) fn run_of(
+        &mut self,
+        function: &impl AsFunction,
+        pass: u32,
+    ) -> Result<PassOutcome, RecordError> {
+        trace_with(|| format!("pass {pass}: begin"));
+        let outcome = self.run_timed(function, pass)?;
+        if let Some(t) = self.pass_began.take() {
+            let wall = t.elapsed().as_nanos() as u64;
+            self.overheads_ns
+                .push(wall.saturating_sub(outcome.duration_ns));
+        }
+        Ok(outcome)
+    }
+}
+
+impl InPlace<'_> {
+    fn run_timed(
+        &mut self,
+        function: &impl AsFunction,
+        pass: u32,
+    ) -> Result<PassOutcome, RecordError> {
+        self.timer
+            .arm(self.stream)
+            .map_err(Self::err("arming the pass timer"))?;
+        trace("pass timer armed");
+        // SAFETY: the application's own launch (or a variant whose parameter layout was
+        // checked equal to it), repeated with its own arguments on memory restored to what it
+        // was at the launch, while the application waits in the callback.
+        let launched =
+            unsafe { kreplay_cuda::launch(function, self.config, self.args, self.stream) }
+                .map_err(Self::err("launching a pass"));
+        trace("pass queued");
+        let stopped = self.timer.finish(self.stream);
+        trace("pass launched, gate opened");
+        launched?;
+        stopped.map_err(Self::err("stopping the pass timer"))?;
+        if let Some(check) = &self.check {
+            check.queue(self.stream)?;
+        }
+        // The pass's one wait: restore, kernel and output check.
+        self.stream
+            .synchronize()
+            .map_err(RecordError::KernelFailed)?;
+        self.note_restore();
+        let duration_ns = self
+            .timer
+            .elapsed_ns()
+            .map_err(Self::err("reading the pass timer"))?;
+        trace_with(|| format!("pass {pass}: done, {duration_ns} ns"));
+        let matches_first = match &mut self.check {
+            Some(check) => Some(check.same(self.stream)?),
+            None => None,
+        };
+        Ok(PassOutcome {
+            index: pass,
+            duration_ns,
+            matches_first,
+        })
+    }
+}
+
+/// Puts the application's own output back over the write set (unless `keep_write_set`: the
+/// variant's output that is there stays, `--keep variant`), and the pristine bytes over any
+/// other chunk a pass changed.
+pub(crate) fn put_back_application_output(
+    saved: &[Saved],
+    stream: &Stream,
+    keep_write_set: bool,
+) -> Result<(), RecordError> {
+    let e = RecordError::cuda("putting the application's output back");
+    for s in saved {
+        let mut at = 0;
+        if let Some(first) = s.first_output.as_ref().filter(|_| !keep_write_set) {
+            for r in &s.write_set {
+                // SAFETY: the write set lies in the dispatch's region (the application's,
+                // which the kernel writes anyway, while the application waits); the source is
+                // our packed copy of the first pass's output.
+                unsafe {
+                    copy_dtod_async(s.addr + r.offset, first.ptr() + at, r.len as usize, stream)
+                }
+                .map_err(e)?;
+                at += r.len;
+            }
+        }
+        stream.synchronize().map_err(e)?;
+        let in_write_set = |off: u64| {
+            s.write_set
+                .iter()
+                .any(|r| off >= r.offset && off < r.offset + r.len)
+        };
+        for r in changed_runs(s.pristine.ptr(), s.addr, s.size, stream) {
+            let cs = DEFAULT_CHUNK_SIZE;
+            let mut off = r.offset;
+            while off < r.offset + r.len {
+                let n = cs.min(r.offset + r.len - off);
+                if !in_write_set(off) {
+                    // SAFETY: a chunk of the dispatch's region (clipped to its size), given
+                    // back its pristine bytes while the application waits.
+                    unsafe {
+                        copy_dtod_async(s.addr + off, s.pristine.ptr() + off, n as usize, stream)
+                    }
+                    .map_err(e)?;
+                }
+                off += n;
+            }
+        }
+    }
+    stream.synchronize().map_err(e)
+}
