@@ -49,7 +49,7 @@ take() {
   [ -s "$C/$name/corpus.json" ] || missed "$name: no corpus.json"
 }
 take cuda "--per-kernel 6" "$W/corpus_app" 8
-take torch "--per-kernel 4" python3 "$HERE/testdata/apps/torch_block_app.py" 3
+take torch "--per-kernel 3" python3 "$HERE/testdata/apps/torch_block_app.py" 3
 take triton "--per-kernel 6 -k regex:^(fused_gelu_add|row_softmax|row_sum)$" python3 "$HERE/testdata/apps/triton_corpus_app.py" 8
 
 find "$C" -name '*.krr' | sort > "$W/files"
@@ -84,12 +84,12 @@ sys.exit(1 if bad else 0)
 PY
 
 # 3. farm overhead per capture over lone plays (timed: --passes 8 --warmup 1, one at a time),
-# on every 7th capture. The farm's parent holds the CUDA driver initialized for the whole run,
+# on every 7th capture (KREPLAY_BENCH_EVERY). The farm's parent holds the CUDA driver initialized for the whole run,
 # so its children skip the GPU's wake-up that a lone play pays when nothing else holds the GPU
 # (no persistence mode): the lone loop is measured both ways, the second with a process
 # holding the driver open beside it, which is the fair baseline for the farm's own overhead.
 TIMED="--passes 8 --warmup 1"
-awk 'NR % 7 == 1' "$W/files" > "$W/sample"
+awk -v k="${KREPLAY_BENCH_EVERY:-7}" 'NR % k == 1' "$W/files" > "$W/sample"
 S=$(wc -l < "$W/sample")
 lone_loop() {
   local t0 t1; t0=$(now)
@@ -128,7 +128,7 @@ if pct > 10:
 PY
 
 # Where a lone replay's time goes, and how the farm scales with --jobs on one GPU (the CUDA C++
-# corpus, one verified pass each).
+# corpus, one verified pass each; KREPLAY_BENCH_JOBS: the --jobs values, default 1 2 4 8 16).
 for f in $(head -1 "$W/files") $(grep /torch/ "$W/files" | head -1); do
   /usr/bin/time -f "%e" -o "$W/one.t" "$KR" play "$f" --passes 1 --json > "$W/one.json" 2> /dev/null
   python3 - "$W/one.json" "$W/one.t" "$f" <<'PY' || true
@@ -150,7 +150,7 @@ print(f"lone play of {name}: {wall * 1e3:.0f} ms wall, setup (open to first laun
       f"{'unknown' if setup is None else f'{setup:.0f} ms'}")
 PY
 done
-for j in 1 2 4 8 16; do
+for j in ${KREPLAY_BENCH_JOBS:-1 2 4 8 16}; do
   t0=$(now)
   "$KR" play "$C/cuda" --no-timing --jobs $j > /dev/null 2>&1
   rc=$?; t1=$(now)

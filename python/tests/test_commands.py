@@ -309,7 +309,7 @@ def test_the_commands_have_the_defaults_of_the_cli():
     always gets the JSON's fields; pack's `-o` is the positional `dst`)."""
     # The many-capture flags of `kreplay verify DIR|FILE...` (the farm) have no Python form:
     # `kreplay.verify` takes one capture.
-    many = {"json", "jobs", "json-lines", "resume", "shard"}
+    many = {"json", "jobs", "json-lines", "resume", "shard", "html"}
 
     def without_json(d):
         return {k: v for k, v in d.items() if k not in many}

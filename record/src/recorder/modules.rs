@@ -23,6 +23,9 @@ thread_local! {
     /// handle comes at EXIT) or a launch (lazy loading, inside the recorder's first query of
     /// the launched kernel). Set around those calls, read by the MODULE_LOADED callback.
     static LOAD_SITE: Cell<ModuleKey> = const { Cell::new(ModuleKey::Unknown) };
+    /// A module was stored inside the launch now marked by `LaunchLoadSite` (so that the
+    /// launches that loaded nothing, nearly all, do not take the modules' lock).
+    static LOADED_IN_LAUNCH: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Marks this thread's module loads as made inside the launch of a function until dropped;
@@ -48,11 +51,11 @@ impl<'a> LaunchLoadSite<'a> {
 impl Drop for LaunchLoadSite<'_> {
     fn drop(&mut self) {
         LOAD_SITE.set(self.before);
-        let key = ModuleKey::LaunchedFunction(self.function);
-        let mut m = lock(&self.recorder.modules);
-        if !m.modules.iter().any(|s| s.key == key) {
+        if !LOADED_IN_LAUNCH.replace(false) {
             return;
         }
+        let key = ModuleKey::LaunchedFunction(self.function);
+        let mut m = lock(&self.recorder.modules);
         let handle = module_handle(key).map_or(ModuleKey::Unknown, ModuleKey::Module);
         for s in m.modules.iter_mut().filter(|s| s.key == key) {
             s.key = handle;
@@ -103,6 +106,9 @@ impl Recorder {
             objects: syms.objects,
             key: LOAD_SITE.get(),
         });
+        if matches!(LOAD_SITE.get(), ModuleKey::LaunchedFunction(_)) {
+            LOADED_IN_LAUNCH.set(true);
+        }
     }
 
     /// A code image is handed to the driver: at ENTER, note where its PTX is, if it has

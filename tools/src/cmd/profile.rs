@@ -176,11 +176,14 @@ fn variant_vars(a: &ProfileArgs, variant: Option<&std::path::Path>) -> Vec<(&'st
             a.variant_kernel.clone().unwrap_or_default(),
         ),
         (env::TOLERANCE, a.tolerance.clone().unwrap_or_default()),
+        // Empty without --variant: the recorder refuses a keep setting with no variant (and
+        // profiled nothing when this said `original` for every run).
         (
             env::KEEP,
-            match a.keep {
-                Some(Keep::Variant) => "variant",
-                Some(Keep::Original) | None => "original",
+            match (variant, a.keep) {
+                (None, _) => "",
+                (Some(_), Some(Keep::Variant)) => "variant",
+                (Some(_), Some(Keep::Original) | None) => "original",
             }
             .to_string(),
         ),
@@ -423,5 +426,32 @@ mod tests {
             .to_string();
         assert!(e.contains("cannot read"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Catches: every plain `profile` run disabled by a keep setting with no variant.
+    #[test]
+    fn the_variant_settings_without_a_variant_read_as_no_variant() {
+        let plain = args(&["-k", "saxpy", "--", "./app"]);
+        let vars = variant_vars(&plain, None);
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            kreplay_protocol::variant::VariantConfig::from_lookup(&get),
+            Ok(None)
+        );
+        let with = args(&["-k", "saxpy", "--variant", "v.cubin", "--", "./app"]);
+        let vars = variant_vars(&with, Some(std::path::Path::new("/abs/v.cubin")));
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| v.clone())
+        };
+        let c = kreplay_protocol::variant::VariantConfig::from_lookup(&get)
+            .expect("valid")
+            .expect("a variant");
+        assert!(!c.keep_variant);
     }
 }
