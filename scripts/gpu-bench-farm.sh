@@ -64,7 +64,7 @@ while read -r f; do
 done < "$W/files"
 t1=$(now); loop_s=$(secs "$t0" "$t1")
 t0=$(now)
-"$KR" play "$C" --no-timing --jobs 8 --json-lines "$KEEP/farm-no-timing.jsonl" > "$W/farm8.out" 2> "$W/farm8.err"
+"$KR" play "$C" --no-timing --jobs 8 --json-lines "$KEEP/farm-no-timing.jsonl" --html "$KEEP/farm-no-timing.html" > "$W/farm8.out" 2> "$W/farm8.err"
 farm_rc=$?; t1=$(now); farm_s=$(secs "$t0" "$t1")
 tail -2 "$W/farm8.out"
 python3 - "$N" "$loop_s" "$fails" "$farm_s" "$farm_rc" "$KEEP/farm-no-timing.jsonl" <<'PY' || MISSED=1
@@ -160,7 +160,7 @@ done
 # 4. a second timed run of the sample, compared with the first.
 # shellcheck disable=SC2086
 "$KR" play "${SAMPLE[@]}" $TIMED --jobs 1 --json-lines "$KEEP/new.jsonl" > /dev/null 2> "$W/farm2.err"
-"$KR" compare "$KEEP/base.jsonl" "$KEEP/new.jsonl" > "$KEEP/compare.txt" 2>&1
+"$KR" compare "$KEEP/base.jsonl" "$KEEP/new.jsonl" --html "$KEEP/compare.html" > "$KEEP/compare.txt" 2>&1
 echo "compare of two timed runs of the sample (exit $?):"
 tail -4 "$KEEP/compare.txt"
 [ "$MISSED" = 0 ] && echo "farm benchmarks: every figure met its target" || echo "farm benchmarks: MISSED targets above"
