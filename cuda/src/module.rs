@@ -274,19 +274,6 @@ impl ForeignFunction {
     }
 }
 
-/// The module a library (`cuLibraryLoadData`) has in the current context, as a handle to
-/// compare with `ForeignModule::handle` (None when the driver cannot say).
-///
-/// # Safety
-/// `library` must be a `CUlibrary` handle the application's load returned and has not
-/// unloaded.
-pub unsafe fn library_module_handle(library: usize) -> Option<usize> {
-    let mut m = ptr::null_mut();
-    // SAFETY: writes one module handle; the library is live by the caller's contract.
-    let r = unsafe { sys::cuLibraryGetModule(&mut m, library as sys::CUlibrary) };
-    (r == CUresult::CUDA_SUCCESS && !m.is_null()).then_some(m as usize)
-}
-
 impl ForeignModule {
     /// The handle as an identity to compare (never dereferenced by the caller).
     pub fn handle(&self) -> usize {

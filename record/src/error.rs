@@ -15,8 +15,6 @@ pub enum RecordError {
     StreamQuery(CudaError),
     #[error("the kernel's code object was not seen being loaded (was CUPTI attached before the module loaded?)")]
     ModuleNotSeen,
-    #[error("{candidates} loaded modules define this kernel with different code and the driver did not say which one this launch runs: not captured (a capture with another module's code would replay something else)")]
-    AmbiguousModule { candidates: usize },
     #[error("the launch passed neither kernelParams nor a usable extra buffer")]
     NoArguments,
     #[error("{during}: {source}")]

@@ -28,7 +28,7 @@ impl Recorder {
         };
         let symbol = call.symbol().map(CStr::to_bytes);
         let handle = view.function as usize;
-        let _loads = super::modules::LaunchLoadSite::enter(self, handle);
+        let _loads = super::modules::LaunchLoadSite::enter(self, handle, call.correlation);
         if let Some(stat) = symbol.and_then(|sym| kernels::known_unwanted(handle, sym)) {
             if !into_stream_capture(&view) {
                 self.kernels.count_known(stat);

@@ -23,15 +23,14 @@ pub(super) enum ModuleKey {
     /// Loaded where nothing said which module it became.
     #[default]
     Unknown,
-    /// Loaded inside a load call still running on its thread: its handle comes at the
-    /// call's EXIT.
-    Loading,
-    /// The `CUmodule` a load call returned.
+    /// Loaded inside the load call with this correlation id, still running on its thread:
+    /// its handle comes at that call's EXIT (another thread's load EXIT leaves it alone).
+    Loading(u32),
+    /// The `CUmodule` a load call returned (or the launch that loaded it lazily ran).
     Module(usize),
-    /// The `CUlibrary` a library load returned (its module per context is asked later).
-    Library(usize),
-    /// Loaded lazily inside the launch of this function (or `CUkernel`) handle.
-    LaunchedFunction(usize),
+    /// Loaded lazily inside the launch (this correlation id) of this function (or
+    /// `CUkernel`) handle, still in its ENTER on its thread.
+    LaunchedFunction(usize, u32),
 }
 
 /// Which module a launch runs among the stored ones that define its kernel.
@@ -39,8 +38,12 @@ pub(super) enum ModuleKey {
 pub(super) enum ModuleChoice {
     /// The index into the candidates.
     Chosen(usize),
-    /// Several hold different code and none is known to be the launch's module.
+    /// Several hold different code and none is known to be the launch's module: the index
+    /// of the latest loaded, which is what the recorder kept before it could tell modules
+    /// apart (right whenever the kernel's own code is the same in each, as for a template
+    /// kernel that two fatbins both hold), said with a warning.
     Ambiguous {
+        latest: usize,
         candidates: usize,
     },
     None,
@@ -68,6 +71,7 @@ pub(super) fn choose_module(
         return ModuleChoice::Chosen(candidates.len() - 1);
     }
     ModuleChoice::Ambiguous {
+        latest: candidates.len() - 1,
         candidates: candidates.len(),
     }
 }
@@ -79,6 +83,8 @@ pub(super) struct Modules {
     pub next_module_id: u32,
     /// Where PTX for wanted kernels can be found (see `ptx`).
     pub ptx_sources: Vec<PtxSource>,
+    /// The kernels already warned about: several modules, and no telling which one runs.
+    pub warned_ambiguous: std::collections::HashSet<String>,
 }
 
 /// Whether a loaded module is the recorder's own (`cuda/kernels`: every kernel named
@@ -105,11 +111,17 @@ mod tests {
         let (a, b): (&[u8], &[u8]) = (b"one", b"two");
         assert_eq!(
             choose_module(&[(a, None), (b, Some(0x20))], Some(0x99)),
-            ModuleChoice::Ambiguous { candidates: 2 }
+            ModuleChoice::Ambiguous {
+                latest: 1,
+                candidates: 2
+            }
         );
         assert_eq!(
             choose_module(&[(a, None), (b, None)], None),
-            ModuleChoice::Ambiguous { candidates: 2 }
+            ModuleChoice::Ambiguous {
+                latest: 1,
+                candidates: 2
+            }
         );
     }
 

@@ -26,22 +26,33 @@ thread_local! {
     /// A module was stored inside the launch now marked by `LaunchLoadSite` (so that the
     /// launches that loaded nothing, nearly all, do not take the modules' lock).
     static LOADED_IN_LAUNCH: Cell<bool> = const { Cell::new(false) };
+    /// Likewise for the load call now marked (most of cudart's start-up library loads store
+    /// nothing).
+    static LOADED_IN_CALL: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Marks this thread's module loads as made inside the launch of a function until dropped;
 /// then gives the modules loaded meanwhile the handle of that function's module (asked once
-/// the lazy load is over, while the launch keeps the function valid).
+/// the lazy load is over, while the launch keeps the function valid, before the modules'
+/// lock is taken: the query may load code, whose MODULE_LOADED callback takes that lock).
 pub(super) struct LaunchLoadSite<'a> {
     recorder: &'a Recorder,
+    key: ModuleKey,
     function: usize,
     before: ModuleKey,
 }
 
 impl<'a> LaunchLoadSite<'a> {
-    pub(super) fn enter(recorder: &'a Recorder, function: usize) -> LaunchLoadSite<'a> {
-        let before = LOAD_SITE.replace(ModuleKey::LaunchedFunction(function));
+    pub(super) fn enter(
+        recorder: &'a Recorder,
+        function: usize,
+        correlation: u32,
+    ) -> LaunchLoadSite<'a> {
+        let key = ModuleKey::LaunchedFunction(function, correlation);
+        let before = LOAD_SITE.replace(key);
         LaunchLoadSite {
             recorder,
+            key,
             function,
             before,
         }
@@ -54,10 +65,15 @@ impl Drop for LaunchLoadSite<'_> {
         if !LOADED_IN_LAUNCH.replace(false) {
             return;
         }
-        let key = ModuleKey::LaunchedFunction(self.function);
+        // SAFETY: the handle of the launch whose ENTER this guard spans, on this thread:
+        // the application's launch keeps it valid until the call returns.
+        let function =
+            unsafe { ForeignFunction::from_launch(self.function as kreplay_cuda::sys::CUfunction) };
+        let handle = function
+            .module()
+            .map_or(ModuleKey::Unknown, |m| ModuleKey::Module(m.handle()));
         let mut m = lock(&self.recorder.modules);
-        let handle = module_handle(key).map_or(ModuleKey::Unknown, ModuleKey::Module);
-        for s in m.modules.iter_mut().filter(|s| s.key == key) {
+        for s in m.modules.iter_mut().filter(|s| s.key == self.key) {
             s.key = handle;
         }
     }
@@ -106,8 +122,10 @@ impl Recorder {
             objects: syms.objects,
             key: LOAD_SITE.get(),
         });
-        if matches!(LOAD_SITE.get(), ModuleKey::LaunchedFunction(_)) {
-            LOADED_IN_LAUNCH.set(true);
+        match LOAD_SITE.get() {
+            ModuleKey::LaunchedFunction(..) => LOADED_IN_LAUNCH.set(true),
+            ModuleKey::Loading(_) => LOADED_IN_CALL.set(true),
+            _ => {}
         }
     }
 
@@ -118,21 +136,26 @@ impl Recorder {
         if marks::self_calls() {
             return;
         }
+        let loading = ModuleKey::Loading(call.correlation);
         if call.site == Site::Exit {
-            LOAD_SITE.set(ModuleKey::Unknown);
+            if LOAD_SITE.replace(ModuleKey::Unknown) != loading || !LOADED_IN_CALL.replace(false) {
+                return;
+            }
             let key = match call.loaded_handle() {
                 Some(LoadedHandle::Module(h)) => ModuleKey::Module(h),
-                Some(LoadedHandle::Library(h)) => ModuleKey::Library(h),
-                None => ModuleKey::Unknown,
+                // A library's module per context would be asked through the library handle,
+                // which the recorder cannot tell is still loaded (it does not follow unloads):
+                // such a module stays unknown.
+                Some(LoadedHandle::Library(_)) | None => ModuleKey::Unknown,
             };
-            for m in lock(&self.modules).modules.iter_mut().rev() {
-                if m.key == ModuleKey::Loading {
+            for m in lock(&self.modules).modules.iter_mut() {
+                if m.key == loading {
                     m.key = key;
                 }
             }
             return;
         }
-        LOAD_SITE.set(ModuleKey::Loading);
+        LOAD_SITE.set(loading);
         if self.config.mode != Mode::Record {
             return;
         }
@@ -153,22 +176,33 @@ impl Recorder {
         name: &str,
         function: Option<&ForeignFunction>,
     ) -> Result<Target, RecordError> {
-        let (image, objects, module_id) = {
-            let m = lock(&self.modules);
-            let defining: Vec<&StoredModule> = m
-                .modules
-                .iter()
-                .filter(|m| m.functions.iter().any(|f| f == name))
-                .collect();
-            let m = match pick_module(&defining, function) {
-                ModuleChoice::Chosen(i) => defining[i],
-                ModuleChoice::None => return Err(RecordError::ModuleNotSeen),
-                ModuleChoice::Ambiguous { candidates } => {
-                    return Err(RecordError::AmbiguousModule { candidates })
-                }
-            };
-            (m.image.clone(), m.objects.clone(), m.id)
+        // The candidates are copied out so that the driver is asked with the lock released
+        // (a query may load code, whose MODULE_LOADED callback takes that lock).
+        let defining: Vec<Candidate> = lock(&self.modules)
+            .modules
+            .iter()
+            .filter(|m| m.functions.iter().any(|f| f == name))
+            .map(|m| Candidate {
+                image: m.image.clone(),
+                key: m.key,
+                objects: m.objects.clone(),
+                id: m.id,
+            })
+            .collect();
+        let chosen = match pick_module(&defining, function) {
+            ModuleChoice::Chosen(i) => i,
+            ModuleChoice::None => return Err(RecordError::ModuleNotSeen),
+            ModuleChoice::Ambiguous { latest, candidates } => {
+                self.warn_ambiguous_module(name, candidates);
+                latest
+            }
         };
+        let Candidate {
+            image,
+            objects,
+            id: module_id,
+            ..
+        } = defining[chosen].clone();
         let device = Device::current().map_err(RecordError::cuda("finding the device"))?;
         let props = device.props().clone();
         let allocations = if self.config.memory == MemoryScope::All {
@@ -197,6 +231,22 @@ impl Recorder {
         })
     }
 
+    /// Says once per kernel that its capture keeps the latest loaded of several modules that
+    /// define it with different code, since nothing told which one the launch runs.
+    fn warn_ambiguous_module(&self, name: &str, candidates: usize) {
+        if !lock(&self.modules)
+            .warned_ambiguous
+            .insert(name.to_string())
+        {
+            return;
+        }
+        use kreplay_protocol::config::{demangle, short_kernel_name};
+        crate::diag!(
+            "kreplay: warning: {}: {candidates} loaded modules define it with different code and the driver did not say which one its launch runs: the capture keeps the latest loaded (check it with `kreplay play --verify`)",
+            short_kernel_name(&demangle(name))
+        );
+    }
+
     /// Completes a capture's description: its indices, the PTX sources known, its device.
     pub(super) fn describe(
         &self,
@@ -213,38 +263,48 @@ impl Recorder {
     }
 }
 
-/// Which of `defining` (the stored modules defining a kernel, in load order) the launch of
-/// `function` runs: asks the driver for module handles only when their code differs.
-fn pick_module(defining: &[&StoredModule], function: Option<&ForeignFunction>) -> ModuleChoice {
+/// A stored module defining the kernel being captured, copied out of the modules' lock.
+#[derive(Clone)]
+struct Candidate {
+    image: Arc<Vec<u8>>,
+    key: ModuleKey,
+    objects: Vec<(String, u64)>,
+    id: u32,
+}
+
+/// Which of `defining` (the stored modules defining a kernel, in load order)
+/// the launch of `function` runs: asks the driver for module handles only when their code
+/// differs.
+fn pick_module(defining: &[Candidate], function: Option<&ForeignFunction>) -> ModuleChoice {
     let same_code = defining.windows(2).all(|w| w[0].image == w[1].image);
     let ask = !same_code && function.is_some();
     let launched = function
         .filter(|_| ask)
         .and_then(|f| f.module().ok())
         .map(|m| m.handle());
+    // A module loaded inside this very launch's ENTER (lazily, by the recorder's first query
+    // of its kernel) is the launch's own.
+    let this_launch = LOAD_SITE.get();
     let candidates: Vec<(&[u8], Option<usize>)> = defining
         .iter()
-        .map(|m| {
-            let handle = if ask { module_handle(m.key) } else { None };
-            (m.image.as_slice(), handle)
+        .map(|c| {
+            let handle = match c.key {
+                _ if !ask => None,
+                ModuleKey::LaunchedFunction(..) if c.key == this_launch => launched,
+                key => module_handle(key),
+            };
+            (c.image.as_slice(), handle)
         })
         .collect();
     choose_module(&candidates, launched)
 }
 
-/// The driver module handle a stored module's key resolves to now, if any.
+/// The driver module handle a stored module's key says, if any (compared, never passed to
+/// the driver). A module still loading, or loaded inside another launch still in its ENTER
+/// (perhaps on another thread, in another context), is unknown.
 fn module_handle(key: ModuleKey) -> Option<usize> {
     match key {
         ModuleKey::Module(h) => Some(h),
-        // SAFETY: a library handle the application's load returned; a library unloaded since
-        // makes the driver fail with INVALID_HANDLE, which reads as unknown.
-        ModuleKey::Library(l) => unsafe { kreplay_cuda::module::library_module_handle(l) },
-        ModuleKey::LaunchedFunction(f) => {
-            // SAFETY: asked only at the end of the ENTER of the launch of `f` (see
-            // `LaunchLoadSite`), while the application's launch keeps it valid.
-            let f = unsafe { ForeignFunction::from_launch(f as kreplay_cuda::sys::CUfunction) };
-            f.module().ok().map(|m| m.handle())
-        }
-        ModuleKey::Unknown | ModuleKey::Loading => None,
+        ModuleKey::LaunchedFunction(..) | ModuleKey::Unknown | ModuleKey::Loading(_) => None,
     }
 }
