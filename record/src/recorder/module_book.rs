@@ -87,6 +87,32 @@ pub(super) struct Modules {
     pub warned_ambiguous: std::collections::HashSet<String>,
 }
 
+/// The modules stored while `from` was their load site (a load call's or a launch's, by its
+/// correlation id) learn what the driver said once it was over: `to`. Others, loading on
+/// other threads, keep theirs.
+pub(super) fn settle_keys(modules: &mut [StoredModule], from: ModuleKey, to: ModuleKey) {
+    for m in modules.iter_mut().filter(|m| m.key == from) {
+        m.key = to;
+    }
+}
+
+/// The driver module handle a candidate's key stands for, when a capture compares it with
+/// `launched` (the launched function's module): a handle a load returned; the launch's own
+/// for a module loaded inside this very launch (`this_launch`, this thread's load site now);
+/// none for a module still loading, or loaded inside another launch still in its ENTER
+/// (perhaps on another thread, in another context), or loaded where nothing said.
+pub(super) fn candidate_handle(
+    key: ModuleKey,
+    this_launch: ModuleKey,
+    launched: Option<usize>,
+) -> Option<usize> {
+    match key {
+        ModuleKey::Module(h) => Some(h),
+        ModuleKey::LaunchedFunction(..) if key == this_launch => launched,
+        ModuleKey::LaunchedFunction(..) | ModuleKey::Unknown | ModuleKey::Loading(_) => None,
+    }
+}
+
 /// Whether a loaded module is the recorder's own (`cuda/kernels`: every kernel named
 /// `kreplay_*`), which no capture needs.
 pub(super) fn is_own_module(functions: &[String]) -> bool {
@@ -96,6 +122,81 @@ pub(super) fn is_own_module(functions: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stored(id: u32, image: &[u8], key: ModuleKey) -> StoredModule {
+        StoredModule {
+            id,
+            image: Arc::new(image.to_vec()),
+            functions: vec!["row_softmax".into()],
+            objects: Vec::new(),
+            key,
+        }
+    }
+
+    fn choose_among(
+        modules: &[StoredModule],
+        this_launch: ModuleKey,
+        launched: usize,
+    ) -> ModuleChoice {
+        let candidates: Vec<(&[u8], Option<usize>)> = modules
+            .iter()
+            .map(|m| {
+                let h = candidate_handle(m.key, this_launch, Some(launched));
+                (m.image.as_slice(), h)
+            })
+            .collect();
+        choose_module(&candidates, Some(launched))
+    }
+
+    // Catches: one thread's load EXIT giving its handle to a module another thread is still
+    // loading (both were "loading"), so that a launch of either got the other's code.
+    #[test]
+    fn two_threads_loading_at_once_each_get_their_own_handle() {
+        let mut m = vec![
+            stored(0, b"block256", ModuleKey::Loading(7)),
+            stored(1, b"block1024", ModuleKey::Loading(9)),
+        ];
+        settle_keys(&mut m, ModuleKey::Loading(9), ModuleKey::Module(0x90));
+        assert_eq!(
+            m[0].key,
+            ModuleKey::Loading(7),
+            "the other thread's load is left alone"
+        );
+        settle_keys(&mut m, ModuleKey::Loading(7), ModuleKey::Module(0x70));
+        let none = ModuleKey::Unknown;
+        assert_eq!(choose_among(&m, none, 0x70), ModuleChoice::Chosen(0));
+        assert_eq!(choose_among(&m, none, 0x90), ModuleChoice::Chosen(1));
+    }
+
+    #[test]
+    fn a_module_loaded_inside_this_launch_is_the_launchs_own_and_another_launchs_is_unknown() {
+        let here = ModuleKey::LaunchedFunction(0xf1, 3);
+        let there = ModuleKey::LaunchedFunction(0xf2, 4);
+        assert_eq!(candidate_handle(here, here, Some(0x30)), Some(0x30));
+        assert_eq!(candidate_handle(there, here, Some(0x30)), None);
+        assert_eq!(
+            candidate_handle(ModuleKey::Module(0x10), here, Some(0x30)),
+            Some(0x10)
+        );
+        assert_eq!(
+            candidate_handle(ModuleKey::Loading(3), here, Some(0x30)),
+            None
+        );
+        assert_eq!(candidate_handle(ModuleKey::Unknown, here, Some(0x30)), None);
+        let m = vec![
+            stored(0, b"block256", ModuleKey::Module(0x10)),
+            stored(1, b"block1024", here),
+        ];
+        assert_eq!(choose_among(&m, here, 0x30), ModuleChoice::Chosen(1));
+        // Seen from another launch, the module another launch is loading tells nothing.
+        assert_eq!(
+            choose_among(&m, there, 0x30),
+            ModuleChoice::Ambiguous {
+                latest: 1,
+                candidates: 2
+            }
+        );
+    }
 
     #[test]
     fn a_launch_gets_the_module_whose_handle_it_runs_not_the_latest() {

@@ -12,7 +12,10 @@ use kreplay_protocol::config::{MemoryScope, Mode};
 
 use super::locking::lock;
 use super::marks;
-use super::module_book::{choose_module, is_own_module, ModuleChoice, ModuleKey, StoredModule};
+use super::module_book::{
+    candidate_handle, choose_module, is_own_module, settle_keys, ModuleChoice, ModuleKey,
+    StoredModule,
+};
 use super::state::Recorder;
 use crate::capture::{CaptureData, CodeObject};
 use crate::error::RecordError;
@@ -72,10 +75,7 @@ impl Drop for LaunchLoadSite<'_> {
         let handle = function
             .module()
             .map_or(ModuleKey::Unknown, |m| ModuleKey::Module(m.handle()));
-        let mut m = lock(&self.recorder.modules);
-        for s in m.modules.iter_mut().filter(|s| s.key == self.key) {
-            s.key = handle;
-        }
+        settle_keys(&mut lock(&self.recorder.modules).modules, self.key, handle);
     }
 }
 
@@ -148,11 +148,7 @@ impl Recorder {
                 // such a module stays unknown.
                 Some(LoadedHandle::Library(_)) | None => ModuleKey::Unknown,
             };
-            for m in lock(&self.modules).modules.iter_mut() {
-                if m.key == loading {
-                    m.key = key;
-                }
-            }
+            settle_keys(&mut lock(&self.modules).modules, loading, key);
             return;
         }
         LOAD_SITE.set(loading);
@@ -288,23 +284,13 @@ fn pick_module(defining: &[Candidate], function: Option<&ForeignFunction>) -> Mo
     let candidates: Vec<(&[u8], Option<usize>)> = defining
         .iter()
         .map(|c| {
-            let handle = match c.key {
-                _ if !ask => None,
-                ModuleKey::LaunchedFunction(..) if c.key == this_launch => launched,
-                key => module_handle(key),
+            let handle = if ask {
+                candidate_handle(c.key, this_launch, launched)
+            } else {
+                None
             };
             (c.image.as_slice(), handle)
         })
         .collect();
     choose_module(&candidates, launched)
-}
-
-/// The driver module handle a stored module's key says, if any (compared, never passed to
-/// the driver). A module still loading, or loaded inside another launch still in its ENTER
-/// (perhaps on another thread, in another context), is unknown.
-fn module_handle(key: ModuleKey) -> Option<usize> {
-    match key {
-        ModuleKey::Module(h) => Some(h),
-        ModuleKey::LaunchedFunction(..) | ModuleKey::Unknown | ModuleKey::Loading(_) => None,
-    }
 }
