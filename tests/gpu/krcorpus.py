@@ -45,16 +45,22 @@ def manifest_checks(manifest) -> list:
     return bad
 
 
+def run_checks(rec_rc: int, base_out: str, rec_out: str, manifest, under: str) -> list:
+    """What every corpus run must hold, whatever it was for: record exited 0, the application's
+    output is unchanged (and not empty) `under` the recording, and the manifest has its shape."""
+    bad = [] if rec_rc == 0 else [f"record exit {rec_rc}"]
+    if base_out != rec_out or not base_out:
+        bad.append(f"the application's output changed under {under}")
+    return bad + manifest_checks(manifest)
+
+
 def corpus_checks(rec_rc: int, base_out: str, rec_out: str, manifest, listed, sums: dict, plays: dict) -> list:
     """One capture per distinct kernel `list --json` saw (per_kernel 1, by name), each file there
     with the manifest's SHA-256 (`sums`: file -> its SHA-256 or None) and replayed matched
     (`plays`: file -> `play --verify --json` parsed); the application's output unchanged."""
-    bad = [] if rec_rc == 0 else [f"record exit {rec_rc}"]
-    if base_out != rec_out or not base_out:
-        bad.append("the application's output changed under record --each-kernel")
-    shape = manifest_checks(manifest)
-    if shape:
-        return bad + shape
+    bad = run_checks(rec_rc, base_out, rec_out, manifest, "record --each-kernel")
+    if manifest_checks(manifest):
+        return bad
     caps = manifest["captures"]
     names = [c["mangled"] for c in caps]
     if len(set(names)) != len(names):
@@ -82,12 +88,9 @@ def corpus_checks(rec_rc: int, base_out: str, rec_out: str, manifest, listed, su
 def bounded_checks(rec_rc: int, base_out: str, rec_out: str, manifest, max_bytes: int, sums: dict) -> list:
     """`--max-bytes`: the corpus holds at most that many bytes, some kernels are left out, each
     with a reason, every file listed is there with its SHA-256, the output unchanged."""
-    bad = [] if rec_rc == 0 else [f"record exit {rec_rc}"]
-    if base_out != rec_out or not base_out:
-        bad.append("the application's output changed under --max-bytes")
-    shape = manifest_checks(manifest)
-    if shape:
-        return bad + shape
+    bad = run_checks(rec_rc, base_out, rec_out, manifest, "--max-bytes")
+    if manifest_checks(manifest):
+        return bad
     caps, left = manifest["captures"], manifest["left_out"]
     stored = sum(c["bytes_stored"] for c in caps)
     if stored > max_bytes:
@@ -121,12 +124,9 @@ def specialization_checks(rec_rc: int, base_out: str, rec_out: str, manifest, mo
     `info --json` lists; `plays`: file -> `play --verify --json`. The captures of one grid
     share one module, the grids' modules differ, every capture replays matched, and the
     application's output is unchanged."""
-    bad = [] if rec_rc == 0 else [f"record exit {rec_rc}"]
-    if base_out != rec_out or not base_out:
-        bad.append("the application's output changed under record")
-    shape = manifest_checks(manifest)
-    if shape:
-        return bad + shape
+    bad = run_checks(rec_rc, base_out, rec_out, manifest, "record")
+    if manifest_checks(manifest):
+        return bad
     caps = manifest["captures"]
     if len(caps) != shapes * per_shape:
         bad.append(f"{len(caps)} captures, {shapes * per_shape} expected ({shapes} grids x {per_shape})")

@@ -129,7 +129,6 @@ fn output_names_that_cannot_work_are_refused_before_the_application_starts() {
     let d = scratch("names");
     std::fs::write(d.join("existing.krr"), b"keep").expect("write");
     std::fs::create_dir(d.join("adir")).expect("dir");
-    let app = ["sh", "-c", "touch ran"];
     let cases: [(&[&str], &str); 6] = [
         (&["-o", "x-%x.krr"], "unknown placeholder %x"),
         (&["-o", "x%"], "lone %"),
@@ -141,15 +140,7 @@ fn output_names_that_cannot_work_are_refused_before_the_application_starts() {
             "existing.krr is not a directory",
         ),
     ];
-    for (flags, says) in cases {
-        let mut args = vec!["record", "-k", "saxpy"];
-        args.extend_from_slice(flags);
-        args.extend_from_slice(&app);
-        let (code, _, err) = kreplay_in(&d, &args);
-        assert_eq!(code, 2, "{flags:?}: {err}");
-        assert!(err.contains(says), "{flags:?}: {err}");
-        assert!(!d.join("ran").exists(), "{flags:?}: the application ran");
-    }
+    common::assert_refused_before_run(&d, &["record", "-k", "saxpy"], &cases);
     let (code, _, err) = kreplay_in(
         &d,
         &[
@@ -349,7 +340,6 @@ fn play_refuses_passes_given_with_a_tool() {
 #[test]
 fn boundary_ranges_refuse_other_selections_before_the_run() {
     let d = scratch("boundary-usage");
-    let app = ["sh", "-c", "touch ran"];
     let cases: [(&[&str], &str); 6] = [
         (
             &["--nvtx-range", "layer", "-k", "saxpy"],
@@ -373,15 +363,7 @@ fn boundary_ranges_refuse_other_selections_before_the_run() {
         ),
         (&["--nvtx-range", "a//b"], "expected [DOMAIN@]RANGE"),
     ];
-    for (flags, says) in cases {
-        let mut args = vec!["record"];
-        args.extend_from_slice(flags);
-        args.extend_from_slice(&app);
-        let (code, _, err) = kreplay_in(&d, &args);
-        assert_eq!(code, 2, "{flags:?}: {err}");
-        assert!(err.contains(says), "{flags:?}: {err}");
-        assert!(!d.join("ran").exists(), "{flags:?}: the application ran");
-    }
+    common::assert_refused_before_run(&d, &["record"], &cases);
 }
 
 #[test]

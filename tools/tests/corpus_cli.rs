@@ -15,7 +15,6 @@ fn each_kernel_usage_is_refused_before_the_application_runs() {
     let d = scratch("corpus-usage");
     std::fs::create_dir_all(d.join("old")).unwrap();
     std::fs::write(d.join("old/corpus.json"), "{}").unwrap();
-    let app = ["sh", "-c", "touch ran"];
     let cases: [(&[&str], &str); 11] = [
         (&["--each-kernel"], "needs -o DIR/"),
         (
@@ -53,15 +52,7 @@ fn each_kernel_usage_is_refused_before_the_application_runs() {
             "possible values",
         ),
     ];
-    for (flags, says) in cases {
-        let mut args = vec!["record"];
-        args.extend_from_slice(flags);
-        args.extend_from_slice(&app);
-        let (code, _, err) = kreplay_in(&d, &args);
-        assert_eq!(code, 2, "{flags:?}: {err}");
-        assert!(err.contains(says), "{flags:?}: {err}");
-        assert!(!d.join("ran").exists(), "{flags:?}: the application ran");
-    }
+    common::assert_refused_before_run(&d, &["record"], &cases);
 }
 
 #[test]

@@ -445,14 +445,7 @@ fn print_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
         m.chip,
         m.cache
     );
-    if let Some(c) = &m.cupti {
-        out!(
-            w,
-            "          CUPTI API {} from {}",
-            c.api_version,
-            crate::output::printable(&c.path)
-        );
-    }
+    print_cupti(w, m)?;
     let width = m.metrics.iter().map(|v| v.name.len()).max().unwrap_or(0);
     for v in &m.metrics {
         out!(
@@ -461,6 +454,19 @@ fn print_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
             v.name,
             format_value(v.value),
             v.unit
+        );
+    }
+    Ok(())
+}
+
+/// Which CUPTI collected the counters, when the report knows.
+fn print_cupti(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<()> {
+    if let Some(c) = &m.cupti {
+        out!(
+            w,
+            "          CUPTI API {} from {}",
+            c.api_version,
+            crate::output::printable(&c.path)
         );
     }
     Ok(())
@@ -479,14 +485,7 @@ fn print_range_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<
         m.chip,
         m.cache
     );
-    if let Some(c) = &m.cupti {
-        out!(
-            w,
-            "          CUPTI API {} from {}",
-            c.api_version,
-            crate::output::printable(&c.path)
-        );
-    }
+    print_cupti(w, m)?;
     for s in &m.steps {
         let demangled = kreplay_player::describe::demangle(&s.kernel);
         let kernel = crate::output::printable(short_kernel(&demangled));

@@ -47,3 +47,21 @@ pub fn scratch(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).expect("scratch");
     d
 }
+
+/// The application every "refused before it runs" test starts: it leaves `ran` in its
+/// directory if it ever runs.
+pub const TOUCH_RAN: [&str; 3] = ["sh", "-c", "touch ran"];
+
+/// For each `(flags, says)`: `kreplay` with `lead`, the flags, then `-- TOUCH_RAN` in `dir`
+/// exits 2 with an error containing `says`, and the application never ran.
+pub fn assert_refused_before_run(dir: &Path, lead: &[&str], cases: &[(&[&str], &str)]) {
+    for (flags, says) in cases {
+        let mut args = lead.to_vec();
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&TOUCH_RAN);
+        let (code, _, err) = kreplay_app(Some(dir), &args);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        assert!(err.contains(says), "{flags:?}: {err}");
+        assert!(!dir.join("ran").exists(), "{flags:?}: the application ran");
+    }
+}
