@@ -522,14 +522,7 @@ fn each_kernel_from(
             env::EACH_KERNEL
         ));
     }
-    let per_kernel = match get(env::PER_KERNEL).filter(|v| !v.is_empty()) {
-        None => 1,
-        Some(v) => v
-            .parse::<u64>()
-            .ok()
-            .filter(|n| *n >= 1)
-            .ok_or_else(|| format!("{}={v}: expected a whole number >= 1", env::PER_KERNEL))?,
-    };
+    let per_kernel = number_from(get, env::PER_KERNEL, 1)?;
     let by = match get(env::EACH_BY).filter(|v| !v.is_empty()) {
         None => KeyBy::Name,
         Some(v) => KeyBy::from_env(&v)

@@ -128,7 +128,7 @@ impl OutputCheck {
         with_chunk_kernels(|k| {
             let mut off = 0u64;
             for &(a, b, len, _) in &self.gpu {
-                // SAFETY: `a` and `b` are a region and our copy of it (see `OutputCheck::new`);
+                // SAFETY: `a` and `b` are a region and our copy of it (see `OutputCheck::plan`);
                 // `flags` was sized for 8 bytes per chunk of every scan, so `off` stays inside.
                 let n = unsafe { k.scan_queued(a, b, len, cs, flags.ptr() + off, stream)? };
                 off += n as u64 * 8;

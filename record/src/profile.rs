@@ -412,7 +412,6 @@ fn alternated_summary(original: Vec<PassOutcome>) -> LoopSummary {
     }
 }
 
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
+fn median(v: Vec<u64>) -> u64 {
+    crate::range_timing::median_ns(&v).unwrap_or(0)
 }

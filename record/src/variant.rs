@@ -90,9 +90,7 @@ pub(crate) fn alternate(
             original.push(runner.run(i)?);
         }
     }
-    let mut sorted = result.durations_ns.clone();
-    sorted.sort_unstable();
-    result.median_ns = sorted.get(sorted.len() / 2).copied().unwrap_or(0);
+    result.median_ns = crate::range_timing::median_ns(&result.durations_ns).unwrap_or(0);
     let keep_variant_output = v.keep && !result.wrote_outside;
     result.kept = keep_variant_output;
     Ok(Alternated {

@@ -322,3 +322,59 @@ fn the_manifest_record_writes_is_the_one_the_farm_reads() {
     assert_eq!(got[0]["sha256"], sha.as_str());
     assert_eq!(got[0]["file"], s(&d.join("k/1-saxpy-1-7.krr")));
 }
+
+// Catches: a table reader that went away (`kreplay verify DIR | head -1`) ending the run
+// early with exit 0, its JSON lines and page cut short.
+#[test]
+fn a_closed_stdout_ends_the_table_not_the_run() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let d = scratch("farm-closed-stdout");
+    let (lines, page) = (d.join("runs.jsonl"), d.join("run.html"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kreplay"))
+        .arg("verify")
+        .arg(captures_dir())
+        .args(["--jobs", "1", "--json-lines"])
+        .arg(&lines)
+        .arg("--html")
+        .arg(&page)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run kreplay");
+    // Read the first bytes of the table, then go away as `head` does.
+    let mut first = [0u8; 16];
+    let mut out = child.stdout.take().expect("stdout");
+    let _ = out.read(&mut first);
+    drop(out);
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "every testdata capture verifies");
+    let text = std::fs::read_to_string(&lines).expect("the JSON lines");
+    assert_eq!(text.lines().count(), 10, "{text}");
+    let html = std::fs::read_to_string(&page).expect("the page");
+    assert!(
+        html.matches("verified").count() >= 10,
+        "the page lists every capture"
+    );
+}
+
+#[test]
+fn an_unwritable_html_path_is_refused_before_the_run() {
+    let d = scratch("farm-html-early");
+    let lines = d.join("runs.jsonl");
+    let page = d.join("missing-dir/run.html");
+    let (code, _, err) = kreplay(&[
+        "verify",
+        captures_dir().to_str().expect("utf-8"),
+        "--json-lines",
+        lines.to_str().expect("utf-8"),
+        "--html",
+        page.to_str().expect("utf-8"),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--html") && err.contains("does not exist"),
+        "{err}"
+    );
+    assert!(!lines.exists(), "nothing ran");
+}

@@ -70,6 +70,8 @@ impl Corpus {
         if !self.seen.contains_key(e.name) {
             self.seen.insert(e.name.to_string(), HashMap::new());
         }
+        // Present: inserted just above when it was not (looked up by &str, so that a
+        // kernel already seen costs no String).
         let Some(shapes) = self.seen.get_mut(e.name) else {
             return Pick::Enough;
         };

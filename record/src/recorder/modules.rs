@@ -193,12 +193,13 @@ impl Recorder {
                 latest
             }
         };
+        let mut defining = defining;
         let Candidate {
             image,
             objects,
             id: module_id,
             ..
-        } = defining[chosen].clone();
+        } = defining.swap_remove(chosen);
         let device = Device::current().map_err(RecordError::cuda("finding the device"))?;
         let props = device.props().clone();
         let allocations = if self.config.memory == MemoryScope::All {
@@ -260,7 +261,6 @@ impl Recorder {
 }
 
 /// A stored module defining the kernel being captured, copied out of the modules' lock.
-#[derive(Clone)]
 struct Candidate {
     image: Arc<Vec<u8>>,
     key: ModuleKey,
@@ -272,12 +272,16 @@ struct Candidate {
 /// the launch of `function` runs: asks the driver for module handles only when their code
 /// differs.
 fn pick_module(defining: &[Candidate], function: Option<&ForeignFunction>) -> ModuleChoice {
-    let same_code = defining.windows(2).all(|w| w[0].image == w[1].image);
-    let ask = !same_code && function.is_some();
-    let launched = function
-        .filter(|_| ask)
-        .and_then(|f| f.module().ok())
-        .map(|m| m.handle());
+    // The same code everywhere (or one candidate, or none): nothing to tell apart, and no
+    // image compared a second time in `choose_module`.
+    if defining.windows(2).all(|w| w[0].image == w[1].image) {
+        return match defining.len() {
+            0 => ModuleChoice::None,
+            n => ModuleChoice::Chosen(n - 1),
+        };
+    }
+    let ask = function.is_some();
+    let launched = function.and_then(|f| f.module().ok()).map(|m| m.handle());
     // A module loaded inside this very launch's ENTER (lazily, by the recorder's first query
     // of its kernel) is the launch's own.
     let this_launch = LOAD_SITE.get();

@@ -92,6 +92,10 @@ impl Selection {
             }
             (entries, skipped) = done.remaining(entries);
         }
+        if let Some(path) = &many.html {
+            // Before the run, not after hours of it: the page replaces a file of that name.
+            super::check_new_output(path, true, "--html")?;
+        }
         let sink = JsonLines::open(many.json_lines.as_deref(), many.resume)?;
         let report = many.html.as_ref().map(|path| HtmlReport {
             command,
@@ -168,13 +172,21 @@ fn run_many(
         if report.is_some() {
             finished.push(r.clone());
         }
-        table.row(r)
+        // A reader that went away (`| head`) ends the table, not the run: the JSON lines,
+        // the page and the exit status still follow every capture.
+        match table.row(r) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                table.stop_printing();
+                Ok(())
+            }
+            other => other,
+        }
     })?;
     let wall = started.elapsed();
-    table.summary(&verdicts, skipped, wall)?;
     if let Some(report) = &report {
         report.write(&finished, skipped, wall)?;
     }
+    table.summary(&verdicts, skipped, wall)?;
     Ok(ExitCode::from(farm::exit_status(&verdicts)))
 }
 

@@ -16,6 +16,8 @@ pub struct Table {
     file_width: usize,
     quiet: bool,
     header_done: bool,
+    /// stdout's reader went away: nothing more is printed there.
+    closed: bool,
     bar: Option<ProgressBar>,
 }
 
@@ -41,8 +43,14 @@ impl Table {
             file_width: widest.unwrap_or(4).clamp(4, MAX_FILE_WIDTH),
             quiet,
             header_done: false,
+            closed: false,
             bar,
         }
+    }
+
+    /// No more rows nor summary on stdout (its reader went away); the bar still counts.
+    pub fn stop_printing(&mut self) {
+        self.closed = true;
     }
 
     /// Prints `r`'s row (the bar steps aside while it does).
@@ -51,7 +59,7 @@ impl Table {
             bar.inc(1);
             bar.set_message(printable(&r.file).into_owned());
         }
-        if self.quiet {
+        if self.quiet || self.closed {
             return Ok(());
         }
         let lines = self.lines(r);
@@ -106,6 +114,9 @@ impl Table {
     ) -> anyhow::Result<()> {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
+        }
+        if self.closed {
+            return Ok(());
         }
         let stdout = std::io::stdout();
         let mut w = stdout.lock();
