@@ -488,7 +488,8 @@ fn print_range_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<
     print_cupti(w, m)?;
     for s in &m.steps {
         let demangled = kreplay_player::describe::demangle(&s.kernel);
-        let kernel = crate::output::printable(short_kernel(&demangled));
+        let name = kreplay_protocol::config::base_name(&demangled);
+        let kernel = crate::output::printable(&name);
         if s.metrics.is_empty() {
             out!(
                 w,
@@ -522,11 +523,6 @@ fn print_range_metrics(w: &mut impl Write, m: &MetricsReport) -> anyhow::Result<
         );
     }
     Ok(())
-}
-
-/// A demangled kernel name without its parameter list.
-fn short_kernel(demangled: &str) -> &str {
-    demangled.split('(').next().unwrap_or(demangled)
 }
 
 /// Integers print without a fraction, with thousands separators; the rest with 2 decimals.
@@ -777,7 +773,7 @@ mod tests {
                 ),
                 step(
                     2,
-                    "_Z3addv",
+                    "_Z4gemmIfLi128EEviPf",
                     vec![v("dram__bytes_read.sum", 2000.0), v("x.max", 9.0)],
                 ),
             ],
@@ -797,7 +793,9 @@ mod tests {
             text.contains("     0  scale  dram__bytes_read.sum = 1,000 byte"),
             "{text}"
         );
-        assert!(text.contains("     2  add  x.max = 9 byte"), "{text}");
+        // A template's arguments and return type are not its name (`void gemm<float, 128>`
+        // before: the name split on its first parenthesis).
+        assert!(text.contains("     2  gemm  x.max = 9 byte"), "{text}");
         assert!(
             text.contains("  range  dram__bytes_read.sum = 3,000 byte"),
             "{text}"
