@@ -37,6 +37,8 @@ pub enum InputError {
     Manifest { path: String, why: String },
     #[error("{dir} holds no .krr capture")]
     EmptyDirectory { dir: String },
+    #[error("{path} lists no capture (its \"captures\" is empty): there is nothing to run; name a manifest that lists captures, or the folder that holds them")]
+    EmptyManifest { path: String },
 }
 
 /// Whether these paths ask for a run of many: more than one, a directory, or a manifest. One
@@ -66,7 +68,14 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<Entry>, InputError> {
             }
             out.extend(found);
         } else if is_manifest(p) {
-            out.extend(manifest(p)?);
+            let listed = manifest(p)?;
+            // A run of nothing would exit 0: a nightly gate passing on an empty corpus.
+            if listed.is_empty() {
+                return Err(InputError::EmptyManifest {
+                    path: p.display().to_string(),
+                });
+            }
+            out.extend(listed);
         } else {
             let shown = p.display().to_string();
             out.push(Entry {
@@ -246,6 +255,19 @@ mod tests {
         assert_eq!(got[0].sha256.as_deref(), Some("abcd"));
         assert_eq!(got[1].sha256, None);
         assert!(names_many(&[m]));
+    }
+
+    // Catches: a manifest with no capture taken as a run of nothing (exit 0).
+    #[test]
+    fn a_manifest_listing_no_capture_is_an_error_naming_it() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let m = d.path().join("corpus.json");
+        std::fs::write(&m, r#"{"version":1,"captures":[],"left_out":[]}"#).expect("write");
+        let e = expand(std::slice::from_ref(&m)).expect_err("empty manifest");
+        assert!(matches!(e, InputError::EmptyManifest { .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&m.display().to_string()), "{text}");
+        assert!(text.contains("lists no capture"), "{text}");
     }
 
     #[test]
