@@ -57,7 +57,8 @@ pub enum Command {
     Diff(DiffArgs),
     /// Compare two runs of a corpus (the JSON lines `kreplay play --json-lines` writes): each
     /// capture's time ratio with its noise and verdict change, the geometric mean, the worst
-    /// regressions; exit 1 on a regression, for CI to gate on.
+    /// regressions; exit 1 on a regression, for CI to gate on; exit 2 when a run cannot be
+    /// read, holds no record, or ends in a line cut short (an unfinished run).
     Compare(CompareArgs),
     /// Rewrite a capture for sharing: smaller (--drop-post, --level) or without the
     /// application's data (--redact).

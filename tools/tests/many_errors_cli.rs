@@ -29,3 +29,54 @@ fn a_manifest_listing_no_capture_is_refused_by_play_and_verify() {
         assert!(!o.contains("capture(s):"), "{command} ran: {o}");
     }
 }
+
+/// Writes `text` as the run `name` in `dir`; its path.
+fn run_file(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write a run");
+    s(&p).to_string()
+}
+
+const MATCHED: &str = r#"{"file":"a.krr","verdict":"matched","median_us":10.0,"wall_s":1}"#;
+
+// Catches: a run that produced nothing (or nothing readable) compared as "every capture
+// removed", which passes a CI gate with exit 0.
+#[test]
+fn compare_refuses_a_run_with_no_record_on_either_side() {
+    let d = scratch("many-compare-empty");
+    let good = run_file(&d, "good.jsonl", &format!("{MATCHED}\n"));
+    let empty = run_file(&d, "empty.jsonl", "");
+    let blank = run_file(&d, "blank.jsonl", "\n\n");
+    for (base, new, named) in [
+        (&good, &empty, &empty),
+        (&good, &blank, &blank),
+        (&empty, &good, &empty),
+    ] {
+        let (code, o, e) = kreplay(&["compare", base, new]);
+        assert_eq!(code, 2, "{base} {new}: {o}{e}");
+        assert!(e.contains(&format!("{named} holds no run record")), "{e}");
+        assert!(o.is_empty(), "a comparison was printed: {o}");
+    }
+    let garbage = run_file(&d, "garbage.jsonl", "\u{0}\u{1}binary\n");
+    let (code, _, e) = kreplay(&["compare", &good, &garbage]);
+    assert_eq!(code, 2, "{e}");
+    assert!(e.contains(&format!("{garbage}:1: not a run record")), "{e}");
+}
+
+// Catches: a run killed mid-write gated as if it had finished.
+#[test]
+fn compare_says_a_last_line_is_cut_short_with_its_number() {
+    let d = scratch("many-compare-torn");
+    let good = run_file(&d, "good.jsonl", &format!("{MATCHED}\n"));
+    let torn = run_file(&d, "torn.jsonl", &format!("{MATCHED}\n{}", &MATCHED[..20]));
+    for (base, new) in [(&good, &torn), (&torn, &good)] {
+        let (code, o, e) = kreplay(&["compare", base, new]);
+        assert_eq!(code, 2, "{o}{e}");
+        assert!(
+            e.contains(&format!("{torn}:2: the last line is cut short")),
+            "{e}"
+        );
+        assert!(e.contains("--resume"), "{e}");
+        assert!(o.is_empty(), "the complete lines were compared: {o}");
+    }
+}
