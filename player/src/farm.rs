@@ -24,7 +24,7 @@ pub use html::{farm_html, median_chart, FarmRun};
 pub use inputs::{expand, is_manifest, names_many, Entry, InputError};
 pub use outcome::{count_line, exit_status, record_of, ChildEnd};
 pub use play_many::{play_many, PlayFarm};
-pub use resume::Done;
+pub use resume::{tail_repair, Done, Tail};
 pub use schedule::{child_visible, job_count, parse_devices, Slots};
 pub use shard::Shard;
 pub use verify_many::{verify_many, verify_one};

@@ -80,3 +80,51 @@ fn compare_says_a_last_line_is_cut_short_with_its_number() {
         assert!(o.is_empty(), "the complete lines were compared: {o}");
     }
 }
+
+fn captures_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/captures")
+}
+
+/// The testdata captures copied under `root`/corpus: one corpus at another mount point.
+fn corpus_under(root: &Path) -> std::path::PathBuf {
+    let corpus = root.join("corpus");
+    std::fs::create_dir_all(corpus.join("sub")).expect("mkdir");
+    for item in std::fs::read_dir(captures_dir()).expect("testdata") {
+        let p = item.expect("entry").path();
+        if p.extension().is_some_and(|x| x == "krr") {
+            let name = p.file_name().expect("name");
+            std::fs::copy(&p, corpus.join("sub").join(name)).expect("copy");
+        }
+    }
+    corpus
+}
+
+fn line_count(p: &Path) -> usize {
+    std::fs::read_to_string(p).expect("lines").lines().count()
+}
+
+// Catches: --resume appending after a line cut short, gluing the next record onto it.
+#[test]
+fn resume_after_a_killed_run_mends_the_torn_line_and_compares_whole() {
+    let d = scratch("many-resume-torn");
+    let corpus = corpus_under(&d);
+    let out = d.join("r.jsonl");
+    let (code, o, e) = kreplay(&["verify", s(&corpus), "--json-lines", s(&out)]);
+    assert_eq!(code, 0, "{o}{e}");
+    let whole = std::fs::read_to_string(&out).expect("read");
+    let n = whole.lines().count();
+    let cut = whole.trim_end().rfind('\n').expect("two lines") + 30;
+    std::fs::write(&out, &whole[..cut]).expect("tear the last line");
+    let (code, _, e) = kreplay(&["compare", s(&out), s(&out)]);
+    assert_eq!(code, 2, "{e}");
+    assert!(
+        e.contains(&format!(":{n}: the last line is cut short")),
+        "{e}"
+    );
+    let (code, o, e) = kreplay(&["verify", s(&corpus), "--json-lines", s(&out), "--resume"]);
+    assert_eq!(code, 0, "{o}{e}");
+    assert!(e.contains("cut short") && e.contains("removed"), "{e}");
+    assert_eq!(line_count(&out), n, "one line per capture again");
+    let (code, o, e) = kreplay(&["compare", s(&out), s(&out)]);
+    assert_eq!(code, 0, "{o}{e}");
+}

@@ -51,6 +51,33 @@ impl Done {
     }
 }
 
+/// What `--resume` does to the end of the JSON-lines file before appending to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// It ends with a newline (or is empty): append as it is.
+    Whole,
+    /// Its last line is a record without its newline: add the newline, or the next record
+    /// would be glued onto it.
+    AddNewline,
+    /// Its last line is cut short (a run killed mid-write) and answers nothing (its capture
+    /// runs again): cut the file to this many bytes, the whole lines before it.
+    CutTo(u64),
+}
+
+/// The repair the end of `text` needs before records are appended to it.
+pub fn tail_repair(text: &[u8]) -> Tail {
+    if text.is_empty() || text.ends_with(b"\n") {
+        return Tail::Whole;
+    }
+    let start = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let last = &text[start..];
+    if serde_json::from_slice::<RunRecord>(last).is_ok() {
+        Tail::AddNewline
+    } else {
+        Tail::CutTo(start as u64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

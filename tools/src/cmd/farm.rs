@@ -132,11 +132,15 @@ impl JsonLines {
                 path.display()
             );
         }
-        let file = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .read(true)
             .open(path)
             .with_context(|| format!("--json-lines: cannot open {}", path.display()))?;
+        if resume {
+            repair_tail(&mut file, path)?;
+        }
         Ok(JsonLines(Some(file)))
     }
 
@@ -146,6 +150,28 @@ impl JsonLines {
             None => Ok(()),
         }
     }
+}
+
+/// Mends the end of a --json-lines file before --resume appends to it (`farm::tail_repair`):
+/// a record without its newline gets one, a last line cut short by a killed run is removed
+/// (its capture runs again).
+fn repair_tail(file: &mut std::fs::File, path: &Path) -> anyhow::Result<()> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    let context = || format!("--resume: cannot mend the end of {}", path.display());
+    file.read_to_end(&mut text).with_context(context)?;
+    match farm::tail_repair(&text) {
+        farm::Tail::Whole => {}
+        farm::Tail::AddNewline => file.write_all(b"\n").with_context(context)?,
+        farm::Tail::CutTo(len) => {
+            file.set_len(len).with_context(context)?;
+            crate::warn!(
+                "kreplay: warning: the last line of {} was cut short (a run killed while writing it): removed; its capture runs again",
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Runs `work` over the selection with the table and the summary; the exit status.
