@@ -19,12 +19,12 @@ mod verify_many;
 
 pub use checksum::sha256_file;
 pub use child::ChildCommand;
-pub use gpus::{describe as describe_gpus, visible_ordinals, Gpu};
+pub use gpus::{describe as describe_gpus, visible_count, Gpu};
 pub use html::{farm_html, median_chart, FarmRun};
 pub use inputs::{expand, is_manifest, names_many, Entry, InputError};
 pub use outcome::{count_line, exit_status, record_of, ChildEnd};
 pub use play_many::{play_many, PlayFarm};
 pub use resume::{tail_repair, Done, Tail};
-pub use schedule::{child_visible, job_count, parse_devices, Slots};
+pub use schedule::{child_visible, choose_devices, job_count, parse_devices, DeviceChoice, Slots};
 pub use shard::Shard;
 pub use verify_many::{verify_many, verify_one};

@@ -620,7 +620,8 @@ pub struct PlayArgs {
     #[command(flatten)]
     pub many: ManyArgs,
     /// Many captures: the GPUs to replay on, as ordinals this process sees (default: every
-    /// visible GPU); each child gets one through CUDA_VISIBLE_DEVICES.
+    /// visible GPU); each child gets one through CUDA_VISIBLE_DEVICES. An ordinal past the
+    /// GPUs the driver lists is refused before any replay (with no driver: taken as given).
     #[arg(long, value_name = "0,1,...", help_heading = "Many captures")]
     pub devices: Option<String>,
     /// Many captures: a correctness sweep: each capture plays one verified pass (--passes 1

@@ -128,3 +128,20 @@ fn resume_after_a_killed_run_mends_the_torn_line_and_compares_whole() {
     let (code, o, e) = kreplay(&["compare", s(&out), s(&out)]);
     assert_eq!(code, 0, "{o}{e}");
 }
+
+// With no driver there is nothing to count the GPUs against: --devices is taken as given,
+// and says so; each child reports the driver's error (the GPU suite checks the refusal).
+#[test]
+fn devices_without_a_driver_are_taken_as_given_and_it_says_so() {
+    if Path::new("/proc/driver/nvidia/version").exists() {
+        eprintln!(
+            "skipped: this machine has an NVIDIA driver (the GPU suite's farm-devices covers it)"
+        );
+        return;
+    }
+    let saxpy = captures_dir().join("cuda-saxpy.krr");
+    let (code, o, e) = kreplay(&["play", s(&saxpy), "--devices", "4", "--timeout", "60"]);
+    assert_eq!(code, 2, "{o}{e}");
+    assert!(e.contains("--devices is taken as given, unchecked"), "{e}");
+    assert!(o.contains("1 capture(s): 1 error"), "{o}");
+}

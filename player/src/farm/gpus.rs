@@ -3,6 +3,8 @@
 //! no driver or no device the list is empty and the children run anyway, each reporting the
 //! driver's own error as its verdict `error`.
 
+use kreplay_cuda::DriverUnavailable;
+
 use crate::farm::schedule::child_visible;
 
 /// One GPU children are pinned to.
@@ -16,19 +18,29 @@ pub struct Gpu {
     pub driver: Option<String>,
 }
 
-/// Every GPU this process sees, in ordinal order (empty without a driver or a device).
-pub fn visible_ordinals() -> Vec<u32> {
-    if kreplay_cuda::ensure_driver().is_err() {
-        return Vec::new();
+/// `CUDA_ERROR_NO_DEVICE`: what `cuInit` says when the driver is there and no GPU is visible.
+const CUDA_ERROR_NO_DEVICE: u32 = 100;
+
+/// How many GPUs this process sees; None when no driver answered (no library, or one that
+/// would not initialise for another reason than having no device): nothing to count.
+pub fn visible_count() -> Option<u32> {
+    match kreplay_cuda::ensure_driver() {
+        Ok(()) => {
+            let n = kreplay_cuda::device_count().ok()?;
+            Some(u32::try_from(n).unwrap_or(0))
+        }
+        Err(DriverUnavailable::NoDevice) => Some(0),
+        Err(DriverUnavailable::Init(e)) if e.code == CUDA_ERROR_NO_DEVICE => Some(0),
+        Err(_) => None,
     }
-    let n = kreplay_cuda::device_count().unwrap_or(0).max(0) as u32;
-    (0..n).collect()
 }
 
 /// The GPUs at `ordinals` (with nothing found: one slot that leaves the environment alone).
-pub fn describe(ordinals: &[u32]) -> Vec<Gpu> {
+/// The driver is asked for versions and UUIDs only when `driver_found` (`visible_count`
+/// answered): without its library, asking does not return.
+pub fn describe(ordinals: &[u32], driver_found: bool) -> Vec<Gpu> {
     let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let driver = driver_version(!ordinals.is_empty());
+    let driver = driver_version(driver_found && !ordinals.is_empty());
     if ordinals.is_empty() {
         return vec![Gpu {
             visible: None,
@@ -42,6 +54,7 @@ pub fn describe(ordinals: &[u32]) -> Vec<Gpu> {
             visible: Some(child_visible(parent.as_deref(), o)),
             uuid: i32::try_from(o)
                 .ok()
+                .filter(|_| driver_found)
                 .and_then(|o| kreplay_cuda::Device::open(o).ok())
                 .map(|d| uuid_text(&d.props().uuid)),
             driver: driver.clone(),
@@ -106,8 +119,15 @@ mod tests {
 
     #[test]
     fn with_no_gpu_there_is_one_slot_that_leaves_the_environment_alone() {
-        let g = describe(&[]);
+        let g = describe(&[], false);
         assert_eq!(g.len(), 1);
         assert_eq!(g[0].visible, None);
+        // `--devices` with no driver: pinned as asked, the driver never asked (it would not
+        // return without its library).
+        let blind = describe(&[4], false);
+        assert_eq!(
+            (blind[0].visible.is_some(), blind[0].uuid.as_ref()),
+            (true, None)
+        );
     }
 }

@@ -21,7 +21,7 @@ pub fn job_count(jobs: Option<usize>, slots: usize, timing: bool) -> Result<usiz
 
 /// The `CUDA_VISIBLE_DEVICES` a child pinned to `ordinal` gets: the ordinal-th entry of this
 /// process's own list when it has one (ordinals count what this process sees), else the
-/// ordinal itself.
+/// ordinal itself (`choose_devices` refuses ordinals past the list when a driver counts them).
 pub fn child_visible(parent: Option<&str>, ordinal: u32) -> String {
     parent
         .and_then(|p| {
@@ -31,6 +31,59 @@ pub fn child_visible(parent: Option<&str>, ordinal: u32) -> String {
                 .nth(ordinal as usize)
         })
         .map_or_else(|| ordinal.to_string(), str::to_string)
+}
+
+/// The GPUs a run uses, as ordinals this process sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceChoice {
+    pub ordinals: Vec<u32>,
+    /// `--devices` was taken as given, unchecked: no driver was found to count the GPUs
+    /// (each child then reports the driver's own error).
+    pub unchecked: bool,
+}
+
+/// The GPUs of a run: `--devices` as `asked`, every ordinal below the `visible` count the
+/// driver reports, or without `--devices` every visible GPU. `visible` is None when no driver
+/// was found: there is nothing to check against, and `asked` is taken as given. An ordinal
+/// at or past the count is refused before any child starts: `child_visible` would send it
+/// past this process's own `CUDA_VISIBLE_DEVICES` list (`parent_visible`, named in the
+/// message), to a GPU this process was not given.
+pub fn choose_devices(
+    asked: Option<&str>,
+    visible: Option<u32>,
+    parent_visible: Option<&str>,
+) -> Result<DeviceChoice, String> {
+    let Some(asked) = asked else {
+        return Ok(DeviceChoice {
+            ordinals: (0..visible.unwrap_or(0)).collect(),
+            unchecked: false,
+        });
+    };
+    let ordinals = parse_devices(asked)?;
+    let Some(count) = visible else {
+        return Ok(DeviceChoice {
+            ordinals,
+            unchecked: true,
+        });
+    };
+    if let Some(&bad) = ordinals.iter().find(|&&d| d >= count) {
+        let sees = match count {
+            0 => "this process sees no GPU".to_string(),
+            1 => "this process sees 1 GPU (ordinal 0)".to_string(),
+            n => format!("this process sees {n} GPUs (ordinals 0 to {})", n - 1),
+        };
+        let through = parent_visible
+            .map(|v| format!(" through CUDA_VISIBLE_DEVICES={v}"))
+            .unwrap_or_default();
+        return Err(format!(
+            "--devices {asked}: there is no device {bad}: {sees}{through}; ordinals count the \
+             GPUs this process sees (nvidia-smi -L lists them all)"
+        ));
+    }
+    Ok(DeviceChoice {
+        ordinals,
+        unchecked: false,
+    })
 }
 
 /// `--devices 0,2,3`: ordinals, each once.
@@ -114,6 +167,38 @@ mod tests {
         assert!(parse_devices("0,0").is_err());
         assert!(parse_devices("a").is_err());
         assert!(parse_devices("").is_err());
+    }
+
+    // Catches: `CUDA_VISIBLE_DEVICES=3 --devices 4` sending a child to physical GPU 4.
+    #[test]
+    fn an_ordinal_past_the_visible_gpus_is_refused_naming_the_list() {
+        let e = choose_devices(Some("4"), Some(1), Some("3")).expect_err("no device 4");
+        assert!(e.contains("--devices 4: there is no device 4"), "{e}");
+        assert!(
+            e.contains("sees 1 GPU (ordinal 0) through CUDA_VISIBLE_DEVICES=3"),
+            "{e}"
+        );
+        let e = choose_devices(Some("0,2"), Some(2), None).expect_err("no device 2");
+        assert!(
+            e.contains("no device 2: this process sees 2 GPUs (ordinals 0 to 1)"),
+            "{e}"
+        );
+        let e = choose_devices(Some("0"), Some(0), Some("")).expect_err("no GPU");
+        assert!(e.contains("sees no GPU"), "{e}");
+        assert!(choose_devices(Some("1,x"), Some(4), None).is_err());
+    }
+
+    #[test]
+    fn ordinals_below_the_count_pass_and_without_a_driver_nothing_is_checked() {
+        let ok = choose_devices(Some("1,0"), Some(2), None).expect("both exist");
+        assert_eq!(ok.ordinals, [1, 0]);
+        assert!(!ok.unchecked);
+        let every = choose_devices(None, Some(3), None).expect("every GPU");
+        assert_eq!((every.ordinals, every.unchecked), (vec![0, 1, 2], false));
+        let none = choose_devices(None, None, None).expect("no driver");
+        assert!(none.ordinals.is_empty() && !none.unchecked);
+        let blind = choose_devices(Some("4"), None, Some("3")).expect("no driver to ask");
+        assert_eq!((blind.ordinals, blind.unchecked), (vec![4], true));
     }
 
     // Catches: two timed children piled on one GPU while another is idle.

@@ -219,12 +219,17 @@ fn run_many(
 /// `kreplay play` of many captures.
 pub fn play(a: &PlayArgs) -> anyhow::Result<ExitCode> {
     let args = child_args(a)?;
-    let ordinals = match &a.devices {
-        Some(d) => farm::parse_devices(d).map_err(anyhow::Error::msg)?,
-        None => farm::visible_ordinals(),
-    };
-    if ordinals.is_empty() && !a.quiet {
-        crate::warn!("kreplay: warning: no GPU found (no CUDA driver, or no device): each replay will say why");
+    let parent_visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let visible = farm::visible_count();
+    let chosen = farm::choose_devices(a.devices.as_deref(), visible, parent_visible.as_deref())
+        .map_err(anyhow::Error::msg)?;
+    let ordinals = chosen.ordinals;
+    if !a.quiet {
+        if chosen.unchecked {
+            crate::warn!("kreplay: warning: no CUDA driver found: --devices is taken as given, unchecked; each replay will say why it cannot run");
+        } else if ordinals.is_empty() {
+            crate::warn!("kreplay: warning: no GPU found (no CUDA driver, or no device): each replay will say why");
+        }
     }
     let jobs =
         farm::job_count(a.many.jobs, ordinals.len(), !a.no_timing).map_err(anyhow::Error::msg)?;
@@ -234,7 +239,7 @@ pub fn play(a: &PlayArgs) -> anyhow::Result<ExitCode> {
                 .context("cannot find this kreplay executable to run each replay")?,
             args,
         },
-        gpus: farm::describe_gpus(&ordinals),
+        gpus: farm::describe_gpus(&ordinals, visible.is_some()),
         jobs,
         timeout: a.timeout.map(Duration::from_secs_f64),
     };
