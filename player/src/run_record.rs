@@ -3,7 +3,7 @@
 //! are a contract (docs/corpus: one object per capture per line); every optional field has a
 //! default so lines written by older versions still read.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// What became of one capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -105,9 +105,11 @@ pub struct RunRecord {
     #[serde(default)]
     pub driver: Option<String>,
     pub verdict: Verdict,
-    #[serde(default)]
+    /// The median of the timed passes; None when nothing was timed (`--no-timing`, a replay
+    /// with no timed pass, an error).
+    #[serde(default, deserialize_with = "timed_or_none")]
     pub median_us: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "timed_or_none")]
     pub first_us: Option<f64>,
     #[serde(default)]
     pub in_app_us: Option<f64>,
@@ -121,6 +123,13 @@ pub struct RunRecord {
     /// Wall time spent on this capture (its child process, or its verification), seconds.
     #[serde(default)]
     pub wall_s: f64,
+}
+
+/// A time as a line holds it: 0 µs (or a figure that is not one) is how older writers said
+/// "not timed", so it reads as None and no reader has to know.
+fn timed_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = Option::<f64>::deserialize(d)?;
+    Ok(v.filter(|us| us.is_finite() && *us > 0.0))
 }
 
 impl RunRecord {
@@ -229,6 +238,25 @@ mod tests {
         let r: RunRecord =
             serde_json::from_str(r#"{"file":"x.krr","verdict":"damaged"}"#).expect("read");
         assert_eq!(r, RunRecord::new("x.krr", Verdict::Damaged));
+    }
+
+    // Catches: an older writer's `median_us: 0.0` for "not timed" read as a time of 0 µs.
+    #[test]
+    fn a_zero_time_from_an_older_writer_reads_as_not_timed() {
+        let r: RunRecord = serde_json::from_str(
+            r#"{"file":"x.krr","verdict":"matched","median_us":0.0,"first_us":0,"in_app_us":2.0}"#,
+        )
+        .expect("read");
+        assert_eq!((r.median_us, r.first_us), (None, None));
+        assert_eq!(r.in_app_us, Some(2.0));
+        let timed: RunRecord =
+            serde_json::from_str(r#"{"file":"x","verdict":"matched","median_us":1.5}"#)
+                .expect("read");
+        assert_eq!(timed.median_us, Some(1.5));
+        let null: RunRecord =
+            serde_json::from_str(r#"{"file":"x","verdict":"matched","median_us":null}"#)
+                .expect("read");
+        assert_eq!(null.median_us, None);
     }
 
     #[test]

@@ -69,3 +69,35 @@ def report_checks(html: str, records: list) -> list:
         if outside in html:
             why.append(f"the report refers outside itself ({outside})")
     return why
+
+
+def devices_checks(rc: int, err: str, results: str) -> list:
+    """What is wrong with `CUDA_VISIBLE_DEVICES=0 kreplay play DIR --devices 1` (a GPU this
+    process was not given): it must exit 2 before any child starts, naming the ordinal and the
+    list, and leave no result."""
+    why = [] if rc == 2 else [f"exit {rc}, not 2"]
+    for says in ("there is no device 1", "CUDA_VISIBLE_DEVICES=0"):
+        if says not in (err or ""):
+            why.append(f"the error does not say {says!r}: {(err or '').strip()[-300:]}")
+    if (results or "").strip():
+        why.append("a child ran: the JSON lines hold results")
+    return why
+
+
+def no_timing_checks(rc: int, records: list, files: list) -> list:
+    """What is wrong with `kreplay play DIR --no-timing --json-lines` (issue 33 review): exit
+    0, a `matched` record per capture with no median and no spread (null: not timed, so two
+    sweeps never gate on cold single passes), each with its key (the path relative to DIR)."""
+    why = [] if rc == 0 else [f"exit {rc}"]
+    good = [r for r in records if isinstance(r, dict)]
+    if len(good) != len(files):
+        why.append(f"{len(good)} records for {len(files)} captures")
+    for r in good:
+        name = r.get("file", "").rsplit("/", 1)[-1]
+        if r.get("verdict") != "matched":
+            why.append(f"{name}: {r.get('verdict')} {r.get('error') or ''}".strip())
+        if r.get("median_us") is not None or r.get("spread_pct") is not None:
+            why.append(f"{name}: median_us {r.get('median_us')}, spread_pct {r.get('spread_pct')}: not null")
+        if r.get("key") != name:
+            why.append(f"{name}: key {r.get('key')!r}")
+    return why

@@ -868,3 +868,23 @@ def test_farm_report_verdict_wants_a_row_per_capture_and_a_point_per_timed_one()
     assert F.report_checks(page.replace("<circle/>", ""), records)
     assert F.report_checks(page + '<img src="https://x/y.png">', records)
     assert F.report_checks(page + "<svg></svg>", records)
+
+
+def test_farm_devices_and_no_timing_verdicts_want_a_refusal_and_untimed_records():
+    import krfarm as F
+    import test_tools  # noqa: F401
+
+    assert "farm-devices-no-timing" in C.REGISTERED
+    err = "kreplay: error: --devices 1: there is no device 1: this process sees 1 GPU (ordinal 0) through CUDA_VISIBLE_DEVICES=0"
+    assert F.devices_checks(2, err, "") == []
+    assert F.devices_checks(0, err, "")
+    assert F.devices_checks(2, "kreplay: error: something else", "")
+    assert F.devices_checks(2, err, '{"file": "a.krr"}\n')
+    rec = lambda f, **k: {"file": f"/t/{f}", "verdict": "matched", "median_us": None,  # noqa: E731
+                          "spread_pct": None, "key": f, **k}
+    files = ["/t/a.krr", "/t/b.krr"]
+    assert F.no_timing_checks(0, [rec("a.krr"), rec("b.krr")], files) == []
+    for bad in ([rec("a.krr"), rec("b.krr", median_us=0.0)], [rec("a.krr"), rec("b.krr", key=None)],
+                [rec("a.krr"), rec("b.krr", verdict="error")], [rec("a.krr")]):
+        assert F.no_timing_checks(0, bad, files), bad
+    assert F.no_timing_checks(2, [rec("a.krr"), rec("b.krr")], files)

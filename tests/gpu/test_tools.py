@@ -544,3 +544,25 @@ def test_farm_play(case, row, kr):
     row.update(kernel=f"{len(files)} testdata captures through the farm", matched=not why,
                why="; ".join(why), figures=figures)
     assert not why, "; ".join(why)
+
+
+@C.inline("farm-devices-no-timing")
+def test_farm_devices_and_no_timing(case, row, kr):
+    """Issue 33 review: `CUDA_VISIBLE_DEVICES=0 kreplay play DIR --devices 1` is refused (exit 2,
+    naming ordinal and list) before any child runs; `kreplay play DIR --no-timing --json-lines`
+    gives a `matched` record per capture with `median_us` and `spread_pct` null and `key` the
+    file's name."""
+    import krfarm as F
+
+    folder = ROOT / "testdata" / "captures"
+    files = sorted(str(p) for p in folder.glob("*.krr"))
+    refused = case.path("refused.jsonl")
+    past = case.run([kr, "play", folder, "--devices", "1", "--json-lines", refused], name="devices-past",
+                    env={"CUDA_VISIBLE_DEVICES": "0"})
+    why = F.devices_checks(past.rc, past.err, S.read(refused))
+    results = case.path("sweep.jsonl")
+    sweep = case.run([kr, "play", folder, "--no-timing", "--json-lines", results], name="sweep", timeout=900)
+    why += F.no_timing_checks(sweep.rc, F.read_lines(S.read(results)), files)
+    row.update(kernel=f"--devices past the GPUs; {len(files)} captures --no-timing", matched=not why,
+               why="; ".join(why))
+    assert not why, "; ".join(why)

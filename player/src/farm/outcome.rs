@@ -108,14 +108,31 @@ pub fn record_of(mut r: RunRecord, end: &ChildEnd) -> RunRecord {
     r = r.with_kernel(&report.kernel);
     r.device = Some(report.device);
     r.passes = Some(report.passes);
-    r.median_us = Some(micros(report.median_ns));
-    r.first_us = report.durations_ns.first().map(|&d| micros(d));
+    // No timed pass (a tool that ran none, a timer that gave nothing) is no time: null, not
+    // 0 µs, which every reader would have to know to leave out.
+    let timed = !report.durations_ns.is_empty() && report.median_ns > 0;
+    r.median_us = timed.then(|| micros(report.median_ns));
+    r.first_us = report
+        .durations_ns
+        .first()
+        .filter(|&&d| d > 0)
+        .map(|&d| micros(d));
     r.in_app_us = report.original_ns.map(micros);
     // One timed pass measures no spread: null, not 0 %, so `kreplay compare` does not read
     // it as a noise-free figure.
     r.spread_pct = (report.median_ns > 0 && report.durations_ns.len() >= 2).then(|| {
         report.max_ns.saturating_sub(report.min_ns) as f64 / report.median_ns as f64 * 100.0
     });
+    r
+}
+
+/// A record of a `--no-timing` run: its one pass, without warm-up, checked the output and
+/// timed nothing worth comparing, so the median and spread are null ("not timed"), and two
+/// correctness sweeps never gate on cold single passes. The first pass's time stays: it is
+/// what it says.
+pub fn without_timing(mut r: RunRecord) -> RunRecord {
+    r.median_us = None;
+    r.spread_pct = None;
     r
 }
 
@@ -223,6 +240,33 @@ mod tests {
         let r = record_of(RunRecord::new("x.krr", Verdict::Error), &ended(0, one));
         assert_eq!(r.passes, Some(1));
         assert_eq!(r.spread_pct, None);
+    }
+
+    // Catches: a replay that timed nothing written as `median_us: 0.0`.
+    #[test]
+    fn a_replay_that_timed_nothing_has_no_median() {
+        let none = report("recorded", true, true)
+            .replace("[4000,2000,3000]", "[]")
+            .replace(
+                r#""min_ns":2000,"median_ns":3000,"max_ns":4000"#,
+                r#""min_ns":0,"median_ns":0,"max_ns":0"#,
+            );
+        let r = record_of(RunRecord::new("x.krr", Verdict::Error), &ended(0, none));
+        assert_eq!(r.verdict, Verdict::Matched);
+        assert_eq!((r.median_us, r.first_us, r.spread_pct), (None, None, None));
+        let line: serde_json::Value = serde_json::from_str(&r.to_line()).expect("json");
+        assert!(line["median_us"].is_null(), "{line}");
+    }
+
+    #[test]
+    fn a_no_timing_record_keeps_its_verdict_and_first_pass_only() {
+        let r = record_of(
+            RunRecord::new("x.krr", Verdict::Error),
+            &ended(0, report("recorded", true, true)),
+        );
+        let r = without_timing(r);
+        assert_eq!((r.median_us, r.spread_pct), (None, None));
+        assert_eq!((r.verdict, r.first_us), (Verdict::Matched, Some(4.0)));
     }
 
     #[test]
