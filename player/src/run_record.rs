@@ -90,6 +90,11 @@ impl Verdict {
 pub struct RunRecord {
     /// The capture's path as the run named it (as given, or joined to the manifest's folder).
     pub file: String,
+    /// Its path relative to the folder or manifest that named it (the path as given for a
+    /// capture named on its own): the same wherever the corpus is mounted, so `--resume` and
+    /// `kreplay compare` pair runs made under different roots by it. None in older lines.
+    #[serde(default)]
+    pub key: Option<String>,
     #[serde(default)]
     pub sha256: Option<String>,
     /// Demangled short name.
@@ -137,6 +142,7 @@ impl RunRecord {
     pub fn new(file: impl Into<String>, verdict: Verdict) -> RunRecord {
         RunRecord {
             file: file.into(),
+            key: None,
             sha256: None,
             kernel: None,
             mangled: None,
@@ -189,6 +195,7 @@ mod tests {
             .collect();
         let mut want = vec![
             "file",
+            "key",
             "sha256",
             "kernel",
             "mangled",

@@ -648,9 +648,9 @@ pub struct ManyArgs {
     /// verdict, times, error: see the README).
     #[arg(long, value_name = "FILE", help_heading = "Many captures")]
     pub json_lines: Option<PathBuf>,
-    /// Skip the captures --json-lines FILE already answers (same path, and same SHA-256 when
-    /// both know one), appending the rest (a last line cut short by a killed run is
-    /// removed first).
+    /// Skip the captures --json-lines FILE already answers (same path relative to the folder
+    /// or manifest, wherever it is mounted, and same SHA-256 when both know one), appending the
+    /// rest (a last line cut short by a killed run is removed first).
     #[arg(long, requires = "json_lines", help_heading = "Many captures")]
     pub resume: bool,
     /// How many captures at once (play: default one per GPU, more only with --no-timing;

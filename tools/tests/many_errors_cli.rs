@@ -145,3 +145,52 @@ fn devices_without_a_driver_are_taken_as_given_and_it_says_so() {
     assert!(e.contains("--devices is taken as given, unchecked"), "{e}");
     assert!(o.contains("1 capture(s): 1 error"), "{o}");
 }
+
+// Catches: records identified by the path as given, so one corpus under two mount points
+// pairs nothing in compare and --resume runs everything again.
+#[test]
+fn one_corpus_under_two_roots_pairs_in_compare_and_resumes() {
+    let d = scratch("many-two-roots");
+    let (a, b) = (
+        corpus_under(&d.join("mnt-a")),
+        corpus_under(&d.join("mnt-b")),
+    );
+    let (ra, rb) = (d.join("a.jsonl"), d.join("b.jsonl"));
+    for (corpus, out) in [(&a, &ra), (&b, &rb)] {
+        let (code, o, e) = kreplay(&["verify", s(corpus), "--json-lines", s(out)]);
+        assert_eq!(code, 0, "{o}{e}");
+    }
+    let n = line_count(&ra);
+    assert!(n >= 2, "the testdata holds several captures");
+    let first: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&ra)
+            .expect("read")
+            .lines()
+            .next()
+            .expect("a line"),
+    )
+    .expect("json");
+    assert!(
+        first["key"].as_str().is_some_and(|k| k.starts_with("sub/")),
+        "{first}"
+    );
+    let (code, o, e) = kreplay(&["compare", s(&ra), s(&rb), "--json"]);
+    assert_eq!(code, 0, "{o}{e}");
+    let v: serde_json::Value = serde_json::from_str(&o).expect("json");
+    assert_eq!(v["summary"]["paired"], n, "{o}");
+    assert_eq!(
+        (
+            v["summary"]["added"].as_u64(),
+            v["summary"]["removed"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    // Run A's lines answer run B's corpus: nothing runs again.
+    let (code, o, e) = kreplay(&["verify", s(&b), "--json-lines", s(&ra), "--resume"]);
+    assert_eq!(code, 0, "{o}{e}");
+    assert!(
+        o.contains(&format!("({n} already answered, skipped)")),
+        "{o}"
+    );
+    assert_eq!(line_count(&ra), n, "nothing was appended");
+}

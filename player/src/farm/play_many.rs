@@ -49,6 +49,7 @@ impl Drop for InFlight {
 /// The record a capture starts from: its name, checksum and GPU.
 fn base_record(e: &Entry, gpu: Option<&Gpu>) -> RunRecord {
     let mut r = RunRecord::new(e.shown.clone(), Verdict::Error);
+    r.key = Some(e.key.clone());
     r.sha256 = e.sha256.clone();
     r.device_uuid = gpu.and_then(|g| g.uuid.clone());
     r.driver = gpu.and_then(|g| g.driver.clone());

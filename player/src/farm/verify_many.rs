@@ -18,6 +18,7 @@ pub fn verify_one(e: &Entry) -> RunRecord {
     }
     let started = Instant::now();
     let mut r = RunRecord::new(e.shown.clone(), Verdict::Error);
+    r.key = Some(e.key.clone());
     r.sha256 = e.sha256.clone();
     match MappedFile::open(&e.path) {
         Err(err) => r.error = Some(format!("cannot open {}: {err}", e.shown)),

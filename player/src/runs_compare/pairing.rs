@@ -1,5 +1,7 @@
 //! Which capture of the base run is which of the new run: by content (SHA-256) when both
-//! records have it, by file path otherwise.
+//! records have it, by path otherwise: first the path relative to the folder or manifest
+//! (the record's key: two runs of one corpus mounted at different roots pair), when it names
+//! one capture in each run, then the path as shown (lines of older versions carry no key).
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,7 +15,8 @@ use super::records::RunRecord;
 pub enum PairedBy {
     /// The same file content: the same capture, wherever it lies.
     Sha256,
-    /// The same path; one record (or both) has no SHA-256.
+    /// The same path (relative to the corpus's folder or manifest when both records say it);
+    /// one record (or both) has no SHA-256.
     File,
     /// The same path but different SHA-256s: the capture was re-recorded, so the inputs may
     /// differ too.
@@ -92,7 +95,7 @@ fn pair_by_content(
                 continue;
             };
             let chosen = candidates.iter().copied().find(|&n| {
-                !p.taken.contains(&n) && (!same_path_only || new[n].file == base[b].file)
+                !p.taken.contains(&n) && (!same_path_only || same_place(&base[b], &new[n]))
             });
             if let Some(n) = chosen {
                 p.join(b, n, PairedBy::Sha256);
@@ -101,17 +104,38 @@ fn pair_by_content(
     }
 }
 
-/// Pairs the records still alone by path.
-fn pair_by_path(
-    base: &[RunRecord],
-    base_kept: &[usize],
-    new: &[RunRecord],
-    new_kept: &[usize],
+/// Whether two records name the same path: the same key, or the same shown path.
+fn same_place(a: &RunRecord, b: &RunRecord) -> bool {
+    a.file == b.file || (a.key.is_some() && a.key == b.key)
+}
+
+/// The keys that name one capture only among `kept` records of `run` (two folders of one run
+/// can each hold an `a.krr`: that key names neither).
+fn unique_keys<'r>(run: &'r [RunRecord], kept: &[usize]) -> HashSet<&'r str> {
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for &i in kept {
+        if let Some(k) = run[i].key.as_deref() {
+            *count.entry(k).or_default() += 1;
+        }
+    }
+    count
+        .into_iter()
+        .filter_map(|(k, n)| (n == 1).then_some(k))
+        .collect()
+}
+
+/// Pairs the records still alone whose `name` is the same (a record without one stays alone).
+fn pair_by_name<'r>(
+    (base, base_kept): (&'r [RunRecord], &[usize]),
+    (new, new_kept): (&'r [RunRecord], &[usize]),
     p: &mut Partners,
+    name: impl Fn(&'r RunRecord) -> Option<&'r str>,
 ) {
-    let mut new_by_file: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut new_by_name: HashMap<&str, Vec<usize>> = HashMap::new();
     for &n in new_kept.iter().filter(|n| !p.taken.contains(n)) {
-        new_by_file.entry(new[n].file.as_str()).or_default().push(n);
+        if let Some(k) = name(&new[n]) {
+            new_by_name.entry(k).or_default().push(n);
+        }
     }
     let alone: Vec<usize> = base_kept
         .iter()
@@ -119,7 +143,7 @@ fn pair_by_path(
         .filter(|b| !p.of_base.contains_key(b))
         .collect();
     for b in alone {
-        let Some(candidates) = new_by_file.get(base[b].file.as_str()) else {
+        let Some(candidates) = name(&base[b]).and_then(|k| new_by_name.get(k)) else {
             continue;
         };
         if let Some(n) = candidates.iter().copied().find(|n| !p.taken.contains(n)) {
@@ -132,6 +156,29 @@ fn pair_by_path(
             p.join(b, n, by);
         }
     }
+}
+
+/// Pairs the records still alone by path: by key where it names one capture in each run,
+/// then by the path shown.
+fn pair_by_path(
+    base: &[RunRecord],
+    base_kept: &[usize],
+    new: &[RunRecord],
+    new_kept: &[usize],
+    p: &mut Partners,
+) {
+    let (base_keys, new_keys) = (unique_keys(base, base_kept), unique_keys(new, new_kept));
+    let key_in = |keys: &HashSet<&str>, r: &RunRecord| -> bool {
+        r.key.as_deref().is_some_and(|k| keys.contains(k))
+    };
+    // A key pairs only when it names one capture in each run.
+    let both_unique = |r: &RunRecord| key_in(&base_keys, r) && key_in(&new_keys, r);
+    pair_by_name((base, base_kept), (new, new_kept), p, |r| {
+        r.key.as_deref().filter(|_| both_unique(r))
+    });
+    pair_by_name((base, base_kept), (new, new_kept), p, |r| {
+        Some(r.file.as_str())
+    });
 }
 
 /// Pairs the captures of two runs: first by SHA-256, then what is left by path.
@@ -172,6 +219,7 @@ mod tests {
     fn line(file: &str, sha: Option<&str>) -> RunRecord {
         RunRecord {
             file: file.into(),
+            key: None,
             sha256: sha.map(str::to_string),
             kernel: None,
             mangled: None,
@@ -187,6 +235,13 @@ mod tests {
             error: None,
             wall_s: 0.0,
         }
+    }
+
+    /// A directory run's line of `root`/`key`.
+    fn at(root: &str, key: &str) -> RunRecord {
+        let mut r = line(&format!("{root}/{key}"), None);
+        r.key = Some(key.into());
+        r
     }
 
     fn pairs(p: &Pairing) -> Vec<(usize, usize, PairedBy)> {
@@ -211,6 +266,32 @@ mod tests {
         let new = [line("a.krr", Some("aa")), line("b.krr", None)];
         let p = pair(&base, &new);
         assert_eq!(pairs(&p), [(0, 0, PairedBy::File), (1, 1, PairedBy::File)]);
+    }
+
+    // Catches: one corpus replayed under two mount points compared as all removed and added.
+    #[test]
+    fn runs_under_different_roots_pair_by_the_key() {
+        let base = [at("/mnt/a/corpus", "k/1.krr"), at("/mnt/a/corpus", "2.krr")];
+        let new = [at("/scratch/c", "2.krr"), at("/scratch/c", "k/1.krr")];
+        let p = pair(&base, &new);
+        assert_eq!(pairs(&p), [(0, 1, PairedBy::File), (1, 0, PairedBy::File)]);
+        assert!(p.added.is_empty() && p.removed.is_empty());
+        // An older line (no key) still pairs by the path shown.
+        let old = [line("/mnt/a/corpus/2.krr", None)];
+        assert_eq!(pairs(&pair(&old, &base)), [(0, 1, PairedBy::File)]);
+    }
+
+    // Catches: two folders' `a.krr` in one run (one key, two captures) paired crosswise.
+    #[test]
+    fn a_key_naming_two_captures_of_a_run_pairs_by_the_path_shown() {
+        let base = [at("/x", "a.krr"), at("/y", "a.krr")];
+        let new = [at("/y", "a.krr"), at("/z", "a.krr")];
+        let p = pair(&base, &new);
+        assert_eq!(pairs(&p), [(1, 0, PairedBy::File)]);
+        assert_eq!(
+            (p.removed.as_slice(), p.added.as_slice()),
+            (&[0][..], &[1][..])
+        );
     }
 
     #[test]

@@ -264,6 +264,7 @@ mod tests {
     fn rec(file: &str, verdict: Verdict, median: Option<f64>, spread: Option<f64>) -> RunRecord {
         RunRecord {
             file: file.into(),
+            key: None,
             sha256: Some(format!("sha-{file}")),
             kernel: Some(format!("k_{file}")),
             mangled: None,
