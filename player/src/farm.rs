@@ -22,7 +22,7 @@ pub use child::ChildCommand;
 pub use gpus::{describe as describe_gpus, visible_count, Gpu};
 pub use html::{farm_html, median_chart, FarmRun};
 pub use inputs::{expand, is_manifest, names_many, Entry, InputError};
-pub use outcome::{count_line, exit_status, record_of, without_timing, ChildEnd};
+pub use outcome::{count_line, exit_status, record_of, ChildEnd};
 pub use play_many::{play_many, PlayFarm};
 pub use resume::{tail_repair, Done, Tail};
 pub use schedule::{child_visible, choose_devices, job_count, parse_devices, DeviceChoice, Slots};

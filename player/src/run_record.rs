@@ -110,8 +110,8 @@ pub struct RunRecord {
     #[serde(default)]
     pub driver: Option<String>,
     pub verdict: Verdict,
-    /// The median of the timed passes; None when nothing was timed (`--no-timing`, a replay
-    /// with no timed pass, an error).
+    /// The median of the timed passes; None when nothing was timed (a replay with no timed
+    /// pass, an error; `--no-timing` times its one pass).
     #[serde(default, deserialize_with = "timed_or_none")]
     pub median_us: Option<f64>,
     #[serde(default, deserialize_with = "timed_or_none")]

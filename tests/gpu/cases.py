@@ -419,7 +419,7 @@ INLINE_CASES = {
     "trace-range-per-step": (),
     # Issue 33: many captures through the farm (test_tools.py; verdict in krfarm.py).
     "farm-play": ("timed",),
-    # Issue 33 review: --devices past the visible GPUs refused; --no-timing records untimed.
+    # Issue 33 review: --devices past the visible GPUs refused; --no-timing records: no 0 µs.
     "farm-devices-no-timing": (),
     # Issue 33: record --each-kernel (test_corpus.py; verdicts in krcorpus.py).
     "corpus-each-kernel": (),

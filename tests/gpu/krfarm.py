@@ -86,8 +86,8 @@ def devices_checks(rc: int, err: str, results: str) -> list:
 
 def no_timing_checks(rc: int, records: list, files: list) -> list:
     """What is wrong with `kreplay play DIR --no-timing --json-lines` (issue 33 review): exit
-    0, a `matched` record per capture with no median and no spread (null: not timed, so two
-    sweeps never gate on cold single passes), each with its key (the path relative to DIR)."""
+    0, a `matched` record per capture, its one pass's median a time above 0 or null (not
+    timed), never 0, no spread (one pass has none), and its key (the path relative to DIR)."""
     why = [] if rc == 0 else [f"exit {rc}"]
     good = [r for r in records if isinstance(r, dict)]
     if len(good) != len(files):
@@ -96,8 +96,11 @@ def no_timing_checks(rc: int, records: list, files: list) -> list:
         name = r.get("file", "").rsplit("/", 1)[-1]
         if r.get("verdict") != "matched":
             why.append(f"{name}: {r.get('verdict')} {r.get('error') or ''}".strip())
-        if r.get("median_us") is not None or r.get("spread_pct") is not None:
-            why.append(f"{name}: median_us {r.get('median_us')}, spread_pct {r.get('spread_pct')}: not null")
+        median = r.get("median_us")
+        if median is not None and not (isinstance(median, (int, float)) and median > 0):
+            why.append(f"{name}: median_us {median!r}: neither a time nor null")
+        if r.get("spread_pct") is not None:
+            why.append(f"{name}: spread_pct {r.get('spread_pct')} from one pass")
         if r.get("key") != name:
             why.append(f"{name}: key {r.get('key')!r}")
     return why

@@ -880,11 +880,11 @@ def test_farm_devices_and_no_timing_verdicts_want_a_refusal_and_untimed_records(
     assert F.devices_checks(0, err, "")
     assert F.devices_checks(2, "kreplay: error: something else", "")
     assert F.devices_checks(2, err, '{"file": "a.krr"}\n')
-    rec = lambda f, **k: {"file": f"/t/{f}", "verdict": "matched", "median_us": None,  # noqa: E731
+    rec = lambda f, **k: {"file": f"/t/{f}", "verdict": "matched", "median_us": 4.5,  # noqa: E731
                           "spread_pct": None, "key": f, **k}
     files = ["/t/a.krr", "/t/b.krr"]
-    assert F.no_timing_checks(0, [rec("a.krr"), rec("b.krr")], files) == []
-    for bad in ([rec("a.krr"), rec("b.krr", median_us=0.0)], [rec("a.krr"), rec("b.krr", key=None)],
+    assert F.no_timing_checks(0, [rec("a.krr"), rec("b.krr", median_us=None)], files) == []
+    for bad in ([rec("a.krr"), rec("b.krr", median_us=0.0)], [rec("a.krr"), rec("b.krr", spread_pct=1.0)], [rec("a.krr"), rec("b.krr", key=None)],
                 [rec("a.krr"), rec("b.krr", verdict="error")], [rec("a.krr")]):
         assert F.no_timing_checks(0, bad, files), bad
     assert F.no_timing_checks(2, [rec("a.krr"), rec("b.krr")], files)

@@ -550,8 +550,8 @@ def test_farm_play(case, row, kr):
 def test_farm_devices_and_no_timing(case, row, kr):
     """Issue 33 review: `CUDA_VISIBLE_DEVICES=0 kreplay play DIR --devices 1` is refused (exit 2,
     naming ordinal and list) before any child runs; `kreplay play DIR --no-timing --json-lines`
-    gives a `matched` record per capture with `median_us` and `spread_pct` null and `key` the
-    file's name."""
+    gives a `matched` record per capture, `median_us` a time or null (never 0), `spread_pct`
+    null (one pass) and `key` the file's name."""
     import krfarm as F
 
     folder = ROOT / "testdata" / "captures"

@@ -625,8 +625,7 @@ pub struct PlayArgs {
     #[arg(long, value_name = "0,1,...", help_heading = "Many captures")]
     pub devices: Option<String>,
     /// Many captures: a correctness sweep: each capture plays one verified pass (--passes 1
-    /// --warmup 0 --verify), and --jobs may put several children on one GPU; the records
-    /// carry no median (null: not timed).
+    /// --warmup 0 --verify), and --jobs may put several children on one GPU.
     #[arg(long, help_heading = "Many captures", conflicts_with_all = ["passes", "warmup", "tool", "metrics", "per_step"])]
     pub no_timing: bool,
     /// Many captures: kill a capture's replay (its whole process group) after SECONDS and

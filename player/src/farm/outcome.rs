@@ -126,16 +126,6 @@ pub fn record_of(mut r: RunRecord, end: &ChildEnd) -> RunRecord {
     r
 }
 
-/// A record of a `--no-timing` run: its one pass, without warm-up, checked the output and
-/// timed nothing worth comparing, so the median and spread are null ("not timed"), and two
-/// correctness sweeps never gate on cold single passes. The first pass's time stays: it is
-/// what it says.
-pub fn without_timing(mut r: RunRecord) -> RunRecord {
-    r.median_us = None;
-    r.spread_pct = None;
-    r
-}
-
 /// The run's exit status: 2 when any capture has no answer (error, timeout), else 1 when any
 /// answer is wrong (mismatch, nondeterministic, damaged), else 0.
 pub fn exit_status<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>) -> u8 {
@@ -256,17 +246,6 @@ mod tests {
         assert_eq!((r.median_us, r.first_us, r.spread_pct), (None, None, None));
         let line: serde_json::Value = serde_json::from_str(&r.to_line()).expect("json");
         assert!(line["median_us"].is_null(), "{line}");
-    }
-
-    #[test]
-    fn a_no_timing_record_keeps_its_verdict_and_first_pass_only() {
-        let r = record_of(
-            RunRecord::new("x.krr", Verdict::Error),
-            &ended(0, report("recorded", true, true)),
-        );
-        let r = without_timing(r);
-        assert_eq!((r.median_us, r.spread_pct), (None, None));
-        assert_eq!((r.verdict, r.first_us), (Verdict::Matched, Some(4.0)));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::farm::checksum;
 use crate::farm::child::{kill_group, ChildCommand, ChildEvent};
 use crate::farm::gpus::Gpu;
-use crate::farm::outcome::{record_of, without_timing};
+use crate::farm::outcome::record_of;
 use crate::farm::schedule::Slots;
 use crate::farm::Entry;
 use crate::run_record::{RunRecord, Verdict};
@@ -21,8 +21,6 @@ pub struct PlayFarm {
     pub gpus: Vec<Gpu>,
     pub jobs: usize,
     pub timeout: Option<Duration>,
-    /// False for `--no-timing`: the records carry no median (`outcome::without_timing`).
-    pub timed: bool,
 }
 
 /// A child in flight.
@@ -131,9 +129,6 @@ pub fn play_many(
                 }
                 let base = base_record(&entries[slot], farm.gpus.get(run.gpu));
                 let mut r = record_of(base, &end);
-                if !farm.timed {
-                    r = without_timing(r);
-                }
                 r.wall_s = run.started.elapsed().as_secs_f64();
                 report(&r)?;
                 verdicts.push(r.verdict);
@@ -221,7 +216,6 @@ mod tests {
             gpus,
             jobs,
             timeout,
-            timed: true,
         }
     }
 

@@ -242,7 +242,6 @@ pub fn play(a: &PlayArgs) -> anyhow::Result<ExitCode> {
         gpus: farm::describe_gpus(&ordinals, visible.is_some()),
         jobs,
         timeout: a.timeout.map(Duration::from_secs_f64),
-        timed: !a.no_timing,
     };
     let sel = Selection::of("play", &a.files, &a.many)?;
     run_many(sel, a.quiet, |entries, report| {
