@@ -226,7 +226,7 @@ pub fn play(a: &PlayArgs) -> anyhow::Result<ExitCode> {
     let ordinals = chosen.ordinals;
     if !a.quiet {
         if chosen.unchecked {
-            crate::warn!("kreplay: warning: no CUDA driver found: --devices is taken as given, unchecked; each replay will say why it cannot run");
+            crate::warn!("kreplay: warning: no CUDA driver answered (none found, or it would not start): --devices is taken as given, unchecked; each replay will say why it cannot run");
         } else if ordinals.is_empty() {
             crate::warn!("kreplay: warning: no GPU found (no CUDA driver, or no device): each replay will say why");
         }
