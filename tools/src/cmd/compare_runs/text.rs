@@ -171,12 +171,12 @@ fn verdict_changes(w: &mut impl Write, r: &RunsComparison) -> anyhow::Result<()>
     out!(w, "verdict changes");
     out!(w, "  {:<16} {:<16} {:<kw$}  file", "base", "new", "kernel");
     for p in changes {
-        let new = verdict(p.new_verdict.as_str(), p.new_verdict.passed());
-        let pad = 16usize.saturating_sub(p.new_verdict.as_str().len());
+        let new = verdict(p.new_verdict.name(), p.new_verdict.passed());
+        let pad = 16usize.saturating_sub(p.new_verdict.name().len());
         out!(
             w,
             "  {:<16} {new}{:pad$} {:<kw$}  {}",
-            p.base_verdict.as_str(),
+            p.base_verdict.name(),
             "",
             kernel(&p.kernel),
             file(p)
@@ -260,7 +260,7 @@ fn unpaired(w: &mut impl Write, title: &str, list: &[Unpaired], top: usize) -> a
         out!(
             w,
             "  {:<16} {:>12}  {:<kw$}  {}",
-            u.verdict.as_str(),
+            u.verdict.name(),
             micros_or_dash(u.median_us),
             kernel(&u.kernel),
             printable(&u.file)
