@@ -97,21 +97,10 @@ pub enum MemoryScope {
     All,
 }
 
-impl MemoryScope {
-    /// The value of `KREPLAY_MEMORY`.
-    pub fn env_value(self) -> &'static str {
-        match self {
-            MemoryScope::Reachable => "reachable",
-            MemoryScope::All => "all",
-        }
-    }
-
-    pub fn from_env(v: &str) -> Option<MemoryScope> {
-        [MemoryScope::Reachable, MemoryScope::All]
-            .into_iter()
-            .find(|m| m.env_value() == v)
-    }
-}
+crate::env_word::env_words!(MemoryScope, "KREPLAY_MEMORY", {
+    Reachable => "reachable",
+    All => "all",
+});
 
 /// Which kernels `-k` selects, in ncu's forms: a plain name is the kernel's function name
 /// (the demangled base name: no namespace, template arguments, parameters or return type) or
@@ -867,6 +856,23 @@ mod tests {
         assert!(re.matches("_Z7saxpy2v", "saxpy2()"));
         assert!(KernelFilter::parse("regex:(").is_err());
         assert!(KernelFilter::parse("").is_err());
+    }
+
+    #[test]
+    fn memory_and_each_kernel_settings_travel_as_their_words() {
+        for (m, word) in [
+            (MemoryScope::Reachable, "reachable"),
+            (MemoryScope::All, "all"),
+        ] {
+            assert_eq!(m.env_value(), word);
+            assert_eq!(MemoryScope::from_env(word), Some(m));
+        }
+        for (k, word) in [(KeyBy::Name, "name"), (KeyBy::Shape, "shape")] {
+            assert_eq!(k.env_value(), word);
+            assert_eq!(KeyBy::from_env(word), Some(k));
+        }
+        assert_eq!(MemoryScope::from_env("touched"), None);
+        assert_eq!(KeyBy::from_env("size"), None);
     }
 
     #[test]

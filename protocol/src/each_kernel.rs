@@ -11,21 +11,10 @@ pub enum KeyBy {
     Shape,
 }
 
-impl KeyBy {
-    /// The value of `KREPLAY_EACH_BY`.
-    pub fn env_value(self) -> &'static str {
-        match self {
-            KeyBy::Name => "name",
-            KeyBy::Shape => "shape",
-        }
-    }
-
-    pub fn from_env(v: &str) -> Option<KeyBy> {
-        [KeyBy::Name, KeyBy::Shape]
-            .into_iter()
-            .find(|k| k.env_value() == v)
-    }
-}
+crate::env_word::env_words!(KeyBy, "KREPLAY_EACH_BY", {
+    Name => "name",
+    Shape => "shape",
+});
 
 /// Each-kernel mode's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,7 @@ pub mod boundary;
 pub mod config;
 pub mod corpus;
 pub mod each_kernel;
+mod env_word;
 pub mod nvtx;
 pub mod progress;
 pub mod report;
