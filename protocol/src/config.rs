@@ -566,28 +566,15 @@ pub fn expand_output(
     index: u64,
     kernel: &str,
 ) -> String {
-    let mut out = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('p') => out.push_str(&pid.to_string()),
-            Some('r') => out.push_str(&rank.map_or_else(|| "0".to_string(), |r| r.to_string())),
-            Some('h') => out.push_str(host),
-            Some('n') => out.push_str(&index.to_string()),
-            Some('k') => out.push_str(kernel),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+    crate::placeholders::expand(pattern, |x| match x {
+        'p' => Some(pid.to_string()),
+        'r' => Some(rank.map_or_else(|| "0".to_string(), |r| r.to_string())),
+        'h' => Some(host.to_string()),
+        'n' => Some(index.to_string()),
+        'k' => Some(kernel.to_string()),
+        '%' => Some("%".to_string()),
+        _ => None,
+    })
 }
 
 /// The placeholders `kreplay record -o` expands, with what each stands for.

@@ -11,6 +11,7 @@ pub mod corpus;
 pub mod each_kernel;
 mod env_word;
 pub mod nvtx;
+mod placeholders;
 pub mod progress;
 pub mod report;
 pub mod variant;
