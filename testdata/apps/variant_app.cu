@@ -1,5 +1,6 @@
 // Test app for `kreplay profile --variant` (issue 38): one kernel, scale_add, called at three
-// call sites of different sizes on buffers of their own, then (with `loop N`) N more times.
+// call sites of different sizes on buffers of their own, then (with `loop N`) N more times, or
+// (with `graph N`) once more inside a CUDA graph (stream capture) that is launched N times.
 // Prints, per call site, the output's device address, its element 7's bits and the sum of its
 // elements' bit patterns (an exact checksum: a change of one element changes it by exactly
 // that element's change in bits), and the total. variant_slow.cu, variant_wrong.cu and
@@ -28,6 +29,7 @@ static uint64_t bitsum(const std::vector<float>& v) {
 
 int main(int argc, char** argv) {
     int loops = (argc > 2 && strcmp(argv[1], "loop") == 0) ? atoi(argv[2]) : 0;
+    int graphs = (argc > 2 && strcmp(argv[1], "graph") == 0) ? atoi(argv[2]) : 0;
     const int sizes[3] = {1 << 16, 1 << 20, 3000};
     uint64_t total = 0;
     for (int site = 0; site < 3; ++site) {
@@ -67,6 +69,32 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(r.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost));
         total += bitsum(r);
         printf("loop %d bitsum=%llu\n", loops, (unsigned long long)bitsum(r));
+    }
+    if (graphs > 0) {
+        int n = 1 << 18;
+        float *in, *out;
+        CK(cudaMalloc(&in, n * sizeof(float)));
+        CK(cudaMalloc(&out, n * sizeof(float)));
+        std::vector<float> h(n);
+        for (int i = 0; i < n; ++i) h[i] = (float)(i % 977) * 0.5f;
+        CK(cudaMemcpy(in, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaStream_t s;
+        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        scale_add<<<(n + 255) / 256, 256, 0, s>>>(out, in, n, 0.75f);
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        for (int k = 0; k < graphs; ++k) CK(cudaGraphLaunch(ge, s));
+        CK(cudaStreamSynchronize(s));
+        std::vector<float> r(n);
+        CK(cudaMemcpy(r.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost));
+        total += bitsum(r);
+        printf("graph %d bitsum=%llu\n", graphs, (unsigned long long)bitsum(r));
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
+        CK(cudaStreamDestroy(s));
     }
     printf("checksum %llu\n", (unsigned long long)total);
     return 0;

@@ -431,6 +431,8 @@ INLINE_CASES = {
     "variant-layout": (),
     "variant-triton": ("timed",),
     "variant-bench": ("bench", "timed"),
+    "variant-graph": (),
+    "variant-bench-train": ("bench", "timed"),
 }
 
 # Which apps the inline cases build, so that a failed build fails them at setup.

@@ -168,6 +168,32 @@ def layout_checks(rc: int, plain: str, prof: str, err: str, rows: list) -> list:
     return why
 
 
+def graph_checks(rc: int, plain: str, prof: str, rows: list, summary, graphs: int) -> list:
+    """variant_app `graph N` against variant_slow: the three call sites compared (`identical`);
+    the kernel node of the CUDA graph, launched N times, skipped at each launch with a reason
+    that names the graph, in the rows and in the summary's skipped list; the app's results (its
+    graph's output included) as in a plain run."""
+    why = _common(rc, plain, prof, rows)
+    ran = [r for r in rows if not r.get("skipped")]
+    skipped = [r for r in rows if r.get("skipped")]
+    if len(ran) != 3:
+        why.append(f"{len(ran)} rows run, 3 expected (the call sites outside the graph)")
+    for r in ran:
+        v = r.get("variant") or {}
+        if v.get("verdict") != "identical":
+            why.append(f"launch {r.get('launch_index')}: verdict {v.get('verdict')!r} ({r.get('variant_error')})")
+    if len(skipped) != graphs:
+        why.append(f"{len(skipped)} skipped rows, {graphs} expected (one per graph launch)")
+    why += [f"launch {r.get('launch_index')}: skipped for {r['skipped']!r}, not the graph"
+            for r in skipped if "graph" not in r["skipped"]]
+    told = sum(n for reason, n in ((summary or {}).get("skipped") or []) if "graph" in reason)
+    if told != graphs:
+        why.append(f"the summary's skipped list {(summary or {}).get('skipped')!r}: {graphs} graph dispatches expected")
+    if not re.search(rf"^graph {graphs} bitsum=\d+$", plain or "", re.M):
+        why.append("the plain run printed no graph line")
+    return why
+
+
 def triton_checks(rc: int, plain: str, prof: str, rows: list, summary) -> list:
     """The Triton variant (another BLOCK, same launch): a row per call site with a speedup,
     `identical` or `within tolerance`; the app's output as in a plain run."""
@@ -183,6 +209,40 @@ def triton_checks(rc: int, plain: str, prof: str, rows: list, summary) -> list:
     if not summary or not summary.get("geomean_speedup"):
         why.append(f"summary {summary!r}: no geometric-mean speedup")
     return why
+
+
+def kernel_listing(stdout: str) -> list:
+    """The kernels `kreplay list --json` printed: its JSON array, on a line of its own among the
+    application's own output (the same stdout); [] when there is none."""
+    for line in reversed((stdout or "").splitlines()):
+        if line.startswith("["):
+            try:
+                found = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(found, list):
+                return found
+    return []
+
+
+def train_loop_s(stderr: str):
+    """The seconds torch_train_app.py's loop took (its `train loop X s` line on stderr: every
+    step but the first, without Python's, torch's and kreplay's start), or None."""
+    m = re.search(r"^train loop ([\d.]+) s$", stderr or "", re.M)
+    return float(m[1]) if m else None
+
+
+def train_bench_kernel(listing: list, steps: int, dispatches: int, regex: str):
+    """The training step's benchmark kernel from `kreplay list --json` of STEPS steps: the most
+    frequent kernel whose mangled or demangled name `regex` finds (the first of equals), as
+    (mangled name, launches per step, steps that make `dispatches` launches after the first
+    step with two to spare); None when none runs at least once a step."""
+    found = [k for k in listing if re.search(regex, k.get("name", "")) or re.search(regex, k.get("demangled", ""))]
+    best = max(found, key=lambda k: k.get("count", 0), default=None)
+    per_step = (best or {}).get("count", 0) // max(steps, 1)
+    if per_step < 1:
+        return None
+    return best["name"], per_step, -(-dispatches // per_step) + 3
 
 
 def pass_ns(rows: list, variant: bool) -> int:

@@ -14,6 +14,10 @@ call site of a real run. Verdicts in krvariant.py (checked on the CPU by test_va
   or `within tolerance`, the app's output unchanged.
 - variant-bench: 100 dispatches: overhead per dispatch beyond the passes, beside profile's own
   fixed cost (the baseline), in ms.
+- variant-graph: variant_app's scale_add also inside a CUDA graph: the call sites compared, the
+  graph's dispatches skipped with the reason, the app's results unchanged.
+- variant-bench-train: the same figures on 100 dispatches of a GEMM of a PyTorch training step,
+  the variant being the GEMM's own code taken out of a capture.
 """
 
 from __future__ import annotations
@@ -126,3 +130,67 @@ def test_variant_bench(case, row, kr, app):
     if plain.rc != 0 or prof.rc != 0 or var.rc != 0:
         why.append(f"exit statuses: plain {plain.rc}, profile {prof.rc}, variant {var.rc}")
     _done(row, why, "scale_add x 100", var_rows, figures=figures)
+
+
+@C.inline("variant-graph")
+def test_variant_graph(case, row, kr, app):
+    """variant_app `graph 2` against variant_slow: the three call sites compared, the kernel
+    node of its CUDA graph (launched twice) skipped at each launch, saying why."""
+    graphs = 2
+    argv = app(["{variant_app}", "graph", str(graphs)])
+    slow = app(["{variant_slow}"])[0]
+    plain = case.run(argv, name="plain")
+    prof, rows, summary = _profile(case, kr, "graph", argv, "-k", "scale_add", "--all", "--variant", slow)
+    why = V.graph_checks(prof.rc, plain.out, prof.out, rows, summary, graphs)
+    if "graph" not in prof.err:
+        why.append("stderr does not say why the graph's dispatches were skipped")
+    _done(row, why, "scale_add vs variant_slow, 2 graph launches", rows,
+          figures=f"skipped {(summary or {}).get('skipped')}")
+
+
+TRAIN_APP = ["python3", str(ROOT / "testdata" / "apps" / "torch_train_app.py")]
+GEMM = "gemm|xmma|cutlass"
+
+
+@C.inline("variant-bench-train")
+def test_variant_bench_train(case, row, kr):
+    """100 dispatches of one GEMM of a PyTorch training step (torch_train_app.py: an MLP's
+    forward, backward and SGD update): the variant is the GEMM's own code, taken out of a
+    capture of it (`kreplay extract`), so every verdict is `identical` and the figures are the
+    overhead alone: per dispatch beyond a plain run and beyond the passes, for profile and for
+    profile --variant, 3 passes each. Times are the training loop's own (its `train loop`
+    line: every step but the first, which the 100 dispatches skip with --nth), so Python's and
+    torch's start, which move by a second between runs, stay out. A timed case: alone on the GPU."""
+    n, listed = 100, 3
+    listing = case.run([kr, "list", "--json", "--"] + TRAIN_APP + [str(listed)], name="list", timeout=600)
+    found = V.train_bench_kernel(V.kernel_listing(listing.out), listed, n, GEMM)
+    if listing.rc != 0 or found is None:
+        _done(row, [f"kreplay list: exit {listing.rc}, no GEMM that runs every step"], "GEMM", [])
+    kernel, per_step, steps = found
+    cap = case.path("gemm.krr")
+    rec = case.run([kr, "record", "-k", kernel, "-o", cap, "--"] + TRAIN_APP + ["1"], name="record", timeout=600)
+    ext = case.run([kr, "extract", cap, "-o", case.path("gemm")], name="extract")
+    modules = sorted(glob.glob(f"{case.path('gemm')}/module-*"))
+    if rec.rc != 0 or ext.rc != 0 or not modules:
+        _done(row, [f"the variant: record exit {rec.rc}, extract exit {ext.rc}, modules {modules}"], kernel, [])
+    argv = TRAIN_APP + [str(steps)]
+    plain = case.run(argv, name="plain", timeout=600)
+    # The first step's launches are left out: the loop's time starts after it.
+    sel = ["-k", kernel, "--nth", str(per_step + 1), "--count", str(n), "--passes", "3"]
+    prof, prof_rows, _ = _profile(case, kr, "profile", argv, *sel)
+    var, var_rows, summary = _profile(case, kr, "variant", argv, *sel, "--variant", modules[0])
+    loops = [V.train_loop_s(c.err) for c in (plain, prof, var)]
+    if None in loops:
+        _done(row, [f"no `train loop` time: {loops}"], kernel, var_rows)
+    why, figures = V.bench_figures(loops[0], loops[1], prof_rows, loops[2], var_rows, n)
+    if plain.rc != 0 or prof.rc != 0 or var.rc != 0:
+        why.append(f"exit statuses: plain {plain.rc}, profile {prof.rc}, variant {var.rc}")
+    if plain.out != var.out:
+        why.append("the training step's output (losses, weights checksum) differs under --variant")
+    s = summary or {}
+    if s.get("identical") != n:
+        why.append(f"the GEMM's own code as its variant: {s.get('identical')} of {n} identical ({s})")
+    figures += (f"; {per_step} a step, {steps} steps, loop {loops[0]:.3f} / {loops[1]:.3f} / {loops[2]:.3f} s "
+                f"(plain / profile / --variant); verdicts: {s.get('identical')} identical, "
+                f"{s.get('within_tolerance')} within tolerance, {s.get('differ')} differ")
+    _done(row, why, f"{kernel[:40]} x {n}", var_rows, figures=figures)

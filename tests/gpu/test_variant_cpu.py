@@ -132,6 +132,50 @@ def test_the_triton_variant_passes_and_each_fault_fails():
     assert V.triton_checks(0, out, out, rows, None)
 
 
+def test_the_graph_case_passes_and_each_fault_fails():
+    graph = "a kernel node of a CUDA graph: not replayed in place yet"
+    rows = SLOW + [{"short_name": "scale_add", "launch_index": 4 + k, "skipped": graph} for k in range(2)]
+    summary = dict(SLOW_SUMMARY, skipped=[[f"not profiled: {graph}", 2]])
+    plain = app_out().replace("checksum", "graph 2 bitsum=77\nchecksum")
+    assert V.graph_checks(0, plain, plain, rows, summary, 2) == []
+    assert V.graph_checks(3, plain, plain, rows, summary, 2), "exit 3"
+    assert V.graph_checks(0, plain, plain.replace("bitsum=77", "bitsum=78"), rows, summary, 2), "graph output"
+    assert V.graph_checks(0, plain, plain, rows[:4], summary, 2), "a graph launch without its row"
+    assert V.graph_checks(0, plain, plain, rows, dict(summary, skipped=[]), 2), "the summary is silent"
+    other = copy.deepcopy(rows)
+    other[4]["skipped"] = "no reason"
+    assert V.graph_checks(0, plain, plain, other, summary, 2), "a reason without the graph"
+    ran = copy.deepcopy(rows)
+    ran[3] = row(0)
+    assert V.graph_checks(0, plain, plain, ran, summary, 2), "a graph node profiled"
+    assert V.graph_checks(0, app_out(), app_out(), rows, summary, 2), "no graph in the app"
+
+
+def test_the_listing_is_found_among_the_apps_own_output():
+    out = 'step 0 loss 1.0e+00\n[{"name": "k", "count": 2}]\nweights checksum 3\n'
+    assert V.kernel_listing(out) == [{"name": "k", "count": 2}]
+    assert V.kernel_listing("step 0 loss 1\n[not json\n") == []
+    assert V.kernel_listing("") == []
+
+
+def test_the_training_loop_time_is_read_from_stderr():
+    assert V.train_loop_s("x\ntrain loop 0.6512 s\n") == 0.6512
+    assert V.train_loop_s("train loop fast\n") is None
+    assert V.train_loop_s("") is None
+
+
+def test_the_training_step_bench_finds_its_kernel_and_steps():
+    listing = [{"name": "relu", "demangled": "relu", "count": 30},
+               {"name": "_Z6gemm_bv", "demangled": "gemm_b()", "count": 10},
+               {"name": "gemm_c", "demangled": "gemm_c", "count": 10}]
+    # The most frequent GEMM (the first of equals), its launches a step, and the steps that
+    # make 100 of them after the first step (left out of the loop's time) with two to spare.
+    assert V.train_bench_kernel(listing, 5, 100, "gemm") == ("_Z6gemm_bv", 2, 53)
+    assert V.train_bench_kernel(listing, 5, 100, "relu") == ("relu", 6, 20)
+    assert V.train_bench_kernel([], 5, 100, "gemm") is None
+    assert V.train_bench_kernel([{"name": "gemm", "demangled": "gemm", "count": 4}], 5, 100, "gemm") is None
+
+
 def test_the_bench_figures_subtract_the_passes_and_state_both_costs():
     rows = [{"durations_ns": [5_000_000, 1_000_000, 1_000_000]} for _ in range(2)]
     var_rows = [dict(r, variant={"durations_ns": [1_000_000, 1_000_000, 1_000_000]}) for r in rows]
@@ -150,9 +194,10 @@ def test_every_variant_case_is_registered_with_its_apps():
     import test_variant  # noqa: F401
 
     for name in ("variant-slow", "variant-wrong", "variant-wrong-keep", "variant-layout", "variant-triton",
-                 "variant-bench"):
+                 "variant-bench", "variant-graph", "variant-bench-train"):
         assert name in C.REGISTERED and name in C.all_case_names(), name
     assert {"bench"} <= set(C.INLINE_CASES["variant-bench"])
+    assert {"bench"} <= set(C.INLINE_CASES["variant-bench-train"])
     apps = Apps(Path("/nonexistent"), "sm_90", "/usr/local/cuda")
     for name in ("variant_app", "variant_same", "variant_slow", "variant_wrong", "variant_layout"):
         sources, argv = apps.recipe(name)
