@@ -252,6 +252,28 @@ pub struct MetricsReport {
     pub steps: Vec<StepMetrics>,
 }
 
+impl MetricsReport {
+    /// What `passes` counter passes of `req` collected (`cache`: whether L2 was emptied before
+    /// each): `metrics`, and a range's `steps` (empty for one dispatch), with the request's
+    /// chip and the CUPTI that collected them.
+    pub(crate) fn collected(
+        req: &MetricRequest,
+        passes: u32,
+        cache: CacheState,
+        metrics: Vec<MetricValue>,
+        steps: Vec<StepMetrics>,
+    ) -> MetricsReport {
+        MetricsReport {
+            metrics,
+            passes,
+            cache,
+            chip: req.chip().to_string(),
+            cupti: cupti::pair_profiler_libraries().ok().cloned(),
+            steps,
+        }
+    }
+}
+
 /// One kernel step's counters (`play --json`: `steps[i].metrics`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepMetrics {
@@ -435,14 +457,13 @@ impl<F: AsFunction> Replayer<F> {
         // leaves the kernel's output dirty in L2, and DRAM writes then read far below ncu's.)
         let (mut rp, passes) = self.counter_passes(req, cache, view, 1)?;
         let metrics = req.evaluate(&mut rp, view.kernel())?;
-        Ok(MetricsReport {
-            metrics,
-            steps: Vec::new(),
+        Ok(MetricsReport::collected(
+            req,
             passes,
             cache,
-            chip: req.chip.clone(),
-            cupti: cupti::pair_profiler_libraries().ok().cloned(),
-        })
+            metrics,
+            Vec::new(),
+        ))
     }
 
     /// Runs the counter passes the metric set needs (each a whole `launch`: the dispatch, or a

@@ -127,14 +127,10 @@ impl<F: AsFunction> Replayer<F> {
         }
         let assigned = ranges_of_steps(&names, steps);
         let per_step = step_metrics(steps, &assigned, &mut |r| req.values_of_range(&rp, r))?;
-        Ok(MetricsReport {
-            metrics: range_totals(&per_step),
-            steps: per_step,
-            passes,
-            cache,
-            chip: req.chip().to_string(),
-            cupti: kreplay_cuda::cupti::pair_profiler_libraries().ok().cloned(),
-        })
+        let totals = range_totals(&per_step);
+        Ok(MetricsReport::collected(
+            req, passes, cache, totals, per_step,
+        ))
     }
 }
 

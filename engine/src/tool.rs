@@ -63,6 +63,14 @@ pub struct PassOutcome {
     pub matches_first: Option<bool>,
 }
 
+/// Whether every checked pass of `outcomes` wrote the same bytes as the first (`None`: none
+/// was checked): `LoopSummary::deterministic`, for the pass loop and for passes a caller ran
+/// in a loop of its own (`profile --variant`'s alternation).
+pub fn deterministic(outcomes: &[PassOutcome]) -> Option<bool> {
+    let checked: Vec<bool> = outcomes.iter().filter_map(|o| o.matches_first).collect();
+    (!checked.is_empty()).then(|| checked.iter().all(|&m| m))
+}
+
 /// A dispatch as tools see it (owned; `raw` lends the C view of it).
 #[derive(Debug, Clone)]
 pub struct DispatchView {
@@ -338,8 +346,7 @@ impl PassLoop {
                 stopped = true;
             }
         }
-        let checked: Vec<bool> = outcomes.iter().filter_map(|o| o.matches_first).collect();
-        let deterministic = (!checked.is_empty()).then(|| checked.iter().all(|&m| m));
+        let deterministic = deterministic(&outcomes);
         tool.finish(d, pass, deterministic);
         Ok(LoopSummary {
             passes: pass,
@@ -492,6 +499,22 @@ impl PassTool for CTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passes_are_deterministic_when_every_checked_one_matches_the_first() {
+        let pass = |matches_first| PassOutcome {
+            index: 0,
+            duration_ns: 1,
+            matches_first,
+        };
+        assert_eq!(deterministic(&[]), None);
+        assert_eq!(deterministic(&[pass(None), pass(None)]), None);
+        assert_eq!(deterministic(&[pass(None), pass(Some(true))]), Some(true));
+        assert_eq!(
+            deterministic(&[pass(Some(true)), pass(None), pass(Some(false))]),
+            Some(false)
+        );
+    }
 
     /// A runner that records what the loop asked of the GPU (a stand-in for the GPU in these
     /// CPU tests of the control flow only). Its log is shared with `Logged`, so the order of

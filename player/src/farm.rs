@@ -17,7 +17,6 @@ mod schedule;
 mod shard;
 mod verify_many;
 
-pub use checksum::sha256_file;
 pub use child::ChildCommand;
 pub use gpus::{describe as describe_gpus, visible_count, Gpu};
 pub use html::{farm_html, median_chart, FarmRun};

@@ -8,5 +8,5 @@ mod figures;
 mod page;
 
 pub use chart::{render_svg, Band, RefLine, Series, SortedChart, YScale};
-pub use figures::{change_pct, count, noise_pct, ratio, seconds, spread_pct, tick, us};
+pub use figures::{change_pct, noise_pct, ratio, seconds, spread_pct, tick, us};
 pub use page::{figure, page, summary_table};

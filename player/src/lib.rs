@@ -34,6 +34,7 @@ mod trace;
 pub mod trace_build;
 pub mod trace_check;
 pub mod trace_events;
+pub mod units;
 
 pub use kreplay_engine::counters::{
     list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport, StepMetrics,

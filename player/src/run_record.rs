@@ -71,11 +71,6 @@ impl Verdict {
         self.severity() == Severity::Good
     }
 
-    /// The word in the JSON line (`name`).
-    pub fn as_str(self) -> &'static str {
-        self.name()
-    }
-
     pub fn severity(self) -> Severity {
         match self {
             Verdict::Matched | Verdict::Deterministic | Verdict::Verified => Severity::Good,

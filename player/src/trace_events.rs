@@ -7,6 +7,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::units::micros;
+
 /// The event phases written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Phase {
@@ -37,11 +39,6 @@ pub struct TraceEvent {
     pub cat: Option<&'static str>,
     #[serde(skip_serializing_if = "Map::is_empty")]
     pub args: Map<String, Value>,
-}
-
-/// Nanoseconds as the format's microseconds.
-pub fn micros(ns: u64) -> f64 {
-    ns as f64 / 1000.0
 }
 
 impl TraceEvent {

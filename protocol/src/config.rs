@@ -97,21 +97,10 @@ pub enum MemoryScope {
     All,
 }
 
-impl MemoryScope {
-    /// The value of `KREPLAY_MEMORY`.
-    pub fn env_value(self) -> &'static str {
-        match self {
-            MemoryScope::Reachable => "reachable",
-            MemoryScope::All => "all",
-        }
-    }
-
-    pub fn from_env(v: &str) -> Option<MemoryScope> {
-        [MemoryScope::Reachable, MemoryScope::All]
-            .into_iter()
-            .find(|m| m.env_value() == v)
-    }
-}
+crate::env_word::env_words!(MemoryScope, "KREPLAY_MEMORY", {
+    Reachable => "reachable",
+    All => "all",
+});
 
 /// Which kernels `-k` selects, in ncu's forms: a plain name is the kernel's function name
 /// (the demangled base name: no namespace, template arguments, parameters or return type) or
@@ -577,28 +566,15 @@ pub fn expand_output(
     index: u64,
     kernel: &str,
 ) -> String {
-    let mut out = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('p') => out.push_str(&pid.to_string()),
-            Some('r') => out.push_str(&rank.map_or_else(|| "0".to_string(), |r| r.to_string())),
-            Some('h') => out.push_str(host),
-            Some('n') => out.push_str(&index.to_string()),
-            Some('k') => out.push_str(kernel),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+    crate::placeholders::expand(pattern, |x| match x {
+        'p' => Some(pid.to_string()),
+        'r' => Some(rank.map_or_else(|| "0".to_string(), |r| r.to_string())),
+        'h' => Some(host.to_string()),
+        'n' => Some(index.to_string()),
+        'k' => Some(kernel.to_string()),
+        '%' => Some("%".to_string()),
+        _ => None,
+    })
 }
 
 /// The placeholders `kreplay record -o` expands, with what each stands for.
@@ -867,6 +843,23 @@ mod tests {
         assert!(re.matches("_Z7saxpy2v", "saxpy2()"));
         assert!(KernelFilter::parse("regex:(").is_err());
         assert!(KernelFilter::parse("").is_err());
+    }
+
+    #[test]
+    fn memory_and_each_kernel_settings_travel_as_their_words() {
+        for (m, word) in [
+            (MemoryScope::Reachable, "reachable"),
+            (MemoryScope::All, "all"),
+        ] {
+            assert_eq!(m.env_value(), word);
+            assert_eq!(MemoryScope::from_env(word), Some(m));
+        }
+        for (k, word) in [(KeyBy::Name, "name"), (KeyBy::Shape, "shape")] {
+            assert_eq!(k.env_value(), word);
+            assert_eq!(KeyBy::from_env(word), Some(k));
+        }
+        assert_eq!(MemoryScope::from_env("touched"), None);
+        assert_eq!(KeyBy::from_env("size"), None);
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! DIR/corpus.json` reads `captures[].file` and `sha256`).
 
 use std::collections::HashSet;
+use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 /// The manifest's schema version.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -41,6 +43,27 @@ pub struct CorpusCapture {
     pub in_app_us: Option<f64>,
     /// SHA-256 of the finished file, lowercase hex.
     pub sha256: String,
+}
+
+/// The file's SHA-256, lowercase hex (`CorpusCapture::sha256`): the recorder fills it when
+/// it keeps a capture and `kreplay play DIR/corpus.json` checks it before replaying, so both
+/// read the file with this one function. Read in bounded pieces: captures run to gigabytes.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// A kernel with executions the corpus wanted and did not keep, and why.
@@ -192,6 +215,30 @@ mod tests {
             vec![left("a", "full"), left("b", "full"), left("b", "too big")],
         );
         assert_eq!(l, [left("b", "full")]);
+    }
+
+    #[test]
+    fn a_file_digest_is_its_sha256_in_lowercase_hex() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let abc = d.path().join("abc");
+        std::fs::write(&abc, b"abc").expect("write");
+        // FIPS 180-2's example.
+        assert_eq!(
+            sha256_file(&abc).expect("hash"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        // Longer than one read: the pieces are hashed in order, not just the last.
+        let big = d.path().join("big");
+        std::fs::write(&big, vec![b'a'; (1 << 20) + 3]).expect("write");
+        let mut whole = Sha256::new();
+        whole.update(vec![b'a'; (1 << 20) + 3]);
+        let want: String = whole
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(sha256_file(&big).expect("hash"), want);
+        assert!(sha256_file(&d.path().join("missing")).is_err());
     }
 
     #[test]

@@ -11,21 +11,10 @@ pub enum KeyBy {
     Shape,
 }
 
-impl KeyBy {
-    /// The value of `KREPLAY_EACH_BY`.
-    pub fn env_value(self) -> &'static str {
-        match self {
-            KeyBy::Name => "name",
-            KeyBy::Shape => "shape",
-        }
-    }
-
-    pub fn from_env(v: &str) -> Option<KeyBy> {
-        [KeyBy::Name, KeyBy::Shape]
-            .into_iter()
-            .find(|k| k.env_value() == v)
-    }
-}
+crate::env_word::env_words!(KeyBy, "KREPLAY_EACH_BY", {
+    Name => "name",
+    Shape => "shape",
+});
 
 /// Each-kernel mode's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,24 +38,11 @@ pub struct CorpusSlot {
 /// Expands a corpus capture's own placeholders, `%i` (the kernel index) and `%e` (the
 /// execution), leaving the others (and `%%`) for `config::expand_output`.
 pub fn expand_slot(pattern: &str, slot: CorpusSlot) -> String {
-    let mut out = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('i') => out.push_str(&slot.kernel_index.to_string()),
-            Some('e') => out.push_str(&slot.execution.to_string()),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+    crate::placeholders::expand(pattern, |x| match x {
+        'i' => Some(slot.kernel_index.to_string()),
+        'e' => Some(slot.execution.to_string()),
+        _ => None,
+    })
 }
 
 /// Parses `--max-bytes SIZE`: a whole number of bytes, or one with a unit, decimal (`K`, `M`,

@@ -146,7 +146,9 @@ pub fn speedup(original_ns: u64, variant_ns: u64) -> Option<f64> {
     (original_ns > 0 && variant_ns > 0).then(|| original_ns as f64 / variant_ns as f64)
 }
 
-/// The geometric mean of `ratios` (each > 0); `None` for none.
+/// The geometric mean of `ratios` (each > 0; others are passed over), the mean ratio that
+/// treats 2x slower and 2x faster as opposites: `profile --variant`'s speedup and `kreplay
+/// compare`'s NEW/BASE; `None` for none.
 pub fn geomean(ratios: &[f64]) -> Option<f64> {
     weighted_geomean(&ratios.iter().map(|&r| (r, 1.0)).collect::<Vec<_>>())
 }
@@ -242,6 +244,10 @@ mod tests {
         let g = geomean(&[4.0, 1.0]).expect("two");
         assert!((g - 2.0).abs() < 1e-12, "{g}");
         assert_eq!(geomean(&[]), None);
+        assert!((geomean(&[1.1]).expect("one") - 1.1).abs() < 1e-12);
+        // A ratio no time can give is not averaged in.
+        assert_eq!(geomean(&[0.0, f64::NAN, -1.0]), None);
+        assert!((geomean(&[4.0, 0.0]).expect("one usable") - 4.0).abs() < 1e-12);
         // A dispatch three times as long counts three times: (2^3 * 0.5)^(1/4) = 4^(1/4).
         let w = weighted_geomean(&[(2.0, 3.0), (0.5, 1.0)]).expect("weighted");
         assert!((w - 4f64.powf(0.25)).abs() < 1e-12, "{w}");

@@ -32,7 +32,9 @@ use kreplay_cuda::{
     ctx_synchronize, AsStream, ForeignFunction, ForeignStream, KernelArgs, LaunchConfig, Stream,
 };
 use kreplay_engine::plan::{launch_config, LaunchPlan};
-use kreplay_engine::tool::{DispatchView, LoopSummary, PassLoop, PassOutcome, PassTool};
+use kreplay_engine::tool::{
+    deterministic, DispatchView, LoopSummary, PassLoop, PassOutcome, PassTool,
+};
 use kreplay_format::MemoryKind;
 use kreplay_protocol::report::ProfileRow;
 
@@ -401,13 +403,12 @@ pub fn profile_finish(
 
 /// The original's passes of an alternation, as the pass loop would have summed them up.
 fn alternated_summary(original: Vec<PassOutcome>) -> LoopSummary {
-    let checked: Vec<bool> = original.iter().filter_map(|o| o.matches_first).collect();
     LoopSummary {
         passes: original.len() as u32,
         skipped: false,
         stopped_by_tool: false,
         capped: false,
-        deterministic: (!checked.is_empty()).then(|| checked.iter().all(|&m| m)),
+        deterministic: deterministic(&original),
         outcomes: original,
     }
 }

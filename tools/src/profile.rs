@@ -3,13 +3,7 @@
 
 use kreplay_protocol::report::ProfileRow;
 
-fn us(ns: u64) -> String {
-    format!("{:.1}", ns as f64 / 1e3)
-}
-
-fn dims(d: [u32; 3]) -> String {
-    format!("{}x{}x{}", d[0], d[1], d[2])
-}
+use crate::figures::{dims, micros_of_ns};
 
 fn verdict(r: &ProfileRow) -> &'static str {
     match (r.skipped.is_some(), r.deterministic) {
@@ -139,16 +133,16 @@ fn row_cells(r: &ProfileRow) -> String {
         if r.skipped.is_some() {
             "-".into()
         } else {
-            us(r.median_ns)
+            micros_of_ns(r.median_ns)
         },
         if r.skipped.is_some() {
             "-".into()
         } else {
-            us(r.min_ns)
+            micros_of_ns(r.min_ns)
         },
         kreplay_format::units::bytes(r.write_set_bytes),
         if r.durations_ns.len() > 1 {
-            us(r.restore_median_ns)
+            micros_of_ns(r.restore_median_ns)
         } else {
             "-".into()
         },

@@ -7,6 +7,8 @@ use kreplay_protocol::report::ProfileRow;
 use kreplay_protocol::variant::{geomean, speedup, weighted_geomean, Verdict};
 use serde::Serialize;
 
+use crate::figures::{dims, micros_of_ns};
+
 /// What the rows add up to.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct VariantSummary {
@@ -74,14 +76,6 @@ pub fn summary(rows: &[ProfileRow]) -> VariantSummary {
     s
 }
 
-fn us(ns: u64) -> String {
-    format!("{:.1}", ns as f64 / 1e3)
-}
-
-fn dims(d: [u32; 3]) -> String {
-    format!("{}x{}x{}", d[0], d[1], d[2])
-}
-
 fn ratio(x: Option<f64>) -> String {
     x.map_or("-".into(), |x| format!("{x:.2}x"))
 }
@@ -110,10 +104,10 @@ fn row_line(r: &ProfileRow) -> String {
     let name: String = r.short_name.chars().take(28).collect();
     let (orig, var, verdict) = match (&r.skipped, &r.variant) {
         (Some(_), _) => ("-".into(), "-".into(), "skipped".to_string()),
-        (None, None) => (us(r.median_ns), "-".into(), "not run".to_string()),
+        (None, None) => (micros_of_ns(r.median_ns), "-".into(), "not run".to_string()),
         (None, Some(v)) => (
-            us(r.median_ns),
-            us(v.median_ns),
+            micros_of_ns(r.median_ns),
+            micros_of_ns(v.median_ns),
             v.verdict.map_or("failed", |x| x.name()).to_string(),
         ),
     };

@@ -164,8 +164,8 @@ fn a_manifest_checks_each_files_checksum_and_damage_names_its_byte() {
     bytes.truncate(bytes.len() / 2);
     std::fs::write(d.join("cut.krr"), &bytes).expect("write");
     std::fs::copy(capture("surface"), d.join("changed.krr")).expect("copy");
-    let good_sha = kreplay_player::farm::sha256_file(&d.join("good.krr")).expect("sha");
-    let cut_sha = kreplay_player::farm::sha256_file(&d.join("cut.krr")).expect("sha");
+    let good_sha = kreplay_protocol::corpus::sha256_file(&d.join("good.krr")).expect("sha");
+    let cut_sha = kreplay_protocol::corpus::sha256_file(&d.join("cut.krr")).expect("sha");
     let manifest = serde_json::json!({"version": 1, "captures": [
         {"file": "good.krr", "sha256": good_sha},
         {"file": "cut.krr", "sha256": cut_sha},
@@ -300,7 +300,7 @@ fn the_manifest_record_writes_is_the_one_the_farm_reads() {
     let d = scratch("farm-record-manifest");
     std::fs::create_dir_all(d.join("k")).expect("mkdir");
     std::fs::copy(capture("cuda-saxpy"), d.join("k/1-saxpy-1-7.krr")).expect("copy");
-    let sha = kreplay_player::farm::sha256_file(&d.join("k/1-saxpy-1-7.krr")).expect("sha");
+    let sha = kreplay_protocol::corpus::sha256_file(&d.join("k/1-saxpy-1-7.krr")).expect("sha");
     let manifest = Manifest {
         version: MANIFEST_VERSION,
         captures: vec![CorpusCapture {

@@ -1,25 +1,9 @@
 //! The SHA-256 a corpus manifest names for each capture, checked before the capture is used:
 //! a file changed or damaged since the corpus was written is `damaged`, not replayed.
 
-use std::io::Read;
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
-
-/// The file's SHA-256, lowercase hex, read in bounded pieces.
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
+use kreplay_protocol::corpus::sha256_file;
 
 /// Why the file at `path` is not the one the manifest names (`Ok(None)`: it is).
 pub fn mismatch(path: &Path, want: &str) -> std::io::Result<Option<String>> {

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use crate::run_record::{RunRecord, Severity, Verdict};
+use crate::units::micros;
 use kreplay_format::Reference;
 
 /// How a child ended, and what it printed.
@@ -67,10 +68,6 @@ fn error_text(stderr: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix("kreplay: error: "))
         .or(lines.last().copied())
         .map(str::to_string)
-}
-
-fn micros(ns: u64) -> f64 {
-    ns as f64 / 1000.0
 }
 
 /// Fills `r` (named, with its wall time) from how the child ended.

@@ -37,11 +37,6 @@ pub fn seconds(x: f64) -> String {
     or_dash(Some(x), |v| format!("{v:.1} s"))
 }
 
-/// `n` and the noun that agrees with it: "1 capture", "2 captures".
-pub fn count(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 /// An axis tick: as many decimals as the value needs to be told from its neighbours
 /// (1000, 10, 1.05, 0.95), not plotters' one fixed decimal.
 pub fn tick(v: f64) -> String {
@@ -77,9 +72,7 @@ mod tests {
     }
 
     #[test]
-    fn counts_agree_and_ticks_keep_only_the_decimals_they_need() {
-        assert_eq!(count(1, "capture", "captures"), "1 capture");
-        assert_eq!(count(0, "capture", "captures"), "0 captures");
+    fn ticks_keep_only_the_decimals_they_need() {
         assert_eq!(tick(1000.0), "1000");
         assert_eq!(tick(10.0), "10");
         assert_eq!(tick(1.05), "1.05");

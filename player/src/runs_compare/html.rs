@@ -8,9 +8,10 @@ use super::report::{CapturePair, RunSide, RunsComparison, Unpaired};
 use super::timing::TimeClass;
 use super::verdicts::VerdictChange;
 use crate::html_report::{
-    change_pct, count, figure, noise_pct, page, ratio, summary_table, us, Band, RefLine, Series,
+    change_pct, figure, noise_pct, page, ratio, summary_table, us, Band, RefLine, Series,
     SortedChart, YScale,
 };
+use crate::units::count;
 
 const SLOWER_RGB: (u8, u8, u8) = (200, 40, 40);
 const FASTER_RGB: (u8, u8, u8) = (30, 130, 60);

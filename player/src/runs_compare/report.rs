@@ -3,11 +3,12 @@
 
 use std::collections::BTreeSet;
 
+use kreplay_protocol::variant::geomean;
 use serde::Serialize;
 
 use super::pairing::{pair, Pair, PairedBy};
 use super::records::{RunRecord, Verdict};
-use super::timing::{geomean, time_change, TimeChange, TimeClass};
+use super::timing::{time_change, TimeChange, TimeClass};
 use super::verdicts::{verdict_change, VerdictChange};
 
 /// What one run was: its file, its size, and the device and driver its records name.
@@ -172,13 +173,17 @@ fn summarise(pairs: &[CapturePair], paired_by: &[Pair]) -> Summary {
             .count()
     };
     let change = |c: VerdictChange| pairs.iter().filter(|p| p.verdict_change == c).count();
+    let timed_ratios: Vec<f64> = pairs
+        .iter()
+        .filter_map(|p| p.time.map(|t| t.ratio))
+        .collect();
     Summary {
         paired: pairs.len(),
         by_sha256: by(PairedBy::Sha256),
         by_file: by(PairedBy::File),
         by_file_sha_differs: by(PairedBy::FileShaDiffers),
         timed: pairs.iter().filter(|p| p.time.is_some()).count(),
-        geomean_ratio: geomean(pairs.iter().filter_map(|p| p.time.map(|t| t.ratio))),
+        geomean_ratio: geomean(&timed_ratios),
         slower: class(TimeClass::Slower),
         faster: class(TimeClass::Faster),
         within_noise: class(TimeClass::WithinNoise),

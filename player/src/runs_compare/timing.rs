@@ -87,15 +87,6 @@ pub fn time_change(
     })
 }
 
-/// The geometric mean of ratios (the mean ratio that treats 2x slower and 2x faster as
-/// opposites); None without any.
-pub fn geomean(ratios: impl IntoIterator<Item = f64>) -> Option<f64> {
-    let (sum, count) = ratios
-        .into_iter()
-        .fold((0.0, 0usize), |(s, c), r| (s + r.ln(), c + 1));
-    (count > 0).then(|| (sum / count as f64).exp())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,13 +139,5 @@ mod tests {
         assert!(close(t.noise_pct.unwrap(), 5.0));
         assert_eq!(t.class, TimeClass::Slower);
         assert_eq!(time_change((None, None), (Some(1.0), None), 5.0), None);
-    }
-
-    #[test]
-    fn the_geometric_mean_balances_opposite_ratios() {
-        assert!(close(geomean([2.0, 0.5]).unwrap(), 1.0));
-        assert!(close(geomean([1.1]).unwrap(), 1.1));
-        assert!(close(geomean([1.0, 4.0]).unwrap(), 2.0));
-        assert_eq!(geomean([]), None);
     }
 }

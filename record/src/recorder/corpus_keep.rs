@@ -2,11 +2,10 @@
 //! the `--max-bytes` budget by its file's size (removed, and its kernel left out, when it
 //! would pass it), then checksummed from the file as written, for the manifest.
 
-use std::io::Read;
 use std::path::Path;
 
 use kreplay_protocol::config::{demangle, short_kernel_name};
-use kreplay_protocol::corpus::CorpusCapture;
+use kreplay_protocol::corpus::{sha256_file, CorpusCapture};
 
 use super::corpus_ledger::CorpusLedger;
 use crate::capture::CaptureData;
@@ -53,7 +52,7 @@ pub(super) fn keep(
             kreplay_format::units::bytes(max)
         ));
     }
-    match sha256_of(path) {
+    match sha256_file(path) {
         Ok(sum) => {
             entry.bytes_stored = bytes;
             entry.sha256 = sum;
@@ -61,26 +60,6 @@ pub(super) fn keep(
         }
         Err(e) => refuse(format!("its capture cannot be read back: {e}")),
     }
-}
-
-/// SHA-256 of a file, lowercase hex.
-fn sha256_of(path: &Path) -> std::io::Result<String> {
-    use sha2::{Digest, Sha256};
-    let mut f = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex(&hasher.finalize()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

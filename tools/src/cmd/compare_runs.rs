@@ -94,8 +94,8 @@ fn pair_row(p: &CapturePair) -> Vec<String> {
         p.new_file.clone(),
         p.kernel.clone().unwrap_or_default(),
         json_word(p.paired_by),
-        p.base_verdict.as_str().into(),
-        p.new_verdict.as_str().into(),
+        p.base_verdict.name().into(),
+        p.new_verdict.name().into(),
         json_word(p.verdict_change),
         number(p.base_median_us),
         number(p.new_median_us),
@@ -117,7 +117,7 @@ fn unpaired_row(u: &Unpaired, in_base: bool) -> Vec<String> {
     row[0] = status.into();
     row[file] = u.file.clone();
     row[3] = u.kernel.clone().unwrap_or_default();
-    row[verdict] = u.verdict.as_str().into();
+    row[verdict] = u.verdict.name().into();
     row[median] = number(u.median_us);
     row
 }

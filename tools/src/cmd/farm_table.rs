@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kreplay::figures::micros_or_dash;
 use kreplay_player::farm::{count_line, Entry};
 use kreplay_player::run_record::{RunRecord, Severity, Verdict};
 
@@ -87,7 +88,6 @@ impl Table {
                 "file", "kernel", "verdict", "median µs", "in-app µs"
             ));
         }
-        let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
         let verdict = crate::output::verdict(
             &format!("{:<16}", r.verdict.name()),
             r.verdict.severity() == Severity::Good,
@@ -96,8 +96,8 @@ impl Table {
             "{:<width$}  {:<24}  {verdict}  {:>11}  {:>11}",
             printable(&r.file),
             printable(r.kernel.as_deref().unwrap_or("-")),
-            us(r.median_us),
-            us(r.in_app_us),
+            micros_or_dash(r.median_us),
+            micros_or_dash(r.in_app_us),
         ));
         if let Some(e) = &r.error {
             lines.push(format!("    {}", printable(e)));

@@ -3,9 +3,11 @@
 
 use std::io::Write;
 
+use kreplay::figures::micros_or_dash;
 use kreplay_player::runs_compare::{
     CapturePair, RunSide, RunsComparison, Summary, TimeChange, Unpaired,
 };
+use kreplay_player::units::count;
 
 use crate::out;
 use crate::output::{printable, verdict};
@@ -13,16 +15,12 @@ use crate::output::{printable, verdict};
 /// Kernel names longer than this widen their column no further (the file comes after).
 const KERNEL_WIDTH_CAP: usize = 40;
 
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 fn side(w: &mut impl Write, label: &str, s: &RunSide) -> anyhow::Result<()> {
     out!(
         w,
         "{label:<9} {}: {}, device {}, driver {}",
         printable(&s.name),
-        plural(s.records, "record", "records"),
+        count(s.records, "record", "records"),
         printable(&s.device),
         printable(&s.driver)
     );
@@ -45,7 +43,7 @@ fn how_paired(s: &Summary) -> String {
     };
     format!(
         "{}{ways}, {} added, {} removed",
-        plural(s.paired, "capture", "captures"),
+        count(s.paired, "capture", "captures"),
         s.added,
         s.removed
     )
@@ -57,7 +55,7 @@ fn summary(w: &mut impl Write, r: &RunsComparison) -> anyhow::Result<()> {
     let mean = match s.geomean_ratio {
         Some(g) => format!(
             "geomean {g:.3}x new/base over {} timed in both",
-            plural(s.timed, "capture", "captures")
+            count(s.timed, "capture", "captures")
         ),
         None => "no capture timed in both runs".to_string(),
     };
@@ -75,13 +73,13 @@ fn summary(w: &mut impl Write, r: &RunsComparison) -> anyhow::Result<()> {
         w,
         "{:<9} {}, {}, {}",
         "verdicts",
-        plural(
+        count(
             s.correctness_regressions,
             "correctness regression",
             "correctness regressions"
         ),
-        plural(s.correctness_improvements, "improvement", "improvements"),
-        plural(s.verdicts_changed, "other change", "other changes")
+        count(s.correctness_improvements, "improvement", "improvements"),
+        count(s.verdicts_changed, "other change", "other changes")
     );
     notes(w, s)?;
     out!(
@@ -104,12 +102,12 @@ fn result(r: &RunsComparison) -> String {
     if s.slower > 0 {
         why.push(format!(
             "{} beyond {} %",
-            plural(s.slower, "time regression", "time regressions"),
+            count(s.slower, "time regression", "time regressions"),
             r.threshold_pct
         ));
     }
     if s.correctness_regressions > 0 {
-        why.push(plural(
+        why.push(count(
             s.correctness_regressions,
             "correctness regression",
             "correctness regressions",
@@ -124,7 +122,7 @@ fn notes(w: &mut impl Write, s: &Summary) -> anyhow::Result<()> {
             w,
             "{:<9} {} by file path with different sha256s (re-recorded: inputs may differ)",
             "note",
-            plural(s.by_file_sha_differs, "capture", "captures")
+            count(s.by_file_sha_differs, "capture", "captures")
         );
     }
     if s.superseded_base + s.superseded_new > 0 {
@@ -173,22 +171,18 @@ fn verdict_changes(w: &mut impl Write, r: &RunsComparison) -> anyhow::Result<()>
     out!(w, "verdict changes");
     out!(w, "  {:<16} {:<16} {:<kw$}  file", "base", "new", "kernel");
     for p in changes {
-        let new = verdict(p.new_verdict.as_str(), p.new_verdict.passed());
-        let pad = 16usize.saturating_sub(p.new_verdict.as_str().len());
+        let new = verdict(p.new_verdict.name(), p.new_verdict.passed());
+        let pad = 16usize.saturating_sub(p.new_verdict.name().len());
         out!(
             w,
             "  {:<16} {new}{:pad$} {:<kw$}  {}",
-            p.base_verdict.as_str(),
+            p.base_verdict.name(),
             "",
             kernel(&p.kernel),
             file(p)
         );
     }
     Ok(())
-}
-
-fn micros(x: Option<f64>) -> String {
-    x.map_or("-".to_string(), |v| format!("{v:.2}"))
 }
 
 fn noise(t: &TimeChange) -> String {
@@ -234,8 +228,8 @@ fn ranked(
             format!("{:.3}x", t.ratio),
             format!("{:+.1} %", t.change_pct),
             noise(&t),
-            micros(p.base_median_us),
-            micros(p.new_median_us),
+            micros_or_dash(p.base_median_us),
+            micros_or_dash(p.new_median_us),
             kernel(&p.kernel),
             file(p)
         );
@@ -266,8 +260,8 @@ fn unpaired(w: &mut impl Write, title: &str, list: &[Unpaired], top: usize) -> a
         out!(
             w,
             "  {:<16} {:>12}  {:<kw$}  {}",
-            u.verdict.as_str(),
-            micros(u.median_us),
+            u.verdict.name(),
+            micros_or_dash(u.median_us),
             kernel(&u.kernel),
             printable(&u.file)
         );
