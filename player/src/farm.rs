@@ -1,10 +1,11 @@
 //! Many captures at once (`kreplay play DIR | FILE... | corpus.json`, `kreplay verify` of the
 //! same forms): which captures (`inputs`), which of them this process takes (`shard`,
 //! `resume`), where and how many at once (`schedule`, `gpus`), each replay in a child process
-//! of its own (`child`, `play_many`) or each verification here (`verify_many`), and what the
-//! children's ends mean (`outcome`). Results are `RunRecord`s, one JSON line each; `html`
-//! makes a finished run's report page.
+//! of its own (`child`, `play_many`, with the manifest's `checksum`s checked `ahead` of it) or
+//! each verification here (`verify_many`), and what the children's ends mean (`outcome`).
+//! Results are `RunRecord`s, one JSON line each; `html` makes a finished run's report page.
 
+mod ahead;
 mod checksum;
 mod child;
 mod gpus;

@@ -59,11 +59,22 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hex(&hasher.finalize()))
+}
+
+/// The SHA-256 of `pieces` one after the other, as [`sha256_file`] gives it for a file of
+/// those bytes: `kreplay verify` hashes the mapping it verifies (read once, not twice), in
+/// pieces so it can drop each piece's pages once hashed.
+pub fn sha256_pieces<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let mut hasher = Sha256::new();
+    for p in pieces {
+        hasher.update(p);
+    }
+    hex(&hasher.finalize())
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A kernel with executions the corpus wanted and did not keep, and why.
@@ -239,6 +250,27 @@ mod tests {
             .collect();
         assert_eq!(sha256_file(&big).expect("hash"), want);
         assert!(sha256_file(&d.path().join("missing")).is_err());
+    }
+
+    // Catches: a piecewise hash that differs from the file's (a piece dropped, reordered or
+    // hashed twice), which would call every manifest-checked capture damaged.
+    #[test]
+    fn pieces_hash_as_the_file_of_those_bytes() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let bytes: Vec<u8> = (0..(3u32 << 20) + 5)
+            .map(|i| (i * 7 + i / 251) as u8)
+            .collect();
+        let path = d.path().join("x");
+        std::fs::write(&path, &bytes).expect("write");
+        let file = sha256_file(&path).expect("hash");
+        assert_eq!(sha256_pieces(bytes.chunks(1 << 20)), file);
+        assert_eq!(sha256_pieces([bytes.as_slice()]), file);
+        assert_ne!(sha256_pieces(bytes.chunks(1 << 20).skip(1)), file);
+        assert_eq!(
+            sha256_pieces([b"ab".as_slice(), b"c"]),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(sha256_pieces([]), sha256_pieces([b"".as_slice()]));
     }
 
     #[test]

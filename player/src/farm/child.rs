@@ -7,7 +7,6 @@ use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc::Sender;
 
 use crate::farm::outcome::ChildEnd;
 
@@ -58,14 +57,14 @@ impl ChildCommand {
     }
 
     /// Starts `file`'s child here (so its process group is known before anything else
-    /// happens) and waits for it on a thread that reports on `events` under `slot`; the
-    /// child's pid, or why it could not start.
+    /// happens) and waits for it on a thread that hands its end, under `slot`, to `ended`;
+    /// the child's pid, or why it could not start.
     pub fn spawn(
         &self,
         slot: usize,
         file: &Path,
         visible: Option<&str>,
-        events: Sender<ChildEvent>,
+        ended: impl FnOnce(ChildEvent) + Send + 'static,
     ) -> Result<i32, ChildEnd> {
         let child = self
             .command(file, visible)
@@ -83,7 +82,7 @@ impl ChildCommand {
                 },
                 Err(e) => not_started(format!("lost the replay's process: {e}")),
             };
-            let _ = events.send(ChildEvent { slot, end });
+            ended(ChildEvent { slot, end });
         });
         Ok(pid)
     }

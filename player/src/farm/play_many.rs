@@ -1,10 +1,14 @@
 //! `kreplay play DIR`: every capture replayed in a child of its own, `jobs` at once, spread
 //! over the GPUs, each killed after `timeout`. Records are handed out as captures finish.
+//! The manifest's checksums are checked ahead of the dispatch, on a thread of their own
+//! (`ahead`), so a large file being hashed never holds up the collection of finished
+//! children nor the killing of overdue ones.
 
-use std::collections::HashMap;
-use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
+use crate::farm::ahead::{self, Check, Checked, Credits};
 use crate::farm::checksum;
 use crate::farm::child::{kill_group, ChildCommand, ChildEvent};
 use crate::farm::gpus::Gpu;
@@ -12,6 +16,10 @@ use crate::farm::outcome::record_of;
 use crate::farm::schedule::Slots;
 use crate::farm::Entry;
 use crate::run_record::{RunRecord, Verdict};
+
+/// How many captures the checksums may be checked ahead of the dispatch: the next ones are
+/// ready when slots free, and a run reads little more than it is about to replay.
+const CHECKED_AHEAD: usize = 4;
 
 /// How a run of many replays runs.
 #[derive(Debug, Clone)]
@@ -44,6 +52,34 @@ impl Drop for InFlight {
     }
 }
 
+/// What the dispatcher hears.
+enum Event {
+    Child(ChildEvent),
+    Checked(Checked),
+}
+
+/// What the dispatcher does with the first checked entry in line.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Its refusal is its record: reported at once, it needs no slot.
+    Report,
+    Spawn,
+    /// Nothing checked yet, or every slot is busy.
+    Wait,
+}
+
+/// The dispatcher's next step, with `front` first in line and `running` of `jobs` slots
+/// busy. Entries leave the line in their order, so records of refusals keep their place
+/// among the replays started, as when the checksum was checked on the dispatch loop.
+fn step(front: Option<&Checked>, running: usize, jobs: usize) -> Step {
+    match front {
+        None => Step::Wait,
+        Some(c) if c.refusal.is_some() => Step::Report,
+        Some(_) if running < jobs.max(1) => Step::Spawn,
+        Some(_) => Step::Wait,
+    }
+}
+
 /// The record a capture starts from: its name, checksum and GPU.
 fn base_record(e: &Entry, gpu: Option<&Gpu>) -> RunRecord {
     let mut r = RunRecord::new(e.shown.clone(), Verdict::Error);
@@ -54,21 +90,92 @@ fn base_record(e: &Entry, gpu: Option<&Gpu>) -> RunRecord {
     r
 }
 
-/// A capture the manifest's checksum refuses before any replay (None: go ahead).
-pub fn checksum_refusal(e: &Entry) -> Option<RunRecord> {
-    let want = e.sha256.as_deref()?;
-    let started = Instant::now();
-    let mut r = base_record(e, None);
-    match checksum::mismatch(&e.path, want) {
-        Ok(None) => return None,
-        Ok(Some(why)) => {
-            r.verdict = Verdict::Damaged;
-            r.error = Some(why);
-        }
-        Err(err) => r.error = Some(format!("cannot read {}: {err}", e.shown)),
+type Report<'r> = dyn FnMut(&RunRecord) -> std::io::Result<()> + 'r;
+
+/// One run's dispatch: the checked entries in line, the children in flight, the verdicts.
+struct Dispatch<'a> {
+    farm: &'a PlayFarm,
+    entries: &'a [Entry],
+    events: Sender<Event>,
+    slots: Slots,
+    flight: InFlight,
+    line: VecDeque<Checked>,
+    credits: Credits,
+    /// Entries that left the line (started, or reported).
+    taken: usize,
+    verdicts: Vec<Verdict>,
+}
+
+impl Dispatch<'_> {
+    fn done(&self) -> bool {
+        self.taken >= self.entries.len() && self.flight.0.is_empty()
     }
-    r.wall_s = started.elapsed().as_secs_f64();
-    Some(r)
+
+    fn record(&mut self, r: &RunRecord, report: &mut Report<'_>) -> std::io::Result<()> {
+        report(r)?;
+        self.verdicts.push(r.verdict);
+        Ok(())
+    }
+
+    /// Takes entries off the line while `step` says so.
+    fn dispatch(&mut self, report: &mut Report<'_>) -> std::io::Result<()> {
+        while step(self.line.front(), self.flight.0.len(), self.farm.jobs) != Step::Wait {
+            let Some(c) = self.line.pop_front() else {
+                break;
+            };
+            self.taken += 1;
+            self.credits.taken();
+            match c.refusal {
+                Some(r) => self.record(&r, report)?,
+                None => self.spawn(c.index, report)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn(&mut self, index: usize, report: &mut Report<'_>) -> std::io::Result<()> {
+        let e = &self.entries[index];
+        let gpu = self.slots.take();
+        let visible = self.farm.gpus.get(gpu).and_then(|g| g.visible.as_deref());
+        let started = Instant::now();
+        let events = self.events.clone();
+        let ended = move |ev| {
+            // Gone: the run ended early and killed this child.
+            let _ = events.send(Event::Child(ev));
+        };
+        match self.farm.child.spawn(index, &e.path, visible, ended) {
+            Ok(pid) => {
+                let run = Running {
+                    gpu,
+                    pid,
+                    started,
+                    killed: false,
+                };
+                self.flight.0.insert(index, run);
+                Ok(())
+            }
+            Err(end) => {
+                self.slots.give_back(gpu);
+                let r = record_of(base_record(e, self.farm.gpus.get(gpu)), &end);
+                self.record(&r, report)
+            }
+        }
+    }
+
+    fn collect(&mut self, ev: ChildEvent, report: &mut Report<'_>) -> std::io::Result<()> {
+        let ChildEvent { slot, mut end } = ev;
+        let Some(run) = self.flight.0.remove(&slot) else {
+            return Ok(());
+        };
+        self.slots.give_back(run.gpu);
+        if run.killed {
+            end.timed_out = self.farm.timeout.map(|t| t.as_secs_f64());
+        }
+        let base = base_record(&self.entries[slot], self.farm.gpus.get(run.gpu));
+        let mut r = record_of(base, &end);
+        r.wall_s = run.started.elapsed().as_secs_f64();
+        self.record(&r, report)
+    }
 }
 
 /// Replays `entries`, handing each record to `report` as its capture finishes (in finishing
@@ -76,69 +183,50 @@ pub fn checksum_refusal(e: &Entry) -> Option<RunRecord> {
 pub fn play_many(
     farm: &PlayFarm,
     entries: &[Entry],
-    report: &mut dyn FnMut(&RunRecord) -> std::io::Result<()>,
+    report: &mut Report<'_>,
+) -> std::io::Result<Vec<Verdict>> {
+    play_checked(farm, entries, checksum::refusal, report)
+}
+
+/// `play_many` with `check` deciding which entries are refused before any replay.
+fn play_checked(
+    farm: &PlayFarm,
+    entries: &[Entry],
+    check: Check,
+    report: &mut Report<'_>,
 ) -> std::io::Result<Vec<Verdict>> {
     let (events, inbox) = channel();
-    let mut slots = Slots::new(farm.gpus.len());
-    let mut flight = InFlight::default();
-    let running = &mut flight.0;
-    let mut verdicts = Vec::with_capacity(entries.len());
-    let mut next = 0;
-    while next < entries.len() || !running.is_empty() {
-        while running.len() < farm.jobs.max(1) && next < entries.len() {
-            let e = &entries[next];
-            if let Some(r) = checksum_refusal(e) {
-                report(&r)?;
-                verdicts.push(r.verdict);
-                next += 1;
-                continue;
-            }
-            let gpu = slots.take();
-            let visible = farm.gpus.get(gpu).and_then(|g| g.visible.as_deref());
-            let started = Instant::now();
-            match farm.child.spawn(next, &e.path, visible, events.clone()) {
-                Ok(pid) => {
-                    let run = Running {
-                        gpu,
-                        pid,
-                        started,
-                        killed: false,
-                    };
-                    running.insert(next, run);
-                }
-                Err(end) => {
-                    slots.give_back(gpu);
-                    let r = record_of(base_record(e, farm.gpus.get(gpu)), &end);
-                    report(&r)?;
-                    verdicts.push(r.verdict);
-                }
-            }
-            next += 1;
+    let to_dispatch = events.clone();
+    let credits = ahead::start(entries.to_vec(), check, CHECKED_AHEAD, move |c| {
+        to_dispatch.send(Event::Checked(c)).is_ok()
+    });
+    let mut d = Dispatch {
+        farm,
+        entries,
+        events,
+        slots: Slots::new(farm.gpus.len()),
+        flight: InFlight::default(),
+        line: VecDeque::new(),
+        credits,
+        taken: 0,
+        verdicts: Vec::with_capacity(entries.len()),
+    };
+    loop {
+        d.dispatch(report)?;
+        if d.done() {
+            return Ok(d.verdicts);
         }
-        if running.is_empty() {
-            continue;
+        match inbox.recv_timeout(until_next_deadline(&d.flight.0, farm.timeout)) {
+            Ok(Event::Checked(c)) => d.line.push_back(c),
+            Ok(Event::Child(ev)) => d.collect(ev, report)?,
+            Err(RecvTimeoutError::Timeout) => {}
+            // `d.events` lives here: cannot happen.
+            Err(RecvTimeoutError::Disconnected) => return Ok(d.verdicts),
         }
-        match inbox.recv_timeout(until_next_deadline(running, farm.timeout)) {
-            Ok(ChildEvent { slot, mut end }) => {
-                let Some(run) = running.remove(&slot) else {
-                    continue;
-                };
-                slots.give_back(run.gpu);
-                if run.killed {
-                    end.timed_out = farm.timeout.map(|t| t.as_secs_f64());
-                }
-                let base = base_record(&entries[slot], farm.gpus.get(run.gpu));
-                let mut r = record_of(base, &end);
-                r.wall_s = run.started.elapsed().as_secs_f64();
-                report(&r)?;
-                verdicts.push(r.verdict);
-            }
-            Err(RecvTimeoutError::Timeout) => kill_overdue(running, farm.timeout),
-            // Every sender is a clone of `events`, which lives here: cannot happen.
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
+        // On every wake, not only on a quiet timeout: a stream of other events must not
+        // postpone a kill.
+        kill_overdue(&mut d.flight.0, farm.timeout);
     }
-    Ok(verdicts)
 }
 
 /// How long until the next child passes its timeout (long without one).
@@ -228,6 +316,109 @@ mod tests {
         .expect("run");
         got.sort_by(|a, b| a.file.cmp(&b.file));
         got
+    }
+
+    /// A checksum check that takes 3 s on `*bigfile*` (a multi-GiB file) and refuses
+    /// `*badsum*`.
+    fn slow_check(e: &Entry) -> Option<RunRecord> {
+        if e.shown.contains("bigfile") {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        e.shown
+            .contains("badsum")
+            .then(|| checksum::damaged(e, "bad checksum".into()))
+    }
+
+    /// Each record with when it arrived, counted from the start of the run.
+    fn run_timed(f: &PlayFarm, entries: &[Entry]) -> HashMap<String, (RunRecord, Duration)> {
+        let started = Instant::now();
+        let mut got = HashMap::new();
+        play_checked(f, entries, slow_check, &mut |r| {
+            let at = started.elapsed();
+            assert!(
+                got.insert(r.file.clone(), (r.clone(), at)).is_none(),
+                "twice"
+            );
+            Ok(())
+        })
+        .expect("run");
+        got
+    }
+
+    // Catches: hashing on the dispatch loop, which leaves a finished child uncollected and a
+    // hanging one unkilled until the hash of a large file is over.
+    #[test]
+    fn a_slow_checksum_delays_neither_the_collection_nor_the_timeout_of_running_children() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let f = farm(
+            d.path(),
+            vec![gpu("0")],
+            3,
+            Some(Duration::from_millis(300)),
+        );
+        let entries = [
+            entry(d.path(), "a-hang.krr"),
+            entry(d.path(), "b-ok.krr"),
+            entry(d.path(), "c-bigfile.krr"),
+        ];
+        let got = run_timed(&f, &entries);
+        let (hang, hang_at) = &got["a-hang.krr"];
+        assert_eq!(hang.verdict, Verdict::Timeout);
+        assert!(*hang_at < Duration::from_secs(2), "killed at {hang_at:?}");
+        let (ok, ok_at) = &got["b-ok.krr"];
+        assert_eq!(ok.verdict, Verdict::Matched);
+        assert!(*ok_at < Duration::from_secs(2), "collected at {ok_at:?}");
+        let (slow, slow_at) = &got["c-bigfile.krr"];
+        assert_eq!(slow.verdict, Verdict::Matched, "replayed once checked");
+        assert!(*slow_at >= Duration::from_secs(3), "{slow_at:?}");
+    }
+
+    // Catches: a refusal lost on its way from the checking thread, or a refused capture
+    // replayed anyway.
+    #[test]
+    fn refused_captures_are_reported_and_never_replayed() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let f = farm(d.path(), vec![gpu("0")], 1, None);
+        let entries = [
+            entry(d.path(), "gpu-a-badsum.krr"),
+            entry(d.path(), "gpu-b.krr"),
+            entry(d.path(), "gpu-c-bigfile-badsum.krr"),
+            entry(d.path(), "gpu-d-badsum.krr"),
+        ];
+        let got = run_timed(&f, &entries);
+        assert_eq!(got.len(), 4);
+        for name in [
+            "gpu-a-badsum.krr",
+            "gpu-c-bigfile-badsum.krr",
+            "gpu-d-badsum.krr",
+        ] {
+            let (r, _) = &got[name];
+            assert_eq!(r.verdict, Verdict::Damaged, "{name}");
+            assert_eq!(r.error.as_deref(), Some("bad checksum"), "{name}");
+            assert!(!d.path().join(name).exists(), "{name} was replayed");
+        }
+        assert_eq!(got["gpu-b.krr"].0.verdict, Verdict::Matched);
+        assert!(
+            d.path().join("gpu-b.krr").exists(),
+            "gpu-b was not replayed"
+        );
+    }
+
+    fn checked(index: usize, refused: bool) -> Checked {
+        Checked {
+            index,
+            refusal: refused.then(|| RunRecord::new("x", Verdict::Damaged)),
+        }
+    }
+
+    // Catches: a refusal held back behind busy slots, or a replay started past `jobs`.
+    #[test]
+    fn refusals_need_no_slot_and_replays_wait_for_one() {
+        assert_eq!(step(None, 0, 2), Step::Wait);
+        assert_eq!(step(Some(&checked(0, true)), 2, 2), Step::Report);
+        assert_eq!(step(Some(&checked(0, false)), 1, 2), Step::Spawn);
+        assert_eq!(step(Some(&checked(0, false)), 2, 2), Step::Wait);
+        assert_eq!(step(Some(&checked(0, false)), 0, 0), Step::Spawn);
     }
 
     // Catches: a hang that stalls the run, or a kill that misses what the child started

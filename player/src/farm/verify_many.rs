@@ -5,37 +5,73 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::channel;
 use std::time::Instant;
 
-use crate::farm::play_many::checksum_refusal;
+use crate::farm::checksum;
 use crate::farm::Entry;
 use crate::run_record::{RunRecord, Verdict};
-use kreplay_format::file::MappedFile;
+use kreplay_format::file::{verify_mapped, MappedFile};
+use kreplay_format::{FormatError, VerifyReport};
 
-/// Verifies one capture: `verified`, `damaged` (with the damage and its byte offset), or
-/// `error` when it cannot be read at all.
+/// Verifies one capture: `verified`, `damaged` (with the damage and its byte offset, or the
+/// manifest's checksum it fails), or `error` when it cannot be read at all. The file is read
+/// once for both its checksum and its verification.
 pub fn verify_one(e: &Entry) -> RunRecord {
-    if let Some(r) = checksum_refusal(e) {
-        return r;
-    }
     let started = Instant::now();
     let mut r = RunRecord::new(e.shown.clone(), Verdict::Error);
     r.key = Some(e.key.clone());
     r.sha256 = e.sha256.clone();
     match MappedFile::open(&e.path) {
-        Err(err) => r.error = Some(format!("cannot open {}: {err}", e.shown)),
-        Ok(file) => match kreplay_format::file::verify_mapped(&file, &mut |_, _, _| {}) {
-            Ok(_) => {
-                r.verdict = Verdict::Verified;
-                if let Ok(cap) = kreplay_format::Capture::parse(file.bytes()) {
-                    r = r.with_kernel(&cap.dispatch.kernel_name);
-                }
+        Err(err) => {
+            // As the checksum worded it when it read the file first.
+            let verb = if e.sha256.is_some() { "read" } else { "open" };
+            r.error = Some(format!("cannot {verb} {}: {err}", e.shown));
+        }
+        Ok(file) => {
+            let (digest, verified) = hash_and_verify(&file, e.sha256.is_some());
+            let refused = digest.zip(e.sha256.as_deref());
+            match refused.and_then(|(got, want)| checksum::differs(&got, want)) {
+                Some(why) => r = checksum::damaged(e, why),
+                None => r = with_verification(r, &file, verified),
             }
-            Err(err) => {
-                r.verdict = Verdict::Damaged;
-                r.error = Some(damage_text(&err.to_string(), err.offset()));
-            }
-        },
+        }
     }
     r.wall_s = started.elapsed().as_secs_f64();
+    r
+}
+
+/// The mapping's SHA-256 (when `hash`) and its verification. The hash runs on a thread of
+/// its own beside the verification, over the same mapping: each page comes from the disk
+/// once for both, and the wall time is the longer of the two rather than their sum.
+fn hash_and_verify(
+    file: &MappedFile,
+    hash: bool,
+) -> (Option<String>, Result<VerifyReport, FormatError>) {
+    std::thread::scope(|s| {
+        let hashing = hash.then(|| s.spawn(|| checksum::sha256_mapped(file)));
+        let verified = verify_mapped(file, &mut |_, _, _| {});
+        // Hashing does not panic on any input; a panic there is a bug, passed on as one.
+        let digest = hashing.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        (digest, verified)
+    })
+}
+
+/// `r` with what the verification found.
+fn with_verification(
+    mut r: RunRecord,
+    file: &MappedFile,
+    verified: Result<VerifyReport, FormatError>,
+) -> RunRecord {
+    match verified {
+        Ok(_) => {
+            r.verdict = Verdict::Verified;
+            if let Ok(cap) = kreplay_format::Capture::parse(file.bytes()) {
+                r = r.with_kernel(&cap.dispatch.kernel_name);
+            }
+        }
+        Err(err) => {
+            r.verdict = Verdict::Damaged;
+            r.error = Some(damage_text(&err.to_string(), err.offset()));
+        }
+    }
     r
 }
 
