@@ -117,6 +117,72 @@ pub fn verify_many(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kreplay_protocol::corpus::sha256_file;
+    use std::path::Path;
+
+    fn entry(path: &Path, sha256: Option<String>) -> Entry {
+        Entry {
+            shown: "x.krr".into(),
+            key: "x.krr".into(),
+            path: path.to_path_buf(),
+            sha256,
+        }
+    }
+
+    // Catches: the one-read verification losing either half: a capture whose checksum
+    // fails passing as verified, or a damaged one passing on its checksum alone.
+    #[test]
+    fn one_read_gives_both_the_checksum_and_the_verification() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let good = d.path().join("good.krr");
+        std::fs::write(&good, crate::testdata::bytes("cuda-saxpy")).expect("write");
+        let sha = sha256_file(&good).expect("hash");
+        let r = verify_one(&entry(&good, Some(sha.clone())));
+        assert_eq!((r.verdict, r.error), (Verdict::Verified, None));
+        assert_eq!(r.sha256.as_deref(), Some(sha.as_str()));
+        let r = verify_one(&entry(&good, Some("00".into())));
+        assert_eq!(r.verdict, Verdict::Damaged);
+        assert!(
+            r.error
+                .as_deref()
+                .is_some_and(|e| e.contains(&sha) && e.contains("the manifest's 00")),
+            "{:?}",
+            r.error
+        );
+        let mut cut = crate::testdata::bytes("cuda-saxpy");
+        cut.truncate(cut.len() / 2);
+        let cut_path = d.path().join("cut.krr");
+        std::fs::write(&cut_path, &cut).expect("write");
+        let cut_sha = sha256_file(&cut_path).expect("hash");
+        let r = verify_one(&entry(&cut_path, Some(cut_sha)));
+        assert_eq!(
+            r.verdict,
+            Verdict::Damaged,
+            "its checksum holds, its log does not"
+        );
+        assert!(
+            !r.error.as_deref().unwrap_or("").contains("SHA-256"),
+            "{:?}",
+            r.error
+        );
+        let gone = verify_one(&entry(&d.path().join("gone.krr"), Some(sha)));
+        assert_eq!(gone.verdict, Verdict::Error);
+        assert!(
+            gone.error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("cannot read x.krr: ")),
+            "{:?}",
+            gone.error
+        );
+        let gone = verify_one(&entry(&d.path().join("gone.krr"), None));
+        assert!(
+            gone.error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("cannot open x.krr: ")),
+            "{:?}",
+            gone.error
+        );
+    }
 
     #[test]
     fn the_offset_is_added_only_when_the_message_lacks_it() {
