@@ -124,7 +124,7 @@ mod tests {
             rx.recv_timeout(Duration::from_millis(200)).is_err(),
             "a third entry checked before any was taken"
         );
-        let mut next = |taken: usize| -> Vec<usize> {
+        let next = |taken: usize| -> Vec<usize> {
             for _ in 0..taken {
                 credits.taken();
             }

@@ -52,10 +52,10 @@ impl Drop for InFlight {
     }
 }
 
-/// What the dispatcher hears.
+/// What the dispatcher hears (a refusal's record, boxed, is most of a `Checked`).
 enum Event {
     Child(ChildEvent),
-    Checked(Checked),
+    Checked(Box<Checked>),
 }
 
 /// What the dispatcher does with the first checked entry in line.
@@ -198,7 +198,7 @@ fn play_checked(
     let (events, inbox) = channel();
     let to_dispatch = events.clone();
     let credits = ahead::start(entries.to_vec(), check, CHECKED_AHEAD, move |c| {
-        to_dispatch.send(Event::Checked(c)).is_ok()
+        to_dispatch.send(Event::Checked(Box::new(c))).is_ok()
     });
     let mut d = Dispatch {
         farm,
@@ -217,7 +217,7 @@ fn play_checked(
             return Ok(d.verdicts);
         }
         match inbox.recv_timeout(until_next_deadline(&d.flight.0, farm.timeout)) {
-            Ok(Event::Checked(c)) => d.line.push_back(c),
+            Ok(Event::Checked(c)) => d.line.push_back(*c),
             Ok(Event::Child(ev)) => d.collect(ev, report)?,
             Err(RecvTimeoutError::Timeout) => {}
             // `d.events` lives here: cannot happen.
