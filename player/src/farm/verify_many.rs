@@ -39,8 +39,10 @@ pub fn verify_one(e: &Entry) -> RunRecord {
 }
 
 /// The mapping's SHA-256 (when `hash`) and its verification. The hash runs on a thread of
-/// its own beside the verification, over the same mapping: each page comes from the disk
-/// once for both, and the wall time is the longer of the two rather than their sum.
+/// its own beside the verification, over the same mapping, rather than over a read of the
+/// file before it: the pages one sweep faults in serve the other while the two stay close,
+/// so even a file larger than the page cache comes from the disk about once; and with a core
+/// to spare the wall time is the longer of the two rather than their sum.
 fn hash_and_verify(
     file: &MappedFile,
     hash: bool,
