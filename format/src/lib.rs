@@ -6,6 +6,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod absent;
 pub mod chunk;
 pub mod codec;
 pub mod cubin;

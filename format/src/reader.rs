@@ -49,8 +49,9 @@ pub struct Capture<'a> {
     /// range captures).
     pub range: Option<RangeInfo>,
     pub regions: Vec<Region>,
-    /// Extents of the regions captured by touched pages (REGION_EXTENTS); see `extents`.
-    extents: BTreeMap<u32, RegionExtents>,
+    /// Extents of the regions captured by touched pages (REGION_EXTENTS), by region id; a
+    /// region without is held whole (see `extents`, `present_bytes`).
+    pub region_extents: BTreeMap<u32, RegionExtents>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
     /// How the original duration was measured (absent in older captures).
@@ -318,7 +319,7 @@ impl<'a> Capture<'a> {
             steps: b.steps,
             range: b.range,
             regions: b.regions,
-            extents: b.extents,
+            region_extents: b.extents,
             globals: b.globals,
             annotations: b.annotations,
             timing: b.timing,
@@ -349,12 +350,12 @@ impl<'a> Capture<'a> {
 
     /// Which bytes of the region the capture holds; none: the whole region.
     pub fn extents(&self, region_id: u32) -> Option<&RegionExtents> {
-        self.extents.get(&region_id)
+        self.region_extents.get(&region_id)
     }
 
     /// Whether any region was captured by touched pages (has absent bytes or may have).
     pub fn has_extents(&self) -> bool {
-        !self.extents.is_empty()
+        !self.region_extents.is_empty()
     }
 
     /// Bytes of the region the capture holds (its size, without extents).
