@@ -37,12 +37,12 @@
 use std::io::{Seek, Write};
 
 use crate::chunk::ChunkRef;
-use crate::extents;
 use crate::error::{FormatError, Result};
 use crate::events::{
     Annotation, CaptureInfo, DeviceInfo, Dispatch, GraphOrigin, LaunchAttribute, MemoryKind,
     Redaction, Reference, Region, RegionRole, TextureResource, REFERENCE_ANNOTATION,
 };
+use crate::extents;
 use crate::layout::MemoryState;
 use crate::observe::{Observer, Phase};
 use crate::reader::Capture;
@@ -801,7 +801,8 @@ fn contiguous_windows<'c, 'r>(
     let mut out = Vec::new();
     let mut start = 0;
     for i in 1..=chunks.len() {
-        let gap = i < chunks.len() && chunks[i - 1].offset + chunks[i - 1].raw_len != chunks[i].offset;
+        let gap =
+            i < chunks.len() && chunks[i - 1].offset + chunks[i - 1].raw_len != chunks[i].offset;
         if i == chunks.len() || gap || i - start == per_window {
             if i > start {
                 out.push(&chunks[start..i]);

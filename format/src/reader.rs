@@ -527,7 +527,10 @@ impl<'a> Capture<'a> {
         out.par_chunks_mut(cs as usize)
             .enumerate()
             .try_for_each(|(i, dst)| {
-                match self.chunks.get(&(region_id, MemoryState::Pre, i as u64 * cs)) {
+                match self
+                    .chunks
+                    .get(&(region_id, MemoryState::Pre, i as u64 * cs))
+                {
                     Some(c) => self.read_chunk_into(c, dst),
                     None => {
                         dst.fill(0);

@@ -462,9 +462,16 @@ impl<'a> CaptureBuilder<'a> {
             )));
         };
         if self.extents.contains_key(&id) {
-            return Err(inconsistent(format!("a second extents event for region {id}")));
+            return Err(inconsistent(format!(
+                "a second extents event for region {id}"
+            )));
         }
-        if self.chunks.range((id, MemoryState::Pre, 0)..).next().is_some_and(|(k, _)| k.0 == id) {
+        if self
+            .chunks
+            .range((id, MemoryState::Pre, 0)..)
+            .next()
+            .is_some_and(|(k, _)| k.0 == id)
+        {
             return Err(inconsistent(format!(
                 "extents for region {id} after its first memory chunk (they precede its chunks)"
             )));
@@ -798,9 +805,9 @@ impl<'a> CaptureBuilder<'a> {
         }
         self.check_steps(offset)?;
         if let Some(&id) = self.incomplete_regions().first() {
-            let needed = self.region(id).map_or(0, |r| {
-                extents::needed_pre_chunks(r, self.extents.get(&id))
-            });
+            let needed = self
+                .region(id)
+                .map_or(0, |r| extents::needed_pre_chunks(r, self.extents.get(&id)));
             let have = self
                 .chunks
                 .range((id, MemoryState::Pre, 0)..=(id, MemoryState::Pre, u64::MAX))

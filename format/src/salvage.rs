@@ -472,8 +472,8 @@ fn chunks_without_output(rules: &CaptureBuilder<'_>) -> Vec<(u32, u64, u64)> {
             let stored = present.is_none_or(|p| extents::holds_present(p, offset, n));
             if stored
                 && !rules
-                .chunks
-                .contains_key(&(r.region_id, MemoryState::Post, offset))
+                    .chunks
+                    .contains_key(&(r.region_id, MemoryState::Post, offset))
             {
                 out.push((r.region_id, offset, n));
             }

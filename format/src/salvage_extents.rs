@@ -37,9 +37,8 @@ pub fn regions_of_lost_extents(
         .iter()
         .filter(|(id, _)| !with_extents(**id))
         .filter(|(id, &at)| {
-            lost.iter().any(|&l| {
-                at < l && first_chunk.get(id).is_none_or(|&c| c > l)
-            })
+            lost.iter()
+                .any(|&l| at < l && first_chunk.get(id).is_none_or(|&c| c > l))
         })
         .map(|(id, _)| *id)
         .collect()
@@ -67,7 +66,13 @@ mod tests {
         // Lost at 150: region 0's.
         assert_eq!(regions_of_lost_extents(&accepted, &[150], &has), vec![0]);
         // Lost after every region's first chunk but region 2's (which kept its own).
-        assert_eq!(regions_of_lost_extents(&accepted, &[700], &has), Vec::<u32>::new());
-        assert_eq!(regions_of_lost_extents(&accepted, &[], &has), Vec::<u32>::new());
+        assert_eq!(
+            regions_of_lost_extents(&accepted, &[700], &has),
+            Vec::<u32>::new()
+        );
+        assert_eq!(
+            regions_of_lost_extents(&accepted, &[], &has),
+            Vec::<u32>::new()
+        );
     }
 }

@@ -278,9 +278,10 @@ impl<W: Write + Seek> CaptureWriter<W> {
             what: "region extents",
             message,
         };
-        let shape = self.regions.get(&v.region_id).ok_or_else(|| {
-            refused(format!("extents for undeclared region {}", v.region_id))
-        })?;
+        let shape = self
+            .regions
+            .get(&v.region_id)
+            .ok_or_else(|| refused(format!("extents for undeclared region {}", v.region_id)))?;
         if shape.present.is_some() {
             return Err(refused(format!(
                 "region {} has its extents already",

@@ -48,7 +48,10 @@ fn a_capture_by_touched_pages_round_trips_and_states_1_4() {
     let cap = Capture::parse(&data).expect("parse");
     assert_eq!(cap.header.minor, layout::EXTENTS_MINOR);
     assert!(cap.has_extents());
-    assert_eq!(cap.extents(0).map(|e| e.present.clone()), Some(extents_present()));
+    assert_eq!(
+        cap.extents(0).map(|e| e.present.clone()),
+        Some(extents_present())
+    );
     assert_eq!(cap.extents(1), None);
     assert_eq!(cap.present_bytes(0), 2 * PAGE + 100);
     assert_eq!(cap.present_bytes(1), 1024);
@@ -57,13 +60,27 @@ fn a_capture_by_touched_pages_round_trips_and_states_1_4() {
     assert_eq!(pre, vec![0, 2 * CHUNK]);
     let post: Vec<u64> = cap.chunks(0, MemoryState::Post).map(|c| c.offset).collect();
     assert_eq!(post, vec![2 * CHUNK]);
-    assert_eq!(cap.read_region(0).expect("region 0"), common::extents_region0());
+    assert_eq!(
+        cap.read_region(0).expect("region 0"),
+        common::extents_region0()
+    );
     verify(&data).expect("verifies");
     // The event is critical: a reader that does not know it refuses the file.
-    assert_ne!(event_of(&data, EventKind::RegionExtents).frame.flags & FLAG_CRITICAL, 0);
+    assert_ne!(
+        event_of(&data, EventKind::RegionExtents).frame.flags & FLAG_CRITICAL,
+        0
+    );
     // Writers that do not use extents still write 1.0 files.
-    assert_eq!(Capture::parse(&common::sample()).expect("parse").header.minor, 0);
-    assert!(!Capture::parse(&common::sample()).expect("parse").has_extents());
+    assert_eq!(
+        Capture::parse(&common::sample())
+            .expect("parse")
+            .header
+            .minor,
+        0
+    );
+    assert!(!Capture::parse(&common::sample())
+        .expect("parse")
+        .has_extents());
 }
 
 /// A writer with the sample dispatch and region 0 declared.
@@ -88,7 +105,8 @@ fn the_writer_refuses_what_the_rules_refuse() {
     let mut undeclared = extents(vec![]);
     undeclared.region_id = 9;
     refused(&mut w, undeclared, "undeclared region 9");
-    w.region_extents(&extents(extents_present())).expect("valid");
+    w.region_extents(&extents(extents_present()))
+        .expect("valid");
     refused(&mut w, extents(extents_present()), "already");
     // Absent bytes must be zero: the writer does not store data it is told is absent.
     let mut pre = common::extents_region0();
@@ -99,7 +117,11 @@ fn the_writer_refuses_what_the_rules_refuse() {
     let mut w = with_region0();
     w.memory(0, MemoryState::Pre, 0, &common::extents_region0())
         .expect("whole region");
-    refused(&mut w, extents(extents_present()), "extents come before them");
+    refused(
+        &mut w,
+        extents(extents_present()),
+        "extents come before them",
+    );
 }
 
 /// A capture with region 0 (and `region` instead when given), then `events` as raw frames;
@@ -238,7 +260,11 @@ fn stored_chunks_are_exactly_those_that_hold_a_present_byte() {
         raw_chunk(w, MemoryState::Pre, 0);
     });
     let index = FileHeader::decode(&file).expect("header").index_offset;
-    refused_at(&file, index, "region 0 needs 2 memory chunks but the capture holds 1");
+    refused_at(
+        &file,
+        index,
+        "region 0 needs 2 memory chunks but the capture holds 1",
+    );
     // No present byte at all: no chunk is needed.
     let (file, _) = crafted(None, |w, _| raw_extents(w, &extents(vec![])));
     let cap = Capture::parse(&file).expect("an empty touched set is a capture");
@@ -294,7 +320,10 @@ fn a_reader_of_1_3_refuses_a_capture_by_touched_pages_naming_both_versions() {
         supported_minor: layout::RANGE_MINOR,
     };
     let msg = old.to_string();
-    assert!(msg.contains("format 1.4") && msg.contains("reads 1.3"), "{msg}");
+    assert!(
+        msg.contains("format 1.4") && msg.contains("reads 1.3"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -328,7 +357,10 @@ fn salvage_keeps_the_extents_of_the_regions_it_keeps() {
     let out = Capture::parse(&bytes).expect("parse");
     assert_eq!(out.header.minor, layout::EXTENTS_MINOR);
     assert_eq!(out.extents(0), cap.extents(0));
-    assert_eq!(out.read_region(0).expect("region 0"), common::extents_region0());
+    assert_eq!(
+        out.read_region(0).expect("region 0"),
+        common::extents_region0()
+    );
     // Unknown output is marked only where the region is stored: not the absent chunk.
     let unknown = &out.salvage.as_ref().expect("record").unknown_output;
     assert!(unknown.contains(&(0, 0)), "{unknown:?}");
@@ -356,14 +388,20 @@ fn pack_keeps_the_extents_and_redaction_keeps_absent_bytes_zero() {
         verify(&bytes).expect("verifies");
         let cap = Capture::parse(&bytes).expect("parse");
         assert_eq!(cap.header.minor, layout::EXTENTS_MINOR);
-        assert_eq!(cap.extents(0).map(|e| e.present.clone()), Some(extents_present()));
+        assert_eq!(
+            cap.extents(0).map(|e| e.present.clone()),
+            Some(extents_present())
+        );
         let pre: Vec<u64> = cap.chunks(0, MemoryState::Pre).map(|c| c.offset).collect();
         assert_eq!(pre, vec![0, 2 * CHUNK], "redact {redact}");
         let region = cap.read_region(0).expect("region 0");
         let present = &cap.extents(0).expect("extents").present;
         for (o, l) in extents::absent_ranges(present, 0, EXTENTS_REGION_SIZE) {
             let absent = &region[o as usize..(o + l) as usize];
-            assert!(absent.iter().all(|&b| b == 0), "redact {redact}: [{o}, +{l})");
+            assert!(
+                absent.iter().all(|&b| b == 0),
+                "redact {redact}: [{o}, +{l})"
+            );
         }
         if redact {
             assert_ne!(region, common::extents_region0(), "present bytes redacted");

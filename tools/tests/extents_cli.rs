@@ -87,7 +87,10 @@ fn play_and_extract_repro_refuse_a_capture_by_touched_pages_before_the_gpu() {
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("1 region captured by touched pages"), "{err}");
     assert!(err.contains("cannot replay absent pages yet"), "{err}");
-    assert!(!err.contains("/nonexistent/t.so"), "refused before the tool: {err}");
+    assert!(
+        !err.contains("/nonexistent/t.so"),
+        "refused before the tool: {err}"
+    );
     let repro = d.join("repro");
     let (code, _, err) = kreplay(&["extract", &f, "--repro", repro.to_str().expect("utf-8")]);
     assert_ne!(code, 0, "{err}");
