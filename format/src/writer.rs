@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::{Seek, SeekFrom, Write};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -39,8 +40,9 @@ type EncodedBatch<'a> = Vec<([u8; CHUNK_PREFIX_LEN], u32, EncodedChunk<'a>)>;
 
 struct RegionShape {
     region: Region,
-    /// Present ranges, once `region_extents` declared them.
-    present: Option<Vec<(u64, u64)>>,
+    /// Present ranges, once `region_extents` declared them (shared: every `memory` call of
+    /// the region reads them, and a large region may have many).
+    present: Option<Arc<[(u64, u64)]>>,
     /// Whether a chunk of it was written (its extents can no longer be declared).
     chunks_written: bool,
 }
@@ -300,7 +302,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
         self.minor = self.minor.max(EXTENTS_MINOR);
         self.write_meta(EventKind::RegionExtents, v)?;
         if let Some(shape) = self.regions.get_mut(&v.region_id) {
-            shape.present = Some(v.present.clone());
+            shape.present = Some(v.present.as_slice().into());
         }
         Ok(())
     }
@@ -426,7 +428,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
 
     /// The present ranges of a region with extents (none: held whole), marking that its
     /// chunks have begun.
-    fn present_of(&mut self, region_id: u32) -> Option<Vec<(u64, u64)>> {
+    fn present_of(&mut self, region_id: u32) -> Option<Arc<[(u64, u64)]>> {
         let shape = self.regions.get_mut(&region_id)?;
         shape.chunks_written = true;
         shape.present.clone()

@@ -426,3 +426,17 @@ fn the_capture_by_touched_pages_is_in_the_parse_fuzz_corpus() {
         path.display()
     );
 }
+
+#[test]
+fn salvage_drops_a_region_whose_extents_the_rules_refuse() {
+    let (file, _) = crafted(None, |w, _| {
+        raw_extents(w, &extents(vec![(0, 2 * PAGE), (PAGE, 2 * PAGE)]));
+        both_chunks(w);
+    });
+    let (bytes, report) = salvage_verified(&file).expect("salvaged");
+    assert_eq!(report.dropped_regions, vec![0], "{report:?}");
+    let cap = Capture::parse(&bytes).expect("parse");
+    assert!(cap.region(0).is_none());
+    // The dispatch's arguments point into the dropped region: it says so.
+    assert!(!report.replay_blockers.is_empty());
+}
