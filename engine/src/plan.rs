@@ -77,12 +77,15 @@ fn plain(id: u32, value: [u8; 64]) -> PlannedAttribute {
 
 impl LaunchPlan {
     /// A salvaged capture that lost what the dispatch needs is refused here, before any GPU
-    /// work (`kreplay_format::replay_blockers`).
+    /// work (`kreplay_format::replay_blockers`), and so is a capture by touched pages, whose
+    /// absent pages this kreplay cannot replay yet (`kreplay_format::absent`).
     pub fn new(cap: &Capture<'_>) -> Result<LaunchPlan, PlanError> {
         let blockers = kreplay_format::replay_blockers(cap);
         if !blockers.is_empty() {
             return Err(PlanError::Unreplayable(blockers));
         }
+        kreplay_format::absent::refuse_absent(cap)
+            .map_err(|why| PlanError::Unreplayable(vec![why]))?;
         Self::of_dispatch(&cap.dispatch)
     }
 
@@ -455,6 +458,30 @@ mod tests {
             let mut fine = cap.clone();
             fine.salvage = Some(kreplay_format::SalvageRecord::default());
             assert!(LaunchPlan::new(&fine).is_ok());
+        });
+    }
+
+    #[test]
+    fn a_capture_by_touched_pages_is_refused_before_the_gpu() {
+        capture("cuda-saxpy", |cap| {
+            // Region 0 as a recorder of touched pages leaves it: its first page present.
+            let mut touched = cap.clone();
+            let r = touched.regions[0].clone();
+            touched.region_extents.insert(
+                r.region_id,
+                kreplay_format::RegionExtents {
+                    region_id: r.region_id,
+                    page_size: 4096,
+                    present: vec![(0, 4096)],
+                },
+            );
+            let e = LaunchPlan::new(&touched).unwrap_err();
+            assert!(matches!(e, PlanError::Unreplayable(_)), "{e}");
+            let msg = e.to_string();
+            assert!(msg.contains("1 region captured by touched pages"), "{msg}");
+            assert!(msg.contains("4.0 KiB of "), "{msg}");
+            assert!(msg.contains("cannot replay absent pages yet"), "{msg}");
+            assert!(LaunchPlan::new(cap).is_ok());
         });
     }
 

@@ -31,6 +31,8 @@ pub enum EventKind {
     /// Since 1.3: what a range capture is as a whole (origin, streams, in-app time, the
     /// digest of its memory after each step).
     Range = 19,
+    /// Since 1.4: which bytes of a region the capture holds (the others are absent).
+    RegionExtents = 20,
 }
 
 impl EventKind {
@@ -55,6 +57,7 @@ impl EventKind {
             17 => EventKind::Step,
             18 => EventKind::StepOp,
             19 => EventKind::Range,
+            20 => EventKind::RegionExtents,
             _ => return None,
         })
     }
@@ -95,6 +98,7 @@ impl EventKind {
             EventKind::Step => "step",
             EventKind::StepOp => "step operation",
             EventKind::Range => "range",
+            EventKind::RegionExtents => "region extents",
         }
     }
 }

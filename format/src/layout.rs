@@ -13,10 +13,11 @@ pub const TRAILER_MAGIC: [u8; 8] = *b"KRRTRAIL";
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version this reader knows: it accepts files of a newer minor (unknown non-critical
 /// events skipped, unknown critical ones refused).
-pub const VERSION_MINOR: u16 = 3;
+pub const VERSION_MINOR: u16 = 4;
 /// The minor a writer states for a file that uses nothing added after 1.0 (such files stay
 /// byte for byte what a 1.0 writer made); a file that holds a SALVAGE event states 1, one
-/// that holds STEP events 2, one that holds STEP_OP or RANGE events 3.
+/// that holds STEP events 2, one that holds STEP_OP or RANGE events 3, one that holds
+/// REGION_EXTENTS events 4.
 pub const BASE_MINOR: u16 = 0;
 /// The minor that added the SALVAGE event.
 pub const SALVAGE_MINOR: u16 = 1;
@@ -25,6 +26,8 @@ pub const STEP_MINOR: u16 = 2;
 /// The minor that added the STEP_OP and RANGE events (ranges of copies, fills, events and
 /// several streams).
 pub const RANGE_MINOR: u16 = 3;
+/// The minor that added the REGION_EXTENTS event (captures of the touched pages only).
+pub const EXTENTS_MINOR: u16 = 4;
 
 pub const HEADER_LEN: usize = 64;
 pub const FRAME_LEN: usize = 24;

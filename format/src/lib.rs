@@ -6,11 +6,13 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod absent;
 pub mod chunk;
 pub mod codec;
 pub mod cubin;
 pub mod error;
 pub mod events;
+pub mod extents;
 pub mod fatbin;
 pub mod file;
 pub mod layout;
@@ -24,6 +26,7 @@ pub mod reader;
 pub mod redact_values;
 pub mod rules;
 pub mod salvage;
+pub mod salvage_extents;
 pub mod salvage_into;
 pub mod salvage_range;
 pub mod steps;
@@ -34,6 +37,7 @@ pub mod writer;
 pub use chunk::{DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL};
 pub use error::{FormatError, Result};
 pub use events::*;
+pub use extents::{RegionExtents, MIN_EXTENT_PAGE};
 pub use layout::{ChunkEncoding, MemoryState, VERSION_MAJOR, VERSION_MINOR};
 pub use observe::{Observer, Phase};
 pub use pack::{pack, pack_observed, Element, PackOptions, PackReport, ParamShape, ParamType};

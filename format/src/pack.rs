@@ -36,11 +36,13 @@
 
 use std::io::{Seek, Write};
 
+use crate::chunk::ChunkRef;
 use crate::error::{FormatError, Result};
 use crate::events::{
     Annotation, CaptureInfo, DeviceInfo, Dispatch, GraphOrigin, LaunchAttribute, MemoryKind,
     Redaction, Reference, Region, RegionRole, TextureResource, REFERENCE_ANNOTATION,
 };
+use crate::extents;
 use crate::layout::MemoryState;
 use crate::observe::{Observer, Phase};
 use crate::reader::Capture;
@@ -716,6 +718,10 @@ fn pack_regions<W: Write + Seek>(
     let mut buf = Vec::new();
     for r in &cap.regions {
         w.region(r)?;
+        let present = cap.extents(r.region_id);
+        if let Some(e) = present {
+            w.region_extents(e)?;
+        }
         let keep_here: Vec<u64> = keep
             .iter()
             .filter(|k| k.0 == r.region_id)
@@ -739,7 +745,7 @@ fn pack_regions<W: Write + Seek>(
         let (mut replaced_here, mut kept_here, mut zero_chunks) = (0u64, 0u64, 0u32);
         let chunks: Vec<_> = cap.chunks(r.region_id, MemoryState::Pre).collect();
         let per_window = (WINDOW / r.chunk_size.max(1)).max(1) as usize;
-        for window in chunks.chunks(per_window) {
+        for window in contiguous_windows(&chunks, per_window) {
             let start = window[0].offset;
             let len: u64 = window.iter().map(|c| c.raw_len).sum();
             // The region's chunks tile it (the reader checked): `len` is at most the window.
@@ -756,6 +762,13 @@ fn pack_regions<W: Write + Seek>(
                 replaced_here += replaced;
                 kept_here += kept;
                 zero_chunks += zeros;
+                // Absent bytes stay zero: redaction must not make them look like data.
+                if let Some(e) = present {
+                    for (o, l) in extents::absent_ranges(&e.present, start, len) {
+                        let at = (o - start) as usize;
+                        buf[at..at + l as usize].fill(0);
+                    }
+                }
             }
             w.memory(r.region_id, MemoryState::Pre, start, &buf)?;
             for c in window {
@@ -777,6 +790,27 @@ fn pack_regions<W: Write + Seek>(
         }
     }
     Ok(())
+}
+
+/// `chunks` (by offset) in windows of at most `per_window` chunks that follow each other
+/// without a gap (a region with extents has no chunk where it is wholly absent).
+fn contiguous_windows<'c, 'r>(
+    chunks: &'c [&'r ChunkRef],
+    per_window: usize,
+) -> Vec<&'c [&'r ChunkRef]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=chunks.len() {
+        let gap =
+            i < chunks.len() && chunks[i - 1].offset + chunks[i - 1].raw_len != chunks[i].offset;
+        if i == chunks.len() || gap || i - start == per_window {
+            if i > start {
+                out.push(&chunks[start..i]);
+            }
+            start = i;
+        }
+    }
+    out
 }
 
 /// Post chunks: the recorded output, or (no reference) zeros that mark the write set and

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use crate::chunk::MAX_CHUNK_SIZE;
 use crate::error::{FormatError, Result};
 use crate::events::*;
+use crate::extents::RegionExtents;
 use crate::layout::*;
 use crate::observe::{Observer, Phase};
 use crate::rules::{check_payload_crc, payload_of, CaptureBuilder};
@@ -48,6 +49,9 @@ pub struct Capture<'a> {
     /// range captures).
     pub range: Option<RangeInfo>,
     pub regions: Vec<Region>,
+    /// Extents of the regions captured by touched pages (REGION_EXTENTS), by region id; a
+    /// region without is held whole (see `extents`, `present_bytes`).
+    pub region_extents: BTreeMap<u32, RegionExtents>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
     /// How the original duration was measured (absent in older captures).
@@ -315,6 +319,7 @@ impl<'a> Capture<'a> {
             steps: b.steps,
             range: b.range,
             regions: b.regions,
+            region_extents: b.extents,
             globals: b.globals,
             annotations: b.annotations,
             timing: b.timing,
@@ -341,6 +346,25 @@ impl<'a> Capture<'a> {
 
     pub fn region(&self, region_id: u32) -> Option<&Region> {
         self.regions.iter().find(|r| r.region_id == region_id)
+    }
+
+    /// Which bytes of the region the capture holds; none: the whole region.
+    pub fn extents(&self, region_id: u32) -> Option<&RegionExtents> {
+        self.region_extents.get(&region_id)
+    }
+
+    /// Whether any region was captured by touched pages (has absent bytes or may have).
+    pub fn has_extents(&self) -> bool {
+        !self.region_extents.is_empty()
+    }
+
+    /// Bytes of the region the capture holds (its size, without extents).
+    pub fn present_bytes(&self, region_id: u32) -> u64 {
+        match (self.extents(region_id), self.region(region_id)) {
+            (Some(e), _) => e.present_bytes(),
+            (None, Some(r)) => r.size,
+            (None, None) => 0,
+        }
     }
 
     pub fn module(&self, module_id: u32) -> Option<&ModuleImage> {
@@ -485,7 +509,8 @@ impl<'a> Capture<'a> {
         Ok(())
     }
 
-    /// Decodes a whole region's pre-dispatch bytes into `out`, chunks in parallel.
+    /// Decodes a whole region's pre-dispatch bytes into `out`, chunks in parallel. The
+    /// absent bytes of a region with extents read as zero (they mean nothing).
     pub fn read_region_into(&self, region_id: u32, out: &mut [u8]) -> Result<()> {
         let r = self.region(region_id).ok_or(FormatError::Limit {
             what: "region id",
@@ -497,10 +522,22 @@ impl<'a> Capture<'a> {
                 message: format!("{} bytes for region of {}", out.len(), r.size),
             });
         }
-        let refs: Vec<&ChunkRef> = self.chunks(region_id, MemoryState::Pre).collect();
-        out.par_chunks_mut(r.chunk_size as usize)
-            .zip(refs.par_iter())
-            .try_for_each(|(dst, c)| self.read_chunk_into(c, dst))
+        let cs = r.chunk_size;
+        // Chunks by position: with extents, wholly absent chunks are not stored.
+        out.par_chunks_mut(cs as usize)
+            .enumerate()
+            .try_for_each(|(i, dst)| {
+                match self
+                    .chunks
+                    .get(&(region_id, MemoryState::Pre, i as u64 * cs))
+                {
+                    Some(c) => self.read_chunk_into(c, dst),
+                    None => {
+                        dst.fill(0);
+                        Ok(())
+                    }
+                }
+            })
     }
 
     /// A region's pre-dispatch bytes.

@@ -14,6 +14,7 @@ use crate::chunk::MAX_CHUNK_SIZE;
 use crate::codec::{self, METADATA_LIMIT};
 use crate::error::{FormatError, Result};
 use crate::events::*;
+use crate::extents::{self, RegionExtents};
 use crate::layout::*;
 use crate::range_rules;
 use crate::steps::{KernelStep, OpStep, RangeInfo, Step};
@@ -158,6 +159,8 @@ pub fn step_problem(d: &Dispatch, index: usize, modules: &[ModuleImage]) -> Opti
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventRef {
     Region(u32),
+    /// The extents of a region (REGION_EXTENTS).
+    Extents(u32),
     Chunk(u32),
     Global(u32),
     PointerSlots,
@@ -187,6 +190,9 @@ pub struct CaptureBuilder<'a> {
     /// What the range is as a whole (the RANGE event, since 1.3).
     pub range: Option<RangeInfo>,
     pub regions: Vec<Region>,
+    /// The extents of the regions captured by touched pages (REGION_EXTENTS, since 1.4); a
+    /// region without is held whole.
+    pub extents: BTreeMap<u32, RegionExtents>,
     pub globals: Vec<ModuleGlobal>,
     pub annotations: Vec<Annotation>,
     pub timing: Option<TimingConditions>,
@@ -215,6 +221,7 @@ impl<'a> CaptureBuilder<'a> {
             steps: Vec::new(),
             range: None,
             regions: Vec::new(),
+            extents: BTreeMap::new(),
             globals: Vec::new(),
             annotations: Vec::new(),
             timing: None,
@@ -307,6 +314,7 @@ impl<'a> CaptureBuilder<'a> {
             EventKind::Step => self.add_step(off, frame),
             EventKind::StepOp => self.add_step_op(off, frame),
             EventKind::Range => self.add_range(off, frame),
+            EventKind::RegionExtents => self.add_extents(off, frame),
             EventKind::Index | EventKind::End => Err(FormatError::Inconsistent {
                 offset: off,
                 what: format!("{} event inside the event area", kind.name()),
@@ -436,6 +444,45 @@ impl<'a> CaptureBuilder<'a> {
         Ok(EventRef::Region(id))
     }
 
+    /// REGION_EXTENTS: in a file that states 1.4 or newer, once per region, after its region
+    /// and before its first chunk, as `extents::extents_problem` accepts.
+    fn add_extents(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
+        let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
+        if self.header.minor < EXTENTS_MINOR {
+            return Err(inconsistent(format!(
+                "a region extents event in a file that states format {}.{} (it needs {}.{EXTENTS_MINOR})",
+                self.header.major, self.header.minor, self.header.major
+            )));
+        }
+        let e: RegionExtents = self.decode(off, frame, EventKind::RegionExtents)?;
+        let id = e.region_id;
+        let Some(region) = self.region(id) else {
+            return Err(inconsistent(format!(
+                "extents for region {id} before (or without) its region"
+            )));
+        };
+        if self.extents.contains_key(&id) {
+            return Err(inconsistent(format!(
+                "a second extents event for region {id}"
+            )));
+        }
+        if self
+            .chunks
+            .range((id, MemoryState::Pre, 0)..)
+            .next()
+            .is_some_and(|(k, _)| k.0 == id)
+        {
+            return Err(inconsistent(format!(
+                "extents for region {id} after its first memory chunk (they precede its chunks)"
+            )));
+        }
+        if let Some(p) = extents::extents_problem(region, &e) {
+            return Err(inconsistent(p));
+        }
+        self.extents.insert(id, e);
+        Ok(EventRef::Extents(id))
+    }
+
     /// MEMORY_CHUNK: after its region, at a chunk boundary inside it, of the size the region implies, stored as its encoding says, once.
     fn add_chunk(&mut self, off: u64, frame: &Frame) -> Result<EventRef> {
         let inconsistent = |what: String| FormatError::Inconsistent { offset: off, what };
@@ -454,6 +501,15 @@ impl<'a> CaptureBuilder<'a> {
                 "chunk of {} bytes at offset {} does not fit region {} ({} bytes, chunk size {})",
                 p.raw_len, p.offset, region.region_id, region.size, region.chunk_size
             )));
+        }
+        if let Some(e) = self.extents.get(&p.region_id) {
+            if !extents::holds_present(&e.present, p.offset, p.raw_len) {
+                return Err(inconsistent(format!(
+                    "{:?} chunk at offset {} of region {} holds no present byte (the region's \
+                     extents leave it wholly absent, so it has no chunk)",
+                    p.state, p.offset, p.region_id
+                )));
+            }
         }
         let stored = frame.payload_len - CHUNK_PREFIX_LEN as u64;
         if (p.encoding == ChunkEncoding::Raw && stored != p.raw_len)
@@ -668,7 +724,7 @@ impl<'a> CaptureBuilder<'a> {
             .regions
             .iter()
             .filter(|r| {
-                let n = r.size.div_ceil(r.chunk_size);
+                let n = extents::needed_pre_chunks(r, self.extents.get(&r.region_id));
                 let have = self
                     .chunks
                     .range(
@@ -707,6 +763,7 @@ impl<'a> CaptureBuilder<'a> {
             range_rules::forget_digests_over(range, ids);
         }
         self.chunks.retain(|k, _| !ids.contains(&k.0));
+        self.extents.retain(|id, _| !ids.contains(id));
         self.globals.retain(|g| !ids.contains(&g.region_id));
         self.pointer_slots.retain(|(r, _)| !ids.contains(r));
         if let Some(s) = &mut self.salvage {
@@ -748,7 +805,9 @@ impl<'a> CaptureBuilder<'a> {
         }
         self.check_steps(offset)?;
         if let Some(&id) = self.incomplete_regions().first() {
-            let r = self.region(id).map_or((0, 1), |r| (r.size, r.chunk_size));
+            let needed = self
+                .region(id)
+                .map_or(0, |r| extents::needed_pre_chunks(r, self.extents.get(&id)));
             let have = self
                 .chunks
                 .range((id, MemoryState::Pre, 0)..=(id, MemoryState::Pre, u64::MAX))
@@ -756,8 +815,7 @@ impl<'a> CaptureBuilder<'a> {
             return Err(FormatError::Inconsistent {
                 offset,
                 what: format!(
-                    "region {id} needs {} memory chunks but the capture holds {have}",
-                    r.0.div_ceil(r.1)
+                    "region {id} needs {needed} memory chunks but the capture holds {have}"
                 ),
             });
         }

@@ -24,11 +24,13 @@ use crate::events::{
     Dispatch, EventKind, IndexEntry, MemoryKind, ModuleGlobal, PointerSlots, Region, RegionRole,
     SalvageRecord,
 };
+use crate::extents;
 use crate::layout::*;
 use crate::reader::{verify, Capture, ScannedEvent};
 use crate::rules::{
     check_payload_crc, decode_meta, payload_of, CaptureBuilder, EventRef, MetaBudget,
 };
+use crate::salvage_extents::regions_of_lost_extents;
 use crate::salvage_range::{is_step_event, step_blockers};
 use crate::steps::Step;
 use crate::writer::{CaptureWriter, WriterOptions};
@@ -189,9 +191,13 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
         mut dropped_events,
         rejected_chunks_of,
         refused_steps,
+        refused_extents,
     } = judge(data, &walk, &mut rules)?;
     forget_digests_if_steps_lost(&mut rules, &walk.lost, &refused_steps);
-    let dropped_regions = rules.incomplete_regions();
+    let mut dropped_regions = rules.incomplete_regions();
+    dropped_regions.extend(extents_lost_by(&walk, &accepted, &refused_extents, &rules));
+    dropped_regions.sort_unstable();
+    dropped_regions.dedup();
     let gone: HashSet<u32> = dropped_regions.iter().copied().collect();
 
     // Every lost chunk must be one of the missing pre-dispatch chunks for the post-dispatch
@@ -278,6 +284,24 @@ pub fn salvage<W: Write + Seek>(data: &[u8], out: W) -> Result<(W, SalvageReport
     ))
 }
 
+/// Regions whose extents event was lost or refused (see `regions_of_lost_extents`).
+fn extents_lost_by(
+    walk: &Walk,
+    accepted: &[(u64, Frame, EventRef)],
+    refused: &[u64],
+    rules: &CaptureBuilder<'_>,
+) -> Vec<u32> {
+    let lost: Vec<u64> = walk
+        .lost
+        .iter()
+        .filter(|l| l.1 == EventKind::RegionExtents as u16)
+        .map(|l| l.0)
+        .chain(refused.iter().copied())
+        .collect();
+    let accepted: Vec<(u64, EventRef)> = accepted.iter().map(|a| (a.0, a.2.clone())).collect();
+    regions_of_lost_extents(&accepted, &lost, &|id| rules.extents.contains_key(&id))
+}
+
 /// Digests are per step: with a step lost (or refused) none of them names a step for sure.
 fn forget_digests_if_steps_lost(
     rules: &mut CaptureBuilder<'_>,
@@ -298,6 +322,8 @@ struct Judged {
     rejected_chunks_of: Vec<u32>,
     /// Step events that broke a rule: (offset, kind).
     refused_steps: Vec<(u64, u16)>,
+    /// Offsets of REGION_EXTENTS events that broke a rule.
+    refused_extents: Vec<u64>,
 }
 
 /// Puts every intact event but the index and END through the rules.
@@ -306,6 +332,7 @@ fn judge(data: &[u8], walk: &Walk, rules: &mut CaptureBuilder<'_>) -> Result<Jud
     let mut dropped_events = Vec::new();
     let mut rejected_chunks_of: Vec<u32> = Vec::new();
     let mut refused_steps = Vec::new();
+    let mut refused_extents = Vec::new();
     for ev in &walk.intact {
         if ev.frame.kind == EventKind::Index as u16 || ev.frame.kind == EventKind::End as u16 {
             continue;
@@ -323,6 +350,9 @@ fn judge(data: &[u8], walk: &Walk, rules: &mut CaptureBuilder<'_>) -> Result<Jud
                         rejected_chunks_of.push(p.region_id);
                     }
                 }
+                if ev.frame.kind == EventKind::RegionExtents as u16 {
+                    refused_extents.push(ev.offset);
+                }
                 if is_step_event(ev.frame.kind) {
                     refused_steps.push((ev.offset, ev.frame.kind));
                 }
@@ -335,6 +365,7 @@ fn judge(data: &[u8], walk: &Walk, rules: &mut CaptureBuilder<'_>) -> Result<Jud
         dropped_events,
         rejected_chunks_of,
         refused_steps,
+        refused_extents,
     })
 }
 
@@ -352,7 +383,10 @@ fn write_kept<W: Write + Seek>(
     let mut slots_written = false;
     for (off, frame, r) in accepted {
         match r {
-            EventRef::Region(id) | EventRef::Chunk(id) | EventRef::Global(id)
+            EventRef::Region(id)
+            | EventRef::Extents(id)
+            | EventRef::Chunk(id)
+            | EventRef::Global(id)
                 if gone.contains(id) =>
             {
                 continue
@@ -361,6 +395,14 @@ fn write_kept<W: Write + Seek>(
                 // Through the writer, so it knows the region's shape for the zero chunks.
                 if let Some(region) = rules.regions.iter().find(|r| r.region_id == *id) {
                     w.region(region)?;
+                    kept += 1;
+                }
+                continue;
+            }
+            EventRef::Extents(id) => {
+                // Through the writer, so its zero chunks leave the absent ones out.
+                if let Some(e) = rules.extents.get(id) {
+                    w.region_extents(e)?;
                     kept += 1;
                 }
                 continue;
@@ -413,7 +455,7 @@ fn missing_pre_chunks(rules: &CaptureBuilder<'_>) -> u64 {
                     (r.region_id, MemoryState::Pre, 0)..=(r.region_id, MemoryState::Pre, u64::MAX),
                 )
                 .count() as u64;
-            r.size.div_ceil(r.chunk_size).saturating_sub(have)
+            extents::needed_pre_chunks(r, rules.extents.get(&r.region_id)).saturating_sub(have)
         })
         .sum()
 }
@@ -423,12 +465,15 @@ fn missing_pre_chunks(rules: &CaptureBuilder<'_>) -> u64 {
 fn chunks_without_output(rules: &CaptureBuilder<'_>) -> Vec<(u32, u64, u64)> {
     let mut out = Vec::new();
     for r in &rules.regions {
+        let present = rules.extents.get(&r.region_id).map(|e| &e.present);
         let mut offset = 0;
         while offset < r.size {
             let n = r.chunk_size.min(r.size - offset);
-            if !rules
-                .chunks
-                .contains_key(&(r.region_id, MemoryState::Post, offset))
+            let stored = present.is_none_or(|p| extents::holds_present(p, offset, n));
+            if stored
+                && !rules
+                    .chunks
+                    .contains_key(&(r.region_id, MemoryState::Post, offset))
             {
                 out.push((r.region_id, offset, n));
             }

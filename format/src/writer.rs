@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::{Seek, SeekFrom, Write};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -12,6 +13,7 @@ use crate::chunk::{encode_chunk, EncodedChunk, DEFAULT_LEVEL, MAX_CHUNK_SIZE};
 use crate::codec;
 use crate::error::{FormatError, Result};
 use crate::events::*;
+use crate::extents::{self, RegionExtents};
 use crate::layout::*;
 use crate::steps::{Action, KernelStep, OpStep, RangeInfo, Step};
 
@@ -37,8 +39,12 @@ impl Default for WriterOptions {
 type EncodedBatch<'a> = Vec<([u8; CHUNK_PREFIX_LEN], u32, EncodedChunk<'a>)>;
 
 struct RegionShape {
-    size: u64,
-    chunk_size: u64,
+    region: Region,
+    /// Present ranges, once `region_extents` declared them (shared: every `memory` call of
+    /// the region reads them, and a large region may have many).
+    present: Option<Arc<[(u64, u64)]>>,
+    /// Whether a chunk of it was written (its extents can no longer be declared).
+    chunks_written: bool,
 }
 
 /// Writes one `.krr` log to any seekable sink.
@@ -150,6 +156,9 @@ impl<W: Write + Seek> CaptureWriter<W> {
         if kind == EventKind::StepOp as u16 || kind == EventKind::Range as u16 {
             self.minor = self.minor.max(RANGE_MINOR);
         }
+        if kind == EventKind::RegionExtents as u16 {
+            self.minor = self.minor.max(EXTENTS_MINOR);
+        }
         self.write_event(kind, flags, &[payload])
     }
 
@@ -253,10 +262,48 @@ impl<W: Write + Seek> CaptureWriter<W> {
         self.regions.insert(
             v.region_id,
             RegionShape {
-                size: v.size,
-                chunk_size: v.chunk_size,
+                region: v.clone(),
+                present: None,
+                chunks_written: false,
             },
         );
+        Ok(())
+    }
+
+    /// Declares which bytes of a region the capture holds (captured by touched pages), after
+    /// the region and before its chunks; the rules are the reader's
+    /// (`extents::extents_problem`). From then on `memory` and `zeros` write only the chunks
+    /// that hold a present byte and refuse absent bytes that are not zero. The file then
+    /// states format 1.4.
+    pub fn region_extents(&mut self, v: &RegionExtents) -> Result<()> {
+        let refused = |message: String| FormatError::Limit {
+            what: "region extents",
+            message,
+        };
+        let shape = self
+            .regions
+            .get(&v.region_id)
+            .ok_or_else(|| refused(format!("extents for undeclared region {}", v.region_id)))?;
+        if shape.present.is_some() {
+            return Err(refused(format!(
+                "region {} has its extents already",
+                v.region_id
+            )));
+        }
+        if shape.chunks_written {
+            return Err(refused(format!(
+                "region {}'s chunks are written: extents come before them",
+                v.region_id
+            )));
+        }
+        if let Some(p) = extents::extents_problem(&shape.region, v) {
+            return Err(refused(p));
+        }
+        self.minor = self.minor.max(EXTENTS_MINOR);
+        self.write_meta(EventKind::RegionExtents, v)?;
+        if let Some(shape) = self.regions.get_mut(&v.region_id) {
+            shape.present = Some(v.present.as_slice().into());
+        }
         Ok(())
     }
 
@@ -267,7 +314,7 @@ impl<W: Write + Seek> CaptureWriter<W> {
             what: "region id",
             message: format!("memory for undeclared region {region_id}"),
         })?;
-        let (size, cs) = (shape.size, shape.chunk_size);
+        let (size, cs) = (shape.region.size, shape.region.chunk_size);
         let end = offset
             .checked_add(len)
             .filter(|&e| e <= size)
@@ -297,9 +344,17 @@ impl<W: Write + Seek> CaptureWriter<W> {
         len: u64,
     ) -> Result<()> {
         let cs = self.check_range(region_id, offset, len)?;
+        let present = self.present_of(region_id);
         let mut at = offset;
         while at < offset + len {
             let n = cs.min(offset + len - at);
+            if present
+                .as_ref()
+                .is_some_and(|p| !extents::holds_present(p, at, n))
+            {
+                at += n;
+                continue;
+            }
             let raw_crc = match self.zero_crcs.iter().find(|(l, _)| *l == n) {
                 Some(&(_, c)) => c,
                 None => {
@@ -334,6 +389,60 @@ impl<W: Write + Seek> CaptureWriter<W> {
         data: &[u8],
     ) -> Result<()> {
         let cs = self.check_range(region_id, offset, data.len() as u64)?;
+        let Some(present) = self.present_of(region_id) else {
+            return self.memory_run(region_id, state, offset, data, cs);
+        };
+        for (o, l) in extents::absent_ranges(&present, offset, data.len() as u64) {
+            let at = (o - offset) as usize;
+            if data[at..at + l as usize].iter().any(|&b| b != 0) {
+                return Err(FormatError::Limit {
+                    what: "memory",
+                    message: format!(
+                        "region {region_id} holds non-zero bytes in its absent range [{o}, {}): \
+                         absent bytes are stored as zero",
+                        o + l
+                    ),
+                });
+            }
+        }
+        // Runs of consecutive chunks that hold a present byte: the others are not stored.
+        let end = offset + data.len() as u64;
+        let mut run: Option<(u64, u64)> = None;
+        let mut at = offset;
+        while at < end {
+            let n = cs.min(end - at);
+            if extents::holds_present(&present, at, n) {
+                run = Some(run.map_or((at, at + n), |r| (r.0, at + n)));
+            } else if let Some((s, e)) = run.take() {
+                let part = &data[(s - offset) as usize..(e - offset) as usize];
+                self.memory_run(region_id, state, s, part, cs)?;
+            }
+            at += n;
+        }
+        if let Some((s, e)) = run {
+            let part = &data[(s - offset) as usize..(e - offset) as usize];
+            self.memory_run(region_id, state, s, part, cs)?;
+        }
+        Ok(())
+    }
+
+    /// The present ranges of a region with extents (none: held whole), marking that its
+    /// chunks have begun.
+    fn present_of(&mut self, region_id: u32) -> Option<Arc<[(u64, u64)]>> {
+        let shape = self.regions.get_mut(&region_id)?;
+        shape.chunks_written = true;
+        shape.present.clone()
+    }
+
+    /// Writes chunks of `data` from `offset` (checked by `check_range`), in parallel batches.
+    fn memory_run(
+        &mut self,
+        region_id: u32,
+        state: MemoryState,
+        offset: u64,
+        data: &[u8],
+        cs: u64,
+    ) -> Result<()> {
         let level = self.opts.level;
         // Batches bound the encoded bytes held at once; the next batch is encoded while the
         // previous one is written, so the file I/O hides behind compression.

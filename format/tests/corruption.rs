@@ -17,9 +17,23 @@ fn refresh_frame_crc(bytes: &mut [u8], at: usize) {
     bytes[at + 20..at + 24].copy_from_slice(&c.to_le_bytes());
 }
 
+/// The captures every byte and bit of which is damaged: a plain one and one by touched
+/// pages (whose extents decide which zeros are data).
+fn samples() -> [(&'static str, Vec<u8>); 2] {
+    [
+        ("small", common::sample()),
+        ("extents", common::sample_extents()),
+    ]
+}
+
 #[test]
 fn truncation_at_every_byte_is_reported() {
-    let full = common::sample();
+    for (name, full) in samples() {
+        truncation_at_every_byte_is_reported_in(name, &full);
+    }
+}
+
+fn truncation_at_every_byte_is_reported_in(name: &str, full: &[u8]) {
     for cut in 0..full.len() {
         let data = &full[..cut];
         let e = verify(data).expect_err("a truncated file must not verify");
@@ -31,25 +45,30 @@ fn truncation_at_every_byte_is_reported() {
                     | FormatError::Inconsistent { .. }
                     | FormatError::Checksum { .. }
             ),
-            "cut at {cut}: unexpected error {e}"
+            "{name}: cut at {cut}: unexpected error {e}"
         );
         assert!(
             Capture::parse(data).is_err(),
-            "cut at {cut}: parse accepted it"
+            "{name}: cut at {cut}: parse accepted it"
         );
     }
 }
 
 #[test]
 fn every_single_bit_flip_is_detected() {
-    let full = common::sample();
+    for (name, full) in samples() {
+        every_single_bit_flip_is_detected_in(name, &full);
+    }
+}
+
+fn every_single_bit_flip_is_detected_in(name: &str, full: &[u8]) {
     for byte in 0..full.len() {
         for bit in 0..8 {
-            let mut data = full.clone();
+            let mut data = full.to_vec();
             data[byte] ^= 1 << bit;
             assert!(
                 verify(&data).is_err(),
-                "flip of bit {bit} in byte {byte} went unnoticed"
+                "{name}: flip of bit {bit} in byte {byte} went unnoticed"
             );
         }
     }

@@ -37,6 +37,27 @@ fn sample_capture_bytes_are_locked() {
 }
 
 #[test]
+fn capture_by_touched_pages_bytes_are_locked() {
+    check("extents.krr", &common::sample_extents());
+}
+
+#[test]
+fn golden_capture_by_touched_pages_reads_back() {
+    let bytes = std::fs::read(golden_dir().join("extents.krr")).expect("golden");
+    let report = verify(&bytes).expect("golden verifies");
+    // Region 0: 2 of its 3 pre chunks (one wholly absent) + 1 post chunk; region 1: 1 chunk.
+    assert_eq!(report.chunks, 4);
+    let cap = Capture::parse(&bytes).expect("parse");
+    assert_eq!(cap.header.minor, 4);
+    assert_eq!(
+        cap.extents(0).map(|e| (e.page_size, e.present.clone())),
+        Some((4096, common::extents_present()))
+    );
+    assert_eq!(cap.present_bytes(0), 2 * 4096 + 100);
+    assert_eq!(cap.read_region(0).expect("x"), common::extents_region0());
+}
+
+#[test]
 fn incomplete_capture_bytes_are_locked() {
     check("incomplete.krr", &common::unfinished_bytes(1024));
 }

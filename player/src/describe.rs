@@ -319,6 +319,19 @@ pub struct RegionDesc {
     pub global: Option<String>,
     /// Bytes whose output salvage lost (0 unless `reference` is `partial`).
     pub unknown_output_bytes: u64,
+    /// Bytes the capture holds (`size` unless captured by touched pages).
+    pub present_bytes: u64,
+    /// Which bytes are present, for a region captured by touched pages; none: all of them.
+    pub extents: Option<ExtentsDesc>,
+}
+
+/// The extents of a region captured by touched pages (REGION_EXTENTS).
+#[derive(Serialize)]
+pub struct ExtentsDesc {
+    /// Bytes per page of the extents.
+    pub page_size: u32,
+    /// (offset, length) in bytes of each present range; every other byte is absent.
+    pub present: Vec<(u64, u64)>,
 }
 
 #[derive(Serialize)]
@@ -533,6 +546,11 @@ fn region_descs(cap: &Capture<'_>) -> Vec<RegionDesc> {
                 .find(|g| g.region_id == r.region_id)
                 .map(|g| g.name.clone()),
             unknown_output_bytes: cap.unknown_output_bytes(r.region_id),
+            present_bytes: cap.present_bytes(r.region_id),
+            extents: cap.extents(r.region_id).map(|e| ExtentsDesc {
+                page_size: e.page_size,
+                present: e.present.clone(),
+            }),
         })
         .collect()
 }

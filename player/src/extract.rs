@@ -23,6 +23,9 @@ pub enum ExtractError {
     /// `--repro` of a range capture: not written yet.
     #[error("this is a range capture ({0} steps): `extract --repro` writes no reproducer for range captures yet (it comes later in range capture's work); `kreplay extract` without --repro writes its files, and `kreplay play` replays it")]
     RangeReproducer(usize),
+    /// `--repro` of a capture by touched pages: its absent pages cannot be replayed yet.
+    #[error("`extract --repro`: {0}")]
+    AbsentReproducer(String),
     #[error("extract would write {} from a {} capture (more than {}, 16 x its size): pass --force to write it", bytes(*.total), bytes(*.file_len), bytes(*.limit))]
     TooLarge {
         total: u64,
@@ -132,6 +135,9 @@ impl<'f, 'c> Extraction<'f, 'c> {
     ) -> Result<Extraction<'f, 'c>, ExtractError> {
         if repro && cap.is_range() {
             return Err(ExtractError::RangeReproducer(cap.steps.len()));
+        }
+        if repro {
+            kreplay_format::absent::refuse_absent(cap).map_err(ExtractError::AbsentReproducer)?;
         }
         let total = output_size(cap);
         let file_len = file.bytes().len() as u64;
@@ -339,6 +345,24 @@ mod tests {
         let e = x.write_files(&dir).unwrap_err();
         assert!(matches!(e, ExtractError::NotEmpty(_)), "{e}");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_capture_by_touched_pages_gets_no_reproducer() {
+        let path = format!(
+            "{}/../testdata/golden/extents.krr",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let file = MappedFile::open(Path::new(&path)).unwrap();
+        let cap = Capture::parse(file.bytes()).unwrap();
+        let e = Extraction::plan(&file, &cap, "t.krr", false, true)
+            .err()
+            .expect("no reproducer");
+        assert!(matches!(e, ExtractError::AbsentReproducer(_)), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("1 region captured by touched pages"), "{msg}");
+        assert!(msg.contains("cannot replay absent pages yet"), "{msg}");
+        assert!(Extraction::plan(&file, &cap, "t.krr", false, false).is_ok());
     }
 
     #[test]

@@ -131,6 +131,7 @@ pub fn play<'c>(
     if !blockers.is_empty() {
         return Err(PlayFailure::Blocked(blockers));
     }
+    kreplay_format::absent::refuse_absent(cap).map_err(|why| PlayFailure::Blocked(vec![why]))?;
     if let Some(option) = crate::range::unsupported_option(options) {
         kreplay_format::range::refuse_range(cap, option)
             .map_err(|why| PlayFailure::Blocked(vec![why]))?;
@@ -264,6 +265,40 @@ mod tests {
         };
         match play(&cap, &options, &|_, _| {}, &mut ()) {
             Err(PlayFailure::Blocked(why)) => assert!(!why.is_empty()),
+            other => panic!("not refused as blocked: {other:?}"),
+        }
+    }
+
+    /// Refused before any GPU work (and before the tool is loaded): this test runs on
+    /// machines without one.
+    #[test]
+    fn a_capture_by_touched_pages_is_refused_before_the_gpu() {
+        let bytes = crate::testdata::bytes("cuda-saxpy");
+        let mut cap = crate::testdata::parse(&bytes);
+        let total: u64 = cap.regions.iter().map(|r| r.size).sum();
+        for r in cap.regions.clone() {
+            cap.region_extents.insert(
+                r.region_id,
+                kreplay_format::RegionExtents {
+                    region_id: r.region_id,
+                    page_size: 4096,
+                    present: Vec::new(),
+                },
+            );
+        }
+        let options = PlayOptions {
+            tool: Some("/nonexistent/tool.so".into()),
+            ..PlayOptions::default()
+        };
+        match play(&cap, &options, &|_, _| {}, &mut ()) {
+            Err(PlayFailure::Blocked(why)) => {
+                let msg = why.join("; ");
+                let regions = format!("{} regions captured by touched pages", cap.regions.len());
+                assert!(msg.contains(&regions), "{msg}");
+                let present = format!("0 B of {} present", kreplay_format::units::bytes(total));
+                assert!(msg.contains(&present), "{msg}");
+                assert!(msg.contains("cannot replay absent pages yet"), "{msg}");
+            }
             other => panic!("not refused as blocked: {other:?}"),
         }
     }

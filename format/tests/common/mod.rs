@@ -147,3 +147,70 @@ pub fn sample() -> Vec<u8> {
 pub fn sample_region0() -> Vec<u8> {
     (0..512u32).flat_map(|i| (i as f32).to_le_bytes()).collect()
 }
+
+/// Page of the extents sample.
+pub const EXTENTS_PAGE: u64 = 4096;
+/// Region 0 of the extents sample: five pages and 100 bytes, in chunks of two pages.
+pub const EXTENTS_REGION_SIZE: u64 = 5 * EXTENTS_PAGE + 100;
+
+/// The present ranges of the extents sample's region 0: its second page (in chunk 0) and
+/// everything from its fifth page to its end (chunk 2, the short last extent); chunk 1 is
+/// wholly absent.
+pub fn extents_present() -> Vec<(u64, u64)> {
+    vec![
+        (EXTENTS_PAGE, EXTENTS_PAGE),
+        (4 * EXTENTS_PAGE, EXTENTS_PAGE + 100),
+    ]
+}
+
+/// Region 0's pre-dispatch bytes as the extents sample stores them: a pattern where present,
+/// zero where absent.
+pub fn extents_region0() -> Vec<u8> {
+    let mut bytes = vec![0u8; EXTENTS_REGION_SIZE as usize];
+    for (o, l) in extents_present() {
+        for i in o..o + l {
+            bytes[i as usize] = (i % 251) as u8 + 1;
+        }
+    }
+    bytes
+}
+
+/// A small capture by touched pages (format 1.4): region 0 with extents (two of its three
+/// chunks stored, its post chunk where present bytes changed), region 1 held whole.
+pub fn sample_extents() -> Vec<u8> {
+    let mut w = writer_with_dispatch();
+    let chunk_size = 2 * EXTENTS_PAGE;
+    w.region(&Region {
+        region_id: 0,
+        address: 0x7f00_0000_0000,
+        size: EXTENTS_REGION_SIZE,
+        kind: MemoryKind::Device,
+        role: RegionRole::Argument,
+        chunk_size,
+    })
+    .expect("region 0");
+    w.region_extents(&RegionExtents {
+        region_id: 0,
+        page_size: EXTENTS_PAGE as u32,
+        present: extents_present(),
+    })
+    .expect("extents");
+    let pre = extents_region0();
+    // The whole region goes in: the writer leaves the wholly absent chunk out.
+    w.memory(0, MemoryState::Pre, 0, &pre).expect("pre");
+    let mut post = pre[2 * chunk_size as usize..].to_vec();
+    post[..8].copy_from_slice(&[9; 8]);
+    w.memory(0, MemoryState::Post, 2 * chunk_size, &post)
+        .expect("post");
+    w.region(&Region {
+        region_id: 1,
+        address: 0x7f00_0001_0000,
+        size: 1024,
+        kind: MemoryKind::Device,
+        role: RegionRole::Argument,
+        chunk_size: 1024,
+    })
+    .expect("region 1");
+    w.memory(1, MemoryState::Pre, 0, &[5u8; 1024]).expect("y");
+    w.finish().expect("finish").into_inner()
+}

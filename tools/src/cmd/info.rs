@@ -7,7 +7,7 @@ use anyhow::Context;
 use kreplay_format::Capture;
 
 use crate::cli::InfoArgs;
-use crate::describe::{bytes, describe, duration, Description};
+use crate::describe::{bytes, describe, duration, Description, ExtentsDesc};
 use crate::out;
 use crate::output::printable as p;
 
@@ -308,6 +308,17 @@ fn print_params(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a region captured by touched pages holds, under its row.
+fn touched_line(size: u64, present: u64, e: &ExtentsDesc) -> String {
+    format!(
+        "              touched pages: {} present, {} absent (not captured) in {} extent(s) of {} pages",
+        bytes(present),
+        bytes(size.saturating_sub(present)),
+        e.present.len(),
+        bytes(u64::from(e.page_size))
+    )
+}
+
 /// The memory regions, textures, pointer slots and code modules.
 fn print_memory(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     out!(
@@ -340,6 +351,9 @@ fn print_memory(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
             },
             p(r.global.as_deref().unwrap_or(""))
         );
+        if let Some(e) = &r.extents {
+            out!(w, "{}", touched_line(r.size, r.present_bytes, e));
+        }
     }
     for t in &d.textures {
         let mut at: Vec<String> = t
@@ -421,7 +435,7 @@ fn print_provenance(w: &mut impl Write, d: &Description) -> anyhow::Result<()> {
     for (k, v) in &d.annotations {
         out!(w, "note      {}: {}", p(k), p(v));
     }
-    let held: u64 = d.regions.iter().map(|r| r.size).sum();
+    let held: u64 = d.regions.iter().map(|r| r.present_bytes).sum();
     if let Some(fields) = &d.redaction {
         let kept: Vec<&str> = fields
             .iter()
