@@ -26,8 +26,10 @@ cargo fmt --manifest-path python/Cargo.toml --check
 cargo clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
 VENV=${KREPLAY_VENV:-target/python-venv}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+# Absolute from here on: maturin runs inside python/ (a relative or absolute KREPLAY_VENV alike).
+VENV=$(cd "$VENV" && pwd)
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.5,<2" numpy pytest ml-dtypes
-(cd python && VIRTUAL_ENV="$PWD/../$VENV" PATH="$PWD/../$VENV/bin:$PATH" maturin develop -q)
+(cd python && VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" maturin develop -q)
 KREPLAY_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/kreplay" "$VENV/bin/python" -m pytest -q python/tests
 # The GPU suite's own helpers and case table (tests/gpu; its GPU cases need a CUDA machine).
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/gpu -m "not gpu"
