@@ -100,8 +100,9 @@ pub enum Tail {
     /// Its last line is a record without its newline: add the newline, or the next record
     /// would be glued onto it.
     AddNewline,
-    /// Its last line is cut short (a run killed mid-write) and answers nothing (its capture
-    /// runs again): cut the file to this many bytes, the whole lines before it.
+    /// Its last line is cut short (a run killed mid-write: the JSON ends before its value
+    /// does, the rule `kreplay compare` calls "cut short" too) and answers nothing (its
+    /// capture runs again): cut the file to this many bytes, the whole lines before it.
     CutTo(u64),
 }
 
@@ -112,10 +113,11 @@ pub fn tail_repair(text: &[u8]) -> Tail {
     }
     let start = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     let last = &text[start..];
-    if serde_json::from_slice::<RunRecord>(last).is_ok() {
-        Tail::AddNewline
-    } else {
-        Tail::CutTo(start as u64)
+    match serde_json::from_slice::<RunRecord>(last) {
+        Err(e) if e.is_eof() => Tail::CutTo(start as u64),
+        // A record, or a whole line that is not one of ours (a newer kreplay's, anything
+        // else): kept, never cut; `compare` names a line it cannot read.
+        _ => Tail::AddNewline,
     }
 }
 
@@ -205,6 +207,12 @@ mod tests {
             Tail::CutTo(a.len() as u64 + 1)
         );
         assert_eq!(tail_repair(&a.as_bytes()[..5]), Tail::CutTo(0));
+        let other = format!("{a}\n[\"a whole line, not a record\"]");
+        assert_eq!(
+            tail_repair(other.as_bytes()),
+            Tail::AddNewline,
+            "a whole line that is not a record is not ours to delete"
+        );
     }
 
     // Catches: a corpus resumed under another mount point run again from the start.
