@@ -298,6 +298,10 @@ fn extents_lost_by(
         .map(|l| l.0)
         .chain(refused.iter().copied())
         .collect();
+    // Nearly every salvage loses no extents event: no copy of the accepted events then.
+    if lost.is_empty() {
+        return Vec::new();
+    }
     let accepted: Vec<(u64, EventRef)> = accepted.iter().map(|a| (a.0, a.2.clone())).collect();
     regions_of_lost_extents(&accepted, &lost, &|id| rules.extents.contains_key(&id))
 }

@@ -4,7 +4,7 @@
 //! order and stays at most `ahead` entries in front of what the dispatcher has taken, so a
 //! run never reads much more than it is about to replay.
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use crate::farm::Entry;
 use crate::run_record::{RunRecord, Verdict};
@@ -45,9 +45,8 @@ pub fn start(
     let ahead = ahead.max(1);
     let (credits, credit) = sync_channel(ahead);
     for _ in 0..ahead {
-        if let Err(TrySendError::Full(())) = credits.try_send(()) {
-            break;
-        }
+        // The channel holds exactly `ahead`: none of these can find it full.
+        let _ = credits.try_send(());
     }
     // Not joined: on an early end of the run (a record that cannot be written) the run
     // returns at once, and this thread stops after the file it is hashing.
