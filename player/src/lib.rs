@@ -39,6 +39,7 @@ pub mod units;
 pub use kreplay_engine::counters::{
     list_metrics, MetricInfo, MetricRequest, MetricValue, MetricsReport, StepMetrics,
 };
+pub use kreplay_engine::pass_trace::GpuSpan;
 pub use kreplay_engine::plan::fixed_ranges;
 pub use kreplay_engine::repro::{Content as ReproContent, ReproError, Reproducer};
 pub use kreplay_engine::tool::{CTool, PassTool, ToolError};

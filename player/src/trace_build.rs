@@ -93,13 +93,13 @@ fn stream_tids(steps: &[StepLabel]) -> Vec<Option<u64>> {
 
 /// Lays slices on one thread each, none starting before the previous one's end.
 #[derive(Default)]
-struct Tracks {
+pub struct Tracks {
     ends: BTreeMap<u32, u64>,
 }
 
 impl Tracks {
     /// `span` placed on thread `tid`: its start, moved to the previous slice's end if need be.
-    fn place(&mut self, tid: u32, span: GpuSpan) -> u64 {
+    pub fn place(&mut self, tid: u32, span: GpuSpan) -> u64 {
         let end = self.ends.entry(tid).or_insert(0);
         let start = span.start_ns.max(*end);
         *end = start.saturating_add(span.dur_ns);

@@ -49,6 +49,9 @@ pub mod env {
     pub const TOOL: &str = "KREPLAY_TOOL";
     /// Profile mode: hardware counters per dispatch, comma-separated (`--metrics`).
     pub const METRICS: &str = "KREPLAY_METRICS";
+    /// Profile mode: `1`: each profiled dispatch's passes placed on the GPU's time axis, for
+    /// the trace `kreplay profile --trace` writes.
+    pub const PROFILE_TRACE: &str = "KREPLAY_PROFILE_TRACE";
     /// Profile mode, `--variant` and its options (defined beside their parsing).
     pub use crate::variant::env::{KEEP, TOLERANCE, VARIANT, VARIANT_KERNEL};
     /// `1`: capture the first `KREPLAY_PER_KERNEL` executions of every distinct kernel, a
@@ -168,6 +171,8 @@ pub struct Config {
     pub metrics: Vec<String>,
     /// Profile mode: a variant kernel run beside the original (`--variant`).
     pub variant: Option<crate::variant::VariantConfig>,
+    /// Profile mode: place each dispatch's passes on the GPU's time axis (`--trace`).
+    pub trace: bool,
 }
 
 /// Passes per dispatch `kreplay profile` runs by default.
@@ -274,6 +279,7 @@ impl Config {
                 .map(|v| split_metrics(&v))
                 .unwrap_or_default(),
             variant,
+            trace: get(env::PROFILE_TRACE).as_deref() == Some("1"),
         }))
     }
 }

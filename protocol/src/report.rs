@@ -117,6 +117,48 @@ pub struct ProfileRow {
     /// load, another parameter layout, a failure); the original ran as usual.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant_error: Option<String>,
+    /// `profile --trace`: where each timed pass ran on the GPU (`None`: no trace asked for,
+    /// or the dispatch was skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<PassTimeline>,
+}
+
+/// Where a profiled dispatch's timed passes ran (`profile --trace`), on its context's GPU time
+/// axis: ns since the context's origin event, recorded on the GPU before the context's first
+/// traced dispatch. Each span's start is read from the pass's own CUDA events; its length is
+/// the figure the row gives (a pass's `durations_ns`, the restore's own events). Host clocks
+/// place nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassTimeline {
+    /// The dispatch's context: 0-based in the order the process's contexts were first traced.
+    pub context: u32,
+    /// The context's device ordinal (as the process sees it).
+    pub device: u32,
+    /// The application's stream handle (pass 0, the application's own launch, ran there;
+    /// the further passes ran on a stream of kreplay's).
+    pub app_stream: u64,
+    /// Host time (ns since the Unix epoch) when the context's origin event was recorded.
+    pub origin_unix_ns: u64,
+    /// The timed passes, in the order they ran.
+    pub passes: Vec<TimedPass>,
+}
+
+/// One timed pass of a profiled dispatch on its context's axis (ns since the origin).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedPass {
+    /// 0-based: 0 is the application's launch.
+    pub pass: u32,
+    /// A pass of the `--variant` kernel (else the original's).
+    #[serde(default)]
+    pub variant: bool,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    /// The write set's restore before it (outside the timed window): start and length.
+    #[serde(default)]
+    pub restore: Option<(u64, u64)>,
+    /// The L2 flush before it (`--cache flush`): start and length.
+    #[serde(default)]
+    pub flush: Option<(u64, u64)>,
 }
 
 /// One counter of a dispatch.

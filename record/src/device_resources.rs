@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use kreplay_cuda::cache::L2Flush;
 use kreplay_cuda::chunks::ChunkKernels;
-use kreplay_cuda::{memory_info, ContextHandle, Device, Module, Stream};
+use kreplay_cuda::{memory_info, AsStream, ContextHandle, Device, Event, Module, Stream};
 
 /// The application's sweep kernels, one per context (made on the context's first capture),
 /// or why there is none.
@@ -95,6 +95,52 @@ pub(crate) fn with_variant_module<R>(
     with_per_context(&VARIANT_MODULES, load, f)
 }
 
+/// `profile --trace`: a context's origin on the GPU's time axis, and what the trace says of
+/// the context.
+pub(crate) struct TraceOrigin {
+    /// Recorded on the GPU before the context's first traced dispatch.
+    pub(crate) event: Event,
+    /// 0-based in the order the process's contexts were first traced.
+    pub(crate) index: u32,
+    pub(crate) device: u32,
+    /// Host time (ns since the Unix epoch) when the event was recorded.
+    pub(crate) unix_ns: u64,
+}
+
+static TRACE_ORIGINS: PerContext<TraceOrigin> = Mutex::new(Vec::new());
+static TRACED_CONTEXTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Records the current context's trace origin on `stream`, unless it has one.
+pub(crate) fn ensure_trace_origin(stream: &impl AsStream) -> Result<(), String> {
+    let make = || {
+        let event = Event::new().map_err(|e| e.to_string())?;
+        event.record(stream).map_err(|e| e.to_string())?;
+        let unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let device = Device::current().map_or(0, |d| d.ordinal().max(0) as u32);
+        Ok(TraceOrigin {
+            event,
+            index: TRACED_CONTEXTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            device,
+            unix_ns,
+        })
+    };
+    with_per_context(&TRACE_ORIGINS, make, |_| Ok(()))
+}
+
+/// Runs `f` with the current context's trace origin (`ensure_trace_origin` made it).
+pub(crate) fn with_trace_origin<R>(
+    f: impl FnOnce(&TraceOrigin) -> Result<R, String>,
+) -> Result<R, String> {
+    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
+    let all = TRACE_ORIGINS.lock().unwrap_or_else(|e| e.into_inner());
+    match all.iter().find(|(c, _)| *c == ctx) {
+        Some((_, origin)) => f(origin.as_ref().map_err(|e| e.clone())?),
+        None => Err("no trace origin was recorded in this context".to_string()),
+    }
+}
+
 /// Device scratch for snapshots is used only while this much device memory stays free after
 /// it, so the application never runs out of memory because of a capture.
 /// `KREPLAY_DEBUG_SNAPSHOT=host` makes every region take the path of those that do not fit
@@ -125,4 +171,5 @@ pub(crate) fn forget_context(context: usize) {
     forget_in(&SETTLE, context);
     forget_in(&CHUNK_KERNELS, context);
     forget_in(&VARIANT_MODULES, context);
+    forget_in(&TRACE_ORIGINS, context);
 }

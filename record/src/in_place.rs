@@ -18,6 +18,7 @@ use kreplay_format::DEFAULT_CHUNK_SIZE;
 use crate::device_resources::{flush_l2, with_chunk_kernels};
 use crate::error::RecordError;
 use crate::footprint::{Footprint, Reachable, RegionSpan};
+use crate::pass_timeline::DispatchClock;
 use crate::readback::{pack, PackedRun};
 use crate::trace::{trace, trace_with};
 
@@ -73,6 +74,8 @@ pub(crate) struct InPlace<'a> {
     /// Bracket the restore copies, read after the pass's one wait.
     restore_events: (Event, Event),
     restore_queued: bool,
+    /// `profile --trace`: where each pass ran on the GPU.
+    pub(crate) clock: Option<DispatchClock>,
 }
 
 /// The output check of each timed pass, planned once after the first: one GPU scan per
@@ -186,6 +189,7 @@ impl<'a> InPlace<'a> {
             check: None,
             restore_events: (event()?, event()?),
             restore_queued: false,
+            clock: None,
         })
     }
 
@@ -211,16 +215,17 @@ impl<'a> InPlace<'a> {
     }
 
     /// After a pass's wait: the restore's GPU time, when one was queued before it.
-    fn note_restore(&mut self) {
-        if std::mem::take(&mut self.restore_queued) {
-            if let Ok(ns) = self
-                .restore_events
-                .1
-                .elapsed_ns_since(&self.restore_events.0)
-            {
-                self.restores_ns.push(ns);
-            }
+    fn note_restore(&mut self) -> Option<u64> {
+        if !std::mem::take(&mut self.restore_queued) {
+            return None;
         }
+        let ns = self
+            .restore_events
+            .1
+            .elapsed_ns_since(&self.restore_events.0)
+            .ok()?;
+        self.restores_ns.push(ns);
+        Some(ns)
     }
 }
 
@@ -303,28 +308,35 @@ impl PassRunner for InPlace<'_> {
     /// built-in counters do) sees the dispatch alone.
     fn prepare(&mut self, _pass: u32) -> Result<(), RecordError> {
         if self.cache_flush {
+            if let Some(c) = &mut self.clock {
+                c.mark_flush(self.stream, true)?;
+            }
             // Without a sweep (device memory short) the pass runs with what L2 holds.
             let _ = flush_l2(self.stream);
+            if let Some(c) = &mut self.clock {
+                c.mark_flush(self.stream, false)?;
+            }
         }
         Ok(())
     }
 
     fn run(&mut self, pass: u32) -> Result<PassOutcome, RecordError> {
         let function = self.function;
-        self.run_of(function, pass)
+        self.run_of(function, pass, false)
     }
 }
 
 impl InPlace<'_> {
-    /// A pass of `function` (the original's, or a variant with the same parameter layout),
-    /// with the original's geometry and arguments.
+    /// A pass of `function` (the original's, or a variant with the same parameter layout,
+    /// `variant`), with the original's geometry and arguments.
     pub(crate) fn run_of(
         &mut self,
         function: &impl AsFunction,
         pass: u32,
+        variant: bool,
     ) -> Result<PassOutcome, RecordError> {
         trace_with(|| format!("pass {pass}: begin"));
-        let outcome = self.run_timed(function, pass)?;
+        let outcome = self.run_timed(function, pass, variant)?;
         if let Some(t) = self.pass_began.take() {
             let wall = t.elapsed().as_nanos() as u64;
             self.overheads_ns
@@ -339,6 +351,7 @@ impl InPlace<'_> {
         &mut self,
         function: &impl AsFunction,
         pass: u32,
+        variant: bool,
     ) -> Result<PassOutcome, RecordError> {
         self.timer
             .arm(self.stream)
@@ -362,11 +375,20 @@ impl InPlace<'_> {
         self.stream
             .synchronize()
             .map_err(RecordError::KernelFailed)?;
-        self.note_restore();
+        let restore_ns = self.note_restore();
         let duration_ns = self
             .timer
             .elapsed_ns()
             .map_err(Self::err("reading the pass timer"))?;
+        if let Some(c) = &mut self.clock {
+            let restore = restore_ns.map(|ns| (&self.restore_events.0, ns));
+            c.pass(
+                pass,
+                variant,
+                (self.timer.start_event(), duration_ns),
+                restore,
+            )?;
+        }
         trace_with(|| format!("pass {pass}: done, {duration_ns} ns"));
         let matches_first = match &mut self.check {
             Some(check) => Some(check.same(self.stream)?),

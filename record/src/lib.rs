@@ -31,6 +31,7 @@ pub mod inflight;
 pub mod launch;
 pub mod nvtx;
 pub mod nvtx_events;
+pub mod pass_timeline;
 pub mod profile;
 pub mod ptx;
 pub mod quiet;

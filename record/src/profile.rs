@@ -44,6 +44,7 @@ use crate::device_resources::flush_l2;
 use crate::error::RecordError;
 use crate::in_place::{put_back_application_output, InPlace, Saved};
 use crate::launch::LaunchView;
+use crate::pass_timeline::DispatchClock;
 use crate::trace::{trace, trace_with};
 use crate::variant::{alternate, VariantInput};
 
@@ -68,6 +69,8 @@ pub struct ProfileInput<'a> {
     pub variant: Option<VariantInput>,
     /// `--variant`: why it does not run at this dispatch (the original is profiled as usual).
     pub variant_refused: Option<String>,
+    /// `--trace`: place the passes on the GPU's time axis (`pass_timeline`).
+    pub trace: bool,
 }
 
 /// A dispatch between its launch callback's ENTER and EXIT: its application launch is pass 0.
@@ -85,6 +88,7 @@ pub struct ProfilePending {
     args: KernelArgs,
     cache_flush: bool,
     variant: Option<VariantInput>,
+    clock: Option<DispatchClock>,
 }
 
 // SAFETY: the handles (streams, function, timer, buffers) are driver handles usable from any
@@ -138,9 +142,20 @@ pub fn profile_begin(
     // SAFETY: inside the launch callback that decoded the view.
     let app_stream = unsafe { view.foreign_stream() };
     let d = dispatch_view(&input, &app_stream, row.reachable_bytes);
+    // Before anything of the passes is queued: the trace's anchor.
+    let mut clock = match input.trace {
+        true => Some(DispatchClock::start(&stream)?),
+        false => None,
+    };
     // The L2 is emptied before BEGIN of pass 0, as before every pass (see `prepare`).
     if input.cache_flush {
+        if let Some(c) = &mut clock {
+            c.mark_flush(&stream, true)?;
+        }
         let _ = flush_l2(&stream);
+        if let Some(c) = &mut clock {
+            c.mark_flush(&stream, false)?;
+        }
         stream
             .synchronize()
             .map_err(RecordError::cuda("emptying the L2 before pass 0"))?;
@@ -169,6 +184,7 @@ pub fn profile_begin(
         args,
         cache_flush: input.cache_flush,
         variant: input.variant,
+        clock,
     })))
 }
 
@@ -319,6 +335,7 @@ pub fn profile_finish(
         mut args,
         cache_flush,
         variant,
+        mut clock,
         ..
     } = p;
     let mut keep_variant = false;
@@ -333,6 +350,9 @@ pub fn profile_finish(
         matches_first: None,
     };
     trace_with(|| format!("pass 0 done, {} ns", first.duration_ns));
+    if let Some(c) = &mut clock {
+        c.pass(0, false, (timer.start_event(), first.duration_ns), None)?;
+    }
     let mut runner = InPlace::new(
         (&function, &config, &mut args),
         &stream,
@@ -340,6 +360,7 @@ pub fn profile_finish(
         cache_flush,
         &mut saved,
     )?;
+    runner.clock = clock;
     runner.learn_write_set()?;
     trace("write set found");
     let looped = match &variant {
@@ -362,6 +383,7 @@ pub fn profile_finish(
     };
     let restores = std::mem::take(&mut runner.restores_ns);
     let overheads = std::mem::take(&mut runner.overheads_ns);
+    let clock = runner.clock.take();
     drop(runner);
     trace("passes done");
     // Whatever happened, the application goes on with its own launch's result (or, asked
@@ -370,6 +392,9 @@ pub fn profile_finish(
     trace("application output put back");
     let summary = looped?;
     put_back?;
+    if let Some(c) = clock {
+        row.timeline = Some(c.into_timeline(app_stream.raw_stream() as u64)?);
+    }
 
     let mut durations: Vec<u64> = summary.outcomes.iter().map(|o| o.duration_ns).collect();
     row.durations_ns = durations.clone();

@@ -70,7 +70,7 @@ pub(crate) fn alternate(
     for i in 1..=passes {
         runner.restore()?;
         runner.prepare(i)?;
-        let o = runner.run_of(&v.function, i)?;
+        let o = runner.run_of(&v.function, i, true)?;
         result.durations_ns.push(o.duration_ns);
         if i == 1 {
             judge(

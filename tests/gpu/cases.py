@@ -417,6 +417,7 @@ INLINE_CASES = {
     # Issue 40: play --trace (test_trace.py; verdicts in krtrace.py).
     "trace-play-metrics": ("counters",),
     "trace-range-per-step": (),
+    "trace-profile": ("counters",),
     # Issue 33: many captures through the farm (test_tools.py; verdict in krfarm.py).
     "farm-play": ("timed",),
     # Issue 33 review: --devices past the visible GPUs refused; --no-timing records: no 0 µs.

@@ -68,6 +68,71 @@ def range_trace_checks(play_rc, play, verify_rc, summary, passes=TRACE_PASSES, s
     return why
 
 
+# `profile --trace` over the saxpy app's three launches.
+PROFILE_DISPATCHES = 3
+PROFILE_PASSES = 4
+
+
+def profile_trace_checks(prof_rc, rows, verify_rc, summary, dispatches=PROFILE_DISPATCHES,
+                         passes=PROFILE_PASSES, metric=TRACE_METRIC) -> list:
+    """`profile -k K --all --passes N --metrics M --trace` (L2 flushed before each pass): per
+    dispatch, pass 0 (the application's launch) on the application's stream thread and N-1
+    passes on kreplay's; N-1 restores and N flushes on the restore thread; M as a counter
+    track over every timed pass. Each row's timeline is its passes, lengths its durations."""
+    why = []
+    if prof_rc != 0:
+        why.append(f"kreplay profile --trace exits {prof_rc}")
+    prof = [r for r in rows or [] if not r.get("skipped")]
+    if len(prof) != dispatches:
+        why.append(f"{len(prof)} profiled rows, want {dispatches}")
+    for r in prof:
+        t = r.get("timeline") or {}
+        got = [p.get("dur_ns") for p in t.get("passes") or []]
+        if got != r.get("durations_ns"):
+            why.append(f"launch {r.get('launch_index')}: timeline lengths {got} are not its durations "
+                       f"{r.get('durations_ns')}")
+        starts = [p.get("start_ns", 0) for p in t.get("passes") or []]
+        if starts != sorted(starts) or len(set(starts)) != len(starts):
+            why.append(f"launch {r.get('launch_index')}: pass starts {starts} not increasing")
+    if verify_rc != 0 or not isinstance(summary, dict):
+        why.append(f"kreplay verify-trace exits {verify_rc} (see its stderr for the defects)")
+        return why
+    slices = summary.get("slices") or {}
+    app = {k: v for k, v in slices.items() if k.endswith("(application)")}
+    if sum(app.values()) != dispatches:
+        why.append(f"pass-0 slices on the application's stream {app}, want {dispatches}")
+    own = slices.get("kreplay passes (its own stream)", 0)
+    if own != dispatches * (passes - 1):
+        why.append(f"{own} slices on kreplay's passes thread, want {dispatches * (passes - 1)}")
+    names = summary.get("slice_names") or {}
+    if names.get("restore", 0) != dispatches * (passes - 1):
+        why.append(f"{names.get('restore', 0)} restore slices, want {dispatches * (passes - 1)}")
+    if names.get("L2 flush", 0) != dispatches * passes:
+        why.append(f"{names.get('L2 flush', 0)} L2 flush slices, want {dispatches * passes}")
+    counters = {k: v for k, v in (summary.get("counters") or {}).items() if k.split(" [")[0] == metric}
+    if list(counters.values()) != [2 * passes * dispatches]:
+        why.append(f"counter samples {counters}, want {2 * passes * dispatches} for {metric}")
+    return why
+
+
+def variant_trace_checks(rows, verify_rc, summary) -> list:
+    """`profile --variant V --trace`: a valid trace with one "(variant)" slice per variant pass
+    the rows report, and the original's passes beside them."""
+    if verify_rc != 0 or not isinstance(summary, dict):
+        return [f"kreplay verify-trace exits {verify_rc} (see its stderr for the defects)"]
+    names = summary.get("slice_names") or {}
+    variant = sum(n for k, n in names.items() if k.endswith("(variant)"))
+    want = sum(len((r.get("variant") or {}).get("durations_ns") or []) for r in rows or [])
+    why = []
+    if want == 0 or variant != want:
+        why.append(f"{variant} variant slices in the trace, the rows report {want} variant passes")
+    original = sum(len(r.get("durations_ns") or []) for r in rows or [])
+    timed = sum(n for k, n in names.items() if k not in ("restore", "L2 flush") and not k.endswith("(variant)"))
+    if timed != original:
+        why.append(f"{timed} original-pass slices in the trace, the rows report {original}")
+    return why
+
+
 def publish(traces, run_dir) -> list:
     """Copies the traces into the run folder's traces/ (and $KREPLAY_ARTIFACTS/traces, or
     $OUT/traces, when set) for Perfetto afterwards; returns where they went."""

@@ -1,5 +1,6 @@
-"""`kreplay play --trace` on real replays (issue 40): a 3-pass `play --metrics` of the
-cuda-saxpy capture and a `--per-step` replay of the range-streams profiler-range capture,
+"""`kreplay play --trace` and `profile --trace` on real replays (issue 40): a 3-pass `play
+--metrics` of the cuda-saxpy capture, a `--per-step` replay of the range-streams
+profiler-range capture and `profile --metrics` of the saxpy app's three launches,
 each trace checked by `kreplay verify-trace` (the Rust checker: fields, monotonic times per
 track, no overlapping slices, named threads) and by krtrace's verdicts (a slice per kernel or
 step per pass, the restore thread, the counter track), then copied to the run folder's
@@ -8,6 +9,7 @@ trace_processor_shell, scripts/perfetto-check.py loads them in Perfetto's trace 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -70,3 +72,22 @@ def test_trace_range_per_step(captures, case, row, kr, run_dir):
     why = T.range_trace_checks(play.rc, pj, check.rc, _summary(check))
     why += _perfetto(case, [t])
     _done(row, why, "range-streams profiler-range", pj, T.publish([t], run_dir))
+
+
+@C.inline("trace-profile")
+def test_trace_profile(case, row, kr, app, run_dir):
+    """`profile -k saxpy --all --passes 4 --metrics dram__bytes_read.sum --trace p.json` of the
+    saxpy app: the application's output as in a plain run, the trace checked."""
+    argv = app((C.K, "saxpy", str(T.PROFILE_DISPATCHES)))
+    plain = case.run(argv, name="plain", timeout=300)
+    t, report = case.path("profile.trace.json"), case.path("prof.json")
+    prof = case.run([kr, "profile", "-k", "saxpy", "--all", "--passes", str(T.PROFILE_PASSES), "--metrics",
+                     T.TRACE_METRIC, "-o", report, "--trace", t, "--force", "--"] + argv, name="prof", timeout=600)
+    check = case.run([kr, "verify-trace", t], name="verify-trace")
+    rows = [json.loads(l) for l in S.read(report).splitlines() if l.strip()] if os.path.exists(report) else []
+    why = T.profile_trace_checks(prof.rc, rows, check.rc, _summary(check))
+    if plain.out != prof.out or not plain.out:
+        why.append("the application's output differs from a plain run")
+    why += _perfetto(case, [t])
+    first = next((r for r in rows if not r.get("skipped")), {})
+    _done(row, why, "saxpy", first, T.publish([t], run_dir))

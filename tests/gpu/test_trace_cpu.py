@@ -84,3 +84,72 @@ def test_traces_are_published_to_the_run_folder_and_the_artifacts(tmp_path, monk
     out = T.publish([t, tmp_path / "missing.json"], tmp_path / "run")
     assert out == [str(tmp_path / "run" / "traces" / "a.trace.json"), str(tmp_path / "art" / "traces" / "a.trace.json")]
     assert (tmp_path / "art" / "traces" / "a.trace.json").read_text() == "{}"
+
+
+def profile_rows(dispatches=T.PROFILE_DISPATCHES, passes=T.PROFILE_PASSES):
+    rows = []
+    for d in range(dispatches):
+        durations = [4000 + p for p in range(passes)]
+        rows.append({"launch_index": d + 1, "durations_ns": durations,
+                     "timeline": {"passes": [{"pass": p, "start_ns": 1_000_000 * d + 10_000 * p, "dur_ns": n}
+                                             for p, n in enumerate(durations)]}})
+    return rows
+
+
+def profile_summary(dispatches=T.PROFILE_DISPATCHES, passes=T.PROFILE_PASSES):
+    c = f"{T.TRACE_METRIC} [byte]"
+    return {"slices": {"stream 0 (legacy default) (application)": dispatches,
+                       "kreplay passes (its own stream)": dispatches * (passes - 1),
+                       "restore": dispatches * (2 * passes - 1)},
+            "slice_names": {"saxpy": dispatches * passes, "restore": dispatches * (passes - 1),
+                            "L2 flush": dispatches * passes},
+            "counters": {c: 2 * passes * dispatches},
+            "thread_names": ["restore", "kreplay passes (its own stream)",
+                             "stream 0 (legacy default) (application)"]}
+
+
+def test_a_good_profile_trace_passes():
+    assert T.profile_trace_checks(0, profile_rows(), 0, profile_summary()) == []
+
+
+def test_a_profile_trace_missing_its_parts_fails():
+    s = profile_summary()
+    s["slices"]["stream 0 (legacy default) (application)"] -= 1
+    assert any("application's stream" in w for w in T.profile_trace_checks(0, profile_rows(), 0, s))
+    s = profile_summary()
+    s["slices"]["kreplay passes (its own stream)"] += 1
+    assert any("kreplay's passes" in w for w in T.profile_trace_checks(0, profile_rows(), 0, s))
+    s = profile_summary()
+    s["slice_names"]["L2 flush"] = 0
+    assert any("L2 flush" in w for w in T.profile_trace_checks(0, profile_rows(), 0, s))
+    s = profile_summary()
+    s["counters"] = {}
+    assert any("counter samples" in w for w in T.profile_trace_checks(0, profile_rows(), 0, s))
+    assert any("verify-trace exits 1" in w for w in T.profile_trace_checks(0, profile_rows(), 1, None))
+    assert any("exits 2" in w for w in T.profile_trace_checks(2, profile_rows(), 0, profile_summary()))
+
+
+def test_a_timeline_that_is_not_the_rows_passes_fails():
+    rows = profile_rows()
+    rows[1]["timeline"]["passes"][2]["dur_ns"] += 1
+    assert any("not its durations" in w for w in T.profile_trace_checks(0, rows, 0, profile_summary()))
+    rows = profile_rows()
+    rows[0]["timeline"]["passes"][3]["start_ns"] = 0
+    assert any("not increasing" in w for w in T.profile_trace_checks(0, rows, 0, profile_summary()))
+    assert any("profiled rows" in w for w in T.profile_trace_checks(0, profile_rows()[:2], 0, profile_summary()))
+
+
+def variant_rows():
+    return [{"durations_ns": [5, 5, 5], "variant": {"durations_ns": [9, 9, 9]}}] * 2
+
+
+def test_a_variant_trace_counts_both_kernels():
+    good = {"slice_names": {"scale_add": 6, "scale_add (variant)": 6, "restore": 10, "L2 flush": 12}}
+    assert T.variant_trace_checks(variant_rows(), 0, good) == []
+    bad = copy.deepcopy(good)
+    bad["slice_names"]["scale_add (variant)"] = 5
+    assert any("variant slices" in w for w in T.variant_trace_checks(variant_rows(), 0, bad))
+    bad = copy.deepcopy(good)
+    bad["slice_names"]["scale_add"] = 12
+    assert any("original-pass slices" in w for w in T.variant_trace_checks(variant_rows(), 0, bad))
+    assert T.variant_trace_checks(variant_rows(), 1, None)

@@ -2,7 +2,8 @@
 call site of a real run. Verdicts in krvariant.py (checked on the CPU by test_variant_cpu.py).
 
 - variant-slow: variant_app's scale_add against variant_slow.cu (same math, slower): a row per
-  call site, `identical`, speedup < 1; the app's results as in a plain run.
+  call site, `identical`, speedup < 1; the app's results as in a plain run; with `--trace`,
+  each variant pass a slice of its own beside the original's (issue 40).
 - variant-wrong: against variant_wrong.cu (element 7 wrong): `differs` at every call site, the
   first differing byte at element 7 of the output; the app's results unchanged.
 - variant-wrong-keep: the same with --keep variant: the app's checksum moved by exactly
@@ -28,6 +29,7 @@ import pytest
 
 import cases as C
 import krsuite as S
+import krtrace as T
 import krvariant as V
 from prepared import ROOT
 
@@ -53,12 +55,17 @@ def _done(row, why, kernel, rows, **extra):
 
 
 @C.inline("variant-slow")
-def test_variant_slow(case, row, kr, app):
+def test_variant_slow(case, row, kr, app, run_dir):
     argv = app(["{variant_app}"])
     slow = app(["{variant_slow}"])[0]
     plain = case.run(argv, name="plain")
-    prof, rows, summary = _profile(case, kr, "slow", argv, "-k", "scale_add", "--all", "--variant", slow)
+    t = case.path("variant-slow.trace.json")
+    prof, rows, summary = _profile(case, kr, "slow", argv, "-k", "scale_add", "--all", "--variant", slow,
+                                   "--trace", t, "--force")
     why = V.slow_checks(prof.rc, plain.out, prof.out, rows, summary)
+    check = case.run([kr, "verify-trace", t], name="verify-trace")
+    why += T.variant_trace_checks(rows, check.rc, S.last_json_line(check.out))
+    T.publish([t], run_dir)
     _done(row, why, "scale_add vs variant_slow", rows,
           figures=f"geometric-mean speedup {(summary or {}).get('geomean_speedup')}")
 

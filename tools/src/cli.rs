@@ -460,6 +460,17 @@ pub struct ProfileArgs {
     /// rank, `%h` host (`mpirun -n 2 kreplay profile ... -o prof-%r.json`: one per rank).
     #[arg(short = 'o', long = "output", value_name = "REPORT")]
     pub output: Option<String>,
+    /// Write the profiled dispatches' timed passes as a trace to FILE.json (Chrome
+    /// trace-event format: open it in ui.perfetto.dev or chrome://tracing): a process per
+    /// profiled GPU context of each application process, pass 0 (the application's launch)
+    /// on a thread per application stream, the further passes on kreplay's, restores and L2
+    /// flushes (outside the timed windows) on a "restore" thread, --metrics counters as
+    /// counter tracks. Every time is GPU time from CUDA events, never a host clock.
+    #[arg(long, value_name = "FILE.json")]
+    pub trace: Option<PathBuf>,
+    /// Replace the --trace file when it exists.
+    #[arg(long, requires = "trace")]
+    pub force: bool,
     /// No table on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,

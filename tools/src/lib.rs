@@ -7,4 +7,5 @@
 
 pub mod figures;
 pub mod profile;
+pub mod profile_trace;
 pub mod profile_variant;

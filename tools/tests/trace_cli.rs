@@ -115,3 +115,62 @@ fn verify_trace_accepts_the_builders_traces_and_names_defects() {
     assert!(!help.contains("verify-trace"), "{help}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+// Catches: the checker refusing what real H200 replays and profiles wrote (the files the
+// Perfetto UI check of scripts/test.sh opens), or the profile trace's layout changing: pass 0
+// of each dispatch on the application's stream, the further passes on kreplay's.
+#[test]
+fn verify_trace_accepts_the_h200_traces_of_play_and_profile() {
+    let names = [
+        "play-metrics.trace.json",
+        "range-per-step.trace.json",
+        "profile-saxpy.trace.json",
+        "profile-train.trace.json",
+    ];
+    let paths: Vec<String> = names
+        .iter()
+        .map(|n| traces().join(n).to_str().expect("utf-8").to_string())
+        .collect();
+    let mut args = vec!["verify-trace"];
+    args.extend(paths.iter().map(String::as_str));
+    let (code, out, err) = kreplay(&args);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len(), names.len());
+    let own = "kreplay passes (its own stream)";
+    let app = "stream 0 (legacy default) (application)";
+    // saxpy: 3 dispatches x 4 passes; the training step: 16 GEMMs x 3 passes.
+    assert_eq!(lines[2]["slices"][app], 3);
+    assert_eq!(lines[2]["slices"][own], 9);
+    assert_eq!(lines[3]["slices"][app], 16);
+    assert_eq!(lines[3]["slices"][own], 32);
+    assert_eq!(lines[3]["counters"].as_object().map(|c| c.len()), Some(2));
+}
+
+// Catches: an existing trace replaced, or found out only after the application ran (minutes
+// of a training job), or --force accepted without --trace.
+#[test]
+fn profile_checks_its_trace_file_before_the_application_runs() {
+    let d = scratch("profile-trace-exists");
+    std::fs::write(d.join("t.json"), b"keep").expect("write");
+    let (code, _, err) = kreplay_app(
+        Some(&d),
+        &[
+            "profile", "-k", "k", "--trace", "t.json", "--", "touch", "ran",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--trace t.json: already exists: pass --force"),
+        "{err}"
+    );
+    assert!(!d.join("ran").exists(), "the application ran: {err}");
+    assert_eq!(std::fs::read(d.join("t.json")).expect("read"), b"keep");
+    let (code, _, err) = kreplay_app(Some(&d), &["profile", "-k", "k", "--force", "--", "true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--trace"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}

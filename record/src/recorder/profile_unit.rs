@@ -60,6 +60,7 @@ impl Recorder {
                     max_passes: kreplay_protocol::config::MAX_PASSES,
                     variant,
                     variant_refused,
+                    trace: self.config.trace,
                 },
                 correlation,
                 tool.as_mut(),

@@ -98,6 +98,9 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         crate::warn!("{}", table(&a, &rows).trim_end());
     }
     write_report(&a, &rows, silence.as_deref())?;
+    if let Some(out) = &a.trace {
+        write_trace(out, &rows, &a.command)?;
+    }
     if let Some(e) = &silence {
         crate::warn!("kreplay: {e}");
         return Ok(if run.status.success() {
@@ -216,6 +219,9 @@ fn check_before_the_run(a: &ProfileArgs) -> anyhow::Result<Option<std::path::Pat
         }
         super::check_output_dir(&dir, &format!("-o {pattern}"))?;
     }
+    if let Some(out) = &a.trace {
+        super::check_new_output(out, a.force, "--trace")?;
+    }
     if !a.metrics.is_empty() {
         check_metrics(&a.metrics)?;
     }
@@ -254,7 +260,29 @@ fn recorder_vars(a: &ProfileArgs, tool: Option<&std::path::Path>) -> Vec<(&'stat
             env::NVTX_INCLUDE,
             a.nvtx_include.clone().unwrap_or_default(),
         ),
+        (
+            env::PROFILE_TRACE,
+            if a.trace.is_some() { "1" } else { "" }.to_string(),
+        ),
     ]
+}
+
+/// `--trace FILE.json`: the profiled passes as a trace (written whatever the application's
+/// exit, with what the processes reported).
+fn write_trace(
+    out: &std::path::Path,
+    rows: &[ProfileRow],
+    command: &[String],
+) -> anyhow::Result<()> {
+    let trace = kreplay::profile_trace::trace(rows, &command.join(" "));
+    std::fs::write(out, trace.to_json())
+        .with_context(|| format!("cannot write the trace to {}", out.display()))?;
+    let traced = rows.iter().filter(|r| r.timeline.is_some()).count();
+    crate::warn!(
+        "kreplay: trace     {traced} profiled dispatch(es) written to {} (open it in ui.perfetto.dev or chrome://tracing)",
+        out.display()
+    );
+    Ok(())
 }
 
 /// The report to `-o` (its name expanded), or on stdout as JSON or CSV; the table went to
