@@ -396,20 +396,7 @@ pub fn profile_finish(
         row.timeline = Some(c.into_timeline(app_stream.raw_stream() as u64)?);
     }
 
-    let mut durations: Vec<u64> = summary.outcomes.iter().map(|o| o.duration_ns).collect();
-    row.durations_ns = durations.clone();
-    durations.sort_unstable();
-    row.median_ns = durations.get(durations.len() / 2).copied().unwrap_or(0);
-    row.min_ns = durations.first().copied().unwrap_or(0);
-    row.restore_median_ns = median(restores);
-    row.pass_overhead_ns = median(overheads);
-    row.write_set_bytes = saved
-        .iter()
-        .map(|s| s.write_set.iter().map(|r| r.len).sum::<u64>())
-        .sum();
-    row.deterministic = summary.deterministic;
-    row.stopped_by_tool = summary.stopped_by_tool;
-    row.capped = summary.capped;
+    fill_row(&mut row, &summary, (restores, overheads), &saved);
     if !counters {
         return Ok(Finished::Row(Box::new(row)));
     }
@@ -424,6 +411,29 @@ pub fn profile_finish(
             .map(|s| (s.addr, s.size, s.pristine))
             .collect(),
     })))
+}
+
+/// The row's figures from the passes: times, restores, overheads, write set, verdicts.
+fn fill_row(
+    row: &mut ProfileRow,
+    summary: &LoopSummary,
+    (restores, overheads): (Vec<u64>, Vec<u64>),
+    saved: &[Saved],
+) {
+    let mut durations: Vec<u64> = summary.outcomes.iter().map(|o| o.duration_ns).collect();
+    row.durations_ns = durations.clone();
+    durations.sort_unstable();
+    row.median_ns = durations.get(durations.len() / 2).copied().unwrap_or(0);
+    row.min_ns = durations.first().copied().unwrap_or(0);
+    row.restore_median_ns = median(restores);
+    row.pass_overhead_ns = median(overheads);
+    row.write_set_bytes = saved
+        .iter()
+        .map(|s| s.write_set.iter().map(|r| r.len).sum::<u64>())
+        .sum();
+    row.deterministic = summary.deterministic;
+    row.stopped_by_tool = summary.stopped_by_tool;
+    row.capped = summary.capped;
 }
 
 /// The original's passes of an alternation, as the pass loop would have summed them up.
