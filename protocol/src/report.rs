@@ -121,6 +121,10 @@ pub struct ProfileRow {
     /// or the dispatch was skipped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<PassTimeline>,
+    /// `profile --trace`: why the dispatch, profiled, has no timeline (its events could not be
+    /// made or read); the row's figures are as without `--trace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline_error: Option<String>,
 }
 
 /// Where a profiled dispatch's timed passes ran (`profile --trace`), on its context's GPU time

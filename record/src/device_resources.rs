@@ -99,44 +99,75 @@ pub(crate) fn with_variant_module<R>(
 /// the context.
 pub(crate) struct TraceOrigin {
     /// Recorded on the GPU before the context's first traced dispatch.
-    pub(crate) event: Event,
+    event: Event,
+    /// The last dispatch's anchor and its place on the axis, in ns: the next anchor is read
+    /// against it (a short interval, so `cuEventElapsedTime`'s float keeps its resolution).
+    last: Option<(Event, u64)>,
     /// 0-based in the order the process's contexts were first traced.
     pub(crate) index: u32,
+    /// The context's device ordinal (`u32::MAX` where the driver did not say).
     pub(crate) device: u32,
     /// Host time (ns since the Unix epoch) when the event was recorded.
     pub(crate) unix_ns: u64,
 }
 
-static TRACE_ORIGINS: PerContext<TraceOrigin> = Mutex::new(Vec::new());
+impl TraceOrigin {
+    /// Where `anchor` (recorded after the last one, and complete) lies on the axis; it becomes
+    /// the last.
+    pub(crate) fn place(&mut self, anchor: Event) -> Result<u64, String> {
+        let read = |r: kreplay_cuda::CuResult<u64>| {
+            r.map_err(|e| format!("reading the trace's anchor: {e}"))
+        };
+        let at = match &self.last {
+            Some((e, pos)) => pos.saturating_add(read(anchor.elapsed_ns_since(e))?),
+            None => read(anchor.elapsed_ns_since(&self.event))?,
+        };
+        self.last = Some((anchor, at));
+        Ok(at)
+    }
+}
+
+/// The traced contexts' origins (an entry only for an origin that was recorded: a failure is
+/// not kept, so the next dispatch tries again).
+static TRACE_ORIGINS: Mutex<Vec<(usize, TraceOrigin)>> = Mutex::new(Vec::new());
 static TRACED_CONTEXTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Records the current context's trace origin on `stream`, unless it has one.
 pub(crate) fn ensure_trace_origin(stream: &impl AsStream) -> Result<(), String> {
-    let make = || {
-        let event = Event::new().map_err(|e| e.to_string())?;
-        event.record(stream).map_err(|e| e.to_string())?;
-        let unix_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let device = Device::current().map_or(0, |d| d.ordinal().max(0) as u32);
-        Ok(TraceOrigin {
+    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
+    let mut all = TRACE_ORIGINS.lock().unwrap_or_else(|e| e.into_inner());
+    if all.iter().any(|(c, _)| *c == ctx) {
+        return Ok(());
+    }
+    let event = Event::new().map_err(|e| format!("creating the trace's origin: {e}"))?;
+    event
+        .record(stream)
+        .map_err(|e| format!("recording the trace's origin: {e}"))?;
+    let unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let device = Device::current().map_or(u32::MAX, |d| d.ordinal().max(0) as u32);
+    all.push((
+        ctx,
+        TraceOrigin {
             event,
+            last: None,
             index: TRACED_CONTEXTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             device,
             unix_ns,
-        })
-    };
-    with_per_context(&TRACE_ORIGINS, make, |_| Ok(()))
+        },
+    ));
+    Ok(())
 }
 
 /// Runs `f` with the current context's trace origin (`ensure_trace_origin` made it).
 pub(crate) fn with_trace_origin<R>(
-    f: impl FnOnce(&TraceOrigin) -> Result<R, String>,
+    f: impl FnOnce(&mut TraceOrigin) -> Result<R, String>,
 ) -> Result<R, String> {
     let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
-    let all = TRACE_ORIGINS.lock().unwrap_or_else(|e| e.into_inner());
-    match all.iter().find(|(c, _)| *c == ctx) {
-        Some((_, origin)) => f(origin.as_ref().map_err(|e| e.clone())?),
+    let mut all = TRACE_ORIGINS.lock().unwrap_or_else(|e| e.into_inner());
+    match all.iter_mut().find(|(c, _)| *c == ctx) {
+        Some((_, origin)) => f(origin),
         None => Err("no trace origin was recorded in this context".to_string()),
     }
 }
@@ -171,5 +202,8 @@ pub(crate) fn forget_context(context: usize) {
     forget_in(&SETTLE, context);
     forget_in(&CHUNK_KERNELS, context);
     forget_in(&VARIANT_MODULES, context);
-    forget_in(&TRACE_ORIGINS, context);
+    TRACE_ORIGINS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(c, _)| *c != context);
 }

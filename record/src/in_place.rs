@@ -309,12 +309,12 @@ impl PassRunner for InPlace<'_> {
     fn prepare(&mut self, _pass: u32) -> Result<(), RecordError> {
         if self.cache_flush {
             if let Some(c) = &mut self.clock {
-                c.mark_flush(self.stream, true)?;
+                c.before_flush(self.stream);
             }
             // Without a sweep (device memory short) the pass runs with what L2 holds.
-            let _ = flush_l2(self.stream);
+            let ran = flush_l2(self.stream).is_ok();
             if let Some(c) = &mut self.clock {
-                c.mark_flush(self.stream, false)?;
+                c.after_flush(self.stream, ran);
             }
         }
         Ok(())
@@ -387,7 +387,7 @@ impl InPlace<'_> {
                 variant,
                 (self.timer.start_event(), duration_ns),
                 restore,
-            )?;
+            );
         }
         trace_with(|| format!("pass {pass}: done, {duration_ns} ns"));
         let matches_first = match &mut self.check {

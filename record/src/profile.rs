@@ -143,18 +143,21 @@ pub fn profile_begin(
     let app_stream = unsafe { view.foreign_stream() };
     let d = dispatch_view(&input, &app_stream, row.reachable_bytes);
     // Before anything of the passes is queued: the trace's anchor.
-    let mut clock = match input.trace {
-        true => Some(DispatchClock::start(&stream)?),
-        false => None,
-    };
+    let mut clock = None;
+    if input.trace {
+        match DispatchClock::start(&stream, &app_stream) {
+            Ok(c) => clock = Some(c),
+            Err(e) => row.timeline_error = Some(e),
+        }
+    }
     // The L2 is emptied before BEGIN of pass 0, as before every pass (see `prepare`).
     if input.cache_flush {
         if let Some(c) = &mut clock {
-            c.mark_flush(&stream, true)?;
+            c.before_flush(&stream);
         }
-        let _ = flush_l2(&stream);
+        let ran = flush_l2(&stream).is_ok();
         if let Some(c) = &mut clock {
-            c.mark_flush(&stream, false)?;
+            c.after_flush(&stream, ran);
         }
         stream
             .synchronize()
@@ -351,7 +354,7 @@ pub fn profile_finish(
     };
     trace_with(|| format!("pass 0 done, {} ns", first.duration_ns));
     if let Some(c) = &mut clock {
-        c.pass(0, false, (timer.start_event(), first.duration_ns), None)?;
+        c.pass(0, false, (timer.start_event(), first.duration_ns), None);
     }
     let mut runner = InPlace::new(
         (&function, &config, &mut args),
@@ -377,6 +380,9 @@ pub fn profile_finish(
                 row.variant_error = Some(format!(
                     "the variant's passes failed ({e}); the application keeps the original's output"
                 ));
+                if let Some(c) = &mut runner.clock {
+                    c.truncate(1);
+                }
                 Ok(alternated_summary(vec![first]))
             }
         },
@@ -393,7 +399,10 @@ pub fn profile_finish(
     let summary = looped?;
     put_back?;
     if let Some(c) = clock {
-        row.timeline = Some(c.into_timeline(app_stream.raw_stream() as u64)?);
+        match c.into_timeline(app_stream.raw_stream() as u64) {
+            Ok(t) => row.timeline = Some(t),
+            Err(e) => row.timeline_error = Some(e),
+        }
     }
 
     fill_row(&mut row, &summary, (restores, overheads), &saved);

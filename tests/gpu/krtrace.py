@@ -94,6 +94,7 @@ def profile_trace_checks(prof_rc, rows, verify_rc, summary, dispatches=PROFILE_D
         starts = [p.get("start_ns", 0) for p in t.get("passes") or []]
         if starts != sorted(starts) or len(set(starts)) != len(starts):
             why.append(f"launch {r.get('launch_index')}: pass starts {starts} not increasing")
+    why += timeline_order_checks(prof)
     if verify_rc != 0 or not isinstance(summary, dict):
         why.append(f"kreplay verify-trace exits {verify_rc} (see its stderr for the defects)")
         return why
@@ -112,6 +113,29 @@ def profile_trace_checks(prof_rc, rows, verify_rc, summary, dispatches=PROFILE_D
     counters = {k: v for k, v in (summary.get("counters") or {}).items() if k.split(" [")[0] == metric}
     if list(counters.values()) != [2 * passes * dispatches]:
         why.append(f"counter samples {counters}, want {2 * passes * dispatches} for {metric}")
+    return why
+
+
+def timeline_order_checks(rows, tol_ns=1000) -> list:
+    """The GPU's own order in each row's timeline (within `tol_ns`, cuEventElapsedTime's
+    resolution and then some): a pass's restore ends before its flush starts, the flush ends
+    before the pass starts; each pass starts after the previous one ended; each dispatch of a
+    context starts after the previous dispatch's last pass ended."""
+    why = []
+    last_end = {}
+    for r in sorted(rows or [], key=lambda r: r.get("launch_index", 0)):
+        t = r.get("timeline") or {}
+        key = (r.get("pid"), t.get("context"))
+        at = last_end.get(key, 0)
+        for p in t.get("passes") or []:
+            spans = [s for s in (p.get("restore"), p.get("flush")) if s]
+            spans.append((p.get("start_ns", 0), p.get("dur_ns", 0)))
+            for start, dur in spans:
+                if start + tol_ns < at:
+                    why.append(f"launch {r.get('launch_index')} pass {p.get('pass')}: a span starts at "
+                               f"{start} ns, before the previous one ended at {at} ns")
+                at = max(at, start + dur)
+        last_end[key] = at
     return why
 
 

@@ -129,6 +129,21 @@ def test_a_profile_trace_missing_its_parts_fails():
     assert any("exits 2" in w for w in T.profile_trace_checks(2, profile_rows(), 0, profile_summary()))
 
 
+def test_spans_out_of_the_gpus_order_fail():
+    rows = profile_rows()
+    for r in rows:
+        for p in r["timeline"]["passes"]:
+            p["start_ns"] += 5000
+            p["flush"] = [p["start_ns"] - 3000, 2000]
+    assert T.timeline_order_checks(rows) == []
+    late = copy.deepcopy(rows)
+    late[0]["timeline"]["passes"][1]["flush"] = [late[0]["timeline"]["passes"][1]["start_ns"] - 500, 2000]
+    assert any("before the previous one ended" in w for w in T.timeline_order_checks(late))
+    back = copy.deepcopy(rows)
+    back[2]["timeline"]["passes"][0]["start_ns"] = 1_000_000 + 20_000
+    assert any("launch 3 pass 0" in w for w in T.timeline_order_checks(back))
+
+
 def test_a_timeline_that_is_not_the_rows_passes_fails():
     rows = profile_rows()
     rows[1]["timeline"]["passes"][2]["dur_ns"] += 1

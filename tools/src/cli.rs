@@ -465,7 +465,8 @@ pub struct ProfileArgs {
     /// profiled GPU context of each application process, pass 0 (the application's launch)
     /// on a thread per application stream, the further passes on kreplay's, restores and L2
     /// flushes (outside the timed windows) on a "restore" thread, --metrics counters as
-    /// counter tracks. Every time is GPU time from CUDA events, never a host clock.
+    /// counter tracks. Every time is GPU time from CUDA events, never a host clock. `%p`,
+    /// `%r` and `%h` as in -o (`--trace trace-%r.json`: one per rank).
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<PathBuf>,
     /// Replace the --trace file when it exists.

@@ -251,8 +251,9 @@ fn metadata(rows: &[ProfileRow], command: &str, contexts: Vec<Value>) -> Map<Str
             "GPU time from CUDA events, per context: each slice starts at its start event's \
              cuEventElapsedTime from an anchor event recorded before its dispatch's passes, \
              plus the anchor's from the context's origin event (recorded before its first \
-             profiled dispatch, at origin_unix_ns host time); its length is the time kreplay \
-             reports (the pass, the restore, the flush)",
+             profiled dispatch, at origin_unix_ns host time), each anchor read against the \
+             previous one; its length is the time kreplay reports (the pass, the restore, the \
+             flush). Each process has its own axis: two processes (ranks) are not aligned",
         ),
     );
     m.insert("contexts".into(), Value::from(contexts));
@@ -268,7 +269,8 @@ fn metadata(rows: &[ProfileRow], command: &str, contexts: Vec<Value>) -> Map<Str
                 "kernel": r.short_name,
                 "launch_index": r.launch_index,
                 "pid": r.pid,
-                "why": r.skipped.clone().unwrap_or_else(|| "no timeline was recorded".into()),
+                "why": r.skipped.clone().or_else(|| r.timeline_error.clone())
+                    .unwrap_or_else(|| "no timeline was recorded".into()),
             })
         })
         .collect();
@@ -428,6 +430,29 @@ mod tests {
             .iter()
             .any(|n| n.ends_with("pid 43 rank 1 GPU 1 context 1")));
         assert_eq!(t["metadata"]["contexts"].as_array().unwrap().len(), 3);
+    }
+
+    // Catches: the builder changing what a real profile's rows become (the H200 training
+    // step's 16 GEMM dispatches, checked in with the trace that was written from them, which
+    // Perfetto's UI opens in scripts/test.sh), or rows with timelines no longer read.
+    #[test]
+    fn the_h200_training_steps_rows_give_the_checked_in_trace() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/traces/");
+        let rows: Vec<ProfileRow> =
+            std::fs::read_to_string(format!("{dir}profile-train.rows.jsonl"))
+                .expect("rows")
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("a row"))
+                .collect();
+        assert_eq!(rows.iter().filter(|r| r.timeline.is_some()).count(), 16);
+        let written: Value = serde_json::from_slice(
+            &std::fs::read(format!("{dir}profile-train.trace.json")).expect("trace"),
+        )
+        .expect("JSON");
+        let command = "python3 /work/main/testdata/apps/torch_train_app.py 2";
+        let rebuilt = json(&trace(&rows, command));
+        assert_eq!(rebuilt["traceEvents"], written["traceEvents"]);
+        assert!(check_trace(&rebuilt).is_ok());
     }
 
     // Catches: slices of one track overlapping when the event reads put two passes closer

@@ -98,8 +98,8 @@ pub fn run(a: ProfileArgs) -> anyhow::Result<ExitCode> {
         crate::warn!("{}", table(&a, &rows).trim_end());
     }
     write_report(&a, &rows, silence.as_deref())?;
-    if let Some(out) = &a.trace {
-        write_trace(out, &rows, &a.command)?;
+    if let Some(out) = trace_path(&a) {
+        write_trace(&out, &rows, &a.command)?;
     }
     if let Some(e) = &silence {
         crate::warn!("kreplay: {e}");
@@ -219,8 +219,11 @@ fn check_before_the_run(a: &ProfileArgs) -> anyhow::Result<Option<std::path::Pat
         }
         super::check_output_dir(&dir, &format!("-o {pattern}"))?;
     }
-    if let Some(out) = &a.trace {
-        super::check_new_output(out, a.force, "--trace")?;
+    if let Some(t) = &a.trace {
+        check_pattern(&t.to_string_lossy(), REPORT_PLACEHOLDERS).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(out) = trace_path(a) {
+        super::check_new_output(&out, a.force, "--trace")?;
     }
     if !a.metrics.is_empty() {
         check_metrics(&a.metrics)?;
@@ -265,6 +268,20 @@ fn recorder_vars(a: &ProfileArgs, tool: Option<&std::path::Path>) -> Vec<(&'stat
             if a.trace.is_some() { "1" } else { "" }.to_string(),
         ),
     ]
+}
+
+/// The --trace file, its `%p`, `%r` and `%h` expanded as -o's are (one file per rank under
+/// mpirun).
+fn trace_path(a: &ProfileArgs) -> Option<std::path::PathBuf> {
+    let pattern = a.trace.as_ref()?.to_string_lossy().into_owned();
+    Some(std::path::PathBuf::from(expand_output(
+        &pattern,
+        std::process::id(),
+        rank_from(|k| std::env::var(k).ok()),
+        &kreplay_protocol::config::host_name(),
+        0,
+        "",
+    )))
 }
 
 /// `--trace FILE.json`: the profiled passes as a trace (written whatever the application's
