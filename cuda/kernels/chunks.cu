@@ -122,3 +122,48 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     __syncthreads();
   }
 }
+
+// kreplay_pointer_scan: the reachable-memory walk's pointer scan (record/src/walk.rs), where the
+// memory is: each 8-byte word w[i] of `words` (8-byte aligned, `nwords` of them) that lies in
+// the device heap [heap_lo, heap_hi), or else is nonzero and inside the pointer window
+// [lo, hi), is a hit: (i | HEAP_BIT when in the heap, w[i]) goes to out[2k], out[2k + 1] for
+// k = atomicAdd(count, 1) when k < cap. `count` ends as the number of hits, also past `cap`
+// (the caller then scans again with room for all). Hits come in no order; the host sorts them.
+// A warp takes its slots with one atomic: pointer tables hit on every word.
+#define HEAP_BIT (1ull << 63)
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kreplay_pointer_scan(const u64* words, u64 nwords, u64 lo, u64 hi, u64 heap_lo, u64 heap_hi,
+                         u64* out, unsigned cap, unsigned* count) {
+  const unsigned lane = threadIdx.x & 31;
+  const u64 stride = (u64)gridDim.x * THREADS;
+  // Every lane of a warp runs the same number of rounds, so the ballot sees them all.
+  const u64 rounds = (nwords + stride - 1) / stride;
+  u64 i = (u64)blockIdx.x * THREADS + threadIdx.x;
+  for (u64 r = 0; r < rounds; ++r, i += stride) {
+    u64 w = 0, key = 0;
+    bool hit = false;
+    if (i < nwords) {
+      w = words[i];
+      if (w >= heap_lo && w < heap_hi) {
+        hit = true;
+        key = i | HEAP_BIT;
+      } else if (w != 0 && w >= lo && w < hi) {
+        hit = true;
+        key = i;
+      }
+    }
+    const unsigned hits = __ballot_sync(0xffffffffu, hit);
+    if (hits == 0) continue;
+    const int leader = __ffs(hits) - 1;
+    unsigned first = 0;
+    if (lane == leader) first = atomicAdd(count, __popc(hits));
+    first = __shfl_sync(0xffffffffu, first, leader);
+    if (hit) {
+      const unsigned k = first + __popc(hits & ((1u << lane) - 1));
+      if (k < cap) {
+        out[2 * (u64)k] = key;
+        out[2 * (u64)k + 1] = w;
+      }
+    }
+  }
+}

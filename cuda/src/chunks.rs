@@ -18,6 +18,9 @@ const CHUNKS_PTX: &str = include_str!("../kernels/chunks.ptx");
 /// Kernel names in the PTX (they show in profilers that list every kernel).
 pub const SCAN_KERNEL: &str = "kreplay_chunk_scan";
 pub const DIGEST_KERNEL: &str = "kreplay_chunk_digest";
+pub const POINTER_KERNEL: &str = "kreplay_pointer_scan";
+/// The pointer scan's mark of a hit inside the device heap (the high bit of its word index).
+const HEAP_BIT: u64 = 1 << 63;
 /// The digest kernel sums 64 KiB spans; a chunk must be a whole number of them.
 const DIGEST_SPAN: u64 = 64 << 10;
 /// Threads per block both kernels are built for (`__launch_bounds__`).
@@ -63,10 +66,24 @@ pub fn chunk_count(addrs: &[u64], bytes: u64, chunk_size: u64) -> CuResult<usize
         .map_err(|_| unsuitable(format!("{bytes} bytes is too many chunks")))
 }
 
+/// What the pointer scan found in a region: (byte offset, value) of its words, in offset order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PointerHits {
+    /// Words inside the pointer window (zero excluded).
+    pub words: Vec<(u64, u64)>,
+    /// Words inside the device heap.
+    pub heap: Vec<(u64, u64)>,
+}
+
+/// The pointer scan found more hits than it was given room for (its caller's bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyHits(pub u64);
+
 /// The chunk kernels, loaded in one context.
 pub struct ChunkKernels {
     scan: Function,
     digest: Function,
+    pointer: Function,
     grid: u32,
     _module: Module,
 }
@@ -83,6 +100,7 @@ impl ChunkKernels {
         Ok(ChunkKernels {
             scan: module.function(SCAN_KERNEL)?,
             digest: module.function(DIGEST_KERNEL)?,
+            pointer: module.function(POINTER_KERNEL)?,
             grid: sm_count.max(1) * 8,
             _module: module,
         })
@@ -242,6 +260,87 @@ impl ChunkKernels {
     }
 }
 
+impl ChunkKernels {
+    /// The words of `bytes` at `addr` (8-byte aligned) that lie in `heap` (`[low, high)`), or
+    /// else are nonzero and inside `window`, found on the GPU with room for `cap` hits; only
+    /// the hits come back to the host. `Ok(Err(TooManyHits(n)))`: there were `n` (more than
+    /// `cap`). Queued on `stream` and waited for.
+    ///
+    /// # Safety
+    /// `[addr, addr + bytes)` is *readable* (`crate::memory`'s contract) until this returns.
+    pub unsafe fn pointer_scan(
+        &self,
+        addr: u64,
+        bytes: u64,
+        window: (u64, u64),
+        heap: Option<(u64, u64)>,
+        cap: u32,
+        stream: &Stream,
+    ) -> CuResult<Result<PointerHits, TooManyHits>> {
+        if addr % 8 != 0 {
+            return Err(unsuitable(format!(
+                "address {addr:#x} is not 8-byte aligned"
+            )));
+        }
+        let (heap_lo, heap_hi) = heap.unwrap_or((0, 0));
+        // The count first (16 bytes keep the hits aligned), then two words per hit.
+        let out = DeviceBuffer::new(16 + cap as usize * 16)?;
+        // SAFETY: the count word of `out`, this function's own allocation.
+        unsafe { memset_async(out.ptr(), 4, stream)? };
+        let cfg = LaunchConfig::new([self.grid, 1, 1], [THREADS, 1, 1], 0);
+        let args = [
+            addr,
+            bytes / 8,
+            window.0,
+            window.1,
+            heap_lo,
+            heap_hi,
+            out.ptr() + 16,
+            cap as u64,
+            out.ptr(),
+        ];
+        // SAFETY: the kernel reads `bytes / 8` words at `addr` (readable by this function's
+        // contract) and writes the count and at most `cap` hits into `out`, sized for them,
+        // which outlives the launch (synchronised below). `cap` is a 32-bit parameter: the low
+        // half of its little-endian word.
+        unsafe { launch(&self.pointer, &cfg, &mut KernelArgs::words(&args), stream)? };
+        stream.synchronize()?;
+        let mut count = [0u8; 4];
+        // SAFETY: `out` is ours, its stream synchronised above.
+        unsafe { copy_dtoh(&mut count, out.ptr())? };
+        let n = u32::from_le_bytes(count);
+        if n > cap {
+            return Ok(Err(TooManyHits(n as u64)));
+        }
+        let mut host = vec![0u8; n as usize * 16];
+        // SAFETY: the first `n` hits of `out` (`n <= cap`), written before the synchronisation.
+        unsafe { copy_dtoh(&mut host, out.ptr() + 16)? };
+        Ok(Ok(pointer_hits(&host)))
+    }
+}
+
+/// The scan's hits (index with its heap mark, value), as little-endian word pairs, sorted into
+/// byte offsets.
+fn pointer_hits(raw: &[u8]) -> PointerHits {
+    let word = |w: &[u8]| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        u64::from_le_bytes(b)
+    };
+    let mut hits = PointerHits::default();
+    for pair in raw.chunks_exact(16) {
+        let (key, value) = (word(&pair[..8]), word(&pair[8..]));
+        let offset = (key & !HEAP_BIT) * 8;
+        match key & HEAP_BIT {
+            0 => hits.words.push((offset, value)),
+            _ => hits.heap.push((offset, value)),
+        }
+    }
+    hits.words.sort_unstable();
+    hits.heap.sort_unstable();
+    hits
+}
+
 /// One flag per little-endian u32 word: set when nonzero.
 fn flags(words: &[u8]) -> Vec<bool> {
     words.chunks_exact(4).map(|w| w != [0, 0, 0, 0]).collect()
@@ -282,11 +381,25 @@ mod tests {
     use crate::ptx_entries::entry_names;
 
     #[test]
-    fn the_ptx_defines_both_kernels_and_loads_on_old_drivers() {
+    fn the_ptx_defines_every_kernel_and_loads_on_old_drivers() {
         let mut names = entry_names(CHUNKS_PTX);
         names.sort();
-        assert_eq!(names, vec![DIGEST_KERNEL, SCAN_KERNEL]);
+        assert_eq!(names, vec![DIGEST_KERNEL, SCAN_KERNEL, POINTER_KERNEL]);
         assert!(CHUNKS_PTX.contains(".version 7.0"));
+    }
+
+    // Catches: hits left in the GPU's order (the walk then finds regions in another order
+    // each run), the heap mark kept in the offset, or an index not turned into bytes.
+    #[test]
+    fn pointer_hits_are_sorted_offsets_split_by_the_heap_mark() {
+        let mut raw = Vec::new();
+        for (key, value) in [(9u64, 0x7000u64), (3 | HEAP_BIT, 0x9000), (1, 0x7100)] {
+            raw.extend_from_slice(&key.to_le_bytes());
+            raw.extend_from_slice(&value.to_le_bytes());
+        }
+        let hits = pointer_hits(&raw);
+        assert_eq!(hits.words, vec![(8, 0x7100), (72, 0x7000)]);
+        assert_eq!(hits.heap, vec![(24, 0x9000)]);
     }
 
     #[test]

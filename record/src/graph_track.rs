@@ -256,6 +256,7 @@ pub fn writable_ranges(
                     },
                     &mut DeviceSpace {
                         staging: &mut staging,
+                        stream: None,
                     },
                     &Limits::default(),
                 )?;

@@ -5,15 +5,23 @@
 
 use std::sync::Mutex;
 
-use kreplay_cuda::{copy_dtoh, pointer, ForeignFunction, PinnedBuffer};
+use kreplay_cuda::chunks::TooManyHits;
+use kreplay_cuda::{copy_dtoh, pointer, ForeignFunction, PinnedBuffer, Stream};
 use kreplay_format::MemoryKind;
 
+use crate::device_resources::with_chunk_kernels;
 use crate::error::RecordError;
-use crate::walk::{walk, AddressSpace, Allocation, Limits, Roots, Walk, WalkError};
+use crate::walk::{
+    walk, AddressSpace, Allocation, Limits, RegionScan, Roots, ScanBounds, Walk, WalkError,
+    HANDLE_TABLE_BYTES,
+};
 
-/// Regions larger than this are not scanned for pointers (pointer tables are small; scanning
-/// gigabytes of floats finds nothing but noise).
+/// Regions larger than this are not read to the host to be scanned for pointers (where the GPU
+/// scan cannot take them: not device memory, or the scan failed).
 const POINTER_SCAN_LIMIT: u64 = 64 << 20;
+/// Room for this many hits in a first GPU pointer scan of a region (16 bytes each); a region
+/// with more is scanned again with room for all, up to the walk's candidate bound.
+const FIRST_SCAN_HITS: u32 = 1 << 16;
 /// Most bytes one region grows to while joining contiguous VMM mappings.
 pub(crate) const VMM_EXTENT_LIMIT: u64 = 64 << 30;
 
@@ -44,6 +52,46 @@ fn memory_kind(addr: u64) -> MemoryKind {
 /// through the pinned staging buffer.
 pub(crate) struct DeviceSpace<'a> {
     pub(crate) staging: &'a mut Option<PinnedBuffer>,
+    /// The stream the GPU pointer scans run on (made at the first).
+    pub(crate) stream: Option<Stream>,
+}
+
+impl DeviceSpace<'_> {
+    /// `[base, base + size)` scanned on the GPU: `None` where it cannot be (the kernels do not
+    /// load, more hits than the walk keeps, a launch refused), and the host scans instead.
+    fn gpu_scan(
+        &mut self,
+        base: u64,
+        size: u64,
+        bounds: &ScanBounds,
+        limits: &Limits,
+    ) -> Option<RegionScan> {
+        if self.stream.is_none() {
+            self.stream = Stream::new().ok();
+        }
+        let stream = self.stream.as_ref()?;
+        let most = u32::try_from(limits.candidates).unwrap_or(u32::MAX);
+        let mut cap = FIRST_SCAN_HITS.min(most);
+        loop {
+            let window = (bounds.lo, bounds.hi);
+            // SAFETY: the walk scans an allocation the driver reported (`base`, `size`), device
+            // memory, with the context synchronised; the scan only reads it.
+            let scanned = with_chunk_kernels(|k| unsafe {
+                k.pointer_scan(base, size, window, bounds.heap, cap, stream)
+            });
+            match scanned {
+                Ok(Ok(hits)) => {
+                    return Some(RegionScan {
+                        words: hits.words,
+                        heap: hits.heap,
+                        handle_table: None,
+                    })
+                }
+                Ok(Err(TooManyHits(n))) if n <= most as u64 && cap < most => cap = n as u32,
+                _ => return None,
+            }
+        }
+    }
 }
 
 impl AddressSpace for DeviceSpace<'_> {
@@ -79,6 +127,38 @@ impl AddressSpace for DeviceSpace<'_> {
         unsafe { copy_dtoh(view, base) }.map_err(|e| fail(e.to_string()))?;
         crate::trace::trace("region read (the scan follows)");
         Ok(view)
+    }
+
+    /// Device memory beyond the size of a texture-handle table is scanned on the GPU (only
+    /// the words found come back); the rest, and anything the GPU scan cannot take, is read
+    /// and scanned on the host as before. Page-locked and managed memory stay on the host
+    /// path: a kernel reading managed memory would migrate the application's pages.
+    fn scan(
+        &mut self,
+        base: u64,
+        size: u64,
+        bounds: &ScanBounds,
+        limits: &Limits,
+    ) -> Result<Option<RegionScan>, WalkError> {
+        if size > HANDLE_TABLE_BYTES && base % 8 == 0 && memory_kind(base) == MemoryKind::Device {
+            crate::trace::trace("region to scan for pointers on the GPU");
+            if let Some(found) = self.gpu_scan(base, size, bounds, limits) {
+                crate::trace::trace_with(|| {
+                    format!(
+                        "region scanned on the GPU: {} words found",
+                        found.words.len()
+                    )
+                });
+                return Ok(Some(found));
+            }
+        }
+        if size > limits.scan_bytes {
+            return Ok(None);
+        }
+        Ok(Some(crate::walk::scan_region(
+            self.read(base, size)?,
+            bounds,
+        )))
     }
 }
 
@@ -154,6 +234,7 @@ pub(crate) fn reach(
         },
         &mut DeviceSpace {
             staging: &mut staging,
+            stream: None,
         },
         &Limits {
             scan_bytes: POINTER_SCAN_LIMIT,

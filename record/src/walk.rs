@@ -27,6 +27,22 @@ pub trait AddressSpace {
     fn allocation(&mut self, addr: u64) -> Option<Allocation>;
     /// The bytes of `[base, base + size)`, to scan for pointers.
     fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError>;
+    /// `[base, base + size)` scanned against `bounds`; `None`: not scanned (too large for
+    /// this space to scan). By default its bytes are read and scanned here (`scan_region`), up
+    /// to `limits.scan_bytes`; the recorder scans device memory on the GPU instead, whatever
+    /// its size, and reads back only the words found.
+    fn scan(
+        &mut self,
+        base: u64,
+        size: u64,
+        bounds: &ScanBounds,
+        limits: &Limits,
+    ) -> Result<Option<RegionScan>, WalkError> {
+        if size > limits.scan_bytes {
+            return Ok(None);
+        }
+        Ok(Some(scan_region(self.read(base, size)?, bounds)))
+    }
 }
 
 /// The bounds a region's scan depends on besides its bytes: the pointer window `[lo, hi)` and
@@ -79,8 +95,8 @@ pub struct WalkError {
 /// Bounds that keep the walk's cost proportionate.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Regions larger than this are not scanned (pointer tables are small; gigabytes of floats
-    /// hold nothing but noise).
+    /// Regions larger than this are not read to be scanned on the host (an address space
+    /// that scans on the device, as the recorder's, scans them all).
     pub scan_bytes: u64,
     /// Most address lookups while following stored pointers.
     pub lookups: usize,
@@ -339,15 +355,14 @@ fn follow_stored_pointers(
         let (base, size) = (s.walk.regions[i].base, s.walk.regions[i].size);
         let region_id = i as u32;
         i += 1;
-        if size > limits.scan_bytes {
-            continue;
-        }
         let bounds = ScanBounds {
             lo,
             hi,
             heap: s.heap,
         };
-        let found = scan_region(space.read(base, size)?, &bounds);
+        let Some(found) = space.scan(base, size, &bounds, limits)? else {
+            continue;
+        };
         let RegionScan {
             words,
             heap,
@@ -416,13 +431,16 @@ fn pointer_slots(
         s.known.iter().map(|k| k.0 + k.1).max(),
     ) {
         for (id, r) in s.walk.regions.iter().enumerate() {
-            if scan.scanned.contains(&(id as u32)) || r.size > limits.scan_bytes {
+            if scan.scanned.contains(&(id as u32)) {
                 continue;
             }
-            for (i, c) in space.read(r.base, r.size)?.chunks_exact(8).enumerate() {
-                let v = word_at(c, 0);
-                if v >= lo && v < hi && inside(&s.known, v) {
-                    slots.push((id as u32, (i * 8) as u64));
+            let bounds = ScanBounds { lo, hi, heap: None };
+            let Some(found) = space.scan(r.base, r.size, &bounds, limits)? else {
+                continue;
+            };
+            for (off, v) in found.words {
+                if inside(&s.known, v) {
+                    slots.push((id as u32, off));
                 }
             }
         }
