@@ -277,7 +277,7 @@ impl ChunkKernels {
         cap: u32,
         stream: &Stream,
     ) -> CuResult<Result<PointerHits, TooManyHits>> {
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Err(unsuitable(format!(
                 "address {addr:#x} is not 8-byte aligned"
             )));

@@ -100,13 +100,12 @@ fn scan_and_digest_agree_with_the_host() {
     );
 }
 
+/// (byte offset, value) of words a scan found.
+type Hits = Vec<(u64, u64)>;
+
 /// The host's answer to the pointer scan: (offset, value) of the words in the heap, or else
 /// nonzero and in the window (the walk's `scan_region`).
-fn host_pointer_scan(
-    bytes: &[u8],
-    window: (u64, u64),
-    heap: (u64, u64),
-) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+fn host_pointer_scan(bytes: &[u8], window: (u64, u64), heap: (u64, u64)) -> (Hits, Hits) {
     let (mut words, mut in_heap) = (Vec::new(), Vec::new());
     for (k, c) in bytes.chunks_exact(8).enumerate() {
         let mut b = [0u8; 8];

@@ -140,7 +140,10 @@ impl AddressSpace for DeviceSpace<'_> {
         bounds: &ScanBounds,
         limits: &Limits,
     ) -> Result<Option<RegionScan>, WalkError> {
-        if size > HANDLE_TABLE_BYTES && base % 8 == 0 && memory_kind(base) == MemoryKind::Device {
+        if size > HANDLE_TABLE_BYTES
+            && base.is_multiple_of(8)
+            && memory_kind(base) == MemoryKind::Device
+        {
             crate::trace::trace("region to scan for pointers on the GPU");
             if let Some(found) = self.gpu_scan(base, size, bounds, limits) {
                 crate::trace::trace_with(|| {

@@ -790,6 +790,64 @@ mod tests {
         assert!(s.lookups <= 1 + 10, "{} lookups", s.lookups);
     }
 
+    /// A space that scans regions itself, whatever their size (as the recorder's GPU scan),
+    /// and never hands out bytes.
+    struct DeviceScans(FakeSpace);
+
+    impl AddressSpace for DeviceScans {
+        fn allocation(&mut self, addr: u64) -> Option<Allocation> {
+            self.0.allocation(addr)
+        }
+        fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
+            Err(WalkError {
+                base,
+                size,
+                why: "this space scans on the device".into(),
+            })
+        }
+        fn scan(
+            &mut self,
+            base: u64,
+            _size: u64,
+            bounds: &ScanBounds,
+            _limits: &Limits,
+        ) -> Result<Option<RegionScan>, WalkError> {
+            let bytes = &self.0.allocs[&base].0;
+            let mut found = scan_region(bytes, bounds);
+            found.handle_table = None;
+            Ok(Some(found))
+        }
+    }
+
+    // Catches: the walk still cutting regions at the host-scan limit (or reading them to the
+    // host) when the space scans them where they are, and the pointer slots not taken from the
+    // space's scan.
+    #[test]
+    fn a_space_that_scans_on_the_device_follows_regions_past_the_host_limit() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 1024).alloc(0x20_0000, 64);
+        s.store(0x10_0000, 512, 0x20_0000);
+        let (bytes, layout) = args(&[0x10_0000]);
+        let roots = Roots {
+            args: &bytes,
+            layout: &layout,
+            ..Default::default()
+        };
+        let small = Limits {
+            scan_bytes: 512,
+            ..Limits::default()
+        };
+        let w = walk(&roots, &mut DeviceScans(s), &small).expect("walk");
+        assert_eq!(
+            bases(&w),
+            vec![
+                (0x10_0000, RegionRole::Argument),
+                (0x20_0000, RegionRole::Indirect)
+            ]
+        );
+        assert_eq!(w.pointer_slots, vec![(0, 512)]);
+    }
+
     #[test]
     fn slots_are_found_again_when_candidates_overflow() {
         let mut s = FakeSpace::default();
