@@ -341,7 +341,6 @@ pub fn profile_finish(
         mut clock,
         ..
     } = p;
-    let mut keep_variant = false;
     let finished = timer.finish(&app_stream);
     ctx_synchronize().map_err(RecordError::KernelFailed)?;
     finished.map_err(RecordError::cuda("stopping the pass timer"))?;
@@ -366,26 +365,9 @@ pub fn profile_finish(
     runner.clock = clock;
     runner.learn_write_set()?;
     trace("write set found");
-    let looped = match &variant {
-        None => passes.after_first(tool, &d, first, &mut runner),
-        Some(v) => match alternate(&mut runner, v, first) {
-            Ok(a) => {
-                keep_variant = a.keep_variant_output;
-                row.variant = Some(a.result);
-                Ok(alternated_summary(a.original))
-            }
-            // A launch the driver refused leaves the context usable: the row says why, and
-            // the original's output is put back below (a fault fails that too).
-            Err(e) => {
-                row.variant_error = Some(format!(
-                    "the variant's passes failed ({e}); the application keeps the original's output"
-                ));
-                if let Some(c) = &mut runner.clock {
-                    c.truncate(1);
-                }
-                Ok(alternated_summary(vec![first]))
-            }
-        },
+    let (looped, keep_variant) = match &variant {
+        None => (passes.after_first(tool, &d, first, &mut runner), false),
+        Some(v) => variant_passes(&mut runner, v, first, &mut row),
     };
     let restores = std::mem::take(&mut runner.restores_ns);
     let overheads = std::mem::take(&mut runner.overheads_ns);
@@ -420,6 +402,33 @@ pub fn profile_finish(
             .map(|s| (s.addr, s.size, s.pristine))
             .collect(),
     })))
+}
+
+/// `--variant`'s passes after the application's launch (`first`), as the pass loop would have
+/// summed them up, and whether the variant's output stays. A launch the driver refused leaves
+/// the context usable: the row says why, and the original's output is put back (a fault fails
+/// that too).
+fn variant_passes(
+    runner: &mut InPlace<'_>,
+    v: &VariantInput,
+    first: PassOutcome,
+    row: &mut ProfileRow,
+) -> (Result<LoopSummary, RecordError>, bool) {
+    match alternate(runner, v, first) {
+        Ok(a) => {
+            row.variant = Some(a.result);
+            (Ok(alternated_summary(a.original)), a.keep_variant_output)
+        }
+        Err(e) => {
+            row.variant_error = Some(format!(
+                "the variant's passes failed ({e}); the application keeps the original's output"
+            ));
+            if let Some(c) = &mut runner.clock {
+                c.truncate(1);
+            }
+            (Ok(alternated_summary(vec![first])), false)
+        }
+    }
 }
 
 /// The row's figures from the passes: times, restores, overheads, write set, verdicts.
