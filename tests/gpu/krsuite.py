@@ -455,6 +455,18 @@ def tool_checks(rows: list[dict], tool_lines: list[str]) -> list[str]:
     return why
 
 
+# The GPU tests of the chunk kernels' binary (cuda/tests/chunks_gpu.rs): the write-set scan
+# and digests, and the walk's pointer scan.
+CHUNK_GPU_TESTS = 2
+
+
+def rust_tests_ran(rc: int, text: str, want: int = CHUNK_GPU_TESTS) -> bool:
+    """A Rust test binary run with --ignored ran all `want` tests and every one passed (a test
+    that returned early or was left out is not a pass)."""
+    m = re.search(r"test result: ok\. (\d+) passed; 0 failed; 0 ignored", text or "")
+    return rc == 0 and m is not None and int(m.group(1)) == want and "skipped" not in text
+
+
 def junit_counts(path) -> Optional[dict]:
     """tests/failures/errors/skipped/passed of a pytest --junitxml file (None: unreadable)."""
     import xml.etree.ElementTree as ET

@@ -888,3 +888,13 @@ def test_farm_devices_and_no_timing_verdicts_want_a_refusal_and_untimed_records(
                 [rec("a.krr"), rec("b.krr", verdict="error")], [rec("a.krr")]):
         assert F.no_timing_checks(0, bad, files), bad
     assert F.no_timing_checks(2, [rec("a.krr"), rec("b.krr")], files)
+
+
+def test_the_chunk_kernels_binary_must_run_all_its_gpu_tests():
+    good = "running 2 tests\ntest a ... ok\ntest b ... ok\n\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured"
+    assert S.rust_tests_ran(0, good)
+    assert not S.rust_tests_ran(1, good)
+    assert not S.rust_tests_ran(0, good.replace("2 passed", "1 passed"))
+    assert not S.rust_tests_ran(0, good.replace("0 ignored", "1 ignored"))
+    assert not S.rust_tests_ran(0, good + "\nskipped: no GPU")
+    assert not S.rust_tests_ran(0, "test result: FAILED. 1 passed; 1 failed; 0 ignored")

@@ -445,15 +445,16 @@ def test_cupti_versions(folder, layout, captures, case, row, kr):
 
 @C.inline("chunk-kernels")
 def test_chunk_kernels(bins, case, row):
-    """The chunk kernels (write set, zero chunks, digests) against the host, on this GPU: the
+    """The chunk kernels (write set, zero chunks, digests, the walk's pointer scan) against the
+    host, on this GPU: the
     kreplay-cuda test binary scripts/dist.sh builds. The test is #[ignore] (issue 39 item 3:
     without a GPU it returned early and counted as passed), so --ignored runs it."""
     t = bins / "chunks_gpu"
     assert t.is_file(), f"no chunks_gpu in {bins} (scripts/dist.sh builds it)"
     r = case.run([t, "--ignored", "--nocapture"], name="chunks")
     text = r.out + r.err
-    ok = r.rc == 0 and "1 passed" in text and "skipped" not in text
-    row.update(kernel="kreplay_chunk_scan/digest vs host", matched=ok, why="" if ok else text[-1500:])
+    ok = S.rust_tests_ran(r.rc, text)
+    row.update(kernel="kreplay_chunk_scan/digest/pointer_scan vs host", matched=ok, why="" if ok else text[-1500:])
     assert ok, text[-1500:]
 
 
