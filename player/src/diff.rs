@@ -50,6 +50,9 @@ pub struct RegionDiff {
     pub address_b: u64,
     pub size: u64,
     pub differing_chunks: u64,
+    /// Bytes of the region not compared: absent from either capture (captured by touched
+    /// pages, REGION_EXTENTS); they are neither equal nor different.
+    pub absent_bytes: u64,
     #[serde(flatten)]
     pub diff: Difference,
 }
@@ -191,19 +194,27 @@ fn diff_region(
     let mut diff = Difference::default();
     let mut differing_chunks = 0;
     let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
+    // Only what both captures hold is compared.
+    let both = intersect(&present(ca, ra), &present(cb, rb));
+    let absent_bytes = ra.size - both.iter().map(|r| r.1).sum::<u64>().min(ra.size);
     for pa in ca.chunks(ra.region_id, MemoryState::Pre) {
         let Some(pb) = pre_b.get(&pa.offset) else {
             continue;
         };
         let (x, y) = (chunk_at(&post_a, pa, state), chunk_at(&post_b, pb, state));
+        let held = clip(&both, pa.offset, x.raw_len.min(y.raw_len));
+        if held.is_empty() {
+            continue;
+        }
         // Equal CRC-32s of equal lengths are taken as equal bytes (a 2^-32 chance of missing
         // a difference), so unchanged chunks are not decoded.
         let same = x.raw_len == y.raw_len
             && (x.raw_crc == y.raw_crc
                 || (x.encoding == ChunkEncoding::Zero && y.encoding == ChunkEncoding::Zero));
         if same {
-            diff.bytes += x.raw_len;
-            diff.elements += x.raw_len / as_.size() as u64;
+            let n: u64 = held.iter().map(|r| r.1).sum();
+            diff.bytes += n;
+            diff.elements += n / as_.size() as u64;
             continue;
         }
         buf_a.resize(x.raw_len as usize, 0);
@@ -211,7 +222,11 @@ fn diff_region(
         ca.read_chunk_into(x, &mut buf_a)?;
         cb.read_chunk_into(y, &mut buf_b)?;
         let before = diff.differing_bytes;
-        diff.add(pa.offset, &buf_a, &buf_b, as_);
+        for (off, len) in held {
+            let at = (off - pa.offset) as usize;
+            let span = at..at + len as usize;
+            diff.add(off, &buf_a[span.clone()], &buf_b[span], as_);
+        }
         if diff.differing_bytes > before {
             differing_chunks += 1;
         }
@@ -223,8 +238,48 @@ fn diff_region(
         address_b: rb.address,
         size: ra.size,
         differing_chunks,
+        absent_bytes,
         diff,
     })
+}
+
+/// The (offset, length) ranges of region `r` that capture `c` holds: its extents, or all of it.
+fn present(c: &Capture<'_>, r: &Region) -> Vec<(u64, u64)> {
+    match c.extents(r.region_id) {
+        Some(e) => e.present.clone(),
+        None => vec![(0, r.size)],
+    }
+}
+
+/// The ranges in both `a` and `b` (each sorted and non-overlapping).
+fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let (a0, a1) = (a[i].0, a[i].0.saturating_add(a[i].1));
+        let (b0, b1) = (b[j].0, b[j].0.saturating_add(b[j].1));
+        let (lo, hi) = (a0.max(b0), a1.min(b1));
+        if lo < hi {
+            out.push((lo, hi - lo));
+        }
+        if a1 <= b1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// The parts of `ranges` inside `[start, start + len)`.
+fn clip(ranges: &[(u64, u64)], start: u64, len: u64) -> Vec<(u64, u64)> {
+    let end = start.saturating_add(len);
+    ranges
+        .iter()
+        .filter_map(|&(o, n)| {
+            let (lo, hi) = (o.max(start), o.saturating_add(n).min(end));
+            (lo < hi).then(|| (lo, hi - lo))
+        })
+        .collect()
 }
 
 /// Pairs regions of A and B: the same id and size, else the same address and size, else the
@@ -326,6 +381,40 @@ mod tests {
             json.get("steps").is_none(),
             "a single capture's report is as it was"
         );
+    }
+
+    // Catches: two sorted range lists intersected wrongly at a shared edge, a range spanning
+    // several of the other's, or a chunk window clipping a range it only touches.
+    #[test]
+    fn present_ranges_intersect_and_clip_to_a_chunk() {
+        let a = [(0, 4096), (8192, 8192)];
+        let b = [(4096, 8192), (14336, 4096)];
+        assert_eq!(intersect(&a, &b), vec![(8192, 4096), (14336, 2048)]);
+        assert_eq!(intersect(&a, &[(0, 1 << 20)]), a.to_vec());
+        assert!(intersect(&[(0, 4096)], &[(4096, 4096)]).is_empty());
+        assert_eq!(clip(&a, 4096, 8192), vec![(8192, 4096)]);
+        assert!(clip(&a, 4096, 4096).is_empty());
+    }
+
+    // Catches: absent bytes (captured by touched pages) compared as zeros, so a capture
+    // looked identical to one holding other bytes there, or their count lost.
+    #[test]
+    fn absent_bytes_are_counted_not_compared() {
+        let bytes = crate::testdata::golden("extents");
+        let cap = crate::testdata::parse(&bytes);
+        let r = diff("a", &cap, "b", &cap, DiffState::Pre, Element::F32).expect("diff");
+        let total_absent: u64 = r.regions.iter().map(|d| d.absent_bytes).sum();
+        let expected: u64 = cap
+            .regions
+            .iter()
+            .map(|g| g.size - cap.present_bytes(g.region_id))
+            .sum();
+        assert!(expected > 0, "the golden capture has absent bytes");
+        assert_eq!(total_absent, expected);
+        for d in &r.regions {
+            assert_eq!(d.diff.bytes + d.absent_bytes, d.size, "region {}", d.id_a);
+        }
+        assert!(r.identical);
     }
 
     #[test]

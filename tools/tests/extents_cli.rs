@@ -96,3 +96,32 @@ fn play_and_extract_repro_refuse_a_capture_by_touched_pages_before_the_gpu() {
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("cannot replay absent pages yet"), "{err}");
 }
+
+// Catches: a region's absent bytes extracted as zeros without a word (they read as data),
+// or `diff` comparing absent bytes as zeros (two captures that hold different pages would
+// read as identical there), or their count missing from its JSON.
+#[test]
+fn extract_and_diff_say_which_bytes_are_absent() {
+    let d = scratch("touched-extract");
+    let (f, _) = touched_file(&d);
+    let out = d.join("x");
+    let (code, _, err) = kreplay(&["extract", &f, "-o", out.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("region 0:") && err.contains("absent (captured by touched pages)"),
+        "{err}"
+    );
+    let whole = common::capture("cuda-saxpy");
+    let whole = whole.to_str().expect("utf-8");
+    let (code, out, err) = kreplay(&["diff", &f, whole, "--json"]);
+    assert!(code == 0 || code == 1, "{err}");
+    let report: Value = serde_json::from_str(&out).expect("JSON");
+    let r0 = &report["regions"][0];
+    let size = r0["size"].as_u64().expect("size");
+    assert_eq!(r0["absent_bytes"].as_u64(), Some(size - PRESENT.1));
+    assert_eq!(
+        r0["bytes"].as_u64(),
+        Some(PRESENT.1),
+        "only the present page is compared"
+    );
+}

@@ -94,6 +94,14 @@ fn print_text(w: &mut impl Write, r: &DiffReport) -> anyhow::Result<()> {
                 _ => String::new(),
             }
         );
+        if d.absent_bytes > 0 {
+            out!(
+                w,
+                "          {:>7} {} not compared: absent from a capture (touched pages only)",
+                "",
+                bytes(d.absent_bytes)
+            );
+        }
     }
     if let Some(s) = &r.steps {
         print_steps(w, s)?;

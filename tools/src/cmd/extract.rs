@@ -30,6 +30,17 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
             done.regions,
             dir.display()
         );
+        for r in &cap.regions {
+            let absent = r.size.saturating_sub(cap.present_bytes(r.region_id));
+            if absent > 0 {
+                crate::warn!(
+                    "kreplay: region {}: {} of {} absent (captured by touched pages): zeros in its .bin files; capture.json lists the present ranges (`extents`)",
+                    r.region_id,
+                    kreplay_format::units::bytes(absent),
+                    kreplay_format::units::bytes(r.size)
+                );
+            }
+        }
     }
     if let Some(dir) = &a.repro {
         if let Some(files) = extraction.write_repro(dir)? {
