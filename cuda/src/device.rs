@@ -13,7 +13,13 @@ pub fn ensure_driver() -> Result<(), DriverUnavailable> {
         return Err(DriverUnavailable::NoLibrary);
     }
     // SAFETY: cuInit has no preconditions.
-    check(unsafe { sys::cuInit(0) }, "cuInit").map_err(DriverUnavailable::Init)?;
+    match check(unsafe { sys::cuInit(0) }, "cuInit") {
+        // The driver is there and sees no GPU (CUDA_VISIBLE_DEVICES empty, none installed).
+        Err(e) if e.is(sys::CUresult::CUDA_ERROR_NO_DEVICE) => {
+            return Err(DriverUnavailable::NoDevice)
+        }
+        r => r.map_err(DriverUnavailable::Init)?,
+    }
     if device_count().map_err(DriverUnavailable::Init)? == 0 {
         return Err(DriverUnavailable::NoDevice);
     }

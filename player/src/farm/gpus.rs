@@ -18,9 +18,6 @@ pub struct Gpu {
     pub driver: Option<String>,
 }
 
-/// `CUDA_ERROR_NO_DEVICE`: what `cuInit` says when the driver is there and no GPU is visible.
-const CUDA_ERROR_NO_DEVICE: u32 = 100;
-
 /// How many GPUs this process sees; None when no driver answered (no library, or one that
 /// would not initialise for another reason than having no device): nothing to count.
 pub fn visible_count() -> Option<u32> {
@@ -30,7 +27,6 @@ pub fn visible_count() -> Option<u32> {
             Some(u32::try_from(n).unwrap_or(0))
         }
         Err(DriverUnavailable::NoDevice) => Some(0),
-        Err(DriverUnavailable::Init(e)) if e.code == CUDA_ERROR_NO_DEVICE => Some(0),
         Err(_) => None,
     }
 }
