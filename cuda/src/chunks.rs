@@ -282,6 +282,12 @@ impl ChunkKernels {
                 "address {addr:#x} is not 8-byte aligned"
             )));
         }
+        // The kernel counts hits in 32 bits: no more words than that may hit.
+        if bytes / 8 > u64::from(u32::MAX) {
+            return Err(unsuitable(format!(
+                "{bytes} bytes is more words than the scan counts"
+            )));
+        }
         let (heap_lo, heap_hi) = heap.unwrap_or((0, 0));
         // The count first (16 bytes keep the hits aligned), then two words per hit.
         let out = DeviceBuffer::new(16 + cap as usize * 16)?;

@@ -46,6 +46,16 @@ pub fn is_device_memory(p: u64) -> bool {
         || is_managed(p)
 }
 
+/// The ordinal of the device whose memory `p` is (as the calling process counts devices).
+pub fn device_ordinal(p: u64) -> Option<u32> {
+    // A 4-byte int: read into a zeroed u64 and keep the low half.
+    pointer_attribute_u64(
+        p,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+    )
+    .map(|v| v as u32)
+}
+
 /// Whether a pointer is managed memory.
 pub fn is_managed(p: u64) -> bool {
     // The attribute is a 4-byte bool: read into a zeroed u64 and test the low bytes.

@@ -257,6 +257,7 @@ pub fn writable_ranges(
                     &mut DeviceSpace {
                         staging: &mut staging,
                         stream: None,
+                        gpu_failed: false,
                     },
                     &Limits::default(),
                 )?;

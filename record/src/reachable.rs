@@ -9,7 +9,7 @@ use kreplay_cuda::chunks::TooManyHits;
 use kreplay_cuda::{copy_dtoh, pointer, ForeignFunction, PinnedBuffer, Stream};
 use kreplay_format::MemoryKind;
 
-use crate::device_resources::with_chunk_kernels;
+use crate::device_resources::{scratch_allowed, with_chunk_kernels};
 use crate::error::RecordError;
 use crate::walk::{
     walk, AddressSpace, Allocation, Limits, RegionScan, Roots, ScanBounds, Walk, WalkError,
@@ -54,11 +54,53 @@ pub(crate) struct DeviceSpace<'a> {
     pub(crate) staging: &'a mut Option<PinnedBuffer>,
     /// The stream the GPU pointer scans run on (made at the first).
     pub(crate) stream: Option<Stream>,
+    /// A GPU scan failed in this walk: the rest is scanned on the host.
+    pub(crate) gpu_failed: bool,
+}
+
+/// Most mappings of one region the GPU scan's check walks (VMM regions join mappings).
+const MAX_MAPPINGS_CHECKED: usize = 1 << 16;
+
+/// Whether a kernel of the current device may read `[base, base + size)`: every mapping of it
+/// (joined VMM mappings included) is device memory of this device, not managed. Anything else
+/// takes the host path, whose copies fail cleanly where a kernel's fault would end the
+/// application's context.
+fn gpu_readable(base: u64, size: u64) -> bool {
+    let Ok(device) = kreplay_cuda::Device::current() else {
+        return false;
+    };
+    let Ok(ordinal) = u32::try_from(device.ordinal()) else {
+        return false;
+    };
+    let end = base.saturating_add(size);
+    let mut at = base;
+    for _ in 0..MAX_MAPPINGS_CHECKED {
+        if at >= end {
+            return true;
+        }
+        let Some((b, s)) = pointer::address_range(at) else {
+            return false;
+        };
+        let mapped_to = b.saturating_add(s);
+        let this_device = pointer::is_device_memory(at)
+            && !pointer::is_managed(at)
+            && !pointer::is_host_memory(at)
+            && pointer::device_ordinal(at) == Some(ordinal);
+        if !this_device || mapped_to <= at {
+            return false;
+        }
+        at = mapped_to;
+    }
+    false
 }
 
 impl DeviceSpace<'_> {
     /// `[base, base + size)` scanned on the GPU: `None` where it cannot be (the kernels do not
-    /// load, more hits than the walk keeps, a launch refused), and the host scans instead.
+    /// load, more hits than the walk keeps, device scratch short, a launch refused: then no
+    /// more GPU scans in this walk), and the host scans instead. The hit buffer is allocated
+    /// with the chunk kernels' lock held: callers run with the recorder's own driver calls
+    /// marked (`SELF_CALLS`, as every walk does), so the allocation's callback does not come
+    /// back into the recorder.
     fn gpu_scan(
         &mut self,
         base: u64,
@@ -73,6 +115,11 @@ impl DeviceSpace<'_> {
         let most = u32::try_from(limits.candidates).unwrap_or(u32::MAX);
         let mut cap = FIRST_SCAN_HITS.min(most);
         loop {
+            // The hit buffer is device scratch like a snapshot's: never the application's last
+            // free memory.
+            if !scratch_allowed(16 + u64::from(cap) * 16) {
+                return None;
+            }
             let window = (bounds.lo, bounds.hi);
             // SAFETY: the walk scans an allocation the driver reported (`base`, `size`), device
             // memory, with the context synchronised; the scan only reads it.
@@ -88,7 +135,11 @@ impl DeviceSpace<'_> {
                     })
                 }
                 Ok(Err(TooManyHits(n))) if n <= most as u64 && cap < most => cap = n as u32,
-                _ => return None,
+                Ok(Err(_)) => return None,
+                Err(_) => {
+                    self.gpu_failed = true;
+                    return None;
+                }
             }
         }
     }
@@ -129,10 +180,11 @@ impl AddressSpace for DeviceSpace<'_> {
         Ok(view)
     }
 
-    /// Device memory beyond the size of a texture-handle table is scanned on the GPU (only
-    /// the words found come back); the rest, and anything the GPU scan cannot take, is read
-    /// and scanned on the host as before. Page-locked and managed memory stay on the host
-    /// path: a kernel reading managed memory would migrate the application's pages.
+    /// Device memory of this device beyond the size of a texture-handle table is scanned on
+    /// the GPU (only the words found come back); the rest, and anything the GPU scan cannot
+    /// take, is read and scanned on the host as before: page-locked and managed memory (a
+    /// kernel reading managed memory would migrate the application's pages), another
+    /// device's memory, a region some mapping of which is not this device's.
     fn scan(
         &mut self,
         base: u64,
@@ -142,7 +194,8 @@ impl AddressSpace for DeviceSpace<'_> {
     ) -> Result<Option<RegionScan>, WalkError> {
         if size > HANDLE_TABLE_BYTES
             && base.is_multiple_of(8)
-            && memory_kind(base) == MemoryKind::Device
+            && !self.gpu_failed
+            && gpu_readable(base, size)
         {
             crate::trace::trace("region to scan for pointers on the GPU");
             if let Some(found) = self.gpu_scan(base, size, bounds, limits) {
@@ -238,6 +291,7 @@ pub(crate) fn reach(
         &mut DeviceSpace {
             staging: &mut staging,
             stream: None,
+            gpu_failed: false,
         },
         &Limits {
             scan_bytes: POINTER_SCAN_LIMIT,

@@ -104,6 +104,10 @@ pub struct Limits {
     pub candidates: usize,
     /// Stored pointers must lie within this distance of a root region.
     pub window: u64,
+    /// A region past `scan_bytes` (scanned where it lies) is followed only when it has at most
+    /// this many words that could be pointers: more are data whose words fall in the window
+    /// (a pointer table is small), kept for the pointer slots but not looked up.
+    pub follow_in_large: usize,
 }
 
 impl Default for Limits {
@@ -113,6 +117,7 @@ impl Default for Limits {
             lookups: 1 << 14,
             candidates: 1 << 22,
             window: 1 << 40,
+            follow_in_large: 4096,
         }
     }
 }
@@ -378,6 +383,14 @@ fn follow_stored_pointers(
             scan.scanned.insert(region_id);
             scan.candidates
                 .extend(words.iter().map(|&(off, v)| (region_id, off, v)));
+        }
+        if size > limits.scan_bytes && words.len() > limits.follow_in_large {
+            s.walk.notes.push(format!(
+                "region {region_id} ({size} bytes) holds {} words that could be pointers, too \
+                 many for a pointer table: not followed",
+                words.len()
+            ));
+            continue;
         }
         for (_, v) in words {
             if inside(&s.known, v) || failed.contains(&v) {
@@ -846,6 +859,38 @@ mod tests {
             ]
         );
         assert_eq!(w.pointer_slots, vec![(0, 512)]);
+    }
+
+    // Catches: a large region full of words that fall in the pointer window (integers, say)
+    // followed word by word, each lookup a chance to pull a whole other allocation in; or such
+    // a region dropped from the pointer slots, or skipped without a note.
+    #[test]
+    fn a_large_region_dense_with_pointer_like_words_is_not_followed() {
+        let mut s = FakeSpace::default();
+        s.alloc(0x10_0000, 1024).alloc(0x20_0000, 64);
+        for i in 0..100 {
+            s.store(0x10_0000, i * 8, 0x20_0000 + (i as u64 % 8) * 8);
+        }
+        let (bytes, layout) = args(&[0x10_0000]);
+        let roots = Roots {
+            args: &bytes,
+            layout: &layout,
+            ..Default::default()
+        };
+        let dense = Limits {
+            scan_bytes: 512,
+            follow_in_large: 10,
+            ..Limits::default()
+        };
+        let w = walk(&roots, &mut DeviceScans(s), &dense).expect("walk");
+        assert_eq!(w.regions.len(), 1, "not followed: {:?}", bases(&w));
+        assert!(
+            w.notes
+                .iter()
+                .any(|n| n.contains("100 words that could be pointers")),
+            "{:?}",
+            w.notes
+        );
     }
 
     #[test]
