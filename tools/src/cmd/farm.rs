@@ -74,15 +74,24 @@ impl Selection {
             entries = shard.map_err(anyhow::Error::msg)?.select(entries);
         }
         let mut skipped = 0;
+        let mut tail = farm::Tail::Whole;
         if let (true, Some(path)) = (many.resume, &many.json_lines) {
-            let done = match std::fs::read_to_string(path) {
-                Ok(text) => Done::from_lines(&text),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Done::default(),
+            // Read once: what the earlier run answered, and how its end is to be mended (a
+            // last line cut short answers nothing and is said once, as cut, not as unreadable).
+            let text = match std::fs::read(path) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
                 Err(e) => {
                     return Err(e)
                         .with_context(|| format!("--resume: cannot read {}", path.display()))
                 }
             };
+            tail = farm::tail_repair(&text);
+            let whole = match tail {
+                farm::Tail::CutTo(len) => &text[..len as usize],
+                _ => &text[..],
+            };
+            let done = Done::from_lines(&String::from_utf8_lossy(whole));
             if done.unreadable > 0 {
                 crate::warn!(
                     "kreplay: warning: {} line(s) of {} do not read as results: their captures run again",
@@ -96,7 +105,7 @@ impl Selection {
             // Before the run, not after hours of it: the page replaces a file of that name.
             super::check_new_output(path, true, "--html")?;
         }
-        let sink = JsonLines::open(many.json_lines.as_deref(), many.resume)?;
+        let sink = JsonLines::open(many.json_lines.as_deref(), many.resume.then_some(tail))?;
         let report = many.html.as_ref().map(|path| HtmlReport {
             command,
             path: path.clone(),
@@ -120,13 +129,14 @@ impl Selection {
 struct JsonLines(Option<std::fs::File>);
 
 impl JsonLines {
-    /// Appends with `resume`; otherwise the file must be new or empty (a run's results are
-    /// never overwritten by the next).
-    fn open(path: Option<&Path>, resume: bool) -> anyhow::Result<JsonLines> {
+    /// Appends with `resume` (the repair its end needs, found when the earlier lines were
+    /// read); otherwise the file must be new or empty (a run's results are never overwritten
+    /// by the next).
+    fn open(path: Option<&Path>, resume: Option<farm::Tail>) -> anyhow::Result<JsonLines> {
         let Some(path) = path else {
             return Ok(JsonLines(None));
         };
-        if !resume && std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+        if resume.is_none() && std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
             anyhow::bail!(
                 "--json-lines {}: the file holds results already: add --resume to skip those captures and append, or choose another file",
                 path.display()
@@ -135,11 +145,10 @@ impl JsonLines {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .read(true)
             .open(path)
             .with_context(|| format!("--json-lines: cannot open {}", path.display()))?;
-        if resume {
-            repair_tail(&mut file, path)?;
+        if let Some(tail) = resume {
+            repair_tail(&mut file, path, tail)?;
         }
         Ok(JsonLines(Some(file)))
     }
@@ -152,15 +161,12 @@ impl JsonLines {
     }
 }
 
-/// Mends the end of a --json-lines file before --resume appends to it (`farm::tail_repair`):
-/// a record without its newline gets one, a last line cut short by a killed run is removed
-/// (its capture runs again).
-fn repair_tail(file: &mut std::fs::File, path: &Path) -> anyhow::Result<()> {
-    use std::io::Read;
-    let mut text = Vec::new();
+/// Mends the end of a --json-lines file before --resume appends to it (`tail`, as
+/// `farm::tail_repair` found it): a record without its newline gets one, a last line cut short
+/// by a killed run is removed (its capture runs again).
+fn repair_tail(file: &mut std::fs::File, path: &Path, tail: farm::Tail) -> anyhow::Result<()> {
     let context = || format!("--resume: cannot mend the end of {}", path.display());
-    file.read_to_end(&mut text).with_context(context)?;
-    match farm::tail_repair(&text) {
+    match tail {
         farm::Tail::Whole => {}
         farm::Tail::AddNewline => file.write_all(b"\n").with_context(context)?,
         farm::Tail::CutTo(len) => {
