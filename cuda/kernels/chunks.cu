@@ -1,6 +1,7 @@
 // Per-chunk facts about device memory, computed where the memory is (the recorder's write set
-// and zero detection, #13). Source of `chunks.ptx`, which is what ships (the driver compiles it
-// at load time, so kreplay needs no nvcc). Regenerate after an edit with
+// and zero detection, #13), and the reachable-memory walk's pointer scan (#34). Source of
+// `chunks.ptx`, which is what ships (the driver compiles it at load time, so kreplay needs no
+// nvcc). Regenerate after an edit with
 //   scripts/gen-ptx.sh        (nvcc -ptx, then the PTX version lowered to 7.0 for old drivers)
 //
 // Every buffer is 16-byte aligned (device scratch, or an allocation's base); `bytes` need not
