@@ -748,7 +748,8 @@ fn pack_regions<W: Write + Seek>(
         for window in contiguous_windows(&chunks, per_window) {
             let start = window[0].offset;
             let len: u64 = window.iter().map(|c| c.raw_len).sum();
-            // The region's chunks tile it (the reader checked): `len` is at most the window.
+            // A window's chunks follow each other (the reader checked they lie in the region):
+            // `len` is at most the window.
             buf.resize(len as usize, 0);
             let mut at = 0usize;
             for c in window {
@@ -798,19 +799,10 @@ fn contiguous_windows<'c, 'r>(
     chunks: &'c [&'r ChunkRef],
     per_window: usize,
 ) -> Vec<&'c [&'r ChunkRef]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for i in 1..=chunks.len() {
-        let gap =
-            i < chunks.len() && chunks[i - 1].offset + chunks[i - 1].raw_len != chunks[i].offset;
-        if i == chunks.len() || gap || i - start == per_window {
-            if i > start {
-                out.push(&chunks[start..i]);
-            }
-            start = i;
-        }
-    }
-    out
+    chunks
+        .chunk_by(|a, b| a.offset + a.raw_len == b.offset)
+        .flat_map(|run| run.chunks(per_window.max(1)))
+        .collect()
 }
 
 /// Post chunks: the recorded output, or (no reference) zeros that mark the write set and
@@ -1038,6 +1030,35 @@ fn write_tail_parts<W: Write + Seek>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Catches: a window spanning a gap (a wholly absent chunk of a region with extents, its
+    // bytes then read from the next chunk), or a window longer than asked.
+    #[test]
+    fn windows_are_contiguous_and_bounded() {
+        let chunk = |offset| ChunkRef {
+            region_id: 0,
+            state: MemoryState::Pre,
+            encoding: crate::ChunkEncoding::Raw,
+            offset,
+            raw_len: 10,
+            raw_crc: 0,
+            event_offset: 0,
+            payload_offset: 0,
+            payload_len: 0,
+            payload_crc: 0,
+        };
+        let all: Vec<ChunkRef> = [0, 10, 20, 40, 50].into_iter().map(chunk).collect();
+        let refs: Vec<&ChunkRef> = all.iter().collect();
+        let offsets = |per: usize| -> Vec<Vec<u64>> {
+            contiguous_windows(&refs, per)
+                .iter()
+                .map(|w| w.iter().map(|c| c.offset).collect())
+                .collect()
+        };
+        assert_eq!(offsets(2), vec![vec![0, 10], vec![20], vec![40, 50]]);
+        assert_eq!(offsets(8), vec![vec![0, 10, 20], vec![40, 50]]);
+        assert!(contiguous_windows(&[], 4).is_empty());
+    }
 
     #[test]
     fn a_rewritten_capture_says_what_its_post_chunks_hold() {

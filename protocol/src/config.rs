@@ -284,7 +284,9 @@ impl Config {
     }
 }
 
-/// `--variant` and its options, for profile mode only.
+/// `--variant` and its options, for profile mode only, and never beside a tool or counters
+/// (the variant's passes are its own: `kreplay profile` refuses `--variant` with `--tool` or
+/// `--metrics` too).
 fn variant_from(
     get: &impl Fn(&str) -> Option<String>,
     mode: &Mode,
@@ -292,6 +294,16 @@ fn variant_from(
     let variant = crate::variant::VariantConfig::from_lookup(get)?;
     if variant.is_some() && *mode != Mode::Profile {
         return Err(format!("{} is for profile mode only", env::VARIANT));
+    }
+    if variant.is_some() {
+        for other in [env::TOOL, env::METRICS] {
+            if get(other).is_some_and(|v| !v.is_empty()) {
+                return Err(format!(
+                    "{} cannot be combined with {other}: the variant's passes are its own",
+                    env::VARIANT
+                ));
+            }
+        }
     }
     Ok(variant)
 }
@@ -981,6 +993,29 @@ mod tests {
             .expect("config")
             .variant
             .is_none());
+    }
+
+    // Catches: a recorder started by hand (or an older CLI) running a variant beside a tool
+    // or counter passes, whose passes it does not take into account; empty values (what the
+    // CLI sets when a flag is not given) refused as if set.
+    #[test]
+    fn a_variant_is_refused_beside_a_tool_or_counters() {
+        let mut m = HashMap::new();
+        m.insert(env::MODE.to_string(), "profile".to_string());
+        m.insert(env::KERNEL.to_string(), "k".to_string());
+        m.insert(env::VARIANT.to_string(), "/v.cubin".to_string());
+        m.insert(env::TOOL.to_string(), String::new());
+        m.insert(env::METRICS.to_string(), String::new());
+        assert!(lookup(&m).expect("empty values are unset").is_some());
+        for (k, v) in [(env::TOOL, "/t.so"), (env::METRICS, "dram__bytes_read.sum")] {
+            let mut with = m.clone();
+            with.insert(k.to_string(), v.to_string());
+            let e = lookup(&with).expect_err("a variant beside it");
+            assert!(
+                e.contains("cannot be combined with") && e.contains(k),
+                "{e}"
+            );
+        }
     }
 
     #[test]
