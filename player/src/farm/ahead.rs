@@ -7,7 +7,7 @@
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use crate::farm::Entry;
-use crate::run_record::{RunRecord, Verdict};
+use crate::run_record::RunRecord;
 
 /// What decides whether an entry may be replayed: its refusal record, or None to go ahead
 /// (`checksum::refusal`; tests give a slow one).
@@ -67,13 +67,11 @@ fn check_in_order(
         // A check that panics (a bug) refuses its entry rather than stalling the run, whose
         // dispatcher would wait for an entry that never comes.
         let refusal = std::panic::catch_unwind(|| check(e)).unwrap_or_else(|_| {
-            let mut r = RunRecord::new(e.shown.clone(), Verdict::Error);
-            r.key = Some(e.key.clone());
-            r.error = Some(format!(
+            let why = format!(
                 "kreplay: checking {} failed (a bug: please report it)",
                 e.shown
-            ));
-            Some(r)
+            );
+            Some(super::checksum::unreadable(e, why))
         });
         if !deliver(Checked { index, refusal }) {
             return;
@@ -84,6 +82,7 @@ fn check_in_order(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run_record::Verdict;
     use std::sync::mpsc::channel;
     use std::time::Duration;
 

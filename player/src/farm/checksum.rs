@@ -50,6 +50,14 @@ pub fn damaged(e: &Entry, why: String) -> RunRecord {
     r
 }
 
+/// The record `e` gets when it could not be checked at all (its file unreadable, a check
+/// that failed): `error` with `why`.
+pub fn unreadable(e: &Entry, why: String) -> RunRecord {
+    let mut r = damaged(e, why);
+    r.verdict = Verdict::Error;
+    r
+}
+
 /// A capture the manifest's checksum refuses before any replay (None: go ahead, or the
 /// manifest names no checksum): `damaged`, or `error` when the file cannot be read.
 pub fn refusal(e: &Entry) -> Option<RunRecord> {
@@ -58,11 +66,7 @@ pub fn refusal(e: &Entry) -> Option<RunRecord> {
     let mut r = match mismatch(&e.path, want) {
         Ok(None) => return None,
         Ok(Some(why)) => damaged(e, why),
-        Err(err) => {
-            let mut r = damaged(e, format!("cannot read {}: {err}", e.shown));
-            r.verdict = Verdict::Error;
-            r
-        }
+        Err(err) => unreadable(e, format!("cannot read {}: {err}", e.shown)),
     };
     r.wall_s = started.elapsed().as_secs_f64();
     Some(r)
