@@ -87,7 +87,7 @@ fn summary(r: &RunsComparison) -> Markup {
             html! {
                 (s.slower) " slower and " (s.faster) " faster beyond ±" (r.threshold_pct)
                 " % and the noise; " (s.within_noise) " within noise, " (s.within_threshold)
-                " within the threshold"
+                " within the threshold; " (s.single_pass) " timed with one pass in a run (not judged)"
             },
         ),
         (
@@ -109,6 +109,7 @@ fn class_word(c: TimeClass) -> &'static str {
         TimeClass::Faster => "faster",
         TimeClass::WithinNoise => "within noise",
         TimeClass::WithinThreshold => "within threshold",
+        TimeClass::SinglePass => "one pass: not judged",
     }
 }
 
@@ -142,7 +143,10 @@ pub fn ratio_chart(r: &RunsComparison) -> SortedChart {
             }),
             series("faster", FASTER_RGB, &|c| c == TimeClass::Faster),
             series("within noise or threshold", UNCHANGED_RGB, &|c| {
-                matches!(c, TimeClass::WithinNoise | TimeClass::WithinThreshold)
+                matches!(
+                    c,
+                    TimeClass::WithinNoise | TimeClass::WithinThreshold | TimeClass::SinglePass
+                )
             }),
         ],
         band: Some(Band {

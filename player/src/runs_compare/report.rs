@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::pairing::{pair, Pair, PairedBy};
 use super::records::{RunRecord, Verdict};
-use super::timing::{time_change, TimeChange, TimeClass};
+use super::timing::{time_change, TimeChange, TimeClass, Timed};
 use super::verdicts::{verdict_change, VerdictChange};
 
 /// What one run was: its file, its size, and the device and driver its records name.
@@ -69,6 +69,8 @@ pub struct Summary {
     pub faster: usize,
     pub within_noise: usize,
     pub within_threshold: usize,
+    /// Timed with a single pass in either run: not judged.
+    pub single_pass: usize,
     pub correctness_regressions: usize,
     pub correctness_improvements: usize,
     pub verdicts_changed: usize,
@@ -129,11 +131,15 @@ fn capture_pair(b: &RunRecord, n: &RunRecord, by: PairedBy, threshold_pct: f64) 
         verdict_change: verdict_change(b.verdict, n.verdict),
         base_median_us: b.median_us,
         new_median_us: n.median_us,
-        time: time_change(
-            (b.median_us, b.spread_pct),
-            (n.median_us, n.spread_pct),
-            threshold_pct,
-        ),
+        time: time_change(timed(b), timed(n), threshold_pct),
+    }
+}
+
+fn timed(r: &RunRecord) -> Timed {
+    Timed {
+        median_us: r.median_us,
+        spread_pct: r.spread_pct,
+        passes: r.passes,
     }
 }
 
@@ -188,6 +194,7 @@ fn summarise(pairs: &[CapturePair], paired_by: &[Pair]) -> Summary {
         faster: class(TimeClass::Faster),
         within_noise: class(TimeClass::WithinNoise),
         within_threshold: class(TimeClass::WithinThreshold),
+        single_pass: class(TimeClass::SinglePass),
         correctness_regressions: change(VerdictChange::Regression),
         correctness_improvements: change(VerdictChange::Improvement),
         verdicts_changed: change(VerdictChange::Changed),
@@ -317,6 +324,24 @@ mod tests {
         let c = compare(&[matched("a", 10.0)], &[matched("a", 11.0)]);
         assert_eq!(c.summary.slower, 1);
         assert_eq!(c.exit_status(), 1);
+    }
+
+    // Catches: two `--no-timing` sweeps (one pass per capture, no spread) failing CI on one
+    // cold pass against another, or the single-pass captures dropped from the summary.
+    #[test]
+    fn single_pass_sweeps_are_compared_for_verdicts_only() {
+        let once = |file: &str, median: f64| {
+            let mut r = rec(file, Verdict::Matched, Some(median), None);
+            r.passes = Some(1);
+            r
+        };
+        let c = compare(&[once("a", 10.0)], &[once("a", 14.0)]);
+        assert_eq!((c.summary.slower, c.summary.single_pass), (0, 1));
+        assert_eq!(c.exit_status(), 0);
+        let mut broke = once("a", 10.0);
+        broke.verdict = Verdict::Mismatch;
+        let c = compare(&[once("a", 10.0)], &[broke]);
+        assert_eq!(c.exit_status(), 1, "a verdict regression still fails");
     }
 
     #[test]

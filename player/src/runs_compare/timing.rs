@@ -15,6 +15,9 @@ pub enum TimeClass {
     WithinNoise,
     /// Beyond the noise but within the threshold.
     WithinThreshold,
+    /// A run timed it with a single pass (`--no-timing`, a one-pass replay): one cold run
+    /// against another says nothing a threshold could judge, so it never counts as a change.
+    SinglePass,
 }
 
 /// NEW / BASE for one capture.
@@ -70,20 +73,32 @@ pub fn classify(change_pct: f64, noise_pct: Option<f64>, threshold_pct: f64) -> 
     }
 }
 
-/// The time change of one capture, when both runs timed it.
-pub fn time_change(
-    base: (Option<f64>, Option<f64>),
-    new: (Option<f64>, Option<f64>),
-    threshold_pct: f64,
-) -> Option<TimeChange> {
-    let ratio = time_ratio(base.0, new.0)?;
+/// A run's timing of one capture: its median, its pass spread, its number of timed passes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timed {
+    pub median_us: Option<f64>,
+    pub spread_pct: Option<f64>,
+    /// None in records that do not say (older ones): taken as a median of several.
+    pub passes: Option<u32>,
+}
+
+/// The time change of one capture, when both runs timed it; `SinglePass` when either timed
+/// it once only.
+pub fn time_change(base: Timed, new: Timed, threshold_pct: f64) -> Option<TimeChange> {
+    let ratio = time_ratio(base.median_us, new.median_us)?;
     let change_pct = (ratio - 1.0) * 100.0;
-    let noise_pct = combined_noise_pct(base.1, new.1);
+    let noise_pct = combined_noise_pct(base.spread_pct, new.spread_pct);
+    let single = [base.passes, new.passes]
+        .iter()
+        .any(|p| p.is_some_and(|n| n < 2));
     Some(TimeChange {
         ratio,
         change_pct,
         noise_pct,
-        class: classify(change_pct, noise_pct, threshold_pct),
+        class: match single {
+            true => TimeClass::SinglePass,
+            false => classify(change_pct, noise_pct, threshold_pct),
+        },
     })
 }
 
@@ -132,12 +147,38 @@ mod tests {
         assert_eq!(classify(0.1, None, 0.0), TimeClass::Slower);
     }
 
+    fn run(median: Option<f64>, spread: Option<f64>, passes: Option<u32>) -> Timed {
+        Timed {
+            median_us: median,
+            spread_pct: spread,
+            passes,
+        }
+    }
+
     #[test]
     fn a_time_change_carries_ratio_change_and_noise() {
-        let t = time_change((Some(10.0), Some(3.0)), (Some(12.0), Some(4.0)), 5.0).unwrap();
+        let (b, n) = (
+            run(Some(10.0), Some(3.0), Some(8)),
+            run(Some(12.0), Some(4.0), None),
+        );
+        let t = time_change(b, n, 5.0).unwrap();
         assert!(close(t.ratio, 1.2) && close(t.change_pct, 20.0));
         assert!(close(t.noise_pct.unwrap(), 5.0));
         assert_eq!(t.class, TimeClass::Slower);
-        assert_eq!(time_change((None, None), (Some(1.0), None), 5.0), None);
+        assert_eq!(time_change(run(None, None, None), n, 5.0), None);
+    }
+
+    // Catches: two `--no-timing` sweeps (one cold pass each) gating CI on a "regression" that
+    // is one run against another; or a median of several taken for a single pass.
+    #[test]
+    fn a_single_pass_on_either_side_is_not_judged() {
+        let several = run(Some(10.0), Some(1.0), Some(8));
+        let once = run(Some(20.0), None, Some(1));
+        for (b, n) in [(several, once), (once, several), (once, once)] {
+            let t = time_change(b, n, 5.0).expect("both timed");
+            assert_eq!(t.class, TimeClass::SinglePass);
+        }
+        let t = time_change(several, run(Some(20.0), Some(1.0), Some(2)), 5.0).unwrap();
+        assert_eq!(t.class, TimeClass::Slower);
     }
 }

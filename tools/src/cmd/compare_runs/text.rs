@@ -62,12 +62,16 @@ fn summary(w: &mut impl Write, r: &RunsComparison) -> anyhow::Result<()> {
     out!(w, "{:<9} {mean}; threshold {} %", "time", r.threshold_pct);
     out!(
         w,
-        "{:<9} {} slower, {} faster, {} within noise, {} within threshold",
+        "{:<9} {} slower, {} faster, {} within noise, {} within threshold{}",
         "",
         s.slower,
         s.faster,
         s.within_noise,
-        s.within_threshold
+        s.within_threshold,
+        match s.single_pass {
+            0 => String::new(),
+            n => format!(", {n} timed with one pass in a run (not judged)"),
+        }
     );
     out!(
         w,
