@@ -220,6 +220,9 @@ def main():
             break
     if not args:
         sys.exit("usage: scripts/perfetto-check.py [--shell PATH | --ui [--screenshot DIR]] TRACE.json...")
+    missing = [p for p in args if not Path(p).is_file()]
+    if missing:
+        sys.exit(f"perfetto-check: no such trace file: {', '.join(missing)}")
     if in_ui:
         check_in_ui(args, shots, with_controls)
     ensure_perfetto()

@@ -245,11 +245,6 @@ impl ChunkKernels {
             )?
         };
         let (sums, nonzero) = host.split_at(chunks * 16);
-        let word = |w: &[u8]| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(w);
-            u64::from_le_bytes(b)
-        };
         Ok(ChunkDigests {
             digests: sums
                 .chunks_exact(16)
@@ -328,11 +323,6 @@ impl ChunkKernels {
 /// The scan's hits (index with its heap mark, value), as little-endian word pairs, sorted into
 /// byte offsets.
 fn pointer_hits(raw: &[u8]) -> PointerHits {
-    let word = |w: &[u8]| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(w);
-        u64::from_le_bytes(b)
-    };
     let mut hits = PointerHits::default();
     for pair in raw.chunks_exact(16) {
         let (key, value) = (word(&pair[..8]), word(&pair[8..]));
@@ -345,6 +335,13 @@ fn pointer_hits(raw: &[u8]) -> PointerHits {
     hits.words.sort_unstable();
     hits.heap.sort_unstable();
     hits
+}
+
+/// The little-endian u64 of 8 bytes the kernels wrote (callers slice exactly 8).
+fn word(w: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(w);
+    u64::from_le_bytes(b)
 }
 
 /// One flag per little-endian u32 word: set when nonzero.

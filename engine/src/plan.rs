@@ -80,12 +80,10 @@ impl LaunchPlan {
     /// work (`kreplay_format::replay_blockers`), and so is a capture by touched pages, whose
     /// absent pages this kreplay cannot replay yet (`kreplay_format::absent`).
     pub fn new(cap: &Capture<'_>) -> Result<LaunchPlan, PlanError> {
-        let blockers = kreplay_format::replay_blockers(cap);
-        if !blockers.is_empty() {
-            return Err(PlanError::Unreplayable(blockers));
+        let why = kreplay_format::absent::unreplayable(cap);
+        if !why.is_empty() {
+            return Err(PlanError::Unreplayable(why));
         }
-        kreplay_format::absent::refuse_absent(cap)
-            .map_err(|why| PlanError::Unreplayable(vec![why]))?;
         Self::of_dispatch(&cap.dispatch)
     }
 

@@ -20,6 +20,17 @@ pub fn refuse_absent(cap: &Capture<'_>) -> Result<(), String> {
     Err(absent_refusal(cap.region_extents.len(), present, total))
 }
 
+/// Every reason this kreplay cannot replay `cap`: what salvage lost (`replay_blockers`), and
+/// absent pages (`refuse_absent`). The one check `LaunchPlan::new` and `play` make before any
+/// GPU work.
+pub fn unreplayable(cap: &Capture<'_>) -> Vec<String> {
+    let mut why = crate::replay_blockers(cap);
+    if let Err(absent) = refuse_absent(cap) {
+        why.push(absent);
+    }
+    why
+}
+
 /// The refusal for `regions` regions captured by touched pages holding `present` of their
 /// `total` bytes.
 pub fn absent_refusal(regions: usize, present: u64, total: u64) -> String {

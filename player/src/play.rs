@@ -127,11 +127,10 @@ pub fn play<'c>(
     release: FilePages<'c>,
     observer: &mut dyn PlayObserver,
 ) -> Result<PlayOutcome, PlayFailure> {
-    let blockers = kreplay_format::replay_blockers(cap);
+    let blockers = kreplay_format::absent::unreplayable(cap);
     if !blockers.is_empty() {
         return Err(PlayFailure::Blocked(blockers));
     }
-    kreplay_format::absent::refuse_absent(cap).map_err(|why| PlayFailure::Blocked(vec![why]))?;
     if let Some(option) = crate::range::unsupported_option(options) {
         kreplay_format::range::refuse_range(cap, option)
             .map_err(|why| PlayFailure::Blocked(vec![why]))?;

@@ -64,9 +64,14 @@ pub struct TraceSubject {
 
 /// How a counter track is named: the metric and its unit.
 pub fn counter_name(c: &CounterLabel) -> String {
-    match c.unit.is_empty() {
-        true => c.metric.clone(),
-        false => format!("{} [{}]", c.metric, c.unit),
+    metric_track_name(&c.metric, &c.unit)
+}
+
+/// A metric's counter track name: the metric and its unit (`dram__bytes_read.sum [byte]`).
+pub fn metric_track_name(metric: &str, unit: &str) -> String {
+    match unit.is_empty() {
+        true => metric.to_string(),
+        false => format!("{metric} [{unit}]"),
     }
 }
 
@@ -107,24 +112,20 @@ impl Tracks {
     }
 }
 
-/// The metadata events naming the process and each thread (with its place in the list).
-fn names(subject: &TraceSubject, threads: &[(u32, String)]) -> Vec<TraceEvent> {
+/// The metadata events naming process `pid` (`title`) and each of its threads (with its place
+/// in the list): what every kreplay trace opens with (`play --trace`, `profile --trace`).
+pub fn names(pid: u32, title: &str, threads: &[(u32, String)]) -> Vec<TraceEvent> {
     let named = |n: &str| {
         let mut m = Map::new();
         m.insert("name".into(), Value::from(n));
         m
     };
-    let mut out = vec![TraceEvent::metadata(
-        "process_name",
-        PID,
-        0,
-        named(&subject.title),
-    )];
+    let mut out = vec![TraceEvent::metadata("process_name", pid, 0, named(title))];
     for (tid, name) in threads {
-        out.push(TraceEvent::metadata("thread_name", PID, *tid, named(name)));
+        out.push(TraceEvent::metadata("thread_name", pid, *tid, named(name)));
         let mut order = Map::new();
         order.insert("sort_index".into(), Value::from(*tid));
-        out.push(TraceEvent::metadata("thread_sort_index", PID, *tid, order));
+        out.push(TraceEvent::metadata("thread_sort_index", pid, *tid, order));
     }
     out
 }
@@ -151,7 +152,7 @@ pub fn build(subject: &TraceSubject, passes: &[PassRecord]) -> Trace {
     if !subject.range || per_step {
         threads.extend(streams.iter().map(|s| (stream_tid(*s), stream_name(*s))));
     }
-    let mut events = names(subject, &threads);
+    let mut events = names(PID, &subject.title, &threads);
     let mut tracks = Tracks::default();
     for p in passes {
         events.extend(outside_window(p, &mut tracks));

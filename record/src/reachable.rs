@@ -82,9 +82,9 @@ fn gpu_readable(base: u64, size: u64) -> bool {
             return false;
         };
         let mapped_to = b.saturating_add(s);
+        // Device memory that is not managed is of memory type DEVICE (not HOST).
         let this_device = pointer::is_device_memory(at)
             && !pointer::is_managed(at)
-            && !pointer::is_host_memory(at)
             && pointer::device_ordinal(at) == Some(ordinal);
         if !this_device || mapped_to <= at {
             return false;
@@ -208,13 +208,7 @@ impl AddressSpace for DeviceSpace<'_> {
                 return Ok(Some(found));
             }
         }
-        if size > limits.scan_bytes {
-            return Ok(None);
-        }
-        Ok(Some(crate::walk::scan_region(
-            self.read(base, size)?,
-            bounds,
-        )))
+        crate::walk::host_scan(self, (base, size), bounds, limits)
     }
 }
 

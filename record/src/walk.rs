@@ -38,11 +38,22 @@ pub trait AddressSpace {
         bounds: &ScanBounds,
         limits: &Limits,
     ) -> Result<Option<RegionScan>, WalkError> {
-        if size > limits.scan_bytes {
-            return Ok(None);
-        }
-        Ok(Some(scan_region(self.read(base, size)?, bounds)))
+        host_scan(self, (base, size), bounds, limits)
     }
+}
+
+/// `AddressSpace::scan` on the host: the region's bytes read (`space.read`) and scanned here,
+/// up to `limits.scan_bytes` (`None` past it). What a space that scans elsewhere falls back to.
+pub fn host_scan<S: AddressSpace + ?Sized>(
+    space: &mut S,
+    (base, size): (u64, u64),
+    bounds: &ScanBounds,
+    limits: &Limits,
+) -> Result<Option<RegionScan>, WalkError> {
+    if size > limits.scan_bytes {
+        return Ok(None);
+    }
+    Ok(Some(scan_region(space.read(base, size)?, bounds)))
 }
 
 /// The bounds a region's scan depends on besides its bytes: the pointer window `[lo, hi)` and
@@ -532,6 +543,15 @@ mod tests {
         (bytes, layout)
     }
 
+    /// Roots of the argument words alone.
+    fn arg_roots<'a>(args: &'a [u8], layout: &'a [(u32, u32)]) -> Roots<'a> {
+        Roots {
+            args,
+            layout,
+            ..Default::default()
+        }
+    }
+
     fn run(space: &mut FakeSpace, words: &[u64], globals: &[(String, u64, u64)]) -> Walk {
         let (bytes, layout) = args(words);
         let roots = Roots {
@@ -767,11 +787,7 @@ mod tests {
         s.alloc(0x10_0000, 1024).alloc(0x20_0000, 64);
         s.store(0x10_0000, 0, 0x20_0000);
         let (bytes, layout) = args(&[0x10_0000]);
-        let roots = Roots {
-            args: &bytes,
-            layout: &layout,
-            ..Default::default()
-        };
+        let roots = arg_roots(&bytes, &layout);
         let small = Limits {
             scan_bytes: 512,
             ..Limits::default()
@@ -841,11 +857,7 @@ mod tests {
         s.alloc(0x10_0000, 1024).alloc(0x20_0000, 64);
         s.store(0x10_0000, 512, 0x20_0000);
         let (bytes, layout) = args(&[0x10_0000]);
-        let roots = Roots {
-            args: &bytes,
-            layout: &layout,
-            ..Default::default()
-        };
+        let roots = arg_roots(&bytes, &layout);
         let small = Limits {
             scan_bytes: 512,
             ..Limits::default()
@@ -872,11 +884,7 @@ mod tests {
             s.store(0x10_0000, i * 8, 0x20_0000 + (i as u64 % 8) * 8);
         }
         let (bytes, layout) = args(&[0x10_0000]);
-        let roots = Roots {
-            args: &bytes,
-            layout: &layout,
-            ..Default::default()
-        };
+        let roots = arg_roots(&bytes, &layout);
         let dense = Limits {
             scan_bytes: 512,
             follow_in_large: 10,
@@ -900,11 +908,7 @@ mod tests {
         s.store(0x10_0000, 0, 0x20_0000)
             .store(0x20_0000, 8, 0x10_0000);
         let (bytes, layout) = args(&[0x10_0000]);
-        let roots = Roots {
-            args: &bytes,
-            layout: &layout,
-            ..Default::default()
-        };
+        let roots = arg_roots(&bytes, &layout);
         let none = Limits {
             candidates: 0,
             ..Limits::default()
@@ -935,11 +939,7 @@ mod tests {
             }
         }
         let (bytes, layout) = args(&[0x10_0000]);
-        let roots = Roots {
-            args: &bytes,
-            layout: &layout,
-            ..Default::default()
-        };
+        let roots = arg_roots(&bytes, &layout);
         let e = walk(&roots, &mut Broken, &Limits::default()).unwrap_err();
         assert!(
             e.to_string().contains("0x100000") && e.to_string().contains("gone"),

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use kreplay_player::trace_build::{stream_name, Tracks};
+use kreplay_player::trace_build::{metric_track_name, names, stream_name, Tracks};
 use kreplay_player::trace_events::{Trace, TraceEvent};
 use kreplay_player::GpuSpan;
 use kreplay_protocol::config::{demangle, short_kernel_name};
@@ -141,7 +141,7 @@ fn process(
         out.push(slice_event(pid, s, start));
         if s.category == "timed pass" {
             for m in &s.row.metrics {
-                let n = counter_name(&m.name, &m.unit);
+                let n = metric_track_name(&m.name, &m.unit);
                 samples.push((start, n.clone(), m.value));
                 samples.push((start.saturating_add(s.span.dur_ns), n, 0.0));
             }
@@ -176,7 +176,7 @@ fn slice_event(pid: u32, s: &Placed<'_>, start: u64) -> TraceEvent {
         e = e.with_arg("deterministic", d);
     }
     for m in &r.metrics {
-        e = e.with_arg(&counter_name(&m.name, &m.unit), m.value);
+        e = e.with_arg(&metric_track_name(&m.name, &m.unit), m.value);
     }
     e
 }
@@ -190,14 +190,6 @@ fn variant_name(row: &ProfileRow) -> String {
     format!("{name} (variant)")
 }
 
-/// How a counter track is named: the metric and its unit (as `play --trace` names them).
-fn counter_name(metric: &str, unit: &str) -> String {
-    match unit.is_empty() {
-        true => metric.to_string(),
-        false => format!("{metric} [{unit}]"),
-    }
-}
-
 fn process_name(key: &ContextKey, command: &str) -> String {
     let rank = key.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
     let context = match key.context {
@@ -208,23 +200,6 @@ fn process_name(key: &ContextKey, command: &str) -> String {
         "kreplay profile {command}: pid {}{rank} GPU {}{context}",
         key.pid, key.device
     )
-}
-
-/// The metadata events naming the process and each thread (with its place in the list).
-fn names(pid: u32, title: &str, threads: &[(u32, String)]) -> Vec<TraceEvent> {
-    let named = |n: &str| {
-        let mut m = Map::new();
-        m.insert("name".into(), Value::from(n));
-        m
-    };
-    let mut out = vec![TraceEvent::metadata("process_name", pid, 0, named(title))];
-    for (tid, name) in threads {
-        out.push(TraceEvent::metadata("thread_name", pid, *tid, named(name)));
-        let mut order = Map::new();
-        order.insert("sort_index".into(), Value::from(*tid));
-        out.push(TraceEvent::metadata("thread_sort_index", pid, *tid, order));
-    }
-    out
 }
 
 fn context_metadata(key: &ContextKey, dispatches: &[(&ProfileRow, &PassTimeline)]) -> Value {
