@@ -13,6 +13,7 @@ use crate::memory::{copy_dtoh, DeviceBuffer};
 use crate::module::{Function, Module};
 use crate::stream::{AsStream, Stream};
 use crate::sys;
+use std::sync::Mutex;
 
 const CHUNKS_PTX: &str = include_str!("../kernels/chunks.ptx");
 /// Kernel names in the PTX (they show in profilers that list every kernel).
@@ -25,6 +26,12 @@ const HEAP_BIT: u64 = 1 << 63;
 const DIGEST_SPAN: u64 = 64 << 10;
 /// Threads per block both kernels are built for (`__launch_bounds__`).
 const THREADS: u32 = 256;
+/// The largest output buffer kept for the next call. A `cuMemAlloc` and a `cuMemFree` (which
+/// waits for the whole context) per scan were most of a small scan's cost, paid several times
+/// per profiled dispatch; 16 MiB covers the flags of 2 TiB in 1 MiB chunks.
+const SCRATCH_KEPT: usize = 16 << 20;
+/// The smallest output buffer allocated, so that a few growing calls do not each allocate.
+const SCRATCH_MIN: usize = 64 << 10;
 
 /// What the scan found, one entry per chunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +92,9 @@ pub struct ChunkKernels {
     digest: Function,
     pointer: Function,
     grid: u32,
+    /// The output buffer of the last call, kept for the next (at most `SCRATCH_KEPT` bytes;
+    /// only ever touched by a stream that was synchronised after it).
+    scratch: Mutex<Option<DeviceBuffer>>,
     _module: Module,
 }
 
@@ -102,8 +112,31 @@ impl ChunkKernels {
             digest: module.function(DIGEST_KERNEL)?,
             pointer: module.function(POINTER_KERNEL)?,
             grid: sm_count.max(1) * 8,
+            scratch: Mutex::new(None),
             _module: module,
         })
+    }
+
+    /// A device buffer of at least `len` bytes for one call's output: the kept one when it is
+    /// large enough, else a new one.
+    fn take_scratch(&self, len: usize) -> CuResult<DeviceBuffer> {
+        let kept = self
+            .scratch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match kept {
+            Some(b) if b.len() >= len => Ok(b),
+            _ => DeviceBuffer::new(scratch_len(len)),
+        }
+    }
+
+    /// Keeps `buffer` for the next call. Call only once the stream that used it is
+    /// synchronised.
+    fn keep_scratch(&self, buffer: DeviceBuffer) {
+        if buffer.len() <= SCRATCH_KEPT {
+            *self.scratch.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffer);
+        }
     }
 
     /// Runs `function` over the whole GPU with the word arguments `args(out)`, where `out` is a
@@ -119,10 +152,10 @@ impl ChunkKernels {
         args: impl FnOnce(u64) -> Vec<u64>,
         stream: &Stream,
     ) -> CuResult<Vec<u8>> {
-        let out = DeviceBuffer::new(out_len)?;
-        // SAFETY: `out` is this function's own allocation of `out.len()` bytes, freed only
-        // after the stream is synchronised below.
-        unsafe { memset_async(out.ptr(), out.len(), stream)? };
+        let out = self.take_scratch(out_len)?;
+        // SAFETY: `out` is this function's own buffer of at least `out_len` bytes, freed or
+        // kept only after the stream is synchronised below.
+        unsafe { memset_async(out.ptr(), out_len, stream)? };
         let cfg = LaunchConfig::new([self.grid, 1, 1], [THREADS, 1, 1], 0);
         // A 32-bit parameter (`chunk_shift`) reads the low half of its little-endian word.
         // SAFETY: the kernel writes at most `out_len` bytes at `out` and reads readable memory
@@ -137,9 +170,10 @@ impl ChunkKernels {
         };
         stream.synchronize()?;
         let mut host = vec![0u8; out_len];
-        // SAFETY: `out` is this function's own allocation of `out_len` bytes, and the stream
-        // that wrote it was synchronised above.
+        // SAFETY: `out` is this function's own buffer of at least `out_len` bytes, and the
+        // stream that wrote it was synchronised above.
         unsafe { copy_dtoh(&mut host, out.ptr())? };
+        self.keep_scratch(out);
         Ok(host)
     }
 
@@ -285,8 +319,8 @@ impl ChunkKernels {
         }
         let (heap_lo, heap_hi) = heap.unwrap_or((0, 0));
         // The count first (16 bytes keep the hits aligned), then two words per hit.
-        let out = DeviceBuffer::new(16 + cap as usize * 16)?;
-        // SAFETY: the count word of `out`, this function's own allocation.
+        let out = self.take_scratch(16 + cap as usize * 16)?;
+        // SAFETY: the count word of `out`, this function's own buffer.
         unsafe { memset_async(out.ptr(), 4, stream)? };
         let cfg = LaunchConfig::new([self.grid, 1, 1], [THREADS, 1, 1], 0);
         let args = [
@@ -311,13 +345,23 @@ impl ChunkKernels {
         unsafe { copy_dtoh(&mut count, out.ptr())? };
         let n = u32::from_le_bytes(count);
         if n > cap {
+            self.keep_scratch(out);
             return Ok(Err(TooManyHits(n as u64)));
         }
         let mut host = vec![0u8; n as usize * 16];
         // SAFETY: the first `n` hits of `out` (`n <= cap`), written before the synchronisation.
         unsafe { copy_dtoh(&mut host, out.ptr() + 16)? };
+        self.keep_scratch(out);
         Ok(Ok(pointer_hits(&host)))
     }
+}
+
+/// How many bytes to allocate for an output of `len`: a power of two, at least `SCRATCH_MIN`,
+/// so that the buffer kept serves calls a little larger too.
+fn scratch_len(len: usize) -> usize {
+    len.checked_next_power_of_two()
+        .unwrap_or(len)
+        .max(SCRATCH_MIN)
 }
 
 /// The scan's hits (index with its heap mark, value), as little-endian word pairs, sorted into
@@ -389,6 +433,21 @@ mod tests {
         names.sort();
         assert_eq!(names, vec![DIGEST_KERNEL, SCAN_KERNEL, POINTER_KERNEL]);
         assert!(CHUNKS_PTX.contains(".version 7.0"));
+    }
+
+    // Catches: a kept buffer sized to the first call only (every slightly larger call then
+    // allocates again), or an exact-size power of two rounded past itself.
+    #[test]
+    fn scratch_is_a_power_of_two_of_at_least_64_kib() {
+        assert_eq!(scratch_len(1), SCRATCH_MIN);
+        assert_eq!(scratch_len(SCRATCH_MIN), SCRATCH_MIN);
+        assert_eq!(scratch_len(SCRATCH_MIN + 1), 2 * SCRATCH_MIN);
+        assert_eq!(scratch_len(3 << 20), 4 << 20);
+        assert_eq!(
+            scratch_len(usize::MAX),
+            usize::MAX,
+            "no overflow: the size asked for"
+        );
     }
 
     // Catches: hits left in the GPU's order (the walk then finds regions in another order

@@ -38,6 +38,8 @@ pub struct ApiCall<'a> {
 pub enum ResourceEvent<'a> {
     /// A module was loaded; its cubin ELF when CUPTI handed one (also for JIT-compiled PTX).
     ModuleLoaded { cubin: Option<&'a [u8]> },
+    /// A context was created (its handle is live during the callback).
+    ContextCreated { context: usize },
     /// A context is about to be destroyed (its handle is still live during the callback).
     ContextDestroying { context: usize },
     /// A module of `context` is about to be unloaded.
@@ -92,6 +94,8 @@ pub unsafe fn decode<'a>(
                     // null), whose cubin is valid during the callback.
                     cubin: unsafe { loaded_cubin(data) },
                 }
+            } else if id == R::CUPTI_CBID_RESOURCE_CONTEXT_CREATED as u32 {
+                ResourceEvent::ContextCreated { context }
             } else if id == R::CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING as u32 {
                 ResourceEvent::ContextDestroying { context }
             } else if id == R::CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING as u32 {
@@ -460,7 +464,13 @@ mod tests {
                 context: 0x42
             }))
         ));
-        assert!(resource(R::CUPTI_CBID_RESOURCE_CONTEXT_CREATED).is_none());
+        assert!(matches!(
+            resource(R::CUPTI_CBID_RESOURCE_CONTEXT_CREATED),
+            Some(CallbackEvent::Resource(ResourceEvent::ContextCreated {
+                context: 0x42
+            }))
+        ));
+        assert!(resource(R::CUPTI_CBID_RESOURCE_STREAM_CREATED).is_none());
         // SAFETY: a null payload is refused before it is read.
         assert!(unsafe { decode(Domain::CUPTI_CB_DOMAIN_RESOURCE, 0, std::ptr::null()) }.is_none());
     }

@@ -238,7 +238,8 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     // Last: the stream stays gated until the launch is queued (see GatedTimer).
     // SAFETY: inside the launch callback that decoded the view.
     let app_stream = unsafe { view.foreign_stream() };
-    let mut timer = GatedTimer::new().map_err(RecordError::cuda("creating the timer"))?;
+    let mut timer =
+        crate::spares::spare_timer().map_err(RecordError::cuda("creating the timer"))?;
     timer
         .arm(&app_stream)
         .map_err(RecordError::cuda("arming the timer"))?;

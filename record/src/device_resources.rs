@@ -172,6 +172,63 @@ pub(crate) fn with_trace_origin<R>(
     }
 }
 
+/// Whether the recorder makes its per-context resources when a context is created (`prewarm`):
+/// for `record` and `profile`, not for `list` (which launches nothing of its own).
+/// `KREPLAY_DEBUG_PREWARM=0` leaves them to the first matching launch, as before: the
+/// baseline of the stall benchmarks, not a user option.
+pub(crate) fn prewarms(config: &kreplay_protocol::config::Config) -> bool {
+    let off = std::env::var_os("KREPLAY_DEBUG_PREWARM").is_some_and(|v| v == "0");
+    prewarms_in(&config.mode, off)
+}
+
+fn prewarms_in(mode: &kreplay_protocol::config::Mode, off: bool) -> bool {
+    !off && *mode != kreplay_protocol::config::Mode::List
+}
+
+/// Makes, for the current context, what a capture or a profiled dispatch would otherwise make
+/// on the application's time at its first matching launch: the L2 sweep (two PTX compiles and
+/// its 4 x L2 buffer), the chunk kernels (a PTX compile), a pass timer (pinned memory) and a
+/// stream; and runs each kernel once, since a kernel's first launch costs more than the next
+/// (575 us against about 100 us for the sweep, measured on the H200). Returns what failed.
+pub(crate) fn prewarm() -> Vec<String> {
+    let mut failed = Vec::new();
+    let stream = match crate::spares::spare_stream() {
+        Ok(s) => s,
+        Err(e) => return vec![format!("a stream: {e}")],
+    };
+    if let Err(e) = with_sweep(|sweep| sweep.run(&stream).map_err(|e| e.to_string())) {
+        failed.push(format!("the L2 sweep: {e}"));
+    }
+    if let Err(e) = with_chunk_kernels(|k| first_launches(k, &stream)) {
+        failed.push(format!("the chunk kernels: {e}"));
+    }
+    match crate::spares::spare_timer() {
+        Ok(t) => crate::spares::return_timer(t),
+        Err(e) => failed.push(format!("a pass timer: {e}")),
+    }
+    match stream.synchronize() {
+        Ok(()) => crate::spares::return_stream(stream),
+        Err(e) => failed.push(format!("the first launches: {e}")),
+    }
+    failed
+}
+
+/// Each chunk kernel once, over a small buffer of ours.
+fn first_launches(k: &ChunkKernels, stream: &Stream) -> kreplay_cuda::CuResult<()> {
+    const BYTES: u64 = kreplay_format::DEFAULT_CHUNK_SIZE;
+    let buf = kreplay_cuda::DeviceBuffer::new(BYTES as usize)?;
+    buf.fill(0)?;
+    // SAFETY: `buf` is ours, `BYTES` long, and lives until this returns (each call waits for
+    // its kernel).
+    unsafe {
+        k.scan(buf.ptr(), Some(buf.ptr()), BYTES, BYTES, stream)?;
+        k.digest(buf.ptr(), BYTES, BYTES, stream)?;
+        // A zeroed buffer has no hit (zero is never one): only the launch matters here.
+        let _hits = k.pointer_scan(buf.ptr(), BYTES, (1, u64::MAX), None, 1, stream)?;
+    }
+    Ok(())
+}
+
 /// Device scratch for snapshots is used only while this much device memory stays free after
 /// it, so the application never runs out of memory because of a capture.
 /// `KREPLAY_DEBUG_SNAPSHOT=host` makes every region take the path of those that do not fit
@@ -202,8 +259,26 @@ pub(crate) fn forget_context(context: usize) {
     forget_in(&SETTLE, context);
     forget_in(&CHUNK_KERNELS, context);
     forget_in(&VARIANT_MODULES, context);
+    crate::spares::forget_context(context);
     TRACE_ORIGINS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .retain(|(c, _)| *c != context);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prewarms_in;
+    use kreplay_protocol::config::Mode;
+
+    // Catches: `list` paying for sweeps and kernels it never runs, or the debug switch (the
+    // stall benchmark's baseline) not turning the prewarm off.
+    #[test]
+    fn record_and_profile_prewarm_unless_turned_off_list_never() {
+        assert!(prewarms_in(&Mode::Record, false));
+        assert!(prewarms_in(&Mode::Profile, false));
+        assert!(!prewarms_in(&Mode::List, false));
+        assert!(!prewarms_in(&Mode::Record, true));
+        assert!(!prewarms_in(&Mode::Profile, true));
+    }
 }

@@ -20,6 +20,8 @@ use crate::error::RecordError;
 use crate::footprint::{Footprint, Reachable, RegionSpan};
 use crate::pass_timeline::DispatchClock;
 use crate::readback::{pack, PackedRun};
+use crate::snapshot::device_copy;
+use crate::spares::{return_buffer, return_stream, return_timer, spare_buffer};
 use crate::trace::{trace, trace_with};
 
 /// One region reachable by the dispatch, and its pristine copy on the device.
@@ -32,6 +34,51 @@ pub(crate) struct Saved {
     pub(crate) write_set: Vec<PackedRun>,
     /// The first pass's output of the write set, packed.
     pub(crate) first_output: Option<DeviceBuffer>,
+}
+
+impl Saved {
+    /// Gives this region's device buffers back to the context's spares.
+    fn recycle(self) {
+        return_buffer(self.pristine);
+        if let Some(b) = self.first_output {
+            return_buffer(b);
+        }
+    }
+}
+
+/// The pristine copy of `size` bytes at `addr`, queued on `stream`: into a spare buffer of
+/// that size when the context keeps one, else into a new one (`None`: device memory short).
+pub(crate) fn pristine_copy(addr: u64, size: u64, stream: &Stream) -> Option<DeviceBuffer> {
+    let Some(buf) = spare_buffer(size) else {
+        return device_copy(addr, size, stream);
+    };
+    // SAFETY: the destination is `buf`, `size` bytes of ours (a spare is only ever handed out
+    // at its exact size); the source is a region the walk found, read with the context
+    // synchronised, as in `device_copy`.
+    unsafe { copy_dtod_async(buf.ptr(), addr, size as usize, stream) }.ok()?;
+    Some(buf)
+}
+
+/// What a runner leaves once its passes are over.
+pub(crate) struct Spent {
+    timer: GatedTimer,
+    flags: Option<DeviceBuffer>,
+}
+
+impl Spent {
+    /// Once the dispatch's passes are over and its stream synchronised: what it made for them
+    /// goes to the context's spares for the next dispatch (`spares`). Not called after a
+    /// failure: those are freed, as before.
+    pub(crate) fn recycle(self, saved: Vec<Saved>, stream: Stream) {
+        return_timer(self.timer);
+        if let Some(flags) = self.flags {
+            return_buffer(flags);
+        }
+        for s in saved {
+            s.recycle();
+        }
+        return_stream(stream);
+    }
 }
 
 /// Which chunks of `len` bytes at `live` differ from `pristine` (or everything, where the
@@ -110,7 +157,13 @@ impl OutputCheck {
         }
         let total: usize = gpu.iter().map(|g| g.3 * 8).sum();
         let flags = if total > 0 {
-            Some(DeviceBuffer::new(total).map_err(|_| RecordError::NoPostScratch(total as u64))?)
+            match spare_buffer(total as u64) {
+                Some(b) => Some(b),
+                None => Some(
+                    DeviceBuffer::new(total)
+                        .map_err(|_| RecordError::NoPostScratch(total as u64))?,
+                ),
+            }
         } else {
             None
         };
@@ -193,6 +246,14 @@ impl<'a> InPlace<'a> {
         })
     }
 
+    /// Ends the runner: its timer and the output check's flags, for `Spent::recycle`.
+    pub(crate) fn into_spent(self) -> Spent {
+        Spent {
+            timer: self.timer,
+            flags: self.check.and_then(|c| c.flags),
+        }
+    }
+
     fn err(during: &'static str) -> impl Fn(kreplay_cuda::CudaError) -> RecordError + Copy {
         RecordError::cuda(during)
     }
@@ -256,7 +317,10 @@ fn device_copy_packed(
     total: u64,
     stream: &Stream,
 ) -> Result<DeviceBuffer, RecordError> {
-    let buf = DeviceBuffer::new(total as usize).map_err(|_| RecordError::NoPostScratch(total))?;
+    let buf = match spare_buffer(total) {
+        Some(b) => b,
+        None => DeviceBuffer::new(total as usize).map_err(|_| RecordError::NoPostScratch(total))?,
+    };
     let mut at = 0;
     for r in runs {
         // SAFETY: the runs lie in the region at `addr` (the application's, while it waits in

@@ -48,6 +48,7 @@ pub mod readback;
 mod recorder;
 pub mod settle;
 pub mod snapshot;
+pub mod spares;
 pub mod spill;
 pub mod textures;
 pub mod trace;

@@ -38,13 +38,14 @@ use kreplay_engine::tool::{
 use kreplay_format::MemoryKind;
 use kreplay_protocol::report::ProfileRow;
 
-use crate::capture::{device_copy, dispatch_of, reach};
+use crate::capture::{dispatch_of, reach};
 use crate::counter_batch::Queued;
 use crate::device_resources::flush_l2;
 use crate::error::RecordError;
-use crate::in_place::{put_back_application_output, InPlace, Saved};
+use crate::in_place::{pristine_copy, put_back_application_output, InPlace, Saved};
 use crate::launch::LaunchView;
 use crate::pass_timeline::DispatchClock;
+use crate::spares::{spare_stream, spare_timer};
 use crate::trace::{trace, trace_with};
 use crate::variant::{alternate, VariantInput};
 
@@ -142,6 +143,7 @@ pub fn profile_begin(
     // SAFETY: inside the launch callback that decoded the view.
     let app_stream = unsafe { view.foreign_stream() };
     let d = dispatch_view(&input, &app_stream, row.reachable_bytes);
+    trace("passes planned");
     // Before anything of the passes is queued: the trace's anchor.
     let mut clock = None;
     if input.trace {
@@ -162,13 +164,15 @@ pub fn profile_begin(
         stream
             .synchronize()
             .map_err(RecordError::cuda("emptying the L2 before pass 0"))?;
+        trace("L2 emptied");
     }
     let Some(passes) = PassLoop::begin(tool, &d) else {
         row.skipped = Some("the tool skipped it".into());
         return Ok(Begun::Skipped(Box::new(row)));
     };
     // Last: the application's stream stays gated until its launch is queued.
-    let mut timer = GatedTimer::new().map_err(RecordError::cuda("creating the pass timer"))?;
+    trace("tool's BEGIN done");
+    let mut timer = spare_timer().map_err(RecordError::cuda("creating the pass timer"))?;
     timer
         .arm(&app_stream)
         .map_err(RecordError::cuda("arming the pass timer"))?;
@@ -242,10 +246,10 @@ fn copy_aside(input: &ProfileInput<'_>, row: &mut ProfileRow) -> Result<Aside, R
             "it reads the device heap (malloc inside kernels), which cannot be copied aside".into(),
         ));
     }
-    let stream = Stream::new().map_err(RecordError::cuda("creating the pass stream"))?;
+    let stream = spare_stream().map_err(RecordError::cuda("creating the pass stream"))?;
     let mut saved = Vec::with_capacity(found.regions.len());
     for r in &found.regions {
-        let Some(pristine) = device_copy(r.base, r.size, &stream) else {
+        let Some(pristine) = pristine_copy(r.base, r.size, &stream) else {
             return Ok(Aside::NotInPlace(format!(
                 "its reachable memory ({}) does not fit in free device memory for the pristine copy",
                 kreplay_format::units::bytes(row.reachable_bytes)
@@ -372,7 +376,7 @@ pub fn profile_finish(
     let restores = std::mem::take(&mut runner.restores_ns);
     let overheads = std::mem::take(&mut runner.overheads_ns);
     let clock = runner.clock.take();
-    drop(runner);
+    let spent = runner.into_spent();
     trace("passes done");
     // Whatever happened, the application goes on with its own launch's result (or, asked
     // for and once the variant's passes all ran, with the variant's).
@@ -389,6 +393,8 @@ pub fn profile_finish(
 
     fill_row(&mut row, &summary, (restores, overheads), &saved);
     if !counters {
+        // `put_back` synchronised the pass stream: nothing queued uses these any more.
+        spent.recycle(saved, stream);
         return Ok(Finished::Row(Box::new(row)));
     }
     Ok(Finished::Counters(Box::new(Queued {

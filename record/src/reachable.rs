@@ -58,6 +58,16 @@ pub(crate) struct DeviceSpace<'a> {
     pub(crate) gpu_failed: bool,
 }
 
+impl Drop for DeviceSpace<'_> {
+    /// The scan stream goes to the context's spares for the next walk, unless a scan failed
+    /// (its stream may still hold work, or an error).
+    fn drop(&mut self) {
+        if let Some(s) = self.stream.take().filter(|_| !self.gpu_failed) {
+            crate::spares::return_stream(s);
+        }
+    }
+}
+
 /// Most mappings of one region the GPU scan's check walks (VMM regions join mappings).
 const MAX_MAPPINGS_CHECKED: usize = 1 << 16;
 
@@ -109,7 +119,7 @@ impl DeviceSpace<'_> {
         limits: &Limits,
     ) -> Option<RegionScan> {
         if self.stream.is_none() {
-            self.stream = Stream::new().ok();
+            self.stream = crate::spares::spare_stream().ok();
         }
         let stream = self.stream.as_ref()?;
         let most = u32::try_from(limits.candidates).unwrap_or(u32::MAX);

@@ -5,6 +5,8 @@
 //   bigmem zeros GIB    the same shape over zeros
 //   bigmem mixed GIB    the first 4 GiB float-like, the rest zeros (for sizes beyond free device
 //                       memory: large, yet small on disk)
+//   ... GIB OUT_MIB     GIB GiB in all, OUT_MIB of them written (1024 unless given; a divisor of
+//                       GIB x 1024), the rest read: `bigmem zeros 4 64` for the stall benchmark
 // Prints the output's checksum (the same with and without the recorder) and the dispatch's
 // wall time as the application saw it.
 #include <cuda_runtime.h>
@@ -59,7 +61,7 @@ __global__ void bigmem_reduce(const float* in, size_t in_n, float* out, size_t o
 
 int main(int argc, char** argv) {
   if (argc < 3 || (strcmp(argv[1], "floats") && strcmp(argv[1], "zeros") && strcmp(argv[1], "mixed"))) {
-    fprintf(stderr, "usage: bigmem floats|zeros|mixed GIB\n");
+    fprintf(stderr, "usage: bigmem floats|zeros|mixed GIB [OUT_MIB]\n");
     return 2;
   }
   const size_t gib = strtoull(argv[2], nullptr, 0);
@@ -67,7 +69,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "GIB must be at least 2\n");
     return 2;
   }
-  const size_t out_n = (size_t)1 << 28, in_n = (gib - 1) * out_n;  // 1 GiB of floats each
+  const size_t out_mib = argc > 3 ? strtoull(argv[3], nullptr, 0) : 1024;
+  if (out_mib == 0 || out_mib >= gib * 1024 || (gib * 1024) % out_mib) {
+    fprintf(stderr, "OUT_MIB must divide GIB x 1024 and be less\n");
+    return 2;
+  }
+  // 1 GiB written and GIB - 1 read by default: 2^18 floats a MiB.
+  const size_t out_n = out_mib << 18, in_n = (gib << 28) - out_n;
   float *in, *out;
   CK(cudaMalloc(&in, in_n * 4));
   CK(cudaMalloc(&out, out_n * 4));

@@ -521,6 +521,26 @@ def bench_figures(text: str) -> dict:
     return {m.group(1): float(m.group(2)) for m in FIGURE.finditer(text or "")}
 
 
+BENCH_ROUNDS = 3  # record + play rounds of range-bench, judged on the median one
+
+
+def median_round(pairs: list) -> Optional[int]:
+    """The index of the round whose replay/in-app ratio is the median of `pairs` [(in-app ns,
+    replay median ns)]: the GPU's clocks differ from one process to the next by a few percent
+    (the app's own loop took 102.9 us in one run and 115.6 us in another), so one record and
+    one play are paired in time, and the middle pair is the figure. Rounds missing a figure
+    count as the worst. None without rounds."""
+    if not pairs:
+        return None
+
+    def ratio(p):
+        original, median = p
+        return median / original if original and median else float("inf")
+
+    order = sorted(range(len(pairs)), key=lambda i: ratio(pairs[i]))
+    return order[len(order) // 2]
+
+
 def bench_checks(base_out: str, rec_rc: int, rec_out: str, info, play_rc: int, play, passes: int) -> tuple:
     """range-bench: (why, figures). The record exits 0 with the app's output (timings aside)
     unchanged; the capture holds the 30 kernels; they replay bit-exact; the replay median is

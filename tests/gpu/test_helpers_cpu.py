@@ -682,6 +682,16 @@ def test_the_bench_verdict_wants_time_within_5_percent_and_2_us_per_step():
         assert why and "per step" in fig, f
 
 
+def test_the_bench_is_judged_on_the_round_of_median_ratio():
+    # Catches: the first round taken (one clock state decides), the best one taken (a lucky
+    # pairing passes), or a round without figures treated as perfect.
+    assert R.median_round([(100, 94), (100, 99), (100, 104)]) == 1
+    assert R.median_round([(100, 110), (200, 190), (100, 101)]) == 2
+    assert R.median_round([(100, 100), (0, 100), (100, 0)]) == 1, "missing figures are the worst"
+    assert R.median_round([(100, 100)]) == 0
+    assert R.median_round([]) is None
+
+
 def range_metrics_play(info):
     """A good `play --metrics --json` of streams_info(): values per kernel step, the sums."""
     import copy

@@ -148,6 +148,32 @@ impl Recorder {
         }
     }
 
+    /// A context was created: what the recorder needs in it is made now, on the thread that
+    /// creates it, so that none of it is loaded, compiled or allocated on the application's
+    /// time at its first matching launch (#34). Failures are left for that launch to meet
+    /// (and say), as without the prewarm.
+    pub(super) fn on_context_created(&self, context: usize) {
+        let _self_calls = FlagGuard::force(&SELF_CALLS);
+        // SAFETY: CUPTI passed the handle of the context just created; it is alive during
+        // this callback.
+        let Ok(_current) = unsafe { kreplay_cuda::ContextHandle::from_raw(context) }.push() else {
+            return;
+        };
+        let began = std::time::Instant::now();
+        let failed = crate::device_resources::prewarm();
+        crate::trace::trace_with(|| {
+            format!(
+                "context prewarmed in {:.3} ms{}",
+                began.elapsed().as_secs_f64() * 1e3,
+                if failed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", failed.join("; "))
+                }
+            )
+        });
+    }
+
     /// A context is about to be destroyed: snapshots of its captures still in device scratch
     /// come to the host now (the writer threads write them afterwards), and the recorder's own
     /// buffers in it are freed while it still exists.

@@ -156,6 +156,9 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
     if counters {
         resources.push(csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
     }
+    if crate::device_resources::prewarms(config) {
+        resources.push(csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+    }
     for id in resources {
         sub.enable_callback(
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,

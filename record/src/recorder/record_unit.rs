@@ -47,6 +47,10 @@ impl Recorder {
             self.error(format!("capture of {name} failed after the launch: {e}"));
             return;
         }
-        self.sink.write(pending.data);
+        // The launch is over (`after_launch` synchronised the context): its timer serves the
+        // next capture of this context, so no `cuMemFreeHost` waits here on the app's time.
+        let Pending { data, timer, .. } = pending;
+        crate::spares::return_timer(timer);
+        self.sink.write(data);
     }
 }

@@ -100,6 +100,9 @@ impl Recorder {
                     self.on_module_loaded(cubin);
                 }
             }
+            CallbackEvent::Resource(ResourceEvent::ContextCreated { context }) => {
+                self.on_context_created(context)
+            }
             CallbackEvent::Resource(ResourceEvent::ContextDestroying { context }) => {
                 self.on_context_destroy(context)
             }

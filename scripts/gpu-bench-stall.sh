@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The application's stall per capture (#34) on a CUDA machine, one run, every figure beside its
+# limit and beside the baselines measured in the same run:
+#   scripts/gpu-bench-stall.sh [BIN_DIR] [OLD_LIB]
+#     BIN_DIR: kreplay and libkreplay_record.so (scripts/dist.sh; default dist)
+#     OLD_LIB: an older libkreplay_record.so to measure beside (optional)
+# Limit: stall <= 2 x captured bytes / device-to-device bandwidth + 5 ms, the bandwidth measured
+# here (copybench). Cases:
+#   zeros-4g     bigmem zeros 4 64: 4 GiB of zeros reached, 64 MiB of it written
+#   floats-16g   bigmem floats 16: 16 GiB of float-like data (KREPLAY_STALL_FLOATS_GIB, 0: skip)
+#   torch-gemm   a PyTorch training step's GEMM (torch_train_app.py), its first capture in the
+#                process and its tenth
+#   ptrtable     a dispatch whose argument points at a table of 10,000 allocations of 4 KiB
+# Each case runs as shipped, then with KREPLAY_DEBUG_PREWARM=0 (nothing made when a context is
+# created: the first capture makes it), then with OLD_LIB; each line shows the stall's phases.
+# Exits 1 when a figure of the shipped run misses its limit (MISSED) or could not be measured.
+set -u
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(cd "${1:-$HERE/dist}" && pwd) || { echo "no binary directory"; exit 2; }
+OLD=${2:-}
+KR="$BIN/kreplay"
+W=${KREPLAY_WORK:-$(mktemp -d /tmp/kreplay-stall.XXXXXX)}
+mkdir -p "$W"
+ARCH=${KREPLAY_ARCH:-sm_90}
+FLOATS=${KREPLAY_STALL_FLOATS_GIB:-16}
+export PYTHONUNBUFFERED=1
+for app in bigmem ptrtable copybench; do
+  nvcc -O2 -std=c++17 -arch="$ARCH" -o "$W/$app" "$HERE/testdata/apps/$app.cu" || exit 2
+done
+dtod=$("$W/copybench" $((4 << 30)) dtod | tee /dev/stderr | grep -o '([0-9.]* GB/s)' | grep -o '[0-9.]*')
+[ -n "$dtod" ] || { echo "no device-to-device bandwidth measured"; exit 2; }
+echo "device-to-device: $dtod GB/s (copybench, 4 GiB)"
+
+# record NAME VARIANT ARGS...: one `kreplay record --json`, its report in $W/NAME-VARIANT.json.
+record() {
+  local name=$1 variant=$2; shift 2
+  local env=()
+  case $variant in
+    no-prewarm) env=(KREPLAY_DEBUG_PREWARM=0) ;;
+    old) env=(KREPLAY_RECORD_LIB="$OLD") ;;
+  esac
+  rm -rf "$W/$name-$variant" && mkdir -p "$W/$name-$variant"
+  env "${env[@]}" KREPLAY_DEBUG_STALL=1 "$KR" record --json --force -o "$W/$name-$variant/%n.krr" "$@" \
+    > "$W/$name-$variant.json" 2> "$W/$name-$variant.err"
+  echo "  $name ($variant): exit $?; $(grep -v '^{' "$W/$name-$variant.json" | tail -1)"
+  rm -rf "$W/$name-$variant"
+}
+
+variants="new no-prewarm"
+[ -n "$OLD" ] && variants="$variants old"
+echo "== cases ($variants)"
+for v in $variants; do
+  record zeros-4g "$v" -k bigmem_reduce -- "$W/bigmem" zeros 4 64
+  [ "$FLOATS" != 0 ] && [ "$v" != no-prewarm ] && record floats-16g "$v" -k bigmem_reduce -- "$W/bigmem" floats "$FLOATS"
+  record torch-gemm "$v" -k 'gemm|xmma|cutlass' --count 10 -- python3 "$HERE/testdata/apps/torch_train_app.py" 3
+  record ptrtable "$v" -k ptrtable_sum -- "$W/ptrtable" 10000 4
+done
+
+python3 - "$W" "$dtod" "$variants" "$FLOATS" <<'PY'
+import json, sys
+w, dtod, variants, floats = sys.argv[1], float(sys.argv[2]) * 1e9, sys.argv[3].split(), sys.argv[4]
+missed = 0
+
+def captures(name, variant):
+    try:
+        lines = [l for l in open(f"{w}/{name}-{variant}.json") if l.startswith("{")]
+        return sorted(json.loads(lines[-1]).get("captures") or [], key=lambda c: c.get("match_index", 0))
+    except (OSError, IndexError, ValueError):
+        return []
+
+def line(label, c):
+    """A capture's stall beside its limit, with its phases; (text, within the limit)."""
+    limit = 2 * c["raw_bytes"] / dtod * 1e3 + 5
+    phases = ", ".join(f"{p['phase']} {p['ms']:.1f}" for p in c.get("stall_phases") or [])
+    ok = c["stall_ms"] <= limit
+    return (f"{label}: stall {c['stall_ms']:.1f} ms, limit {limit:.1f} ms (2 x {c['raw_bytes'] / 2**20:.1f} MiB "
+            f"/ {dtod / 1e9:.0f} GB/s + 5 ms) -> {'ok' if ok else 'MISSED'}; phases (ms): {phases}"), ok
+
+cases = [("zeros-4g", [0]), ("floats-16g", [0]), ("torch-gemm", [0, 9]), ("ptrtable", [0])]
+if floats == "0":
+    cases = [c for c in cases if c[0] != "floats-16g"]
+for name, picks in cases:
+    for v in variants:
+        cs = captures(name, v)
+        if name == "floats-16g" and v == "no-prewarm":
+            continue
+        for i in picks:
+            label = f"stall: {name}{' capture ' + str(i + 1) if len(picks) > 1 else ''} ({v})"
+            if i >= len(cs):
+                print(f"{label}: no capture {i + 1} ({len(cs)} captured)")
+                missed += v == "new"
+                continue
+            text, ok = line(label, cs[i])
+            print(text)
+            missed += v == "new" and not ok
+sys.exit(1 if missed else 0)
+PY
