@@ -52,7 +52,7 @@ echo "== cases ($variants)"
 for v in $variants; do
   record zeros-4g "$v" -k bigmem_reduce -- "$W/bigmem" zeros 4 64
   [ "$FLOATS" != 0 ] && [ "$v" != no-prewarm ] && record floats-16g "$v" -k bigmem_reduce -- "$W/bigmem" floats "$FLOATS"
-  record torch-gemm "$v" -k 'gemm|xmma|cutlass' --count 10 -- python3 "$HERE/testdata/apps/torch_train_app.py" 3
+  record torch-gemm "$v" -k 'regex:gemm|xmma|cutlass' --count 10 -- python3 "$HERE/testdata/apps/torch_train_app.py" 6
   record ptrtable "$v" -k ptrtable_sum -- "$W/ptrtable" 10000 4
 done
 

@@ -12,6 +12,8 @@ use std::collections::HashSet;
 use kreplay_cuda::texture::MAX_HANDLE;
 use kreplay_format::{MemoryKind, RegionRole};
 
+use crate::known_regions::KnownRegions;
+
 /// A device allocation, as the address space reports it (page-locked host memory reachable
 /// through a device pointer has kind `HostMapped`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,13 +219,13 @@ fn word_at(b: &[u8], at: usize) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-fn inside(known: &[(u64, u64)], v: u64) -> bool {
-    known.iter().any(|&(b, n)| v >= b && v < b + n)
+fn inside(known: &KnownRegions, v: u64) -> bool {
+    known.contains(v)
 }
 
 struct State {
     walk: Walk,
-    known: Vec<(u64, u64)>,
+    known: KnownRegions,
     heap: Option<(u64, u64)>,
 }
 
@@ -245,13 +247,13 @@ impl State {
     }
 
     fn add(&mut self, r: FoundRegion) {
-        self.known.push((r.base, r.size));
+        self.known.push(r.base, r.size);
         self.walk.regions.push(r);
     }
 
     /// Adds the allocation an argument reaches, unless it is already known.
     fn add_argument(&mut self, a: Allocation) {
-        if !self.known.iter().any(|&(b, _)| b == a.base) {
+        if !self.known.has_base(a.base) {
             self.add(FoundRegion {
                 base: a.base,
                 size: a.size,
@@ -271,7 +273,7 @@ pub fn walk(
 ) -> Result<Walk, WalkError> {
     let mut s = State {
         walk: Walk::default(),
-        known: Vec::new(),
+        known: KnownRegions::default(),
         heap: roots.heap,
     };
     argument_regions(roots, space, &mut s);
@@ -297,10 +299,7 @@ pub fn walk(
     }
     let scan = follow_stored_pointers(space, limits, &mut s)?;
     for &(base, size, kind) in roots.allocations {
-        if s.known
-            .iter()
-            .any(|&(b, n)| base < b + n && b < base + size)
-        {
+        if s.known.overlaps(base, size) {
             continue;
         }
         s.add(FoundRegion {
@@ -355,10 +354,7 @@ fn follow_stored_pointers(
         scanned: HashSet::new(),
         candidates: Vec::new(),
     };
-    let (Some(lo), Some(hi)) = (
-        s.known.iter().map(|k| k.0).min(),
-        s.known.iter().map(|k| k.0 + k.1).max(),
-    ) else {
+    let Some((lo, hi)) = s.known.span() else {
         return Ok(scan);
     };
     let lo = lo.saturating_sub(limits.window);
@@ -450,10 +446,7 @@ fn pointer_slots(
         scan.scanned.clear();
         Vec::new()
     };
-    if let (Some(lo), Some(hi)) = (
-        s.known.iter().map(|k| k.0).min(),
-        s.known.iter().map(|k| k.0 + k.1).max(),
-    ) {
+    if let Some((lo, hi)) = s.known.span() {
         for (id, r) in s.walk.regions.iter().enumerate() {
             if scan.scanned.contains(&(id as u32)) {
                 continue;
@@ -475,7 +468,7 @@ fn pointer_slots(
 
 /// Pointer slots from the pointer walk's candidate words `(region, offset, value)`: those whose
 /// value lies inside a captured region `(base, size)`, in region then offset order.
-fn slots_from_candidates(candidates: &[(u32, u64, u64)], known: &[(u64, u64)]) -> Vec<(u32, u64)> {
+fn slots_from_candidates(candidates: &[(u32, u64, u64)], known: &KnownRegions) -> Vec<(u32, u64)> {
     candidates
         .iter()
         .filter(|&&(_, _, v)| inside(known, v))
