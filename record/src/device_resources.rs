@@ -38,6 +38,35 @@ fn with_per_context<T, R>(
 ) -> Result<R, String> {
     let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
     let mut all = cache.lock().unwrap_or_else(|e| e.into_inner());
+    with_entry(&mut all, ctx, make, f)
+}
+
+/// `with_per_context`, unless another thread holds `cache`: then nothing is made and `Err`
+/// says so. The prewarm runs inside the application's context creation, where waiting for a
+/// thread that holds the lock across driver calls could wait for the driver's own lock.
+fn try_with_per_context<T, R>(
+    cache: &PerContext<T>,
+    make: impl FnOnce() -> Result<T, String>,
+    f: impl FnOnce(&T) -> Result<R, String>,
+) -> Result<R, String> {
+    let ctx = ContextHandle::current().map_err(|e| e.to_string())?.id();
+    let mut all = match cache.try_lock() {
+        Ok(all) => all,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            return Err("busy on another thread: left to the first use".into())
+        }
+    };
+    with_entry(&mut all, ctx, make, f)
+}
+
+/// Runs `f` with context `ctx`'s entry of `all`, made by `make` when it has none.
+fn with_entry<T, R>(
+    all: &mut Vec<(usize, Result<T, String>)>,
+    ctx: usize,
+    make: impl FnOnce() -> Result<T, String>,
+    f: impl FnOnce(&T) -> Result<R, String>,
+) -> Result<R, String> {
     let at = match all.iter().position(|(c, _)| *c == ctx) {
         Some(i) => i,
         None => {
@@ -62,12 +91,15 @@ static CHUNK_KERNELS: PerContext<ChunkKernels> = Mutex::new(Vec::new());
 pub(crate) fn with_chunk_kernels<T>(
     f: impl FnOnce(&ChunkKernels) -> kreplay_cuda::CuResult<T>,
 ) -> Result<T, String> {
-    let load = || {
-        Device::current()
-            .and_then(|d| ChunkKernels::load(d.props().sm_count))
-            .map_err(|e| e.to_string())
-    };
-    with_per_context(&CHUNK_KERNELS, load, |k| f(k).map_err(|e| e.to_string()))
+    with_per_context(&CHUNK_KERNELS, load_chunk_kernels, |k| {
+        f(k).map_err(|e| e.to_string())
+    })
+}
+
+fn load_chunk_kernels() -> Result<ChunkKernels, String> {
+    Device::current()
+        .and_then(|d| ChunkKernels::load(d.props().sm_count))
+        .map_err(|e| e.to_string())
 }
 
 /// `kreplay profile --variant`'s module, one per context (loaded at the context's first
@@ -196,10 +228,12 @@ pub(crate) fn prewarm() -> Vec<String> {
         Ok(s) => s,
         Err(e) => return vec![format!("a stream: {e}")],
     };
-    if let Err(e) = with_sweep(|sweep| sweep.run(&stream).map_err(|e| e.to_string())) {
+    let sweep = |sweep: &L2Flush| sweep.run(&stream).map_err(|e| e.to_string());
+    if let Err(e) = try_with_per_context(&SETTLE, make_sweep, sweep) {
         failed.push(format!("the L2 sweep: {e}"));
     }
-    if let Err(e) = with_chunk_kernels(|k| first_launches(k, &stream)) {
+    let first = |k: &ChunkKernels| first_launches(k, &stream).map_err(|e| e.to_string());
+    if let Err(e) = try_with_per_context(&CHUNK_KERNELS, load_chunk_kernels, first) {
         failed.push(format!("the chunk kernels: {e}"));
     }
     match crate::spares::spare_timer() {

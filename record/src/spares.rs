@@ -6,9 +6,11 @@
 //! pointer walk ran on the GPU (#34). A training step profiles the same shapes again and again,
 //! so a buffer of the very size asked for is usually there.
 //!
-//! Buffers are reused only at their exact size (callers read `len()`), and at most
-//! `kept_cap(total)` bytes of them are kept per context, the oldest freed first, so the
-//! application never has much less device memory than without kreplay.
+//! Buffers are reused only at their exact size (callers read `len()`). At most
+//! `kept_cap(total)` bytes and `KEPT_BUFFERS` of them are kept per context, the oldest freed
+//! first, and one is kept only while device memory stays as free as scratch must leave it
+//! (`scratch_allowed`), so the application never has much less device memory than without
+//! kreplay. A timer that could not gate (its device cannot wait on memory) is not kept.
 
 use std::sync::Mutex;
 
@@ -19,6 +21,9 @@ use kreplay_cuda::{memory_info, ContextHandle, CuResult, DeviceBuffer, Stream};
 const KEPT_HANDLES: usize = 4;
 /// Device bytes kept per context, at most, whatever the device's size.
 const KEPT_BYTES_MAX: u64 = 256 << 20;
+/// Buffers kept per context, at most: a dispatch reaching thousands of small regions would
+/// otherwise leave thousands, searched one by one.
+const KEPT_BUFFERS: usize = 64;
 
 /// The most device bytes kept per context on a device of `total` bytes: 1/64 of it, up to
 /// `KEPT_BYTES_MAX` (256 MiB of an 80 GiB GPU, 128 MiB of an 8 GiB one).
@@ -57,11 +62,13 @@ impl<B, T, S> Spares<B, T, S> {
     /// Keeps `buffer` (`len` bytes) and hands back what no longer fits, oldest first: the
     /// buffers to free. A buffer larger than the cap is handed back itself.
     fn give_buffer(&mut self, buffer: B, len: u64, len_of: impl Fn(&B) -> u64) -> Vec<B> {
-        if len > self.cap {
+        if len > self.cap || len == 0 {
             return vec![buffer];
         }
         let mut freed = Vec::new();
-        while self.buffer_bytes + len > self.cap && !self.buffers.is_empty() {
+        while (self.buffer_bytes + len > self.cap || self.buffers.len() >= KEPT_BUFFERS)
+            && !self.buffers.is_empty()
+        {
             let old = self.buffers.remove(0);
             self.buffer_bytes -= len_of(&old);
             freed.push(old);
@@ -95,13 +102,23 @@ static SPARES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 /// current context cannot be told.
 fn with_spares<R>(f: impl FnOnce(&mut ContextSpares) -> R) -> Option<R> {
     let ctx = ContextHandle::current().ok()?.id();
+    let known = |all: &[Entry]| all.iter().position(|e| e.0 == ctx);
     let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
-    let at = match all.iter().position(|e| e.0 == ctx) {
+    let at = match known(&all) {
         Some(i) => i,
         None => {
+            // The driver is asked with the lock let go (this lock is never held across a
+            // driver call).
+            drop(all);
             let cap = memory_info().map_or(0, |(_, total)| kept_cap(total));
-            all.push(Entry(ctx, Spares::new(cap)));
-            all.len() - 1
+            all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
+            match known(&all) {
+                Some(i) => i,
+                None => {
+                    all.push(Entry(ctx, Spares::new(cap)));
+                    all.len() - 1
+                }
+            }
         }
     };
     Some(f(&mut all[at].1))
@@ -121,6 +138,9 @@ pub(crate) fn spare_buffer(len: u64) -> Option<DeviceBuffer> {
 /// to stay within the cap). Call once nothing queued uses it any more.
 pub(crate) fn return_buffer(buffer: DeviceBuffer) {
     let len = buffer_len(&buffer);
+    if !crate::device_resources::scratch_allowed(len) {
+        return; // device memory is getting short: freed now
+    }
     // Freed after the lock is let go: `cuMemFree` waits for the context.
     let freed = with_spares(|s| s.give_buffer(buffer, len, buffer_len));
     drop(freed);
@@ -137,6 +157,9 @@ pub(crate) fn spare_timer() -> CuResult<GatedTimer> {
 /// Keeps `timer` (its window finished) for a later dispatch of the current context.
 pub(crate) fn return_timer(mut timer: GatedTimer) {
     timer.release();
+    if !timer.is_gated() {
+        return;
+    }
     let extra = with_spares(|s| keep_handle(&mut s.timers, timer));
     drop(extra);
 }
@@ -216,6 +239,24 @@ mod tests {
             vec![1],
             "nothing kept with no cap"
         );
+        assert_eq!(
+            pool(300).give_buffer(0, 0, len),
+            vec![0],
+            "an empty one is not kept"
+        );
+    }
+
+    // Catches: thousands of small buffers kept (each later take searches them all).
+    #[test]
+    fn at_most_a_few_dozen_buffers_are_kept() {
+        let mut p = pool(1 << 40);
+        let mut freed = Vec::new();
+        for i in 1..=(KEPT_BUFFERS as u64 + 10) {
+            freed.extend(p.give_buffer(i, i, len));
+        }
+        assert_eq!(p.buffers.len(), KEPT_BUFFERS);
+        assert_eq!(freed, (1..=10).collect::<Vec<u64>>(), "the oldest go");
+        assert_eq!(p.buffer_bytes, p.buffers.iter().sum::<u64>());
     }
 
     #[test]

@@ -190,10 +190,12 @@ impl Recorder {
                 ));
             }
         }
-        crate::capture::forget_context(context);
         // Dispatches waiting for their counters are counted while the context lives; its
         // range profiler state goes with it.
         self.collect_batches(|c| c.context == context);
         lock(&self.metrics).retain(|c| c.context != context);
+        // Last: the batches above may have made the context's sweep again, which must not
+        // outlive it (a later context given the same handle would find it).
+        crate::capture::forget_context(context);
     }
 }
