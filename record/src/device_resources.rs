@@ -9,7 +9,10 @@ use std::sync::Mutex;
 
 use kreplay_cuda::cache::L2Flush;
 use kreplay_cuda::chunks::ChunkKernels;
-use kreplay_cuda::{memory_info, AsStream, ContextHandle, Device, Event, Module, Stream};
+use kreplay_cuda::{AsStream, ContextHandle, Device, Event, Module, Stream};
+
+/// The scratch rule, where capture, spill and profile have always asked it.
+pub(crate) use crate::scratch_rule::scratch_allowed;
 
 /// The application's sweep kernels, one per context (made on the context's first capture),
 /// or why there is none.
@@ -261,18 +264,6 @@ fn first_launches(k: &ChunkKernels, stream: &Stream) -> kreplay_cuda::CuResult<(
         let _hits = k.pointer_scan(buf.ptr(), BYTES, (1, u64::MAX), None, 1, stream)?;
     }
     Ok(())
-}
-
-/// Device scratch for snapshots is used only while this much device memory stays free after
-/// it, so the application never runs out of memory because of a capture.
-/// `KREPLAY_DEBUG_SNAPSHOT=host` makes every region take the path of those that do not fit
-/// (into the file during the stall, see `spill`): a test and measurement aid, not a user option.
-pub(crate) fn scratch_allowed(size: u64) -> bool {
-    if std::env::var_os("KREPLAY_DEBUG_SNAPSHOT").is_some_and(|v| v == "host") {
-        return false;
-    }
-    memory_info()
-        .is_ok_and(|(free, total)| free.saturating_sub(2 * size) > (total / 4).max(8 << 30))
 }
 
 /// Queues one L2 flush (the settle sweep, see `cache`) on `stream`, loading it for the current

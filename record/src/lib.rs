@@ -47,6 +47,7 @@ pub mod range_timing;
 pub mod reachable;
 pub mod readback;
 mod recorder;
+pub mod scratch_rule;
 pub mod settle;
 pub mod snapshot;
 pub mod spares;

@@ -138,7 +138,7 @@ pub(crate) fn spare_buffer(len: u64) -> Option<DeviceBuffer> {
 /// to stay within the cap). Call once nothing queued uses it any more.
 pub(crate) fn return_buffer(buffer: DeviceBuffer) {
     let len = buffer_len(&buffer);
-    if !crate::device_resources::scratch_allowed(len) {
+    if !crate::scratch_rule::scratch_allowed(len) {
         return; // device memory is getting short: freed now
     }
     // Freed after the lock is let go: `cuMemFree` waits for the context.
