@@ -1,6 +1,6 @@
 """The case table: every case of the bash GPU suite (tests/gpu/bash_cases.txt), by kind.
 
-Placeholders in command lines: {kapps}, {driver_app}, {graph_apps}, {beyond_apps},
+Placeholders in command lines: {kapps}, {ptrtable}, {driver_app}, {graph_apps}, {beyond_apps},
 {cupti_app}, {range_app}, {range_streams}, {driver_kernel}, {range_streams_slow},
 {range_streams_divergent}, {variant_app}, {variant_same}, {variant_slow}, {variant_wrong},
 {variant_layout} (cubins but variant_app), {example_tool} (a shared library): the test apps,
@@ -102,6 +102,9 @@ RUN_CASES = [
     RunCase("cuda-saxpy", "^saxpy", 2, (K, "saxpy", "3")),
     RunCase("cuda-globals", "poly_globals", 1, (K, "globals")),
     RunCase("cuda-pointers", "gather_sum", 1, (K, "pointers")),
+    # A table of 2,000 small allocations (#34's pointer-table stall case, smaller): every one
+    # reached through the table, captured and replayed bit-exact.
+    RunCase("cuda-ptrtable", "ptrtable_sum", 1, ("{ptrtable}", "2000", "4")),
     RunCase("cuda-bigsmem", "smem_reverse", 1, (K, "bigsmem")),
     RunCase("cuda-threads", "scale_rows", 5, (K, "threads")),
     RunCase("cuda-cluster", "cluster_scale", 1, (K, "cluster")),
