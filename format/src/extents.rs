@@ -93,6 +93,10 @@ pub fn is_present(present: &[(u64, u64)], offset: u64, len: u64) -> bool {
 
 /// Whether `[offset, offset + len)` holds at least one present byte.
 pub fn holds_present(present: &[(u64, u64)], offset: u64, len: u64) -> bool {
+    // An empty range holds nothing, even inside an extent.
+    if len == 0 {
+        return false;
+    }
     let end = offset.saturating_add(len);
     let i = present.partition_point(|e| e.0.saturating_add(e.1) <= offset);
     present.get(i).is_some_and(|&(o, _)| o < end)
@@ -238,6 +242,17 @@ mod tests {
             }
         }
         out
+    }
+
+    // Catches: an empty range inside an extent said to hold a present byte (found by the
+    // property below, pages [absent, absent, present], offset 8193, length 0).
+    #[test]
+    fn an_empty_range_holds_nothing_and_is_wholly_present() {
+        let present = [(2 * PAGE, PAGE)];
+        assert!(!holds_present(&present, 2 * PAGE + 1, 0));
+        assert!(is_present(&present, 2 * PAGE + 1, 0));
+        assert!(absent_ranges(&present, 2 * PAGE + 1, 0).is_empty());
+        assert!(holds_present(&present, 2 * PAGE + 1, 1));
     }
 
     proptest! {
