@@ -322,6 +322,15 @@ impl Saved {
         }
         stream.synchronize().map_err(RecordError::cuda(
             "putting memory back after re-running graph nodes",
-        ))
+        ))?;
+        // A synchronous copy from pageable memory returns once its bytes are staged, its DMA
+        // maybe still running on the legacy stream, which the application's own stream need
+        // not follow: the whole context is waited for before its launch goes on.
+        if self.copies.iter().any(|(_, b)| matches!(b, Bytes::Host(_))) {
+            kreplay_cuda::ctx_synchronize().map_err(RecordError::cuda(
+                "putting memory back after re-running graph nodes",
+            ))?;
+        }
+        Ok(())
     }
 }

@@ -283,6 +283,9 @@ fn copy_node_step(
             // launch (the context is synchronised, so the copy is in the stream's order).
             unsafe { copy_htod(dst, &bytes) }
                 .map_err(RecordError::cuda("running a memcpy node"))?;
+            // From pageable memory the call returns with its DMA maybe still running on the
+            // legacy stream, which `stream` need not follow: the next node must see the bytes.
+            ctx_synchronize().map_err(RecordError::cuda("running a memcpy node"))?;
             Ok(None)
         }
         (LinearCopy::DeviceToHost { src, bytes, .. }, _) => {
