@@ -21,7 +21,7 @@ use crate::footprint::{Footprint, Reachable, RegionSpan};
 use crate::pass_timeline::DispatchClock;
 use crate::readback::{pack, PackedRun};
 use crate::snapshot::device_copy;
-use crate::spares::{return_buffer, return_stream, return_timer, spare_buffer};
+use crate::spares::{device_buffer, return_buffers, return_stream, return_timer, spare_buffer};
 use crate::trace::{trace, trace_with};
 
 /// One region reachable by the dispatch, and its pristine copy on the device.
@@ -34,16 +34,6 @@ pub(crate) struct Saved {
     pub(crate) write_set: Vec<PackedRun>,
     /// The first pass's output of the write set, packed.
     pub(crate) first_output: Option<DeviceBuffer>,
-}
-
-impl Saved {
-    /// Gives this region's device buffers back to the context's spares.
-    fn recycle(self) {
-        return_buffer(self.pristine);
-        if let Some(b) = self.first_output {
-            return_buffer(b);
-        }
-    }
 }
 
 /// The pristine copy of `size` bytes at `addr`, queued on `stream`: into a spare buffer of
@@ -71,12 +61,12 @@ impl Spent {
     /// failure: those are freed, as before.
     pub(crate) fn recycle(self, saved: Vec<Saved>, stream: Stream) {
         return_timer(self.timer);
-        if let Some(flags) = self.flags {
-            return_buffer(flags);
-        }
+        let mut buffers: Vec<DeviceBuffer> = self.flags.into_iter().collect();
         for s in saved {
-            s.recycle();
+            buffers.push(s.pristine);
+            buffers.extend(s.first_output);
         }
+        return_buffers(buffers);
         return_stream(stream);
     }
 }
@@ -157,13 +147,10 @@ impl OutputCheck {
         }
         let total: usize = gpu.iter().map(|g| g.3 * 8).sum();
         let flags = if total > 0 {
-            match spare_buffer(total as u64) {
-                Some(b) => Some(b),
-                None => Some(
-                    DeviceBuffer::new(total)
-                        .map_err(|_| RecordError::NoPostScratch(total as u64))?,
-                ),
-            }
+            Some(
+                device_buffer(total as u64)
+                    .map_err(|_| RecordError::NoPostScratch(total as u64))?,
+            )
         } else {
             None
         };
@@ -317,10 +304,7 @@ fn device_copy_packed(
     total: u64,
     stream: &Stream,
 ) -> Result<DeviceBuffer, RecordError> {
-    let buf = match spare_buffer(total) {
-        Some(b) => b,
-        None => DeviceBuffer::new(total as usize).map_err(|_| RecordError::NoPostScratch(total))?,
-    };
+    let buf = device_buffer(total).map_err(|_| RecordError::NoPostScratch(total))?;
     let mut at = 0;
     for r in runs {
         // SAFETY: the runs lie in the region at `addr` (the application's, while it waits in

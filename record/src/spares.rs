@@ -134,15 +134,31 @@ pub(crate) fn spare_buffer(len: u64) -> Option<DeviceBuffer> {
     with_spares(|s| s.take_buffer(len, buffer_len)).flatten()
 }
 
-/// Keeps `buffer` for a later dispatch of the current context (or frees it, or an older one,
-/// to stay within the cap). Call once nothing queued uses it any more.
-pub(crate) fn return_buffer(buffer: DeviceBuffer) {
-    let len = buffer_len(&buffer);
-    if !crate::scratch_rule::scratch_allowed(len) {
+/// A device buffer of exactly `len` bytes: a spare when the context keeps one, else a new one.
+pub(crate) fn device_buffer(len: u64) -> CuResult<DeviceBuffer> {
+    match spare_buffer(len) {
+        Some(b) => Ok(b),
+        None => DeviceBuffer::new(len as usize),
+    }
+}
+
+/// Keeps `buffers` for a later dispatch of the current context (or frees them, or older ones,
+/// to stay within the cap): all of them only while device memory stays as free as scratch
+/// must leave it, asked once. Call once nothing queued uses them any more.
+pub(crate) fn return_buffers(buffers: Vec<DeviceBuffer>) {
+    let total: u64 = buffers.iter().map(buffer_len).sum();
+    if !crate::scratch_rule::scratch_allowed(total) {
         return; // device memory is getting short: freed now
     }
     // Freed after the lock is let go: `cuMemFree` waits for the context.
-    let freed = with_spares(|s| s.give_buffer(buffer, len, buffer_len));
+    let freed = with_spares(|s| {
+        let mut freed = Vec::new();
+        for b in buffers {
+            let len = buffer_len(&b);
+            freed.extend(s.give_buffer(b, len, buffer_len));
+        }
+        freed
+    });
     drop(freed);
 }
 
