@@ -7,19 +7,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p kreplay -p kreplay-record
 cargo build --release -p kreplay-player --example replay_bench
-cargo build --release -p kreplay-format --example craft_hostile --example stream_rates
+cargo build --release -p kreplay-format --example craft_hostile --example craft_touched --example stream_rates
 mkdir -p dist
 # The GPU test of the chunk kernels (a cargo test binary; its test is #[ignore]d: run it with
 # --ignored or --include-ignored on a GPU).
 t=$(cargo test --release -p kreplay-cuda --test chunks_gpu --no-run --message-format=json 2> /dev/null \
   | python3 -c 'import json, sys; print([j["executable"] for j in map(json.loads, sys.stdin) if j.get("executable")][-1])')
 cp "$t" dist/chunks_gpu
-for f in kreplay libkreplay_record.so examples/replay_bench examples/craft_hostile examples/stream_rates; do
+for f in kreplay libkreplay_record.so examples/replay_bench examples/craft_hostile examples/craft_touched examples/stream_rates; do
   cp "target/release/$f" "dist/$(basename "$f")"
 done
 # The test helpers (a test binary, examples) ship to no user: their debug information goes, so
 # dist/ stays within what a device run carries (64 MiB with the source tree).
-for f in chunks_gpu replay_bench craft_hostile stream_rates; do
+for f in chunks_gpu replay_bench craft_hostile craft_touched stream_rates; do
   strip --strip-debug "dist/$f"
 done
 ls -la dist

@@ -227,12 +227,21 @@ impl UploadRing {
     /// # Safety
     /// `[dst, dst + len)` is *writable* (module docs) until `finish` returns or the ring drops.
     pub unsafe fn zero(&mut self, dst: u64, len: usize) -> CuResult<()> {
+        // SAFETY: this function's contract is `fill`'s.
+        unsafe { self.fill(dst, len, 0) }
+    }
+
+    /// Sets `len` bytes of device memory at `dst` to `value`, in order with the uploads.
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` is *writable* (module docs) until `finish` returns or the ring drops.
+    pub unsafe fn fill(&mut self, dst: u64, len: usize, value: u8) -> CuResult<()> {
         if len == 0 {
             return Ok(());
         }
         // SAFETY: the range is writable by this function's contract; the stream is ours.
         check(
-            unsafe { sys::cuMemsetD8Async(dst, 0, len, self.stream.raw_stream()) },
+            unsafe { sys::cuMemsetD8Async(dst, value, len, self.stream.raw_stream()) },
             "cuMemsetD8Async",
         )
     }

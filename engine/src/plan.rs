@@ -77,8 +77,8 @@ fn plain(id: u32, value: [u8; 64]) -> PlannedAttribute {
 
 impl LaunchPlan {
     /// A salvaged capture that lost what the dispatch needs is refused here, before any GPU
-    /// work (`kreplay_format::replay_blockers`), and so is a capture by touched pages, whose
-    /// absent pages this kreplay cannot replay yet (`kreplay_format::absent`).
+    /// work (`kreplay_format::replay_blockers`). A capture by touched pages is not: the
+    /// session fills its absent pages (`kreplay_format::absent::ABSENT_FILL`).
     pub fn new(cap: &Capture<'_>) -> Result<LaunchPlan, PlanError> {
         let why = kreplay_format::absent::unreplayable(cap);
         if !why.is_empty() {
@@ -460,7 +460,7 @@ mod tests {
     }
 
     #[test]
-    fn a_capture_by_touched_pages_is_refused_before_the_gpu() {
+    fn a_capture_by_touched_pages_is_planned_like_any_other() {
         capture("cuda-saxpy", |cap| {
             // Region 0 as a recorder of touched pages leaves it: its first page present.
             let mut touched = cap.clone();
@@ -473,12 +473,8 @@ mod tests {
                     present: vec![(0, 4096)],
                 },
             );
-            let e = LaunchPlan::new(&touched).unwrap_err();
-            assert!(matches!(e, PlanError::Unreplayable(_)), "{e}");
-            let msg = e.to_string();
-            assert!(msg.contains("1 region captured by touched pages"), "{msg}");
-            assert!(msg.contains("4.0 KiB of "), "{msg}");
-            assert!(msg.contains("cannot replay absent pages yet"), "{msg}");
+            // Its absent pages are the session's to fill: the plan takes it as it is.
+            assert!(LaunchPlan::new(&touched).is_ok());
             assert!(LaunchPlan::new(cap).is_ok());
         });
     }

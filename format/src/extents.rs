@@ -124,6 +124,23 @@ pub fn absent_ranges(present: &[(u64, u64)], offset: u64, len: u64) -> Vec<(u64,
     out
 }
 
+/// The present ranges (offset, length) inside `[offset, offset + len)`, in order: the bytes
+/// of a stored chunk there that hold the application's values (what a replay restores and
+/// verifies; the rest of the chunk is absent).
+pub fn present_ranges(present: &[(u64, u64)], offset: u64, len: u64) -> Vec<(u64, u64)> {
+    let end = offset.saturating_add(len);
+    let first = present.partition_point(|e| e.0.saturating_add(e.1) <= offset);
+    present[first..]
+        .iter()
+        .take_while(|e| e.0 < end)
+        .map(|&(o, l)| {
+            let start = o.max(offset);
+            (start, o.saturating_add(l).min(end) - start)
+        })
+        .filter(|e| e.1 > 0)
+        .collect()
+}
+
 /// Offsets of the region's chunks that hold a present byte: those the capture stores.
 pub fn stored_chunk_offsets(r: &Region, present: &[(u64, u64)]) -> Vec<u64> {
     let cs = r.chunk_size.max(1);
@@ -281,9 +298,19 @@ mod tests {
                 prop_assert!(l > 0);
                 absent[o as usize..(o + l) as usize].fill(true);
             }
+            let mut held = vec![false; m.len()];
+            let kept = present_ranges(&present, offset, len);
+            for w in kept.windows(2) {
+                prop_assert!(w[0].0 + w[0].1 < w[1].0, "merged and sorted: {:?}", kept);
+            }
+            for &(o, l) in &kept {
+                prop_assert!(l > 0);
+                held[o as usize..(o + l) as usize].fill(true);
+            }
             for i in 0..m.len() {
                 let inside = (i as u64) >= offset && (i as u64) < offset + len;
                 prop_assert_eq!(absent[i], inside && !m[i], "byte {}", i);
+                prop_assert_eq!(held[i], inside && m[i], "byte {}", i);
             }
             let stored = stored_chunk_offsets(&r, &present);
             let chunk = 4 * PAGE;

@@ -84,6 +84,7 @@ mod tests {
             code: kreplay_engine::CodeSource::Cubin,
             device: "d".into(),
             write_set_bytes: 0,
+            absent_bytes: 0,
             pristine: kreplay_engine::PristineStore::None,
             cache: CacheState::Keep,
             verify: Default::default(),

@@ -30,6 +30,7 @@ use kreplay_engine::{
     Placement, PlayError, PristineStore, RegionPlacement, Replayer, Restorer, RunOptions,
     Verification, WriteSet,
 };
+use kreplay_format::absent::ABSENT_FILL;
 use kreplay_format::{
     Capture, ChunkEncoding, ChunkRef, MemoryKind, MemoryState, Region, RegionRole, TextureResource,
 };
@@ -65,6 +66,10 @@ pub struct PlayReport {
     pub code: CodeSource,
     pub device: String,
     pub write_set_bytes: u64,
+    /// Bytes the capture does not hold (captured by touched pages), written with
+    /// `ABSENT_FILL` before the first pass and left out of verification; 0 for a capture of
+    /// whole regions.
+    pub absent_bytes: u64,
     /// Where the pristine copy of the write set lives.
     pub pristine: PristineStore,
     pub cache: CacheState,
@@ -262,7 +267,8 @@ fn upload_window(cap: &Capture<'_>) -> u64 {
 /// How a region's pre-dispatch chunks (in offset order) are uploaded: runs of chunk indices,
 /// each either zeroed on the device (`true`: adjacent chunks stored as zeros, as one run of
 /// any length) or decoded into one staging buffer (`false`: at most `per_window` chunks).
-/// `zeroed_here` is false for host memory, which always goes through the staging.
+/// `zeroed_here` is false for host memory, which always goes through the staging. A run never
+/// spans a gap between stored chunks.
 fn upload_runs(
     chunks: &[&ChunkRef],
     per_window: usize,
@@ -274,7 +280,14 @@ fn upload_runs(
     while i < chunks.len() {
         let zero = is_zero(chunks[i]);
         let first = i;
-        while i < chunks.len() && is_zero(chunks[i]) == zero && (zero || i - first < per_window) {
+        // A run is of adjacent chunks: a capture by touched pages stores only the chunks that
+        // hold a present byte, so the stored ones can have gaps.
+        let adjacent = |i: usize| chunks[i - 1].offset + chunks[i - 1].raw_len == chunks[i].offset;
+        while i < chunks.len()
+            && (i == first || adjacent(i))
+            && is_zero(chunks[i]) == zero
+            && (zero || i - first < per_window)
+        {
             i += 1;
         }
         runs.push((first..i, zero));
@@ -345,6 +358,49 @@ unsafe fn upload_region(
             }
         }
         progress(len);
+    }
+    if let Some(e) = cap.extents(region_id) {
+        // SAFETY: `dst` starts region `r`'s bytes (this function's contract), and every
+        // absent range lies inside the region.
+        unsafe { fill_absent(r, &e.present, dst, ring, zeroed_here)? };
+    }
+    Ok(())
+}
+
+/// Writes `ABSENT_FILL` over every absent byte of region `r` (captured by touched pages,
+/// `present` its extents), after its stored chunks on the ring's stream: the bytes no chunk
+/// holds, and those a stored chunk holds as zeros that mean nothing. On the device with
+/// `cuMemsetD8Async` (`on_device`), for host memory through the staging.
+///
+/// # Safety
+/// `dst` starts the `r.size` bytes placed for region `r`, which nothing else reads or writes
+/// until `ring` finishes.
+unsafe fn fill_absent(
+    r: &Region,
+    present: &[(u64, u64)],
+    dst: u64,
+    ring: &mut UploadRing,
+    on_device: bool,
+) -> Result<(), PlayError> {
+    let window = ring.capacity().max(1) as u64;
+    for (offset, len) in kreplay_format::extents::absent_ranges(present, 0, r.size) {
+        if on_device {
+            // SAFETY: the range is inside region `r` (`absent_ranges` of its own bytes).
+            unsafe { ring.fill(dst + offset, len as usize, ABSENT_FILL)? };
+            continue;
+        }
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(window);
+            // SAFETY: as above.
+            unsafe {
+                ring.upload(dst + offset + at, n as usize, |b: &mut [u8]| {
+                    b.fill(ABSENT_FILL);
+                    Ok::<(), PlayError>(())
+                })?
+            };
+            at += n;
+        }
     }
     Ok(())
 }
@@ -795,6 +851,7 @@ impl<'c> Session<'c> {
             code: self.code,
             device: self.device.props().name.clone(),
             write_set_bytes: restorer.write_set().bytes(),
+            absent_bytes: absent_bytes(cap),
             pristine: restorer.store(),
             cache: opts.cache,
             verify: v,
@@ -818,6 +875,8 @@ fn check_against_capture(
     let mut staging: Option<PinnedBuffer> = None;
     for p in placements {
         let items = expected_chunks(cap, p.region_id, p.usable);
+        // Captured by touched pages: only the present bytes are the application's.
+        let present = cap.extents(p.region_id).map(|e| e.present.as_slice());
         let spans: Vec<(u64, u64)> = items
             .iter()
             .map(|&(_, offset, len)| (offset, len))
@@ -857,7 +916,11 @@ fn check_against_capture(
             unsafe { copy_dtoh(found, p.base + window[0].1)? };
             let mut at = 0usize;
             for (&(_, offset, len), e) in window.iter().zip(&expected) {
-                compare(p.region_id, offset, e, &found[at..at + len as usize], v);
+                let found = &found[at..at + len as usize];
+                match present {
+                    None => compare(p.region_id, offset, e, found, v),
+                    Some(present) => compare_present(p.region_id, offset, e, found, present, v),
+                }
                 at += len as usize;
             }
         }
@@ -893,6 +956,32 @@ fn expected_chunks<'a>(
     }
     items.sort_by_key(|i| i.1);
     items
+}
+
+/// The bytes of `cap`'s regions that it does not hold (captured by touched pages).
+fn absent_bytes(cap: &Capture<'_>) -> u64 {
+    cap.region_extents
+        .keys()
+        .filter_map(|&id| Some(cap.region(id)?.size.saturating_sub(cap.present_bytes(id))))
+        .sum()
+}
+
+/// `compare` of the present bytes only (`present`: the region's extents) of `expected` and
+/// `found`, the bytes of a region from `offset` on: an absent byte holds the replay's fill, not
+/// the application's value, in both the device and the file.
+fn compare_present(
+    region_id: u32,
+    offset: u64,
+    expected: &[u8],
+    found: &[u8],
+    present: &[(u64, u64)],
+    v: &mut VerifyOutcome,
+) {
+    let len = expected.len().min(found.len()) as u64;
+    for (o, l) in kreplay_format::extents::present_ranges(present, offset, len) {
+        let (a, b) = ((o - offset) as usize, (o - offset + l) as usize);
+        compare(region_id, o, &expected[a..b], &found[a..b], v);
+    }
 }
 
 /// Groups `spans` (offset, length; in region order) into windows read back with one copy
@@ -1131,11 +1220,16 @@ mod tests {
         let b = testdata::bytes("cuda-saxpy");
         let cap = testdata::parse(&b);
         let c = *cap.chunks(1, MemoryState::Pre).next().expect("a chunk");
-        let (z, d) = (
-            with_encoding(&c, ChunkEncoding::Zero),
-            with_encoding(&c, ChunkEncoding::Zstd),
-        );
-        let chunks = [&z, &z, &z, &d, &d, &d, &z, &d];
+        let kinds = [0, 0, 0, 1, 1, 1, 0, 1].map(|k| [ChunkEncoding::Zero, ChunkEncoding::Zstd][k]);
+        let owned: Vec<ChunkRef> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &e)| ChunkRef {
+                offset: i as u64 * c.raw_len,
+                ..with_encoding(&c, e)
+            })
+            .collect();
+        let chunks: Vec<&ChunkRef> = owned.iter().collect();
         assert_eq!(
             upload_runs(&chunks, 2, true),
             vec![
@@ -1152,6 +1246,54 @@ mod tests {
             vec![(0..4, false), (4..8, false)]
         );
         assert_eq!(upload_runs(&[], 2, true), vec![]);
+    }
+
+    // Catches: a run across a gap between stored chunks (a capture by touched pages leaves
+    // wholly absent chunks out): the staged bytes of the chunk after the gap would land at the
+    // gap's offset, and a zero run would zero the gap.
+    #[test]
+    fn upload_runs_stop_at_a_gap_between_stored_chunks() {
+        let b = testdata::bytes("cuda-saxpy");
+        let cap = testdata::parse(&b);
+        let c = *cap.chunks(1, MemoryState::Pre).next().expect("a chunk");
+        let at = |i: u64, e| ChunkRef {
+            offset: i * c.raw_len,
+            ..with_encoding(&c, e)
+        };
+        let owned = [
+            at(0, ChunkEncoding::Zstd),
+            at(1, ChunkEncoding::Zstd),
+            at(3, ChunkEncoding::Zstd),
+            at(4, ChunkEncoding::Zero),
+            at(6, ChunkEncoding::Zero),
+        ];
+        let chunks: Vec<&ChunkRef> = owned.iter().collect();
+        assert_eq!(
+            upload_runs(&chunks, 8, true),
+            vec![(0..2, false), (2..3, false), (3..4, true), (4..5, true)]
+        );
+    }
+
+    // Catches: absent bytes compared (the fill against the file's zeros: every absent byte a
+    // mismatch), present bytes skipped, or a mismatch reported at the wrong offset.
+    #[test]
+    fn only_present_bytes_are_verified() {
+        // Bytes 4096.. of a chunk at 4096 hold [present 4096..8192, absent 8192..12288,
+        // present 12288..12300].
+        let present = [(4096u64, 4096u64), (12288, 12)];
+        let expected = vec![0u8; 8204];
+        let mut found = vec![ABSENT_FILL; 8204];
+        found[..4096].fill(0);
+        found[8192..].fill(0);
+        let mut v = VerifyOutcome::default();
+        compare_present(7, 4096, &expected, &found, &present, &mut v);
+        assert_eq!(v.mismatched_bytes, 0, "{:?}", v.first_mismatches);
+        found[100] = 1;
+        found[8200] = 2;
+        compare_present(7, 4096, &expected, &found, &present, &mut v);
+        assert_eq!(v.mismatched_bytes, 2);
+        let at: Vec<u64> = v.first_mismatches.iter().map(|m| m.offset).collect();
+        assert_eq!(at, vec![4196, 12296]);
     }
 
     // Catches: the same on a real region (its zeroed global and its compressed y), and a

@@ -127,6 +127,7 @@ mod tests {
                 code: kreplay_engine::CodeSource::Cubin,
                 device: "NVIDIA H200".into(),
                 write_set_bytes: 0,
+                absent_bytes: 0,
                 pristine: kreplay_engine::PristineStore::None,
                 cache: kreplay_engine::CacheState::Keep,
                 verify: Default::default(),

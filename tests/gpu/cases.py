@@ -1,7 +1,7 @@
 """The case table: every case of the bash GPU suite (tests/gpu/bash_cases.txt), by kind.
 
 Placeholders in command lines: {kapps}, {ptrtable}, {driver_app}, {graph_apps}, {beyond_apps},
-{cupti_app}, {range_app}, {range_streams}, {driver_kernel}, {range_streams_slow},
+{cupti_app}, {touch_gather}, {range_app}, {range_streams}, {driver_kernel}, {range_streams_slow},
 {range_streams_divergent}, {variant_app}, {variant_same}, {variant_slow}, {variant_wrong},
 {variant_layout} (cubins but variant_app), {example_tool} (a shared library): the test apps,
 built once per session by the `apps` fixture (conftest.py); {apps}: testdata/apps (the Python
@@ -398,6 +398,7 @@ INLINE_CASES = {
     "nvtx-select": (),
     "robust-sigterm": (),
     "hostile-play": (),
+    "touched-replay": (),
     "cupti-versions": ("counters",),
     "robust-stderr-full": (),
     "chunk-kernels": (),

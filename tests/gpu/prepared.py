@@ -58,6 +58,7 @@ class Apps:
         return {
             "kapps": ([s / "kapps.cu"], ["nvcc", "-O2", "-std=c++17", a, "-o", "{out}", s / "kapps.cu"]),
             "ptrtable": ([s / "ptrtable.cu"], ["nvcc", "-O2", a, "-o", "{out}", s / "ptrtable.cu"]),
+            "touch_gather": ([s / "touch_gather.cu"], ["nvcc", "-O2", a, "-o", "{out}", s / "touch_gather.cu"]),
             "driver_app": ([s / "driver_app.cu"], ["nvcc", "-O2", a, "-o", "{out}", s / "driver_app.cu", "-lcuda"]),
             "graph_apps": ([s / "graph_apps.cu"], ["nvcc", "-O2", "-std=c++17", a, "-o", "{out}", s / "graph_apps.cu"]),
             "beyond_apps": ([s / "beyond_apps.cu"],

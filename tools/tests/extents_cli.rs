@@ -1,6 +1,6 @@
 //! Captures by touched pages (REGION_EXTENTS) at the command line, no GPU needed: `info`
-//! shows present and absent bytes, `info --json` the extents, `verify` checks them, and `play`
-//! and `extract --repro` refuse such a capture before touching a GPU. The capture is made
+//! shows present and absent bytes, `info --json` the extents, `verify` checks them, `play`
+//! takes such a capture (its absent pages filled) and `extract --repro` refuses it. The capture is made
 //! from a real capture's dispatch, module and memory, with region 0 held by touched pages.
 
 mod common;
@@ -79,22 +79,31 @@ fn info_shows_present_and_absent_bytes_and_verify_checks_them() {
     assert_eq!(code, 0, "{err}");
 }
 
+// Catches: `play` refusing a capture by touched pages again (it fills the absent pages), or
+// `extract --repro` writing a reproducer whose files would hold the absent bytes as zeros.
 #[test]
-fn play_and_extract_repro_refuse_a_capture_by_touched_pages_before_the_gpu() {
+fn play_gets_past_absent_pages_and_extract_repro_refuses_them() {
     let d = scratch("touched-refuse");
     let (f, _) = touched_file(&d);
     let (code, _, err) = kreplay(&["play", &f, "--tool", "/nonexistent/t.so"]);
     assert_ne!(code, 0, "{err}");
-    assert!(err.contains("1 region captured by touched pages"), "{err}");
-    assert!(err.contains("cannot replay absent pages yet"), "{err}");
     assert!(
-        !err.contains("/nonexistent/t.so"),
-        "refused before the tool: {err}"
+        !err.contains("captured by touched pages"),
+        "play no longer refuses absent pages: {err}"
+    );
+    assert!(
+        err.contains("/nonexistent/t.so"),
+        "the tool is what stops this play: {err}"
     );
     let repro = d.join("repro");
     let (code, _, err) = kreplay(&["extract", &f, "--repro", repro.to_str().expect("utf-8")]);
     assert_ne!(code, 0, "{err}");
-    assert!(err.contains("cannot replay absent pages yet"), "{err}");
+    assert!(err.contains("1 region captured by touched pages"), "{err}");
+    assert!(
+        err.contains("a reproducer cannot hold absent pages yet"),
+        "{err}"
+    );
+    assert!(!repro.exists(), "nothing written");
 }
 
 // Catches: a region's absent bytes extracted as zeros without a word (they read as data),

@@ -286,6 +286,15 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
         duration(r.timing.restore_median_ns),
         r.timing.setup_ms
     );
+    if r.absent_bytes > 0 {
+        out!(
+            w,
+            "absent    {} not in the capture (captured by touched pages): filled with {:#04x} \
+             before the first pass, neither restored nor verified",
+            bytes(r.absent_bytes),
+            kreplay_format::absent::ABSENT_FILL
+        );
+    }
     if let Some(range) = &r.range {
         print_steps(w, range)?;
     }

@@ -1,0 +1,82 @@
+"""Verdicts of the touched-pages cases (issue 35), pure functions tested on the CPU
+(test_touched_cpu.py): which region of `info --json` is the pool, and what a capture by
+touched pages must show in `info --json` and in `play --verify --json`.
+
+The cases make their capture by touched pages from a whole one with `craft_touched` (dist/),
+from the page list the app writes: what the Sanitizer-based recorder will write by itself."""
+
+from __future__ import annotations
+
+PAGE = 4096
+
+
+def pool_region(info: dict, pool_bytes: int):
+    """The id of the region of exactly `pool_bytes` bytes (the app's pool), or None."""
+    ids = [r.get("id") for r in (info or {}).get("regions") or [] if r.get("size") == pool_bytes]
+    return ids[0] if len(ids) == 1 else None
+
+
+def extents_checks(info: dict, region_id, pages: int, pool_bytes: int) -> list[str]:
+    """The capture by touched pages holds `pages` pages of the pool, every other region whole."""
+    why = []
+    regions = (info or {}).get("regions") or []
+    if not regions:
+        return ["info --json shows no regions"]
+    for r in regions:
+        present, size = r.get("present_bytes"), r.get("size")
+        if r.get("id") == region_id:
+            ext = r.get("extents") or {}
+            if present != pages * PAGE:
+                why.append(f"pool region {region_id}: {present} bytes present, not {pages} pages of {PAGE}")
+            if size != pool_bytes:
+                why.append(f"pool region {region_id}: size {size}, not {pool_bytes}")
+            if ext.get("page_size") != PAGE or not ext.get("present"):
+                why.append(f"pool region {region_id}: extents {ext}")
+        elif present != size or r.get("extents") is not None:
+            why.append(f"region {r.get('id')}: {present} of {size} bytes present (should be whole)")
+    return why
+
+
+def replay_checks(play_rc: int, play: dict, passes: int, absent_bytes: int) -> list[str]:
+    """`play --verify --json` of a faithful capture by touched pages: bit-exact, deterministic
+    over `passes` passes, and the absent bytes reported."""
+    why = []
+    v = (play or {}).get("verify") or {}
+    if play_rc != 0:
+        why.append(f"play exits {play_rc}")
+    if v.get("matched") is not True or v.get("mismatched_bytes"):
+        why.append(f"verify: {v.get('mismatched_bytes')} bytes differ ({v.get('first_mismatches')})")
+    if v.get("deterministic") is not True:
+        why.append("passes differ")
+    if (play or {}).get("passes") != passes:
+        why.append(f"{(play or {}).get('passes')} passes, not {passes}")
+    if (play or {}).get("absent_bytes") != absent_bytes:
+        why.append(f"absent_bytes {(play or {}).get('absent_bytes')}, not {absent_bytes}")
+    return why
+
+
+def missing_page_checks(play_rc: int, play: dict, out_region) -> list[str]:
+    """`play --verify --json` of a capture that lacks a page the kernel reads: the kernel reads
+    the fill, so its output differs, in the output region, and play says so (exit 1)."""
+    v = (play or {}).get("verify") or {}
+    why = []
+    if v.get("matched") is not False or not v.get("mismatched_bytes"):
+        why.append(f"a page the kernel reads left out, yet verify says matched={v.get('matched')}")
+    regions = {m.get("region_id") for m in v.get("first_mismatches") or []}
+    if out_region is not None and regions and regions != {out_region}:
+        why.append(f"mismatches in regions {sorted(regions)}, not only the output {out_region}")
+    if play_rc == 0:
+        why.append("play exits 0 on a mismatch")
+    return why
+
+
+def size_checks(touched_bytes: int, whole_bytes: int, read_written: int, overhead: int) -> list[str]:
+    """The file by touched pages is at most 2 x the bytes read and written plus `overhead`
+    (code and metadata: the whole capture's size less its memory), and smaller than the whole."""
+    why = []
+    if touched_bytes > 2 * read_written + overhead:
+        why.append(f"capture by touched pages {touched_bytes} bytes > 2 x {read_written} read and written"
+                   f" + {overhead} code and metadata")
+    if touched_bytes >= whole_bytes:
+        why.append(f"capture by touched pages {touched_bytes} bytes not smaller than the whole {whole_bytes}")
+    return why

@@ -1,0 +1,64 @@
+"""The touched-pages verdicts (krtouched) on made-up reports: each test names the broken
+capture or replay it must catch."""
+
+import krtouched as T
+
+MIB = 1 << 20
+POOL = 256 * MIB
+
+
+def info(pool_present=655 * 4096, extents=True):
+    pool = {"id": 0, "size": POOL, "present_bytes": pool_present,
+            "extents": {"page_size": 4096, "present": [[0, pool_present]]} if extents else None}
+    return {"regions": [pool, {"id": 1, "size": 2620, "present_bytes": 2620, "extents": None},
+                        {"id": 2, "size": 655 * 4096, "present_bytes": 655 * 4096, "extents": None}]}
+
+
+def play(matched=True, mismatched=0, deterministic=True, passes=8, absent=POOL - 655 * 4096, regions=(2,)):
+    return {"passes": passes, "absent_bytes": absent,
+            "verify": {"matched": matched, "mismatched_bytes": mismatched, "deterministic": deterministic,
+                       "first_mismatches": [{"region_id": r, "offset": 0} for r in regions] if mismatched else []}}
+
+
+def test_the_pool_is_the_one_region_of_its_size():
+    assert T.pool_region(info(), POOL) == 0
+    assert T.pool_region(info(), 123) is None
+    two = info()
+    two["regions"][1]["size"] = POOL
+    assert T.pool_region(two, POOL) is None, "ambiguous"
+
+
+def test_extents_of_the_pool_only():
+    assert T.extents_checks(info(), 0, 655, POOL) == []
+    # Catches: the crafted capture holding the whole pool, or the wrong number of pages.
+    assert T.extents_checks(info(extents=False, pool_present=POOL), 0, 655, POOL)
+    assert T.extents_checks(info(pool_present=654 * 4096), 0, 655, POOL)
+    # Catches: another region captured by touched pages.
+    bad = info()
+    bad["regions"][2]["present_bytes"] = 4096
+    assert any("region 2" in w for w in T.extents_checks(bad, 0, 655, POOL))
+    assert T.extents_checks({}, 0, 655, POOL)
+
+
+def test_a_faithful_replay_is_bit_exact_deterministic_and_says_what_was_absent():
+    assert T.replay_checks(0, play(), 8, POOL - 655 * 4096) == []
+    assert T.replay_checks(1, play(), 8, POOL - 655 * 4096)
+    assert T.replay_checks(0, play(matched=False, mismatched=4), 8, POOL - 655 * 4096)
+    assert T.replay_checks(0, play(deterministic=False), 8, POOL - 655 * 4096)
+    assert T.replay_checks(0, play(passes=1), 8, POOL - 655 * 4096)
+    # Catches: the absent bytes not reported (or the report of a whole capture).
+    assert T.replay_checks(0, play(absent=0), 8, POOL - 655 * 4096)
+
+
+def test_a_missing_page_must_show_in_the_output():
+    assert T.missing_page_checks(1, play(matched=False, mismatched=4096), 2) == []
+    # Catches: verification that skips the difference, a zero exit, a mismatch in the input.
+    assert T.missing_page_checks(1, play(), 2)
+    assert T.missing_page_checks(0, play(matched=False, mismatched=4096), 2)
+    assert T.missing_page_checks(1, play(matched=False, mismatched=4096, regions=(0,)), 2)
+
+
+def test_size_is_bounded_by_the_bytes_touched():
+    assert T.size_checks(6 * MIB, 260 * MIB, 5 * MIB, 64 << 10) == []
+    assert T.size_checks(11 * MIB, 260 * MIB, 5 * MIB, 64 << 10)
+    assert T.size_checks(260 * MIB, 260 * MIB, 200 * MIB, 64 << 10)
