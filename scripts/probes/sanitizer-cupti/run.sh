@@ -1,75 +1,90 @@
 #!/usr/bin/env bash
-# probe35 (kreplay issue #35 feasibility): build, then run the CUDA C++ app and the PyTorch app
-# plain and under the injected probe (CUPTI + Compute Sanitizer API in one library).
-# Usage: bash run.sh          (from anywhere; works relative to this script's directory)
-# Everything goes to stdout; a digest of the key lines is printed at the end.
-# Total wall time is capped at ~175 s: steps that no longer fit are skipped (and say so).
+# kreplay #35 touched-pages probe, on the GPU machine, from the repo root:
+#     bash scripts/probes/sanitizer-cupti/run.sh
+# Builds into /tmp/sp, runs each app plain and under the injected probe in several modes, every
+# step under a timeout; keeps going after failures and skips steps once ~170 s are spent.
+# Everything goes to stdout (and to $OUT/run.log when $OUT is set); a digest closes the output.
 set -u
-cd "$(dirname "$0")"
-HERE=$(pwd)
-T0=$(date +%s)
-BUDGET=${PROBE_BUDGET_S:-175}
-LOG=$(mktemp /tmp/probe35.XXXXXX.log)
+HERE=$(cd "$(dirname "$0")" && pwd)
+SP=/tmp/sp
+CUDA=${CUDA_HOME:-/usr/local/cuda}
 PY=${PYTHON:-python3}
-PROBE="$HERE/build/libprobe.so"
-PROBE134="$HERE/build/libprobe134.so"
+T0=$(date +%s)
+BUDGET=${PROBE_BUDGET_S:-170}
+LOG=${OUT:-/tmp}/run.log
+mkdir -p "$(dirname "$LOG")"; : > "$LOG"
 
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-
-# step NAME TIMEOUT_S cmd...   (never aborts the script)
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
+# step NAME TIMEOUT_S cmd...   (never stops the script)
 step() {
   local name=$1 tmo=$2; shift 2
   local l; l=$(left)
-  if [ "$l" -lt 8 ]; then echo "=== SKIP $name (time budget: ${l}s left)" | tee -a "$LOG"; return 0; fi
-  [ "$tmo" -gt "$((l - 3))" ] && tmo=$((l - 3))
-  echo "=== STEP $name (timeout ${tmo}s, ${l}s left): $*" | tee -a "$LOG"
+  if [ "$l" -lt 6 ]; then echo "=== SKIP $name (time budget spent)" | tee -a "$LOG"; return 0; fi
+  [ "$tmo" -gt "$((l - 2))" ] && tmo=$((l - 2))
+  echo "=== STEP $name (timeout ${tmo}s): $*" | tee -a "$LOG"
   local s; s=$(date +%s.%N)
   timeout -k 3 "$tmo" "$@" 2>&1 | sed -u "s/^/[$name] /" | tee -a "$LOG"
   local rc=${PIPESTATUS[0]}
-  local e; e=$(date +%s.%N)
-  echo "=== END $name rc=$rc wall_s=$(awk -v a="$s" -v b="$e" 'BEGIN{printf "%.2f", b-a}')$([ "$rc" = 124 ] && echo ' TIMEOUT')" | tee -a "$LOG"
+  echo "=== END $name rc=$rc wall_s=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}')$([ "$rc" = 124 ] && echo ' TIMEOUT')" | tee -a "$LOG"
   return 0
 }
 
-INJ=(env CUDA_INJECTION64_PATH="$PROBE")   # an array, not a function: timeout must exec it
+echo "=== probe35-touched at $(date -u) in $HERE" | tee -a "$LOG"
+# What is there, before anything can fail. The Sanitizer API headers carry no version macro:
+# the instruction ids they define are the version that matters here.
+{
+  set -x
+  ls /usr/local/cuda/compute-sanitizer /usr/local/cuda/compute-sanitizer/include
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$CUDA/compute-sanitizer/compute-sanitizer" --version | tail -2
+  "$CUDA/bin/nvcc" --version | tail -2
+  grep -h "define CUDA_VERSION" "$CUDA/include/cuda.h"
+  grep -rh "define CUPTI_API_VERSION" "$CUDA/include" "$CUDA/extras/CUPTI/include" 2>/dev/null | head -2
+  grep -h -i "version" "$CUDA"/compute-sanitizer/include/sanitizer*.h | grep -i define | head
+  grep -ho "SANITIZER_INSTRUCTION_[A-Z_0-9]* *= *[0-9]*" "$CUDA/compute-sanitizer/include/sanitizer_patching.h" | tr -s ' ' | paste -sd' '
+  ls -la "$CUDA"/extras/CUPTI/lib64/libcupti.so* "$CUDA"/lib64/libcupti.so* 2>/dev/null
+  ls -la "$HERE/vendor" 2>/dev/null
+  set +x
+} 2>&1 | sed -u 's/^/[info] /' | tee -a "$LOG"
+step python 20 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
 
-echo "=== probe35 run at $(date -u) in $HERE, log $LOG" | tee -a "$LOG"
-step info 15 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; \
-  ls -la /usr/local/cuda/compute-sanitizer/libsanitizer-public.so /usr/local/cuda/compute-sanitizer/include/sanitizer.h; \
-  /usr/local/cuda/bin/nvcc --version | tail -1; '"$PY"' -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda)"'
-step build 120 bash ./build.sh
+step build 100 bash "$HERE/build.sh" "$SP"
 
-if [ ! -f "$PROBE" ] || [ ! -f build/app ] || [ ! -f build/patch.fatbin ]; then
-  echo "=== build incomplete: probe=$( [ -f "$PROBE" ] && echo ok || echo MISSING ) app=$( [ -f build/app ] && echo ok || echo MISSING ) patch=$( [ -f build/patch.fatbin ] && echo ok || echo MISSING )" | tee -a "$LOG"
+P=$SP/libprobe.so
+V=$SP/libprobe_v134.so
+INJ=(env CUDA_INJECTION64_PATH="$P")
+INJV=(env CUDA_INJECTION64_PATH="$V")
+APP=$SP/touch_app
+TORCH="$HERE/apps/touch_torch.py"
+ADD='CUDAFunctor_add|AddFunctor'
+
+# ---- the CUDA C++ app: gather 1 % of a 1 GiB buffer; 10 iterations, the 3rd instrumented ----
+step app_plain            25 "$APP"
+step app_both             30 "${INJ[@]}" PROBE_MODE=both PROBE_NTH=3 "$APP"         # CUPTI first, then the Sanitizer API
+step app_sanfirst         30 "${INJ[@]}" PROBE_MODE=sanfirst PROBE_CUPTI_V2=1 PROBE_NTH=3 "$APP"   # Sanitizer API first; v2 names the holder
+step app_sanitizer        30 "${INJ[@]}" PROBE_MODE=sanitizer PROBE_NTH=3 PROBE_COUNT=1 "$APP"   # the Sanitizer API alone
+step app_sanitizer_keep   30 "${INJ[@]}" PROBE_MODE=sanitizer PROBE_NTH=3 PROBE_UNPATCH=0 "$APP"  # module stays patched: off cost
+step app_sanitizer_load   30 "${INJ[@]}" PROBE_MODE=sanitizer PROBE_NTH=3 PROBE_PATCH=load PROBE_UNPATCH=0 PROBE_OFF=state "$APP"
+step app_cupti            25 "${INJ[@]}" PROBE_MODE=cupti PROBE_NTH=3 "$APP"        # CUPTI alone: its own cost
+step app_handover         30 "${INJ[@]}" PROBE_MODE=handover PROBE_NTH=3 "$APP"     # CUPTI -> Sanitizer API -> CUPTI
+if [ -f "$V" ]; then
+  step app_v134_both      30 "${INJV[@]}" PROBE_MODE=both PROBE_CUPTI_V2=1 PROBE_NTH=3 "$APP"
+  step app_v134_sanfirst  30 "${INJV[@]}" PROBE_MODE=sanfirst PROBE_CUPTI_V2=1 PROBE_NTH=3 "$APP"
 fi
 
-# --- CUDA C++ app: gather over 1 % of 256 MiB, 20 launches, launch 10 instrumented ---
-step app_plain          30 ./build/app
-step app_probe_main     40 "${INJ[@]}" PROBE_LAUNCH=10 ./build/app
-# --- PyTorch: add inside a 512 MiB allocator segment; its 3rd timed iteration = add launch #4 ---
-step torch_plain        60 "$PY" torch_app.py
-step torch_probe_add    70 "${INJ[@]}" PROBE_KERNEL='CUDAFunctor_add|AddFunctor' PROBE_LAUNCH=4 "$PY" torch_app.py
-# --- variants on the app ---
-step app_probe_off      30 "${INJ[@]}" PROBE_LAUNCH=0 ./build/app                      # both subscribed, never patched
-step app_sanitizer_only 30 "${INJ[@]}" PROBE_CUPTI=0 PROBE_LAUNCH=10 ./build/app       # no CUPTI subscriber
-step app_sanitizer_first 30 "${INJ[@]}" PROBE_ORDER=sanitizer-first PROBE_COUNT=1 PROBE_LAUNCH=10 ./build/app
-step app_patch_at_load  30 "${INJ[@]}" PROBE_PATCH=load PROBE_LAUNCH=10 ./build/app    # every launch patched, off-flag cost
-step app_unpatch_after  30 "${INJ[@]}" PROBE_UNPATCH=1 PROBE_LAUNCH=10 ./build/app     # back to baseline after launch 10?
-step app_cupti_only     30 "${INJ[@]}" PROBE_SANITIZER=0 ./build/app
-# --- PyTorch matmul (cuBLAS, TMA on Hopper): does GLOBAL_MEMORY_ACCESS/bulk patching see its loads? ---
-step torch_probe_mm     70 "${INJ[@]}" PROBE_KERNEL='gemm|nvjet|xmma|cutlass' PROBE_LAUNCH=4 PROBE_COUNT=1 "$PY" torch_app.py
-# --- alternative init: LD_PRELOAD + constructor instead of CUDA_INJECTION64_PATH ---
-step app_ldpreload      30 env LD_PRELOAD="$PROBE" PROBE_INIT_CTOR=1 PROBE_LAUNCH=10 ./build/app
-# --- newer Sanitizer API (13.4 wheel, vendored): TMA_LOAD kind; does it run on this driver? ---
-if [ -f "$PROBE134" ]; then
-  step app_probe134     30 env CUDA_INJECTION64_PATH="$PROBE134" PROBE_FATBIN="$HERE/build/patch134.fatbin" PROBE_LAUNCH=10 ./build/app
-  step torch_probe_mm134 70 env CUDA_INJECTION64_PATH="$PROBE134" PROBE_FATBIN="$HERE/build/patch134.fatbin" \
-       PROBE_KERNEL='gemm|nvjet|xmma|cutlass' PROBE_LAUNCH=4 PROBE_COUNT=1 "$PY" torch_app.py
-fi
+# ---- PyTorch: add on 4 MiB slices of a 256 MiB segment; add launch 4 = timed iteration 3 ----
+step torch_plain          40 "$PY" "$TORCH"
+step torch_sanitizer      50 "${INJ[@]}" PROBE_MODE=sanitizer PROBE_KERNEL="$ADD" PROBE_NTH=4 "$PY" "$TORCH"
+step torch_both           45 "${INJ[@]}" PROBE_MODE=both PROBE_KERNEL="$ADD" PROBE_NTH=4 "$PY" "$TORCH"
+step torch_handover       50 "${INJ[@]}" PROBE_MODE=handover PROBE_KERNEL="$ADD" PROBE_NTH=4 "$PY" "$TORCH"
+# ---- cuBLAS matmul (TMA on Hopper): does anything see its loads? 13.4 library with TMA_LOAD if there ----
+if [ -f "$V" ]; then MM=("${INJV[@]}"); else MM=("${INJ[@]}"); fi
+step torch_mm             60 "${MM[@]}" PROBE_MODE=sanitizer PROBE_KERNEL='nvjet|gemm|xmma|cutlass|sm90' PROBE_NTH=4 \
+  PROBE_TMA=1 PROBE_COUNT=1 TOUCH_MM=1 ITERS=6 "$PY" "$TORCH"
 
 echo
-echo "================ DIGEST ($(($(date +%s) - T0)) s total) ================"
-grep -E '^=== (STEP|END|SKIP)|probe: (RESULT|TIMING|SUMMARY|FAIL|init done|callbacks|range table|instrumenting)|probe: (cuptiSubscribe|sanitizerSubscribe|sanitizerAddPatchesFromFile|sanitizerPatchModule|sanitizerSetLaunchCallbackData|sanitizerSetCallbackData|sanitizerUnpatchModule)|probe: sanitizerPatchInstructions.* -> [1-9]|app: SUMMARY|torch: SUMMARY|torch: FAIL|build: (FAILED|done)|Error|error:|Segmentation|Aborted|core dumped' "$LOG" \
-  | cut -c1-400
-echo "================ end of digest; full log above (and in $LOG) ================"
+echo "================ DIGEST ($(($(date +%s) - T0)) s) ================"
+grep -E '^=== (STEP|END|SKIP)|probe: (region |result |callbacks |timing |cupti launches|summary |FAIL|WARN|handover|init done|chosen launch|cuptiSubscribe|sanitizerSubscribe|sanitizerAddPatchesFromFile|sanitizerPatchInstructions|sanitizerPatchModule|sanitizerUnpatchModule|sanitizerSetLaunchCallbackData|sanitizerSetCallbackData|cupti: library|sanitizer: library)|touch_app: (summary|expected)|touch_torch: (summary|result|segment|add expected|matmul A)|build: (FAILED|done)|error|Segmentation|Aborted|core dumped' "$LOG" \
+  | cut -c1-330
+echo "================ end of digest (full log above; also in $LOG) ================"
 exit 0
