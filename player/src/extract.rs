@@ -361,7 +361,10 @@ mod tests {
         assert!(matches!(e, ExtractError::AbsentReproducer(_)), "{e}");
         let msg = e.to_string();
         assert!(msg.contains("1 region captured by touched pages"), "{msg}");
-        assert!(msg.contains("cannot replay absent pages yet"), "{msg}");
+        assert!(
+            msg.contains("a reproducer cannot hold absent pages yet"),
+            "{msg}"
+        );
         assert!(Extraction::plan(&file, &cap, "t.krr", false, false).is_ok());
     }
 

@@ -268,13 +268,13 @@ mod tests {
         }
     }
 
-    /// Refused before any GPU work (and before the tool is loaded): this test runs on
-    /// machines without one.
+    /// Not refused: its absent pages are filled by the session. The replay gets as far as
+    /// loading the tool (before any GPU work, so this test runs on machines without one).
+    // Catches: `unreplayable` counting absent bytes as a reason again.
     #[test]
-    fn a_capture_by_touched_pages_is_refused_before_the_gpu() {
+    fn a_capture_by_touched_pages_is_not_blocked() {
         let bytes = crate::testdata::bytes("cuda-saxpy");
         let mut cap = crate::testdata::parse(&bytes);
-        let total: u64 = cap.regions.iter().map(|r| r.size).sum();
         for r in cap.regions.clone() {
             cap.region_extents.insert(
                 r.region_id,
@@ -290,15 +290,8 @@ mod tests {
             ..PlayOptions::default()
         };
         match play(&cap, &options, &|_, _| {}, &mut ()) {
-            Err(PlayFailure::Blocked(why)) => {
-                let msg = why.join("; ");
-                let regions = format!("{} regions captured by touched pages", cap.regions.len());
-                assert!(msg.contains(&regions), "{msg}");
-                let present = format!("0 B of {} present", kreplay_format::units::bytes(total));
-                assert!(msg.contains(&present), "{msg}");
-                assert!(msg.contains("cannot replay absent pages yet"), "{msg}");
-            }
-            other => panic!("not refused as blocked: {other:?}"),
+            Err(PlayFailure::Tool(_)) => {}
+            other => panic!("not stopped at the tool: {other:?}"),
         }
     }
 
