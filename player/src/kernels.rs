@@ -61,6 +61,13 @@ fn layout_mismatch(
     })
 }
 
+/// Writes `ABSENT_FILL` over the absent bytes of `data`, a region's bytes from offset 0.
+pub(crate) fn fill_absent_bytes(data: &mut [u8], present: &[(u64, u64)]) {
+    for (o, l) in kreplay_format::extents::absent_ranges(present, 0, data.len() as u64) {
+        data[o as usize..(o + l) as usize].fill(kreplay_format::absent::ABSENT_FILL);
+    }
+}
+
 /// The first `limit` bytes of a region's pre-dispatch state (all of it when it is smaller),
 /// decoded chunk by chunk: `limit` comes from the driver, so the file cannot choose the size.
 pub(crate) fn read_region_prefix(
@@ -153,6 +160,10 @@ pub(crate) fn restore_globals(
             continue;
         };
         let mut data = read_region_prefix(cap, r, size)?;
+        // Captured by touched pages: its absent bytes get the fill, as uploaded regions' do.
+        if let Some(e) = cap.extents(g.region_id) {
+            fill_absent_bytes(&mut data, &e.present);
+        }
         if let Some(rel) = relocation {
             rel.patch_region_window(cap, g.region_id, 0, &mut data);
         }
@@ -194,6 +205,25 @@ pub(crate) fn step_kernel(
 
 #[cfg(test)]
 mod tests {
+
+    // Catches: a module global's absent bytes left as the file's zeros (its other bytes
+    // changed, or the fill past the region written).
+    #[test]
+    fn a_globals_absent_bytes_get_the_fill() {
+        let mut data = vec![7u8; 10_000];
+        fill_absent_bytes(&mut data, &[(4096, 4096)]);
+        assert!(data[..4096]
+            .iter()
+            .all(|&b| b == kreplay_format::absent::ABSENT_FILL));
+        assert!(data[4096..8192].iter().all(|&b| b == 7));
+        assert!(data[8192..]
+            .iter()
+            .all(|&b| b == kreplay_format::absent::ABSENT_FILL));
+        let mut whole = vec![7u8; 100];
+        fill_absent_bytes(&mut whole, &[(0, 100)]);
+        assert!(whole.iter().all(|&b| b == 7));
+    }
+
     use super::*;
     use crate::testdata;
 

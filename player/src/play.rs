@@ -119,6 +119,26 @@ pub fn device_heap_note<'a>(cap: &'a Capture<'_>) -> Option<&'a str> {
         .map(|a| a.value.as_str())
 }
 
+/// `--save-output` and `--save-step` write what the device holds as a capture's input or
+/// output; of a capture by touched pages the device holds `ABSENT_FILL` where the capture
+/// holds nothing, which a saved capture would take for the application's bytes.
+fn absent_output_refusal(cap: &Capture<'_>, options: &PlayOptions) -> Option<String> {
+    let option = if options.save_output.is_some() {
+        "--save-output"
+    } else if options.save_step.is_some() {
+        "--save-step"
+    } else {
+        return None;
+    };
+    cap.has_extents().then(|| {
+        format!(
+            "play {option} does not take a capture by touched pages yet: the replay holds its \
+             absent bytes as a fill, which the saved capture would take for memory (play it \
+             without {option})"
+        )
+    })
+}
+
 /// Replays `cap` as `options` ask. `release` is told which bytes of the capture's file the
 /// replay is done with (a capture larger than host memory replays in bounded memory).
 pub fn play<'c>(
@@ -134,6 +154,9 @@ pub fn play<'c>(
     if let Some(option) = crate::range::unsupported_option(options) {
         kreplay_format::range::refuse_range(cap, option)
             .map_err(|why| PlayFailure::Blocked(vec![why]))?;
+    }
+    if let Some(why) = absent_output_refusal(cap, options) {
+        return Err(PlayFailure::Blocked(vec![why]));
     }
     if let Some(why) = options
         .save_step
@@ -292,6 +315,53 @@ mod tests {
         match play(&cap, &options, &|_, _| {}, &mut ()) {
             Err(PlayFailure::Tool(_)) => {}
             other => panic!("not stopped at the tool: {other:?}"),
+        }
+    }
+
+    // Catches: --save-output or --save-step of a capture by touched pages let through (the
+    // saved capture would hold the fill as the application's bytes), or refused for a
+    // capture of whole regions.
+    #[test]
+    fn saving_the_output_of_a_capture_by_touched_pages_is_refused() {
+        let bytes = crate::testdata::bytes("cuda-saxpy");
+        let mut cap = crate::testdata::parse(&bytes);
+        let save = PlayOptions {
+            save_output: Some(crate::play_options::SaveOutput {
+                path: "/nonexistent/out.krr".into(),
+                replace: false,
+            }),
+            ..PlayOptions::default()
+        };
+        let step = PlayOptions {
+            save_step: Some(crate::play_options::SaveStep {
+                index: 0,
+                path: "/nonexistent/step.krr".into(),
+                replace: false,
+            }),
+            ..PlayOptions::default()
+        };
+        assert_eq!(absent_output_refusal(&cap, &save), None);
+        assert_eq!(absent_output_refusal(&cap, &step), None);
+        let r = cap.regions[0].clone();
+        cap.region_extents.insert(
+            r.region_id,
+            kreplay_format::RegionExtents {
+                region_id: r.region_id,
+                page_size: 4096,
+                present: vec![(0, 4096)],
+            },
+        );
+        let why = absent_output_refusal(&cap, &save).expect("refused");
+        assert!(
+            why.contains("--save-output") && why.contains("touched pages"),
+            "{why}"
+        );
+        let why = absent_output_refusal(&cap, &step).expect("refused");
+        assert!(why.contains("--save-step"), "{why}");
+        assert_eq!(absent_output_refusal(&cap, &PlayOptions::default()), None);
+        match play(&cap, &save, &|_, _| {}, &mut ()) {
+            Err(PlayFailure::Blocked(why)) => assert!(why[0].contains("--save-output")),
+            other => panic!("not refused: {other:?}"),
         }
     }
 

@@ -963,7 +963,7 @@ fn absent_bytes(cap: &Capture<'_>) -> u64 {
     cap.region_extents
         .keys()
         .filter_map(|&id| Some(cap.region(id)?.size.saturating_sub(cap.present_bytes(id))))
-        .sum()
+        .fold(0u64, u64::saturating_add)
 }
 
 /// `compare` of the present bytes only (`present`: the region's extents) of `expected` and
@@ -982,6 +982,8 @@ fn compare_present(
         let (a, b) = ((o - offset) as usize, (o - offset + l) as usize);
         compare(region_id, o, &expected[a..b], &found[a..b], v);
     }
+    // As `compare` counts them: bytes one side lacks.
+    v.mismatched_bytes += expected.len().abs_diff(found.len()) as u64;
 }
 
 /// Groups `spans` (offset, length; in region order) into windows read back with one copy

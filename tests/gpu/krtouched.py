@@ -62,9 +62,17 @@ def missing_page_checks(play_rc: int, play: dict, out_region) -> list[str]:
     why = []
     if v.get("matched") is not False or not v.get("mismatched_bytes"):
         why.append(f"a page the kernel reads left out, yet verify says matched={v.get('matched')}")
-    regions = {m.get("region_id") for m in v.get("first_mismatches") or []}
-    if out_region is not None and regions and regions != {out_region}:
+    mismatches = v.get("first_mismatches") or []
+    regions = {m.get("region_id") for m in mismatches}
+    if out_region is None:
+        why.append("no output region to look for the mismatch in")
+    elif regions != {out_region}:
         why.append(f"mismatches in regions {sorted(regions)}, not only the output {out_region}")
+    # The kernel read the fill (0xFF: a NaN), so 2 x NaN + 1 is the GPU's canonical NaN
+    # 0x7FFFFFFF (bytes ff ff ff 7f): a zero fill would give 1.0 (00 00 80 3f) instead.
+    not_nan = [m.get("found") for m in mismatches if m.get("found") not in (0xFF, 0x7F)]
+    if not_nan:
+        why.append(f"the output read no fill: found bytes {not_nan} where a NaN's are expected")
     if play_rc == 0:
         why.append("play exits 0 on a mismatch")
     return why

@@ -14,10 +14,12 @@ def info(pool_present=655 * 4096, extents=True):
                         {"id": 2, "size": 655 * 4096, "present_bytes": 655 * 4096, "extents": None}]}
 
 
-def play(matched=True, mismatched=0, deterministic=True, passes=8, absent=POOL - 655 * 4096, regions=(2,)):
+def play(matched=True, mismatched=0, deterministic=True, passes=8, absent=POOL - 655 * 4096, regions=(2,),
+         found=(0xFF, 0xFF, 0xFF, 0x7F)):
+    first = [{"region_id": r, "offset": i, "found": f} for r in regions for i, f in enumerate(found)]
     return {"passes": passes, "absent_bytes": absent,
             "verify": {"matched": matched, "mismatched_bytes": mismatched, "deterministic": deterministic,
-                       "first_mismatches": [{"region_id": r, "offset": 0} for r in regions] if mismatched else []}}
+                       "first_mismatches": first if mismatched else []}}
 
 
 def test_the_pool_is_the_one_region_of_its_size():
@@ -56,6 +58,10 @@ def test_a_missing_page_must_show_in_the_output():
     assert T.missing_page_checks(1, play(), 2)
     assert T.missing_page_checks(0, play(matched=False, mismatched=4096), 2)
     assert T.missing_page_checks(1, play(matched=False, mismatched=4096, regions=(0,)), 2)
+    # Catches: no output region found (the check skipped), and an output computed on zeros
+    # (1.0 = 00 00 80 3f) rather than on the fill.
+    assert T.missing_page_checks(1, play(matched=False, mismatched=4096), None)
+    assert T.missing_page_checks(1, play(matched=False, mismatched=4096, found=(0, 0, 0x80, 0x3F)), 2)
 
 
 def test_size_is_bounded_by_the_bytes_touched():

@@ -290,7 +290,7 @@ fn print_text(w: &mut impl Write, r: &PlayReport) -> anyhow::Result<()> {
         out!(
             w,
             "absent    {} not in the capture (captured by touched pages): filled with {:#04x} \
-             before the first pass, neither restored nor verified",
+             before the first pass (restored as the fill), not verified",
             bytes(r.absent_bytes),
             kreplay_format::absent::ABSENT_FILL
         );
