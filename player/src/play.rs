@@ -298,16 +298,8 @@ mod tests {
     fn a_capture_by_touched_pages_is_not_blocked() {
         let bytes = crate::testdata::bytes("cuda-saxpy");
         let mut cap = crate::testdata::parse(&bytes);
-        for r in cap.regions.clone() {
-            cap.region_extents.insert(
-                r.region_id,
-                kreplay_format::RegionExtents {
-                    region_id: r.region_id,
-                    page_size: 4096,
-                    present: Vec::new(),
-                },
-            );
-        }
+        let all = cap.regions.len();
+        crate::testdata::touched(&mut cap, all, false);
         let options = PlayOptions {
             tool: Some("/nonexistent/tool.so".into()),
             ..PlayOptions::default()
@@ -342,15 +334,7 @@ mod tests {
         };
         assert_eq!(absent_output_refusal(&cap, &save), None);
         assert_eq!(absent_output_refusal(&cap, &step), None);
-        let r = cap.regions[0].clone();
-        cap.region_extents.insert(
-            r.region_id,
-            kreplay_format::RegionExtents {
-                region_id: r.region_id,
-                page_size: 4096,
-                present: vec![(0, 4096)],
-            },
-        );
+        crate::testdata::touched(&mut cap, 1, true);
         let why = absent_output_refusal(&cap, &save).expect("refused");
         assert!(
             why.contains("--save-output") && why.contains("touched pages"),

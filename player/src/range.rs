@@ -141,15 +141,7 @@ mod tests {
     fn a_capture_by_touched_pages_names_no_divergent_step() {
         let bytes = crate::testdata::bytes("cuda-saxpy");
         let mut cap = crate::testdata::parse(&bytes);
-        let r = cap.regions[0].clone();
-        cap.region_extents.insert(
-            r.region_id,
-            kreplay_format::RegionExtents {
-                region_id: r.region_id,
-                page_size: 4096,
-                present: vec![(0, 4096)],
-            },
-        );
+        crate::testdata::touched(&mut cap, 1, true);
         let why = divergence_search(&cap, false).expect_err("no search");
         assert!(why.contains("touched pages"), "{why}");
     }

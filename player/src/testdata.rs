@@ -56,3 +56,22 @@ pub fn salvaged_unfinished(bytes: &[u8]) -> Vec<u8> {
     cut[..64].copy_from_slice(&header.encode());
     salvage_verified(&cut).expect("salvage").0
 }
+
+/// `cap` as a recorder of touched pages would leave it: each region of `regions` holds only
+/// its first 4 KiB page (or nothing, `first_page` false).
+pub fn touched(cap: &mut Capture<'_>, regions: usize, first_page: bool) {
+    for r in cap.regions.clone().into_iter().take(regions) {
+        cap.region_extents.insert(
+            r.region_id,
+            kreplay_format::RegionExtents {
+                region_id: r.region_id,
+                page_size: 4096,
+                present: if first_page {
+                    vec![(0, 4096)]
+                } else {
+                    Vec::new()
+                },
+            },
+        );
+    }
+}
