@@ -272,6 +272,20 @@ mod tests {
         assert!(holds_present(&present, 2 * PAGE + 1, 1));
     }
 
+    /// The bytes `ranges` cover, as a bitmap of `len` bytes, once they are checked to be
+    /// sorted, merged and non-empty (what every range helper promises).
+    fn painted(ranges: &[(u64, u64)], len: usize) -> Result<Vec<bool>, TestCaseError> {
+        for w in ranges.windows(2) {
+            prop_assert!(w[0].0 + w[0].1 < w[1].0, "merged and sorted: {:?}", ranges);
+        }
+        let mut bits = vec![false; len];
+        for &(o, l) in ranges {
+            prop_assert!(l > 0);
+            bits[o as usize..(o + l) as usize].fill(true);
+        }
+        Ok(bits)
+    }
+
     proptest! {
         #[test]
         fn the_helpers_agree_with_a_bitmap(
@@ -289,24 +303,8 @@ mod tests {
             let bytes = &m[offset as usize..(offset + len) as usize];
             prop_assert_eq!(is_present(&present, offset, len), bytes.iter().all(|&b| b));
             prop_assert_eq!(holds_present(&present, offset, len), bytes.iter().any(|&b| b));
-            let mut absent = vec![false; m.len()];
-            let ranges = absent_ranges(&present, offset, len);
-            for w in ranges.windows(2) {
-                prop_assert!(w[0].0 + w[0].1 < w[1].0, "merged and sorted: {:?}", ranges);
-            }
-            for &(o, l) in &ranges {
-                prop_assert!(l > 0);
-                absent[o as usize..(o + l) as usize].fill(true);
-            }
-            let mut held = vec![false; m.len()];
-            let kept = present_ranges(&present, offset, len);
-            for w in kept.windows(2) {
-                prop_assert!(w[0].0 + w[0].1 < w[1].0, "merged and sorted: {:?}", kept);
-            }
-            for &(o, l) in &kept {
-                prop_assert!(l > 0);
-                held[o as usize..(o + l) as usize].fill(true);
-            }
+            let absent = painted(&absent_ranges(&present, offset, len), m.len())?;
+            let held = painted(&present_ranges(&present, offset, len), m.len())?;
             for i in 0..m.len() {
                 let inside = (i as u64) >= offset && (i as u64) < offset + len;
                 prop_assert_eq!(absent[i], inside && !m[i], "byte {}", i);
