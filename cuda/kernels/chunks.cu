@@ -130,11 +130,13 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 // [lo, hi), is a hit: (i | HEAP_BIT when in the heap, w[i]) goes to out[2k], out[2k + 1] for
 // k = atomicAdd(count, 1) when k < cap. `count` ends as the number of hits, also past `cap`
 // (the caller then scans again with room for all). Hits come in no order; the host sorts them.
-// A warp takes its slots with one atomic: pointer tables hit on every word.
+// A warp takes its slots with one atomic: pointer tables hit on every word. When `copy` is not
+// null, every word also goes to copy[i]: the snapshot's copy of a large region made by the
+// walk's read of it (one pass over the memory instead of two, #34).
 #define HEAP_BIT (1ull << 63)
 extern "C" __global__ void __launch_bounds__(THREADS)
     kreplay_pointer_scan(const u64* words, u64 nwords, u64 lo, u64 hi, u64 heap_lo, u64 heap_hi,
-                         u64* out, unsigned cap, unsigned* count) {
+                         u64* out, unsigned cap, unsigned* count, u64* copy) {
   const unsigned lane = threadIdx.x & 31;
   const u64 stride = (u64)gridDim.x * THREADS;
   // Every lane of a warp runs the same number of rounds, so the ballot sees them all.
@@ -145,6 +147,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     bool hit = false;
     if (i < nwords) {
       w = words[i];
+      if (copy) copy[i] = w;
       if (w >= heap_lo && w < heap_hi) {
         hit = true;
         key = i | HEAP_BIT;
@@ -166,5 +169,122 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         out[2 * (u64)k + 1] = w;
       }
     }
+  }
+}
+
+// The "many" kernels take a table of pieces instead of one range, so that a dispatch reaching
+// thousands of small allocations costs one launch, not thousands (#34's pointer table). A block
+// takes one piece at a time (pieces are at most 64 KiB: the host cuts regions into them). Each
+// piece is a row of u64 words; the rows' layouts are in the comment of each kernel.
+
+// kreplay_copy_many: row (dst, src, bytes). 16-byte vectors where both ends are aligned, bytes
+// past the last vector (or the whole piece where they are not) one by one.
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kreplay_copy_many(const u64* rows, u64 n) {
+  for (u64 p = blockIdx.x; p < n; p += gridDim.x) {
+    unsigned char* dst = (unsigned char*)rows[3 * p];
+    const unsigned char* src = (const unsigned char*)rows[3 * p + 1];
+    const u64 bytes = rows[3 * p + 2];
+    u64 head = 0;
+    if ((((u64)dst | (u64)src) & 15) == 0) {
+      const u64 vectors = bytes >> 4;
+      for (u64 v = threadIdx.x; v < vectors; v += THREADS)
+        ((uint4*)dst)[v] = ((const uint4*)src)[v];
+      head = vectors << 4;
+    }
+    for (u64 k = head + threadIdx.x; k < bytes; k += THREADS) dst[k] = src[k];
+  }
+}
+
+// kreplay_scan_many: row (pre, post, bytes, flag): nonzero[flag] = 1 when the piece of `pre`
+// holds a nonzero byte; when `post` is not null, changed[flag] = 1 when it differs from `pre`
+// (the flags of kreplay_chunk_scan, for many pieces; several pieces may share a flag).
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kreplay_scan_many(const u64* rows, u64 n, unsigned* nonzero, unsigned* changed) {
+  for (u64 p = blockIdx.x; p < n; p += gridDim.x) {
+    const unsigned char* pre = (const unsigned char*)rows[4 * p];
+    const unsigned char* post = (const unsigned char*)rows[4 * p + 1];
+    const u64 bytes = rows[4 * p + 2];
+    const u64 flag = rows[4 * p + 3];
+    int nz = 0, diff = 0;
+    u64 head = 0;
+    if ((((u64)pre | (u64)post) & 15) == 0) {
+      const u64 vectors = bytes >> 4;
+      for (u64 v = threadIdx.x; v < vectors; v += THREADS) {
+        const uint4 a = ((const uint4*)pre)[v];
+        nz |= (a.x | a.y | a.z | a.w) != 0;
+        if (post) {
+          const uint4 b = ((const uint4*)post)[v];
+          diff |= (a.x != b.x) | (a.y != b.y) | (a.z != b.z) | (a.w != b.w);
+        }
+      }
+      head = vectors << 4;
+    }
+    for (u64 k = head + threadIdx.x; k < bytes; k += THREADS) {
+      nz |= pre[k] != 0;
+      if (post) diff |= post[k] != pre[k];
+    }
+    nz = __syncthreads_or(nz);
+    diff = __syncthreads_or(diff);
+    if (threadIdx.x == 0) {
+      if (nz) nonzero[flag] = 1;
+      if (diff) changed[flag] = 1;
+    }
+  }
+}
+
+// kreplay_pointer_scan_many: row (words, nwords, tag, first): kreplay_pointer_scan over each
+// piece (8-byte aligned), a hit written as three words (tag, (first + i) | HEAP_BIT when in the
+// heap, w[i]) at out[3k] for k = atomicAdd(count, 1) when k < cap. Also shape[p] |= 1 when a
+// word of the piece is above `max_handle` (it cannot be a table of texture handles), |= 2 when
+// a word is nonzero: the host reads only a small region whose pieces all say 2 and none 1, to
+// take it for a handle table.
+extern "C" __global__ void __launch_bounds__(THREADS)
+    kreplay_pointer_scan_many(const u64* rows, u64 n, u64 lo, u64 hi, u64 heap_lo, u64 heap_hi,
+                              u64 max_handle, u64* out, unsigned cap, unsigned* count,
+                              unsigned* shape) {
+  const unsigned lane = threadIdx.x & 31;
+  for (u64 p = blockIdx.x; p < n; p += gridDim.x) {
+    const u64* words = (const u64*)rows[4 * p];
+    const u64 nwords = rows[4 * p + 1];
+    const u64 tag = rows[4 * p + 2];
+    const u64 first = rows[4 * p + 3];
+    int big = 0, any = 0;
+    // Every lane of a warp runs the same number of rounds, so the ballot sees them all.
+    const u64 rounds = (nwords + THREADS - 1) / THREADS;
+    u64 i = threadIdx.x;
+    for (u64 r = 0; r < rounds; ++r, i += THREADS) {
+      u64 w = 0, key = 0;
+      bool hit = false;
+      if (i < nwords) {
+        w = words[i];
+        big |= w > max_handle;
+        any |= w != 0;
+        if (w >= heap_lo && w < heap_hi) {
+          hit = true;
+          key = (first + i) | HEAP_BIT;
+        } else if (w != 0 && w >= lo && w < hi) {
+          hit = true;
+          key = first + i;
+        }
+      }
+      const unsigned hits = __ballot_sync(0xffffffffu, hit);
+      if (hits == 0) continue;
+      const int leader = __ffs(hits) - 1;
+      unsigned at = 0;
+      if (lane == leader) at = atomicAdd(count, __popc(hits));
+      at = __shfl_sync(0xffffffffu, at, leader);
+      if (hit) {
+        const unsigned k = at + __popc(hits & ((1u << lane) - 1));
+        if (k < cap) {
+          out[3 * (u64)k] = tag;
+          out[3 * (u64)k + 1] = key;
+          out[3 * (u64)k + 2] = w;
+        }
+      }
+    }
+    big = __syncthreads_or(big);
+    any = __syncthreads_or(any);
+    if (threadIdx.x == 0) shape[p] = (big ? 1u : 0u) | (any ? 2u : 0u);
   }
 }

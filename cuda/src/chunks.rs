@@ -20,12 +20,15 @@ const CHUNKS_PTX: &str = include_str!("../kernels/chunks.ptx");
 pub const SCAN_KERNEL: &str = "kreplay_chunk_scan";
 pub const DIGEST_KERNEL: &str = "kreplay_chunk_digest";
 pub const POINTER_KERNEL: &str = "kreplay_pointer_scan";
+pub const COPY_MANY_KERNEL: &str = "kreplay_copy_many";
+pub const SCAN_MANY_KERNEL: &str = "kreplay_scan_many";
+pub const POINTER_MANY_KERNEL: &str = "kreplay_pointer_scan_many";
 /// The pointer scan's mark of a hit inside the device heap (the high bit of its word index).
 const HEAP_BIT: u64 = 1 << 63;
 /// The digest kernel sums 64 KiB spans; a chunk must be a whole number of them.
 const DIGEST_SPAN: u64 = 64 << 10;
 /// Threads per block both kernels are built for (`__launch_bounds__`).
-const THREADS: u32 = 256;
+pub(crate) const THREADS: u32 = 256;
 /// The largest output buffer kept for the next call. A `cuMemAlloc` and a `cuMemFree` (which
 /// waits for the whole context) per scan were most of a small scan's cost, paid several times
 /// per profiled dispatch; 16 MiB covers the flags of 2 TiB in 1 MiB chunks.
@@ -50,7 +53,7 @@ pub struct ChunkDigests {
 }
 
 /// Why a range cannot be scanned on the GPU (the caller then works on the host).
-fn unsuitable(why: String) -> CudaError {
+pub(crate) fn unsuitable(why: String) -> CudaError {
     CudaError::refused(
         "kreplay_chunk_scan",
         sys::CUresult::CUDA_ERROR_INVALID_VALUE,
@@ -91,10 +94,15 @@ pub struct ChunkKernels {
     scan: Function,
     digest: Function,
     pointer: Function,
-    grid: u32,
+    pub(crate) copy_many: Function,
+    pub(crate) scan_many: Function,
+    pub(crate) pointer_many: Function,
+    pub(crate) grid: u32,
     /// The output buffer of the last call, kept for the next (at most `SCRATCH_KEPT` bytes;
     /// only ever touched by a stream that was synchronised after it).
     scratch: Mutex<Option<DeviceBuffer>>,
+    /// The pieces' table of the last "many" call (see `many`), kept likewise.
+    rows: Mutex<Option<DeviceBuffer>>,
     _module: Module,
 }
 
@@ -111,32 +119,36 @@ impl ChunkKernels {
             scan: module.function(SCAN_KERNEL)?,
             digest: module.function(DIGEST_KERNEL)?,
             pointer: module.function(POINTER_KERNEL)?,
+            copy_many: module.function(COPY_MANY_KERNEL)?,
+            scan_many: module.function(SCAN_MANY_KERNEL)?,
+            pointer_many: module.function(POINTER_MANY_KERNEL)?,
             grid: sm_count.max(1) * 8,
             scratch: Mutex::new(None),
+            rows: Mutex::new(None),
             _module: module,
         })
     }
 
     /// A device buffer of at least `len` bytes for one call's output: the kept one when it is
     /// large enough, else a new one.
-    fn take_scratch(&self, len: usize) -> CuResult<DeviceBuffer> {
-        let kept = self
-            .scratch
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        match kept {
-            Some(b) if b.len() >= len => Ok(b),
-            _ => DeviceBuffer::new(scratch_len(len)),
-        }
+    pub(crate) fn take_scratch(&self, len: usize) -> CuResult<DeviceBuffer> {
+        take_kept(&self.scratch, len)
     }
 
     /// Keeps `buffer` for the next call. Call only once the stream that used it is
     /// synchronised.
-    fn keep_scratch(&self, buffer: DeviceBuffer) {
-        if buffer.len() <= SCRATCH_KEPT {
-            *self.scratch.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffer);
-        }
+    pub(crate) fn keep_scratch(&self, buffer: DeviceBuffer) {
+        keep(&self.scratch, buffer)
+    }
+
+    /// A device buffer of at least `len` bytes for a pieces' table (see `take_scratch`).
+    pub(crate) fn take_rows(&self, len: usize) -> CuResult<DeviceBuffer> {
+        take_kept(&self.rows, len)
+    }
+
+    /// Keeps a pieces' table's buffer (see `keep_scratch`).
+    pub(crate) fn keep_rows(&self, buffer: DeviceBuffer) {
+        keep(&self.rows, buffer)
     }
 
     /// Runs `function` over the whole GPU with the word arguments `args(out)`, where `out` is a
@@ -152,11 +164,27 @@ impl ChunkKernels {
         args: impl FnOnce(u64) -> Vec<u64>,
         stream: &Stream,
     ) -> CuResult<Vec<u8>> {
+        // SAFETY: this function's contract.
+        unsafe { self.run_into_grid(function, self.grid, out_len, args, stream) }
+    }
+
+    /// `run_into` with `grid` blocks.
+    ///
+    /// # Safety
+    /// As `run_into`'s.
+    pub(crate) unsafe fn run_into_grid(
+        &self,
+        function: &Function,
+        grid: u32,
+        out_len: usize,
+        args: impl FnOnce(u64) -> Vec<u64>,
+        stream: &Stream,
+    ) -> CuResult<Vec<u8>> {
         let out = self.take_scratch(out_len)?;
         // SAFETY: `out` is this function's own buffer of at least `out_len` bytes, freed or
         // kept only after the stream is synchronised below.
         unsafe { memset_async(out.ptr(), out_len, stream)? };
-        let cfg = LaunchConfig::new([self.grid, 1, 1], [THREADS, 1, 1], 0);
+        let cfg = LaunchConfig::new([grid, 1, 1], [THREADS, 1, 1], 0);
         // A 32-bit parameter (`chunk_shift`) reads the low half of its little-endian word.
         // SAFETY: the kernel writes at most `out_len` bytes at `out` and reads readable memory
         // (this function's contract); `out` outlives the launch (synchronised below).
@@ -293,10 +321,13 @@ impl ChunkKernels {
     /// The words of `bytes` at `addr` (8-byte aligned) that lie in `heap` (`[low, high)`), or
     /// else are nonzero and inside `window`, found on the GPU with room for `cap` hits; only
     /// the hits come back to the host. `Ok(Err(TooManyHits(n)))`: there were `n` (more than
-    /// `cap`). Queued on `stream` and waited for.
+    /// `cap`). With `copy_to`, the same pass also copies the words (every whole word of
+    /// `bytes`, also when the hits overflow) there. Queued on `stream` and waited for.
     ///
     /// # Safety
-    /// `[addr, addr + bytes)` is *readable* (`crate::memory`'s contract) until this returns.
+    /// `[addr, addr + bytes)` is *readable*, and with `copy_to` `[copy_to, copy_to + bytes)` is
+    /// *writable* and apart from it (`crate::memory`'s contracts), until this returns.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn pointer_scan(
         &self,
         addr: u64,
@@ -304,8 +335,14 @@ impl ChunkKernels {
         window: (u64, u64),
         heap: Option<(u64, u64)>,
         cap: u32,
+        copy_to: Option<u64>,
         stream: &Stream,
     ) -> CuResult<Result<PointerHits, TooManyHits>> {
+        if copy_to.is_some_and(|c| !c.is_multiple_of(8)) {
+            return Err(unsuitable(
+                "the copy's address is not 8-byte aligned".into(),
+            ));
+        }
         if !addr.is_multiple_of(8) {
             return Err(unsuitable(format!(
                 "address {addr:#x} is not 8-byte aligned"
@@ -333,10 +370,12 @@ impl ChunkKernels {
             out.ptr() + 16,
             cap as u64,
             out.ptr(),
+            copy_to.unwrap_or(0),
         ];
         // SAFETY: the kernel reads `bytes / 8` words at `addr` (readable by this function's
-        // contract) and writes the count and at most `cap` hits into `out`, sized for them,
-        // which outlives the launch (synchronised below). `cap` is a 32-bit parameter: the low
+        // contract), writes them at `copy_to` when given (writable by the same), and writes the
+        // count and at most `cap` hits into `out`, sized for them, which outlives the launch
+        // (synchronised below). `cap` is a 32-bit parameter: the low
         // half of its little-endian word.
         unsafe { launch(&self.pointer, &cfg, &mut KernelArgs::words(&args), stream)? };
         stream.synchronize()?;
@@ -353,6 +392,22 @@ impl ChunkKernels {
         unsafe { copy_dtoh(&mut host, out.ptr() + 16)? };
         self.keep_scratch(out);
         Ok(Ok(pointer_hits(&host)))
+    }
+}
+
+/// The kept buffer of `slot` when it holds at least `len` bytes, else a new one.
+fn take_kept(slot: &Mutex<Option<DeviceBuffer>>, len: usize) -> CuResult<DeviceBuffer> {
+    let kept = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match kept {
+        Some(b) if b.len() >= len => Ok(b),
+        _ => DeviceBuffer::new(scratch_len(len)),
+    }
+}
+
+/// Keeps `buffer` in `slot` for the next call, up to `SCRATCH_KEPT` bytes.
+fn keep(slot: &Mutex<Option<DeviceBuffer>>, buffer: DeviceBuffer) {
+    if buffer.len() <= SCRATCH_KEPT {
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffer);
     }
 }
 
@@ -382,20 +437,20 @@ fn pointer_hits(raw: &[u8]) -> PointerHits {
 }
 
 /// The little-endian u64 of 8 bytes the kernels wrote (callers slice exactly 8).
-fn word(w: &[u8]) -> u64 {
+pub(crate) fn word(w: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(w);
     u64::from_le_bytes(b)
 }
 
 /// One flag per little-endian u32 word: set when nonzero.
-fn flags(words: &[u8]) -> Vec<bool> {
+pub(crate) fn flags(words: &[u8]) -> Vec<bool> {
     words.chunks_exact(4).map(|w| w != [0, 0, 0, 0]).collect()
 }
 
 /// # Safety
 /// `[dst, dst + len)` is *writable* (`crate::memory`'s contract) until the stream gets there.
-unsafe fn memset_async(dst: u64, len: usize, stream: &impl AsStream) -> CuResult<()> {
+pub(crate) unsafe fn memset_async(dst: u64, len: usize, stream: &impl AsStream) -> CuResult<()> {
     // SAFETY: the range is writable by this function's contract; the stream is borrowed.
     crate::error::check(
         unsafe { sys::cuMemsetD8Async(dst, 0, len, stream.raw_stream()) },
@@ -431,7 +486,16 @@ mod tests {
     fn the_ptx_defines_every_kernel_and_loads_on_old_drivers() {
         let mut names = entry_names(CHUNKS_PTX);
         names.sort();
-        assert_eq!(names, vec![DIGEST_KERNEL, SCAN_KERNEL, POINTER_KERNEL]);
+        let mut want = vec![
+            DIGEST_KERNEL,
+            SCAN_KERNEL,
+            POINTER_KERNEL,
+            COPY_MANY_KERNEL,
+            SCAN_MANY_KERNEL,
+            POINTER_MANY_KERNEL,
+        ];
+        want.sort();
+        assert_eq!(names, want);
         assert!(CHUNKS_PTX.contains(".version 7.0"));
     }
 

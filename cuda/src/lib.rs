@@ -31,6 +31,7 @@ pub mod heap;
 pub mod hostmap;
 pub mod image;
 pub mod launch;
+pub mod many;
 pub mod memory;
 pub mod module;
 pub mod pointer;

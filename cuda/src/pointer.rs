@@ -78,18 +78,106 @@ pub fn is_vmm(addr: u64) -> bool {
     true
 }
 
+/// What the driver says of one allocation, from one `cuPointerGetAttributes` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocationFacts {
+    pub base: u64,
+    pub size: u64,
+    /// Page-locked host memory reached through a device pointer.
+    pub host: bool,
+    /// Of memory type DEVICE (managed memory may say so too).
+    pub device: bool,
+    pub managed: bool,
+    /// The device whose memory it is.
+    pub ordinal: Option<u32>,
+    /// Mapped through the virtual memory management API (joined with the mappings after it,
+    /// as `allocation_range`).
+    pub vmm: bool,
+}
+
+impl AllocationFacts {
+    /// Whether a kernel on device `ordinal` may read the whole allocation: device memory of
+    /// that device, not managed, and one allocation (a joined VMM range may mix mappings).
+    pub fn kernel_readable_on(&self, ordinal: u32) -> bool {
+        self.device && !self.managed && !self.vmm && self.ordinal == Some(ordinal)
+    }
+}
+
+/// `allocation_range` with the facts the recorder asks of each allocation, in two driver calls
+/// (three for memory that is not `cuMemAlloc`'s, which may be VMM) instead of four.
+pub fn allocation_facts(ptr: u64, limit: u64) -> Option<AllocationFacts> {
+    let (base, size) = address_range(ptr)?;
+    let mut memory_type: u64 = 0;
+    let mut managed: u64 = 0;
+    let mut ordinal: u64 = u64::MAX;
+    let mut ipc: u64 = 0;
+    let mut attributes = [
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+    ];
+    let mut data: [*mut c_void; 4] = [
+        (&mut memory_type as *mut u64).cast(),
+        (&mut managed as *mut u64).cast(),
+        (&mut ordinal as *mut u64).cast(),
+        (&mut ipc as *mut u64).cast(),
+    ];
+    // SAFETY: four attributes, each written into its own zeroed (or marked) 8-byte local, more
+    // than any of them needs; the call only asks the driver about a number.
+    let r = unsafe {
+        sys::cuPointerGetAttributes(
+            attributes.len() as u32,
+            attributes.as_mut_ptr(),
+            data.as_mut_ptr(),
+            base,
+        )
+    };
+    if r != CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    // 4-byte enums and ints, 1- or 4-byte bools: the low half of each little-endian word.
+    let host = memory_type as u32 == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
+    let device = memory_type as u32 == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
+    let managed = managed as u32 != 0;
+    let ordinal = (ordinal != u64::MAX).then_some(ordinal as u32);
+    // Only memory that is not legacy-IPC capable (`cuMemAlloc`'s is) may be VMM.
+    let vmm = ipc as u32 & 0xff == 0 && is_vmm(base);
+    let size = if vmm {
+        joined_vmm_size(base, size, limit)
+    } else {
+        size
+    };
+    Some(AllocationFacts {
+        base,
+        size,
+        host,
+        device,
+        managed,
+        ordinal,
+        vmm,
+    })
+}
+
+/// The size of a VMM mapping at `base` joined with the VMM mappings that follow it without a
+/// gap, up to `limit` bytes.
+fn joined_vmm_size(base: u64, mut size: u64, limit: u64) -> u64 {
+    while size < limit {
+        match address_range(base + size) {
+            Some((b, s)) if b == base + size && is_vmm(b) => size += s,
+            _ => break,
+        }
+    }
+    size
+}
+
 /// The device allocation containing `ptr`. VMM mappings are extended over the mappings that
 /// follow them without a gap (up to `limit` bytes): an allocator that maps memory in pieces
 /// (PyTorch's expandable segments) places one tensor across several of them.
 pub fn allocation_range(ptr: u64, limit: u64) -> Option<(u64, u64)> {
-    let (base, mut size) = address_range(ptr)?;
+    let (base, size) = address_range(ptr)?;
     if is_vmm(base) {
-        while size < limit {
-            match address_range(base + size) {
-                Some((b, s)) if b == base + size && is_vmm(b) => size += s,
-                _ => break,
-            }
-        }
+        return Some((base, joined_vmm_size(base, size, limit)));
     }
     Some((base, size))
 }

@@ -160,18 +160,240 @@ fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
         "the test plants hits"
     );
     // SAFETY: as for the upload.
-    let hits =
-        unsafe { kernels.pointer_scan(buf.ptr(), n as u64, window, Some(heap), 1 << 20, &stream) }
-            .expect("scan")
-            .expect("room for every hit");
+    let hits = unsafe {
+        kernels.pointer_scan(
+            buf.ptr(),
+            n as u64,
+            window,
+            Some(heap),
+            1 << 20,
+            None,
+            &stream,
+        )
+    }
+    .expect("scan")
+    .expect("room for every hit");
     assert_eq!(hits.words, words);
     assert_eq!(hits.heap, in_heap);
     // SAFETY: as for the upload.
-    let short =
-        unsafe { kernels.pointer_scan(buf.ptr(), n as u64, window, Some(heap), 100, &stream) }
-            .expect("scan");
+    let short = unsafe {
+        kernels.pointer_scan(buf.ptr(), n as u64, window, Some(heap), 100, None, &stream)
+    }
+    .expect("scan");
     assert_eq!(
         short.err().map(|t| t.0),
         Some((words.len() + in_heap.len()) as u64)
     );
+    // The same scan copying the words as it reads them (the walk's copy of a large region),
+    // the copy whole also when the hits overflow.
+    for cap in [1 << 20, 100] {
+        let copy = DeviceBuffer::new(n).expect("copy");
+        copy.fill(0xab).expect("fill");
+        // SAFETY: as for the upload; `copy` is this test's own allocation of `n` bytes.
+        let hits = unsafe {
+            kernels.pointer_scan(
+                buf.ptr(),
+                n as u64,
+                window,
+                Some(heap),
+                cap,
+                Some(copy.ptr()),
+                &stream,
+            )
+        }
+        .expect("scan");
+        if cap > 100 {
+            assert_eq!(hits.expect("room").words, words);
+        }
+        let mut back = vec![0u8; n];
+        // SAFETY: `copy` is ours, the scan waited for.
+        unsafe { kreplay_cuda::copy_dtoh(&mut back, copy.ptr()) }.expect("download");
+        let whole = n / 8 * 8;
+        assert_eq!(
+            &back[..whole],
+            &bytes[..whole],
+            "the words copied (cap {cap})"
+        );
+        assert!(
+            back[whole..].iter().all(|&b| b == 0xab),
+            "nothing past the last word"
+        );
+    }
+}
+
+// Catches, for the kernels over many pieces (the walk and snapshots of a pointer table's
+// thousands of allocations): a piece copied short or past its end (a region ending mid-vector,
+// one shorter than a vector, one crossing a piece boundary, an unaligned source), a change or a
+// nonzero byte put under the wrong region's flag, a hit given to the wrong region or offset,
+// and a region of handle-sized words not told apart from one holding a larger word.
+#[test]
+#[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
+fn the_kernels_over_many_pieces_agree_with_the_host() {
+    use kreplay_cuda::many::{ManyScan, PIECE_BYTES};
+    let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
+    let ctx = PrimaryContext::retain(&device).expect("primary context");
+    ctx.handle().make_current().expect("current");
+    let kernels = ChunkKernels::load(device.props().sm_count).expect("the PTX loads");
+    let stream = Stream::new().expect("stream");
+    let (window, heap) = (
+        (0x7f00_0000_0000u64, 0x7f10_0000_0000u64),
+        (0x5000_0000u64, 0x6000_0000u64),
+    );
+    // Region sizes: tiny, mid-vector, a piece and a tail (mid-word), many 4 KiB, two chunks.
+    let mut sizes = vec![5usize, 100, PIECE_BYTES as usize + 13];
+    sizes.extend(std::iter::repeat_n(4096, 300));
+    sizes.push(2 * CHUNK as usize + 24);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let regions: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let mut v = vec![0u8; n];
+            match i % 5 {
+                0 => {} // all zero
+                1 => {
+                    // handle-sized words only
+                    for c in v.chunks_exact_mut(8).step_by(3) {
+                        c.copy_from_slice(&(next() & 0xffff).to_le_bytes());
+                    }
+                }
+                _ => {
+                    for (k, c) in v.chunks_exact_mut(8).enumerate() {
+                        let w = match (k + i) % 31 {
+                            0 => window.0 + next() % (window.1 - window.0),
+                            1 => heap.0 + next() % (heap.1 - heap.0),
+                            2..=20 => 0,
+                            _ => next(),
+                        };
+                        c.copy_from_slice(&w.to_le_bytes());
+                    }
+                    if let Some(b) = v.last_mut() {
+                        *b |= 1; // a nonzero tail byte
+                    }
+                }
+            }
+            v
+        })
+        .collect();
+    let bufs: Vec<DeviceBuffer> = regions
+        .iter()
+        .map(|r| {
+            let b = DeviceBuffer::new(r.len()).expect("region");
+            // SAFETY: `b` is this test's own allocation of `r.len()` bytes.
+            unsafe { copy_htod(b.ptr(), r).expect("upload") };
+            b
+        })
+        .collect();
+
+    // Copy every region into one slab, at 256-byte stretches, and one at an odd address.
+    let at: Vec<u64> = sizes
+        .iter()
+        .scan(0u64, |t, &n| {
+            let a = *t;
+            *t += (n as u64).next_multiple_of(256);
+            Some(a)
+        })
+        .collect();
+    let total = at.last().copied().unwrap_or(0)
+        + (*sizes.last().unwrap_or(&0) as u64).next_multiple_of(256);
+    let slab = DeviceBuffer::new(total as usize + 256).expect("slab");
+    let mut copies: Vec<(u64, u64, u64)> = bufs
+        .iter()
+        .zip(&at)
+        .map(|(b, &a)| (slab.ptr() + a, b.ptr(), b.len() as u64))
+        .collect();
+    // An unaligned source and destination: the last region's bytes from 3 on, at the end.
+    let odd = (slab.ptr() + total + 1, bufs[2].ptr() + 3, 200);
+    copies.push(odd);
+    // SAFETY: every destination is a stretch of `slab` sized for its source, every source a
+    // region of this test; nothing overlaps.
+    unsafe { kernels.copy_many(&copies, &stream) }.expect("copy_many");
+    let mut back = vec![0u8; total as usize + 256];
+    // SAFETY: `slab` is ours, its copies waited for.
+    unsafe { kreplay_cuda::copy_dtoh(&mut back, slab.ptr()) }.expect("download");
+    for (i, r) in regions.iter().enumerate() {
+        let a = at[i] as usize;
+        assert_eq!(&back[a..a + r.len()], &r[..], "region {i} copied");
+    }
+    assert_eq!(
+        &back[total as usize + 1..total as usize + 201],
+        &regions[2][3..203]
+    );
+
+    // Change some regions after the copy, then compare slab (pre) against the regions (post).
+    let mut post = regions.clone();
+    for i in [1usize, 4, 150, 303] {
+        let n = post[i].len();
+        post[i][n / 2] ^= 0x10;
+        // SAFETY: this test's own region, `n` bytes.
+        unsafe { copy_htod(bufs[i].ptr(), &post[i]).expect("change") };
+    }
+    let shift = CHUNK.trailing_zeros();
+    let mut first = 0;
+    let scans: Vec<ManyScan> = bufs
+        .iter()
+        .zip(&at)
+        .map(|(b, &a)| {
+            let s = ManyScan {
+                pre: slab.ptr() + a,
+                post: b.ptr(),
+                bytes: b.len() as u64,
+                chunk_shift: shift,
+                first_flag: first,
+            };
+            first += (b.len() as u64).div_ceil(CHUNK) as usize;
+            s
+        })
+        .collect();
+    // SAFETY: the slab's stretches and this test's regions, all of the scans' sizes.
+    let flags = unsafe { kernels.scan_many(&scans, &stream) }.expect("scan_many");
+    let (mut nonzero, mut changed) = (Vec::new(), Vec::new());
+    for (pre, post) in regions.iter().zip(&post) {
+        let (nz, ch) = host_flags(pre, post);
+        nonzero.extend(nz);
+        changed.extend(ch);
+    }
+    assert_eq!(flags.nonzero, nonzero);
+    assert_eq!(flags.changed, changed);
+    assert_eq!(
+        changed.iter().filter(|&&c| c).count(),
+        4,
+        "the test's own changes"
+    );
+
+    // The pointer scan of every region, against the host's, region by region.
+    let ranges: Vec<(u64, u64)> = bufs.iter().map(|b| (b.ptr(), b.len() as u64)).collect();
+    // SAFETY: this test's regions.
+    let hits = unsafe {
+        kernels.pointer_scan_many(&ranges, window, Some(heap), 0xffff_ffff, 1 << 20, &stream)
+    }
+    .expect("pointer_scan_many")
+    .expect("room for every hit");
+    let mut planted = 0;
+    for (i, r) in post.iter().enumerate() {
+        let (words, in_heap) = host_pointer_scan(r, window, heap);
+        planted += words.len() + in_heap.len();
+        assert_eq!(hits.words[i], words, "region {i}'s words");
+        assert_eq!(hits.heap[i], in_heap, "region {i}'s heap words");
+        let handle_like = r.chunks_exact(8).any(|c| c != [0; 8])
+            && r.chunks_exact(8).all(|c| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(c);
+                u64::from_le_bytes(b) <= 0xffff_ffff
+            });
+        assert_eq!(hits.handle_like[i], handle_like, "region {i}'s shape");
+    }
+    assert!(planted > 1000, "the test plants hits");
+    assert!(hits.handle_like.iter().filter(|&&h| h).count() > 10);
+    // SAFETY: as above.
+    let short =
+        unsafe { kernels.pointer_scan_many(&ranges, window, Some(heap), 0xffff_ffff, 10, &stream) }
+            .expect("pointer_scan_many");
+    assert_eq!(short.err().map(|t| t.0), Some(planted as u64));
 }

@@ -26,7 +26,7 @@ use crate::walk::Walk;
 // profile and graph paths still import these from here.
 pub(crate) use crate::reachable::{lock_staging, reach, resolve_globals, DeviceSpace};
 pub(crate) use crate::snapshot::{copy_region, device_copy};
-pub use crate::snapshot::{Bytes, PostChunk, PostScratch, Snapshot};
+pub use crate::snapshot::{Bytes, PostChunk, PostScratch, Scratch, Snapshot};
 
 use crate::snapshot::{array_snapshots, post_states, take_snapshots};
 
@@ -203,12 +203,14 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let Reads {
         walk: found,
         mut textures,
+        mut copies,
     } = footprint.reads(&Step {
         args: &args,
         layout: &layout,
         function: &input.function,
         module_objects: input.module_objects,
         allocations: &input.allocations,
+        copy_regions: true,
     })?;
     laps.lap("walk");
 
@@ -216,6 +218,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let mut spill = None;
     let (mut snapshots, module_globals) = take_snapshots(
         &found,
+        &mut copies,
         input.module.module_id,
         &stream,
         input.open_file,

@@ -261,7 +261,27 @@ fn first_launches(k: &ChunkKernels, stream: &Stream) -> kreplay_cuda::CuResult<(
         k.scan(buf.ptr(), Some(buf.ptr()), BYTES, BYTES, stream)?;
         k.digest(buf.ptr(), BYTES, BYTES, stream)?;
         // A zeroed buffer has no hit (zero is never one): only the launch matters here.
-        let _hits = k.pointer_scan(buf.ptr(), BYTES, (1, u64::MAX), None, 1, stream)?;
+        let _hits = k.pointer_scan(buf.ptr(), BYTES, (1, u64::MAX), None, 1, None, stream)?;
+        // The kernels over many pieces (a pointer table's allocations), each over two.
+        let half = BYTES / 2;
+        k.copy_many(
+            &[
+                (buf.ptr(), buf.ptr() + half, 16),
+                (buf.ptr() + 16, buf.ptr() + half + 16, 16),
+            ],
+            stream,
+        )?;
+        let scan = |at: u64| kreplay_cuda::many::ManyScan {
+            pre: buf.ptr() + at,
+            post: buf.ptr() + half + at,
+            bytes: 4096,
+            chunk_shift: BYTES.trailing_zeros(),
+            first_flag: (at / 4096) as usize,
+        };
+        k.scan_many(&[scan(0), scan(4096)], stream)?;
+        let ranges = [(buf.ptr(), 4096), (buf.ptr() + 4096, 4096)];
+        let _hits =
+            k.pointer_scan_many(&ranges, (1, u64::MAX), None, u64::from(u32::MAX), 1, stream)?;
     }
     Ok(())
 }

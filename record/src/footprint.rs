@@ -30,6 +30,9 @@ pub struct Step<'a> {
     pub module_objects: &'a [(String, u64)],
     /// Every live allocation, for `--memory all` (empty otherwise).
     pub allocations: &'a [(u64, u64, MemoryKind)],
+    /// The snapshot will copy every region to device scratch: a footprint that reads regions
+    /// anyway may copy them as it goes (`Reads::copies`).
+    pub copy_regions: bool,
 }
 
 /// What a step may read: the regions to snapshot (their index is their region id), what was
@@ -38,6 +41,8 @@ pub struct Step<'a> {
 pub struct Reads {
     pub walk: Walk,
     pub textures: crate::textures::Found,
+    /// Regions already copied to device scratch while they were read (see `Step::copy_regions`).
+    pub copies: crate::reachable::WalkCopies,
 }
 
 /// A region as a write set is decided over it: where it is in this process, its size, and the
@@ -81,14 +86,19 @@ pub struct Reachable;
 
 impl Footprint for Reachable {
     fn reads(&self, step: &Step<'_>) -> Result<Reads, RecordError> {
-        let (walk, textures) = crate::reachable::reach(
+        let (walk, textures, copies) = crate::reachable::reach(
             step.args,
             step.layout,
             step.function,
             step.module_objects,
             step.allocations,
+            step.copy_regions,
         )?;
-        Ok(Reads { walk, textures })
+        Ok(Reads {
+            walk,
+            textures,
+            copies,
+        })
     }
 
     fn written(&self, region: RegionSpan, evidence: Evidence<'_>) -> Vec<ByteRange> {

@@ -13,7 +13,7 @@ use kreplay_cuda::{
 };
 use kreplay_format::LaunchApi;
 
-use crate::capture::{copy_region, device_copy, lock_staging, Bytes, DeviceSpace};
+use crate::capture::{copy_region, device_copy, lock_staging, Bytes, DeviceSpace, Scratch};
 use crate::error::RecordError;
 use crate::graph::{GraphModel, KernelNode, NodeOp, RawNode};
 use crate::launch::{argument_bytes, LaunchView};
@@ -254,11 +254,7 @@ pub fn writable_ranges(
                         addresses: &[],
                         heap: None,
                     },
-                    &mut DeviceSpace {
-                        staging: &mut staging,
-                        stream: None,
-                        gpu_failed: false,
-                    },
+                    &mut DeviceSpace::new(&mut staging),
                     &Limits::default(),
                 )?;
                 for r in found.regions {
@@ -290,7 +286,7 @@ impl Saved {
         let mut copies = Vec::with_capacity(ranges.len());
         for &(base, size) in ranges {
             let b = match device_copy(base, size, &stream) {
-                Some(b) => Bytes::Device(b),
+                Some(b) => Bytes::Device(Scratch::own(b)),
                 None => Bytes::Host(copy_region(base, size)?),
             };
             copies.push((base, b));

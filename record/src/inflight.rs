@@ -9,14 +9,14 @@
 use std::io::{Seek, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kreplay_cuda::{copy_dtoh, DeviceBuffer, DownloadRing};
+use kreplay_cuda::{copy_dtoh, DownloadRing};
 use kreplay_engine::write_set::Evidence;
 use kreplay_format::{CaptureWriter, MemoryState};
 
 use crate::error::RecordError;
 use crate::footprint::RegionSpan;
 use crate::readback;
-use crate::snapshot::{post_chunks, Bytes, PostChunk, PostScratch, Snapshot};
+use crate::snapshot::{post_chunks, Bytes, PostChunk, PostScratch, Scratch, Snapshot};
 
 /// Bytes one staging buffer of the ring holds, and how many there are: two copies in flight
 /// while the writer compresses the third.
@@ -52,7 +52,8 @@ fn fetch(addr: u64, len: u64) -> Result<Vec<u8>, RecordError> {
     Ok(v)
 }
 
-fn free(buf: DeviceBuffer) {
+/// Drops a region's scratch (freeing its buffer, or its slab with the last stretch).
+fn free(buf: Scratch) {
     crate::quiet::outside_measurement(|| drop(buf));
 }
 

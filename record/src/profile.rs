@@ -221,12 +221,13 @@ enum Aside {
 /// The pristine copy of everything the dispatch reaches, on a new pass stream (the row learns
 /// the reachable bytes).
 fn copy_aside(input: &ProfileInput<'_>, row: &mut ProfileRow) -> Result<Aside, RecordError> {
-    let (found, textures) = reach(
+    let (found, textures, _) = reach(
         &input.args,
         &input.layout,
         &input.function,
         input.module_objects,
         &input.allocations,
+        false,
     )?;
     row.reachable_bytes = found.regions.iter().map(|r| r.size).sum();
     trace_with(|| {

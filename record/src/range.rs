@@ -202,12 +202,13 @@ impl RangePending {
         let Some(p) = self.pending.as_ref() else {
             return Err(RecordError::NoContext);
         };
-        let Reads { walk, textures } = p.footprint.reads(&footprint::Step {
+        let Reads { walk, textures, .. } = p.footprint.reads(&footprint::Step {
             args: &pre.args,
             layout: &pre.layout,
             function: &pre.function,
             module_objects: pre.module_objects,
             allocations: &pre.allocations,
+            copy_regions: false,
         })?;
         if !textures.objects.is_empty() || !textures.arrays.is_empty() {
             return Err(RecordError::Range(format!(

@@ -57,8 +57,14 @@ impl HeldMut<'_> {
         if !fresh.regions.is_empty() {
             let stream =
                 Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
-            let (mut snapshots, mut globals) =
-                take_snapshots(&fresh, module_id, &stream, None, &mut None)?;
+            let (mut snapshots, mut globals) = take_snapshots(
+                &fresh,
+                &mut Default::default(),
+                module_id,
+                &stream,
+                None,
+                &mut None,
+            )?;
             stream
                 .synchronize()
                 .map_err(RecordError::cuda("waiting for the snapshot copies"))?;

@@ -3,10 +3,13 @@
 //! module's globals and its texture objects: what the first `Footprint` (see `footprint`)
 //! reads.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use kreplay_cuda::chunks::TooManyHits;
-use kreplay_cuda::{copy_dtoh, pointer, ForeignFunction, PinnedBuffer, Stream};
+use kreplay_cuda::many::ManyPointerHits;
+use kreplay_cuda::texture::MAX_HANDLE;
+use kreplay_cuda::{copy_dtoh, pointer, DeviceBuffer, ForeignFunction, PinnedBuffer, Stream};
 use kreplay_format::MemoryKind;
 
 use crate::device_resources::{scratch_allowed, with_chunk_kernels};
@@ -22,6 +25,9 @@ const POINTER_SCAN_LIMIT: u64 = 64 << 20;
 /// Room for this many hits in a first GPU pointer scan of a region (16 bytes each); a region
 /// with more is scanned again with room for all, up to the walk's candidate bound.
 const FIRST_SCAN_HITS: u32 = 1 << 16;
+/// Regions at most this large are scanned for pointers together, in one launch per level of
+/// the walk (larger ones one by one, as their scan is long anyway).
+pub(crate) const BATCH_REGION_BYTES: u64 = 1 << 20;
 /// Most bytes one region grows to while joining contiguous VMM mappings.
 pub(crate) const VMM_EXTENT_LIMIT: u64 = 64 << 30;
 
@@ -38,16 +44,6 @@ pub(crate) fn lock_staging() -> std::sync::MutexGuard<'static, Option<PinnedBuff
     STAGING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn memory_kind(addr: u64) -> MemoryKind {
-    if pointer::is_host_memory(addr) {
-        MemoryKind::HostMapped
-    } else if pointer::is_managed(addr) {
-        MemoryKind::Managed
-    } else {
-        MemoryKind::Device
-    }
-}
-
 /// The process's memory as the walk sees it: the driver's allocation queries, and reads
 /// through the pinned staging buffer.
 pub(crate) struct DeviceSpace<'a> {
@@ -56,6 +52,83 @@ pub(crate) struct DeviceSpace<'a> {
     pub(crate) stream: Option<Stream>,
     /// A GPU scan failed in this walk: the rest is scanned on the host.
     pub(crate) gpu_failed: bool,
+    /// The allocations this walk looked up: base -> (size, a kernel of this device may read
+    /// it whole), so that neither the scans nor the snapshots ask the driver again.
+    pub(crate) looked_up: HashMap<u64, (u64, bool)>,
+    /// The current device's ordinal, asked once.
+    pub(crate) ordinal: Option<Option<u32>>,
+    /// Time in allocation lookups and in scans, and their counts (`KREPLAY_DEBUG_STALL`).
+    pub(crate) spent: WalkTimes,
+    /// Whether the GPU scan of a large region also copies it to device scratch (the capture's
+    /// snapshot, see `WalkCopies`).
+    pub(crate) copy_large: bool,
+    pub(crate) copies: WalkCopies,
+}
+
+/// Regions past this size scanned on the GPU one by one are copied to device scratch by the
+/// same pass when the capture asks (`DeviceSpace::copy_large`): the snapshot then costs no
+/// second read of them (16 GiB: the walk's 5.3 ms).
+const COPIED_BY_THE_SCAN: u64 = BATCH_REGION_BYTES;
+
+/// Device scratch copies of regions the walk made while scanning them (base -> copy of the
+/// whole region), for the snapshot to take instead of copying again.
+#[derive(Default)]
+pub struct WalkCopies(HashMap<u64, DeviceBuffer>);
+
+impl WalkCopies {
+    /// The copy of the region `[base, base + size)`, when the walk made one of exactly it.
+    pub(crate) fn take(&mut self, base: u64, size: u64) -> Option<DeviceBuffer> {
+        let copy = self.0.remove(&base)?;
+        (copy.len() as u64 == size).then_some(copy)
+    }
+}
+
+/// Where a walk's time went: (count, nanoseconds) of lookups and of scan calls.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct WalkTimes {
+    pub lookups: (u64, u64),
+    pub scans: (u64, u64),
+}
+
+/// Runs `f`, adding one call and its time to `slot`.
+fn timed<T>(slot: &mut (u64, u64), f: impl FnOnce() -> T) -> T {
+    let t = std::time::Instant::now();
+    let out = f();
+    slot.0 += 1;
+    slot.1 += t.elapsed().as_nanos() as u64;
+    out
+}
+
+impl DeviceSpace<'_> {
+    pub(crate) fn new(staging: &mut Option<PinnedBuffer>) -> DeviceSpace<'_> {
+        DeviceSpace {
+            staging,
+            stream: None,
+            gpu_failed: false,
+            looked_up: HashMap::new(),
+            ordinal: None,
+            spent: WalkTimes::default(),
+            copy_large: false,
+            copies: WalkCopies::default(),
+        }
+    }
+
+    fn current_ordinal(&mut self) -> Option<u32> {
+        *self.ordinal.get_or_insert_with(|| {
+            kreplay_cuda::Device::current()
+                .ok()
+                .and_then(|d| u32::try_from(d.ordinal()).ok())
+        })
+    }
+
+    /// Whether a kernel of this device may read `[base, base + size)`: from the walk's own
+    /// lookup when it made one of exactly this allocation, else asked of the driver.
+    pub(crate) fn kernel_readable(&mut self, base: u64, size: u64) -> bool {
+        match self.looked_up.get(&base) {
+            Some(&(s, readable)) if s == size => readable,
+            _ => gpu_readable(base, size),
+        }
+    }
 }
 
 impl Drop for DeviceSpace<'_> {
@@ -124,6 +197,14 @@ impl DeviceSpace<'_> {
         let stream = self.stream.as_ref()?;
         let most = u32::try_from(limits.candidates).unwrap_or(u32::MAX);
         let mut cap = FIRST_SCAN_HITS.min(most);
+        // The snapshot's copy, made by the first pass (complete also when the hits overflow).
+        let mut copy = (self.copy_large
+            && size > COPIED_BY_THE_SCAN
+            && size.is_multiple_of(8)
+            && !self.copies.0.contains_key(&base)
+            && scratch_allowed(size))
+        .then(|| DeviceBuffer::new(usize::try_from(size).ok()?).ok())
+        .flatten();
         loop {
             // The hit buffer is device scratch like a snapshot's: never the application's last
             // free memory.
@@ -131,11 +212,16 @@ impl DeviceSpace<'_> {
                 return None;
             }
             let window = (bounds.lo, bounds.hi);
+            let copy_to = copy.as_ref().map(DeviceBuffer::ptr);
             // SAFETY: the walk scans an allocation the driver reported (`base`, `size`), device
-            // memory, with the context synchronised; the scan only reads it.
+            // memory, with the context synchronised; the scan only reads it, and writes only
+            // our own copy of `size` bytes.
             let scanned = with_chunk_kernels(|k| unsafe {
-                k.pointer_scan(base, size, window, bounds.heap, cap, stream)
+                k.pointer_scan(base, size, window, bounds.heap, cap, copy_to, stream)
             });
+            if let (Ok(_), Some(c)) = (&scanned, copy.take()) {
+                self.copies.0.insert(base, c);
+            }
             match scanned {
                 Ok(Ok(hits)) => {
                     return Some(RegionScan {
@@ -157,11 +243,26 @@ impl DeviceSpace<'_> {
 
 impl AddressSpace for DeviceSpace<'_> {
     fn allocation(&mut self, addr: u64) -> Option<Allocation> {
-        let (base, size) = pointer::allocation_range(addr, VMM_EXTENT_LIMIT)?;
+        let facts = timed(&mut self.spent.lookups, || {
+            pointer::allocation_facts(addr, VMM_EXTENT_LIMIT)
+        })?;
+        let ordinal = self.current_ordinal();
+        // A joined VMM range is checked mapping by mapping where it is scanned.
+        if !facts.vmm {
+            let readable = ordinal.is_some_and(|o| facts.kernel_readable_on(o));
+            self.looked_up.insert(facts.base, (facts.size, readable));
+        }
+        let kind = if facts.host {
+            MemoryKind::HostMapped
+        } else if facts.managed {
+            MemoryKind::Managed
+        } else {
+            MemoryKind::Device
+        };
         Some(Allocation {
-            base,
-            size,
-            kind: memory_kind(base),
+            base: facts.base,
+            size: facts.size,
+            kind,
         })
     }
 
@@ -205,7 +306,7 @@ impl AddressSpace for DeviceSpace<'_> {
         if size > HANDLE_TABLE_BYTES
             && base.is_multiple_of(8)
             && !self.gpu_failed
-            && gpu_readable(base, size)
+            && self.kernel_readable(base, size)
         {
             crate::trace::trace("region to scan for pointers on the GPU");
             if let Some(found) = self.gpu_scan(base, size, bounds, limits) {
@@ -219,6 +320,118 @@ impl AddressSpace for DeviceSpace<'_> {
             }
         }
         crate::walk::host_scan(self, (base, size), bounds, limits)
+    }
+
+    /// The small regions a kernel may read are scanned on the GPU together (one launch, only
+    /// the words found and each region's shape come back); a small region whose words could
+    /// all be texture handles is read and scanned on the host, as before, to be taken for a
+    /// handle table. The others, and all of them when the GPU scan cannot run, one by one.
+    fn scan_many(
+        &mut self,
+        regions: &[(u64, u64)],
+        bounds: &ScanBounds,
+        limits: &Limits,
+    ) -> Result<Vec<Option<RegionScan>>, WalkError> {
+        let t = std::time::Instant::now();
+        let out = self.scan_level(regions, bounds, limits);
+        self.spent.scans.0 += regions.len() as u64;
+        self.spent.scans.1 += t.elapsed().as_nanos() as u64;
+        out
+    }
+}
+
+impl DeviceSpace<'_> {
+    /// `scan_many`'s work (see there).
+    fn scan_level(
+        &mut self,
+        regions: &[(u64, u64)],
+        bounds: &ScanBounds,
+        limits: &Limits,
+    ) -> Result<Vec<Option<RegionScan>>, WalkError> {
+        let mut out: Vec<Option<RegionScan>> = vec![None; regions.len()];
+        let mut done = vec![false; regions.len()];
+        let batch: Vec<usize> = (0..regions.len())
+            .filter(|&i| {
+                let (base, size) = regions[i];
+                size > 0
+                    && size <= BATCH_REGION_BYTES
+                    && base.is_multiple_of(8)
+                    && !self.gpu_failed
+                    && self.kernel_readable(base, size)
+            })
+            .collect();
+        if batch.len() > 1 {
+            let ranges: Vec<(u64, u64)> = batch.iter().map(|&i| regions[i]).collect();
+            if let Some(hits) = self.gpu_scan_many(&ranges, bounds, limits) {
+                let ManyPointerHits {
+                    words,
+                    heap,
+                    handle_like,
+                } = hits;
+                for (k, ((w, h), like)) in words.into_iter().zip(heap).zip(handle_like).enumerate()
+                {
+                    let i = batch[k];
+                    if like && regions[i].1 <= HANDLE_TABLE_BYTES {
+                        continue;
+                    }
+                    out[i] = Some(RegionScan {
+                        words: w,
+                        heap: h,
+                        handle_table: None,
+                    });
+                    done[i] = true;
+                }
+            }
+        }
+        for (i, &(base, size)) in regions.iter().enumerate() {
+            if !done[i] {
+                out[i] = self.scan(base, size, bounds, limits)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl DeviceSpace<'_> {
+    /// `gpu_scan` of many small regions in one launch (see `ChunkKernels::pointer_scan_many`);
+    /// `None` where it cannot run, as `gpu_scan`.
+    fn gpu_scan_many(
+        &mut self,
+        ranges: &[(u64, u64)],
+        bounds: &ScanBounds,
+        limits: &Limits,
+    ) -> Option<ManyPointerHits> {
+        if self.stream.is_none() {
+            self.stream = crate::spares::spare_stream().ok();
+        }
+        let stream = self.stream.as_ref()?;
+        let most = u32::try_from(limits.candidates).unwrap_or(u32::MAX);
+        let mut cap = FIRST_SCAN_HITS.min(most);
+        loop {
+            let pieces = ranges
+                .iter()
+                .map(|&(_, size)| size.div_ceil(kreplay_cuda::many::PIECE_BYTES))
+                .sum::<u64>();
+            if !scratch_allowed(32 + pieces * 36 + u64::from(cap) * 24) {
+                return None;
+            }
+            let window = (bounds.lo, bounds.hi);
+            // SAFETY: every range is an allocation the driver reported, device memory of this
+            // device that a kernel may read (`kernel_readable`), with the context synchronised;
+            // the scan only reads it.
+            let scanned = with_chunk_kernels(|k| unsafe {
+                k.pointer_scan_many(ranges, window, bounds.heap, MAX_HANDLE, cap, stream)
+            });
+            match scanned {
+                Ok(Ok(hits)) => return Some(hits),
+                Ok(Err(TooManyHits(n))) if n <= most as u64 && cap < most => cap = n as u32,
+                Ok(Err(_)) => return None,
+                Err(_) => {
+                    self.gpu_failed = true;
+                    return None;
+                }
+            }
+        }
     }
 }
 
@@ -269,7 +482,8 @@ pub(crate) fn reach(
     function: &ForeignFunction,
     module_objects: &[(String, u64)],
     allocations: &[(u64, u64, MemoryKind)],
-) -> Result<(Walk, crate::textures::Found), RecordError> {
+    copy_large: bool,
+) -> Result<(Walk, crate::textures::Found, WalkCopies), RecordError> {
     let globals = resolve_globals(function, module_objects);
     crate::trace::trace_with(|| {
         format!(
@@ -283,6 +497,9 @@ pub(crate) fn reach(
     let heap = kreplay_cuda::heap::probe().ok().flatten();
     crate::trace::trace("heap probed");
     let mut staging = lock_staging();
+    let mut space = DeviceSpace::new(&mut staging);
+    space.copy_large = copy_large;
+    let walked = std::time::Instant::now();
     let found = walk(
         &Roots {
             args,
@@ -292,15 +509,32 @@ pub(crate) fn reach(
             addresses: &textures.addresses,
             heap: heap.map(|h| h.bounds()),
         },
-        &mut DeviceSpace {
-            staging: &mut staging,
-            stream: None,
-            gpu_failed: false,
-        },
+        &mut space,
         &Limits {
             scan_bytes: POINTER_SCAN_LIMIT,
             ..Limits::default()
         },
     )?;
-    Ok((found, textures))
+    if std::env::var_os("KREPLAY_DEBUG_STALL").is_some() {
+        let WalkTimes { lookups, scans } = space.spent;
+        let all = walked.elapsed().as_nanos() as u64;
+        crate::diag!(
+            "kreplay: walk: {} regions in {:.1} ms: {} lookups {:.1} ms; {} regions scanned {:.1} ms; the rest {:.1} ms",
+            found.regions.len(),
+            all as f64 / 1e6,
+            lookups.0,
+            lookups.1 as f64 / 1e6,
+            scans.0,
+            scans.1 as f64 / 1e6,
+            all.saturating_sub(lookups.1 + scans.1) as f64 / 1e6
+        );
+    }
+    let mut found = found;
+    found.kernel_readable = found
+        .regions
+        .iter()
+        .map(|r| r.base.is_multiple_of(16) && space.kernel_readable(r.base, r.size))
+        .collect();
+    let copies = std::mem::take(&mut space.copies);
+    Ok((found, textures, copies))
 }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use kreplay_cuda::many::ManyScan;
 use kreplay_cuda::texture::ForeignArray;
 use kreplay_cuda::{copy_dtod_async, copy_dtoh, DeviceBuffer, Stream};
 use kreplay_engine::write_set::{ByteRange, Evidence};
@@ -14,6 +15,7 @@ use kreplay_format::{
 use crate::device_resources::{scratch_allowed, with_chunk_kernels};
 use crate::error::RecordError;
 use crate::footprint::{Footprint, RegionSpan};
+use crate::reachable::WalkCopies;
 use crate::readback::{self, PackedRun};
 use crate::spill::{OpenFile, Spill, Spilled};
 use crate::walk::Walk;
@@ -23,7 +25,128 @@ use crate::walk::Walk;
 /// later by the writer thread.
 pub enum Bytes {
     Host(Vec<u8>),
-    Device(DeviceBuffer),
+    Device(Scratch),
+}
+
+/// Device scratch holding one region's bytes: a buffer of its own, or a stretch of a slab that
+/// many small regions share (one allocation and one copy launch for all of them, where one
+/// each cost a pointer table's 10,000 allocations 17 us apiece); the slab is freed with the
+/// last stretch dropped.
+pub struct Scratch {
+    buf: Arc<DeviceBuffer>,
+    at: u64,
+    len: usize,
+    in_slab: bool,
+}
+
+impl Scratch {
+    pub fn own(buf: DeviceBuffer) -> Scratch {
+        let len = buf.len();
+        Scratch {
+            buf: Arc::new(buf),
+            at: 0,
+            len,
+            in_slab: false,
+        }
+    }
+
+    /// `len` bytes at `at` of `slab` (the caller's plan keeps them inside it).
+    fn stretch(slab: &Arc<DeviceBuffer>, at: u64, len: usize) -> Scratch {
+        Scratch {
+            buf: slab.clone(),
+            at,
+            len,
+            in_slab: true,
+        }
+    }
+
+    /// Device address of the first byte.
+    pub fn ptr(&self) -> u64 {
+        self.buf.ptr() + self.at
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the bytes share a slab with other regions' (they are then compared after the
+    /// step together, see `post_many`).
+    pub fn in_slab(&self) -> bool {
+        self.in_slab
+    }
+}
+
+/// Regions at most this large share a slab of device scratch.
+pub(crate) const SLAB_REGION_BYTES: u64 = crate::reachable::BATCH_REGION_BYTES;
+/// Where each region starts in a slab (the chunk kernels' vectors want 16 bytes; 256 is what
+/// `cuMemAlloc` gives each allocation).
+const SLAB_ALIGN: u64 = 256;
+
+/// Where each region's bytes go in a slab shared by the small ones: per region its offset
+/// (`None`: not in the slab), and the slab's length. `regions` are (size, whether it may go
+/// there: a kernel can read it). No slab for fewer than two regions.
+pub(crate) fn slab_plan(regions: &[(u64, bool)]) -> (Vec<Option<u64>>, u64) {
+    let fits = |&(size, ok): &(u64, bool)| ok && size > 0 && size <= SLAB_REGION_BYTES;
+    if regions.iter().filter(|r| fits(r)).count() < 2 {
+        return (vec![None; regions.len()], 0);
+    }
+    let mut total = 0u64;
+    let at = regions
+        .iter()
+        .map(|r| {
+            fits(r).then(|| {
+                let at = total;
+                total += r.0.next_multiple_of(SLAB_ALIGN);
+                at
+            })
+        })
+        .collect();
+    (at, total)
+}
+
+/// One device buffer of `len` bytes for a slab, when the scratch rule allows it.
+fn new_slab(len: u64) -> Option<Arc<DeviceBuffer>> {
+    if !scratch_allowed(len) {
+        return None;
+    }
+    DeviceBuffer::new(usize::try_from(len).ok()?)
+        .ok()
+        .map(Arc::new)
+}
+
+/// The small regions of `found` copied into one slab by one launch, as `slab_plan` places them;
+/// `None` when there is no slab (too few, no room, the kernel cannot run): each region then
+/// takes its own scratch.
+fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<(Arc<DeviceBuffer>, Vec<Option<u64>>)> {
+    let eligible: Vec<(u64, bool)> = found
+        .regions
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let readable = found.kernel_readable.get(i).copied().unwrap_or(false);
+            (r.size, readable && r.kind != MemoryKind::HostMapped)
+        })
+        .collect();
+    let (at, total) = slab_plan(&eligible);
+    if total == 0 {
+        return None;
+    }
+    let slab = new_slab(total)?;
+    let copies: Vec<(u64, u64, u64)> = found
+        .regions
+        .iter()
+        .zip(&at)
+        .filter_map(|(r, a)| a.map(|a| (slab.ptr() + a, r.base, r.size)))
+        .collect();
+    // SAFETY: each destination is a stretch of our slab that `slab_plan` sized for its region;
+    // each source is a region the walk found that a kernel of this device may read whole
+    // (`kernel_readable`), read with the context synchronised.
+    with_chunk_kernels(|k| unsafe { k.copy_many(&copies, stream) }).ok()?;
+    Some((slab, at))
 }
 
 /// A region and its bytes before (and after) the launch.
@@ -47,7 +170,7 @@ pub struct Snapshot {
 /// The post-dispatch bytes of a region snapshotted in device scratch.
 pub struct PostScratch {
     /// The scratch (none when nothing changed).
-    pub buf: Option<DeviceBuffer>,
+    pub buf: Option<Scratch>,
     /// The ranges written, found on the GPU, and where each run is in `buf`; `None` when the
     /// GPU could not compare (`buf` then holds the whole region, compared on the host).
     pub runs: Option<Vec<PackedRun>>,
@@ -95,7 +218,7 @@ pub(crate) fn post_chunks(
 /// on the host later. Also says which pre chunks are nonzero.
 fn post_on_device(
     footprint: &Arc<dyn Footprint>,
-    pre: &DeviceBuffer,
+    pre: &Scratch,
     addr: u64,
     region: &Region,
     stream: &Stream,
@@ -130,7 +253,7 @@ fn post_on_device(
                 }
                 .map_err(RecordError::cuda("copying the changed chunks"))?;
             }
-            Some(buf)
+            Some(Scratch::own(buf))
         } else {
             None
         };
@@ -147,9 +270,12 @@ fn post_on_device(
             // The runs stay where they are in the whole copy.
             let written = footprint.written(span, Evidence::Changed(&flags.changed));
             let runs = readback::in_place(&written);
-            Ok((scratch(Some(whole), Some(runs)), Some(flags.nonzero)))
+            Ok((
+                scratch(Some(Scratch::own(whole)), Some(runs)),
+                Some(flags.nonzero),
+            ))
         }
-        Err(_) => Ok((scratch(Some(whole), None), None)),
+        Err(_) => Ok((scratch(Some(Scratch::own(whole)), None), None)),
     }
 }
 
@@ -200,6 +326,7 @@ pub(crate) fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> 
 /// module globals they hold.
 pub(crate) fn take_snapshots(
     found: &Walk,
+    copies: &mut WalkCopies,
     module_id: u32,
     stream: &Stream,
     open_file: Option<OpenFile<'_>>,
@@ -207,6 +334,7 @@ pub(crate) fn take_snapshots(
 ) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>), RecordError> {
     let mut snapshots = Vec::with_capacity(found.regions.len());
     let mut module_globals = Vec::new();
+    let slab = copy_into_slab(found, stream);
     for (id, r) in found.regions.iter().enumerate() {
         let region = Region {
             region_id: id as u32,
@@ -218,9 +346,17 @@ pub(crate) fn take_snapshots(
         };
         // Host-mapped memory is read straight to the host (a scratch copy would cross the bus
         // just the same).
-        let scratch = (r.kind != MemoryKind::HostMapped)
-            .then(|| device_copy(r.base, r.size, stream))
-            .flatten();
+        let in_slab = slab.as_ref().and_then(|(slab, at)| {
+            let at = at.get(id).copied().flatten()?;
+            Some(Scratch::stretch(slab, at, usize::try_from(r.size).ok()?))
+        });
+        let scratch = in_slab
+            .or_else(|| copies.take(r.base, r.size).map(Scratch::own))
+            .or_else(|| {
+                (r.kind != MemoryKind::HostMapped)
+                    .then(|| device_copy(r.base, r.size, stream).map(Scratch::own))
+                    .flatten()
+            });
         let mut spilled = None;
         let pre = match scratch {
             Some(b) => Bytes::Device(b),
@@ -310,7 +446,19 @@ pub(crate) fn post_states(
     stream: &Stream,
 ) -> Result<Vec<PostChunk>, RecordError> {
     let mut post = Vec::new();
-    for s in snapshots {
+    let in_slab: Vec<usize> = (0..snapshots.len())
+        .filter(|&i| {
+            let s = &snapshots[i];
+            s.spilled.is_none() && matches!(&s.pre, Bytes::Device(b) if b.in_slab())
+        })
+        .collect();
+    let mut compared = vec![false; snapshots.len()];
+    if !in_slab.is_empty() && post_many(snapshots, &in_slab, footprint, stream)? {
+        for &i in &in_slab {
+            compared[i] = true;
+        }
+    }
+    for (s, _) in snapshots.iter_mut().zip(compared).filter(|(_, done)| !done) {
         let span = RegionSpan::of(&s.region, s.device_addr);
         if let Some(before) = &mut s.spilled {
             let Some(spill) = spill.as_deref_mut() else {
@@ -347,6 +495,96 @@ pub(crate) fn post_states(
     Ok(post)
 }
 
+/// The post-dispatch state of the snapshots `batch` (their pre bytes in a slab), compared on
+/// the GPU together: one scan launch finds which chunks changed in all of them, one slab holds
+/// the chunks that changed, one launch copies them there. False when the scan cannot run (the
+/// snapshots are then compared one by one).
+fn post_many(
+    snapshots: &mut [Snapshot],
+    batch: &[usize],
+    footprint: &Arc<dyn Footprint>,
+    stream: &Stream,
+) -> Result<bool, RecordError> {
+    let mut scans = Vec::with_capacity(batch.len());
+    let mut flag_count = 0;
+    for &i in batch {
+        let s = &snapshots[i];
+        let Bytes::Device(pre) = &s.pre else {
+            return Ok(false);
+        };
+        let cs = s.region.chunk_size;
+        if !cs.is_power_of_two() || cs < kreplay_cuda::many::PIECE_BYTES {
+            return Ok(false);
+        }
+        scans.push(ManyScan {
+            pre: pre.ptr(),
+            post: s.device_addr,
+            bytes: s.region.size,
+            chunk_shift: cs.trailing_zeros(),
+            first_flag: flag_count,
+        });
+        flag_count += s.region.size.div_ceil(cs) as usize;
+    }
+    // SAFETY: each scan reads our slab's stretch of a region's pre bytes and the region itself
+    // (a kernel may read it, as for the slab's copy), after the dispatch with the context
+    // synchronised.
+    let Ok(flags) = with_chunk_kernels(|k| unsafe { k.scan_many(&scans, stream) }) else {
+        return Ok(false);
+    };
+    // Each snapshot's write set, packed into its stretch of one post slab.
+    let mut plans = Vec::with_capacity(batch.len());
+    let mut total = 0u64;
+    for (&i, scan) in batch.iter().zip(&scans) {
+        let s = &snapshots[i];
+        let chunks = s.region.size.div_ceil(s.region.chunk_size) as usize;
+        let flags_of = scan.first_flag..scan.first_flag + chunks;
+        let changed = flags.changed.get(flags_of.clone()).unwrap_or_default();
+        let span = RegionSpan::of(&s.region, s.device_addr);
+        let written = footprint.written(span, Evidence::Changed(changed));
+        let (runs, len) = readback::pack(&written);
+        plans.push((runs, total, len, flags_of));
+        total += len.next_multiple_of(SLAB_ALIGN);
+    }
+    let slab = match total {
+        0 => None,
+        n => Some(new_slab(n).ok_or(RecordError::NoPostScratch(n))?),
+    };
+    if let Some(slab) = &slab {
+        let copies: Vec<(u64, u64, u64)> = batch
+            .iter()
+            .zip(&plans)
+            .flat_map(|(&i, (runs, at, ..))| {
+                let addr = snapshots[i].device_addr;
+                runs.iter()
+                    .map(move |r| (slab.ptr() + at + r.at, addr + r.offset, r.len))
+            })
+            .collect();
+        // SAFETY: each destination is inside the run's stretch of our post slab (sized to the
+        // runs' totals); each source is a run inside a region (the engine's write set clips
+        // runs to the region), read as for the scan.
+        with_chunk_kernels(|k| unsafe { k.copy_many(&copies, stream) })
+            .map_err(RecordError::WriteSet)?;
+    }
+    for (&i, (runs, at, len, flags_of)) in batch.iter().zip(plans) {
+        let s = &mut snapshots[i];
+        let buf = match (&slab, len) {
+            (Some(slab), n) if n > 0 => Some(Scratch::stretch(
+                slab,
+                at,
+                usize::try_from(n).map_err(|_| RecordError::RegionTooLarge(n))?,
+            )),
+            _ => None,
+        };
+        s.post = Some(PostScratch {
+            buf,
+            runs: Some(runs),
+            footprint: footprint.clone(),
+        });
+        s.pre_nonzero = flags.nonzero.get(flags_of).map(<[bool]>::to_vec);
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,6 +616,49 @@ mod tests {
             }
         }
         (runs, at)
+    }
+
+    // Catches: a slab stretch not aligned for the kernels' vectors, a region too large (or
+    // one a kernel may not read) put in the slab, stretches that overlap, or a slab made for a
+    // single region (its own buffer costs the same).
+    #[test]
+    fn the_slab_holds_the_small_readable_regions_apart_and_aligned() {
+        let big = SLAB_REGION_BYTES + 1;
+        let (at, total) = slab_plan(&[
+            (100, true),
+            (big, true),
+            (0, true),
+            (4096, false),
+            (300, true),
+        ]);
+        assert_eq!(at, vec![Some(0), None, None, None, Some(256)]);
+        assert_eq!(total, 256 + 512);
+        assert_eq!(
+            slab_plan(&[(100, true), (200, false)]),
+            (vec![None, None], 0)
+        );
+        proptest!(|(regions in proptest::collection::vec((0u64..3 << 20, any::<bool>()), 0..40))| {
+            let (at, total) = slab_plan(&regions);
+            let mut placed: Vec<(u64, u64)> = regions
+                .iter()
+                .zip(&at)
+                .filter_map(|(&(size, ok), a)| {
+                    a.map(|a| {
+                        assert!(ok && size > 0 && size <= SLAB_REGION_BYTES);
+                        (a, size)
+                    })
+                })
+                .collect();
+            placed.sort_unstable();
+            for (k, &(a, size)) in placed.iter().enumerate() {
+                prop_assert_eq!(a % SLAB_ALIGN, 0);
+                prop_assert!(a + size <= total);
+                if let Some(&(next, _)) = placed.get(k + 1) {
+                    prop_assert!(a + size <= next);
+                }
+            }
+            prop_assert!(placed.len() != 1);
+        });
     }
 
     #[test]

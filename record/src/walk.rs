@@ -42,6 +42,20 @@ pub trait AddressSpace {
     ) -> Result<Option<RegionScan>, WalkError> {
         host_scan(self, (base, size), bounds, limits)
     }
+    /// `scan` of each of `regions` (base, size), in order: what the walk asks at each level, so
+    /// that a space may scan many regions in one go (the recorder's GPU scans a pointer table's
+    /// thousands of allocations in one launch). By default one `scan` each.
+    fn scan_many(
+        &mut self,
+        regions: &[(u64, u64)],
+        bounds: &ScanBounds,
+        limits: &Limits,
+    ) -> Result<Vec<Option<RegionScan>>, WalkError> {
+        regions
+            .iter()
+            .map(|&(base, size)| self.scan(base, size, bounds, limits))
+            .collect()
+    }
 }
 
 /// `AddressSpace::scan` on the host: the region's bytes read (`space.read`) and scanned here,
@@ -179,6 +193,10 @@ pub struct Walk {
     /// (region id, (offset, value) of each nonzero word), for the driver to confirm.
     pub handle_tables: Vec<(u32, Vec<(u64, u64)>)>,
     pub notes: Vec<String>,
+    /// Per region, whether a kernel of the current device may read it whole (the snapshot
+    /// then copies and compares many small regions in one launch); filled by the recorder's
+    /// adapter after the walk, empty where unknown (nothing taken for readable).
+    pub kernel_readable: Vec<bool>,
 }
 
 /// A word holding a device-heap address.
@@ -362,19 +380,57 @@ fn follow_stored_pointers(
     scan.window = Some((lo, hi));
     let mut failed: HashSet<u64> = HashSet::new();
     let mut lookups = 0usize;
-    let mut i = 0;
-    while i < s.walk.regions.len() {
-        let (base, size) = (s.walk.regions[i].base, s.walk.regions[i].size);
-        let region_id = i as u32;
-        i += 1;
-        let bounds = ScanBounds {
-            lo,
-            hi,
-            heap: s.heap,
-        };
-        let Some(found) = space.scan(base, size, &bounds, limits)? else {
-            continue;
-        };
+    let bounds = ScanBounds {
+        lo,
+        hi,
+        heap: s.heap,
+    };
+    // Level by level: the regions found so far are scanned together, then followed in order
+    // (the regions they reach are the next level).
+    let mut level = 0;
+    while level < s.walk.regions.len() {
+        let batch: Vec<(u64, u64)> = s.walk.regions[level..]
+            .iter()
+            .map(|r| (r.base, r.size))
+            .collect();
+        let first = level;
+        level = s.walk.regions.len();
+        let scans = space.scan_many(&batch, &bounds, limits)?;
+        for (k, found) in scans.into_iter().enumerate() {
+            let region_id = (first + k) as u32;
+            let size = batch[k].1;
+            let Some(found) = found else {
+                continue;
+            };
+            if follow_region(
+                s,
+                &mut scan,
+                (region_id, size, found),
+                limits,
+                space,
+                &mut failed,
+                &mut lookups,
+            ) {
+                return Ok(scan);
+            }
+        }
+    }
+    Ok(scan)
+}
+
+/// Takes one region's scan into the walk: its handle table, heap words and candidates, and
+/// the allocations its words point into (the next level). True when the lookups ran out (the
+/// walk stops following).
+fn follow_region(
+    s: &mut State,
+    scan: &mut Scan,
+    (region_id, size, found): (u32, u64, RegionScan),
+    limits: &Limits,
+    space: &mut dyn AddressSpace,
+    failed: &mut HashSet<u64>,
+    lookups: &mut usize,
+) -> bool {
+    {
         let RegionScan {
             words,
             heap,
@@ -397,19 +453,19 @@ fn follow_stored_pointers(
                  many for a pointer table: not followed",
                 words.len()
             ));
-            continue;
+            return false;
         }
         for (_, v) in words {
             if inside(&s.known, v) || failed.contains(&v) {
                 continue;
             }
-            lookups += 1;
-            if lookups > limits.lookups {
+            *lookups += 1;
+            if *lookups > limits.lookups {
                 s.walk.notes.push(format!(
                     "stopped following stored pointers after {} lookups",
                     limits.lookups
                 ));
-                return Ok(scan);
+                return true;
             }
             match space.allocation(v) {
                 Some(a) => s.add(FoundRegion {
@@ -425,7 +481,7 @@ fn follow_stored_pointers(
             }
         }
     }
-    Ok(scan)
+    false
 }
 
 /// Words in captured memory that point into captured memory. Regions the pointer walk read
@@ -447,17 +503,20 @@ fn pointer_slots(
         Vec::new()
     };
     if let Some((lo, hi)) = s.known.span() {
-        for (id, r) in s.walk.regions.iter().enumerate() {
-            if scan.scanned.contains(&(id as u32)) {
-                continue;
-            }
-            let bounds = ScanBounds { lo, hi, heap: None };
-            let Some(found) = space.scan(r.base, r.size, &bounds, limits)? else {
-                continue;
-            };
-            for (off, v) in found.words {
+        let (ids, ranges): (Vec<u32>, Vec<(u64, u64)>) = s
+            .walk
+            .regions
+            .iter()
+            .enumerate()
+            .filter(|(id, _)| !scan.scanned.contains(&(*id as u32)))
+            .map(|(id, r)| (id as u32, (r.base, r.size)))
+            .unzip();
+        let bounds = ScanBounds { lo, hi, heap: None };
+        let scans = space.scan_many(&ranges, &bounds, limits)?;
+        for (id, found) in ids.into_iter().zip(scans) {
+            for (off, v) in found.map(|f| f.words).unwrap_or_default() {
                 if inside(&s.known, v) {
-                    slots.push((id as u32, off));
+                    slots.push((id, off));
                 }
             }
         }
@@ -892,6 +951,59 @@ mod tests {
             "{:?}",
             w.notes
         );
+    }
+
+    /// A space that scans as `FakeSpace` but answers each level in one `scan_many`, recording
+    /// how many regions each call held.
+    struct Batches(FakeSpace, Vec<usize>);
+
+    impl AddressSpace for Batches {
+        fn allocation(&mut self, addr: u64) -> Option<Allocation> {
+            self.0.allocation(addr)
+        }
+        fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
+            self.0.read(base, size)
+        }
+        fn scan_many(
+            &mut self,
+            regions: &[(u64, u64)],
+            bounds: &ScanBounds,
+            limits: &Limits,
+        ) -> Result<Vec<Option<RegionScan>>, WalkError> {
+            self.1.push(regions.len());
+            regions
+                .iter()
+                .map(|&(b, n)| self.0.scan(b, n, bounds, limits))
+                .collect()
+        }
+    }
+
+    // Catches: the walk asking the space for one region at a time (a pointer table's
+    // thousands of allocations then cost a GPU launch each), or a level's regions scanned
+    // together but followed out of order (the region ids, and so the capture, would change).
+    #[test]
+    fn each_level_of_the_walk_is_scanned_in_one_call_with_the_same_result() {
+        let table = 0x10_0000u64;
+        let mut s = FakeSpace::default();
+        s.alloc(table, 50 * 8);
+        for i in 0..50u64 {
+            let a = 0x100_0000 + i * 0x1000;
+            s.alloc(a, 64).store(table, (i * 8) as usize, a);
+        }
+        // The 7th allocation points on to one more (a third level).
+        s.alloc(0x900_0000, 32)
+            .store(0x100_0000 + 6 * 0x1000, 8, 0x900_0000);
+        let (bytes, layout) = args(&[table]);
+        let roots = arg_roots(&bytes, &layout);
+        let one_by_one = walk(&roots, &mut s, &Limits::default()).expect("walk");
+        let mut b = Batches(s, Vec::new());
+        let batched = walk(&roots, &mut b, &Limits::default()).expect("walk");
+        assert_eq!(batched, one_by_one);
+        assert_eq!(batched.regions.len(), 52);
+        assert_eq!(batched.regions[7].base, 0x100_0000 + 6 * 0x1000);
+        assert_eq!(batched.regions[51].base, 0x900_0000);
+        // The table, its 50 allocations, the one after; the slots came from the candidates.
+        assert_eq!(b.1, vec![1, 50, 1, 0]);
     }
 
     #[test]

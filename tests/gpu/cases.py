@@ -399,6 +399,7 @@ INLINE_CASES = {
     "robust-sigterm": (),
     "hostile-play": (),
     "touched-replay": (),
+    "capture-times-bench": ("bench", "timed"),
     "cupti-versions": ("counters",),
     "robust-stderr-full": (),
     "chunk-kernels": (),

@@ -457,7 +457,7 @@ def tool_checks(rows: list[dict], tool_lines: list[str]) -> list[str]:
 
 # The GPU tests of the chunk kernels' binary (cuda/tests/chunks_gpu.rs): the write-set scan
 # and digests, and the walk's pointer scan.
-CHUNK_GPU_TESTS = 2
+CHUNK_GPU_TESTS = 3
 
 
 def rust_tests_ran(rc: int, text: str, want: int = CHUNK_GPU_TESTS) -> bool:
@@ -598,3 +598,49 @@ def count_line(rows: list[dict]) -> str:
     failed = sum(r in ("FAIL", "ERROR", "XPASS") for r in res)
     skipped = sum(r.startswith("SKIP") or r == "XFAIL" for r in res)
     return f"{passed} passed, {failed} failed, {skipped} skipped"
+
+
+# capture-times-bench (#34, "nothing else gets slower"): the suite's run cases recorded with the
+# library under test and with an older one (KREPLAY_OLD_RECORD_LIB), one after the other.
+# Each case's stall may be at most 1.5 x the old one's + 2 ms (one run each: a small
+# capture's stall varies by a millisecond or two from run to run), and all of them together at
+# most 5 % more than before.
+CAPTURE_TIME_CASE_SLACK = (1.5, 2.0)
+CAPTURE_TIME_TOTAL_SLACK = 1.05
+
+
+def first_stall_ms(text: str):
+    """The first capture's stall (ms) of a `kreplay record --json` output, or None."""
+    j = last_json_line(text)
+    caps = (j or {}).get("captures") if isinstance(j, dict) else None
+    if not caps or not isinstance(caps, list):
+        return None
+    first = min(caps, key=lambda c: c.get("match_index", 0) if isinstance(c, dict) else 0)
+    v = first.get("stall_ms") if isinstance(first, dict) else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def capture_time_checks(rows):
+    """rows: (case, new stall ms or None, old stall ms or None). (why, table lines)."""
+    why, lines = [], []
+    a, b = CAPTURE_TIME_CASE_SLACK
+    new_sum = old_sum = 0.0
+    for name, new, old in rows:
+        if new is None or old is None:
+            why.append(f"{name}: no stall measured ({'new' if new is None else 'old'} library)")
+            lines.append(f"{name:28s} {'-' if new is None else f'{new:9.2f}'} ms  {'-' if old is None else f'{old:9.2f}'} ms")
+            continue
+        new_sum += new
+        old_sum += old
+        bad = new > old * a + b
+        if bad:
+            why.append(f"{name}: stall {new:.2f} ms against {old:.2f} ms before (over {a} x + {b} ms)")
+        lines.append(f"{name:28s} {new:9.2f} ms {old:9.2f} ms {(new - old):+9.2f} ms{'  SLOWER' if bad else ''}")
+    if not rows:
+        why.append("no case measured")
+    elif old_sum > 0:
+        pct = (new_sum / old_sum - 1) * 100
+        lines.append(f"{'all cases':28s} {new_sum:9.2f} ms {old_sum:9.2f} ms {pct:+8.1f} %")
+        if new_sum > old_sum * CAPTURE_TIME_TOTAL_SLACK:
+            why.append(f"all cases: {new_sum:.1f} ms against {old_sum:.1f} ms before ({pct:+.1f} %, over +5 %)")
+    return why, lines

@@ -901,10 +901,25 @@ def test_farm_devices_and_no_timing_verdicts_want_a_refusal_and_untimed_records(
 
 
 def test_the_chunk_kernels_binary_must_run_all_its_gpu_tests():
-    good = "running 2 tests\ntest a ... ok\ntest b ... ok\n\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured"
+    good = "running 3 tests\ntest a ... ok\ntest b ... ok\ntest c ... ok\n\ntest result: ok. 3 passed; 0 failed; 0 ignored; 0 measured"
     assert S.rust_tests_ran(0, good)
     assert not S.rust_tests_ran(1, good)
-    assert not S.rust_tests_ran(0, good.replace("2 passed", "1 passed"))
+    assert not S.rust_tests_ran(0, good.replace("3 passed", "2 passed"))
     assert not S.rust_tests_ran(0, good.replace("0 ignored", "1 ignored"))
     assert not S.rust_tests_ran(0, good + "\nskipped: no GPU")
     assert not S.rust_tests_ran(0, "test result: FAILED. 1 passed; 1 failed; 0 ignored")
+
+
+def test_capture_times_verdict_wants_every_case_measured_and_none_much_slower():
+    assert "capture-times-bench" in C.INLINE_CASES and "bench" in C.INLINE_CASES["capture-times-bench"]
+    out = '{"captures": [{"match_index": 2, "stall_ms": 9.0}, {"match_index": 1, "stall_ms": 3.5}]}'
+    assert S.first_stall_ms("app output\n" + out) == 3.5
+    assert S.first_stall_ms("no json") is None and S.first_stall_ms('{"captures": []}') is None
+    good = [("a", 3.0, 3.1), ("b", 10.0, 9.8)]
+    why, lines = S.capture_time_checks(good)
+    assert why == [] and "all cases" in lines[-1] and "ms" in lines[0]
+    assert S.capture_time_checks([("a", 3.0, 1.0)])[0], "over 1.5 x + 2 ms"
+    assert S.capture_time_checks([("a", None, 1.0)])[0] and S.capture_time_checks([("a", 1.0, None)])[0]
+    assert S.capture_time_checks([])[0]
+    # Each case within its slack, but all of them together more than 5 % slower.
+    assert S.capture_time_checks([(str(i), 10.5, 9.0) for i in range(5)])[0]

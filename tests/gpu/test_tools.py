@@ -630,3 +630,39 @@ def test_touched_replay(bins, case, row, kr, app):
     row.update(kernel=figures, median_us=(j.get("median_ns") or 0) / 1e3,
                matched=bool((j.get("verify") or {}).get("matched")), why="; ".join(why))
     assert not why, "; ".join(why)
+
+
+# The run cases whose capture times capture-times-bench compares: each kind of app once (CUDA,
+# driver API, the big-argument and pointer-table shapes, graphs, PyTorch, Triton, CuPy, JAX).
+CAPTURE_TIME_CASES = ("cuda-saxpy", "cuda-globals", "cuda-pointers", "cuda-ptrtable", "cuda-bigsmem",
+                      "cuda-stencil", "driver-extra", "cuda-async", "beyond-mapped", "graph-stream",
+                      "torch-gemm", "torch-elementwise", "torch-vmm", "triton", "cupy", "jax")
+
+
+@C.inline("capture-times-bench")
+def test_capture_times_bench(case, row, kr, app):
+    """#34's "nothing else gets slower": the first capture's stall of each of CAPTURE_TIME_CASES
+    recorded with this library and with the one KREPLAY_OLD_RECORD_LIB names, one after the
+    other (KREPLAY_RECORD_LIB picks the library), in the same run; the table in the row."""
+    old = os.environ.get("KREPLAY_OLD_RECORD_LIB")
+    if not old or not Path(old).is_file():
+        pytest.skip("KREPLAY_OLD_RECORD_LIB names no libkreplay_record.so to compare with")
+    by_name = {c.name: c for c in C.RUN_CASES}
+    rows = []
+    for name in CAPTURE_TIME_CASES:
+        rc = by_name[name]
+        argv = app(list(rc.argv))
+        stalls = {}
+        for lib in ("new", "old"):
+            env = {"KREPLAY_RECORD_LIB": old} if lib == "old" else {}
+            w = case.path(f"{name}-{lib}.krr")
+            r = case.run([kr, "record", "--json", "--force", "-k", f"regex:{rc.regex}", "--nth", str(rc.nth),
+                          "-o", w, *rc.rec_extra, "--"] + argv, name=f"{name}-{lib}", env=env, timeout=600)
+            stalls[lib] = S.first_stall_ms(r.out) if r.rc == 0 else None
+        rows.append((name, stalls["new"], stalls["old"]))
+    why, lines = S.capture_time_checks(rows)
+    table = "\n".join([f"{'case':28s} {'stall':>12s} {'before':>12s} {'change':>12s}"] + lines)
+    print("\ncapture-times-bench (first capture's stall, this library against KREPLAY_OLD_RECORD_LIB):\n" + table)
+    row.update(kernel=f"{len(rows)} cases: {lines[-1].split(None, 2)[-1] if lines else '-'}", why="; ".join(why),
+               figures=table)
+    assert not why, "; ".join(why)

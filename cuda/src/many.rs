@@ -1,0 +1,409 @@
+//! The chunk kernels over many pieces at once (`kreplay_copy_many`, `kreplay_scan_many`,
+//! `kreplay_pointer_scan_many` in `kernels/chunks.cu`): a dispatch that reaches thousands of
+//! small allocations (a pointer table, #34) is copied, compared and scanned for pointers in one
+//! launch each, not one per allocation. The caller's ranges are cut into pieces of at most
+//! `PIECE_BYTES` (`pieces`, a pure function), one per block at a time; the pieces' table goes
+//! to the device in one copy.
+
+use crate::chunks::{flags, memset_async, unsuitable, word, ChunkFlags, ChunkKernels, TooManyHits};
+use crate::error::CuResult;
+use crate::launch::{launch, KernelArgs, LaunchConfig};
+use crate::memory::{copy_dtoh, DeviceBuffer};
+use crate::stream::{AsStream, Stream};
+use crate::sys;
+
+/// The most bytes of one piece: a block's share. Chunks are whole multiples of it (at least
+/// 64 KiB, a power of two), so a piece never straddles two chunks.
+pub const PIECE_BYTES: u64 = 64 << 10;
+/// The pointer scan's mark of a hit inside the device heap (as `kreplay_pointer_scan`'s).
+const HEAP_BIT: u64 = 1 << 63;
+
+/// `[offset, offset + len)` pieces of a `size`-byte range, each at most `PIECE_BYTES` long and
+/// starting at a multiple of it.
+pub fn pieces(size: u64) -> impl Iterator<Item = (u64, u64)> {
+    (0..size.div_ceil(PIECE_BYTES)).map(move |k| {
+        let offset = k * PIECE_BYTES;
+        (offset, PIECE_BYTES.min(size - offset))
+    })
+}
+
+/// One range to compare: `bytes` at `pre` against `post` (0: none), its chunks' flags from
+/// `first_flag` on, chunks of `1 << chunk_shift` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManyScan {
+    pub pre: u64,
+    pub post: u64,
+    pub bytes: u64,
+    pub chunk_shift: u32,
+    pub first_flag: usize,
+}
+
+/// The scan rows (pre, post, bytes, flag) of `scans`, one per piece, and the flag count.
+pub fn scan_rows(scans: &[ManyScan]) -> (Vec<u64>, usize) {
+    let mut rows = Vec::new();
+    let mut flag_count = 0;
+    for s in scans {
+        for (offset, len) in pieces(s.bytes) {
+            let flag = s.first_flag + (offset >> s.chunk_shift) as usize;
+            flag_count = flag_count.max(flag + 1);
+            let post = if s.post == 0 { 0 } else { s.post + offset };
+            rows.extend_from_slice(&[s.pre + offset, post, len, flag as u64]);
+        }
+    }
+    (rows, flag_count)
+}
+
+/// The copy rows (dst, src, bytes) of `copies` (dst, src, bytes), one per piece.
+pub fn copy_rows(copies: &[(u64, u64, u64)]) -> Vec<u64> {
+    let mut rows = Vec::new();
+    for &(dst, src, bytes) in copies {
+        for (offset, len) in pieces(bytes) {
+            rows.extend_from_slice(&[dst + offset, src + offset, len]);
+        }
+    }
+    rows
+}
+
+/// The pointer-scan rows (words, word count, tag, first word) of `regions` (address, bytes),
+/// the tag the region's index; and each piece's region, in row order. A region's trailing
+/// bytes past its last whole word are not scanned (as the host scan).
+pub fn pointer_rows(regions: &[(u64, u64)]) -> (Vec<u64>, Vec<usize>) {
+    let mut rows = Vec::new();
+    let mut owner = Vec::new();
+    for (i, &(addr, bytes)) in regions.iter().enumerate() {
+        for (offset, len) in pieces(bytes - bytes % 8) {
+            rows.extend_from_slice(&[addr + offset, len / 8, i as u64, offset / 8]);
+            owner.push(i);
+        }
+    }
+    (rows, owner)
+}
+
+/// What the pointer scan over many regions found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManyPointerHits {
+    /// Per region: (byte offset, value) of its words inside the pointer window, in offset
+    /// order.
+    pub words: Vec<Vec<(u64, u64)>>,
+    /// Per region: (byte offset, value) of its words inside the device heap.
+    pub heap: Vec<Vec<(u64, u64)>>,
+    /// Per region: it may be a table of texture handles (every word at most the handle bound,
+    /// one nonzero), for the host to read and decide.
+    pub handle_like: Vec<bool>,
+}
+
+/// The hits (tag, key, value) of the many-region scan and the pieces' shape words, per region.
+pub fn many_hits(raw: &[u8], shape: &[u8], owner: &[usize], regions: usize) -> ManyPointerHits {
+    let mut hits = ManyPointerHits {
+        words: vec![Vec::new(); regions],
+        heap: vec![Vec::new(); regions],
+        handle_like: vec![false; regions],
+    };
+    for triple in raw.chunks_exact(24) {
+        let (tag, key, value) = (
+            word(&triple[..8]),
+            word(&triple[8..16]),
+            word(&triple[16..]),
+        );
+        let Some(i) = usize::try_from(tag).ok().filter(|&i| i < regions) else {
+            continue;
+        };
+        let offset = (key & !HEAP_BIT) * 8;
+        match key & HEAP_BIT {
+            0 => hits.words[i].push((offset, value)),
+            _ => hits.heap[i].push((offset, value)),
+        }
+    }
+    for w in hits.words.iter_mut().chain(hits.heap.iter_mut()) {
+        w.sort_unstable();
+    }
+    // A region is handle-like when no piece holds a word past the bound and one holds a
+    // nonzero word.
+    let mut big = vec![false; regions];
+    let mut any = vec![false; regions];
+    for (s, &i) in shape.chunks_exact(4).zip(owner) {
+        let v = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+        big[i] |= v & 1 != 0;
+        any[i] |= v & 2 != 0;
+    }
+    for i in 0..regions {
+        hits.handle_like[i] = any[i] && !big[i];
+    }
+    hits
+}
+
+impl ChunkKernels {
+    /// The rows' table on the device (the kept row buffer when large enough), copied there
+    /// before the launch that reads it is queued on `stream`.
+    fn upload_rows(&self, rows: &[u64], stream: &Stream) -> CuResult<DeviceBuffer> {
+        let bytes: Vec<u8> = rows.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let buf = self.take_rows(bytes.len().max(8))?;
+        crate::error::check(
+            // SAFETY: `buf` is our own buffer of at least `bytes.len()` bytes; the copy is
+            // queued on `stream` before the kernel that reads it, and `buf` is kept or freed
+            // only after the stream is synchronised. The host bytes are pageable: the driver
+            // has staged them when the call returns.
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    buf.ptr(),
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    stream.raw_stream(),
+                )
+            },
+            "cuMemcpyHtoDAsync",
+        )?;
+        Ok(buf)
+    }
+
+    /// Copies each `(dst, src, bytes)`. Queued on `stream` and waited for.
+    ///
+    /// # Safety
+    /// Each `[src, src + bytes)` is *readable* and each `[dst, dst + bytes)` *writable*
+    /// (`crate::memory`'s contracts), and no destination overlaps a source, until this returns.
+    pub unsafe fn copy_many(&self, copies: &[(u64, u64, u64)], stream: &Stream) -> CuResult<()> {
+        let rows = copy_rows(copies);
+        let n = (rows.len() / 3) as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let table = self.upload_rows(&rows, stream)?;
+        let cfg = LaunchConfig::new([self.grid_for(n), 1, 1], [crate::chunks::THREADS, 1, 1], 0);
+        // SAFETY: the kernel copies the rows' pieces, each inside a caller's range, which this
+        // function's contract covers; the table outlives the launch (synchronised below).
+        unsafe {
+            launch(
+                &self.copy_many,
+                &cfg,
+                &mut KernelArgs::words(&[table.ptr(), n]),
+                stream,
+            )?
+        };
+        stream.synchronize()?;
+        self.keep_rows(table);
+        Ok(())
+    }
+
+    /// Which chunks of each scan's `pre` hold a nonzero byte and which differ from its `post`:
+    /// flags indexed from each scan's `first_flag`. Queued on `stream` and waited for.
+    ///
+    /// # Safety
+    /// Each scan's `[pre, pre + bytes)` and (when not 0) `[post, post + bytes)` are *readable*
+    /// (`crate::memory`'s contract) until this returns.
+    pub unsafe fn scan_many(&self, scans: &[ManyScan], stream: &Stream) -> CuResult<ChunkFlags> {
+        if let Some(s) = scans
+            .iter()
+            .find(|s| s.chunk_shift >= 64 || (1u64 << s.chunk_shift) < PIECE_BYTES)
+        {
+            return Err(unsuitable(format!(
+                "chunk shift {} is not a chunk of at least {PIECE_BYTES} bytes",
+                s.chunk_shift
+            )));
+        }
+        let (rows, flag_count) = scan_rows(scans);
+        let n = (rows.len() / 4) as u64;
+        if n == 0 {
+            return Ok(ChunkFlags {
+                nonzero: vec![false; flag_count],
+                changed: vec![false; flag_count],
+            });
+        }
+        let table = self.upload_rows(&rows, stream)?;
+        let out_len = flag_count * 8;
+        let grid = self.grid_for(n);
+        // SAFETY: the kernel reads the pieces (inside the caller's ranges, readable by this
+        // function's contract) and the table, and writes `8 x flag_count` bytes at `out`.
+        let host = unsafe {
+            self.run_into_grid(
+                &self.scan_many,
+                grid,
+                out_len,
+                |out| vec![table.ptr(), n, out, out + flag_count as u64 * 4],
+                stream,
+            )
+        };
+        self.keep_rows(table);
+        let host = host?;
+        Ok(ChunkFlags {
+            nonzero: flags(&host[..flag_count * 4]),
+            changed: flags(&host[flag_count * 4..]),
+        })
+    }
+
+    /// `pointer_scan` over each of `regions` (address 8-byte aligned, bytes), with room for
+    /// `cap` hits in all; also which regions may be handle tables (`max_handle` the largest
+    /// handle). Queued on `stream` and waited for.
+    ///
+    /// # Safety
+    /// Each `[addr, addr + bytes)` is *readable* (`crate::memory`'s contract) until this
+    /// returns.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn pointer_scan_many(
+        &self,
+        regions: &[(u64, u64)],
+        window: (u64, u64),
+        heap: Option<(u64, u64)>,
+        max_handle: u64,
+        cap: u32,
+        stream: &Stream,
+    ) -> CuResult<Result<ManyPointerHits, TooManyHits>> {
+        if let Some(&(a, _)) = regions.iter().find(|(a, _)| !a.is_multiple_of(8)) {
+            return Err(unsuitable(format!("address {a:#x} is not 8-byte aligned")));
+        }
+        let (rows, owner) = pointer_rows(regions);
+        let n = owner.len();
+        if n == 0 {
+            return Ok(Ok(many_hits(&[], &[], &[], regions.len())));
+        }
+        let table = self.upload_rows(&rows, stream)?;
+        let (heap_lo, heap_hi) = heap.unwrap_or((0, 0));
+        // The count first (16 bytes keep what follows aligned), the pieces' shape words, then
+        // three words per hit.
+        let shape_at = 16u64;
+        let hits_at = (shape_at + n as u64 * 4).next_multiple_of(16);
+        let out_len = hits_at as usize + cap as usize * 24;
+        let out = self.take_scratch(out_len)?;
+        // SAFETY: the count and shape words of `out`, this function's own buffer.
+        unsafe { memset_async(out.ptr(), hits_at as usize, stream)? };
+        let cfg = LaunchConfig::new(
+            [self.grid_for(n as u64), 1, 1],
+            [crate::chunks::THREADS, 1, 1],
+            0,
+        );
+        let args = [
+            table.ptr(),
+            n as u64,
+            window.0,
+            window.1,
+            heap_lo,
+            heap_hi,
+            max_handle,
+            out.ptr() + hits_at,
+            cap as u64,
+            out.ptr(),
+            out.ptr() + shape_at,
+        ];
+        // SAFETY: the kernel reads the pieces (inside the caller's regions, readable by this
+        // function's contract) and the table, and writes the count, `n` shape words and at
+        // most `cap` hits into `out`, sized for them; both outlive the launch (synchronised
+        // below). `cap` is a 32-bit parameter: the low half of its little-endian word.
+        let launched = unsafe {
+            launch(
+                &self.pointer_many,
+                &cfg,
+                &mut KernelArgs::words(&args),
+                stream,
+            )
+        }
+        .and_then(|()| stream.synchronize());
+        self.keep_rows(table);
+        launched?;
+        let mut head = vec![0u8; hits_at as usize];
+        // SAFETY: `out` is ours, its stream synchronised above.
+        unsafe { copy_dtoh(&mut head, out.ptr())? };
+        let count = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        if count > cap {
+            self.keep_scratch(out);
+            return Ok(Err(TooManyHits(u64::from(count))));
+        }
+        let mut raw = vec![0u8; count as usize * 24];
+        // SAFETY: the first `count` hits of `out` (`count <= cap`), written before the
+        // synchronisation.
+        unsafe { copy_dtoh(&mut raw, out.ptr() + hits_at)? };
+        self.keep_scratch(out);
+        let shape = &head[shape_at as usize..shape_at as usize + n * 4];
+        Ok(Ok(many_hits(&raw, shape, &owner, regions.len())))
+    }
+
+    /// Blocks for `n` pieces: no more than the pieces, no more than the whole-GPU grid.
+    fn grid_for(&self, n: u64) -> u32 {
+        u32::try_from(n).unwrap_or(u32::MAX).clamp(1, self.grid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_a_range_in_order_at_most_a_piece_each() {
+        assert_eq!(pieces(0).count(), 0);
+        assert_eq!(pieces(10).collect::<Vec<_>>(), vec![(0, 10)]);
+        let p: Vec<_> = pieces(2 * PIECE_BYTES + 3).collect();
+        assert_eq!(
+            p,
+            vec![
+                (0, PIECE_BYTES),
+                (PIECE_BYTES, PIECE_BYTES),
+                (2 * PIECE_BYTES, 3)
+            ]
+        );
+    }
+
+    #[test]
+    fn scan_rows_put_each_piece_under_its_chunk_flag() {
+        let scans = [
+            ManyScan {
+                pre: 0x1000,
+                post: 0x9000,
+                bytes: 3 * PIECE_BYTES,
+                chunk_shift: 17, // two pieces a chunk
+                first_flag: 0,
+            },
+            ManyScan {
+                pre: 0x100000,
+                post: 0,
+                bytes: 5,
+                chunk_shift: 22,
+                first_flag: 2,
+            },
+        ];
+        let (rows, flags) = scan_rows(&scans);
+        assert_eq!(flags, 3);
+        let r: Vec<&[u64]> = rows.chunks(4).collect();
+        assert_eq!(r.len(), 4);
+        assert_eq!(r[0], &[0x1000, 0x9000, PIECE_BYTES, 0]);
+        assert_eq!(
+            r[1],
+            &[0x1000 + PIECE_BYTES, 0x9000 + PIECE_BYTES, PIECE_BYTES, 0]
+        );
+        assert_eq!(r[2][3], 1);
+        assert_eq!(r[3], &[0x100000, 0, 5, 2], "no post stays no post");
+    }
+
+    #[test]
+    fn pointer_rows_scan_whole_words_and_name_their_region() {
+        let (rows, owner) = pointer_rows(&[(0x1000, 20), (0x2000, 7), (0x3000, PIECE_BYTES + 8)]);
+        assert_eq!(owner, vec![0, 2, 2]);
+        let r: Vec<&[u64]> = rows.chunks(4).collect();
+        assert_eq!(r[0], &[0x1000, 2, 0, 0], "20 bytes: two whole words");
+        assert_eq!(r[1], &[0x3000, PIECE_BYTES / 8, 2, 0]);
+        assert_eq!(r[2], &[0x3000 + PIECE_BYTES, 1, 2, PIECE_BYTES / 8]);
+    }
+
+    fn triple(tag: u64, key: u64, value: u64) -> Vec<u8> {
+        [tag, key, value]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn many_hits_sort_each_regions_words_and_read_the_shapes() {
+        let mut raw = triple(1, 5, 0xb0);
+        raw.extend(triple(1, 2, 0xa0));
+        raw.extend(triple(0, 3 | HEAP_BIT, 0xc0));
+        raw.extend(triple(9, 1, 0xd0)); // no such region: dropped
+                                        // Region 0 one piece: a big word; region 1 two pieces: nonzero, and zero; region 2:
+                                        // nothing nonzero.
+        let shape: Vec<u8> = [3u32, 2, 0, 0]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let h = many_hits(&raw, &shape, &[0, 1, 1, 2], 3);
+        assert_eq!(h.words[1], vec![(16, 0xa0), (40, 0xb0)]);
+        assert_eq!(h.heap[0], vec![(24, 0xc0)]);
+        assert!(h.words[0].is_empty() && h.words[2].is_empty());
+        assert_eq!(h.handle_like, vec![false, true, false]);
+    }
+}
