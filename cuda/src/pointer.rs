@@ -103,46 +103,61 @@ impl AllocationFacts {
     }
 }
 
-/// `allocation_range` with the facts the recorder asks of each allocation, in two driver calls
-/// (three for memory that is not `cuMemAlloc`'s, which may be VMM) instead of four.
+/// `allocation_range` with the facts the recorder asks of each allocation, in one driver call
+/// for `cuMemAlloc`'s memory (a pointer table's thousands of allocations are looked up while
+/// the application waits) instead of four; memory of other allocators (which may be VMM, whose
+/// range the attributes give as the whole reservation) also asks `cuMemGetAddressRange`.
 pub fn allocation_facts(ptr: u64, limit: u64) -> Option<AllocationFacts> {
-    let (base, size) = address_range(ptr)?;
     let mut memory_type: u64 = 0;
     let mut managed: u64 = 0;
     let mut ordinal: u64 = u64::MAX;
     let mut ipc: u64 = 0;
+    let mut start: u64 = 0;
+    let mut length: u64 = 0;
     let mut attributes = [
         sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
         sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
         sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
         sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
     ];
-    let mut data: [*mut c_void; 4] = [
+    let mut data: [*mut c_void; 6] = [
         (&mut memory_type as *mut u64).cast(),
         (&mut managed as *mut u64).cast(),
         (&mut ordinal as *mut u64).cast(),
         (&mut ipc as *mut u64).cast(),
+        (&mut start as *mut u64).cast(),
+        (&mut length as *mut u64).cast(),
     ];
-    // SAFETY: four attributes, each written into its own zeroed (or marked) 8-byte local, more
-    // than any of them needs; the call only asks the driver about a number.
+    // SAFETY: six attributes, each written into its own zeroed (or marked) 8-byte local, as
+    // large as any of them needs; the call only asks the driver about a number (an address it
+    // does not know gets default values, not an error).
     let r = unsafe {
         sys::cuPointerGetAttributes(
             attributes.len() as u32,
             attributes.as_mut_ptr(),
             data.as_mut_ptr(),
-            base,
+            ptr,
         )
     };
     if r != CUresult::CUDA_SUCCESS {
         return None;
     }
-    // 4-byte enums and ints, 1- or 4-byte bools: the low half of each little-endian word.
+    // 4-byte enums and ints, 1- or 4-byte bools: the low bytes of each little-endian word.
+    let legacy_ipc = ipc as u8 != 0;
+    // `cuMemAlloc`'s memory (the only legacy-IPC capable kind) is its own range; the others
+    // ask the range of the mapping.
+    let (base, size) = if legacy_ipc && length > 0 && ptr >= start && ptr - start < length {
+        (start, length)
+    } else {
+        address_range(ptr)?
+    };
     let host = memory_type as u32 == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
     let device = memory_type as u32 == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
-    let managed = managed as u32 != 0;
+    let managed = managed as u8 != 0;
     let ordinal = (ordinal != u64::MAX).then_some(ordinal as u32);
-    // Only memory that is not legacy-IPC capable (`cuMemAlloc`'s is) may be VMM.
-    let vmm = ipc as u32 & 0xff == 0 && is_vmm(base);
+    let vmm = !legacy_ipc && is_vmm(base);
     let size = if vmm {
         joined_vmm_size(base, size, limit)
     } else {

@@ -397,3 +397,60 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
             .expect("pointer_scan_many");
     assert_eq!(short.err().map(|t| t.0), Some(planted as u64));
 }
+
+// Catches: the one-call lookup (`allocation_facts`, the walk's) giving another base, size or
+// kind than the four calls it replaces, for cuMemAlloc's memory at interior addresses, for
+// page-locked host memory seen through its device pointer, for VMM mappings, and for an
+// address no allocation holds.
+#[test]
+#[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
+fn the_one_call_lookup_agrees_with_the_four_it_replaces() {
+    use kreplay_cuda::pointer;
+    let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
+    let ctx = PrimaryContext::retain(&device).expect("primary context");
+    ctx.handle().make_current().expect("current");
+    let ordinal = device.ordinal() as u32;
+    let limit = 64u64 << 30;
+    let four = |p: u64| {
+        pointer::allocation_range(p, limit).map(|(base, size)| {
+            (
+                base,
+                size,
+                pointer::is_host_memory(base),
+                pointer::is_managed(base),
+                pointer::is_vmm(base),
+            )
+        })
+    };
+    let one = |p: u64| {
+        pointer::allocation_facts(p, limit).map(|f| (f.base, f.size, f.host, f.managed, f.vmm))
+    };
+    let bufs: Vec<DeviceBuffer> = [4096usize, 1 << 20, (3 << 20) + 13, 256]
+        .iter()
+        .map(|&n| DeviceBuffer::new(n).expect("buffer"))
+        .collect();
+    for b in &bufs {
+        for p in [b.ptr(), b.ptr() + b.len() as u64 / 2, b.ptr() + b.len() as u64 - 1] {
+            assert_eq!(one(p), four(p), "cuMemAlloc memory at {p:#x}");
+            let f = pointer::allocation_facts(p, limit).expect("facts");
+            assert!(f.kernel_readable_on(ordinal), "{f:?}");
+        }
+    }
+    let pinned = kreplay_cuda::PinnedBuffer::mapped(1 << 20).expect("mapped host memory");
+    let dp = pinned.device_ptr().expect("its device pointer");
+    assert_eq!(one(dp + 100), four(dp + 100), "mapped host memory");
+    let f = pointer::allocation_facts(dp, limit).expect("facts");
+    assert!(f.host && !f.kernel_readable_on(ordinal), "{f:?}");
+    let g = kreplay_cuda::vmm::granularity(&device).expect("granularity");
+    let va = bufs[2].ptr() + (64u64 << 30); // far from anything allocated here
+    let mapping = kreplay_cuda::vmm::FixedMapping::map(&[(va, 2 * g), (va + 2 * g, g)], &device);
+    if let Ok(_m) = &mapping {
+        assert_eq!(one(va + 8), four(va + 8), "VMM mappings");
+        let f = pointer::allocation_facts(va, limit).expect("facts");
+        assert!(f.vmm && !f.kernel_readable_on(ordinal), "{f:?}");
+    } else {
+        panic!("no VMM mapping at {va:#x}: {:?}", mapping.err().map(|e| e.to_string()));
+    }
+    assert_eq!(one(0x10), None);
+    assert_eq!(four(0x10), None);
+}

@@ -457,7 +457,7 @@ def tool_checks(rows: list[dict], tool_lines: list[str]) -> list[str]:
 
 # The GPU tests of the chunk kernels' binary (cuda/tests/chunks_gpu.rs): the write-set scan
 # and digests, and the walk's pointer scan.
-CHUNK_GPU_TESTS = 3
+CHUNK_GPU_TESTS = 4
 
 
 def rust_tests_ran(rc: int, text: str, want: int = CHUNK_GPU_TESTS) -> bool:
