@@ -222,8 +222,10 @@ impl ChunkKernels {
                 stream,
             )
         };
-        self.keep_rows(table);
+        // Kept only once its stream is known synchronised (a failed call may leave the upload
+        // queued: the next call must not write the buffer under it).
         let host = host?;
+        self.keep_rows(table);
         Ok(ChunkFlags {
             nonzero: flags(&host[..flag_count * 4]),
             changed: flags(&host[flag_count * 4..]),
@@ -249,6 +251,13 @@ impl ChunkKernels {
     ) -> CuResult<Result<ManyPointerHits, TooManyHits>> {
         if let Some(&(a, _)) = regions.iter().find(|(a, _)| !a.is_multiple_of(8)) {
             return Err(unsuitable(format!("address {a:#x} is not 8-byte aligned")));
+        }
+        // The kernel counts hits in 32 bits: no more words than that may hit.
+        let words: u64 = regions.iter().map(|&(_, b)| b / 8).sum();
+        if words > u64::from(u32::MAX) {
+            return Err(unsuitable(format!(
+                "{words} words is more than the scan counts"
+            )));
         }
         let (rows, owner) = pointer_rows(regions);
         let n = owner.len();
@@ -296,8 +305,8 @@ impl ChunkKernels {
             )
         }
         .and_then(|()| stream.synchronize());
-        self.keep_rows(table);
         launched?;
+        self.keep_rows(table);
         let mut head = vec![0u8; hits_at as usize];
         // SAFETY: `out` is ours, its stream synchronised above.
         unsafe { copy_dtoh(&mut head, out.ptr())? };

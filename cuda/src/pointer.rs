@@ -142,7 +142,8 @@ pub fn allocation_facts(ptr: u64, limit: u64) -> Option<AllocationFacts> {
         )
     };
     if r != CUresult::CUDA_SUCCESS {
-        return None;
+        // A driver that refuses one of the attributes still answers the questions one by one.
+        return facts_one_by_one(ptr, limit);
     }
     // 4-byte enums and ints, 1- or 4-byte bools: the low bytes of each little-endian word.
     let legacy_ipc = ipc as u8 != 0;
@@ -156,7 +157,8 @@ pub fn allocation_facts(ptr: u64, limit: u64) -> Option<AllocationFacts> {
     let host = memory_type as u32 == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
     let device = memory_type as u32 == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
     let managed = managed as u8 != 0;
-    let ordinal = (ordinal != u64::MAX).then_some(ordinal as u32);
+    // An address the driver does not know gets default values (memory type 0).
+    let ordinal = (memory_type as u32 != 0 && ordinal as u32 != u32::MAX).then_some(ordinal as u32);
     let vmm = !legacy_ipc && is_vmm(base);
     let size = if vmm {
         joined_vmm_size(base, size, limit)
@@ -171,6 +173,25 @@ pub fn allocation_facts(ptr: u64, limit: u64) -> Option<AllocationFacts> {
         managed,
         ordinal,
         vmm,
+    })
+}
+
+/// `allocation_facts` asked with the single-attribute helpers (four calls and more).
+fn facts_one_by_one(ptr: u64, limit: u64) -> Option<AllocationFacts> {
+    let (base, size) = allocation_range(ptr, limit)?;
+    let memory_type = pointer_attribute_u64(
+        base,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    )
+    .map(|t| t as u32);
+    Some(AllocationFacts {
+        base,
+        size,
+        host: memory_type == Some(sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32),
+        device: memory_type == Some(sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32),
+        managed: is_managed(base),
+        ordinal: device_ordinal(base),
+        vmm: is_vmm(base),
     })
 }
 

@@ -303,6 +303,7 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
     let total = at.last().copied().unwrap_or(0)
         + (*sizes.last().unwrap_or(&0) as u64).next_multiple_of(256);
     let slab = DeviceBuffer::new(total as usize + 256).expect("slab");
+    slab.fill(0xab).expect("sentinel");
     let mut copies: Vec<(u64, u64, u64)> = bufs
         .iter()
         .zip(&at)
@@ -320,7 +321,22 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
     for (i, r) in regions.iter().enumerate() {
         let a = at[i] as usize;
         assert_eq!(&back[a..a + r.len()], &r[..], "region {i} copied");
+        // The padding after it holds the sentinel still: no piece was copied long.
+        let pad = (r.len() as u64).next_multiple_of(256) as usize;
+        assert!(
+            back[a + r.len()..a + pad].iter().all(|&b| b == 0xab),
+            "region {i} copied past its end"
+        );
     }
+    assert_eq!(
+        back[total as usize], 0xab,
+        "nothing before the unaligned copy"
+    );
+    assert_eq!(
+        back[total as usize + 201],
+        0xab,
+        "nothing after the unaligned copy"
+    );
     assert_eq!(
         &back[total as usize + 1..total as usize + 201],
         &regions[2][3..203]
@@ -351,8 +367,39 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
             s
         })
         .collect();
+    // Two unaligned scans (the bytewise path): the unaligned copy against its unchanged source,
+    // and a changed region against its own pre bytes, both a byte in.
+    let mut scans = scans;
+    scans.push(ManyScan {
+        pre: slab.ptr() + total + 1,
+        post: bufs[2].ptr() + 3,
+        bytes: 200,
+        chunk_shift: shift,
+        first_flag: first,
+    });
+    scans.push(ManyScan {
+        pre: slab.ptr() + at[4] + 1,
+        post: bufs[4].ptr() + 1,
+        bytes: regions[4].len() as u64 - 1,
+        chunk_shift: shift,
+        first_flag: first + 1,
+    });
     // SAFETY: the slab's stretches and this test's regions, all of the scans' sizes.
     let flags = unsafe { kernels.scan_many(&scans, &stream) }.expect("scan_many");
+    assert_eq!(
+        &flags.nonzero[first..],
+        &[true, true],
+        "the unaligned scans' nonzero flags"
+    );
+    assert_eq!(
+        &flags.changed[first..],
+        &[false, true],
+        "the unaligned scans' changed flags"
+    );
+    let flags = kreplay_cuda::chunks::ChunkFlags {
+        nonzero: flags.nonzero[..first].to_vec(),
+        changed: flags.changed[..first].to_vec(),
+    };
     let (mut nonzero, mut changed) = (Vec::new(), Vec::new());
     for (pre, post) in regions.iter().zip(&post) {
         let (nz, ch) = host_flags(pre, post);
@@ -430,7 +477,11 @@ fn the_one_call_lookup_agrees_with_the_four_it_replaces() {
         .map(|&n| DeviceBuffer::new(n).expect("buffer"))
         .collect();
     for b in &bufs {
-        for p in [b.ptr(), b.ptr() + b.len() as u64 / 2, b.ptr() + b.len() as u64 - 1] {
+        for p in [
+            b.ptr(),
+            b.ptr() + b.len() as u64 / 2,
+            b.ptr() + b.len() as u64 - 1,
+        ] {
             assert_eq!(one(p), four(p), "cuMemAlloc memory at {p:#x}");
             let f = pointer::allocation_facts(p, limit).expect("facts");
             assert!(f.kernel_readable_on(ordinal), "{f:?}");
@@ -449,8 +500,33 @@ fn the_one_call_lookup_agrees_with_the_four_it_replaces() {
         let f = pointer::allocation_facts(va, limit).expect("facts");
         assert!(f.vmm && !f.kernel_readable_on(ordinal), "{f:?}");
     } else {
-        panic!("no VMM mapping at {va:#x}: {:?}", mapping.err().map(|e| e.to_string()));
+        panic!(
+            "no VMM mapping at {va:#x}: {:?}",
+            mapping.err().map(|e| e.to_string())
+        );
     }
+    let mut managed = 0u64;
+    // SAFETY: one managed allocation of 1 MiB into a local, freed below; nothing reads it.
+    let r = unsafe {
+        kreplay_cuda::sys::cuMemAllocManaged(
+            &mut managed,
+            1 << 20,
+            kreplay_cuda::sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32,
+        )
+    };
+    assert_eq!(
+        r,
+        kreplay_cuda::sys::CUresult::CUDA_SUCCESS,
+        "managed memory"
+    );
+    assert_eq!(one(managed + 64), four(managed + 64), "managed memory");
+    let f = pointer::allocation_facts(managed, limit).expect("facts");
+    assert!(
+        f.managed && !f.kernel_readable_on(ordinal),
+        "managed memory is not read in place: {f:?}"
+    );
+    // SAFETY: frees the allocation made above.
+    unsafe { kreplay_cuda::sys::cuMemFree_v2(managed) };
     assert_eq!(one(0x10), None);
     assert_eq!(four(0x10), None);
 }

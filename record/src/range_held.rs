@@ -44,13 +44,14 @@ impl HeldMut<'_> {
         let held = held_spans(self.snapshots);
         let reached: Vec<(u64, u64)> = walk.regions.iter().map(|r| (r.base, r.size)).collect();
         let places = place_regions(&held, &reached).map_err(RecordError::Range)?;
+        let new: Vec<usize> = (0..walk.regions.len())
+            .filter(|&i| matches!(places.get(i), Some(Place::New(_))))
+            .collect();
         let fresh = Walk {
-            regions: walk
-                .regions
+            regions: new.iter().map(|&i| walk.regions[i].clone()).collect(),
+            kernel_readable: new
                 .iter()
-                .zip(&places)
-                .filter(|(_, p)| matches!(p, Place::New(_)))
-                .map(|(r, _)| r.clone())
+                .map(|&i| walk.kernel_readable.get(i).copied().unwrap_or(false))
                 .collect(),
             ..Walk::default()
         };

@@ -202,13 +202,16 @@ impl DeviceSpace<'_> {
             && size > COPIED_BY_THE_SCAN
             && size.is_multiple_of(8)
             && !self.copies.0.contains_key(&base)
-            && scratch_allowed(size))
+            && scratch_allowed(size + 16 + u64::from(cap) * 16))
         .then(|| DeviceBuffer::new(usize::try_from(size).ok()?).ok())
         .flatten();
         loop {
             // The hit buffer is device scratch like a snapshot's: never the application's last
-            // free memory.
+            // free memory. The snapshot's copy gives its room back to the scan first.
             if !scratch_allowed(16 + u64::from(cap) * 16) {
+                if copy.take().is_some() {
+                    continue;
+                }
                 return None;
             }
             let window = (bounds.lo, bounds.hi);

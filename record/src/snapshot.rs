@@ -165,6 +165,10 @@ pub struct Snapshot {
     pub spilled: Option<Spilled>,
     /// The CUDA array whose texels the region holds (read through the array, not an address).
     pub array: Option<(ForeignArray, ArrayImage)>,
+    /// A kernel of this device may read the region where it lies (`Walk::kernel_readable`):
+    /// after the step the GPU compares it in place; otherwise (managed memory, another GPU's)
+    /// it is copied whole first and the two copies compared.
+    pub kernel_readable: bool,
 }
 
 /// The post-dispatch bytes of a region snapshotted in device scratch.
@@ -213,13 +217,14 @@ pub(crate) fn post_chunks(
 /// The post-dispatch state of a region whose pre bytes are in device scratch: the GPU compares
 /// the scratch with the memory as the kernel left it, and only the chunks that changed are
 /// copied to (packed) post scratch, so the application waits for a read of both and a copy of
-/// the write set. Where the memory is not 16-byte aligned, the region is copied whole and the
-/// two scratch buffers are compared; where the kernels cannot run, the whole copy is compared
+/// the write set. Where the memory is not 16-byte aligned or a kernel may not read it where it
+/// lies (managed memory would migrate, another GPU's would fault), the region is copied whole
+/// and the two scratch buffers are compared; where the kernels cannot run, the whole copy is compared
 /// on the host later. Also says which pre chunks are nonzero.
 fn post_on_device(
     footprint: &Arc<dyn Footprint>,
     pre: &Scratch,
-    addr: u64,
+    (addr, in_place): (u64, bool),
     region: &Region,
     stream: &Stream,
 ) -> Result<(PostScratch, Option<Vec<bool>>), RecordError> {
@@ -231,13 +236,15 @@ fn post_on_device(
         runs,
         footprint: footprint.clone(),
     };
-    let scanned = with_chunk_kernels(|k| {
-        // SAFETY: `pre` is our scratch copy of the region (`size` bytes); `addr` is the region
-        // itself, the application's allocation, read after the dispatch with the context
-        // synchronised.
-        unsafe { k.scan(pre.ptr(), Some(addr), size, cs, stream) }
+    let scanned = in_place.then(|| {
+        with_chunk_kernels(|k| {
+            // SAFETY: `pre` is our scratch copy of the region (`size` bytes); `addr` is the
+            // region itself, the application's allocation, which a kernel of this device may
+            // read (`in_place`), read after the dispatch with the context synchronised.
+            unsafe { k.scan(pre.ptr(), Some(addr), size, cs, stream) }
+        })
     });
-    if let Ok(flags) = scanned {
+    if let Some(Ok(flags)) = scanned {
         let written = footprint.written(span, Evidence::Changed(&flags.changed));
         let (runs, total) = readback::pack(&written);
         let buf = if total > 0 {
@@ -400,6 +407,7 @@ pub(crate) fn take_snapshots(
             pre_nonzero: None,
             spilled,
             array: None,
+            kernel_readable: found.kernel_readable.get(id).copied().unwrap_or(false),
         });
     }
     Ok((snapshots, module_globals))
@@ -430,6 +438,7 @@ pub(crate) fn array_snapshots(
             pre_nonzero: None,
             spilled: None,
             array: Some((*array, image.clone())),
+            kernel_readable: false,
         });
     }
     Ok(snapshots)
@@ -485,8 +494,8 @@ pub(crate) fn post_states(
                 post.extend(post_chunks(id, &written, chunk, &now));
             }
             Bytes::Device(pre) => {
-                let (post, nonzero) =
-                    post_on_device(footprint, pre, s.device_addr, &s.region, stream)?;
+                let at = (s.device_addr, s.kernel_readable);
+                let (post, nonzero) = post_on_device(footprint, pre, at, &s.region, stream)?;
                 s.post = Some(post);
                 s.pre_nonzero = nonzero;
             }
@@ -531,6 +540,9 @@ fn post_many(
     let Ok(flags) = with_chunk_kernels(|k| unsafe { k.scan_many(&scans, stream) }) else {
         return Ok(false);
     };
+    if flags.changed.len() < flag_count || flags.nonzero.len() < flag_count {
+        return Ok(false);
+    }
     // Each snapshot's write set, packed into its stretch of one post slab.
     let mut plans = Vec::with_capacity(batch.len());
     let mut total = 0u64;
@@ -538,7 +550,9 @@ fn post_many(
         let s = &snapshots[i];
         let chunks = s.region.size.div_ceil(s.region.chunk_size) as usize;
         let flags_of = scan.first_flag..scan.first_flag + chunks;
-        let changed = flags.changed.get(flags_of.clone()).unwrap_or_default();
+        let Some(changed) = flags.changed.get(flags_of.clone()) else {
+            return Ok(false);
+        };
         let span = RegionSpan::of(&s.region, s.device_addr);
         let written = footprint.written(span, Evidence::Changed(changed));
         let (runs, len) = readback::pack(&written);

@@ -357,7 +357,9 @@ struct Scan {
     /// (low, high) bounds of the words considered.
     window: Option<(u64, u64)>,
     /// Regions whose candidate words are all in `candidates`.
-    scanned: HashSet<u32>,
+    /// Indexed by region id (ids are dense: a flag each is cheaper than hashing each of a
+    /// pointer table's 10,000 ids).
+    scanned: Vec<bool>,
     /// (region, offset, value) of words inside the window.
     candidates: Vec<(u32, u64, u64)>,
 }
@@ -369,7 +371,7 @@ fn follow_stored_pointers(
 ) -> Result<Scan, WalkError> {
     let mut scan = Scan {
         window: None,
-        scanned: HashSet::new(),
+        scanned: Vec::new(),
         candidates: Vec::new(),
     };
     let Some((lo, hi)) = s.known.span() else {
@@ -443,7 +445,11 @@ fn follow_region(
             s.heap_word(Some(region_id), off, v);
         }
         if scan.candidates.len() + words.len() <= limits.candidates {
-            scan.scanned.insert(region_id);
+            let i = region_id as usize;
+            if scan.scanned.len() <= i {
+                scan.scanned.resize(i + 1, false);
+            }
+            scan.scanned[i] = true;
             scan.candidates
                 .extend(words.iter().map(|&(off, v)| (region_id, off, v)));
         }
@@ -508,7 +514,7 @@ fn pointer_slots(
             .regions
             .iter()
             .enumerate()
-            .filter(|(id, _)| !scan.scanned.contains(&(*id as u32)))
+            .filter(|(id, _)| !scan.scanned.get(*id).copied().unwrap_or(false))
             .map(|(id, r)| (id as u32, (r.base, r.size)))
             .unzip();
         let bounds = ScanBounds { lo, hi, heap: None };
