@@ -8,6 +8,13 @@ use kreplay_cuda::{copy_htod, Device, DeviceBuffer, PrimaryContext, Stream};
 
 const CHUNK: u64 = 256 << 10;
 
+/// The tests share the device (the harness runs them on threads at once): each holds this, so
+/// that one's allocations and VMM mappings cannot land where another looks.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GPU.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn host_flags(pre: &[u8], post: &[u8]) -> (Vec<bool>, Vec<bool>) {
     let cs = CHUNK as usize;
     let nonzero = pre.chunks(cs).map(|c| c.iter().any(|&b| b != 0)).collect();
@@ -24,6 +31,7 @@ fn host_flags(pre: &[u8], post: &[u8]) -> (Vec<bool>, Vec<bool>) {
 #[test]
 #[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
 fn scan_and_digest_agree_with_the_host() {
+    let _gpu = one_at_a_time();
     let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
     let ctx = PrimaryContext::retain(&device).expect("primary context");
     ctx.handle().make_current().expect("current");
@@ -126,6 +134,7 @@ fn host_pointer_scan(bytes: &[u8], window: (u64, u64), heap: (u64, u64)) -> (Hit
 #[test]
 #[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
 fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
+    let _gpu = one_at_a_time();
     let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
     let ctx = PrimaryContext::retain(&device).expect("primary context");
     ctx.handle().make_current().expect("current");
@@ -230,6 +239,7 @@ fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
 #[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
 fn the_kernels_over_many_pieces_agree_with_the_host() {
     use kreplay_cuda::many::{ManyScan, PIECE_BYTES};
+    let _gpu = one_at_a_time();
     let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
     let ctx = PrimaryContext::retain(&device).expect("primary context");
     ctx.handle().make_current().expect("current");
@@ -453,6 +463,7 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
 #[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
 fn the_one_call_lookup_agrees_with_the_four_it_replaces() {
     use kreplay_cuda::pointer;
+    let _gpu = one_at_a_time();
     let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
     let ctx = PrimaryContext::retain(&device).expect("primary context");
     ctx.handle().make_current().expect("current");
@@ -493,18 +504,23 @@ fn the_one_call_lookup_agrees_with_the_four_it_replaces() {
     let f = pointer::allocation_facts(dp, limit).expect("facts");
     assert!(f.host && !f.kernel_readable_on(ordinal), "{f:?}");
     let g = kreplay_cuda::vmm::granularity(&device).expect("granularity");
-    let va = bufs[2].ptr() + (64u64 << 30); // far from anything allocated here
-    let mapping = kreplay_cuda::vmm::FixedMapping::map(&[(va, 2 * g), (va + 2 * g, g)], &device);
-    if let Ok(_m) = &mapping {
-        assert_eq!(one(va + 8), four(va + 8), "VMM mappings");
-        let f = pointer::allocation_facts(va, limit).expect("facts");
-        assert!(f.vmm && !f.kernel_readable_on(ordinal), "{f:?}");
-    } else {
-        panic!(
-            "no VMM mapping at {va:#x}: {:?}",
-            mapping.err().map(|e| e.to_string())
-        );
-    }
+    // Far from anything allocated here; the address space there may be taken (one run in twelve
+    // found +64 GiB so on the H200), so a few places are tried.
+    let tried: Vec<u64> = [64u64, 256, 1024, 4096]
+        .iter()
+        .map(|gib| (bufs[2].ptr() + (gib << 30)).next_multiple_of(g))
+        .collect();
+    let mapped = tried.iter().find_map(|&va| {
+        kreplay_cuda::vmm::FixedMapping::map(&[(va, 2 * g), (va + 2 * g, g)], &device)
+            .ok()
+            .map(|m| (va, m))
+    });
+    let Some((va, _mapping)) = mapped else {
+        panic!("no VMM mapping at any of {tried:#x?}");
+    };
+    assert_eq!(one(va + 8), four(va + 8), "VMM mappings");
+    let f = pointer::allocation_facts(va, limit).expect("facts");
+    assert!(f.vmm && !f.kernel_readable_on(ordinal), "{f:?}");
     let mut managed = 0u64;
     // SAFETY: one managed allocation of 1 MiB into a local, freed below; nothing reads it.
     let r = unsafe {
