@@ -332,7 +332,11 @@ fn settle_after_copies(
         .map_err(RecordError::cuda("waiting for the snapshot copies"))?;
     laps.lap("copies");
     let busy = laps.phases.last().is_some_and(|&(_, ns)| ns >= BUSY_NS);
+    // Its own phase: the wait for a writer's read-back (or free) of an earlier capture still in
+    // progress. It was counted in the settle's before; the training step's tenth capture once
+    // spent 34 ms there (settle sweeps take 1.5 ms), and this tells the two apart.
     let measuring = crate::quiet::measure();
+    laps.lap("quiet");
     let timing = match settle(stream, busy) {
         Ok(settled) => settled,
         Err(why) => TimingConditions {
