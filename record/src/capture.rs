@@ -225,13 +225,8 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         &mut spill,
     )?;
     laps.lap("scratch");
-    // Tables of handles the walk found in the memory it read (confirmed by the driver).
-    textures.add_tables(&found.handle_tables);
-    note_uncaptured_views(&found, &mut textures);
-    let first_array = snapshots.len() as u32;
-    snapshots.extend(array_snapshots(&textures, first_array)?);
+    let texture_description = add_arrays(&found, &mut textures, &mut snapshots)?;
     laps.lap("arrays");
-    let texture_description = crate::textures::describe(&textures, first_array);
     let device_heap = heap_note(&found);
     if let Some(n) = &device_heap {
         say_about_the_heap(&input.kernel_name, n);
@@ -290,6 +285,20 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             began,
         },
     })
+}
+
+/// The texture objects' CUDA arrays as snapshots after the walk's (their region ids follow),
+/// the handle tables the walk found (confirmed by the driver) added; their description.
+fn add_arrays(
+    found: &Walk,
+    textures: &mut crate::textures::Found,
+    snapshots: &mut Vec<Snapshot>,
+) -> Result<Textures, RecordError> {
+    textures.add_tables(&found.handle_tables);
+    note_uncaptured_views(found, textures);
+    let first_array = snapshots.len() as u32;
+    snapshots.extend(array_snapshots(textures, first_array)?);
+    Ok(crate::textures::describe(textures, first_array))
 }
 
 /// Says on stderr, as it happens, that the kernel reads memory no capture can hold.
