@@ -8,11 +8,35 @@ use kreplay_cuda::{copy_htod, Device, DeviceBuffer, PrimaryContext, Stream};
 
 const CHUNK: u64 = 256 << 10;
 
-/// The tests share the device (the harness runs them on threads at once): each holds this, so
-/// that one's allocations and VMM mappings cannot land where another looks.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    GPU.lock().unwrap_or_else(|e| e.into_inner())
+/// Device 0 with its primary context current, the chunk kernels loaded and a stream: what each
+/// test starts from. The tests share the device (the harness runs them on threads at once):
+/// each holds the lock, so that one's allocations and VMM mappings cannot land where another
+/// looks.
+struct Gpu {
+    kernels: ChunkKernels,
+    stream: Stream,
+    _ctx: PrimaryContext,
+    device: Device,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Gpu {
+    fn open() -> Gpu {
+        static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let lock = GPU.lock().unwrap_or_else(|e| e.into_inner());
+        let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
+        let ctx = PrimaryContext::retain(&device).expect("primary context");
+        ctx.handle().make_current().expect("current");
+        let kernels = ChunkKernels::load(device.props().sm_count).expect("the PTX loads");
+        let stream = Stream::new().expect("stream");
+        Gpu {
+            kernels,
+            stream,
+            _ctx: ctx,
+            device,
+            _one_at_a_time: lock,
+        }
+    }
 }
 
 fn host_flags(pre: &[u8], post: &[u8]) -> (Vec<bool>, Vec<bool>) {
@@ -31,12 +55,9 @@ fn host_flags(pre: &[u8], post: &[u8]) -> (Vec<bool>, Vec<bool>) {
 #[test]
 #[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
 fn scan_and_digest_agree_with_the_host() {
-    let _gpu = one_at_a_time();
-    let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
-    let ctx = PrimaryContext::retain(&device).expect("primary context");
-    ctx.handle().make_current().expect("current");
-    let kernels = ChunkKernels::load(device.props().sm_count).expect("the PTX loads");
-    let stream = Stream::new().expect("stream");
+    // Held to the end: it keeps the context, and the device to this test.
+    let gpu = Gpu::open();
+    let (kernels, stream) = (&gpu.kernels, &gpu.stream);
 
     let size = 9 * CHUNK + 4099; // ends mid-chunk and mid-vector
     let n = size as usize;
@@ -63,8 +84,7 @@ fn scan_and_digest_agree_with_the_host() {
     }
 
     // SAFETY: as for the uploads.
-    let flags =
-        unsafe { kernels.scan(a.ptr(), Some(b.ptr()), size, CHUNK, &stream) }.expect("scan");
+    let flags = unsafe { kernels.scan(a.ptr(), Some(b.ptr()), size, CHUNK, stream) }.expect("scan");
     let (nonzero, changed) = host_flags(&pre, &post);
     assert_eq!(flags.nonzero, nonzero);
     assert_eq!(flags.changed, changed);
@@ -74,7 +94,7 @@ fn scan_and_digest_agree_with_the_host() {
         "the test's own changes"
     );
     // SAFETY: as for the uploads.
-    let alone = unsafe { kernels.scan(a.ptr(), None, size, CHUNK, &stream) }.expect("scan");
+    let alone = unsafe { kernels.scan(a.ptr(), None, size, CHUNK, stream) }.expect("scan");
     assert_eq!(alone.nonzero, nonzero);
     assert!(alone.changed.iter().all(|&c| !c));
 
@@ -82,10 +102,10 @@ fn scan_and_digest_agree_with_the_host() {
     let (da, db) = unsafe {
         (
             kernels
-                .digest(a.ptr(), size, CHUNK, &stream)
+                .digest(a.ptr(), size, CHUNK, stream)
                 .expect("digest"),
             kernels
-                .digest(b.ptr(), size, CHUNK, &stream)
+                .digest(b.ptr(), size, CHUNK, stream)
                 .expect("digest"),
         )
     };
@@ -98,12 +118,12 @@ fn scan_and_digest_agree_with_the_host() {
         .collect();
     assert_eq!(differ, changed, "digests differ exactly where the bytes do");
     // SAFETY: as for the uploads.
-    let again = unsafe { kernels.digest(a.ptr(), size, CHUNK, &stream) }.expect("digest");
+    let again = unsafe { kernels.digest(a.ptr(), size, CHUNK, stream) }.expect("digest");
     assert_eq!(again, da, "the digest is deterministic");
 
     assert!(
         // SAFETY: CHUNK bytes from 8 into `a` lie inside it (n > CHUNK + 8).
-        unsafe { kernels.scan(a.ptr() + 8, None, CHUNK, CHUNK, &stream) }.is_err(),
+        unsafe { kernels.scan(a.ptr() + 8, None, CHUNK, CHUNK, stream) }.is_err(),
         "an unaligned address is refused"
     );
 }
@@ -134,12 +154,9 @@ fn host_pointer_scan(bytes: &[u8], window: (u64, u64), heap: (u64, u64)) -> (Hit
 #[test]
 #[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
 fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
-    let _gpu = one_at_a_time();
-    let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
-    let ctx = PrimaryContext::retain(&device).expect("primary context");
-    ctx.handle().make_current().expect("current");
-    let kernels = ChunkKernels::load(device.props().sm_count).expect("the PTX loads");
-    let stream = Stream::new().expect("stream");
+    // Held to the end: it keeps the context, and the device to this test.
+    let gpu = Gpu::open();
+    let (kernels, stream) = (&gpu.kernels, &gpu.stream);
     let n = (3 << 20) + 13; // ends mid-word
     let mut bytes = vec![0u8; n];
     let (window, heap) = (
@@ -177,7 +194,7 @@ fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
             Some(heap),
             1 << 20,
             None,
-            &stream,
+            stream,
         )
     }
     .expect("scan")
@@ -185,10 +202,9 @@ fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
     assert_eq!(hits.words, words);
     assert_eq!(hits.heap, in_heap);
     // SAFETY: as for the upload.
-    let short = unsafe {
-        kernels.pointer_scan(buf.ptr(), n as u64, window, Some(heap), 100, None, &stream)
-    }
-    .expect("scan");
+    let short =
+        unsafe { kernels.pointer_scan(buf.ptr(), n as u64, window, Some(heap), 100, None, stream) }
+            .expect("scan");
     assert_eq!(
         short.err().map(|t| t.0),
         Some((words.len() + in_heap.len()) as u64)
@@ -207,7 +223,7 @@ fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
                 Some(heap),
                 cap,
                 Some(copy.ptr()),
-                &stream,
+                stream,
             )
         }
         .expect("scan");
@@ -239,12 +255,9 @@ fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
 #[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
 fn the_kernels_over_many_pieces_agree_with_the_host() {
     use kreplay_cuda::many::{ManyScan, PIECE_BYTES};
-    let _gpu = one_at_a_time();
-    let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
-    let ctx = PrimaryContext::retain(&device).expect("primary context");
-    ctx.handle().make_current().expect("current");
-    let kernels = ChunkKernels::load(device.props().sm_count).expect("the PTX loads");
-    let stream = Stream::new().expect("stream");
+    // Held to the end: it keeps the context, and the device to this test.
+    let gpu = Gpu::open();
+    let (kernels, stream) = (&gpu.kernels, &gpu.stream);
     let (window, heap) = (
         (0x7f00_0000_0000u64, 0x7f10_0000_0000u64),
         (0x5000_0000u64, 0x6000_0000u64),
@@ -324,7 +337,7 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
     copies.push(odd);
     // SAFETY: every destination is a stretch of `slab` sized for its source, every source a
     // region of this test; nothing overlaps.
-    unsafe { kernels.copy_many(&copies, &stream) }.expect("copy_many");
+    unsafe { kernels.copy_many(&copies, stream) }.expect("copy_many");
     let mut back = vec![0u8; total as usize + 256];
     // SAFETY: `slab` is ours, its copies waited for.
     unsafe { kreplay_cuda::copy_dtoh(&mut back, slab.ptr()) }.expect("download");
@@ -395,7 +408,7 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
         first_flag: first + 1,
     });
     // SAFETY: the slab's stretches and this test's regions, all of the scans' sizes.
-    let flags = unsafe { kernels.scan_many(&scans, &stream) }.expect("scan_many");
+    let flags = unsafe { kernels.scan_many(&scans, stream) }.expect("scan_many");
     assert_eq!(
         &flags.nonzero[first..],
         &[true, true],
@@ -428,7 +441,7 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
     let ranges: Vec<(u64, u64)> = bufs.iter().map(|b| (b.ptr(), b.len() as u64)).collect();
     // SAFETY: this test's regions.
     let hits = unsafe {
-        kernels.pointer_scan_many(&ranges, window, Some(heap), 0xffff_ffff, 1 << 20, &stream)
+        kernels.pointer_scan_many(&ranges, window, Some(heap), 0xffff_ffff, 1 << 20, stream)
     }
     .expect("pointer_scan_many")
     .expect("room for every hit");
@@ -450,7 +463,7 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
     assert!(hits.handle_like.iter().filter(|&&h| h).count() > 10);
     // SAFETY: as above.
     let short =
-        unsafe { kernels.pointer_scan_many(&ranges, window, Some(heap), 0xffff_ffff, 10, &stream) }
+        unsafe { kernels.pointer_scan_many(&ranges, window, Some(heap), 0xffff_ffff, 10, stream) }
             .expect("pointer_scan_many");
     assert_eq!(short.err().map(|t| t.0), Some(planted as u64));
 }
@@ -463,10 +476,8 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
 #[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
 fn the_one_call_lookup_agrees_with_the_four_it_replaces() {
     use kreplay_cuda::pointer;
-    let _gpu = one_at_a_time();
-    let device = Device::open(0).expect("a GPU (the CUDA driver or a device is missing)");
-    let ctx = PrimaryContext::retain(&device).expect("primary context");
-    ctx.handle().make_current().expect("current");
+    let gpu = Gpu::open();
+    let device = &gpu.device;
     let ordinal = device.ordinal() as u32;
     let limit = 64u64 << 30;
     let four = |p: u64| {
@@ -503,7 +514,7 @@ fn the_one_call_lookup_agrees_with_the_four_it_replaces() {
     assert_eq!(one(dp + 100), four(dp + 100), "mapped host memory");
     let f = pointer::allocation_facts(dp, limit).expect("facts");
     assert!(f.host && !f.kernel_readable_on(ordinal), "{f:?}");
-    let g = kreplay_cuda::vmm::granularity(&device).expect("granularity");
+    let g = kreplay_cuda::vmm::granularity(device).expect("granularity");
     // Far from anything allocated here; the address space there may be taken (one run in twelve
     // found +64 GiB so on the H200), so a few places are tried.
     let tried: Vec<u64> = [64u64, 256, 1024, 4096]
@@ -511,7 +522,7 @@ fn the_one_call_lookup_agrees_with_the_four_it_replaces() {
         .map(|gib| (bufs[2].ptr() + (gib << 30)).next_multiple_of(g))
         .collect();
     let mapped = tried.iter().find_map(|&va| {
-        kreplay_cuda::vmm::FixedMapping::map(&[(va, 2 * g), (va + 2 * g, g)], &device)
+        kreplay_cuda::vmm::FixedMapping::map(&[(va, 2 * g), (va + 2 * g, g)], device)
             .ok()
             .map(|m| (va, m))
     });
