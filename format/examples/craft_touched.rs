@@ -57,7 +57,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     pack::write_head(&mut w, &cap)?;
     for r in &cap.regions {
         w.region(r)?;
-        let present = pages.get(&r.region_id).map(|p| extents_of(p, r.size));
+        let present = pages
+            .get(&r.region_id)
+            .map(|p| extents::extents_of_pages(p, PAGE, r.size));
         if let Some(present) = &present {
             w.region_extents(&RegionExtents {
                 region_id: r.region_id,
@@ -72,10 +74,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 if let Some(present) = &present {
                     // The writer stores absent bytes only as zeros (and drops wholly absent
                     // chunks).
-                    for (o, l) in extents::absent_ranges(present, c.offset, c.raw_len) {
-                        let at = (o - c.offset) as usize;
-                        buf[at..at + l as usize].fill(0);
-                    }
+                    extents::zero_absent(present, c.offset, &mut buf);
                 }
                 w.memory(r.region_id, state, c.offset, &buf)?;
             }
@@ -108,17 +107,4 @@ fn parse_pages(list: &str) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
         }
     }
     Ok(out)
-}
-
-/// The sorted, merged extents of `pages` (sorted page indices) in a region of `size` bytes.
-fn extents_of(pages: &[u64], size: u64) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &p in pages {
-        let (o, end) = (p * PAGE, ((p + 1) * PAGE).min(size));
-        match out.last_mut() {
-            Some(last) if last.0 + last.1 == o => last.1 = end - last.0,
-            _ => out.push((o, end - o)),
-        }
-    }
-    out
 }

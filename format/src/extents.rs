@@ -141,6 +141,35 @@ pub fn present_ranges(present: &[(u64, u64)], offset: u64, len: u64) -> Vec<(u64
         .collect()
 }
 
+/// The present ranges of a region of `size` bytes that holds the pages `pages` (page indices
+/// of `page` bytes, sorted and without repeats; those past the region are left out): merged
+/// as the rules want them, the last one ending at the region's end.
+pub fn extents_of_pages(pages: &[u64], page: u64, size: u64) -> Vec<(u64, u64)> {
+    let page = page.max(1);
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &p in pages {
+        let Some(o) = p.checked_mul(page).filter(|&o| o < size) else {
+            continue;
+        };
+        let end = o.saturating_add(page).min(size);
+        match out.last_mut() {
+            Some(last) if last.0 + last.1 == o => last.1 = end - last.0,
+            Some(last) if last.0 + last.1 > o => {}
+            _ => out.push((o, end - o)),
+        }
+    }
+    out
+}
+
+/// Sets the absent bytes of `data`, a region's bytes from `offset`, to zero: how a capture
+/// stores them (the writer refuses anything else).
+pub fn zero_absent(present: &[(u64, u64)], offset: u64, data: &mut [u8]) {
+    for (o, l) in absent_ranges(present, offset, data.len() as u64) {
+        let at = (o - offset) as usize;
+        data[at..at + l as usize].fill(0);
+    }
+}
+
 /// Offsets of the region's chunks that hold a present byte: those the capture stores.
 pub fn stored_chunk_offsets(r: &Region, present: &[(u64, u64)]) -> Vec<u64> {
     let cs = r.chunk_size.max(1);
@@ -318,5 +347,38 @@ mod tests {
                 .collect();
             prop_assert_eq!(stored, expected);
         }
+    }
+
+    // Catches: pages not merged into runs (the rules refuse adjacent extents), a last page not
+    // cut at the region's end, a page past the region kept, and zeroing that touches present
+    // bytes or leaves an absent one.
+    #[test]
+    fn pages_become_merged_extents_and_absent_bytes_zeros() {
+        let size = 10 * PAGE + 100;
+        assert_eq!(
+            extents_of_pages(&[0, 1, 3, 10, 11], PAGE, size),
+            vec![(0, 2 * PAGE), (3 * PAGE, PAGE), (10 * PAGE, 100)]
+        );
+        assert_eq!(extents_of_pages(&[], PAGE, size), vec![]);
+        assert_eq!(extents_of_pages(&[u64::MAX], PAGE, size), vec![]);
+        let r = region(size, 4 * PAGE);
+        proptest!(|(mut pages in proptest::collection::vec(0u64..14, 0..14))| {
+            pages.sort_unstable();
+            pages.dedup();
+            let present = extents_of_pages(&pages, PAGE, size);
+            prop_assert_eq!(extents_problem(&r, &ext(present.clone())), None);
+            for p in 0..size.div_ceil(PAGE) {
+                let len = PAGE.min(size - p * PAGE);
+                prop_assert_eq!(is_present(&present, p * PAGE, len), pages.contains(&p));
+            }
+            let mut data = vec![0xa5u8; (6 * PAGE) as usize];
+            let offset = 4 * PAGE;
+            zero_absent(&present, offset, &mut data);
+            for (i, &b) in data.iter().enumerate() {
+                let at = offset + i as u64;
+                let here = at < size && is_present(&present, at, 1);
+                prop_assert_eq!(b, if here { 0xa5 } else { 0 }, "byte {}", at);
+            }
+        });
     }
 }

@@ -226,6 +226,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     )?;
     laps.lap("scratch");
     let texture_description = add_arrays(&found, &mut textures, &mut snapshots)?;
+    crate::touched_debug::from_env(&mut snapshots).map_err(RecordError::Config)?;
     laps.lap("arrays");
     let device_heap = heap_note(&found);
     if let Some(n) = &device_heap {

@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use kreplay_cuda::{copy_dtoh, DownloadRing};
 use kreplay_engine::write_set::Evidence;
-use kreplay_format::{CaptureWriter, MemoryState};
+use kreplay_format::{CaptureWriter, MemoryState, RegionExtents, MIN_EXTENT_PAGE};
 
 use crate::error::RecordError;
 use crate::footprint::RegionSpan;
 use crate::readback;
-use crate::snapshot::{post_chunks, Bytes, PostChunk, PostScratch, Scratch, Snapshot};
+use crate::snapshot::{mask_absent, post_chunks, Bytes, PostChunk, PostScratch, Scratch, Snapshot};
 
 /// Bytes one staging buffer of the ring holds, and how many there are: two copies in flight
 /// while the writer compresses the third.
@@ -62,6 +62,19 @@ fn free(buf: Scratch) {
 fn post_home(
     post: PostScratch,
     pre: &[u8],
+    (region, addr, touched): (&kreplay_format::Region, u64, Option<&[(u64, u64)]>),
+    out: &mut Vec<PostChunk>,
+) -> Result<(), RecordError> {
+    let first = out.len();
+    post_chunks_home(post, pre, (region, addr), out)?;
+    mask_absent(touched, &mut out[first..]);
+    Ok(())
+}
+
+/// `post_home`'s chunks, before their absent bytes are masked.
+fn post_chunks_home(
+    post: PostScratch,
+    pre: &[u8],
     (region, addr): (&kreplay_format::Region, u64),
     out: &mut Vec<PostChunk>,
 ) -> Result<(), RecordError> {
@@ -102,7 +115,8 @@ fn bring_home(s: &mut Snapshot, post: &mut Vec<PostChunk>) -> Result<(), RecordE
     };
     let pre = fetch(buf.ptr(), buf.len() as u64)?;
     if let Some(p) = s.post.take() {
-        post_home(p, &pre, (&s.region, s.device_addr), post)?;
+        let at = (&s.region, s.device_addr, s.touched.as_deref());
+        post_home(p, &pre, at, post)?;
     }
     if let Bytes::Device(scratch) = std::mem::replace(&mut s.pre, Bytes::Host(pre)) {
         free(scratch);
@@ -208,6 +222,14 @@ fn write_snapshot<W: Write + Seek>(
         return Ok(spilled.raw);
     }
     w.region(&s.region).map_err(format)?;
+    if let Some(present) = &s.touched {
+        w.region_extents(&RegionExtents {
+            region_id: id,
+            page_size: MIN_EXTENT_PAGE,
+            present: present.clone(),
+        })
+        .map_err(format)?;
+    }
     // A whole copy the GPU could not compare is compared on the host (bounded by the region).
     let unscanned = matches!(
         &s.post,
@@ -244,12 +266,14 @@ fn write_snapshot<W: Write + Seek>(
     };
     let cap = r.capacity() as u64;
     let steps = readback::pre_steps(pre.ptr(), size, cs, s.pre_nonzero.as_deref(), cap);
-    readback::write_steps(r, w, (id, MemoryState::Pre), &steps, progress)?;
+    let present = s.touched.as_deref();
+    readback::write_steps(r, w, (id, MemoryState::Pre, present), &steps, progress)?;
     let mut raw = size;
     if let Some(post) = s.post.take() {
         if let (Some(buf), Some(runs)) = (&post.buf, &post.runs) {
             let steps = readback::post_steps(buf.ptr(), runs, cs, cap);
-            raw += readback::write_steps(r, w, (id, MemoryState::Post), &steps, &|_| {})?;
+            let to = (id, MemoryState::Post, present);
+            raw += readback::write_steps(r, w, to, &steps, &|_| {})?;
         }
         if let Some(buf) = post.buf {
             free(buf);
@@ -266,11 +290,142 @@ fn write_host<W: Write + Seek>(
     s: &mut Snapshot,
     w: &mut CaptureWriter<W>,
 ) -> Result<RawBytes, RecordError> {
-    let pre = match std::mem::replace(&mut s.pre, Bytes::Host(Vec::new())) {
+    let mut pre = match std::mem::replace(&mut s.pre, Bytes::Host(Vec::new())) {
         Bytes::Host(v) => v,
         Bytes::Device(_) => Vec::new(),
     };
+    if let Some(present) = &s.touched {
+        kreplay_format::extents::zero_absent(present, 0, &mut pre);
+    }
     w.memory(s.region.region_id, MemoryState::Pre, 0, &pre)
         .map_err(RecordError::Format)?;
     Ok(s.region.size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kreplay_format::{
+        CaptureHead, Dispatch, LaunchApi, MemoryKind, ModuleImage, ModuleKind, Region, RegionRole,
+        WriterOptions,
+    };
+    use std::io::Cursor;
+
+    const PAGE: u64 = MIN_EXTENT_PAGE as u64;
+
+    fn dispatch() -> Dispatch {
+        Dispatch {
+            kernel_name: "k".into(),
+            module_id: 0,
+            api: LaunchApi::LaunchKernel,
+            grid: [1; 3],
+            block: [1; 3],
+            cluster: [0; 3],
+            dynamic_shared_bytes: 0,
+            attributes: Vec::new(),
+            params: Vec::new(),
+            arg_bytes: Vec::new(),
+            pointer_words: Vec::new(),
+            original_duration_ns: None,
+        }
+    }
+
+    // Catches: a region with touched pages written whole (no REGION_EXTENTS), its absent bytes
+    // stored as the application's (the writer refuses the capture then), a chunk holding no
+    // touched page stored anyway, or a post chunk's untouched bytes kept.
+    #[test]
+    fn a_snapshot_by_touched_pages_is_written_with_its_extents_and_zeros_elsewhere() {
+        let size = 9 * PAGE + 100;
+        let region = Region {
+            region_id: 0,
+            address: 0x7000_0000,
+            size,
+            kind: MemoryKind::Device,
+            role: RegionRole::Argument,
+            chunk_size: 2 * PAGE,
+        };
+        let pre: Vec<u8> = (0..size).map(|i| (i % 251) as u8 | 1).collect();
+        // Pages 1 and 2 (one extent over two chunks), and the short last page.
+        let present = kreplay_format::extents::extents_of_pages(&[1, 2, 9], PAGE, size);
+        let snapshot = Snapshot {
+            region: region.clone(),
+            device_addr: region.address,
+            pre: Bytes::Host(pre.clone()),
+            post: None,
+            pre_nonzero: None,
+            spilled: None,
+            array: None,
+            touched: Some(present.clone()),
+            kernel_readable: false,
+        };
+        // A post chunk over pages 2 and 3, page 3 untouched.
+        let mut post: Vec<PostChunk> = vec![(0, 2 * PAGE, vec![7u8; (2 * PAGE) as usize])];
+        mask_absent(Some(&present), &mut post);
+        assert!(post[0].2[..PAGE as usize].iter().all(|&b| b == 7));
+        assert!(post[0].2[PAGE as usize..].iter().all(|&b| b == 0));
+
+        let mut w = CaptureWriter::new(Cursor::new(Vec::new()), [0; 16], WriterOptions::default())
+            .expect("writer");
+        let d = dispatch();
+        let module = ModuleImage {
+            module_id: 0,
+            kind: ModuleKind::Cubin,
+            arch: 90,
+            image: vec![1, 2, 3],
+        };
+        w.head(&CaptureHead {
+            info: None,
+            device: None,
+            modules: std::slice::from_ref(&module),
+            dispatch: &d,
+        })
+        .expect("head");
+        let flight = InFlight::new(0, vec![snapshot]);
+        let raw = flight
+            .write_region(0, &mut w, &mut None, &|_| {})
+            .expect("region 0")
+            .expect("written");
+        assert_eq!(raw, size);
+        for (id, offset, bytes) in &post {
+            w.memory(*id, MemoryState::Post, *offset, bytes)
+                .expect("post");
+        }
+        w.tail(&kreplay_format::CaptureTail {
+            globals: &[],
+            textures: &Default::default(),
+            pointer_slots: &[],
+            timing: None,
+            graph: None,
+            redaction: None,
+            annotations: &[],
+        })
+        .expect("tail");
+        let file = w.finish().expect("finish").into_inner();
+
+        let cap = kreplay_format::Capture::parse(&file).expect("parse");
+        let extents = cap.extents(0).expect("the region has extents");
+        assert_eq!(extents.present, present);
+        assert_eq!(
+            kreplay_format::extents::extents_problem(&region, extents),
+            None
+        );
+        // Chunks 0 (page 1), 1 (page 2) and 4 (the last page): chunks 2 and 3 hold no touched
+        // page and are not stored.
+        let stored: Vec<u64> = cap.chunks(0, MemoryState::Pre).map(|c| c.offset).collect();
+        assert_eq!(stored, vec![0, 2 * PAGE, 8 * PAGE]);
+        for c in cap.chunks(0, MemoryState::Pre) {
+            let mut buf = vec![0u8; c.raw_len as usize];
+            cap.read_chunk_into(c, &mut buf).expect("chunk");
+            for (k, &b) in buf.iter().enumerate() {
+                let at = c.offset + k as u64;
+                let want = if kreplay_format::extents::is_present(&present, at, 1) {
+                    pre[at as usize]
+                } else {
+                    0
+                };
+                assert_eq!(b, want, "byte {at}");
+            }
+        }
+        assert_eq!(cap.chunks(0, MemoryState::Post).count(), 1);
+    }
 }

@@ -53,6 +53,7 @@ pub mod snapshot;
 pub mod spares;
 pub mod spill;
 pub mod textures;
+pub mod touched_debug;
 pub mod trace;
 pub mod variant;
 pub mod variant_check;

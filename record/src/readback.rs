@@ -189,7 +189,7 @@ pub fn run(
 pub fn write_steps<W: Write + Seek>(
     ring: &mut DownloadRing,
     w: &mut CaptureWriter<W>,
-    (id, state): (u32, MemoryState),
+    (id, state, present): (u32, MemoryState, Option<&[(u64, u64)]>),
     steps: &[Step],
     progress: &dyn Fn(u64),
 ) -> Result<u64, RecordError> {
@@ -202,7 +202,16 @@ pub fn write_steps<W: Write + Seek>(
         |offset, bytes| {
             progress(bytes.len() as u64);
             copied.set(copied.get() + bytes.len() as u64);
-            Ok(w.borrow_mut().memory(id, state, offset, bytes)?)
+            // A capture by touched pages stores its absent bytes as zeros.
+            let len = bytes.len() as u64;
+            match present.filter(|p| !kreplay_format::extents::is_present(p, offset, len)) {
+                Some(p) => {
+                    let mut masked = bytes.to_vec();
+                    kreplay_format::extents::zero_absent(p, offset, &mut masked);
+                    Ok(w.borrow_mut().memory(id, state, offset, &masked)?)
+                }
+                None => Ok(w.borrow_mut().memory(id, state, offset, bytes)?),
+            }
         },
         |offset, len| {
             progress(len);

@@ -165,6 +165,11 @@ pub struct Snapshot {
     pub spilled: Option<Spilled>,
     /// The CUDA array whose texels the region holds (read through the array, not an address).
     pub array: Option<(ForeignArray, ArrayImage)>,
+    /// The present ranges (region offsets, merged pages) when the capture holds only the
+    /// pages the step touched (`--memory touched`); `None`: the region whole. Every absent
+    /// byte goes to the file as zero (see `mask_absent`); a region spilled to the file during
+    /// the stall is held whole.
+    pub touched: Option<Vec<(u64, u64)>>,
     /// A kernel of this device may read the region where it lies (`Walk::kernel_readable`):
     /// after the step the GPU compares it in place; otherwise (managed memory, another GPU's)
     /// it is copied whole first and the two copies compared.
@@ -289,6 +294,17 @@ fn post_on_device(
 /// A region that changed: (region id, chunk offset, post bytes).
 pub type PostChunk = (u32, u64, Vec<u8>);
 
+/// Zeroes the absent bytes of a region's post chunks, when the capture holds only its touched
+/// pages (`present`): a step writes only pages it touched, but a chunk that changed holds
+/// untouched pages too, whose bytes the capture does not hold.
+pub(crate) fn mask_absent(present: Option<&[(u64, u64)]>, chunks: &mut [PostChunk]) {
+    if let Some(present) = present {
+        for (_, offset, bytes) in chunks {
+            kreplay_format::extents::zero_absent(present, *offset, bytes);
+        }
+    }
+}
+
 /// A snapshot's bytes as they are now, on the host.
 fn read_now(s: &Snapshot) -> Result<Vec<u8>, RecordError> {
     match &s.array {
@@ -408,6 +424,7 @@ pub(crate) fn take_snapshots(
             spilled,
             array: None,
             kernel_readable: found.kernel_readable.get(id).copied().unwrap_or(false),
+            touched: None,
         });
     }
     Ok((snapshots, module_globals))
@@ -439,6 +456,7 @@ pub(crate) fn array_snapshots(
             spilled: None,
             array: Some((*array, image.clone())),
             kernel_readable: false,
+            touched: None,
         });
     }
     Ok(snapshots)
@@ -491,7 +509,9 @@ pub(crate) fn post_states(
                 };
                 let written = footprint.written(span, evidence);
                 let (id, chunk) = (s.region.region_id, s.region.chunk_size);
-                post.extend(post_chunks(id, &written, chunk, &now));
+                let mut chunks = post_chunks(id, &written, chunk, &now);
+                mask_absent(s.touched.as_deref(), &mut chunks);
+                post.extend(chunks);
             }
             Bytes::Device(pre) => {
                 let at = (s.device_addr, s.kernel_readable);

@@ -67,7 +67,7 @@ impl Spill {
         readback::write_steps(
             &mut self.ring,
             w,
-            (region.region_id, MemoryState::Pre),
+            (region.region_id, MemoryState::Pre, None),
             &steps,
             &|_| {},
         )?;
@@ -92,7 +92,7 @@ impl Spill {
         readback::write_steps(
             &mut self.ring,
             w,
-            (region.region_id, MemoryState::Post),
+            (region.region_id, MemoryState::Post, None),
             &steps,
             &|_| {},
         )

@@ -399,6 +399,7 @@ INLINE_CASES = {
     "robust-sigterm": (),
     "hostile-play": (),
     "touched-replay": (),
+    "touched-record": (),
     "capture-times-bench": ("bench", "timed"),
     "cupti-versions": ("counters",),
     "robust-stderr-full": (),

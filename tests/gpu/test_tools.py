@@ -569,20 +569,16 @@ def test_farm_devices_and_no_timing(case, row, kr):
     assert not why, "; ".join(why)
 
 
-@C.inline("touched-replay")
-def test_touched_replay(bins, case, row, kr, app):
-    """A capture by touched pages replayed (issue 35): touch_gather reads 1 % of a 256 MiB pool
-    through a block table; its whole capture is rewritten by craft_touched with only the pages
-    the app says it reads (what `record --memory touched` will write). `info` shows the extents,
-    `play --verify` is bit-exact over 8 passes at the original addresses and relocated, the
-    absent bytes reported; the same capture less one page it reads must mismatch in the output."""
+TOUCH_POOL_MIB = 256
+
+
+def _touch_gather_whole(case, row, kr, app):
+    """touch_gather (1 % of a TOUCH_POOL_MIB MiB pool read through a block table) plain and under
+    record: (argv, the whole capture, the pages it reads, the pool's region id, the output's,
+    `info --json` of the capture, what went wrong). Ends the case when there is no pool region."""
     import krtouched as T
-    craft = bins / "craft_touched"
-    assert craft.is_file(), f"no craft_touched in {bins} (scripts/dist.sh builds it)"
-    pool_mib, permille = 256, 10
-    pool = pool_mib << 20
-    p = case.path
-    argv = app(["{touch_gather}", str(pool_mib), str(permille), str(p("pages.txt"))])
+    pool, p = TOUCH_POOL_MIB << 20, case.path
+    argv = app(["{touch_gather}", str(TOUCH_POOL_MIB), "10", str(p("pages.txt"))])
     base = case.run(argv, name="base")
     whole = case.capture(p("whole.krr"))
     rec = case.run([kr, "record", "-k", "gather_pages", "-o", whole, "--force", "--"] + argv, name="rec")
@@ -599,6 +595,21 @@ def test_touched_replay(bins, case, row, kr, app):
         why.append(f"no single pool region of {pool} bytes in the capture, or no page list ({len(pages)} pages)")
         row.update(kernel="gather_pages", matched=False, why="; ".join(why))
         assert not why, "; ".join(why)
+    return argv, whole, pages, pid, out_id, info_whole, why
+
+
+@C.inline("touched-replay")
+def test_touched_replay(bins, case, row, kr, app):
+    """A capture by touched pages replayed (issue 35): touch_gather reads 1 % of a 256 MiB pool
+    through a block table; its whole capture is rewritten by craft_touched with only the pages
+    the app says it reads (what `record --memory touched` will write). `info` shows the extents,
+    `play --verify` is bit-exact over 8 passes at the original addresses and relocated, the
+    absent bytes reported; the same capture less one page it reads must mismatch in the output."""
+    import krtouched as T
+    craft = bins / "craft_touched"
+    assert craft.is_file(), f"no craft_touched in {bins} (scripts/dist.sh builds it)"
+    pool_mib, pool, p = TOUCH_POOL_MIB, TOUCH_POOL_MIB << 20, case.path
+    argv, whole, pages, pid, out_id, info_whole, why = _touch_gather_whole(case, row, kr, app)
     touched = case.capture(p("touched.krr"))
     case.run([craft, whole, touched, f"{pid}=@{p('pages.txt')}"], name="craft")
     info = S.load_json(case.run([kr, "info", "--json", touched], name="info").out_path) or {}
@@ -665,4 +676,40 @@ def test_capture_times_bench(case, row, kr, app):
     print("\ncapture-times-bench (first capture's stall, this library against KREPLAY_OLD_RECORD_LIB):\n" + table)
     row.update(kernel=f"{len(rows)} cases: {lines[-1].split(None, 2)[-1] if lines else '-'}", why="; ".join(why),
                figures=table)
+    assert not why, "; ".join(why)
+
+
+@C.inline("touched-record")
+def test_touched_record(case, row, kr, app):
+    """The recorder's half of a capture by touched pages (issue 35), the pages given by hand
+    (KREPLAY_DEBUG_TOUCHED, until the recorder finds them itself): touch_gather recorded with
+    only the pool pages it reads. The app's output is unchanged, `info` shows the extents,
+    `play --verify` is bit-exact (original addresses and relocated), and the file is small."""
+    import krtouched as T
+    pool, p = TOUCH_POOL_MIB << 20, case.path
+    argv, whole, pages, pid, _, info_whole, why = _touch_gather_whole(case, row, kr, app)
+    touched = case.capture(p("touched.krr"))
+    env = {"KREPLAY_DEBUG_TOUCHED": f"{pid}=@{p('pages.txt')}"}
+    rec = case.run([kr, "record", "-k", "gather_pages", "-o", touched, "--force", "--"] + argv, name="rec-touched",
+                   env=env)
+    base = case.run(argv, name="base-again")
+    if rec.rc != 0 or rec.out != base.out:
+        why.append(f"under record with touched pages: exit {rec.rc}, output {'changed' if rec.out != base.out else 'same'}")
+    info = S.load_json(case.run([kr, "info", "--json", touched], name="info").out_path) or {}
+    why += T.extents_checks(info, pid, len(pages), pool)
+    absent = pool - len(pages) * T.PAGE
+    play = case.run([kr, "play", touched, "--passes", "8", "--verify", "--json"], name="play")
+    why += T.replay_checks(play.rc, S.load_json(play.out_path), 8, absent)
+    moved = case.run([kr, "play", touched, "--relocate", "--passes", "8", "--verify", "--json"], name="relocate")
+    why += ["relocated: " + w for w in T.replay_checks(moved.rc, S.load_json(moved.out_path), 8, absent)]
+    table = len(pages) * 4
+    stored = sum(r.get("stored_bytes") or 0 for r in info_whole.get("regions") or [])
+    whole_bytes, touched_bytes = whole.stat().st_size, touched.stat().st_size
+    why += T.size_checks(touched_bytes, whole_bytes, len(pages) * T.PAGE + table + len(pages) * T.PAGE,
+                         whole_bytes - stored)
+    j = S.load_json(play.out_path) or {}
+    row.update(kernel=(f"pool {TOUCH_POOL_MIB} MiB, {len(pages)} pages given; recorded {touched_bytes / 2**20:.2f} MiB "
+                       f"(whole {whole_bytes / 2**20:.1f} MiB)"),
+               median_us=(j.get("median_ns") or 0) / 1e3, matched=bool((j.get("verify") or {}).get("matched")),
+               why="; ".join(why))
     assert not why, "; ".join(why)
