@@ -145,6 +145,10 @@ pub fn present_ranges(present: &[(u64, u64)], offset: u64, len: u64) -> Vec<(u64
 /// of `page` bytes, sorted and without repeats; those past the region are left out): merged
 /// as the rules want them, the last one ending at the region's end.
 pub fn extents_of_pages(pages: &[u64], page: u64, size: u64) -> Vec<(u64, u64)> {
+    debug_assert!(
+        pages.windows(2).all(|w| w[0] < w[1]),
+        "pages sorted, no repeats"
+    );
     let page = page.max(1);
     let mut out: Vec<(u64, u64)> = Vec::new();
     for &p in pages {

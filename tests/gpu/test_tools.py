@@ -693,8 +693,11 @@ def test_touched_record(case, row, kr, app):
     rec = case.run([kr, "record", "-k", "gather_pages", "-o", touched, "--force", "--"] + argv, name="rec-touched",
                    env=env)
     base = case.run(argv, name="base-again")
-    if rec.rc != 0 or rec.out != base.out:
-        why.append(f"under record with touched pages: exit {rec.rc}, output {'changed' if rec.out != base.out else 'same'}")
+    if rec.rc != 0 or rec.out != base.out or not touched.exists():
+        why.append(f"under record with touched pages: exit {rec.rc}, output {'changed' if rec.out != base.out else 'same'}"
+                   f"{'' if touched.exists() else ', no capture written'}")
+        row.update(kernel="gather_pages", matched=False, why="; ".join(why))
+        assert not why, "; ".join(why)
     info = S.load_json(case.run([kr, "info", "--json", touched], name="info").out_path) or {}
     why += T.extents_checks(info, pid, len(pages), pool)
     absent = pool - len(pages) * T.PAGE
