@@ -38,6 +38,7 @@ pub mod pointer;
 pub mod profiler;
 #[cfg(test)]
 mod ptx_entries;
+pub mod sanitizer;
 pub mod step_ops;
 pub mod stream;
 pub mod texture;
