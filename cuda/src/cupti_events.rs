@@ -30,7 +30,19 @@ pub struct ApiCall<'a> {
     /// The same at the call's ENTER and EXIT, and distinct between calls of a process: what
     /// ties the two sites of one launch together.
     pub correlation: u32,
-    data: &'a csys::CUpti_CallbackData,
+    payload: Payload<'a>,
+}
+
+/// What an API callback's payload holds besides its id, site and correlation, whoever passed
+/// it: CUPTI's `CUpti_CallbackData` or the Sanitizer API's `Sanitizer_CallbackData` (the same
+/// callback ids and `*_params` structs; see `sanitizer`).
+#[derive(Clone, Copy)]
+struct Payload<'a> {
+    symbol: *const std::ffi::c_char,
+    function: *const std::ffi::c_char,
+    return_value: *const c_void,
+    params: *const c_void,
+    _callback: std::marker::PhantomData<&'a ()>,
 }
 
 /// A resource callback kreplay follows.
@@ -81,7 +93,13 @@ pub unsafe fn decode<'a>(
                 id,
                 site,
                 correlation: data.correlationId,
-                data,
+                payload: Payload {
+                    symbol: data.symbolName,
+                    function: data.functionName,
+                    return_value: data.functionReturnValue,
+                    params: data.functionParams,
+                    _callback: std::marker::PhantomData,
+                },
             }))
         }
         csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE => {
@@ -153,32 +171,60 @@ impl LoadedHandle {
 }
 
 impl<'a> ApiCall<'a> {
-    /// The launched kernel's symbol, for launch callbacks (CUPTI may pass none).
-    pub fn symbol(&self) -> Option<&'a CStr> {
-        // SAFETY: CUPTI passes a NUL-terminated symbol name for launch callbacks, or null,
-        // valid during the callback (`'a`).
-        (!self.data.symbolName.is_null()).then(|| unsafe { CStr::from_ptr(self.data.symbolName) })
+    /// A driver-API call as the Sanitizer API's callback shows it (it has no correlation id:
+    /// the caller gives one that ties the call's ENTER and EXIT together).
+    ///
+    /// # Safety
+    /// `data` is the payload the Sanitizer API passed with callback id `id` in its driver-API
+    /// domain, and the result does not outlive that callback (`'a`).
+    pub unsafe fn from_sanitizer(
+        id: u32,
+        correlation: u32,
+        data: &'a crate::sanitizer::CallbackData,
+    ) -> ApiCall<'a> {
+        ApiCall {
+            id,
+            site: if data.callback_site == crate::sanitizer::API_ENTER {
+                Site::Enter
+            } else {
+                Site::Exit
+            },
+            correlation,
+            payload: Payload {
+                symbol: data.symbol_name,
+                function: data.function_name,
+                return_value: data.function_return_value,
+                params: data.function_params,
+                _callback: std::marker::PhantomData,
+            },
+        }
     }
 
-    /// The driver function's name (`cuMemcpyAsync`, ...), as CUPTI passes it.
+    /// The launched kernel's symbol, for launch callbacks (CUPTI may pass none).
+    pub fn symbol(&self) -> Option<&'a CStr> {
+        // SAFETY: the callback passes a NUL-terminated symbol name for launch callbacks, or
+        // null, valid during the callback (`'a`).
+        (!self.payload.symbol.is_null()).then(|| unsafe { CStr::from_ptr(self.payload.symbol) })
+    }
+
+    /// The driver function's name (`cuMemcpyAsync`, ...), as the callback passes it.
     pub fn function_name(&self) -> Option<&'a CStr> {
-        // SAFETY: CUPTI passes a NUL-terminated function name for driver callbacks, or null,
-        // valid during the callback (`'a`).
-        (!self.data.functionName.is_null())
-            .then(|| unsafe { CStr::from_ptr(self.data.functionName) })
+        // SAFETY: the callback passes a NUL-terminated function name for driver callbacks, or
+        // null, valid during the callback (`'a`).
+        (!self.payload.function.is_null()).then(|| unsafe { CStr::from_ptr(self.payload.function) })
     }
 
     /// At EXIT: the call returned `CUDA_SUCCESS`.
     pub fn succeeded(&self) -> bool {
         self.site == Site::Exit
-            && !self.data.functionReturnValue.is_null()
-            // SAFETY: at EXIT functionReturnValue points at the call's CUresult.
-            && unsafe { *(self.data.functionReturnValue as *const u32) } == 0
+            && !self.payload.return_value.is_null()
+            // SAFETY: at EXIT the return value points at the call's CUresult.
+            && unsafe { *(self.payload.return_value as *const u32) } == 0
     }
 
-    /// The call's parameter block, null where CUPTI passed none.
+    /// The call's parameter block, null where the callback passed none.
     fn params(&self) -> *const c_void {
-        self.data.functionParams
+        self.payload.params
     }
 
     /// The launch this call makes, for the launch entry points.
@@ -325,6 +371,63 @@ mod tests {
             Some(CallbackEvent::Api(call)) => call,
             _ => panic!("a driver-API call"),
         }
+    }
+
+    // Catches: a Sanitizer API payload read with another field order than CUPTI's (the two
+    // structs differ), its site inverted, or its return value not consulted: the recorder on
+    // the Sanitizer API (`--memory touched`) must decode a call as the one on CUPTI does.
+    #[test]
+    fn a_call_reads_the_same_from_the_sanitizer_apis_payload() {
+        let mut dptr: sys::CUdeviceptr = 0x7000_0000;
+        let params = csys::cuMemAlloc_v2_params {
+            dptr: &mut dptr,
+            bytesize: 4096,
+        };
+        let p = (&params as *const csys::cuMemAlloc_v2_params).cast();
+        let mut ok = 0u32;
+        let mut failed = 2u32;
+        let data = |site, rv: *mut u32| crate::sanitizer::CallbackData {
+            callback_site: site,
+            function_name: c"cuMemAlloc_v2".as_ptr(),
+            function_params: p,
+            function_return_value: rv.cast(),
+            symbol_name: c"_Z5saxpyifPKfPf".as_ptr(),
+            context: std::ptr::null_mut(),
+        };
+        let exit = data(crate::sanitizer::API_EXIT, &mut ok);
+        // SAFETY: a payload built by the test, alive for the calls below.
+        let call = unsafe { ApiCall::from_sanitizer(cbid::ALLOC, 11, &exit) };
+        assert_eq!((call.site, call.correlation), (Site::Exit, 11));
+        assert!(call.succeeded());
+        assert_eq!(
+            call.allocation(),
+            Some(AllocationChange::Alloc {
+                addr: 0x7000_0000,
+                size: 4096,
+                kind: AllocationKind::Device
+            })
+        );
+        assert_eq!(
+            call.function_name().map(CStr::to_bytes),
+            Some(&b"cuMemAlloc_v2"[..])
+        );
+        assert_eq!(
+            call.symbol().map(CStr::to_bytes),
+            Some(&b"_Z5saxpyifPKfPf"[..])
+        );
+        let bad = data(crate::sanitizer::API_EXIT, &mut failed);
+        // SAFETY: as above.
+        let failed_call = unsafe { ApiCall::from_sanitizer(cbid::ALLOC, 12, &bad) };
+        assert_eq!(failed_call.allocation(), None);
+        let enter = data(crate::sanitizer::API_ENTER, std::ptr::null_mut());
+        // SAFETY: as above.
+        let call = unsafe { ApiCall::from_sanitizer(cbid::ALLOC, 13, &enter) };
+        assert_eq!(call.site, Site::Enter);
+        assert!(!call.succeeded());
+        assert_eq!(
+            call.allocation_request(),
+            Some(AllocationRequest::Request { bytes: 4096 })
+        );
     }
 
     #[test]
