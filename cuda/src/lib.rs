@@ -43,6 +43,7 @@ pub mod step_ops;
 pub mod stream;
 pub mod texture;
 pub mod timing;
+pub mod touched_patch;
 pub mod vmm;
 
 /// The raw driver bindings (types and constants; calls go through this crate's wrappers).
