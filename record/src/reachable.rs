@@ -59,6 +59,8 @@ pub(crate) struct DeviceSpace<'a> {
     pub(crate) ordinal: Option<Option<u32>>,
     /// Time in allocation lookups and in scans, and their counts (`KREPLAY_DEBUG_STALL`).
     pub(crate) spent: WalkTimes,
+    /// Whether the lookups are timed (`KREPLAY_DEBUG_STALL`).
+    pub(crate) timing: bool,
     /// Whether the GPU scan of a large region also copies it to device scratch (the capture's
     /// snapshot, see `WalkCopies`).
     pub(crate) copy_large: bool,
@@ -108,6 +110,7 @@ impl DeviceSpace<'_> {
             looked_up: HashMap::new(),
             ordinal: None,
             spent: WalkTimes::default(),
+            timing: std::env::var_os("KREPLAY_DEBUG_STALL").is_some(),
             copy_large: false,
             copies: WalkCopies::default(),
         }
@@ -246,9 +249,13 @@ impl DeviceSpace<'_> {
 
 impl AddressSpace for DeviceSpace<'_> {
     fn allocation(&mut self, addr: u64) -> Option<Allocation> {
-        let facts = timed(&mut self.spent.lookups, || {
-            pointer::allocation_facts(addr, VMM_EXTENT_LIMIT)
-        })?;
+        let look = || pointer::allocation_facts(addr, VMM_EXTENT_LIMIT);
+        // Timed only when asked: two clock reads per lookup, 10,000 of them for a pointer table.
+        let facts = if self.timing {
+            timed(&mut self.spent.lookups, look)
+        } else {
+            look()
+        }?;
         let ordinal = self.current_ordinal();
         // A joined VMM range is checked mapping by mapping where it is scanned.
         if !facts.vmm {

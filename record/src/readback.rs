@@ -202,16 +202,8 @@ pub fn write_steps<W: Write + Seek>(
         |offset, bytes| {
             progress(bytes.len() as u64);
             copied.set(copied.get() + bytes.len() as u64);
-            // A capture by touched pages stores its absent bytes as zeros.
-            let len = bytes.len() as u64;
-            match present.filter(|p| !kreplay_format::extents::is_present(p, offset, len)) {
-                Some(p) => {
-                    let mut masked = bytes.to_vec();
-                    kreplay_format::extents::zero_absent(p, offset, &mut masked);
-                    Ok(w.borrow_mut().memory(id, state, offset, &masked)?)
-                }
-                None => Ok(w.borrow_mut().memory(id, state, offset, bytes)?),
-            }
+            let bytes = masked(present, offset, bytes);
+            Ok(w.borrow_mut().memory(id, state, offset, &bytes)?)
         },
         |offset, len| {
             progress(len);
@@ -221,9 +213,48 @@ pub fn write_steps<W: Write + Seek>(
     Ok(copied.get())
 }
 
+/// `bytes`, a region's bytes from `offset`, as a capture by touched pages stores them (its
+/// absent bytes zero; `present` none: the region whole): borrowed when nothing is absent.
+pub fn masked<'a>(
+    present: Option<&[(u64, u64)]>,
+    offset: u64,
+    bytes: &'a [u8],
+) -> std::borrow::Cow<'a, [u8]> {
+    let len = bytes.len() as u64;
+    match present.filter(|p| !kreplay_format::extents::is_present(p, offset, len)) {
+        Some(p) => {
+            let mut out = bytes.to_vec();
+            kreplay_format::extents::zero_absent(p, offset, &mut out);
+            std::borrow::Cow::Owned(out)
+        }
+        None => std::borrow::Cow::Borrowed(bytes),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Catches: a device read-back step of a capture by touched pages written with its absent
+    // bytes (the writer refuses them), present bytes zeroed, or a whole region copied for no
+    // reason.
+    #[test]
+    fn a_step_is_masked_only_where_pages_are_absent() {
+        let bytes = vec![9u8; 8192];
+        let present = [(4096u64, 4096u64)];
+        assert!(matches!(
+            masked(None, 0, &bytes),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert!(matches!(
+            masked(Some(&present), 4096, &bytes[..4096]),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let m = masked(Some(&present), 0, &bytes);
+        assert!(m[..4096].iter().all(|&b| b == 0) && m[4096..].iter().all(|&b| b == 9));
+        let m = masked(Some(&present), 8192, &bytes);
+        assert!(m.iter().all(|&b| b == 0), "past the extent");
+    }
 
     const C: u64 = 4;
 
