@@ -4,23 +4,13 @@
 # --compile-as-tools-patch as NVIDIA's compute-sanitizer-samples build theirs, SASS for the
 # architectures kreplay records on and PTX for newer ones.
 #
-# Needs nvcc and the Sanitizer API's headers: the ones on PATH and CUDA_HOME, else NVIDIA's
-# CUDA 13.0 wheels from PyPI (the compiler as scripts/gen-ptx.sh fetches it, and
-# nvidia-cuda-sanitizer-api for the headers; no GPU needed), downloaded once into target/.
+# Needs nvcc (the one on PATH, else NVIDIA's compiler wheels: scripts/nvcc-wheels.sh) and the
+# Sanitizer API's headers (CUDA_HOME's, else the nvidia-cuda-sanitizer-api wheel, downloaded once
+# into target/sanitizer; no GPU needed).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-W="$ROOT/target/nvcc"
-if ! command -v nvcc > /dev/null; then
-  if [ ! -x "$W/nvidia/cu13/bin/nvcc" ]; then
-    echo "gen-patch: no nvcc on PATH: fetching NVIDIA's compiler wheels into $W"
-    mkdir -p "$W"
-    python3 -m pip download -q --no-deps --disable-pip-version-check -d "$W" \
-      nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96
-    for whl in "$W"/*.whl; do python3 -m zipfile -e "$whl" "$W"; done
-    chmod +x "$W"/nvidia/cu13/bin/* "$W"/nvidia/cu13/nvvm/bin/*
-  fi
-  export PATH="$W/nvidia/cu13/bin:$PATH"
-fi
+. "$ROOT/scripts/nvcc-wheels.sh"
+ensure_nvcc "$ROOT" gen-patch
 INC=${CUDA_HOME:-/usr/local/cuda}/compute-sanitizer/include
 if [ ! -f "$INC/sanitizer_patching.h" ]; then
   S="$ROOT/target/sanitizer"

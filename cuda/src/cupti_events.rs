@@ -373,60 +373,30 @@ mod tests {
         }
     }
 
-    // Catches: a Sanitizer API payload read with another field order than CUPTI's (the two
-    // structs differ), its site inverted, or its return value not consulted: the recorder on
-    // the Sanitizer API (`--memory touched`) must decode a call as the one on CUPTI does.
-    #[test]
-    fn a_call_reads_the_same_from_the_sanitizer_apis_payload() {
-        let mut dptr: sys::CUdeviceptr = 0x7000_0000;
-        let params = csys::cuMemAlloc_v2_params {
-            dptr: &mut dptr,
-            bytesize: 4096,
-        };
-        let p = (&params as *const csys::cuMemAlloc_v2_params).cast();
-        let mut ok = 0u32;
-        let mut failed = 2u32;
-        let data = |site, rv: *mut u32| crate::sanitizer::CallbackData {
-            callback_site: site,
-            function_name: c"cuMemAlloc_v2".as_ptr(),
-            function_params: p,
-            function_return_value: rv.cast(),
-            symbol_name: c"_Z5saxpyifPKfPf".as_ptr(),
-            context: std::ptr::null_mut(),
-        };
-        let exit = data(crate::sanitizer::API_EXIT, &mut ok);
-        // SAFETY: a payload built by the test, alive for the calls below.
-        let call = unsafe { ApiCall::from_sanitizer(cbid::ALLOC, 11, &exit) };
-        assert_eq!((call.site, call.correlation), (Site::Exit, 11));
-        assert!(call.succeeded());
+    /// A cuMemAlloc of 4096 bytes at 0x7000_0000 as three callbacks show it: the EXIT of a
+    /// call that succeeded (correlation 11), the EXIT of one that failed, an ENTER.
+    fn assert_reads_the_allocation(ok: ApiCall<'_>, failed: ApiCall<'_>, enter: ApiCall<'_>) {
+        assert_eq!((ok.site, ok.correlation), (Site::Exit, 11));
+        assert!(ok.succeeded());
         assert_eq!(
-            call.allocation(),
+            ok.allocation(),
             Some(AllocationChange::Alloc {
                 addr: 0x7000_0000,
                 size: 4096,
                 kind: AllocationKind::Device
             })
         );
+        assert_eq!(ok.allocation_request(), None, "a request is read at ENTER");
+        assert_eq!(failed.allocation(), None);
+        assert_eq!(enter.site, Site::Enter);
+        assert!(!enter.succeeded());
         assert_eq!(
-            call.function_name().map(CStr::to_bytes),
-            Some(&b"cuMemAlloc_v2"[..])
-        );
-        assert_eq!(
-            call.symbol().map(CStr::to_bytes),
-            Some(&b"_Z5saxpyifPKfPf"[..])
-        );
-        let bad = data(crate::sanitizer::API_EXIT, &mut failed);
-        // SAFETY: as above.
-        let failed_call = unsafe { ApiCall::from_sanitizer(cbid::ALLOC, 12, &bad) };
-        assert_eq!(failed_call.allocation(), None);
-        let enter = data(crate::sanitizer::API_ENTER, std::ptr::null_mut());
-        // SAFETY: as above.
-        let call = unsafe { ApiCall::from_sanitizer(cbid::ALLOC, 13, &enter) };
-        assert_eq!(call.site, Site::Enter);
-        assert!(!call.succeeded());
-        assert_eq!(
-            call.allocation_request(),
+            enter.allocation_request(),
             Some(AllocationRequest::Request { bytes: 4096 })
+        );
+        assert_eq!(
+            enter.symbol().map(CStr::to_bytes),
+            Some(&b"_Z5saxpyifPKfPf"[..])
         );
     }
 
@@ -438,48 +408,54 @@ mod tests {
             bytesize: 4096,
         };
         let p = (&params as *const csys::cuMemAlloc_v2_params).cast();
-        let mut ok = 0u32;
-        let exit = call_data(csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT, p, &mut ok, 11);
-        let call = api(cbid::ALLOC, &exit);
-        assert_eq!((call.site, call.correlation), (Site::Exit, 11));
-        assert!(call.succeeded());
+        let (mut ok, mut failed) = (0u32, 2u32);
+        use csys::CUpti_ApiCallbackSite::{CUPTI_API_ENTER, CUPTI_API_EXIT};
+        let exit = call_data(CUPTI_API_EXIT, p, &mut ok, 11);
+        let bad = call_data(CUPTI_API_EXIT, p, &mut failed, 12);
+        let enter = call_data(CUPTI_API_ENTER, p, std::ptr::null_mut(), 13);
+        assert_reads_the_allocation(
+            api(cbid::ALLOC, &exit),
+            api(cbid::ALLOC, &bad),
+            api(cbid::ALLOC, &enter),
+        );
+    }
+
+    // Catches: a Sanitizer API payload read with another field order than CUPTI's (the two
+    // structs differ), its site inverted, or its return value not consulted: the recorder on
+    // the Sanitizer API (`--memory touched`) must decode a call as the one on CUPTI does.
+    #[test]
+    fn a_call_reads_the_same_from_the_sanitizer_apis_payload() {
+        let mut dptr: sys::CUdeviceptr = 0x7000_0000;
+        let params = csys::cuMemAlloc_v2_params {
+            dptr: &mut dptr,
+            bytesize: 4096,
+        };
+        let p = (&params as *const csys::cuMemAlloc_v2_params).cast();
+        let (mut ok, mut failed) = (0u32, 2u32);
+        let data = |site, rv: *mut u32| crate::sanitizer::CallbackData {
+            callback_site: site,
+            function_name: c"cuMemAlloc_v2".as_ptr(),
+            function_params: p,
+            function_return_value: rv.cast(),
+            symbol_name: c"_Z5saxpyifPKfPf".as_ptr(),
+            context: std::ptr::null_mut(),
+        };
+        let exit = data(crate::sanitizer::API_EXIT, &mut ok);
+        let bad = data(crate::sanitizer::API_EXIT, &mut failed);
+        let enter = data(crate::sanitizer::API_ENTER, std::ptr::null_mut());
+        // SAFETY: payloads built by the test, alive for the calls below.
+        let (a, b, c) = unsafe {
+            (
+                ApiCall::from_sanitizer(cbid::ALLOC, 11, &exit),
+                ApiCall::from_sanitizer(cbid::ALLOC, 12, &bad),
+                ApiCall::from_sanitizer(cbid::ALLOC, 13, &enter),
+            )
+        };
         assert_eq!(
-            call.allocation(),
-            Some(AllocationChange::Alloc {
-                addr: 0x7000_0000,
-                size: 4096,
-                kind: AllocationKind::Device
-            })
+            a.function_name().map(CStr::to_bytes),
+            Some(&b"cuMemAlloc_v2"[..])
         );
-        assert_eq!(
-            call.allocation_request(),
-            None,
-            "a request is read at ENTER"
-        );
-        let mut failed = 2u32;
-        let exit = call_data(
-            csys::CUpti_ApiCallbackSite::CUPTI_API_EXIT,
-            p,
-            &mut failed,
-            12,
-        );
-        assert_eq!(api(cbid::ALLOC, &exit).allocation(), None);
-        let enter = call_data(
-            csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER,
-            p,
-            std::ptr::null_mut(),
-            13,
-        );
-        let call = api(cbid::ALLOC, &enter);
-        assert!(!call.succeeded());
-        assert_eq!(
-            call.allocation_request(),
-            Some(AllocationRequest::Request { bytes: 4096 })
-        );
-        assert_eq!(
-            call.symbol().map(CStr::to_bytes),
-            Some(&b"_Z5saxpyifPKfPf"[..])
-        );
+        assert_reads_the_allocation(a, b, c);
     }
 
     #[test]

@@ -413,6 +413,27 @@ pub struct Dispatch {
     pub original_duration_ns: Option<u64>,
 }
 
+impl Dispatch {
+    /// A `cuLaunchKernel` of `kernel_name` (module 0) with no parameters, one block of one
+    /// thread: where a capture made by hand (a test, a tool) starts from.
+    pub fn of_kernel(kernel_name: &str) -> Dispatch {
+        Dispatch {
+            kernel_name: kernel_name.into(),
+            module_id: 0,
+            api: LaunchApi::LaunchKernel,
+            grid: [1; 3],
+            block: [1; 3],
+            cluster: [0; 3],
+            dynamic_shared_bytes: 0,
+            attributes: Vec::new(),
+            params: Vec::new(),
+            arg_bytes: Vec::new(),
+            pointer_words: Vec::new(),
+            original_duration_ns: None,
+        }
+    }
+}
+
 /// Kind of device memory a region came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MemoryKind {

@@ -621,20 +621,7 @@ mod order_tests {
     use std::io::Cursor;
 
     fn dispatch() -> Dispatch {
-        Dispatch {
-            kernel_name: "k".into(),
-            module_id: 0,
-            api: LaunchApi::LaunchKernel,
-            grid: [1; 3],
-            block: [1; 3],
-            cluster: [0; 3],
-            dynamic_shared_bytes: 0,
-            attributes: Vec::new(),
-            params: Vec::new(),
-            arg_bytes: Vec::new(),
-            pointer_words: Vec::new(),
-            original_duration_ns: None,
-        }
+        Dispatch::of_kernel("k")
     }
 
     fn module(id: u32) -> ModuleImage {

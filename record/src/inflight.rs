@@ -306,29 +306,12 @@ fn write_host<W: Write + Seek>(
 mod tests {
     use super::*;
     use kreplay_format::{
-        CaptureHead, Dispatch, LaunchApi, MemoryKind, ModuleImage, ModuleKind, Region, RegionRole,
+        CaptureHead, Dispatch, MemoryKind, ModuleImage, ModuleKind, Region, RegionRole,
         WriterOptions,
     };
     use std::io::Cursor;
 
     const PAGE: u64 = MIN_EXTENT_PAGE as u64;
-
-    fn dispatch() -> Dispatch {
-        Dispatch {
-            kernel_name: "k".into(),
-            module_id: 0,
-            api: LaunchApi::LaunchKernel,
-            grid: [1; 3],
-            block: [1; 3],
-            cluster: [0; 3],
-            dynamic_shared_bytes: 0,
-            attributes: Vec::new(),
-            params: Vec::new(),
-            arg_bytes: Vec::new(),
-            pointer_words: Vec::new(),
-            original_duration_ns: None,
-        }
-    }
 
     // Catches: a region with touched pages written whole (no REGION_EXTENTS), its absent bytes
     // stored as the application's (the writer refuses the capture then), a chunk holding no
@@ -366,7 +349,7 @@ mod tests {
 
         let mut w = CaptureWriter::new(Cursor::new(Vec::new()), [0; 16], WriterOptions::default())
             .expect("writer");
-        let d = dispatch();
+        let d = Dispatch::of_kernel("k");
         let module = ModuleImage {
             module_id: 0,
             kind: ModuleKind::Cubin,

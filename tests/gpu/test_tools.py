@@ -598,6 +598,29 @@ def _touch_gather_whole(case, row, kr, app):
     return argv, whole, pages, pid, out_id, info_whole, why
 
 
+def _touched_capture_checks(case, kr, touched, whole, pages, pid, info_whole):
+    """What both touched cases ask of a capture by touched pages of touch_gather's pool: `info`
+    shows the pool's extents, `play --verify` is bit-exact over 8 passes at the original
+    addresses and relocated with the absent bytes reported, and the file holds about the pages
+    read, the table and the output (before and after). (why, play's JSON, whole and touched file
+    sizes, absent bytes.)"""
+    import krtouched as T
+    pool = TOUCH_POOL_MIB << 20
+    info = S.load_json(case.run([kr, "info", "--json", touched], name="info").out_path) or {}
+    why = T.extents_checks(info, pid, len(pages), pool)
+    absent = pool - len(pages) * T.PAGE
+    play = case.run([kr, "play", touched, "--passes", "8", "--verify", "--json"], name="play")
+    why += T.replay_checks(play.rc, S.load_json(play.out_path), 8, absent)
+    moved = case.run([kr, "play", touched, "--relocate", "--passes", "8", "--verify", "--json"], name="relocate")
+    why += ["relocated: " + w for w in T.replay_checks(moved.rc, S.load_json(moved.out_path), 8, absent)]
+    table = len(pages) * 4
+    stored = sum(r.get("stored_bytes") or 0 for r in info_whole.get("regions") or [])
+    whole_bytes, touched_bytes = whole.stat().st_size, touched.stat().st_size
+    why += T.size_checks(touched_bytes, whole_bytes, len(pages) * T.PAGE + table + len(pages) * T.PAGE,
+                         whole_bytes - stored)
+    return why, S.load_json(play.out_path) or {}, whole_bytes, touched_bytes, absent
+
+
 @C.inline("touched-replay")
 def test_touched_replay(bins, case, row, kr, app):
     """A capture by touched pages replayed (issue 35): touch_gather reads 1 % of a 256 MiB pool
@@ -608,34 +631,23 @@ def test_touched_replay(bins, case, row, kr, app):
     import krtouched as T
     craft = bins / "craft_touched"
     assert craft.is_file(), f"no craft_touched in {bins} (scripts/dist.sh builds it)"
-    pool_mib, pool, p = TOUCH_POOL_MIB, TOUCH_POOL_MIB << 20, case.path
-    argv, whole, pages, pid, out_id, info_whole, why = _touch_gather_whole(case, row, kr, app)
+    pool_mib, p = TOUCH_POOL_MIB, case.path
+    _, whole, pages, pid, out_id, info_whole, why = _touch_gather_whole(case, row, kr, app)
     touched = case.capture(p("touched.krr"))
     case.run([craft, whole, touched, f"{pid}=@{p('pages.txt')}"], name="craft")
-    info = S.load_json(case.run([kr, "info", "--json", touched], name="info").out_path) or {}
     case.run([kr, "info", touched], name="info-text")
-    why += T.extents_checks(info, pid, len(pages), pool)
-    absent = pool - len(pages) * T.PAGE
-    play = case.run([kr, "play", touched, "--passes", "8", "--verify", "--json"], name="play")
-    why += T.replay_checks(play.rc, S.load_json(play.out_path), 8, absent)
+    checked, j, whole_bytes, touched_bytes, absent = _touched_capture_checks(case, kr, touched, whole, pages, pid,
+                                                                             info_whole)
+    why += checked
     text = case.run([kr, "play", touched, "--passes", "2", "--verify"], name="play-text")
     if "filled with 0xff" not in text.out:
         why.append("play's text does not say the absent bytes were filled")
-    moved = case.run([kr, "play", touched, "--relocate", "--passes", "8", "--verify", "--json"], name="relocate")
-    why += ["relocated: " + w for w in T.replay_checks(moved.rc, S.load_json(moved.out_path), 8, absent)]
     # One page the kernel reads left out: the output must differ where that page went.
     p("fewer.txt").write_text("\n".join(str(x) for x in pages[1:]) + "\n")
     fewer = case.capture(p("fewer.krr"))
     case.run([craft, whole, fewer, f"{pid}=@{p('fewer.txt')}"], name="craft-fewer")
     short = case.run([kr, "play", fewer, "--passes", "2", "--verify", "--json"], name="play-fewer")
     why += ["one page short: " + w for w in T.missing_page_checks(short.rc, S.load_json(short.out_path), out_id)]
-    # Size: the pages read, the table and the output (before and after) against the whole file.
-    table = len(pages) * 4
-    stored = sum(r.get("stored_bytes") or 0 for r in info_whole.get("regions") or [])
-    whole_bytes, touched_bytes = whole.stat().st_size, touched.stat().st_size
-    why += T.size_checks(touched_bytes, whole_bytes, len(pages) * T.PAGE + table + len(pages) * T.PAGE,
-                         whole_bytes - stored)
-    j = S.load_json(play.out_path) or {}
     figures = (f"pool {pool_mib} MiB, {len(pages)} pages read; capture {whole_bytes / 2**20:.1f} MiB whole, "
                f"{touched_bytes / 2**20:.2f} MiB by touched pages; absent {absent / 2**20:.1f} MiB filled")
     row.update(kernel=figures, median_us=(j.get("median_ns") or 0) / 1e3,
@@ -685,8 +697,7 @@ def test_touched_record(case, row, kr, app):
     (KREPLAY_DEBUG_TOUCHED, until the recorder finds them itself): touch_gather recorded with
     only the pool pages it reads. The app's output is unchanged, `info` shows the extents,
     `play --verify` is bit-exact (original addresses and relocated), and the file is small."""
-    import krtouched as T
-    pool, p = TOUCH_POOL_MIB << 20, case.path
+    p = case.path
     argv, whole, pages, pid, _, info_whole, why = _touch_gather_whole(case, row, kr, app)
     touched = case.capture(p("touched.krr"))
     env = {"KREPLAY_DEBUG_TOUCHED": f"{pid}=@{p('pages.txt')}"}
@@ -698,19 +709,9 @@ def test_touched_record(case, row, kr, app):
                    f"{'' if touched.exists() else ', no capture written'}")
         row.update(kernel="gather_pages", matched=False, why="; ".join(why))
         assert not why, "; ".join(why)
-    info = S.load_json(case.run([kr, "info", "--json", touched], name="info").out_path) or {}
-    why += T.extents_checks(info, pid, len(pages), pool)
-    absent = pool - len(pages) * T.PAGE
-    play = case.run([kr, "play", touched, "--passes", "8", "--verify", "--json"], name="play")
-    why += T.replay_checks(play.rc, S.load_json(play.out_path), 8, absent)
-    moved = case.run([kr, "play", touched, "--relocate", "--passes", "8", "--verify", "--json"], name="relocate")
-    why += ["relocated: " + w for w in T.replay_checks(moved.rc, S.load_json(moved.out_path), 8, absent)]
-    table = len(pages) * 4
-    stored = sum(r.get("stored_bytes") or 0 for r in info_whole.get("regions") or [])
-    whole_bytes, touched_bytes = whole.stat().st_size, touched.stat().st_size
-    why += T.size_checks(touched_bytes, whole_bytes, len(pages) * T.PAGE + table + len(pages) * T.PAGE,
-                         whole_bytes - stored)
-    j = S.load_json(play.out_path) or {}
+    checked, j, whole_bytes, touched_bytes, _ = _touched_capture_checks(case, kr, touched, whole, pages, pid,
+                                                                        info_whole)
+    why += checked
     row.update(kernel=(f"pool {TOUCH_POOL_MIB} MiB, {len(pages)} pages given; recorded {touched_bytes / 2**20:.2f} MiB "
                        f"(whole {whole_bytes / 2**20:.1f} MiB)"),
                median_us=(j.get("median_ns") or 0) / 1e3, matched=bool((j.get("verify") or {}).get("matched")),
