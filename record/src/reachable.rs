@@ -181,6 +181,14 @@ fn gpu_readable(base: u64, size: u64) -> bool {
 }
 
 impl DeviceSpace<'_> {
+    /// The stream the GPU scans run on, made at the first (`None`: none could be made).
+    fn scan_stream(&mut self) -> Option<&Stream> {
+        if self.stream.is_none() {
+            self.stream = crate::spares::spare_stream().ok();
+        }
+        self.stream.as_ref()
+    }
+
     /// `[base, base + size)` scanned on the GPU: `None` where it cannot be (the kernels do not
     /// load, more hits than the walk keeps, device scratch short, a launch refused: then no
     /// more GPU scans in this walk), and the host scans instead. The hit buffer is allocated
@@ -194,9 +202,7 @@ impl DeviceSpace<'_> {
         bounds: &ScanBounds,
         limits: &Limits,
     ) -> Option<RegionScan> {
-        if self.stream.is_none() {
-            self.stream = crate::spares::spare_stream().ok();
-        }
+        self.scan_stream()?;
         let stream = self.stream.as_ref()?;
         let most = u32::try_from(limits.candidates).unwrap_or(u32::MAX);
         let mut cap = FIRST_SCAN_HITS.min(most);
@@ -411,9 +417,7 @@ impl DeviceSpace<'_> {
         bounds: &ScanBounds,
         limits: &Limits,
     ) -> Option<ManyPointerHits> {
-        if self.stream.is_none() {
-            self.stream = crate::spares::spare_stream().ok();
-        }
+        self.scan_stream()?;
         let stream = self.stream.as_ref()?;
         let most = u32::try_from(limits.candidates).unwrap_or(u32::MAX);
         let mut cap = FIRST_SCAN_HITS.min(most);
@@ -525,7 +529,7 @@ pub(crate) fn reach(
             ..Limits::default()
         },
     )?;
-    if std::env::var_os("KREPLAY_DEBUG_STALL").is_some() {
+    if space.timing {
         let WalkTimes { lookups, scans } = space.spent;
         let all = walked.elapsed().as_nanos() as u64;
         crate::diag!(
