@@ -8,8 +8,8 @@
 //! (`SanitizerApi::load`), results turned into errors, and the callback payloads the recorder
 //! needs (`decode`) read as typed values. The layouts are those of the 13.0 headers
 //! (`sanitizer_callbacks.h`), checked by the tests against sizes and offsets measured from
-//! those headers with a C compiler. Nothing here calls the library yet: the recorder's
-//! front end on it is the next step of issue 35.
+//! those headers with a C compiler. The recorder's front end on it is
+//! `kreplay_record`'s `recorder::sanitizer_hook`; its instrumented run is `touched_run`.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
@@ -167,6 +167,7 @@ pub enum SanitizerEvent<'a> {
         cubin: Option<&'a [u8]>,
     },
     ModuleUnloading {
+        context: usize,
         module: usize,
     },
     /// Device memory allocated (`freed` false) or freed.
@@ -225,7 +226,8 @@ pub unsafe fn decode<'a>(domain: u32, cbid: u32, cbdata: *const c_void) -> Sanit
             let d = unsafe { &*cbdata.cast::<ResourceModuleData>() };
             let module = d.module as usize;
             if cbid == resource::MODULE_UNLOAD_STARTING {
-                return SanitizerEvent::ModuleUnloading { module };
+                let context = d.context as usize;
+                return SanitizerEvent::ModuleUnloading { context, module };
             }
             let cubin = (!d.cubin.is_null() && d.cubin_size > 0).then(|| {
                 // SAFETY: the payload's cubin is `cubin_size` bytes, alive during the callback.
@@ -281,14 +283,15 @@ pub struct SanitizerError {
     pub name: String,
 }
 
-/// Where to look for the library, in order: `KREPLAY_SANITIZER_LIB`, the toolkit named by
-/// `CUDA_HOME` (or `CUDA_PATH`), the default toolkit, then the loader's own search (the bare
-/// name: `LD_LIBRARY_PATH`, a wheel's folder put there).
+/// Where to look for the library, in order: the toolkit named by `CUDA_HOME` (or `CUDA_PATH`),
+/// the default toolkit, then the loader's own search (the bare name: `LD_LIBRARY_PATH`, a
+/// wheel's folder put there). `KREPLAY_SANITIZER_LIB`, when set, is the only place: the library
+/// a person names is the one used, or none.
 pub fn candidates(env_lib: Option<&str>, cuda_home: Option<&str>) -> Vec<PathBuf> {
-    let mut out = Vec::new();
     if let Some(p) = env_lib.filter(|p| !p.is_empty()) {
-        out.push(PathBuf::from(p));
+        return vec![PathBuf::from(p)];
     }
+    let mut out = Vec::new();
     for home in cuda_home.into_iter().chain(["/usr/local/cuda"]) {
         let p = Path::new(home).join("compute-sanitizer").join(LIBRARY);
         if !out.contains(&p) {
@@ -342,6 +345,7 @@ entry_points! {
     patch_module: b"sanitizerPatchModule\0" fn(*mut c_void);
     unpatch_module: b"sanitizerUnpatchModule\0" fn(*mut c_void);
     set_launch_callback_data: b"sanitizerSetLaunchCallbackData\0" fn(*mut c_void, *mut c_void, *mut c_void, *const c_void);
+    set_callback_data: b"sanitizerSetCallbackData\0" fn(*mut c_void, *const c_void);
     alloc: b"sanitizerAlloc\0" fn(*mut c_void, *mut *mut c_void, usize);
     free: b"sanitizerFree\0" fn(*mut c_void, *mut c_void);
     memset: b"sanitizerMemset\0" fn(*mut c_void, i32, usize, *mut c_void);
@@ -393,6 +397,119 @@ impl SanitizerApi {
             "unknown result".into()
         };
         Err(SanitizerError { call, code, name })
+    }
+}
+
+/// A subscription to the Sanitizer API's callbacks (at most one per process).
+#[derive(Debug, Clone, Copy)]
+pub struct Subscription(usize);
+
+impl SanitizerApi {
+    /// Subscribes `callback` (it is called on the thread of the call it reports).
+    pub fn subscribe(&self, callback: Callback) -> Result<Subscription, SanitizerError> {
+        let mut h: *mut c_void = std::ptr::null_mut();
+        // SAFETY: writes one subscriber handle; the callback is a plain function that lives as
+        // long as the process.
+        let r = unsafe { (self.subscribe)(&mut h, callback, std::ptr::null_mut()) };
+        self.check(r, "sanitizerSubscribe")?;
+        Ok(Subscription(h as usize))
+    }
+
+    /// Ends the subscription (another tool, or CUPTI, may subscribe afterwards).
+    pub fn unsubscribe(&self, sub: Subscription) -> Result<(), SanitizerError> {
+        // SAFETY: a handle `subscribe` returned.
+        let r = unsafe { (self.unsubscribe)(sub.0 as *mut c_void) };
+        self.check(r, "sanitizerUnsubscribe")
+    }
+
+    /// Enables the callback `cbid` of `domain` for `sub`.
+    pub fn enable_callback(
+        &self,
+        sub: Subscription,
+        domain: u32,
+        cbid: u32,
+    ) -> Result<(), SanitizerError> {
+        // SAFETY: a handle `subscribe` returned; the ids are plain numbers the library checks.
+        let r = unsafe { (self.enable_callback)(1, sub.0 as *mut c_void, domain, cbid) };
+        self.check(r, "sanitizerEnableCallback")
+    }
+
+    /// Enables every callback of `domain` for `sub`.
+    pub fn enable_domain(&self, sub: Subscription, domain: u32) -> Result<(), SanitizerError> {
+        // SAFETY: as `enable_callback`.
+        let r = unsafe { (self.enable_domain)(1, sub.0 as *mut c_void, domain) };
+        self.check(r, "sanitizerEnableDomain")
+    }
+
+    /// Loads the patch module at `file` into `context` (once per context, before a module of
+    /// it is patched).
+    pub fn add_patches(
+        &self,
+        file: &CStr,
+        context: &crate::ContextHandle,
+    ) -> Result<(), SanitizerError> {
+        // SAFETY: a NUL-terminated path; the context handle is the driver's, current here.
+        let r = unsafe { (self.add_patches_from_file)(file.as_ptr(), context.id() as *mut c_void) };
+        self.check(r, "sanitizerAddPatchesFromFile")
+    }
+
+    /// Selects each `(instruction kind, device callback)` of `patches` in `module` and patches
+    /// it; how many kinds were accepted (a kind the module or the library does not have is
+    /// passed over; none accepted is an error).
+    pub fn patch(
+        &self,
+        module: &crate::ForeignModule,
+        patches: &[(u32, &str)],
+    ) -> Result<usize, SanitizerError> {
+        let m = module.handle() as *mut c_void;
+        let mut accepted = 0;
+        let mut last = SANITIZER_SUCCESS;
+        for &(kind, callback) in patches {
+            let Ok(name) = std::ffi::CString::new(callback) else {
+                continue;
+            };
+            // SAFETY: the application's module, live during the callback that names it; a
+            // NUL-terminated name of a device function of the patch module.
+            let r = unsafe { (self.patch_instructions)(kind, m, name.as_ptr()) };
+            if r == SANITIZER_SUCCESS {
+                accepted += 1;
+            } else {
+                last = r;
+            }
+        }
+        if accepted == 0 {
+            self.check(last.max(1), "sanitizerPatchInstructions")?;
+        }
+        // SAFETY: as above.
+        self.check(unsafe { (self.patch_module)(m) }, "sanitizerPatchModule")?;
+        Ok(accepted)
+    }
+
+    /// Gives `module` its original code back.
+    pub fn unpatch(&self, module: &crate::ForeignModule) -> Result<(), SanitizerError> {
+        // SAFETY: the application's module, live during the callback that names it.
+        let r = unsafe { (self.unpatch_module)(module.handle() as *mut c_void) };
+        self.check(r, "sanitizerUnpatchModule")
+    }
+
+    /// Makes `state` (0: none) the device callbacks' `userdata` for the launches of `function`
+    /// from now on.
+    ///
+    /// # Safety
+    /// `state` is 0 or a device address of this context holding what the patch module's
+    /// callbacks read, alive until the launches that see it have completed and it is unset.
+    pub unsafe fn set_function_data(
+        &self,
+        function: &crate::ForeignFunction,
+        state: u64,
+    ) -> Result<(), SanitizerError> {
+        use crate::AsFunction;
+        // SAFETY: the application's function, live during the callback; `state` by this
+        // function's contract.
+        let r = unsafe {
+            (self.set_callback_data)(function.raw_function().cast(), state as *const c_void)
+        };
+        self.check(r, "sanitizerSetCallbackData")
     }
 }
 
@@ -461,7 +578,10 @@ mod tests {
             }
             assert!(matches!(
                 decode(domain::RESOURCE, resource::MODULE_UNLOAD_STARTING, p),
-                SanitizerEvent::ModuleUnloading { module: 0x20 }
+                SanitizerEvent::ModuleUnloading {
+                    context: 0x10,
+                    module: 0x20
+                }
             ));
             let empty = ResourceModuleData {
                 cubin: std::ptr::null(),
@@ -541,11 +661,15 @@ mod tests {
 
     #[test]
     fn the_library_is_looked_for_where_it_ships_and_its_absence_says_what_to_do() {
-        let c = candidates(Some("/opt/x/libsanitizer-public.so"), Some("/cuda"));
+        assert_eq!(
+            candidates(Some("/opt/x/libsanitizer-public.so"), Some("/cuda")),
+            vec![PathBuf::from("/opt/x/libsanitizer-public.so")],
+            "the library named is the only one tried"
+        );
+        let c = candidates(None, Some("/cuda"));
         assert_eq!(
             c,
             vec![
-                PathBuf::from("/opt/x/libsanitizer-public.so"),
                 PathBuf::from("/cuda/compute-sanitizer/libsanitizer-public.so"),
                 PathBuf::from("/usr/local/cuda/compute-sanitizer/libsanitizer-public.so"),
                 PathBuf::from(LIBRARY),

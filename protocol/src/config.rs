@@ -98,11 +98,16 @@ pub enum MemoryScope {
     Reachable,
     /// Every live allocation as well (tracked through the allocation entry points).
     All,
+    /// The reachable regions, holding only the 4 KiB pages the dispatch reads or writes (found
+    /// by running it once more, instrumented through the Compute Sanitizer API); the rest of
+    /// each region is stored absent.
+    Touched,
 }
 
 crate::env_word::env_words!(MemoryScope, "KREPLAY_MEMORY", {
     Reachable => "reachable",
     All => "all",
+    Touched => "touched",
 });
 
 /// Which kernels `-k` selects, in ncu's forms: a plain name is the kernel's function name
@@ -238,9 +243,15 @@ impl Config {
         require_selection(&mode, selected)?;
         let memory = match get(env::MEMORY).as_deref() {
             None | Some("") => MemoryScope::Reachable,
-            Some(v) => MemoryScope::from_env(v)
-                .ok_or_else(|| format!("{}={v}: expected reachable or all", env::MEMORY))?,
+            Some(v) => MemoryScope::from_env(v).ok_or_else(|| {
+                format!("{}={v}: expected reachable, all or touched", env::MEMORY)
+            })?,
         };
+        touched_fits(
+            memory,
+            &mode,
+            launch_range.is_some() || boundary_range.is_some(),
+        )?;
         let list_ranges = mode == Mode::List && get(env::LIST_RANGES).as_deref() == Some("1");
         let variant = variant_from(&get, &mode)?;
         Ok(Some(Config {
@@ -309,6 +320,22 @@ fn variant_from(
 }
 
 /// Record and profile modes need something that selects launches.
+/// `--memory touched` runs the recorder on the Compute Sanitizer API instead of CUPTI (the two
+/// cannot share a process): it captures single dispatches with `record`; what needs CUPTI
+/// (profile counters) or a step sequence (ranges) is refused before the application starts.
+fn touched_fits(memory: MemoryScope, mode: &Mode, range: bool) -> Result<(), String> {
+    if memory != MemoryScope::Touched {
+        return Ok(());
+    }
+    if *mode != Mode::Record {
+        return Err("--memory touched is a `record` option (profile and list run on CUPTI, which cannot share the process with the Compute Sanitizer API)".into());
+    }
+    if range {
+        return Err("--memory touched captures single dispatches: a range capture (--launch-range, --nvtx-range, --profiler-range) is not supported with it yet; use --memory reachable".into());
+    }
+    Ok(())
+}
+
 fn require_selection(mode: &Mode, selected: bool) -> Result<(), String> {
     if *mode == Mode::List || selected {
         return Ok(());
@@ -868,6 +895,7 @@ mod tests {
         for (m, word) in [
             (MemoryScope::Reachable, "reachable"),
             (MemoryScope::All, "all"),
+            (MemoryScope::Touched, "touched"),
         ] {
             assert_eq!(m.env_value(), word);
             assert_eq!(MemoryScope::from_env(word), Some(m));
@@ -876,7 +904,7 @@ mod tests {
             assert_eq!(k.env_value(), word);
             assert_eq!(KeyBy::from_env(word), Some(k));
         }
-        assert_eq!(MemoryScope::from_env("touched"), None);
+        assert_eq!(MemoryScope::from_env("pages"), None);
         assert_eq!(KeyBy::from_env("size"), None);
     }
 

@@ -48,6 +48,8 @@ pub struct Pending {
     pub measuring: Option<crate::quiet::Measuring>,
     /// What the dispatch reads and writes (it decides the post-dispatch state).
     pub footprint: Arc<dyn Footprint>,
+    /// `--memory touched`: the launch the instrumented run repeats at EXIT.
+    pub touched: Option<crate::touched_run::TouchedLaunch>,
 }
 
 /// The kernel's cubin as the recorder holds it: shared, so the application is not stalled
@@ -256,6 +258,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         timer,
         measuring: Some(measuring),
         footprint,
+        touched: None,
         data: CaptureData {
             dispatch,
             steps: Vec::new(),

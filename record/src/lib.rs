@@ -54,6 +54,7 @@ pub mod spares;
 pub mod spill;
 pub mod textures;
 pub mod touched_debug;
+pub mod touched_run;
 pub mod trace;
 pub mod variant;
 pub mod variant_check;

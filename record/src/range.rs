@@ -285,6 +285,7 @@ impl RangePending {
             timer,
             measuring: None,
             footprint: footprint::for_capture(),
+            touched: None,
             data: seeded_data(dispatch, module, held),
         });
         Ok(())

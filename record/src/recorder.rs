@@ -47,6 +47,7 @@ mod range_unit;
 mod record_unit;
 mod report;
 mod router;
+mod sanitizer_hook;
 mod selection;
 mod sink;
 mod state;

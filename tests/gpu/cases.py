@@ -400,6 +400,8 @@ INLINE_CASES = {
     "hostile-play": (),
     "touched-replay": (),
     "touched-record": (),
+    "touched-sanitizer": (),
+    "touched-torch": (),
     "capture-times-bench": ("bench", "timed"),
     "cupti-versions": ("counters",),
     "robust-stderr-full": (),

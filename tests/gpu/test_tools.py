@@ -717,3 +717,126 @@ def test_touched_record(case, row, kr, app):
                median_us=(j.get("median_ns") or 0) / 1e3, matched=bool((j.get("verify") or {}).get("matched")),
                why="; ".join(why))
     assert not why, "; ".join(why)
+
+
+def _record_touched(case, kr, argv, out, kernel, env=None, name="rec-touched"):
+    """`record --memory touched` of `kernel` in argv: (the run, its stderr's kreplay lines)."""
+    r = case.run([kr, "record", "--memory", "touched", "-k", kernel, "-o", out, "--force", "--"] + argv,
+                 name=name, env=env or {}, timeout=600)
+    said = [line for line in (r.err or "").splitlines() if "--memory touched" in line]
+    return r, said
+
+
+@C.inline("touched-sanitizer")
+def test_touched_sanitizer(case, row, kr, app):
+    """`record --memory touched` on the Compute Sanitizer API (issue 35): touch_gather reads 1 % of
+    a pool through a block table. The recorder finds the pages itself: the app's output is
+    unchanged, the pool holds exactly the pages the app says it reads, `play --verify` is
+    bit-exact over 8 passes (original addresses and relocated), and the file is at most 2 x the
+    bytes read and written plus code and metadata. Then a 16 GiB pool, 1 % read: the capture
+    holds about the pages read. Without the Sanitizer library the recorder says so and captures
+    whole regions."""
+    import krtouched as T
+    p = case.path
+    argv, whole, pages, pid, _, info_whole, why = _touch_gather_whole(case, row, kr, app)
+    touched = case.capture(p("touched.krr"))
+    rec, said = _record_touched(case, kr, argv, touched, "gather_pages")
+    base = case.run(argv, name="base-again")
+    if rec.rc != 0 or rec.out != base.out or not touched.exists() or said:
+        why.append(f"under record --memory touched: exit {rec.rc}, output {'changed' if rec.out != base.out else 'same'}"
+                   f"{'' if touched.exists() else ', no capture written'}{'; said: ' + ' | '.join(said) if said else ''}")
+        row.update(kernel="gather_pages", matched=False, why="; ".join(why))
+        assert not why, "; ".join(why)
+    checked, j, whole_bytes, touched_bytes, _ = _touched_capture_checks(case, kr, touched, whole, pages, pid,
+                                                                        info_whole)
+    why += checked
+    notes = " ".join((S.load_json(case.run([kr, "info", "--json", touched], name="info-notes").out_path) or {})
+                     .get("notes") or [])
+    # 16 GiB, 1 %: no whole capture to compare with (it would be 16 GiB); the file against the pages.
+    big_mib = 16384
+    big_argv = app(["{touch_gather}", str(big_mib), "10", str(p("big-pages.txt"))])
+    big = case.capture(p("big.krr"))
+    brec, bsaid = _record_touched(case, kr, big_argv, big, "gather_pages", name="rec-big")
+    big_pages = [int(x) for x in S.read(p("big-pages.txt")).split()] if p("big-pages.txt").exists() else []
+    big_bytes = big.stat().st_size if big.exists() else 0
+    read_written = 2 * len(big_pages) * T.PAGE + len(big_pages) * 4
+    if brec.rc != 0 or not big.exists() or bsaid or not big_pages:
+        why.append(f"16 GiB pool: exit {brec.rc}, capture {'written' if big.exists() else 'missing'}, said {bsaid}")
+    else:
+        binfo = S.load_json(case.run([kr, "info", "--json", big], name="info-big").out_path) or {}
+        why += ["16 GiB pool: " + w for w in T.extents_checks(binfo, T.pool_region(binfo, big_mib << 20),
+                                                                len(big_pages), big_mib << 20)]
+        why += ["16 GiB pool: " + w for w in T.size_checks(big_bytes, big_mib << 20, read_written,
+                                                             whole_bytes - sum(r.get("stored_bytes") or 0 for r in
+                                                                               info_whole.get("regions") or []))]
+        bplay = case.run([kr, "play", big, "--passes", "8", "--verify", "--json"], name="play-big")
+        why += ["16 GiB pool: " + w for w in T.replay_checks(bplay.rc, S.load_json(bplay.out_path), 8,
+                                                               (big_mib << 20) - len(big_pages) * T.PAGE)]
+    # No Sanitizer library: said, and captured whole.
+    fb = case.capture(p("fallback.krr"))
+    frec, fsaid = _record_touched(case, kr, argv, fb, "gather_pages", env={"KREPLAY_SANITIZER_LIB": "/nonexistent/libsanitizer-public.so"},
+                                  name="rec-fallback")
+    if frec.rc != 0 or frec.out != base.out or not fb.exists():
+        why.append(f"fallback: exit {frec.rc}, output {'changed' if frec.out != base.out else 'same'}")
+    if not any("cannot be used here" in line for line in fsaid):
+        why.append(f"fallback: no line says the Sanitizer API cannot be used ({fsaid})")
+    elif fb.exists() and abs(fb.stat().st_size - whole_bytes) > whole_bytes // 10:
+        why.append(f"fallback capture {fb.stat().st_size} bytes, the whole one {whole_bytes}")
+    row.update(kernel=(f"pool {TOUCH_POOL_MIB} MiB: {len(pages)} pages found, {touched_bytes / 2**20:.2f} MiB "
+                       f"(whole {whole_bytes / 2**20:.1f} MiB); pool 16 GiB: {len(big_pages)} pages, "
+                       f"{big_bytes / 2**20:.2f} MiB; {notes[-120:]}"),
+               median_us=(j.get("median_ns") or 0) / 1e3, matched=bool((j.get("verify") or {}).get("matched")),
+               why="; ".join(why))
+    assert not why, "; ".join(why)
+
+
+TOUCH_TORCH = """
+import torch, sys
+seg = torch.zeros(64 << 20, device="cuda")           # 256 MiB: one segment of the caching allocator
+n = 1 << 20                                          # 4 MiB slices, page-aligned
+a, b, c = seg[0:n], seg[8 * n:9 * n], seg[16 * n:17 * n]
+a.copy_(torch.arange(n, device="cuda", dtype=torch.float32))
+b.fill_(0.5)
+for _ in range(3):
+    torch.add(a, b, out=c)
+torch.cuda.synchronize()
+ok = bool(torch.equal(c.cpu(), torch.arange(n, dtype=torch.float32) + 0.5))
+print("touch-torch checksum", float(c.sum().item()), "ok" if ok else "WRONG")
+sys.exit(0 if ok else 1)
+"""
+
+
+@C.inline("touched-torch")
+def test_touched_torch(case, row, kr, app):
+    """`record --memory touched` of a PyTorch add on three 4 MiB slices of one 256 MiB segment
+    (issue 35's third proof): the capture is at most 1.5 x the tensors' 12 MiB (plus the code
+    object), where a whole capture holds the segment; `play --verify` is bit-exact."""
+    p = case.path
+    p("touch_torch.py").write_text(TOUCH_TORCH)
+    argv = ["python3", str(p("touch_torch.py"))]
+    base = case.run(argv, name="base")
+    out = case.capture(p("add.krr"))
+    rec, said = _record_touched(case, kr, argv, out, "regex:CUDAFunctor_add|AddFunctor", name="rec-touched")
+    why = []
+    if base.rc != 0 or rec.rc != 0 or rec.out != base.out or not out.exists() or said:
+        why.append(f"app exits {base.rc}, under record --memory touched {rec.rc}, output "
+                   f"{'changed' if rec.out != base.out else 'same'}, said {said}")
+        row.update(kernel="torch add", matched=False, why="; ".join(why))
+        assert not why, "; ".join(why)
+    info = S.load_json(case.run([kr, "info", "--json", out], name="info").out_path) or {}
+    code = sum(m.get("size") or m.get("bytes") or 0 for m in info.get("modules") or [])
+    tensors = 3 * (4 << 20)
+    size = out.stat().st_size
+    if size > 1.5 * tensors + code + (1 << 20):
+        why.append(f"capture {size} bytes > 1.5 x {tensors} tensor bytes + {code} code + 1 MiB metadata")
+    present = sum(r.get("present_bytes") or 0 for r in info.get("regions") or [])
+    if present > 1.5 * tensors:
+        why.append(f"{present} bytes present > 1.5 x {tensors}")
+    play = case.run([kr, "play", out, "--passes", "8", "--verify", "--json"], name="play")
+    j = S.load_json(play.out_path) or {}
+    v = j.get("verify") or {}
+    if play.rc != 0 or v.get("matched") is not True:
+        why.append(f"play exits {play.rc}, verify {v.get('mismatched_bytes')} bytes differ")
+    row.update(kernel=f"torch add, segment 256 MiB: capture {size / 2**20:.2f} MiB, {present / 2**20:.2f} MiB present",
+               median_us=(j.get("median_ns") or 0) / 1e3, matched=v.get("matched") is True, why="; ".join(why))
+    assert not why, "; ".join(why)

@@ -358,7 +358,11 @@ pub struct RecordArgs {
     pub output: String,
     /// Which device memory to capture: `reachable` = every allocation reachable from the
     /// arguments (following pointers stored in captured memory) plus module globals; `all` =
-    /// every live allocation as well (cudaMalloc, stream-ordered, managed and VMM mappings).
+    /// every live allocation as well (cudaMalloc, stream-ordered, managed and VMM mappings);
+    /// `touched` = the reachable allocations, but only the 4 KiB pages the dispatch reads or
+    /// writes are stored (the recorder runs the dispatch once more, instrumented through the
+    /// Compute Sanitizer API, to find them; the application's own launch runs as it would).
+    /// Falls back to `reachable`, saying why, where the Sanitizer API cannot be used.
     #[arg(long, value_enum, default_value_t = MemoryScope::Reachable)]
     pub memory: MemoryScope,
     /// Print the result summary as JSON on stdout.

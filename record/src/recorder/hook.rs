@@ -31,6 +31,11 @@ use crate::profile::FixedPasses;
 /// writes no report (an `exec` that follows loads a fresh recorder).
 static FORKED: AtomicBool = AtomicBool::new(false);
 
+/// Whether this process is the child of a `fork` (see `FORKED`).
+pub(super) fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
 extern "C" fn forked_child() {
     FORKED.store(true, Ordering::SeqCst);
 }
@@ -83,6 +88,7 @@ extern "C" fn at_exit() {
         rec.range_at_exit();
         rec.range_timing_at_exit();
         rec.sink.join();
+        crate::touched_run::clean_up();
         let (pid, rank) = (rec.outputs.pid, rec.outputs.rank);
         let mut report = rec
             .kernels
@@ -168,14 +174,36 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
     Ok(sub)
 }
 
+/// `--memory touched`: whether the recorder runs on the Compute Sanitizer API; where it cannot,
+/// it says why and captures as `--memory reachable` does (on CUPTI).
+fn on_sanitizer(config: &mut Config) -> bool {
+    if config.memory != MemoryScope::Touched {
+        return false;
+    }
+    match super::sanitizer_hook::subscribe(config) {
+        Ok(()) => true,
+        Err(why) => {
+            crate::diag!(
+                "kreplay: --memory touched: the Compute Sanitizer API cannot be used here: {why}; capturing whole regions instead (--memory reachable)"
+            );
+            config.memory = MemoryScope::Reachable;
+            false
+        }
+    }
+}
+
 fn initialize() -> Result<(), RecordError> {
-    let Some(config) = Config::from_env().map_err(RecordError::Config)? else {
+    let Some(mut config) = Config::from_env().map_err(RecordError::Config)? else {
         return Ok(()); // injected but not asked to do anything
     };
-    if !cupti::cupti_present() {
-        return Err(RecordError::NoCupti);
-    }
-    let sub = subscribe(&config)?;
+    let sub = if on_sanitizer(&mut config) {
+        None
+    } else {
+        if !cupti::cupti_present() {
+            return Err(RecordError::NoCupti);
+        }
+        Some(subscribe(&config)?)
+    };
     let get = |k: &str| std::env::var(k).ok();
     let tool: Box<dyn PassTool + Send> = match &config.tool {
         Some(path) => Box::new(CTool::load(path).map_err(|e| RecordError::Config(e.to_string()))?),

@@ -1,12 +1,15 @@
 //! The record unit: one dispatch captured to a file. It opens at the launch's ENTER (the
 //! pre-state taken), closes at its EXIT (the post-state), and goes to the sink.
 
-use kreplay_protocol::config::{demangle, short_kernel_name};
+use kreplay_cuda::{ForeignFunction, KernelArgs};
+use kreplay_engine::plan::{launch_config, LaunchPlan};
+use kreplay_protocol::config::{demangle, short_kernel_name, MemoryScope};
 
 use super::state::Recorder;
-use crate::capture::{after_launch, before_launch, Pending, PreInput};
+use crate::capture::{after_launch, before_launch, dispatch_of, Pending, PreInput};
 use crate::error::RecordError;
 use crate::launch::{self, LaunchView};
+use crate::touched_run::TouchedLaunch;
 
 impl Recorder {
     pub(super) fn begin(
@@ -25,6 +28,7 @@ impl Recorder {
             unsafe { launch::argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
         let target = self.target(&name, Some(&function))?;
         let open_file = self.outputs.opener(index, &name);
+        let touched = self.touched_launch(view, &function, &args, &layout);
         let mut p = before_launch(PreInput {
             view,
             function,
@@ -38,7 +42,67 @@ impl Recorder {
             open_file: Some(&open_file),
         })?;
         self.describe(&mut p.data, index, launch_index, target.device);
+        p.touched = touched;
         Ok(p)
+    }
+
+    /// `--memory touched` on the Sanitizer API: the launch its instrumented run repeats.
+    fn touched_launch(
+        &self,
+        view: &LaunchView,
+        function: &ForeignFunction,
+        args: &[u8],
+        layout: &[(u32, u32)],
+    ) -> Option<TouchedLaunch> {
+        if self.config.memory != MemoryScope::Touched || crate::touched_run::front().is_none() {
+            return None;
+        }
+        let dispatch = dispatch_of(view, String::new(), 0, layout, args.to_vec(), Vec::new());
+        let launch = LaunchPlan::of_dispatch(&dispatch)
+            .map_err(|e| e.to_string())
+            .and_then(|plan| launch_config(&dispatch, &plan).map_err(|e| e.to_string()))
+            .and_then(|config| KernelArgs::new(args.to_vec(), layout).map(|args| (config, args)));
+        match launch {
+            Ok((config, args)) => Some(TouchedLaunch {
+                function: *function,
+                config,
+                args,
+            }),
+            Err(why) => {
+                self.error(format!(
+                    "--memory touched: this launch cannot be repeated ({why}): its capture holds whole regions"
+                ));
+                None
+            }
+        }
+    }
+
+    /// The pages the dispatch touched, found by its instrumented run; whole regions (and the
+    /// reason, on stderr and in the capture's notes) when they cannot be.
+    fn find_touched(&self, p: &mut Pending) {
+        let (Some(launch), Some(front)) = (p.touched.as_mut(), crate::touched_run::front()) else {
+            return;
+        };
+        let t = std::time::Instant::now();
+        let found = crate::touched_run::find_pages(front, launch, &mut p.data.snapshots);
+        let ns = t.elapsed().as_nanos() as u64;
+        p.data.stall_phases.push(("touched", ns));
+        p.data.stall_ns += ns;
+        match found {
+            Ok(f) => p.data.notes.push(f.note()),
+            Err(why) => {
+                for s in &mut p.data.snapshots {
+                    s.touched = None;
+                }
+                let name = short_kernel_name(&demangle(&p.data.dispatch.kernel_name));
+                crate::diag!(
+                    "kreplay: {name}: --memory touched: {why}; this capture holds whole regions, as --memory reachable"
+                );
+                p.data.notes.push(format!(
+                    "--memory touched fell back to whole regions: {why}"
+                ));
+            }
+        }
     }
 
     pub(super) fn finish(&self, mut pending: Pending) {
@@ -47,6 +111,7 @@ impl Recorder {
             self.error(format!("capture of {name} failed after the launch: {e}"));
             return;
         }
+        self.find_touched(&mut pending);
         // The launch is over (`after_launch` synchronised the context): its timer serves the
         // next capture of this context, so no `cuMemFreeHost` waits here on the app's time.
         let Pending { data, timer, .. } = pending;

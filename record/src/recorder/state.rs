@@ -24,7 +24,9 @@ use crate::range_spans::RangeSpans;
 pub(super) struct Recorder {
     pub config: Config,
     pub outputs: Arc<Outputs>,
-    pub _subscriber: Subscriber,
+    /// CUPTI's subscription; none when the recorder runs on the Compute Sanitizer API
+    /// (`--memory touched`, `sanitizer_hook`).
+    pub _subscriber: Option<Subscriber>,
     pub kernels: Kernels,
     pub modules: Mutex<Modules>,
     pub allocations: Mutex<AllocationTable>,

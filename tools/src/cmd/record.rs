@@ -405,6 +405,12 @@ pub fn run_record(a: RecordArgs) -> anyhow::Result<ExitCode> {
     if let Some(c) = &corpus {
         c.apply(&a, &mut vars);
     }
+    // The recorder reads these settings in the application; what it would refuse (a flag that
+    // does not combine with another) is refused here, before the application starts.
+    kreplay_protocol::config::Config::from_lookup(|k| {
+        vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let run = run_app(&a.command, &vars)?;
     // Without a trace of the recorder there is no corpus to describe.
     let manifest = match &corpus {

@@ -1,0 +1,470 @@
+//! `record --memory touched` (issue 35): which 4 KiB pages of each captured region the dispatch
+//! reads or writes, found by running it once more, instrumented through the Compute Sanitizer
+//! API, at its launch's EXIT (the application's own launch has run uninstrumented, timed as
+//! always; launching the application's kernel at its ENTER can stall inside the driver).
+//!
+//! At EXIT the regions hold the dispatch's output and the device scratch its input. The run
+//! puts the input back where the dispatch wrote, patches the kernel's module with
+//! `touched_patch`'s callbacks, runs the kernel on its own stream with the state the callbacks
+//! mark pages in, reads the bitmaps, unpatches, and puts the application's output back (the
+//! pristine input over every page the run wrote, then the dispatch's written runs over that).
+//! The snapshots then hold their touched pages as `Snapshot::touched`; the writer stores only
+//! those. Where anything of it cannot be done, the capture holds whole regions, as
+//! `--memory reachable` does, and says why.
+
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use kreplay_cuda::sanitizer::{self, SanitizerApi, Subscription};
+use kreplay_cuda::touched_patch::{self, TouchedRegion, TouchedState, PAGE, PATCHES, PATCH_FATBIN};
+use kreplay_cuda::{
+    copy_dtod_async, copy_dtoh, copy_htod, ContextHandle, DeviceBuffer, ForeignFunction,
+    KernelArgs, LaunchConfig, Stream,
+};
+use kreplay_format::extents::extents_of_pages;
+
+use crate::snapshot::{Bytes, Snapshot};
+
+/// The Sanitizer API as the recorder runs on it: loaded once, subscribed once.
+pub(crate) struct Front {
+    pub api: SanitizerApi,
+    pub subscription: Subscription,
+    /// The patch module, written to a file of the recorder's (the API loads it by path).
+    patch_file: CString,
+    patch_path: PathBuf,
+    /// Contexts the patch module was loaded into.
+    patched_contexts: Mutex<HashSet<usize>>,
+}
+
+static FRONT: OnceLock<Front> = OnceLock::new();
+
+/// The front, once `start` succeeded.
+pub(crate) fn front() -> Option<&'static Front> {
+    FRONT.get()
+}
+
+/// Loads the Sanitizer API, writes the patch module out and subscribes `callback`; why not,
+/// when any of it fails (nothing is subscribed then).
+pub(crate) fn start(callback: sanitizer::Callback) -> Result<&'static Front, String> {
+    let env = std::env::var(sanitizer::LIBRARY_ENV).ok();
+    let home = std::env::var("CUDA_HOME")
+        .or_else(|_| std::env::var("CUDA_PATH"))
+        .ok();
+    let api = SanitizerApi::load(&sanitizer::candidates(env.as_deref(), home.as_deref()))
+        .map_err(|e| e.to_string())?;
+    let patch_path = std::env::temp_dir().join(format!(
+        "kreplay-touched-patch-{}.fatbin",
+        std::process::id()
+    ));
+    std::fs::write(&patch_path, PATCH_FATBIN)
+        .map_err(|e| format!("writing the patch module to {}: {e}", patch_path.display()))?;
+    let patch_file = CString::new(patch_path.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{}: a NUL in the path", patch_path.display()))?;
+    let subscription = match api.subscribe(callback) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&patch_path);
+            return Err(format!(
+                "{e} (another tool, compute-sanitizer or a profiler, may hold the subscription)"
+            ));
+        }
+    };
+    let front = Front {
+        api,
+        subscription,
+        patch_file,
+        patch_path,
+        patched_contexts: Mutex::default(),
+    };
+    Ok(FRONT.get_or_init(|| front))
+}
+
+/// Removes the patch module's file (at the process's exit).
+pub(crate) fn clean_up() {
+    if let Some(f) = front() {
+        let _ = std::fs::remove_file(&f.patch_path);
+    }
+}
+
+impl Front {
+    /// Loads the patch module into `context` unless it was already.
+    pub(crate) fn load_patches(&self, context: &ContextHandle) -> Result<(), String> {
+        let mut done = self
+            .patched_contexts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if done.contains(&context.id()) {
+            return Ok(());
+        }
+        self.api
+            .add_patches(&self.patch_file, context)
+            .map_err(|e| e.to_string())?;
+        done.insert(context.id());
+        Ok(())
+    }
+
+    /// A context is going away: its handle may be reused by a new one.
+    pub(crate) fn forget_context(&self, context: usize) {
+        self.patched_contexts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&context);
+    }
+}
+
+/// What the instrumented run launches: the application's kernel, as it was launched.
+pub struct TouchedLaunch {
+    pub function: ForeignFunction,
+    pub config: LaunchConfig,
+    pub args: KernelArgs,
+}
+
+/// What the run found, for the capture's notes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Found {
+    pub regions: usize,
+    pub pages: u64,
+    pub touched_pages: u64,
+    pub run_ms: f64,
+}
+
+impl Found {
+    pub(crate) fn note(&self) -> String {
+        format!(
+            "--memory touched: the dispatch touched {} of the {} 4 KiB pages of its {} region(s) ({:.1} % held); the instrumented run took {:.2} ms",
+            self.touched_pages,
+            self.pages,
+            self.regions,
+            if self.pages == 0 {
+                0.0
+            } else {
+                100.0 * self.touched_pages as f64 / self.pages as f64
+            },
+            self.run_ms
+        )
+    }
+}
+
+/// One snapshot as the run needs it: where the region is, its pristine bytes on the device,
+/// and the dispatch's written runs (offset, len, where in `post`).
+struct Tracked {
+    index: usize,
+    addr: u64,
+    size: u64,
+    pre: u64,
+    post: u64,
+    runs: Vec<(u64, u64, u64)>,
+}
+
+/// Why a snapshot cannot take part (the run could not put its bytes back).
+fn tracked(i: usize, s: &Snapshot) -> Result<Tracked, String> {
+    let id = s.region.region_id;
+    if s.array.is_some() {
+        return Err(format!("region {id} is a CUDA array"));
+    }
+    if s.spilled.is_some() {
+        return Err(format!(
+            "region {id} went to the file during the stall (no device scratch for it)"
+        ));
+    }
+    let Bytes::Device(pre) = &s.pre else {
+        return Err(format!(
+            "region {id} is held on the host (a kernel of this device may not read it where it lies)"
+        ));
+    };
+    let Some(post) = &s.post else {
+        return Err(format!(
+            "region {id} has no post-dispatch state on the device"
+        ));
+    };
+    let Some(runs) = &post.runs else {
+        return Err(format!("region {id} was compared on the host"));
+    };
+    Ok(Tracked {
+        index: i,
+        addr: s.device_addr,
+        size: s.region.size,
+        pre: pre.ptr(),
+        post: post.buf.as_ref().map_or(0, |b| b.ptr()),
+        runs: runs.iter().map(|r| (r.offset, r.len, r.at)).collect(),
+    })
+}
+
+/// The device buffers of one run: the state the callbacks get, the region table, the bitmaps.
+struct DeviceState {
+    state: DeviceBuffer,
+    _regions: DeviceBuffer,
+    read: DeviceBuffer,
+    write: DeviceBuffer,
+    words: usize,
+}
+
+fn bytes_of<T: Copy>(v: &[T]) -> Vec<u8> {
+    let n = std::mem::size_of_val(v);
+    let mut out = vec![0u8; n];
+    // SAFETY: `T` is a repr(C) struct of integers (TouchedRegion, TouchedState): plain bytes
+    // with no padding read (the layout tests check it), copied into a buffer of their size.
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().cast::<u8>(), out.as_mut_ptr(), n) };
+    out
+}
+
+/// The most pages one run tracks: 64 Mi pages (256 GiB) make 8 MiB bitmaps.
+const MOST_PAGES: u64 = 1 << 26;
+
+fn device_state(table: &[TouchedRegion], pages: u64) -> Result<DeviceState, String> {
+    if pages > MOST_PAGES {
+        return Err(format!(
+            "{pages} pages to track, more than the {MOST_PAGES} one run tracks"
+        ));
+    }
+    let words = (pages as usize).div_ceil(32) + 1;
+    let e = |what: &'static str| move |err: kreplay_cuda::CudaError| format!("{what}: {err}");
+    let alloc = |n: usize| DeviceBuffer::new(n.max(8)).map_err(e("allocating the run's state"));
+    let (state, regions, read, write) = (
+        alloc(std::mem::size_of::<TouchedState>())?,
+        alloc(std::mem::size_of_val(table))?,
+        alloc(words * 4)?,
+        alloc(words * 4)?,
+    );
+    let zeros = vec![0u8; words * 4];
+    let header = TouchedState {
+        on: 1,
+        nregions: table.len() as u32,
+        regions: regions.ptr(),
+        read_bits: read.ptr(),
+        write_bits: write.ptr(),
+        outside: 0,
+        first_outside: 0,
+    };
+    // SAFETY: each destination is a buffer of ours at least as long as the bytes copied.
+    unsafe {
+        copy_htod(read.ptr(), &zeros).map_err(e("clearing the bitmaps"))?;
+        copy_htod(write.ptr(), &zeros).map_err(e("clearing the bitmaps"))?;
+        if !table.is_empty() {
+            copy_htod(regions.ptr(), &bytes_of(table)).map_err(e("copying the region table"))?;
+        }
+        copy_htod(state.ptr(), &bytes_of(&[header])).map_err(e("copying the run's state"))?;
+    }
+    Ok(DeviceState {
+        state,
+        _regions: regions,
+        read,
+        write,
+        words,
+    })
+}
+
+/// Finds the pages `launch` touches and gives the snapshots their `touched` ranges; why not,
+/// when it cannot (the snapshots are then left whole). The application's memory holds the
+/// dispatch's output again when this returns, whatever it returns (short of a kernel fault).
+pub(crate) fn find_pages(
+    front: &Front,
+    launch: &mut TouchedLaunch,
+    snapshots: &mut [Snapshot],
+) -> Result<Found, String> {
+    let began = Instant::now();
+    let tracked: Vec<Tracked> = snapshots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| tracked(i, s))
+        .collect::<Result<_, _>>()?;
+    let (table, pages) =
+        touched_patch::plan(&tracked.iter().map(|t| (t.addr, t.size)).collect::<Vec<_>>())?;
+    let context = ContextHandle::current().map_err(|e| e.to_string())?;
+    front.load_patches(&context)?;
+    let module = launch
+        .function
+        .module()
+        .map_err(|e| format!("the kernel's module: {e}"))?;
+    let dev = device_state(&table, pages)?;
+    let stream = Stream::new().map_err(|e| format!("creating the run's stream: {e}"))?;
+    let e = |what: &'static str| move |err: kreplay_cuda::CudaError| format!("{what}: {err}");
+    // The dispatch's input back where it wrote.
+    for t in &tracked {
+        for &(off, len, _) in &t.runs {
+            // SAFETY: a run the dispatch wrote, inside its region (the application's memory,
+            // which the kernel writes anyway), from our scratch of the region's input.
+            unsafe { copy_dtod_async(t.addr + off, t.pre + off, len as usize, &stream) }
+                .map_err(e("putting the input back"))?;
+        }
+    }
+    stream.synchronize().map_err(e("putting the input back"))?;
+    let run = instrumented_run(front, launch, &module, &dev, &stream);
+    // Whatever the run did, the application's output goes back before anything else.
+    let bits = run.and_then(|()| read_bits(&dev));
+    let put_back = put_back_output(&tracked, bits.as_ref().ok().map(|b| &b.1), &table, &stream);
+    let (state, write_bits, read_bits) = bits?;
+    put_back?;
+    if state.outside > 0 {
+        return Err(format!(
+            "the instrumented run made {} access(es) outside the captured regions (the first at {:#x}): the walk missed memory the kernel uses",
+            state.outside, state.first_outside
+        ));
+    }
+    let mut touched_pages = 0;
+    for (t, r) in tracked.iter().zip(order_of(&tracked, &table)) {
+        let either: Vec<u64> = {
+            let rd = touched_patch::pages_of(&read_bits, r);
+            let wr = touched_patch::pages_of(&write_bits, r);
+            merge(&rd, &wr)
+        };
+        touched_pages += either.len() as u64;
+        snapshots[t.index].touched = held(&either, t.size);
+    }
+    Ok(Found {
+        regions: tracked.len(),
+        pages,
+        touched_pages,
+        run_ms: began.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// What a snapshot holds of a region of `size` bytes whose touched pages are `pages`: the
+/// region whole (`None`) when they cover it, else their ranges.
+fn held(pages: &[u64], size: u64) -> Option<Vec<(u64, u64)>> {
+    let extents = extents_of_pages(pages, PAGE, size);
+    (extents != [(0, size)]).then_some(extents)
+}
+
+/// Each tracked snapshot's entry of the (sorted) region table.
+fn order_of<'a>(tracked: &[Tracked], table: &'a [TouchedRegion]) -> Vec<&'a TouchedRegion> {
+    tracked
+        .iter()
+        .filter_map(|t| table.iter().find(|r| r.base == t.addr))
+        .collect()
+}
+
+/// The sorted union of two sorted page lists.
+fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
+    let mut out: Vec<u64> = a.iter().chain(b).copied().collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Patches, launches and unpatches; the launch waited for.
+fn instrumented_run(
+    front: &Front,
+    launch: &mut TouchedLaunch,
+    module: &kreplay_cuda::ForeignModule,
+    dev: &DeviceState,
+    stream: &Stream,
+) -> Result<(), String> {
+    let api = &front.api;
+    api.patch(module, &PATCHES).map_err(|e| e.to_string())?;
+    // SAFETY: the state is a buffer of ours holding a TouchedState, alive past the launch,
+    // unset below before it is freed.
+    let set = unsafe { api.set_function_data(&launch.function, dev.state.ptr()) };
+    let ran = set.map_err(|e| e.to_string()).and_then(|()| {
+        // SAFETY: the application's own launch, with its arguments, configuration and the
+        // input it had (put back above), in its context, while the application waits in the
+        // launch's EXIT callback: it reads and writes what the dispatch did.
+        unsafe { kreplay_cuda::launch(&launch.function, &launch.config, &mut launch.args, stream) }
+            .and_then(|()| stream.synchronize())
+            .map_err(|e| format!("the instrumented run: {e}"))
+    });
+    // SAFETY: unsetting (0) needs nothing alive.
+    let unset = unsafe { api.set_function_data(&launch.function, 0) };
+    let unpatched = api.unpatch(module);
+    ran?;
+    unset.map_err(|e| e.to_string())?;
+    unpatched.map_err(|e| e.to_string())
+}
+
+/// The state and the two bitmaps (write, read) after the run.
+fn read_bits(dev: &DeviceState) -> Result<(TouchedState, Vec<u32>, Vec<u32>), String> {
+    let mut head = vec![0u8; std::mem::size_of::<TouchedState>()];
+    let mut rd = vec![0u8; dev.words * 4];
+    let mut wr = vec![0u8; dev.words * 4];
+    // SAFETY: each source is a buffer of ours at least as long as the bytes read.
+    unsafe {
+        copy_dtoh(&mut head, dev.state.ptr())
+            .and_then(|()| copy_dtoh(&mut rd, dev.read.ptr()))
+            .and_then(|()| copy_dtoh(&mut wr, dev.write.ptr()))
+    }
+    .map_err(|e| format!("reading the bitmaps back: {e}"))?;
+    let words = |b: &[u8]| {
+        b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect::<Vec<u32>>()
+    };
+    let u64_at = |o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&head[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    let state = TouchedState {
+        outside: u64_at(32),
+        first_outside: u64_at(40),
+        ..TouchedState::default()
+    };
+    Ok((state, words(&wr), words(&rd)))
+}
+
+/// The application's output back: the pristine input over every page the run wrote (all of
+/// each region when the bitmaps could not be read), then the dispatch's written runs.
+fn put_back_output(
+    tracked: &[Tracked],
+    write_bits: Option<&Vec<u32>>,
+    table: &[TouchedRegion],
+    stream: &Stream,
+) -> Result<(), String> {
+    let e = |err: kreplay_cuda::CudaError| format!("putting the application's output back: {err}");
+    for (t, r) in tracked.iter().zip(order_of(tracked, table)) {
+        let ranges = match write_bits {
+            Some(bits) => extents_of_pages(&touched_patch::pages_of(bits, r), PAGE, t.size),
+            None => vec![(0, t.size)],
+        };
+        for (off, len) in ranges {
+            // SAFETY: a range of the region (the application's, written by the kernel anyway)
+            // from our scratch of its input, while the application waits.
+            unsafe { copy_dtod_async(t.addr + off, t.pre + off, len as usize, stream) }
+                .map_err(e)?;
+        }
+        for &(off, len, at) in &t.runs {
+            // SAFETY: a run the dispatch wrote, from our scratch of its output.
+            unsafe { copy_dtod_async(t.addr + off, t.post + at, len as usize, stream) }
+                .map_err(e)?;
+        }
+    }
+    stream.synchronize().map_err(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Catches: a region the kernel touched all over stored as one extent (info would show it
+    // as partly held), or an untouched region stored whole.
+    #[test]
+    fn a_region_touched_all_over_is_held_whole_and_an_untouched_one_absent() {
+        assert_eq!(held(&[0, 1, 2], 3 * PAGE - 10), None);
+        assert_eq!(held(&[1], 3 * PAGE), Some(vec![(PAGE, PAGE)]));
+        assert_eq!(held(&[], 3 * PAGE), Some(vec![]));
+    }
+
+    #[test]
+    fn page_lists_merge_sorted_without_repeats() {
+        assert_eq!(merge(&[1, 4, 9], &[0, 4, 5]), vec![0, 1, 4, 5, 9]);
+        assert_eq!(merge(&[], &[3]), vec![3]);
+    }
+
+    #[test]
+    fn the_note_says_how_much_was_held() {
+        let f = Found {
+            regions: 3,
+            pages: 4000,
+            touched_pages: 40,
+            run_ms: 2.5,
+        };
+        let n = f.note();
+        assert!(
+            n.contains("40 of the 4000 4 KiB pages of its 3 region(s) (1.0 % held)"),
+            "{n}"
+        );
+        assert!(n.contains("2.50 ms"), "{n}");
+    }
+}
