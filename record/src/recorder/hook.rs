@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use kreplay_cuda::callbacks::{self, Group};
@@ -17,6 +17,7 @@ use kreplay_protocol::report::ProcessReport;
 use super::corpus::Corpus;
 use super::corpus_ledger::CorpusLedger;
 use super::kernels;
+use super::marks::FORKED;
 use super::outputs::{self, Outputs};
 use super::report::Report;
 use super::selection::{selection_of, spans_of};
@@ -25,16 +26,6 @@ use super::state::{Recorder, RECORDER};
 use crate::error::RecordError;
 use crate::nvtx_events::{Delivery, NvtxEvent};
 use crate::profile::FixedPasses;
-
-/// Set in the child of a `fork`: the recorder's threads did not survive it and its locks may
-/// be held by threads that no longer exist, so the child records nothing, joins nothing and
-/// writes no report (an `exec` that follows loads a fresh recorder).
-static FORKED: AtomicBool = AtomicBool::new(false);
-
-/// Whether this process is the child of a `fork` (see `FORKED`).
-pub(super) fn forked() -> bool {
-    FORKED.load(Ordering::Relaxed)
-}
 
 extern "C" fn forked_child() {
     FORKED.store(true, Ordering::SeqCst);

@@ -2,6 +2,18 @@
 //! to keep the recorder's own driver calls and launches out of the application's.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set in the child of a `fork`: the recorder's threads did not survive it and its locks may
+/// be held by threads that no longer exist, so the child records nothing, joins nothing and
+/// writes no report (an `exec` that follows loads a fresh recorder). Both front ends' entry
+/// points read it.
+pub(super) static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is the child of a `fork` (see `FORKED`).
+pub(super) fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
 
 thread_local! {
     /// Inside the ENTER callback of a launch.

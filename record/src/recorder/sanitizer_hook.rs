@@ -53,7 +53,7 @@ fn correlation(enter: bool) -> u32 {
 
 unsafe extern "C" fn callback(_userdata: *mut c_void, dom: u32, cbid: u32, cbdata: *const c_void) {
     let r = std::panic::catch_unwind(|| {
-        if super::hook::forked() || cbdata.is_null() {
+        if super::marks::forked() || cbdata.is_null() {
             return;
         }
         if dom == domain::DRIVER_API {
