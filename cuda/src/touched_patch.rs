@@ -5,8 +5,7 @@
 //! state: the region table (`plan`), and the bitmaps read back into page lists (`pages_of`),
 //! pure functions tested here. `TouchedState` and `TouchedRegion` repeat
 //! `patch/touched_state.h`; the tests check the layout against the header's (measured with a C
-//! compiler). Nothing loads the module yet: the recorder's front end on the Sanitizer API
-//! (`sanitizer`) is the next step.
+//! compiler). The recorder's `touched_run` loads it and runs the patched kernel.
 
 /// The patch module (`sanitizerAddPatchesFromFile` takes a path: the recorder writes it to a
 /// file of its own first).

@@ -1,7 +1,7 @@
 //! `KREPLAY_DEBUG_TOUCHED`: the pages of each region a capture holds, given by hand, so that the
 //! recorder's half of a capture by touched pages (REGION_EXTENTS, absent bytes stored as zeros,
-//! chunks without a touched page not stored) can be proven on a GPU before the recorder finds
-//! the pages itself (`--memory touched`, issue 35, on the Compute Sanitizer API). A test aid, as
+//! chunks without a touched page not stored) can be proven on a GPU apart from the recorder's
+//! own finding of them (`--memory touched`, `touched_run`, on the Compute Sanitizer API). A test aid, as
 //! `craft_touched` is for finished captures; not a user option.
 //!
 //! `REGION=PAGES[;REGION=PAGES...]`: REGION a region id (the walk's order, as `kreplay info`
