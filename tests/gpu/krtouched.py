@@ -88,3 +88,27 @@ def size_checks(touched_bytes: int, whole_bytes: int, read_written: int, overhea
     if touched_bytes >= whole_bytes:
         why.append(f"capture by touched pages {touched_bytes} bytes not smaller than the whole {whole_bytes}")
     return why
+
+
+def touched_phase_ms(record_json: dict):
+    """The first capture's `touched` stall phase (the instrumented run, ms) of `record --json`."""
+    caps = (record_json or {}).get("captures") or []
+    if not caps or not isinstance(caps, list):
+        return None
+    phases = (caps[0] or {}).get("stall_phases") or []
+    ms = [p.get("ms") for p in phases if isinstance(p, dict) and p.get("phase") == "touched"]
+    return float(ms[0]) if ms and isinstance(ms[0], (int, float)) else None
+
+
+def suite_row_checks(name: str, whole: dict, touched: dict) -> list[str]:
+    """One case of touched-suite-bench: {rc, out, bytes, matched, said} of its reachable and its
+    touched capture. Whatever replays bit-exact whole must replay bit-exact by touched pages,
+    with the application's output the same, and the touched capture no bigger."""
+    why = []
+    if touched.get("out") != whole.get("out") or touched.get("rc") != whole.get("rc"):
+        why.append(f"{name}: the app's output or exit changed under --memory touched")
+    if whole.get("matched") and not touched.get("matched"):
+        why.append(f"{name}: replays whole but not by touched pages ({'; '.join(touched.get('said') or [])})")
+    if (touched.get("bytes") or 0) > (whole.get("bytes") or 0) * 1.05 + 65536:
+        why.append(f"{name}: touched capture {touched.get('bytes')} bytes > whole {whole.get('bytes')}")
+    return why

@@ -840,3 +840,44 @@ def test_touched_torch(case, row, kr, app):
     row.update(kernel=f"torch add, segment 256 MiB: capture {size / 2**20:.2f} MiB, {present / 2**20:.2f} MiB present",
                median_us=(j.get("median_ns") or 0) / 1e3, matched=v.get("matched") is True, why="; ".join(why))
     assert not why, "; ".join(why)
+
+
+@C.inline("touched-suite-bench")
+def test_touched_suite_bench(case, row, kr, app):
+    """Issue 35's second proof and its benchmark line: each of CAPTURE_TIME_CASES recorded with
+    `--memory reachable` and with `--memory touched`, each capture played with --verify; the
+    bytes stored side by side, the instrumented run's cost (the `touched` stall phase), and what
+    the recorder said where it fell back. Whatever replays whole must replay by touched pages."""
+    import krtouched as T
+    by_name = {c.name: c for c in C.RUN_CASES}
+    lines, why = [], []
+    for name in CAPTURE_TIME_CASES:
+        rc = by_name[name]
+        argv = app(list(rc.argv))
+        got = {}
+        for memory in ("reachable", "touched"):
+            w = case.path(f"{name}-{memory}.krr")
+            r = case.run([kr, "record", "--json", "--force", "--memory", memory, "-k", f"regex:{rc.regex}",
+                          "--nth", str(rc.nth), "-o", w, *rc.rec_extra, "--"] + argv, name=f"{name}-{memory}",
+                         timeout=600)
+            play = case.run([kr, "play", w, "--passes", "2", "--verify", "--json"], name=f"{name}-{memory}-play") \
+                if w.exists() else None
+            v = (S.load_json(play.out_path) or {}).get("verify") or {} if play else {}
+            got[memory] = {"rc": r.rc, "out": r.out.splitlines()[:-1], "bytes": w.stat().st_size if w.exists() else 0,
+                           "matched": v.get("matched") is True,
+                           "said": [l for l in (r.err or "").splitlines() if "--memory touched" in l][:2],
+                           "ms": T.touched_phase_ms(S.last_json_line(r.out) or {})}
+        why += T.suite_row_checks(name, got["reachable"], got["touched"])
+        t, w0 = got["touched"], got["reachable"]
+        lines.append(f"{name:20s} {w0['bytes'] / 2**20:10.2f} {t['bytes'] / 2**20:10.2f} "
+                     f"{(t['ms'] if t['ms'] is not None else float('nan')):9.2f} "
+                     f"{'yes' if w0['matched'] else 'no':>5s} {'yes' if t['matched'] else 'no':>5s}  "
+                     f"{' | '.join(t['said'])[:160]}")
+    total_w = sum(float(l.split()[1]) for l in lines)
+    total_t = sum(float(l.split()[2]) for l in lines)
+    head = f"{'case':20s} {'whole MiB':>10s} {'touched MiB':>10s} {'run ms':>9s} {'ok':>5s} {'ok':>5s}  said"
+    table = "\n".join([head] + lines + [f"{'all':20s} {total_w:10.2f} {total_t:10.2f}"])
+    print("\ntouched-suite-bench (capture bytes, --memory reachable against --memory touched):\n" + table)
+    row.update(kernel=f"{len(lines)} cases: {total_w:.1f} MiB whole, {total_t:.1f} MiB by touched pages",
+               why="; ".join(why), figures=table)
+    assert not why, "; ".join(why)

@@ -68,3 +68,21 @@ def test_size_is_bounded_by_the_bytes_touched():
     assert T.size_checks(6 * MIB, 260 * MIB, 5 * MIB, 64 << 10) == []
     assert T.size_checks(11 * MIB, 260 * MIB, 5 * MIB, 64 << 10)
     assert T.size_checks(260 * MIB, 260 * MIB, 200 * MIB, 64 << 10)
+
+
+def test_the_instrumented_runs_cost_is_the_touched_phase_of_the_first_capture():
+    j = {"captures": [{"stall_phases": [{"phase": "walk", "ms": 1.0}, {"phase": "touched", "ms": 2.5}]}]}
+    assert T.touched_phase_ms(j) == 2.5
+    assert T.touched_phase_ms({"captures": [{"stall_phases": [{"phase": "walk", "ms": 1.0}]}]}) is None
+    assert T.touched_phase_ms({}) is None
+
+
+def test_a_suite_row_fails_when_touched_loses_what_whole_replays():
+    whole = {"rc": 0, "out": ["ok"], "bytes": 1000, "matched": True}
+    good = {"rc": 0, "out": ["ok"], "bytes": 100, "matched": True}
+    assert T.suite_row_checks("x", whole, good) == []
+    assert T.suite_row_checks("x", whole, {**good, "matched": False, "said": ["fell back"]})
+    assert T.suite_row_checks("x", whole, {**good, "out": ["changed"]})
+    assert T.suite_row_checks("x", whole, {**good, "bytes": 10 ** 6})
+    # What does not replay whole is not asked of touched.
+    assert T.suite_row_checks("x", {**whole, "matched": False}, {**good, "matched": False}) == []
