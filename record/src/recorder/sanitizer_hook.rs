@@ -56,6 +56,12 @@ unsafe extern "C" fn callback(_userdata: *mut c_void, dom: u32, cbid: u32, cbdat
         if super::marks::forked() || cbdata.is_null() {
             return;
         }
+        // The Sanitizer API also calls back while a thread's thread-locals are being torn down
+        // (seen on the H200 under JAX and Triton); the router reads them, so such a late call
+        // is dropped here rather than panicking there.
+        if super::marks::tearing_down() {
+            return;
+        }
         if dom == domain::DRIVER_API {
             // SAFETY: the driver-API domain passes a `Sanitizer_CallbackData`, alive during
             // this callback.
