@@ -64,23 +64,50 @@ pub struct TouchedState {
     pub first_outside: u64,
 }
 
-/// The region table for `regions` (base, size; any order), sorted by base, with each region's
-/// first page in the bitmaps; and how many pages the bitmaps hold. Empty regions are left
-/// out; overlapping ones are refused (the device search wants them disjoint).
-pub fn plan(regions: &[(u64, u64)]) -> Result<(Vec<TouchedRegion>, u64), String> {
-    let mut sorted: Vec<(u64, u64)> = regions.iter().copied().filter(|r| r.1 > 0).collect();
-    sorted.sort_unstable();
-    let mut out = Vec::with_capacity(sorted.len());
-    let mut pages = 0u64;
-    for (i, &(base, size)) in sorted.iter().enumerate() {
-        if let Some(&(b, s)) = i.checked_sub(1).and_then(|j| sorted.get(j)) {
-            if b.saturating_add(s) > base {
-                return Err(format!(
-                    "regions at {b:#x} ({s} bytes) and {base:#x} overlap: the patch's search wants them apart"
-                ));
+/// The region table the device callbacks search, and where each captured region lies in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Disjoint spans sorted by base, each with its first page in the bitmaps.
+    pub table: Vec<TouchedRegion>,
+    /// How many pages the bitmaps hold.
+    pub pages: u64,
+    /// For each region given (in its order): its table entry and its offset inside it; none
+    /// for an empty region.
+    pub placed: Vec<Option<(usize, u64)>>,
+}
+
+/// The region table for `regions` (base, size; any order). Overlapping regions (a VMM
+/// reservation and a mapping inside it, two views of one allocation) share one entry
+/// spanning both, since the device's binary search wants the entries disjoint; regions that
+/// only touch stay apart. Empty regions are left out.
+pub fn plan(regions: &[(u64, u64)]) -> Result<Plan, String> {
+    let mut order: Vec<usize> = (0..regions.len()).filter(|&i| regions[i].1 > 0).collect();
+    order.sort_unstable_by_key(|&i| regions[i]);
+    let mut placed = vec![None; regions.len()];
+    // (base, end) of each merged span, then the regions it holds.
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for &i in &order {
+        let (base, size) = regions[i];
+        let end = base.checked_add(size).ok_or_else(|| {
+            format!("the region at {base:#x} ({size} bytes) wraps the address space")
+        })?;
+        let last = spans.len().wrapping_sub(1);
+        match spans.last_mut() {
+            Some((b, e)) if base < *e => {
+                *e = (*e).max(end);
+                placed[i] = Some((last, base - *b));
+            }
+            _ => {
+                spans.push((base, end));
+                placed[i] = Some((spans.len() - 1, 0));
             }
         }
-        out.push(TouchedRegion {
+    }
+    let mut table = Vec::with_capacity(spans.len());
+    let mut pages = 0u64;
+    for (base, end) in spans {
+        let size = end - base;
+        table.push(TouchedRegion {
             base,
             size,
             first_page: pages,
@@ -89,22 +116,49 @@ pub fn plan(regions: &[(u64, u64)]) -> Result<(Vec<TouchedRegion>, u64), String>
             .checked_add(size.div_ceil(PAGE))
             .ok_or_else(|| "more pages than a bitmap can index".to_string())?;
     }
-    Ok((out, pages))
+    Ok(Plan {
+        table,
+        pages,
+        placed,
+    })
+}
+
+fn bit(bits: &[u32], g: u64) -> bool {
+    usize::try_from(g >> 5)
+        .ok()
+        .and_then(|w| bits.get(w))
+        .is_some_and(|w| w & (1 << (g & 31)) != 0)
 }
 
 /// The pages of `r` (region-relative indices, ascending) set in `bits`, a bitmap of one bit
 /// per page (bit `p & 31` of word `p >> 5`); pages past the bitmap are taken as not set.
 pub fn pages_of(bits: &[u32], r: &TouchedRegion) -> Vec<u64> {
-    let n = r.size.div_ceil(PAGE);
-    (0..n)
-        .filter(|&p| {
-            let g = r.first_page + p;
-            usize::try_from(g >> 5)
-                .ok()
-                .and_then(|w| bits.get(w))
-                .is_some_and(|w| w & (1 << (g & 31)) != 0)
-        })
+    (0..r.size.div_ceil(PAGE))
+        .filter(|&p| bit(bits, r.first_page + p))
         .collect()
+}
+
+/// The pages (relative to the part, ascending) of the part of `r` at `offset`, `size` bytes
+/// long, that hold a byte of a page set in `bits` (a part need not start on a page of `r`).
+pub fn pages_of_part(bits: &[u32], r: &TouchedRegion, offset: u64, size: u64) -> Vec<u64> {
+    let end = offset.saturating_add(size).min(r.size);
+    if offset >= end {
+        return Vec::new();
+    }
+    let mut out: Vec<u64> = Vec::new();
+    for g in offset / PAGE..=(end - 1) / PAGE {
+        if !bit(bits, r.first_page + g) {
+            continue;
+        }
+        let lo = (g * PAGE).max(offset) - offset;
+        let hi = ((g + 1) * PAGE).min(end) - offset;
+        for q in lo / PAGE..=(hi - 1) / PAGE {
+            if out.last() != Some(&q) {
+                out.push(q);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -144,12 +198,14 @@ mod tests {
     // regions, a page of one region read as another's, an overlap let through.
     #[test]
     fn regions_get_their_own_pages_and_the_bits_come_back_as_pages() {
-        let (table, pages) = plan(&[
+        let p = plan(&[
             (0x9000_0000, 3 * PAGE + 1),
             (0x1000_0000, PAGE),
             (0x5000, 0),
         ])
         .expect("disjoint");
+        let (table, pages) = (p.table, p.pages);
+        assert_eq!(p.placed, vec![Some((1, 0)), Some((0, 0)), None]);
         assert_eq!(
             table,
             vec![
@@ -171,14 +227,11 @@ mod tests {
         assert_eq!(pages_of(&bits, &table[0]), vec![0]);
         assert_eq!(pages_of(&bits, &table[1]), vec![0, 3]);
         assert_eq!(pages_of(&[], &table[1]), Vec::<u64>::new());
-        assert!(plan(&[(0x1000, 2 * PAGE), (0x1000 + PAGE, PAGE)]).is_err());
-        assert!(
-            plan(&[(0x1000, PAGE), (0x1000 + PAGE, PAGE)]).is_ok(),
-            "touching is apart"
-        );
+        let apart = plan(&[(0x1000, PAGE), (0x1000 + PAGE, PAGE)]).expect("apart");
+        assert_eq!(apart.table.len(), 2, "touching is apart");
         proptest::proptest!(|(sizes in proptest::collection::vec(1u64..40_000, 1..20), set in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..8))| {
             let regions: Vec<(u64, u64)> = sizes.iter().enumerate().map(|(i, &s)| ((i as u64) << 32, s)).collect();
-            let (table, pages) = plan(&regions).expect("disjoint");
+            let Plan { table, pages, .. } = plan(&regions).expect("disjoint");
             proptest::prop_assert_eq!(pages, sizes.iter().map(|s| s.div_ceil(PAGE)).sum::<u64>());
             let mut back = 0u64;
             for r in &table {
@@ -188,6 +241,62 @@ mod tests {
             }
             let within: u64 = (0..pages).filter(|&g| set.get((g >> 5) as usize).is_some_and(|w| w & (1 << (g & 31)) != 0)).count() as u64;
             proptest::prop_assert_eq!(back, within);
+        });
+    }
+
+    // Catches: overlapping regions refused (a VMM reservation and its mapping: the capture
+    // fell back to whole regions), entries left overlapping (the device search would miss
+    // pages), a region placed at the wrong offset of its entry.
+    #[test]
+    fn overlapping_regions_share_one_entry_at_their_offsets() {
+        let base = 0x3_0340_0000u64;
+        let p = plan(&[
+            (base, 80 << 20),
+            (base + (60 << 20), 40 << 20),
+            (0x1000, PAGE),
+        ])
+        .expect("merged");
+        assert_eq!(p.table.len(), 2);
+        assert_eq!(p.table[1].base, base);
+        assert_eq!(p.table[1].size, 100 << 20);
+        assert_eq!(p.placed[0], Some((1, 0)));
+        assert_eq!(p.placed[1], Some((1, 60 << 20)));
+        assert_eq!(p.placed[2], Some((0, 0)));
+        assert_eq!(p.pages, 1 + (100 << 20) / PAGE);
+        assert!(plan(&[(u64::MAX - 10, 100)]).is_err());
+    }
+
+    // Catches: a part starting inside a page of its entry given the entry's page indices, a
+    // page of the entry straddling two pages of the part counted once, or pages past the
+    // part's end.
+    #[test]
+    fn a_parts_pages_are_its_own() {
+        let r = TouchedRegion {
+            base: 0,
+            size: 8 * PAGE,
+            first_page: 3,
+        };
+        // Entry pages 2 and 5 set.
+        let bits = [(1u32 << 5) | (1 << 8)];
+        assert_eq!(pages_of(&bits, &r), vec![2, 5]);
+        assert_eq!(pages_of_part(&bits, &r, 0, r.size), vec![2, 5]);
+        assert_eq!(pages_of_part(&bits, &r, 2 * PAGE, 2 * PAGE), vec![0]);
+        // A part from the middle of page 1: entry page 2 covers its pages 0 and 1.
+        assert_eq!(pages_of_part(&bits, &r, PAGE + 100, 2 * PAGE), vec![0, 1]);
+        assert_eq!(
+            pages_of_part(&bits, &r, 6 * PAGE, 4 * PAGE),
+            Vec::<u64>::new()
+        );
+        assert_eq!(pages_of_part(&bits, &r, 9 * PAGE, PAGE), Vec::<u64>::new());
+        proptest::proptest!(|(off in 0u64..8 * 4096, size in 1u64..8 * 4096, set in proptest::prelude::any::<u32>())| {
+            let bits = [set << 3, set >> 29];
+            let got = pages_of_part(&bits, &r, off, size);
+            let end = (off + size).min(r.size);
+            let want: Vec<u64> = (0..size.div_ceil(PAGE)).filter(|&q| {
+                let (lo, hi) = (off + q * PAGE, (off + (q + 1) * PAGE).min(end));
+                lo < hi && (lo / PAGE..=(hi - 1) / PAGE).any(|g| bit(&bits, r.first_page + g))
+            }).collect();
+            proptest::prop_assert_eq!(got, want);
         });
     }
 }

@@ -8,7 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kreplay_cuda::timing::GatedTimer;
-use kreplay_cuda::{ctx_synchronize, ContextHandle, ForeignFunction, ForeignStream, Stream};
+use kreplay_cuda::{
+    ctx_synchronize, ContextHandle, ForeignFunction, ForeignStream, KernelArgs, LaunchConfig,
+    Stream,
+};
+use kreplay_engine::plan::{launch_config, LaunchPlan};
 use kreplay_format::{
     DeviceInfo, Dispatch, LaunchAttribute, MemoryKind, ModuleGlobal, ModuleImage, Param, Textures,
     TimingConditions,
@@ -154,6 +158,21 @@ pub struct PreInput<'a> {
     pub correlation: u32,
     /// Opens the capture file, for regions that do not fit in device scratch.
     pub open_file: Option<OpenFile<'a>>,
+}
+
+/// The configuration and arguments that launch `view`'s kernel again as the application
+/// launched it (profile's further passes, the instrumented run of `--memory touched`); why
+/// not, when the launch cannot be repeated.
+pub(crate) fn repeat_launch(
+    view: &LaunchView,
+    layout: &[(u32, u32)],
+    args: &[u8],
+) -> Result<(LaunchConfig, KernelArgs), String> {
+    let dispatch = dispatch_of(view, String::new(), 0, layout, args.to_vec(), Vec::new());
+    let plan = LaunchPlan::of_dispatch(&dispatch).map_err(|e| e.to_string())?;
+    let config = launch_config(&dispatch, &plan).map_err(|e| e.to_string())?;
+    let args = KernelArgs::new(args.to_vec(), layout)?;
+    Ok((config, args))
 }
 
 /// The dispatch as the format describes it, from the launch the recorder sees.

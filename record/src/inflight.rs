@@ -265,8 +265,9 @@ fn write_snapshot<W: Write + Seek>(
         return Err(RecordError::NoContext);
     };
     let cap = r.capacity() as u64;
-    let steps = readback::pre_steps(pre.ptr(), size, cs, s.pre_nonzero.as_deref(), cap);
     let present = s.touched.as_deref();
+    let copied = readback::chunks_to_copy(size, cs, s.pre_nonzero.as_deref(), present);
+    let steps = readback::pre_steps(pre.ptr(), size, cs, copied.as_deref(), cap);
     readback::write_steps(r, w, (id, MemoryState::Pre, present), &steps, progress)?;
     let mut raw = size;
     if let Some(post) = s.post.take() {

@@ -31,14 +31,13 @@ use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
     ctx_synchronize, AsStream, ForeignFunction, ForeignStream, KernelArgs, LaunchConfig, Stream,
 };
-use kreplay_engine::plan::{launch_config, LaunchPlan};
 use kreplay_engine::tool::{
     deterministic, DispatchView, LoopSummary, PassLoop, PassOutcome, PassTool,
 };
 use kreplay_format::MemoryKind;
 use kreplay_protocol::report::ProfileRow;
 
-use crate::capture::{dispatch_of, reach};
+use crate::capture::{reach, repeat_launch};
 use crate::counter_batch::Queued;
 use crate::device_resources::flush_l2;
 use crate::error::RecordError;
@@ -273,20 +272,8 @@ fn copy_aside(input: &ProfileInput<'_>, row: &mut ProfileRow) -> Result<Aside, R
 
 /// The launch configuration and arguments the further passes launch with.
 fn pass_launch(input: &ProfileInput<'_>) -> Result<(LaunchConfig, KernelArgs), RecordError> {
-    let dispatch = dispatch_of(
-        input.view,
-        input.kernel_name.clone(),
-        0,
-        &input.layout,
-        input.args.clone(),
-        Vec::new(),
-    );
-    let plan = LaunchPlan::of_dispatch(&dispatch)
-        .map_err(|e| RecordError::Config(format!("this launch cannot be replayed: {e}")))?;
-    let config =
-        launch_config(&dispatch, &plan).map_err(RecordError::cuda("configuring the passes"))?;
-    let args = KernelArgs::new(input.args.clone(), &input.layout).map_err(RecordError::Config)?;
-    Ok((config, args))
+    repeat_launch(input.view, &input.layout, &input.args)
+        .map_err(|e| RecordError::Config(format!("this launch cannot be replayed: {e}")))
 }
 
 /// The dispatch as the tool sees it, on the application's stream.

@@ -25,6 +25,7 @@ use kreplay_cuda::{
     KernelArgs, LaunchConfig, Stream,
 };
 use kreplay_format::extents::extents_of_pages;
+use kreplay_format::MemoryKind;
 
 use crate::snapshot::{Bytes, Snapshot};
 
@@ -229,7 +230,6 @@ fn device_state(table: &[TouchedRegion], pages: u64) -> Result<DeviceState, Stri
         alloc(words * 4)?,
         alloc(words * 4)?,
     );
-    let zeros = vec![0u8; words * 4];
     let header = TouchedState {
         on: 1,
         nregions: table.len() as u32,
@@ -239,10 +239,10 @@ fn device_state(table: &[TouchedRegion], pages: u64) -> Result<DeviceState, Stri
         outside: 0,
         first_outside: 0,
     };
+    read.fill(0).map_err(e("clearing the bitmaps"))?;
+    write.fill(0).map_err(e("clearing the bitmaps"))?;
     // SAFETY: each destination is a buffer of ours at least as long as the bytes copied.
     unsafe {
-        copy_htod(read.ptr(), &zeros).map_err(e("clearing the bitmaps"))?;
-        copy_htod(write.ptr(), &zeros).map_err(e("clearing the bitmaps"))?;
         if !table.is_empty() {
             copy_htod(regions.ptr(), &bytes_of(table)).map_err(e("copying the region table"))?;
         }
@@ -257,13 +257,23 @@ fn device_state(table: &[TouchedRegion], pages: u64) -> Result<DeviceState, Stri
     })
 }
 
+/// Whether the kernel may read a region by means the patch does not see, so that its touched
+/// pages say nothing of what it needs: module globals (`__constant__` variables are read
+/// through the constant banks, not global-memory instructions; all globals are small) and
+/// linear memory a texture or surface object views (`tex`/`suld` fetches).
+fn read_unseen(kind: MemoryKind, (addr, size): (u64, u64), views: &[u64]) -> bool {
+    kind == MemoryKind::ModuleGlobal || views.iter().any(|&v| v >= addr && v - addr < size)
+}
+
 /// Finds the pages `launch` touches and gives the snapshots their `touched` ranges; why not,
-/// when it cannot (the snapshots are then left whole). The application's memory holds the
-/// dispatch's output again when this returns, whatever it returns (short of a kernel fault).
+/// when it cannot (the snapshots are then left whole). `views`: the linear memory texture and
+/// surface objects of the dispatch view. The application's memory holds the dispatch's output
+/// again when this returns, whatever it returns (short of a kernel fault).
 pub(crate) fn find_pages(
     front: &Front,
     launch: &mut TouchedLaunch,
     snapshots: &mut [Snapshot],
+    views: &[u64],
 ) -> Result<Found, String> {
     let began = Instant::now();
     let tracked: Vec<Tracked> = snapshots
@@ -271,15 +281,14 @@ pub(crate) fn find_pages(
         .enumerate()
         .map(|(i, s)| tracked(i, s))
         .collect::<Result<_, _>>()?;
-    let (table, pages) =
-        touched_patch::plan(&tracked.iter().map(|t| (t.addr, t.size)).collect::<Vec<_>>())?;
+    let plan = touched_patch::plan(&tracked.iter().map(|t| (t.addr, t.size)).collect::<Vec<_>>())?;
     let context = ContextHandle::current().map_err(|e| e.to_string())?;
     front.load_patches(&context)?;
     let module = launch
         .function
         .module()
         .map_err(|e| format!("the kernel's module: {e}"))?;
-    let dev = device_state(&table, pages)?;
+    let dev = device_state(&plan.table, plan.pages)?;
     let stream = Stream::new().map_err(|e| format!("creating the run's stream: {e}"))?;
     let e = |what: &'static str| move |err: kreplay_cuda::CudaError| format!("{what}: {err}");
     // The dispatch's input back where it wrote.
@@ -295,8 +304,21 @@ pub(crate) fn find_pages(
     let run = instrumented_run(front, launch, &module, &dev, &stream);
     // Whatever the run did, the application's output goes back before anything else.
     let bits = run.and_then(|()| read_bits(&dev));
-    let put_back = put_back_output(&tracked, bits.as_ref().ok().map(|b| &b.1), &table, &stream);
-    let (state, write_bits, read_bits) = bits?;
+    let pages = |bits: &[u32], t: &Tracked, at: Option<(usize, u64)>| {
+        at.and_then(|(entry, off)| plan.table.get(entry).map(|r| (r, off)))
+            .map_or_else(Vec::new, |(r, off)| {
+                touched_patch::pages_of_part(bits, r, off, t.size)
+            })
+    };
+    let written: Option<Vec<Vec<u64>>> = bits.as_ref().ok().map(|(_, wr, _)| {
+        tracked
+            .iter()
+            .zip(&plan.placed)
+            .map(|(t, &at)| pages(wr, t, at))
+            .collect()
+    });
+    let put_back = put_back_output(&tracked, written.as_deref(), &stream);
+    let (state, _, read_bits) = bits?;
     put_back?;
     if state.outside > 0 {
         return Err(format!(
@@ -305,18 +327,24 @@ pub(crate) fn find_pages(
         ));
     }
     let mut touched_pages = 0;
-    for (t, r) in tracked.iter().zip(order_of(&tracked, &table)) {
-        let either: Vec<u64> = {
-            let rd = touched_patch::pages_of(&read_bits, r);
-            let wr = touched_patch::pages_of(&write_bits, r);
-            merge(&rd, &wr)
-        };
+    for ((t, &at), wr) in tracked
+        .iter()
+        .zip(&plan.placed)
+        .zip(written.unwrap_or_default())
+    {
+        let s = &mut snapshots[t.index];
+        if read_unseen(s.region.kind, (t.addr, t.size), views) {
+            touched_pages += t.size.div_ceil(PAGE);
+            s.touched = None;
+            continue;
+        }
+        let either = merge(&pages(&read_bits, t, at), &wr);
         touched_pages += either.len() as u64;
-        snapshots[t.index].touched = held(&either, t.size);
+        s.touched = held(&either, t.size);
     }
     Ok(Found {
         regions: tracked.len(),
-        pages,
+        pages: plan.pages,
         touched_pages,
         run_ms: began.elapsed().as_secs_f64() * 1e3,
     })
@@ -327,14 +355,6 @@ pub(crate) fn find_pages(
 fn held(pages: &[u64], size: u64) -> Option<Vec<(u64, u64)>> {
     let extents = extents_of_pages(pages, PAGE, size);
     (extents != [(0, size)]).then_some(extents)
-}
-
-/// Each tracked snapshot's entry of the (sorted) region table.
-fn order_of<'a>(tracked: &[Tracked], table: &'a [TouchedRegion]) -> Vec<&'a TouchedRegion> {
-    tracked
-        .iter()
-        .filter_map(|t| table.iter().find(|r| r.base == t.addr))
-        .collect()
 }
 
 /// The sorted union of two sorted page lists.
@@ -397,25 +417,25 @@ fn read_bits(dev: &DeviceState) -> Result<(TouchedState, Vec<u32>, Vec<u32>), St
         u64::from_le_bytes(a)
     };
     let state = TouchedState {
-        outside: u64_at(32),
-        first_outside: u64_at(40),
+        outside: u64_at(std::mem::offset_of!(TouchedState, outside)),
+        first_outside: u64_at(std::mem::offset_of!(TouchedState, first_outside)),
         ..TouchedState::default()
     };
     Ok((state, words(&wr), words(&rd)))
 }
 
-/// The application's output back: the pristine input over every page the run wrote (all of
-/// each region when the bitmaps could not be read), then the dispatch's written runs.
+/// The application's output back: the pristine input over every page the run wrote (`written`,
+/// each tracked region's pages; all of each region when the bitmaps could not be read), then,
+/// once every region has its input (regions may overlap), the dispatch's written runs.
 fn put_back_output(
     tracked: &[Tracked],
-    write_bits: Option<&Vec<u32>>,
-    table: &[TouchedRegion],
+    written: Option<&[Vec<u64>]>,
     stream: &Stream,
 ) -> Result<(), String> {
     let e = |err: kreplay_cuda::CudaError| format!("putting the application's output back: {err}");
-    for (t, r) in tracked.iter().zip(order_of(tracked, table)) {
-        let ranges = match write_bits {
-            Some(bits) => extents_of_pages(&touched_patch::pages_of(bits, r), PAGE, t.size),
+    for (i, t) in tracked.iter().enumerate() {
+        let ranges = match written.and_then(|w| w.get(i)) {
+            Some(pages) => extents_of_pages(pages, PAGE, t.size),
             None => vec![(0, t.size)],
         };
         for (off, len) in ranges {
@@ -424,6 +444,8 @@ fn put_back_output(
             unsafe { copy_dtod_async(t.addr + off, t.pre + off, len as usize, stream) }
                 .map_err(e)?;
         }
+    }
+    for t in tracked {
         for &(off, len, at) in &t.runs {
             // SAFETY: a run the dispatch wrote, from our scratch of its output.
             unsafe { copy_dtod_async(t.addr + off, t.post + at, len as usize, stream) }
@@ -444,6 +466,21 @@ mod tests {
         assert_eq!(held(&[0, 1, 2], 3 * PAGE - 10), None);
         assert_eq!(held(&[1], 3 * PAGE), Some(vec![(PAGE, PAGE)]));
         assert_eq!(held(&[], 3 * PAGE), Some(vec![]));
+    }
+
+    // Catches: a `__constant__` global held by its (never seen) touched pages, so replay reads
+    // the fill pattern for its coefficients (cuda-globals on the H200), or a texture's linear
+    // memory held by the global accesses alone.
+    #[test]
+    fn globals_and_texture_memory_are_held_whole() {
+        assert!(read_unseen(MemoryKind::ModuleGlobal, (0x1000, 16), &[]));
+        assert!(read_unseen(MemoryKind::Device, (0x1000, 0x100), &[0x10ff]));
+        assert!(!read_unseen(
+            MemoryKind::Device,
+            (0x1000, 0x100),
+            &[0x1100, 0xfff]
+        ));
+        assert!(!read_unseen(MemoryKind::Vmm, (0x1000, 0x100), &[]));
     }
 
     #[test]

@@ -691,6 +691,16 @@ def test_capture_times_bench(case, row, kr, app):
     assert not why, "; ".join(why)
 
 
+def _stop_unless_recorded(row, why, under, rec, base, capture, said=()):
+    """Ends the case (its row failed) unless the recorded run exited 0 with the app's own output
+    and wrote `capture` without a `--memory touched` line (`said`)."""
+    if rec.rc != 0 or rec.out != base.out or not capture.exists() or said:
+        why.append(f"{under}: exit {rec.rc}, output {'changed' if rec.out != base.out else 'same'}"
+                   f"{'' if capture.exists() else ', no capture written'}{'; said: ' + ' | '.join(said) if said else ''}")
+        row.update(kernel="gather_pages", matched=False, why="; ".join(why))
+        assert not why, "; ".join(why)
+
+
 @C.inline("touched-record")
 def test_touched_record(case, row, kr, app):
     """The recorder's half of a capture by touched pages (issue 35), the pages given by hand
@@ -704,11 +714,7 @@ def test_touched_record(case, row, kr, app):
     rec = case.run([kr, "record", "-k", "gather_pages", "-o", touched, "--force", "--"] + argv, name="rec-touched",
                    env=env)
     base = case.run(argv, name="base-again")
-    if rec.rc != 0 or rec.out != base.out or not touched.exists():
-        why.append(f"under record with touched pages: exit {rec.rc}, output {'changed' if rec.out != base.out else 'same'}"
-                   f"{'' if touched.exists() else ', no capture written'}")
-        row.update(kernel="gather_pages", matched=False, why="; ".join(why))
-        assert not why, "; ".join(why)
+    _stop_unless_recorded(row, why, "under record with touched pages", rec, base, touched)
     checked, j, whole_bytes, touched_bytes, _ = _touched_capture_checks(case, kr, touched, whole, pages, pid,
                                                                         info_whole)
     why += checked
@@ -742,11 +748,7 @@ def test_touched_sanitizer(case, row, kr, app):
     touched = case.capture(p("touched.krr"))
     rec, said = _record_touched(case, kr, argv, touched, "gather_pages")
     base = case.run(argv, name="base-again")
-    if rec.rc != 0 or rec.out != base.out or not touched.exists() or said:
-        why.append(f"under record --memory touched: exit {rec.rc}, output {'changed' if rec.out != base.out else 'same'}"
-                   f"{'' if touched.exists() else ', no capture written'}{'; said: ' + ' | '.join(said) if said else ''}")
-        row.update(kernel="gather_pages", matched=False, why="; ".join(why))
-        assert not why, "; ".join(why)
+    _stop_unless_recorded(row, why, "under record --memory touched", rec, base, touched, said)
     checked, j, whole_bytes, touched_bytes, _ = _touched_capture_checks(case, kr, touched, whole, pages, pid,
                                                                         info_whole)
     why += checked

@@ -1,12 +1,11 @@
 //! The record unit: one dispatch captured to a file. It opens at the launch's ENTER (the
 //! pre-state taken), closes at its EXIT (the post-state), and goes to the sink.
 
-use kreplay_cuda::{ForeignFunction, KernelArgs};
-use kreplay_engine::plan::{launch_config, LaunchPlan};
+use kreplay_cuda::ForeignFunction;
 use kreplay_protocol::config::{demangle, short_kernel_name, MemoryScope};
 
 use super::state::Recorder;
-use crate::capture::{after_launch, before_launch, dispatch_of, Pending, PreInput};
+use crate::capture::{after_launch, before_launch, repeat_launch, Pending, PreInput};
 use crate::error::RecordError;
 use crate::launch::{self, LaunchView};
 use crate::touched_run::TouchedLaunch;
@@ -57,11 +56,7 @@ impl Recorder {
         if self.config.memory != MemoryScope::Touched || crate::touched_run::front().is_none() {
             return None;
         }
-        let dispatch = dispatch_of(view, String::new(), 0, layout, args.to_vec(), Vec::new());
-        let launch = LaunchPlan::of_dispatch(&dispatch)
-            .map_err(|e| e.to_string())
-            .and_then(|plan| launch_config(&dispatch, &plan).map_err(|e| e.to_string()))
-            .and_then(|config| KernelArgs::new(args.to_vec(), layout).map(|args| (config, args)));
+        let launch = repeat_launch(view, layout, args);
         match launch {
             Ok((config, args)) => Some(TouchedLaunch {
                 function: *function,
@@ -84,7 +79,10 @@ impl Recorder {
             return;
         };
         let t = std::time::Instant::now();
-        let found = crate::touched_run::find_pages(front, launch, &mut p.data.snapshots);
+        let views: Vec<u64> = (p.data.textures.objects.iter())
+            .filter_map(|o| o.resource.address())
+            .collect();
+        let found = crate::touched_run::find_pages(front, launch, &mut p.data.snapshots, &views);
         let ns = t.elapsed().as_nanos() as u64;
         p.data.stall_phases.push(("touched", ns));
         p.data.stall_ns += ns;

@@ -51,6 +51,32 @@ fn correlation(enter: bool) -> u32 {
         .unwrap_or_else(|_| next())
 }
 
+/// `KREPLAY_DEBUG_SANITIZER`: each driver-API call the Sanitizer API reports, at its ENTER,
+/// on stderr (which entry points and kernel names an application's launches arrive under).
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("KREPLAY_DEBUG_SANITIZER").is_some())
+}
+
+fn trace(cbid: u32, data: &sanitizer::CallbackData) {
+    let text = |p: *const std::ffi::c_char| {
+        if p.is_null() {
+            "-".to_string()
+        } else {
+            // SAFETY: the Sanitizer API passes NUL-terminated names, or null, valid during
+            // the callback.
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    crate::diag!(
+        "kreplay: sanitizer: driver cbid {cbid} {} symbol {}",
+        text(data.function_name),
+        text(data.symbol_name)
+    );
+}
+
 unsafe extern "C" fn callback(_userdata: *mut c_void, dom: u32, cbid: u32, cbdata: *const c_void) {
     let r = std::panic::catch_unwind(|| {
         if super::marks::forked() || cbdata.is_null() {
@@ -66,7 +92,11 @@ unsafe extern "C" fn callback(_userdata: *mut c_void, dom: u32, cbid: u32, cbdat
             // SAFETY: the driver-API domain passes a `Sanitizer_CallbackData`, alive during
             // this callback.
             let data = unsafe { &*cbdata.cast::<sanitizer::CallbackData>() };
-            let id = correlation(data.callback_site == sanitizer::API_ENTER);
+            let enter = data.callback_site == sanitizer::API_ENTER;
+            if enter && tracing() {
+                trace(cbid, data);
+            }
+            let id = correlation(enter);
             let Some(rec) = RECORDER.get() else { return };
             // SAFETY: that payload, with its callback id; the call does not outlive this.
             let call = unsafe { ApiCall::from_sanitizer(cbid, id, data) };
