@@ -170,6 +170,20 @@ impl LoadedHandle {
     }
 }
 
+/// The kernel name the Sanitizer API passes with a launch, where it is the kernel's: for
+/// `cuLaunchKernel` it is (the CUDA 13.0 H200 showed the mangled names), for `cuLaunchKernelEx`
+/// it is not (every launch of Triton and XLA came as "h"), so for every launch entry point but
+/// `cuLaunchKernel` the recorder asks the function handle instead.
+fn sanitizer_symbol(id: u32, symbol: *const std::ffi::c_char) -> *const std::ffi::c_char {
+    use crate::callbacks::{cbid, group, Group};
+    let named = id == cbid::LAUNCH_KERNEL || id == cbid::LAUNCH_KERNEL_PTSZ;
+    if group(id) == Some(Group::Launch) && !named {
+        std::ptr::null()
+    } else {
+        symbol
+    }
+}
+
 impl<'a> ApiCall<'a> {
     /// A driver-API call as the Sanitizer API's callback shows it (it has no correlation id:
     /// the caller gives one that ties the call's ENTER and EXIT together).
@@ -191,7 +205,7 @@ impl<'a> ApiCall<'a> {
             },
             correlation,
             payload: Payload {
-                symbol: data.symbol_name,
+                symbol: sanitizer_symbol(id, data.symbol_name),
                 function: data.function_name,
                 return_value: data.function_return_value,
                 params: data.function_params,
@@ -335,6 +349,35 @@ impl<'a> ApiCall<'a> {
 
 #[cfg(test)]
 mod tests {
+    // Catches: the Sanitizer API's "h" taken as the name of every cuLaunchKernelEx launch
+    // (Triton's and XLA's kernels never matched -k under --memory touched), or the right name
+    // of a cuLaunchKernel dropped.
+    #[test]
+    fn a_sanitizer_launch_names_its_kernel_only_where_the_name_is_the_kernels() {
+        use crate::callbacks::cbid;
+        let name = c"h";
+        let data = |site| crate::sanitizer::CallbackData {
+            callback_site: site,
+            function_name: std::ptr::null(),
+            function_params: std::ptr::null(),
+            function_return_value: std::ptr::null(),
+            symbol_name: name.as_ptr(),
+            context: std::ptr::null_mut(),
+        };
+        let d = data(crate::sanitizer::API_ENTER);
+        for (id, kept) in [
+            (cbid::LAUNCH_KERNEL, true),
+            (cbid::LAUNCH_KERNEL_PTSZ, true),
+            (cbid::LAUNCH_KERNEL_EX, false),
+            (cbid::LAUNCH_KERNEL_EX_PTSZ, false),
+            (cbid::LAUNCH_COOPERATIVE, false),
+        ] {
+            // SAFETY: a payload of ours with no parameter block, read by `symbol` only.
+            let call = unsafe { ApiCall::from_sanitizer(id, 1, &d) };
+            assert_eq!(call.symbol().is_some(), kept, "callback id {id}");
+        }
+    }
+
     use super::*;
     use crate::callbacks::cbid;
     use crate::sys;

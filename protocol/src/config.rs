@@ -247,11 +247,7 @@ impl Config {
                 format!("{}={v}: expected reachable, all or touched", env::MEMORY)
             })?,
         };
-        touched_fits(
-            memory,
-            &mode,
-            launch_range.is_some() || boundary_range.is_some(),
-        )?;
+        touched_fits(memory, &mode)?;
         let list_ranges = mode == Mode::List && get(env::LIST_RANGES).as_deref() == Some("1");
         let variant = variant_from(&get, &mode)?;
         Ok(Some(Config {
@@ -321,17 +317,11 @@ fn variant_from(
 
 /// Record and profile modes need something that selects launches.
 /// `--memory touched` runs the recorder on the Compute Sanitizer API instead of CUPTI (the two
-/// cannot share a process): it captures single dispatches with `record`; what needs CUPTI
-/// (profile counters) or a step sequence (ranges) is refused before the application starts.
-fn touched_fits(memory: MemoryScope, mode: &Mode, range: bool) -> Result<(), String> {
-    if memory != MemoryScope::Touched {
-        return Ok(());
-    }
-    if *mode != Mode::Record {
+/// cannot share a process): it is a `record` option (single dispatches and ranges); what needs
+/// CUPTI (profile counters, list) is refused before the application starts.
+fn touched_fits(memory: MemoryScope, mode: &Mode) -> Result<(), String> {
+    if memory == MemoryScope::Touched && *mode != Mode::Record {
         return Err("--memory touched is a `record` option (profile and list run on CUPTI, which cannot share the process with the Compute Sanitizer API)".into());
-    }
-    if range {
-        return Err("--memory touched captures single dispatches: a range capture (--launch-range, --nvtx-range, --profiler-range) is not supported with it yet; use --memory reachable".into());
     }
     Ok(())
 }
@@ -924,6 +914,38 @@ mod tests {
         assert_eq!(c.output, DEFAULT_OUTPUT);
         m.insert(env::NTH.to_string(), "0".to_string());
         assert!(Config::from_lookup(|k| m.get(k).cloned()).is_err());
+    }
+
+    // Catches: --memory touched let into profile or list (CUPTI and the Sanitizer API cannot
+    // share the process), or refused for a range capture, which it now holds by the union of
+    // its steps' pages.
+    #[test]
+    fn touched_is_a_record_option_for_dispatches_and_ranges() {
+        let with = |pairs: &[(&str, &str)]| {
+            let m: HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Config::from_lookup(|k| m.get(k).cloned())
+        };
+        let c = with(&[
+            (env::MODE, "record"),
+            (env::MEMORY, "touched"),
+            (env::LAUNCH_RANGE, "2:4"),
+        ])
+        .expect("a touched range")
+        .expect("a config");
+        assert_eq!(c.memory, MemoryScope::Touched);
+        assert!(c.launch_range.is_some());
+        for mode in ["profile", "list"] {
+            let e = with(&[
+                (env::MODE, mode),
+                (env::MEMORY, "touched"),
+                (env::KERNEL, "k"),
+            ])
+            .expect_err("refused");
+            assert!(e.contains("is a `record` option"), "{mode}: {e}");
+        }
     }
 
     #[test]

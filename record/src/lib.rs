@@ -44,6 +44,7 @@ pub mod range_ops;
 pub mod range_select;
 pub mod range_spans;
 pub mod range_timing;
+pub mod range_touched;
 pub mod reachable;
 pub mod readback;
 mod recorder;

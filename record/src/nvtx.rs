@@ -16,6 +16,11 @@ thread_local! {
     static STACK: RefCell<Vec<OpenRange>> = const { RefCell::new(Vec::new()) };
 }
 
+/// This thread's open ranges are still there (not during its thread-locals' destruction).
+pub(crate) fn alive() -> bool {
+    STACK.try_with(|_| ()).is_ok()
+}
+
 /// The ranges open on this thread, outermost first.
 pub fn open_ranges() -> Vec<OpenRange> {
     STACK.with(|s| s.borrow().clone())

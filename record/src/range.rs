@@ -26,7 +26,9 @@ use crate::range_calls::{fixed_stream_info, CallClass};
 use crate::range_digest::digest_held;
 use crate::range_held::{op_walk, Held, HeldMut};
 use crate::range_ops::{op_stream, read_host, resolve, OpEnter};
+use crate::range_touched::RangeTouched;
 use crate::snapshot::{post_states, Snapshot};
+use crate::touched_run::TouchedLaunch;
 
 /// A range between its opening and its close.
 pub struct RangePending {
@@ -57,6 +59,8 @@ pub struct RangePending {
     /// The CUDA context of its first step (`ContextHandle::id`): every step must be issued
     /// in it (a step on another GPU would be snapshotted and digested in the wrong context).
     context: Option<usize>,
+    /// `--memory touched`: the pages its steps touch.
+    touched: Option<RangeTouched>,
 }
 
 /// A step whose EXIT is awaited.
@@ -80,6 +84,8 @@ pub struct StepInput<'a> {
     /// The stream the step names, and its description.
     pub stream: StreamInfo,
     pub launch_index: u64,
+    /// `--memory touched`: how to launch the step again for its instrumented run.
+    pub touched: Option<TouchedLaunch>,
 }
 
 /// The description of the stream `key` names (`range_calls::stream_key`).
@@ -122,7 +128,14 @@ impl RangePending {
             refusal: None,
             stall_ns: 0,
             context: None,
+            touched: None,
         }
+    }
+
+    /// The range holds only the pages its steps touch (`--memory touched`).
+    pub fn by_touched_pages(mut self) -> RangePending {
+        self.touched = Some(RangeTouched::default());
+        self
     }
 
     /// How messages name the range.
@@ -176,7 +189,13 @@ impl RangePending {
     }
 
     /// The first kernel step of a range that holds nothing yet, taken as a single dispatch.
-    pub fn open_first(&mut self, pending: Pending, stream: StreamInfo, launch_index: u64) {
+    pub fn open_first(&mut self, mut pending: Pending, stream: StreamInfo, launch_index: u64) {
+        if let Some(t) = &mut self.touched {
+            let reached: Vec<(u64, u64)> = (pending.data.snapshots.iter())
+                .map(|s| (s.device_addr, s.region.size))
+                .collect();
+            t.kernel_enter(pending.touched.take(), &reached, 0);
+        }
         self.steps
             .push(Step::kernel(stream.handle, pending.data.dispatch.clone()));
         self.note_stream(stream);
@@ -218,6 +237,11 @@ impl RangePending {
         }
         let module_id = pre.module.module_id;
         self.held().add(&walk, module_id)?;
+        let step = self.steps.len();
+        if let Some(t) = &mut self.touched {
+            let reached: Vec<(u64, u64)> = walk.regions.iter().map(|r| (r.base, r.size)).collect();
+            t.kernel_enter(input.touched, &reached, step);
+        }
         let Some(p) = self.pending.as_mut() else {
             return Err(RecordError::NoContext);
         };
@@ -307,6 +331,11 @@ impl RangePending {
             d.original_duration_ns = ns;
         }
         self.awaiting = None;
+        if let Some(t) = &mut self.touched {
+            let began = Instant::now();
+            t.kernel_exit(self.steps.len().saturating_sub(1));
+            self.stall_ns += began.elapsed().as_nanos() as u64;
+        }
         self.digest_step();
         Ok(())
     }
@@ -355,8 +384,12 @@ impl RangePending {
         correlation: u32,
         stream_info: impl FnOnce(u64) -> Result<StreamInfo, RecordError>,
     ) -> Result<(), RecordError> {
-        let walk = op_walk(&enter.op.device_spans())?;
+        let spans = enter.op.device_spans();
+        let walk = op_walk(&spans)?;
         self.held().add(&walk, 0)?;
+        if let Some(t) = &mut self.touched {
+            t.op(&spans);
+        }
         if !self.knows_stream(enter.stream) {
             let info = stream_info(enter.stream)?;
             self.note_stream(info);
@@ -431,6 +464,20 @@ impl RangePending {
             ));
         };
         ctx_synchronize().map_err(RecordError::cuda("synchronising at the range's end"))?;
+        if let Some(t) = &self.touched {
+            match t.apply(&mut p.data.snapshots) {
+                Ok(note) => p.data.notes.push(note),
+                Err(why) => {
+                    crate::diag!(
+                        "kreplay: {}: --memory touched: {why}; this capture holds whole regions, as --memory reachable",
+                        self.label()
+                    );
+                    p.data.notes.push(format!(
+                        "--memory touched fell back to whole regions: {why}"
+                    ));
+                }
+            }
+        }
         let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
         p.data.post = post_states(
             &mut p.data.snapshots,

@@ -195,7 +195,7 @@ fn tracked(i: usize, s: &Snapshot) -> Result<Tracked, String> {
 }
 
 /// The device buffers of one run: the state the callbacks get, the region table, the bitmaps.
-struct DeviceState {
+pub(crate) struct DeviceState {
     state: DeviceBuffer,
     _regions: DeviceBuffer,
     read: DeviceBuffer,
@@ -215,7 +215,7 @@ fn bytes_of<T: Copy>(v: &[T]) -> Vec<u8> {
 /// The most pages one run tracks: 64 Mi pages (256 GiB) make 8 MiB bitmaps.
 const MOST_PAGES: u64 = 1 << 26;
 
-fn device_state(table: &[TouchedRegion], pages: u64) -> Result<DeviceState, String> {
+pub(crate) fn device_state(table: &[TouchedRegion], pages: u64) -> Result<DeviceState, String> {
     if pages > MOST_PAGES {
         return Err(format!(
             "{pages} pages to track, more than the {MOST_PAGES} one run tracks"
@@ -261,7 +261,7 @@ fn device_state(table: &[TouchedRegion], pages: u64) -> Result<DeviceState, Stri
 /// pages say nothing of what it needs: module globals (`__constant__` variables are read
 /// through the constant banks, not global-memory instructions; all globals are small) and
 /// linear memory a texture or surface object views (`tex`/`suld` fetches).
-fn read_unseen(kind: MemoryKind, (addr, size): (u64, u64), views: &[u64]) -> bool {
+pub(crate) fn read_unseen(kind: MemoryKind, (addr, size): (u64, u64), views: &[u64]) -> bool {
     kind == MemoryKind::ModuleGlobal || views.iter().any(|&v| v >= addr && v - addr < size)
 }
 
@@ -352,13 +352,13 @@ pub(crate) fn find_pages(
 
 /// What a snapshot holds of a region of `size` bytes whose touched pages are `pages`: the
 /// region whole (`None`) when they cover it, else their ranges.
-fn held(pages: &[u64], size: u64) -> Option<Vec<(u64, u64)>> {
+pub(crate) fn held(pages: &[u64], size: u64) -> Option<Vec<(u64, u64)>> {
     let extents = extents_of_pages(pages, PAGE, size);
     (extents != [(0, size)]).then_some(extents)
 }
 
 /// The sorted union of two sorted page lists.
-fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
+pub(crate) fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
     let mut out: Vec<u64> = a.iter().chain(b).copied().collect();
     out.sort_unstable();
     out.dedup();
@@ -366,7 +366,7 @@ fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
 }
 
 /// Patches, launches and unpatches; the launch waited for.
-fn instrumented_run(
+pub(crate) fn instrumented_run(
     front: &Front,
     launch: &mut TouchedLaunch,
     module: &kreplay_cuda::ForeignModule,
@@ -395,7 +395,7 @@ fn instrumented_run(
 }
 
 /// The state and the two bitmaps (write, read) after the run.
-fn read_bits(dev: &DeviceState) -> Result<(TouchedState, Vec<u32>, Vec<u32>), String> {
+pub(crate) fn read_bits(dev: &DeviceState) -> Result<(TouchedState, Vec<u32>, Vec<u32>), String> {
     let mut head = vec![0u8; std::mem::size_of::<TouchedState>()];
     let mut rd = vec![0u8; dev.words * 4];
     let mut wr = vec![0u8; dev.words * 4];

@@ -402,6 +402,7 @@ INLINE_CASES = {
     "touched-record": (),
     "touched-sanitizer": (),
     "touched-torch": (),
+    "touched-range": (),
     "touched-suite-bench": ("bench",),
     "capture-times-bench": ("bench", "timed"),
     "cupti-versions": ("counters",),

@@ -808,6 +808,71 @@ sys.exit(0 if ok else 1)
 """
 
 
+@C.inline("touched-range")
+def test_touched_range(case, row, kr, app):
+    """`record --memory touched` of range captures (issue 35: the union of the steps' pages).
+    touch_gather's three gather launches (2:4) as one range: the pool holds exactly the pages
+    read, `play --verify` is bit-exact over 8 passes, the file is far smaller than the range by
+    whole regions. range_streams' nine-step range (kernels, copies and fills on two streams)
+    recorded by touched pages replays bit-exact too, its size beside the whole one's."""
+    import krrange as R
+    import krtouched as T
+    p, pool = case.path, TOUCH_POOL_MIB << 20
+    argv, _, pages, _, _, info_single, why = _touch_gather_whole(case, row, kr, app)
+    base = case.run(argv, name="base-again")
+    sizes = {}
+    for memory in ("reachable", "touched"):
+        w = case.capture(p(f"range-{memory}.krr"))
+        r = case.run([kr, "record", "--memory", memory, "--launch-range", "2:4", "-o", w, "--force", "--"] + argv,
+                     name=f"rec-{memory}", timeout=600)
+        said = [line for line in (r.err or "").splitlines() if "--memory touched" in line]
+        if r.rc != 0 or r.out != base.out or not w.exists() or said:
+            why.append(f"range by {memory}: exit {r.rc}, output {'changed' if r.out != base.out else 'same'}, "
+                       f"capture {'written' if w.exists() else 'missing'}, said {said}")
+        sizes[memory] = w.stat().st_size if w.exists() else 0
+    touched = p("range-touched.krr")
+    if touched.exists() and not why:
+        info = S.load_json(case.run([kr, "info", "--json", touched], name="info").out_path) or {}
+        steps = len(((info.get("range") or {}).get("steps")) or info.get("steps") or [])
+        why += T.extents_checks(info, T.pool_region(info, pool), len(pages), pool)
+        play = case.run([kr, "play", touched, "--passes", "8", "--verify", "--json"], name="play")
+        why += T.replay_checks(play.rc, S.load_json(play.out_path), 8, pool - len(pages) * T.PAGE)
+        stored = sum(r.get("stored_bytes") or 0 for r in info_single.get("regions") or [])
+        why += T.size_checks(sizes["touched"], sizes["reachable"], 2 * len(pages) * T.PAGE + len(pages) * 4,
+                             p("whole.krr").stat().st_size - stored)
+    else:
+        steps = 0
+    # range_streams: ops inside the range (copies, fills, two streams).
+    sargv = app(["{range_streams}"])
+    sbase = case.run(sargv, name="streams-base")
+    ls = case.run([kr, "list", "--json", "--"] + sargv, name="streams-list")
+    try:
+        first, last = R.streams_launch_range(S.last_json_line(ls.out), 2)
+    except ValueError as e:
+        first = last = None
+        why.append(f"range_streams: list (exit {ls.rc}): {e}")
+    streams = {}
+    if first is not None:
+        for memory in ("reachable", "touched"):
+            w = case.capture(p(f"streams-{memory}.krr"))
+            r = case.run([kr, "record", "--memory", memory, "--launch-range", f"{first}:{last}", "-o", w, "--force",
+                          "--"] + sargv, name=f"streams-rec-{memory}", timeout=600)
+            said = [line for line in (r.err or "").splitlines() if "--memory touched" in line]
+            play = case.run([kr, "play", w, "--passes", "4", "--verify", "--json"], name=f"streams-play-{memory}") \
+                if w.exists() else None
+            v = ((S.load_json(play.out_path) if play else None) or {}).get("verify") or {}
+            streams[memory] = w.stat().st_size if w.exists() else 0
+            if r.rc != 0 or r.out != sbase.out or said or v.get("matched") is not True:
+                why.append(f"range_streams by {memory}: exit {r.rc}, output {'changed' if r.out != sbase.out else 'same'}"
+                           f", said {said}, verify {v.get('matched')} ({v.get('mismatched_bytes')} bytes differ)")
+    figures = (f"touch_gather launches 2:4 ({steps} steps): {sizes.get('reachable', 0) / 2**20:.2f} MiB whole, "
+               f"{sizes.get('touched', 0) / 2**20:.2f} MiB by touched pages; range_streams {first}:{last}: "
+               f"{streams.get('reachable', 0) / 2**20:.2f} MiB whole, {streams.get('touched', 0) / 2**20:.2f} MiB touched")
+    print("\ntouched-range: " + figures)
+    row.update(kernel=figures, matched=not why, why="; ".join(why))
+    assert not why, "; ".join(why)
+
+
 @C.inline("touched-torch")
 def test_touched_torch(case, row, kr, app):
     """`record --memory touched` of a PyTorch add on three 4 MiB slices of one 256 MiB segment

@@ -361,8 +361,10 @@ pub struct RecordArgs {
     /// every live allocation as well (cudaMalloc, stream-ordered, managed and VMM mappings);
     /// `touched` = the reachable allocations, but only the 4 KiB pages the dispatch reads or
     /// writes are stored (the recorder runs the dispatch once more, instrumented through the
-    /// Compute Sanitizer API, to find them; the application's own launch runs as it would).
-    /// Falls back to `reachable`, saying why, where the Sanitizer API cannot be used.
+    /// Compute Sanitizer API, to find them; the application's own launch runs as it would);
+    /// a range capture stores the union of its steps' pages (each kernel step run once more,
+    /// each op's device spans). Falls back to `reachable`, saying why, where the Sanitizer API
+    /// cannot be used.
     #[arg(long, value_enum, default_value_t = MemoryScope::Reachable)]
     pub memory: MemoryScope,
     /// Print the result summary as JSON on stdout.

@@ -226,6 +226,8 @@ impl Recorder {
                 pre,
                 stream: site.info,
                 launch_index,
+                // A whole graph launch holds whole regions under --memory touched too.
+                touched: None,
             })?;
             if let (true, Some(p)) = (seeding, r.pending.as_mut()) {
                 self.describe(&mut p.data, site.index, launch_index, target.device);

@@ -50,6 +50,11 @@ thread_local! {
     static KNOWN: RefCell<HashMap<usize, KnownFunction>> = RefCell::new(HashMap::new());
 }
 
+/// This thread's known functions are still there (not during its thread-locals' destruction).
+pub(super) fn alive() -> bool {
+    KNOWN.try_with(|_| ()).is_ok()
+}
+
 /// The statistics index of an unwanted kernel this thread launched through `handle` before
 /// under symbol `symbol`.
 pub(super) fn known_unwanted(handle: usize, symbol: &[u8]) -> Option<usize> {

@@ -32,11 +32,6 @@ pub(super) fn variant_code() -> bool {
     VARIANT_CODE.with(|f| f.get())
 }
 
-/// Whether this thread's thread-locals are gone or going (a callback during thread exit).
-pub(super) fn tearing_down() -> bool {
-    SELF_CALLS.try_with(|_| ()).is_err() || IN_LAUNCH.try_with(|_| ()).is_err()
-}
-
 /// Whether this thread's driver calls are the recorder's now.
 pub(super) fn self_calls() -> bool {
     SELF_CALLS.with(|f| f.get())

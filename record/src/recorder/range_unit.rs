@@ -8,6 +8,7 @@
 //! all run as they would without kreplay.
 
 use kreplay_cuda::cupti_events::ApiCall;
+use kreplay_protocol::config::{LaunchRange, MemoryScope};
 
 use super::marks::{FlagGuard, SELF_CALLS};
 use super::modules::Target;
@@ -75,7 +76,7 @@ impl Recorder {
         });
         match (outcome, bounds) {
             (Ok(Some(name)), Some(range)) => {
-                let mut r = RangePending::new(launch_range_origin(range), Some(range));
+                let mut r = self.new_range(launch_range_origin(range), Some(range));
                 match self.kernel_step(&mut r, view, name, (correlation, launch_index)) {
                     Ok(()) => units::open_shared(RANGE_KEY, Box::new(r)),
                     Err(e) => self.error(format!(
@@ -86,6 +87,16 @@ impl Recorder {
             }
             (Ok(_), _) => {}
             (Err(why), _) => self.abandon_range(&why),
+        }
+    }
+
+    /// A range about to open: by touched pages under `--memory touched` (on the Sanitizer API).
+    fn new_range(&self, origin: String, bounds: Option<LaunchRange>) -> RangePending {
+        let r = RangePending::new(origin, bounds);
+        if self.config.memory == MemoryScope::Touched && crate::touched_run::front().is_some() {
+            r.by_touched_pages()
+        } else {
+            r
         }
     }
 
@@ -122,6 +133,7 @@ impl Recorder {
             device,
         } = self.target(&name, Some(&function))?;
         let seeding = r.pending.is_none();
+        let touched = self.touched_launch(view, &function, &args, &layout);
         r.kernel_step(StepInput {
             pre: PreInput {
                 view,
@@ -137,6 +149,7 @@ impl Recorder {
             },
             stream,
             launch_index,
+            touched,
         })?;
         if let (true, Some(p)) = (seeding, r.pending.as_mut()) {
             self.describe(&mut p.data, 1, launch_index, device);
@@ -288,7 +301,7 @@ impl Recorder {
             ));
             return;
         }
-        units::open_shared(RANGE_KEY, Box::new(RangePending::new(origin, None)));
+        units::open_shared(RANGE_KEY, Box::new(self.new_range(origin, None)));
     }
 
     /// A selection boundary closed the range (the matching pop, `cuProfilerStop`): the

@@ -46,7 +46,7 @@ impl Recorder {
     }
 
     /// `--memory touched` on the Sanitizer API: the launch its instrumented run repeats.
-    fn touched_launch(
+    pub(super) fn touched_launch(
         &self,
         view: &LaunchView,
         function: &ForeignFunction,

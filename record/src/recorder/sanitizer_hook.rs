@@ -41,6 +41,16 @@ thread_local! {
     static OPEN_CALLS: RefCell<Correlations> = RefCell::default();
 }
 
+/// Whether this thread's thread-locals are gone or going (a callback during thread exit).
+/// Only thread-locals with a destructor can be gone (a `Cell<bool>` never is), and they go in
+/// no set order: each one the callback path reads is asked.
+fn tearing_down() -> bool {
+    !(super::units::alive()
+        && super::kernels::alive()
+        && OPEN_CALLS.try_with(|_| ()).is_ok()
+        && crate::nvtx::alive())
+}
+
 /// Process-wide, like CUPTI's: the record units are keyed by it.
 static NEXT_CORRELATION: AtomicU32 = AtomicU32::new(1);
 
@@ -85,7 +95,7 @@ unsafe extern "C" fn callback(_userdata: *mut c_void, dom: u32, cbid: u32, cbdat
         // The Sanitizer API also calls back while a thread's thread-locals are being torn down
         // (seen on the H200 under JAX and Triton); the router reads them, so such a late call
         // is dropped here rather than panicking there.
-        if super::marks::tearing_down() {
+        if tearing_down() {
             return;
         }
         if dom == domain::DRIVER_API {
@@ -135,6 +145,11 @@ pub(super) fn subscribe(config: &Config) -> Result<(), String> {
             for id in callbacks::ids(g) {
                 api.enable_callback(sub, domain::DRIVER_API, id)?;
             }
+        }
+        // A range capture sees every memory and stream operation while it is open (as on
+        // CUPTI, `hook::subscribe`).
+        if config.launch_range.is_some() || config.boundary_range.is_some() {
+            api.enable_domain(sub, domain::DRIVER_API)?;
         }
         let mut resources = vec![resource::MODULE_LOADED, resource::CONTEXT_DESTROY_STARTING];
         if crate::device_resources::prewarms(config) {

@@ -77,6 +77,11 @@ thread_local! {
     static UNITS: RefCell<Units<Unit>> = const { RefCell::new(Units::new()) };
 }
 
+/// This thread's units are still there (not during its thread-locals' destruction).
+pub(super) fn alive() -> bool {
+    UNITS.try_with(|_| ()).is_ok()
+}
+
 /// Opens a unit of this thread.
 pub(super) fn open(key: UnitKey, unit: Unit) {
     let left = UNITS.with(|u| u.borrow_mut().open(key, unit));
