@@ -53,7 +53,9 @@ impl DeviceBuffer {
         self.len == 0
     }
 
-    /// Sets every byte to `value` (synchronous).
+    /// Sets every byte to `value`, on the legacy default stream (asynchronous to the host
+    /// like `cuMemsetD8`: a stream that does not synchronise with the legacy one must be
+    /// ordered after it by the caller).
     pub fn fill(&self, value: u8) -> CuResult<()> {
         // SAFETY: our own allocation of `len` bytes.
         check(

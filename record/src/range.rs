@@ -191,9 +191,13 @@ impl RangePending {
     /// The first kernel step of a range that holds nothing yet, taken as a single dispatch.
     pub fn open_first(&mut self, mut pending: Pending, stream: StreamInfo, launch_index: u64) {
         if let Some(t) = &mut self.touched {
+            // Arrays are read through their texels, not an address: not the run's to track.
             let reached: Vec<(u64, u64)> = (pending.data.snapshots.iter())
+                .filter(|s| s.array.is_none())
                 .map(|s| (s.device_addr, s.region.size))
                 .collect();
+            let views = (pending.data.textures.objects.iter()).filter_map(|o| o.resource.address());
+            t.view(views);
             t.kernel_enter(pending.touched.take(), &reached, 0);
         }
         self.steps

@@ -22,6 +22,8 @@ pub struct RangeTouched {
     /// kernel steps touched, the op steps' spans.
     touched: Vec<(u64, u64)>,
     step: Option<StepRun>,
+    /// Linear memory texture or surface objects of the steps view (held whole).
+    views: Vec<u64>,
     failed: Option<String>,
     runs: usize,
     run_ns: u64,
@@ -35,6 +37,12 @@ struct StepRun {
 }
 
 impl RangeTouched {
+    /// Linear memory a step reads through texture or surface objects (the first step's:
+    /// later steps with them refuse the range).
+    pub fn view(&mut self, addresses: impl Iterator<Item = u64>) {
+        self.views.extend(addresses);
+    }
+
     fn fail(&mut self, why: String) {
         self.failed.get_or_insert(why);
         self.step = None;
@@ -103,7 +111,7 @@ impl RangeTouched {
             pages += size.div_ceil(PAGE);
             let whole = s.array.is_some()
                 || s.spilled.is_some()
-                || touched_run::read_unseen(s.region.kind, (s.device_addr, size), &[]);
+                || touched_run::read_unseen(s.region.kind, (s.device_addr, size), &self.views);
             if whole {
                 touched_pages += size.div_ceil(PAGE);
                 s.touched = None;
@@ -177,11 +185,13 @@ fn run_step(front: &Front, run: &mut StepRun) -> Result<Vec<(u64, u64)>, String>
         Ok((plan, bits))
     });
     // Whatever the run did, the step's output goes back before anything else.
-    put_back(&outputs, &stream)?;
+    put_back(&outputs, &stream).map_err(|e| {
+        format!("{e}: the application's memory may not hold the step's output (its results may be wrong)")
+    })?;
     let (plan, (state, write_bits, read_bits)) = found?;
     if state.outside > 0 {
         return Err(format!(
-            "the instrumented run made {} access(es) outside the regions it reaches (the first at {:#x})",
+            "the instrumented run made {} access(es) outside the regions it reaches (the first at {:#x}; a write there by the run was not undone)",
             state.outside, state.first_outside
         ));
     }

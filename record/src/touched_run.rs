@@ -21,8 +21,8 @@ use std::time::Instant;
 use kreplay_cuda::sanitizer::{self, SanitizerApi, Subscription};
 use kreplay_cuda::touched_patch::{self, TouchedRegion, TouchedState, PAGE, PATCHES, PATCH_FATBIN};
 use kreplay_cuda::{
-    copy_dtod_async, copy_dtoh, copy_htod, ContextHandle, DeviceBuffer, ForeignFunction,
-    KernelArgs, LaunchConfig, Stream,
+    copy_dtod_async, copy_dtoh, copy_htod, ctx_synchronize, ContextHandle, DeviceBuffer,
+    ForeignFunction, KernelArgs, LaunchConfig, Stream,
 };
 use kreplay_format::extents::extents_of_pages;
 use kreplay_format::MemoryKind;
@@ -248,6 +248,9 @@ pub(crate) fn device_state(table: &[TouchedRegion], pages: u64) -> Result<Device
         }
         copy_htod(state.ptr(), &bytes_of(&[header])).map_err(e("copying the run's state"))?;
     }
+    // The clears run on the legacy stream, asynchronous to the host, and the run's stream does
+    // not wait for it: done before the run.
+    ctx_synchronize().map_err(e("clearing the bitmaps"))?;
     Ok(DeviceState {
         state,
         _regions: regions,
@@ -322,7 +325,7 @@ pub(crate) fn find_pages(
     put_back?;
     if state.outside > 0 {
         return Err(format!(
-            "the instrumented run made {} access(es) outside the captured regions (the first at {:#x}): the walk missed memory the kernel uses",
+            "the instrumented run made {} access(es) outside the captured regions (the first at {:#x}; a write there by the run was not undone): the walk missed memory the kernel uses",
             state.outside, state.first_outside
         ));
     }
@@ -344,7 +347,8 @@ pub(crate) fn find_pages(
     }
     Ok(Found {
         regions: tracked.len(),
-        pages: plan.pages,
+        // Per region (overlapping ones share bitmap pages but are counted each).
+        pages: tracked.iter().map(|t| t.size.div_ceil(PAGE)).sum(),
         touched_pages,
         run_ms: began.elapsed().as_secs_f64() * 1e3,
     })

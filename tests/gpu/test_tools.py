@@ -836,13 +836,17 @@ def test_touched_range(case, row, kr, app):
     touched = p("range-touched.krr")
     if touched.exists() and not why:
         info = S.load_json(case.run([kr, "info", "--json", touched], name="info").out_path) or {}
-        steps = len(((info.get("range") or {}).get("steps")) or info.get("steps") or [])
+        steps = (info.get("range") or {}).get("kernel_steps") or 0
+        if steps != 3 or len(info.get("steps") or []) != 3:
+            why.append(f"the range holds {steps} kernel steps of {len(info.get('steps') or [])}, not 3 of 3")
         why += T.extents_checks(info, T.pool_region(info, pool), len(pages), pool)
         play = case.run([kr, "play", touched, "--passes", "8", "--verify", "--json"], name="play")
         why += T.replay_checks(play.rc, S.load_json(play.out_path), 8, pool - len(pages) * T.PAGE)
-        stored = sum(r.get("stored_bytes") or 0 for r in info_single.get("regions") or [])
+        # Code and metadata: the range by whole regions less its memory.
+        winfo = S.load_json(case.run([kr, "info", "--json", p("range-reachable.krr")], name="info-whole").out_path) or {}
+        stored = sum(r.get("stored_bytes") or 0 for r in winfo.get("regions") or [])
         why += T.size_checks(sizes["touched"], sizes["reachable"], 2 * len(pages) * T.PAGE + len(pages) * 4,
-                             p("whole.krr").stat().st_size - stored)
+                             sizes["reachable"] - stored)
     else:
         steps = 0
     # range_streams: ops inside the range (copies, fills, two streams).
@@ -865,9 +869,16 @@ def test_touched_range(case, row, kr, app):
                 if w.exists() else None
             v = ((S.load_json(play.out_path) if play else None) or {}).get("verify") or {}
             streams[memory] = w.stat().st_size if w.exists() else 0
-            if r.rc != 0 or r.out != sbase.out or said or v.get("matched") is not True:
+            if r.rc != 0 or r.out != sbase.out or said or not play or play.rc != 0 or v.get("matched") is not True:
                 why.append(f"range_streams by {memory}: exit {r.rc}, output {'changed' if r.out != sbase.out else 'same'}"
-                           f", said {said}, verify {v.get('matched')} ({v.get('mismatched_bytes')} bytes differ)")
+                           f", said {said}, play exit {play.rc if play else None}, verify {v.get('matched')} "
+                           f"({v.get('mismatched_bytes')} bytes differ)")
+        if streams.get("touched", 0) > streams.get("reachable", 0):
+            why.append(f"range_streams: {streams['touched']} bytes by touched pages, more than the {streams['reachable']}"
+                       " by whole regions")
+        sinfo = S.load_json(case.run([kr, "info", "--json", p("streams-touched.krr")], name="streams-info").out_path) or {}
+        if not any("the range's steps touched" in n for n in sinfo.get("notes") or []):
+            why.append(f"range_streams by touched pages: the notes do not say what the steps touched ({sinfo.get('notes')})")
     figures = (f"touch_gather launches 2:4 ({steps} steps): {sizes.get('reachable', 0) / 2**20:.2f} MiB whole, "
                f"{sizes.get('touched', 0) / 2**20:.2f} MiB by touched pages; range_streams {first}:{last}: "
                f"{streams.get('reachable', 0) / 2**20:.2f} MiB whole, {streams.get('touched', 0) / 2**20:.2f} MiB touched")
