@@ -263,6 +263,12 @@ def pass_overhead_ms(rows: list) -> float:
     return v[len(v) // 2] / 1e6 if v else 0.0
 
 
+def median_run(runs: list):
+    """The run (a tuple whose first item has `secs`) of median wall time among `runs`."""
+    ordered = sorted(runs, key=lambda r: r[0].secs)
+    return ordered[len(ordered) // 2]
+
+
 def bench_figures(plain_s: float, prof_s: float, prof_rows: list, var_s: float, var_rows: list, n: int) -> tuple:
     """(why, figures) of the overhead benchmark: per dispatch, wall time beyond the plain run and
     beyond the passes themselves, for `profile` (its fixed cost, the baseline) and for `profile

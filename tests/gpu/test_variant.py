@@ -128,12 +128,21 @@ def test_variant_bench(case, row, kr, app):
     n = 100
     argv = app(["{variant_app}", "loop", str(n)])
     same = app(["{variant_same}"])[0]
-    plain = case.run(argv, name="plain")
     # The loop's launches come after the three call sites': --nth 4 takes the loop's alone.
     sel = ["-k", "scale_add", "--nth", "4", "--all", "--passes", "3"]
-    prof, prof_rows, _ = _profile(case, kr, "profile", argv, *sel)
-    var, var_rows, _ = _profile(case, kr, "variant", argv, *sel, "--variant", same)
+    # Each run whole-process timed (start-up moves by tens of ms, a few per dispatch): three
+    # of each, interleaved, and each kind's median run taken (one run gave a negative
+    # baseline on the H200).
+    runs = {"plain": [], "profile": [], "variant": []}
+    for i in range(3):
+        runs["plain"].append((case.run(argv, name=f"plain-{i}"), [], None))
+        runs["profile"].append(_profile(case, kr, f"profile-{i}", argv, *sel))
+        runs["variant"].append(_profile(case, kr, f"variant-{i}", argv, *sel, "--variant", same))
+    (plain, _, _), (prof, prof_rows, _), (var, var_rows, _) = (V.median_run(runs[k]) for k in
+                                                               ("plain", "profile", "variant"))
     why, figures = V.bench_figures(plain.secs, prof.secs, prof_rows, var.secs, var_rows, n)
+    figures += " (median of 3 runs each: " + ", ".join(
+        f"{k} {' / '.join(f'{r[0].secs:.3f}' for r in v)} s" for k, v in runs.items()) + ")"
     if plain.rc != 0 or prof.rc != 0 or var.rc != 0:
         why.append(f"exit statuses: plain {plain.rc}, profile {prof.rc}, variant {var.rc}")
     _done(row, why, "scale_add x 100", var_rows, figures=figures)

@@ -204,3 +204,13 @@ def test_every_variant_case_is_registered_with_its_apps():
         assert all(Path(s).is_file() for s in sources), name
         assert ("-cubin" in argv) == (name != "variant_app"), name
     assert (ROOT / "testdata/apps/triton_variant_app.py").is_file()
+
+
+def test_the_median_run_is_taken_not_the_first_or_the_fastest():
+    class Run:
+        def __init__(self, secs):
+            self.secs = secs
+
+    runs = [(Run(3.0), ["c"]), (Run(1.0), ["a"]), (Run(2.0), ["b"])]
+    assert V.median_run(runs)[1] == ["b"]
+    assert V.median_run(runs[:1])[1] == ["c"]
