@@ -39,6 +39,26 @@ def locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+
+# KREPLAY_SUITE_MEMORY=touched records every run case with `--memory touched` (issue 35's
+# second proof: each case that passes by reachable memory passes by touched pages); cases
+# that name their own --memory keep it.
+SUITE_MEMORY = "KREPLAY_SUITE_MEMORY"
+
+
+def suite_memory(rec_extra) -> list:
+    """A run case's record options with the suite's --memory added where it names none."""
+    extra = list(rec_extra)
+    memory = os.environ.get(SUITE_MEMORY)
+    if memory and "--memory" not in extra:
+        extra = ["--memory", memory] + extra
+    return extra
+
+
+def suite_memory_tag() -> str:
+    memory = os.environ.get(SUITE_MEMORY)
+    return f"-{memory}" if memory else ""
+
 class AppBuildError(Exception):
     pass
 
@@ -139,7 +159,8 @@ class Captures:
 
     def __init__(self, folder: Path, kr: Path, apps: Apps, env: dict):
         self.folder, self.kr, self.apps, self.env = Path(folder), Path(kr), apps, env
-        self.stamp = fingerprint(self.kr.parent)
+        # A run by touched pages records other captures than one by reachable memory.
+        self.stamp = fingerprint(self.kr.parent) + suite_memory_tag()
 
     def dir(self, name: str) -> Path:
         return self.folder / name
@@ -201,8 +222,8 @@ class Captures:
         t0 = time.monotonic()
         base = run.run(argv, name="base", timeout=case.timeout)
         t1 = time.monotonic()
-        rec = run.run([kr, "record", *case.rec_extra, "-k", "regex:" + regex, "--nth", str(nth), "-o", w] + argv,
-                      name="rec", timeout=case.timeout)
+        rec = run.run([kr, "record", *suite_memory(case.rec_extra), "-k", "regex:" + regex, "--nth", str(nth),
+                       "-o", w] + argv, name="rec", timeout=case.timeout)
         t2 = time.monotonic()
         r.update(base_rc=base.rc, record_rc=rec.rc, output_same=base.out == rec.out,
                  base_ms=int((t1 - t0) * 1000), record_ms=int((t2 - t1) * 1000), has_capture=w.exists())

@@ -923,3 +923,13 @@ def test_capture_times_verdict_wants_every_case_measured_and_none_much_slower():
     assert S.capture_time_checks([])[0]
     # Each case within its slack, but all of them together more than 5 % slower.
     assert S.capture_time_checks([(str(i), 10.5, 9.0) for i in range(5)])[0]
+
+
+def test_the_suites_memory_option_is_added_only_where_a_case_names_none(monkeypatch):
+    import prepared as P
+    monkeypatch.delenv(P.SUITE_MEMORY, raising=False)
+    assert P.suite_memory(("--foo",)) == ["--foo"] and P.suite_memory_tag() == ""
+    monkeypatch.setenv(P.SUITE_MEMORY, "touched")
+    assert P.suite_memory(()) == ["--memory", "touched"]
+    assert P.suite_memory(("--memory", "all")) == ["--memory", "all"]
+    assert P.suite_memory_tag() == "-touched"
