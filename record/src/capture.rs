@@ -52,8 +52,9 @@ pub struct Pending {
     pub measuring: Option<crate::quiet::Measuring>,
     /// What the dispatch reads and writes (it decides the post-dispatch state).
     pub footprint: Arc<dyn Footprint>,
-    /// `--memory touched`: the launch the instrumented run repeats at EXIT.
-    pub touched: Option<crate::touched_run::TouchedLaunch>,
+    /// `--memory touched`: the launch the instrumented run repeats at EXIT, or why it cannot
+    /// be repeated (the capture then holds whole regions); none in other modes.
+    pub touched: Option<Result<crate::touched_run::TouchedLaunch, String>>,
 }
 
 /// The kernel's cubin as the recorder holds it: shared, so the application is not stalled

@@ -84,8 +84,9 @@ pub struct StepInput<'a> {
     /// The stream the step names, and its description.
     pub stream: StreamInfo,
     pub launch_index: u64,
-    /// `--memory touched`: how to launch the step again for its instrumented run.
-    pub touched: Option<TouchedLaunch>,
+    /// `--memory touched`: how to launch the step again for its instrumented run, or why it
+    /// cannot be.
+    pub touched: Option<Result<TouchedLaunch, String>>,
 }
 
 /// The description of the stream `key` names (`range_calls::stream_key`).

@@ -50,18 +50,20 @@ impl RangeTouched {
 
     /// A kernel step's ENTER, the context synchronised: the input of the regions it reaches
     /// (`reached`, address and size) copied aside for its instrumented run. `launch`: how to
-    /// launch it again (none: it cannot be, and the range holds whole regions).
+    /// launch it again, or why it cannot be (the range then holds whole regions).
     pub fn kernel_enter(
         &mut self,
-        launch: Option<TouchedLaunch>,
+        launch: Option<Result<TouchedLaunch, String>>,
         reached: &[(u64, u64)],
         step: usize,
     ) {
         if self.failed.is_some() {
             return;
         }
-        let Some(launch) = launch else {
-            return self.fail(format!("step {step} cannot be launched again"));
+        let launch = match launch {
+            Some(Ok(l)) => l,
+            Some(Err(why)) => return self.fail(format!("step {step}: {why}")),
+            None => return self.fail(format!("step {step} cannot be launched again")),
         };
         match copy_aside(reached) {
             Ok(inputs) => self.step = Some(StepRun { launch, inputs }),

@@ -116,6 +116,14 @@ impl Front {
     }
 }
 
+/// Whether a loaded module (its cubin, an ELF) calls device `printf`: a second run of one of
+/// its kernels would print again, into the application's output. Per module, not per kernel
+/// (a module's other kernels are taken as printing too: their captures hold whole regions).
+/// An image that is not an ELF (a fatbin, whose entries may be compressed) cannot be told.
+pub(crate) fn prints(image: &[u8]) -> bool {
+    image.starts_with(b"\x7fELF") && image.windows(9).any(|w| w == b"\0vprintf\0")
+}
+
 /// What the instrumented run launches: the application's kernel, as it was launched.
 pub struct TouchedLaunch {
     pub function: ForeignFunction,
@@ -485,6 +493,24 @@ mod tests {
             &[0x1100, 0xfff]
         ));
         assert!(!read_unseen(MemoryKind::Vmm, (0x1000, 0x100), &[]));
+    }
+
+    // Catches: a kernel that prints run again (its printf output twice in the application's
+    // stdout, beyond-printf on the H200), or a module naming a longer symbol taken as printing.
+    #[test]
+    fn a_module_that_prints_is_told_by_its_vprintf_symbol() {
+        let mut elf = b"\x7fELF\x02\x01".to_vec();
+        elf.extend_from_slice(b"\0.strtab\0_Z5printPf\0");
+        assert!(!prints(&elf));
+        let mut named = elf.clone();
+        named.extend_from_slice(b"my_vprintf\0");
+        assert!(!prints(&named), "a longer name is not vprintf");
+        elf.extend_from_slice(b"vprintf\0");
+        assert!(prints(&elf));
+        assert!(
+            !prints(b"\x50\xed\x55\xba\0vprintf\0"),
+            "not an ELF: cannot be told"
+        );
     }
 
     #[test]

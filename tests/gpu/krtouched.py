@@ -78,6 +78,17 @@ def missing_page_checks(play_rc: int, play: dict, out_region) -> list[str]:
     return why
 
 
+def recorder_notes(info) -> list[str]:
+    """The recorder's notes of a capture (`info --json`'s annotations under `recorder`)."""
+    return [v for k, v in ((info or {}).get("annotations") or []) if k == "recorder"]
+
+
+def no_bigger(touched_bytes: int, whole_bytes: int) -> bool:
+    """A capture by touched pages is no bigger than the whole one, but for its note (a capture
+    whose every page was touched holds the same bytes): 4 KiB of slack."""
+    return touched_bytes <= whole_bytes + 4096
+
+
 def size_checks(touched_bytes: int, whole_bytes: int, read_written: int, overhead: int) -> list[str]:
     """The file by touched pages is at most 2 x the bytes read and written plus `overhead`
     (code and metadata: the whole capture's size less its memory), and smaller than the whole."""

@@ -86,3 +86,15 @@ def test_a_suite_row_fails_when_touched_loses_what_whole_replays():
     assert T.suite_row_checks("x", whole, {**good, "bytes": 10 ** 6})
     # What does not replay whole is not asked of touched.
     assert T.suite_row_checks("x", {**whole, "matched": False}, {**good, "matched": False}) == []
+
+
+def test_the_recorders_notes_are_its_annotations():
+    info = {"annotations": [["recorder", "--memory touched: the dispatch touched 3 of 9"], ["other", "x"]]}
+    assert T.recorder_notes(info) == ["--memory touched: the dispatch touched 3 of 9"]
+    assert T.recorder_notes({}) == [] and T.recorder_notes(None) == []
+
+
+def test_a_touched_capture_may_exceed_the_whole_by_its_note_only():
+    assert T.no_bigger(277991, 277784)
+    assert T.no_bigger(100, 200)
+    assert not T.no_bigger(277784 + 5000, 277784)

@@ -133,7 +133,7 @@ impl Recorder {
             device,
         } = self.target(&name, Some(&function))?;
         let seeding = r.pending.is_none();
-        let touched = self.touched_launch(view, &function, &args, &layout);
+        let touched = self.touched_launch(view, (&function, &module.image), &args, &layout);
         r.kernel_step(StepInput {
             pre: PreInput {
                 view,

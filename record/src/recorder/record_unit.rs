@@ -27,7 +27,7 @@ impl Recorder {
             unsafe { launch::argument_bytes(view, &layout) }.ok_or(RecordError::NoArguments)?;
         let target = self.target(&name, Some(&function))?;
         let open_file = self.outputs.opener(index, &name);
-        let touched = self.touched_launch(view, &function, &args, &layout);
+        let touched = self.touched_launch(view, (&function, &target.module.image), &args, &layout);
         let mut p = before_launch(PreInput {
             view,
             function,
@@ -45,44 +45,50 @@ impl Recorder {
         Ok(p)
     }
 
-    /// `--memory touched` on the Sanitizer API: the launch its instrumented run repeats.
+    /// `--memory touched` on the Sanitizer API: the launch its instrumented run repeats, or
+    /// why it cannot be repeated; none in other modes.
     pub(super) fn touched_launch(
         &self,
         view: &LaunchView,
-        function: &ForeignFunction,
+        (function, image): (&ForeignFunction, &[u8]),
         args: &[u8],
         layout: &[(u32, u32)],
-    ) -> Option<TouchedLaunch> {
+    ) -> Option<Result<TouchedLaunch, String>> {
         if self.config.memory != MemoryScope::Touched || crate::touched_run::front().is_none() {
             return None;
         }
-        let launch = repeat_launch(view, layout, args);
-        match launch {
-            Ok((config, args)) => Some(TouchedLaunch {
-                function: *function,
-                config,
-                args,
-            }),
-            Err(why) => {
-                self.error(format!(
-                    "--memory touched: this launch cannot be repeated ({why}): its capture holds whole regions"
-                ));
-                None
-            }
+        if crate::touched_run::prints(image) {
+            return Some(Err(
+                "the kernel's module calls printf: running it once more would print its output again".into(),
+            ));
         }
+        Some(
+            repeat_launch(view, layout, args)
+                .map(|(config, args)| TouchedLaunch {
+                    function: *function,
+                    config,
+                    args,
+                })
+                .map_err(|why| format!("this launch cannot be repeated ({why})")),
+        )
     }
 
     /// The pages the dispatch touched, found by its instrumented run; whole regions (and the
     /// reason, on stderr and in the capture's notes) when they cannot be.
     fn find_touched(&self, p: &mut Pending) {
-        let (Some(launch), Some(front)) = (p.touched.as_mut(), crate::touched_run::front()) else {
+        let (Some(touched), Some(front)) = (p.touched.as_mut(), crate::touched_run::front()) else {
             return;
         };
         let t = std::time::Instant::now();
         let views: Vec<u64> = (p.data.textures.objects.iter())
             .filter_map(|o| o.resource.address())
             .collect();
-        let found = crate::touched_run::find_pages(front, launch, &mut p.data.snapshots, &views);
+        let found = match touched {
+            Ok(launch) => {
+                crate::touched_run::find_pages(front, launch, &mut p.data.snapshots, &views)
+            }
+            Err(why) => Err(why.clone()),
+        };
         let ns = t.elapsed().as_nanos() as u64;
         p.data.stall_phases.push(("touched", ns));
         p.data.stall_ns += ns;
