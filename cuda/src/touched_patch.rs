@@ -138,29 +138,6 @@ pub fn pages_of(bits: &[u32], r: &TouchedRegion) -> Vec<u64> {
         .collect()
 }
 
-/// The pages (relative to the part, ascending) of the part of `r` at `offset`, `size` bytes
-/// long, that hold a byte of a page set in `bits` (a part need not start on a page of `r`).
-pub fn pages_of_part(bits: &[u32], r: &TouchedRegion, offset: u64, size: u64) -> Vec<u64> {
-    let end = offset.saturating_add(size).min(r.size);
-    if offset >= end {
-        return Vec::new();
-    }
-    let mut out: Vec<u64> = Vec::new();
-    for g in offset / PAGE..=(end - 1) / PAGE {
-        if !bit(bits, r.first_page + g) {
-            continue;
-        }
-        let lo = (g * PAGE).max(offset) - offset;
-        let hi = ((g + 1) * PAGE).min(end) - offset;
-        for q in lo / PAGE..=(hi - 1) / PAGE {
-            if out.last() != Some(&q) {
-                out.push(q);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,39 +241,5 @@ mod tests {
         assert_eq!(p.placed[2], Some((0, 0)));
         assert_eq!(p.pages, 1 + (100 << 20) / PAGE);
         assert!(plan(&[(u64::MAX - 10, 100)]).is_err());
-    }
-
-    // Catches: a part starting inside a page of its entry given the entry's page indices, a
-    // page of the entry straddling two pages of the part counted once, or pages past the
-    // part's end.
-    #[test]
-    fn a_parts_pages_are_its_own() {
-        let r = TouchedRegion {
-            base: 0,
-            size: 8 * PAGE,
-            first_page: 3,
-        };
-        // Entry pages 2 and 5 set.
-        let bits = [(1u32 << 5) | (1 << 8)];
-        assert_eq!(pages_of(&bits, &r), vec![2, 5]);
-        assert_eq!(pages_of_part(&bits, &r, 0, r.size), vec![2, 5]);
-        assert_eq!(pages_of_part(&bits, &r, 2 * PAGE, 2 * PAGE), vec![0]);
-        // A part from the middle of page 1: entry page 2 covers its pages 0 and 1.
-        assert_eq!(pages_of_part(&bits, &r, PAGE + 100, 2 * PAGE), vec![0, 1]);
-        assert_eq!(
-            pages_of_part(&bits, &r, 6 * PAGE, 4 * PAGE),
-            Vec::<u64>::new()
-        );
-        assert_eq!(pages_of_part(&bits, &r, 9 * PAGE, PAGE), Vec::<u64>::new());
-        proptest::proptest!(|(off in 0u64..8 * 4096, size in 1u64..8 * 4096, set in proptest::prelude::any::<u32>())| {
-            let bits = [set << 3, set >> 29];
-            let got = pages_of_part(&bits, &r, off, size);
-            let end = (off + size).min(r.size);
-            let want: Vec<u64> = (0..size.div_ceil(PAGE)).filter(|&q| {
-                let (lo, hi) = (off + q * PAGE, (off + (q + 1) * PAGE).min(end));
-                lo < hi && (lo / PAGE..=(hi - 1) / PAGE).any(|g| bit(&bits, r.first_page + g))
-            }).collect();
-            proptest::prop_assert_eq!(got, want);
-        });
     }
 }

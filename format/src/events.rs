@@ -251,6 +251,11 @@ impl Textures {
     pub fn is_empty(&self) -> bool {
         self.arrays.is_empty() && self.objects.is_empty()
     }
+
+    /// The device addresses of the linear memory the objects view (arrays have none).
+    pub fn linear_addresses(&self) -> impl Iterator<Item = u64> + '_ {
+        self.objects.iter().filter_map(|o| o.resource.address())
+    }
 }
 
 /// Bytes per element of a `CUarray_format` (one channel), `None` for formats this version does

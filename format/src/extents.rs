@@ -165,6 +165,23 @@ pub fn extents_of_pages(pages: &[u64], page: u64, size: u64) -> Vec<(u64, u64)> 
     out
 }
 
+/// The pages (of `page` bytes, relative to `offset`, ascending) of `[offset, offset + len)`
+/// that hold a byte of `ranges` (offset, length; sorted, merged): what a part of a region holds
+/// by pages, given what is held of the whole (the inverse of `extents_of_pages` for the part).
+pub fn pages_of_ranges(ranges: &[(u64, u64)], offset: u64, len: u64, page: u64) -> Vec<u64> {
+    let page = page.max(1);
+    let mut out: Vec<u64> = Vec::new();
+    for (o, l) in present_ranges(ranges, offset, len) {
+        let lo = o - offset;
+        for p in lo / page..=(lo + l - 1) / page {
+            if out.last() != Some(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 /// Sets the absent bytes of `data`, a region's bytes from `offset`, to zero: how a capture
 /// stores them (the writer refuses anything else).
 pub fn zero_absent(present: &[(u64, u64)], offset: u64, data: &mut [u8]) {
@@ -201,6 +218,22 @@ pub fn needed_pre_chunks(r: &Region, extents: Option<&RegionExtents>) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    // Catches: a part's pages counted from the whole's start, a range ending inside a page
+    // leaving that page out, a page holding two ranges given twice, pages past the part.
+    #[test]
+    fn a_parts_pages_are_those_holding_a_held_byte() {
+        let held = [(10u64, 10u64), (5 * 4096, 4096), (9 * 4096 - 1, 2)];
+        assert_eq!(pages_of_ranges(&held, 0, 8 * 4096, 4096), vec![0, 5]);
+        assert_eq!(pages_of_ranges(&held, 4 * 4096, 4 * 4096, 4096), vec![1]);
+        assert_eq!(
+            pages_of_ranges(&held, 4096 + 100, 4096, 4096),
+            Vec::<u64>::new()
+        );
+        assert_eq!(pages_of_ranges(&held, 5 * 4096 - 100, 4096, 4096), vec![0]);
+        assert_eq!(pages_of_ranges(&held, 8 * 4096, 2 * 4096, 4096), vec![0, 1]);
+        assert_eq!(pages_of_ranges(&[], 0, 4096, 4096), Vec::<u64>::new());
+    }
+
     use super::*;
     use crate::events::RegionRole;
     use proptest::prelude::*;

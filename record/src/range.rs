@@ -197,8 +197,7 @@ impl RangePending {
                 .filter(|s| s.array.is_none())
                 .map(|s| (s.device_addr, s.region.size))
                 .collect();
-            let views = (pending.data.textures.objects.iter()).filter_map(|o| o.resource.address());
-            t.view(views);
+            t.view(pending.data.textures.linear_addresses());
             t.kernel_enter(pending.touched.take(), &reached, 0);
         }
         self.steps

@@ -9,8 +9,9 @@
 
 use std::time::Instant;
 
-use kreplay_cuda::touched_patch::{self, PAGE};
-use kreplay_cuda::{copy_dtod_async, ContextHandle, DeviceBuffer, Stream};
+use kreplay_cuda::touched_patch::PAGE;
+use kreplay_cuda::{copy_dtod_async, DeviceBuffer, Stream};
+use kreplay_format::extents::{extents_of_pages, pages_of_ranges};
 
 use crate::snapshot::Snapshot;
 use crate::touched_run::{self, Front, TouchedLaunch};
@@ -172,61 +173,27 @@ fn run_step(front: &Front, run: &mut StepRun) -> Result<Vec<(u64, u64)>, String>
     let regions: Vec<(u64, u64)> = run.inputs.iter().map(|&(a, s, _)| (a, s)).collect();
     let outputs = copy_aside(&regions)?;
     let stream = Stream::new().map_err(|e| format!("creating a stream: {e}"))?;
-    let found = put_back(&run.inputs, &stream).and_then(|()| {
-        let plan = touched_patch::plan(&regions)?;
-        let context = ContextHandle::current().map_err(|e| e.to_string())?;
-        front.load_patches(&context)?;
-        let module = run
-            .launch
-            .function
-            .module()
-            .map_err(|e| format!("the kernel's module: {e}"))?;
-        let dev = touched_run::device_state(&plan.table, plan.pages)?;
-        touched_run::instrumented_run(front, &mut run.launch, &module, &dev, &stream)?;
-        let bits = touched_run::read_bits(&dev)?;
-        Ok((plan, bits))
-    });
+    let found = put_back(&run.inputs, &stream)
+        .and_then(|()| touched_run::run_tracking(front, &mut run.launch, &regions, &stream));
     // Whatever the run did, the step's output goes back before anything else.
     put_back(&outputs, &stream).map_err(|e| {
         format!("{e}: the application's memory may not hold the step's output (its results may be wrong)")
     })?;
-    let (plan, (state, write_bits, read_bits)) = found?;
-    if state.outside > 0 {
-        return Err(format!(
-            "the instrumented run made {} access(es) outside the regions it reaches (the first at {:#x}; a write there by the run was not undone)",
-            state.outside, state.first_outside
-        ));
-    }
-    let mut ranges = Vec::new();
-    for (&(addr, size), at) in regions.iter().zip(&plan.placed) {
-        let Some(r) = at.and_then(|(e, _)| plan.table.get(e)) else {
-            continue;
-        };
-        let off = at.map_or(0, |(_, o)| o);
-        let pages = touched_run::merge(
-            &touched_patch::pages_of_part(&read_bits, r, off, size),
-            &touched_patch::pages_of_part(&write_bits, r, off, size),
-        );
-        ranges.extend(page_ranges(&pages, addr, size));
-    }
-    Ok(ranges)
+    let found = found?;
+    found.inside("the regions it reaches")?;
+    Ok(regions
+        .iter()
+        .zip(&found.touched)
+        .flat_map(|(&(addr, size), pages)| page_ranges(pages, addr, size))
+        .collect())
 }
 
 /// The byte ranges [start, end) of the region at `addr`, `size` bytes long, that its `pages`
 /// (ascending) cover, runs of pages merged.
 fn page_ranges(pages: &[u64], addr: u64, size: u64) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &p in pages {
-        let (lo, hi) = (p * PAGE, ((p + 1) * PAGE).min(size));
-        if lo >= hi {
-            continue;
-        }
-        match out.last_mut() {
-            Some(last) if last.1 == addr + lo => last.1 = addr + hi,
-            _ => out.push((addr + lo, addr + hi)),
-        }
-    }
-    out
+    (extents_of_pages(pages, PAGE, size).into_iter())
+        .map(|(o, l)| (addr + o, addr + o + l))
+        .collect()
 }
 
 /// `ranges` sorted and merged where they overlap or touch.
@@ -244,20 +211,10 @@ fn merged(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
 }
 
 /// The pages (relative to the region, ascending) of the region at `addr`, `size` bytes long,
-/// that hold a byte of one of `ranges` (sorted, merged).
+/// that hold a byte of one of `ranges` ([start, end), sorted, merged).
 fn pages_in(ranges: &[(u64, u64)], addr: u64, size: u64) -> Vec<u64> {
-    let end = addr.saturating_add(size);
-    let first = ranges.partition_point(|r| r.1 <= addr);
-    let mut out: Vec<u64> = Vec::new();
-    for &(a, b) in ranges[first..].iter().take_while(|r| r.0 < end) {
-        let (lo, hi) = (a.max(addr) - addr, b.min(end) - addr);
-        for p in lo / PAGE..=(hi - 1) / PAGE {
-            if out.last() != Some(&p) {
-                out.push(p);
-            }
-        }
-    }
-    out
+    let held: Vec<(u64, u64)> = ranges.iter().map(|&(a, b)| (a, b - a)).collect();
+    pages_of_ranges(&held, addr, size, PAGE)
 }
 
 #[cfg(test)]

@@ -74,15 +74,16 @@ pub fn pre_steps(
 /// found nonzero (`nonzero`; none: all) that hold a present byte (`present`, a capture by
 /// touched pages; none: the region whole). The others are written as zero chunks: a 16 GiB
 /// pool of which a kernel touched 1 % is read home as 1 %, not whole and then masked.
-/// `None` when every chunk crosses.
-pub fn chunks_to_copy(
+/// `None` when every chunk crosses; the GPU's flags themselves (not a copy) when the region is
+/// held whole.
+pub fn chunks_to_copy<'a>(
     size: u64,
     chunk: u64,
-    nonzero: Option<&[bool]>,
+    nonzero: Option<&'a [bool]>,
     present: Option<&[(u64, u64)]>,
-) -> Option<Vec<bool>> {
+) -> Option<std::borrow::Cow<'a, [bool]>> {
     let Some(present) = present else {
-        return nonzero.map(<[bool]>::to_vec);
+        return nonzero.map(std::borrow::Cow::Borrowed);
     };
     let chunk = chunk.max(1);
     let chunks = size.div_ceil(chunk) as usize;
@@ -105,7 +106,7 @@ pub fn chunks_to_copy(
             *f &= *n;
         }
     }
-    Some(flags)
+    Some(std::borrow::Cow::Owned(flags))
 }
 
 /// A run of changed chunks packed into post scratch: the region's bytes at `offset`, `len`
@@ -299,23 +300,29 @@ mod tests {
     // a zero chunk copied.
     #[test]
     fn only_chunks_with_present_nonzero_bytes_cross_the_bus() {
-        assert_eq!(chunks_to_copy(100, 10, None, None), None);
+        let flags = |c: Option<std::borrow::Cow<'_, [bool]>>| c.map(|c| c.into_owned());
+        assert_eq!(flags(chunks_to_copy(100, 10, None, None)), None);
         assert_eq!(
-            chunks_to_copy(30, 10, Some(&[true, false, true]), None),
+            flags(chunks_to_copy(30, 10, Some(&[true, false, true]), None)),
             Some(vec![true, false, true])
         );
         // Present: [5, 15) and [29, 30): chunks 0, 1 and 2.
         let present = [(5u64, 10u64), (29, 1)];
         assert_eq!(
-            chunks_to_copy(35, 10, None, Some(&present)),
+            flags(chunks_to_copy(35, 10, None, Some(&present))),
             Some(vec![true, true, true, false])
         );
         assert_eq!(
-            chunks_to_copy(35, 10, Some(&[true, false, true, true]), Some(&present)),
+            flags(chunks_to_copy(
+                35,
+                10,
+                Some(&[true, false, true, true]),
+                Some(&present)
+            )),
             Some(vec![true, false, true, false])
         );
         assert_eq!(
-            chunks_to_copy(35, 10, None, Some(&[])),
+            flags(chunks_to_copy(35, 10, None, Some(&[]))),
             Some(vec![false; 4])
         );
         let steps = pre_steps(

@@ -24,7 +24,7 @@ use kreplay_cuda::{
     copy_dtod_async, copy_dtoh, copy_htod, ctx_synchronize, ContextHandle, DeviceBuffer,
     ForeignFunction, KernelArgs, LaunchConfig, Stream,
 };
-use kreplay_format::extents::extents_of_pages;
+use kreplay_format::extents::{extents_of_pages, pages_of_ranges};
 use kreplay_format::MemoryKind;
 
 use crate::snapshot::{Bytes, Snapshot};
@@ -124,6 +124,21 @@ pub(crate) fn prints(image: &[u8]) -> bool {
     image.starts_with(b"\x7fELF") && image.windows(9).any(|w| w == b"\0vprintf\0")
 }
 
+/// `prints` of a module's image, found once per image: a range asks at every step, and an
+/// image may be megabytes. The cache keeps each image alive, so its address names it alone.
+pub(crate) fn prints_once(image: &std::sync::Arc<Vec<u8>>) -> bool {
+    type Seen = std::collections::HashMap<usize, (std::sync::Arc<Vec<u8>>, bool)>;
+    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
+    let mut seen = SEEN
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let key = std::sync::Arc::as_ptr(image) as usize;
+    seen.entry(key)
+        .or_insert_with(|| (std::sync::Arc::clone(image), prints(image)))
+        .1
+}
+
 /// What the instrumented run launches: the application's kernel, as it was launched.
 pub struct TouchedLaunch {
     pub function: ForeignFunction,
@@ -203,7 +218,7 @@ fn tracked(i: usize, s: &Snapshot) -> Result<Tracked, String> {
 }
 
 /// The device buffers of one run: the state the callbacks get, the region table, the bitmaps.
-pub(crate) struct DeviceState {
+struct DeviceState {
     state: DeviceBuffer,
     _regions: DeviceBuffer,
     read: DeviceBuffer,
@@ -223,7 +238,7 @@ fn bytes_of<T: Copy>(v: &[T]) -> Vec<u8> {
 /// The most pages one run tracks: 64 Mi pages (256 GiB) make 8 MiB bitmaps.
 const MOST_PAGES: u64 = 1 << 26;
 
-pub(crate) fn device_state(table: &[TouchedRegion], pages: u64) -> Result<DeviceState, String> {
+fn device_state(table: &[TouchedRegion], pages: u64) -> Result<DeviceState, String> {
     if pages > MOST_PAGES {
         return Err(format!(
             "{pages} pages to track, more than the {MOST_PAGES} one run tracks"
@@ -292,14 +307,6 @@ pub(crate) fn find_pages(
         .enumerate()
         .map(|(i, s)| tracked(i, s))
         .collect::<Result<_, _>>()?;
-    let plan = touched_patch::plan(&tracked.iter().map(|t| (t.addr, t.size)).collect::<Vec<_>>())?;
-    let context = ContextHandle::current().map_err(|e| e.to_string())?;
-    front.load_patches(&context)?;
-    let module = launch
-        .function
-        .module()
-        .map_err(|e| format!("the kernel's module: {e}"))?;
-    let dev = device_state(&plan.table, plan.pages)?;
     let stream = Stream::new().map_err(|e| format!("creating the run's stream: {e}"))?;
     let e = |what: &'static str| move |err: kreplay_cuda::CudaError| format!("{what}: {err}");
     // The dispatch's input back where it wrote.
@@ -312,46 +319,25 @@ pub(crate) fn find_pages(
         }
     }
     stream.synchronize().map_err(e("putting the input back"))?;
-    let run = instrumented_run(front, launch, &module, &dev, &stream);
+    let regions: Vec<(u64, u64)> = tracked.iter().map(|t| (t.addr, t.size)).collect();
+    let run = run_tracking(front, launch, &regions, &stream);
     // Whatever the run did, the application's output goes back before anything else.
-    let bits = run.and_then(|()| read_bits(&dev));
-    let pages = |bits: &[u32], t: &Tracked, at: Option<(usize, u64)>| {
-        at.and_then(|(entry, off)| plan.table.get(entry).map(|r| (r, off)))
-            .map_or_else(Vec::new, |(r, off)| {
-                touched_patch::pages_of_part(bits, r, off, t.size)
-            })
-    };
-    let written: Option<Vec<Vec<u64>>> = bits.as_ref().ok().map(|(_, wr, _)| {
-        tracked
-            .iter()
-            .zip(&plan.placed)
-            .map(|(t, &at)| pages(wr, t, at))
-            .collect()
-    });
-    let put_back = put_back_output(&tracked, written.as_deref(), &stream);
-    let (state, _, read_bits) = bits?;
+    let written = run.as_ref().ok().map(|r| &r.written[..]);
+    let put_back = put_back_output(&tracked, written, &stream);
+    let run = run?;
     put_back?;
-    if state.outside > 0 {
-        return Err(format!(
-            "the instrumented run made {} access(es) outside the captured regions (the first at {:#x}; a write there by the run was not undone): the walk missed memory the kernel uses",
-            state.outside, state.first_outside
-        ));
-    }
+    run.inside("the captured regions")
+        .map_err(|why| format!("{why}: the walk missed memory the kernel uses"))?;
     let mut touched_pages = 0;
-    for ((t, &at), wr) in tracked
-        .iter()
-        .zip(&plan.placed)
-        .zip(written.unwrap_or_default())
-    {
+    for (t, either) in tracked.iter().zip(&run.touched) {
         let s = &mut snapshots[t.index];
         if read_unseen(s.region.kind, (t.addr, t.size), views) {
             touched_pages += t.size.div_ceil(PAGE);
             s.touched = None;
             continue;
         }
-        let either = merge(&pages(&read_bits, t, at), &wr);
         touched_pages += either.len() as u64;
-        s.touched = held(&either, t.size);
+        s.touched = held(either, t.size);
     }
     Ok(Found {
         regions: tracked.len(),
@@ -362,6 +348,73 @@ pub(crate) fn find_pages(
     })
 }
 
+/// What one instrumented run found of each region it tracked (in their order): the pages it
+/// wrote, and those it read or wrote (region-relative, ascending).
+pub(crate) struct RunPages {
+    pub written: Vec<Vec<u64>>,
+    pub touched: Vec<Vec<u64>>,
+    outside: u64,
+    first_outside: u64,
+}
+
+impl RunPages {
+    /// Why the pages say too little: the run accessed memory outside the regions tracked
+    /// (`what` names them).
+    pub(crate) fn inside(&self, what: &str) -> Result<(), String> {
+        if self.outside == 0 {
+            return Ok(());
+        }
+        Err(format!(
+            "the instrumented run made {} access(es) outside {what} (the first at {:#x}; a write there by the run was not undone)",
+            self.outside, self.first_outside
+        ))
+    }
+}
+
+/// Runs `launch` once on `stream`, its module patched, tracking the 4 KiB pages of `regions`
+/// (address, size; they may overlap). The caller has put the input in place, and puts the
+/// output back whatever this returns.
+pub(crate) fn run_tracking(
+    front: &Front,
+    launch: &mut TouchedLaunch,
+    regions: &[(u64, u64)],
+    stream: &Stream,
+) -> Result<RunPages, String> {
+    let plan = touched_patch::plan(regions)?;
+    let context = ContextHandle::current().map_err(|e| e.to_string())?;
+    front.load_patches(&context)?;
+    let module = launch
+        .function
+        .module()
+        .map_err(|e| format!("the kernel's module: {e}"))?;
+    let dev = device_state(&plan.table, plan.pages)?;
+    instrumented_run(front, launch, &module, &dev, stream)?;
+    let (state, write_bits, read_bits) = read_bits(&dev)?;
+    let part = |bits: &[u32], i: usize| {
+        let at = plan.placed.get(i).copied().flatten();
+        at.and_then(|(entry, off)| plan.table.get(entry).map(|r| (r, off)))
+            .map_or_else(Vec::new, |(r, off)| part_pages(bits, r, off, regions[i].1))
+    };
+    let written: Vec<Vec<u64>> = (0..regions.len()).map(|i| part(&write_bits, i)).collect();
+    let touched = (0..regions.len())
+        .map(|i| merge(&part(&read_bits, i), &written[i]))
+        .collect();
+    Ok(RunPages {
+        written,
+        touched,
+        outside: state.outside,
+        first_outside: state.first_outside,
+    })
+}
+
+/// The pages (relative to the part, ascending) of the part of table entry `r` at `offset`,
+/// `size` bytes long, that hold a byte of a page set in `bits` (a part need not start on a
+/// page of its entry: overlapping regions share one).
+fn part_pages(bits: &[u32], r: &TouchedRegion, offset: u64, size: u64) -> Vec<u64> {
+    let held = extents_of_pages(&touched_patch::pages_of(bits, r), PAGE, r.size);
+    pages_of_ranges(&held, offset, size, PAGE)
+}
+
 /// What a snapshot holds of a region of `size` bytes whose touched pages are `pages`: the
 /// region whole (`None`) when they cover it, else their ranges.
 pub(crate) fn held(pages: &[u64], size: u64) -> Option<Vec<(u64, u64)>> {
@@ -370,7 +423,7 @@ pub(crate) fn held(pages: &[u64], size: u64) -> Option<Vec<(u64, u64)>> {
 }
 
 /// The sorted union of two sorted page lists.
-pub(crate) fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
+fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
     let mut out: Vec<u64> = a.iter().chain(b).copied().collect();
     out.sort_unstable();
     out.dedup();
@@ -378,7 +431,7 @@ pub(crate) fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
 }
 
 /// Patches, launches and unpatches; the launch waited for.
-pub(crate) fn instrumented_run(
+fn instrumented_run(
     front: &Front,
     launch: &mut TouchedLaunch,
     module: &kreplay_cuda::ForeignModule,
@@ -407,7 +460,7 @@ pub(crate) fn instrumented_run(
 }
 
 /// The state and the two bitmaps (write, read) after the run.
-pub(crate) fn read_bits(dev: &DeviceState) -> Result<(TouchedState, Vec<u32>, Vec<u32>), String> {
+fn read_bits(dev: &DeviceState) -> Result<(TouchedState, Vec<u32>, Vec<u32>), String> {
     let mut head = vec![0u8; std::mem::size_of::<TouchedState>()];
     let mut rd = vec![0u8; dev.words * 4];
     let mut wr = vec![0u8; dev.words * 4];
@@ -511,6 +564,37 @@ mod tests {
             !prints(b"\x50\xed\x55\xba\0vprintf\0"),
             "not an ELF: cannot be told"
         );
+    }
+
+    // Catches: a part starting inside a page of its entry given the entry's page indices, a
+    // page of the entry straddling two pages of the part counted once, or pages past the
+    // part's end.
+    #[test]
+    fn a_parts_pages_are_its_own() {
+        let r = TouchedRegion {
+            base: 0,
+            size: 8 * PAGE,
+            first_page: 3,
+        };
+        // Entry pages 2 and 5 set.
+        let bits = [(1u32 << 5) | (1 << 8)];
+        assert_eq!(part_pages(&bits, &r, 0, r.size), vec![2, 5]);
+        assert_eq!(part_pages(&bits, &r, 2 * PAGE, 2 * PAGE), vec![0]);
+        // A part from the middle of page 1: entry page 2 covers its pages 0 and 1.
+        assert_eq!(part_pages(&bits, &r, PAGE + 100, 2 * PAGE), vec![0, 1]);
+        assert_eq!(part_pages(&bits, &r, 6 * PAGE, 4 * PAGE), Vec::<u64>::new());
+        assert_eq!(part_pages(&bits, &r, 9 * PAGE, PAGE), Vec::<u64>::new());
+        proptest::proptest!(|(off in 0u64..8 * 4096, size in 1u64..8 * 4096, set in proptest::prelude::any::<u32>())| {
+            let bits = [set << 3, set >> 29];
+            let set_pages = touched_patch::pages_of(&bits, &r);
+            let got = part_pages(&bits, &r, off, size);
+            let end = (off + size).min(r.size);
+            let want: Vec<u64> = (0..size.div_ceil(PAGE)).filter(|&q| {
+                let (lo, hi) = (off + q * PAGE, (off + (q + 1) * PAGE).min(end));
+                lo < hi && (lo / PAGE..=(hi - 1) / PAGE).any(|g| set_pages.contains(&g))
+            }).collect();
+            proptest::prop_assert_eq!(got, want);
+        });
     }
 
     #[test]

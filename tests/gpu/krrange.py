@@ -52,6 +52,17 @@ def list_kernels(listed) -> list:
     return []
 
 
+def listed_streams_range(run, kr, argv, nth: int = 2, name: str = "list"):
+    """range_streams' `nth` ranged pass as `streams_launch_range` finds it in `kreplay list
+    --json -- argv`, run by `run` (a case's `run`): ((I, J), None), or (None, why not)."""
+    import krsuite as S
+    ls = run([kr, "list", "--json", "--"] + list(argv), name=name)
+    try:
+        return streams_launch_range(S.last_json_line(ls.out), nth), None
+    except ValueError as e:
+        return None, f"list (exit {ls.rc}): {e}"
+
+
 def streams_launch_range(listed, nth: int) -> tuple:
     """(I, J): the process launch indices of range_streams' `nth` ranged pass (1-based; the
     warm-up pass before the ranges is pass 0), from `list --json`. Raises ValueError saying

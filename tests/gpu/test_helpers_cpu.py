@@ -933,3 +933,21 @@ def test_the_suites_memory_option_is_added_only_where_a_case_names_none(monkeypa
     assert P.suite_memory(()) == ["--memory", "touched"]
     assert P.suite_memory(("--memory", "all")) == ["--memory", "all"]
     assert P.suite_memory_tag() == "-touched"
+
+
+def test_the_streams_range_is_found_through_the_listing_or_said_why_not():
+    import krrange as R
+
+    class Ran:
+        def __init__(self, out, rc=0):
+            self.out, self.rc = out, rc
+
+    seen = []
+
+    def run(cmd, name):
+        seen.append((cmd, name))
+        return Ran("not json\n", rc=3)
+
+    found, why = R.listed_streams_range(run, "kreplay", ["./app"], name="ls")
+    assert found is None and "list (exit 3)" in why
+    assert seen == [(["kreplay", "list", "--json", "--", "./app"], "ls")]

@@ -58,11 +58,10 @@ def test_range_streams_launch(case, row, kr, app):
     streams_finish, on two streams, replayed bit-exact 8 times."""
     argv = app(["{range_streams}"])
     base = case.run(argv, name="base")
-    ls = case.run([kr, "list", "--json", "--"] + argv, name="list")
-    try:
-        first, last = R.streams_launch_range(S.last_json_line(ls.out), 2)
-    except ValueError as e:
-        _done(row, [f"list (exit {ls.rc}): {e}"], "list")
+    found, why = R.listed_streams_range(case.run, kr, argv)
+    if found is None:
+        _done(row, [why], "list")
+    first, last = found
     w = case.capture(case.path("launch.krr"))
     rec = case.run([kr, "record", "--launch-range", f"{first}:{last}", "-o", w, "--force", "--"] + argv, name="rec")
     info = case.run([kr, "info", "--json", w], name="info")

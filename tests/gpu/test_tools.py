@@ -854,12 +854,10 @@ def test_touched_range(case, row, kr, app):
     # range_streams: ops inside the range (copies, fills, two streams).
     sargv = app(["{range_streams}"])
     sbase = case.run(sargv, name="streams-base")
-    ls = case.run([kr, "list", "--json", "--"] + sargv, name="streams-list")
-    try:
-        first, last = R.streams_launch_range(S.last_json_line(ls.out), 2)
-    except ValueError as e:
-        first = last = None
-        why.append(f"range_streams: list (exit {ls.rc}): {e}")
+    found, wrong = R.listed_streams_range(case.run, kr, sargv, name="streams-list")
+    first, last = found or (None, None)
+    if found is None:
+        why.append(f"range_streams: {wrong}")
     streams = {}
     if first is not None:
         for memory in ("reachable", "touched"):

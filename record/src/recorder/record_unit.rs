@@ -50,14 +50,14 @@ impl Recorder {
     pub(super) fn touched_launch(
         &self,
         view: &LaunchView,
-        (function, image): (&ForeignFunction, &[u8]),
+        (function, image): (&ForeignFunction, &std::sync::Arc<Vec<u8>>),
         args: &[u8],
         layout: &[(u32, u32)],
     ) -> Option<Result<TouchedLaunch, String>> {
         if self.config.memory != MemoryScope::Touched || crate::touched_run::front().is_none() {
             return None;
         }
-        if crate::touched_run::prints(image) {
+        if crate::touched_run::prints_once(image) {
             return Some(Err(
                 "the kernel's module calls printf: running it once more would print its output again".into(),
             ));
@@ -80,9 +80,7 @@ impl Recorder {
             return;
         };
         let t = std::time::Instant::now();
-        let views: Vec<u64> = (p.data.textures.objects.iter())
-            .filter_map(|o| o.resource.address())
-            .collect();
+        let views: Vec<u64> = p.data.textures.linear_addresses().collect();
         let found = match touched {
             Ok(launch) => {
                 crate::touched_run::find_pages(front, launch, &mut p.data.snapshots, &views)
