@@ -21,22 +21,32 @@ pub(crate) fn alive() -> bool {
     STACK.try_with(|_| ()).is_ok()
 }
 
-/// The ranges open on this thread, outermost first.
+/// The ranges open on this thread, outermost first (none once its thread-locals are gone).
 pub fn open_ranges() -> Vec<OpenRange> {
-    STACK.with(|s| s.borrow().clone())
+    STACK.try_with(|s| s.borrow().clone()).unwrap_or_default()
 }
 
 /// The innermost open range on this thread, as a label.
 pub fn innermost() -> Option<String> {
-    STACK.with(|s| s.borrow().last().map(OpenRange::label))
+    STACK
+        .try_with(|s| s.borrow().last().map(OpenRange::label))
+        .ok()
+        .flatten()
 }
 
+/// A push or pop on a thread whose thread-locals are gone (libraries push and pop ranges from
+/// their exit handlers, after the main thread's were destroyed; seen on the H200 under
+/// `--memory touched`) is not followed: NVTX's "no range" answer, and no panic message.
+const GONE: c_int = -1;
+
 fn push(domain: Option<String>, name: String) -> c_int {
-    let depth = STACK.with(|s| {
+    let Ok(depth) = STACK.try_with(|s| {
         let mut s = s.borrow_mut();
         s.push(OpenRange { domain, name });
         s.len() - 1
-    });
+    }) else {
+        return GONE;
+    };
     // Outside the stack's borrow (the recorder may look at the stack again); the copy is made
     // only when the recorder wants the event.
     nvtx_events::emit(|| NvtxEvent::Push {
@@ -47,14 +57,14 @@ fn push(domain: Option<String>, name: String) -> c_int {
 }
 
 fn pop(domain: Option<&str>) -> c_int {
-    let popped = STACK.with(|s| {
+    let popped = STACK.try_with(|s| {
         let mut s = s.borrow_mut();
         let i = s.iter().rposition(|r| r.domain.as_deref() == domain)?;
         s.remove(i);
         Some(i)
     });
-    let Some(index) = popped else {
-        return -1;
+    let Ok(Some(index)) = popped else {
+        return GONE;
     };
     nvtx_events::emit(|| NvtxEvent::Pop {
         thread: nvtx_events::this_thread(),

@@ -29,6 +29,16 @@ use crate::profile::FixedPasses;
 
 extern "C" fn forked_child() {
     FORKED.store(true, Ordering::SeqCst);
+    // Registered last, so run first by `exit`, before every handler the application and the
+    // libraries registered, whenever they did: one registered after the recorder started is
+    // what hung (`forked_child_exit`). `on_exit` takes glibc's exit-list lock, which only a
+    // thread inside `atexit` at the instant of the fork could have held.
+    if crate::touched_run::front().is_some() {
+        // SAFETY: registers a plain extern "C" function with the C runtime.
+        unsafe {
+            on_exit(forked_child_exit, std::ptr::null_mut());
+        }
+    }
 }
 
 unsafe extern "C" fn callback(
@@ -64,6 +74,23 @@ fn nvtx_event(event: &NvtxEvent, delivery: Delivery) {
 
 extern "C" {
     fn atexit(cb: extern "C" fn()) -> i32;
+    /// glibc's `atexit` that is handed the exit status.
+    fn on_exit(cb: extern "C" fn(libc::c_int, *mut c_void), arg: *mut c_void) -> i32;
+}
+
+/// The child of a `fork` under the Sanitizer front end ends here. Otherwise, at `exit`, it
+/// waits forever in an exit handler registered after the recorder started (on the H200,
+/// robust-fork: one thread left, in `FUTEX_WAIT` on a glibc lock in the heap that a thread of
+/// the parent held; not in the thread-local destructors, which had run). So the child flushes
+/// its C streams and leaves with its status; the other exit handlers and the libraries'
+/// destructors do not run in it (`README`, `--memory touched`).
+extern "C" fn forked_child_exit(status: libc::c_int, _arg: *mut c_void) {
+    // SAFETY: flushing every open C stream and ending the process are what `exit` would do;
+    // the child has one thread (the one that forked), so no stream is in use elsewhere.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(status)
+    }
 }
 
 extern "C" fn at_exit() {
@@ -236,7 +263,8 @@ fn initialize() -> Result<(), RecordError> {
         rec.follow_nvtx(nvtx_event);
     }
     // SAFETY: registers plain extern "C" functions with the C runtime; the fork handler
-    // only stores to an atomic (async-signal-safe, as a fork handler must be).
+    // stores to an atomic and, under the Sanitizer front end, registers an exit handler (the
+    // child has one thread then, and glibc's malloc is usable in it).
     unsafe {
         atexit(at_exit);
         libc::pthread_atfork(None, None, Some(forked_child));
