@@ -37,6 +37,9 @@ struct Region {
   const char *post_file;    // written regions: the bytes after it (nullptr otherwise)
 };
 struct Slot { unsigned region; unsigned long long offset; };
+// Bytes a capture by touched pages (`record --memory touched`) does not hold: their files hold
+// zeros there, the reproducer writes ABSENT_FILL over them, as `kreplay play` does.
+struct Absent { unsigned region; unsigned long long offset, size; };
 struct Range { unsigned long long base, size; };
 // A CUDA array behind a texture or surface object; its texels are a region (CUDA_ARRAY),
 // packed level after level (LEVELS says where each level lies in it).
@@ -116,6 +119,19 @@ static void patch_word(unsigned char *p) {
   memcpy(&v, p, 8);
   v = translate(v);
   memcpy(p, &v, 8);
+}
+
+// 0xFF, kreplay's fill of absent bytes (kreplay_format::absent::ABSENT_FILL): NaN in every
+// floating-point type, -1 in every signed integer, never a pointer into user space.
+static const unsigned char ABSENT_FILL = 0xFF;
+
+// Writes ABSENT_FILL over the absent bytes of region `id` inside `bytes` (the region's bytes,
+// before or after the dispatch): what the replay starts from and expects where the kernel
+// touched nothing when recorded.
+static void fill_absent(unsigned id, std::vector<unsigned char> &bytes) {
+  for (const Absent &a : ABSENT)
+    if (a.region == id && a.offset <= bytes.size() && a.size <= bytes.size() - a.offset)
+      memset(&bytes[a.offset], ABSENT_FILL, a.size);
 }
 
 // Rewrites the pointer slots of region `id` inside `bytes` (the region's bytes) after a move.
@@ -492,6 +508,7 @@ int main(int argc, char **argv) {
     }
     std::vector<unsigned char> bytes = read_file(r.pre_file);
     if (bytes.size() != r.size) die("a region file does not have its region's size");
+    fill_absent(r.id, bytes);
     patch_region(r.id, bytes);
     check(cuMemcpyHtoD(at, bytes.data(), usable), "cuMemcpyHtoD");
     placed.push_back({&r, at, usable});
@@ -583,6 +600,7 @@ int main(int argc, char **argv) {
     if (REFERENCE) {
       expected[i] = read_file(p.r->post_file);
       if (expected[i].size() != p.r->size) die("a post file does not have its region's size");
+      fill_absent(p.r->id, expected[i]);
       patch_region(p.r->id, expected[i]);
       for (auto &hw : handle_words)  // handle words hold this process's handles
         if (hw.first.region == p.r->id && hw.first.offset + 8 <= expected[i].size())

@@ -281,7 +281,23 @@ fn memory_tables(
             .iter()
             .map(|(r, o)| format!("{{{r}, {o:#x}ull}}")),
     );
+    t.list("Absent", "ABSENT", absent_rows(cap));
     Ok(())
+}
+
+/// The ABSENT table: every absent range of every region captured by touched pages, in
+/// region order (none for a capture of whole regions).
+fn absent_rows(cap: &Capture<'_>) -> Vec<String> {
+    let mut rows = Vec::new();
+    for r in &cap.regions {
+        let Some(e) = cap.extents(r.region_id) else {
+            continue;
+        };
+        for (o, l) in kreplay_format::extents::absent_ranges(&e.present, 0, r.size) {
+            rows.push(format!("{{{}, {o:#x}ull, {l:#x}ull}}", r.region_id));
+        }
+    }
+    rows
 }
 
 /// One region's row of the REGIONS table, after adding its pre-state file (and post-state
@@ -461,6 +477,12 @@ fn readme(cap: &Capture<'_>, reference: Reference) -> String {
          otherwise (or with --relocate) they move and the pointers the capture knows of are rewritten.\n\
          Exit status: 0 matched, 1 output differs from the recorded one, 2 could not replay.\n",
     );
+    if cap.has_extents() {
+        s.push_str(
+            "Captured by touched pages (record --memory touched): the region files hold zeros where the\n\
+             capture holds nothing; the reproducer writes 0xFF there (the ABSENT table), as kreplay play does.\n",
+        );
+    }
     s
 }
 

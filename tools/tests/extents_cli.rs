@@ -1,6 +1,6 @@
 //! Captures by touched pages (REGION_EXTENTS) at the command line, no GPU needed: `info`
 //! shows present and absent bytes, `info --json` the extents, `verify` checks them, `play`
-//! takes such a capture (its absent pages filled) and `extract --repro` refuses it. The capture is made
+//! takes such a capture (its absent pages filled) and so does `extract --repro`. The capture is made
 //! from a real capture's dispatch, module and memory, with region 0 held by touched pages.
 
 mod common;
@@ -79,12 +79,13 @@ fn info_shows_present_and_absent_bytes_and_verify_checks_them() {
     assert_eq!(code, 0, "{err}");
 }
 
-// Catches: `play` refusing a capture by touched pages again (it fills the absent pages), or
-// `extract --repro` writing a reproducer whose files would hold the absent bytes as zeros.
+// Catches: `play` or `extract --repro` refusing a capture by touched pages again (both fill
+// the absent pages), or a reproducer that starts from zeros there where play starts from
+// ABSENT_FILL.
 #[test]
-fn play_gets_past_absent_pages_and_extract_repro_refuses_them() {
+fn play_and_extract_repro_get_past_absent_pages() {
     let d = scratch("touched-refuse");
-    let (f, _) = touched_file(&d);
+    let (f, size) = touched_file(&d);
     let (code, _, err) = kreplay(&["play", &f, "--tool", "/nonexistent/t.so"]);
     assert_ne!(code, 0, "{err}");
     assert!(
@@ -97,13 +98,30 @@ fn play_gets_past_absent_pages_and_extract_repro_refuses_them() {
     );
     let repro = d.join("repro");
     let (code, _, err) = kreplay(&["extract", &f, "--repro", repro.to_str().expect("utf-8")]);
-    assert_ne!(code, 0, "{err}");
-    assert!(err.contains("1 region captured by touched pages"), "{err}");
+    assert_eq!(code, 0, "{err}");
+    let program = std::fs::read_to_string(repro.join("repro.cpp")).expect("the program");
+    let start = program
+        .find("std::vector<Absent> ABSENT = {")
+        .expect("an ABSENT table");
+    let table = &program[start..];
+    let table = &table[..table.find("};").expect("its end")];
+    // Region 0 holds its second page only: absent before it and after it, nothing else.
+    let rows = [
+        "{0, 0x0ull, 0x1000ull}".to_string(),
+        format!("{{0, 0x2000ull, {:#x}ull}}", size - 8192),
+    ];
+    for row in &rows {
+        assert!(table.contains(row.as_str()), "{row} not in {table}");
+    }
+    assert_eq!(table.matches("ull}").count(), rows.len(), "{table}");
     assert!(
-        err.contains("a reproducer cannot hold absent pages yet"),
-        "{err}"
+        program.contains("fill_absent(r.id, bytes);"),
+        "the pre-state is filled"
     );
-    assert!(!repro.exists(), "nothing written");
+    assert!(
+        program.contains("fill_absent(p.r->id, expected[i]);"),
+        "and the reference"
+    );
 }
 
 // Catches: a region's absent bytes extracted as zeros without a word (they read as data),
