@@ -310,6 +310,9 @@ def run_case_checks(r: dict) -> list[str]:
         why.append(f"kreplay record exits {r['record_rc']}")
     if not r["output_same"]:
         why.append("the application's stdout under record differs from the plain run's")
+    if r.get("record_panics"):
+        why.append("the recorder panicked (caught, but its message reached the application's stderr): "
+                   + " | ".join(r["record_panics"][:3]))
     if not r["has_capture"]:
         why.append("no capture written")
         return why
@@ -332,6 +335,14 @@ def run_case_checks(r: dict) -> list[str]:
     if r["ptx"] == "FAIL":
         why.append("the PTX replay (--ptx) did not match")
     return why
+
+
+def recorder_panics(err: str) -> list[str]:
+    """The lines of a recorded application's stderr that show a panic inside the recorder: the
+    entry points catch it, but Rust's panic message still reaches the application's stderr (seen
+    on the H200: NVTX pops from an exit handler after the thread-locals were gone)."""
+    marks = ("panicked at", "kreplay: internal error in the recorder")
+    return [line.strip() for line in (err or "").splitlines() if any(m in line for m in marks)]
 
 
 def play_verdict(v: dict) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import cases as C
-from krsuite import Runner, last_json_line, load_json, read, relocate_verdict, ptx_verdict
+from krsuite import Runner, last_json_line, load_json, ptx_verdict, read, recorder_panics, relocate_verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS_SRC = ROOT / "testdata" / "apps"
@@ -226,7 +226,8 @@ class Captures:
                        "-o", w] + argv, name="rec", timeout=case.timeout)
         t2 = time.monotonic()
         r.update(base_rc=base.rc, record_rc=rec.rc, output_same=base.out == rec.out,
-                 base_ms=int((t1 - t0) * 1000), record_ms=int((t2 - t1) * 1000), has_capture=w.exists())
+                 base_ms=int((t1 - t0) * 1000), record_ms=int((t2 - t1) * 1000), has_capture=w.exists(),
+                 record_panics=recorder_panics(rec.err))
         if w.exists():
             ver = run.run([kr, "verify", w], name="verify")
             run.run([kr, "info", "--json", w], name="info")

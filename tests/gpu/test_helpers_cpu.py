@@ -108,10 +108,22 @@ def test_a_good_run_case_passes_and_each_fault_fails_it():
     assert S.run_case_checks(good_run()) == []
     for bad in (dict(base_rc=1), dict(record_rc=3), dict(output_same=False), dict(has_capture=False), dict(verify_rc=2),
                 dict(play_rc=1), dict(play=None), dict(relocated="FAIL"), dict(ptx="FAIL"),
+                dict(record_panics=["thread '<unnamed>' (630) panicked at library/std/src/thread/local.rs:479:25:"]),
                 dict(play={**GOOD_PLAY, "durations_ns": [1] * 7}),
                 dict(play={**GOOD_PLAY, "verify": {"matched": False, "deterministic": True}}),
                 dict(play={**GOOD_PLAY, "verify": {"matched": False, "deterministic": False}})):
         assert S.run_case_checks(good_run(**bad)), bad
+
+
+def test_recorder_panics_are_found_in_stderr_and_nothing_else_is():
+    err = ("saxpy 1.0\nkreplay: captured saxpy (match 1) -> c.krr\n\n"
+           "thread '<unnamed>' (630) panicked at /rustc/x/library/std/src/thread/local.rs:479:25:\n"
+           "cannot access a Thread Local Storage value during or after destruction: AccessError\n"
+           "kreplay: internal error in the recorder (caught); the application continues\n")
+    found = S.recorder_panics(err)
+    assert len(found) == 2 and "panicked at" in found[0] and "internal error" in found[1], found
+    assert S.recorder_panics("kreplay: captured saxpy (match 1)\nchild ok\n") == []
+    assert S.recorder_panics(None) == []
 
 
 def test_relocate_refusal_is_plays_own_message():
