@@ -48,7 +48,7 @@ unsafe extern "C" fn callback(
     cbdata: *const c_void,
 ) {
     let r = std::panic::catch_unwind(|| {
-        if FORKED.load(Ordering::Relaxed) {
+        if FORKED.load(Ordering::Relaxed) || super::marks::thread_locals_gone() {
             return;
         }
         let Some(rec) = RECORDER.get() else { return };
@@ -64,7 +64,7 @@ unsafe extern "C" fn callback(
 
 /// NVTX's pushes and pops (from `crate::nvtx`'s entry points, which catch panics).
 fn nvtx_event(event: &NvtxEvent, delivery: Delivery) {
-    if FORKED.load(Ordering::Relaxed) {
+    if FORKED.load(Ordering::Relaxed) || super::marks::thread_locals_gone() {
         return;
     }
     if let Some(rec) = RECORDER.get() {

@@ -15,6 +15,15 @@ pub(super) fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
 }
 
+/// Whether this thread's thread-locals that the router reads are gone or going: a callback
+/// during the thread's exit, or the process's (the Sanitizer API calls back then, seen on the
+/// H200 under JAX and Triton; libraries' exit handlers call the driver and NVTX after the main
+/// thread's were destroyed). Only thread-locals with a destructor can be gone (a `Cell<bool>`
+/// never is), and they go in no set order: each one is asked. Both front ends drop such a call.
+pub(super) fn thread_locals_gone() -> bool {
+    !(super::units::alive() && super::kernels::alive() && crate::nvtx::alive())
+}
+
 thread_local! {
     /// Inside the ENTER callback of a launch.
     pub(super) static IN_LAUNCH: Cell<bool> = const { Cell::new(false) };

@@ -41,14 +41,10 @@ thread_local! {
     static OPEN_CALLS: RefCell<Correlations> = RefCell::default();
 }
 
-/// Whether this thread's thread-locals are gone or going (a callback during thread exit).
-/// Only thread-locals with a destructor can be gone (a `Cell<bool>` never is), and they go in
-/// no set order: each one the callback path reads is asked.
+/// Whether this thread's thread-locals are gone or going (a callback during thread exit):
+/// the router's (`marks::thread_locals_gone`) and this front end's own.
 fn tearing_down() -> bool {
-    !(super::units::alive()
-        && super::kernels::alive()
-        && OPEN_CALLS.try_with(|_| ()).is_ok()
-        && crate::nvtx::alive())
+    super::marks::thread_locals_gone() || OPEN_CALLS.try_with(|_| ()).is_err()
 }
 
 /// Process-wide, like CUPTI's: the record units are keyed by it.
