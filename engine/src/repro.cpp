@@ -129,9 +129,12 @@ static const unsigned char ABSENT_FILL = 0xFF;
 // before or after the dispatch): what the replay starts from and expects where the kernel
 // touched nothing when recorded.
 static void fill_absent(unsigned id, std::vector<unsigned char> &bytes) {
-  for (const Absent &a : ABSENT)
-    if (a.region == id && a.offset <= bytes.size() && a.size <= bytes.size() - a.offset)
-      memset(&bytes[a.offset], ABSENT_FILL, a.size);
+  for (const Absent &a : ABSENT) {
+    if (a.region != id) continue;
+    if (a.offset > bytes.size() || a.size > bytes.size() - a.offset)
+      die("an absent range lies outside its region");
+    memset(bytes.data() + a.offset, ABSENT_FILL, a.size);
+  }
 }
 
 // Rewrites the pointer slots of region `id` inside `bytes` (the region's bytes) after a move.

@@ -282,3 +282,50 @@ mod tests {
         range_pop();
     }
 }
+
+#[cfg(test)]
+mod exit_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static PUSHED: AtomicI32 = AtomicI32::new(0);
+    static POPPED: AtomicI32 = AtomicI32::new(0);
+    static STACK_WAS_GONE: AtomicI32 = AtomicI32::new(0);
+
+    /// Pushes and pops from its destructor, as a library's exit handler does after the
+    /// thread's thread-locals were destroyed.
+    struct LateCaller;
+    impl Drop for LateCaller {
+        fn drop(&mut self) {
+            STACK_WAS_GONE.store(i32::from(!alive()), Ordering::SeqCst);
+            PUSHED.store(push(None, "late".into()), Ordering::SeqCst);
+            POPPED.store(pop(None), Ordering::SeqCst);
+        }
+    }
+
+    thread_local! {
+        static LATE: LateCaller = const { LateCaller };
+    }
+
+    // Catches: a push or pop after the thread-locals were destroyed panicking in
+    // `LocalKey::with` (caught by the entry point, but its message reaches the application's
+    // stderr; seen on the H200 at exit). std runs a thread's destructors last registered
+    // first, so LATE (registered first) is dropped after STACK.
+    #[test]
+    fn a_push_and_pop_after_the_thread_locals_are_gone_answer_no_range_without_panicking() {
+        let joined = std::thread::spawn(|| {
+            LATE.with(|_| ());
+            assert_eq!(push(None, "live".into()), 0);
+            assert_eq!(pop(None), 0);
+        })
+        .join();
+        assert!(joined.is_ok(), "the thread panicked");
+        assert_eq!(
+            STACK_WAS_GONE.load(Ordering::SeqCst),
+            1,
+            "STACK outlived LATE"
+        );
+        assert_eq!(PUSHED.load(Ordering::SeqCst), GONE);
+        assert_eq!(POPPED.load(Ordering::SeqCst), GONE);
+    }
+}

@@ -395,16 +395,17 @@ static int run_ending(const char* how) {
   return 0;
 }
 
-// A child forked after CUDA work: it does no CUDA, prints and exits through exit() (so atexit
-// handlers, the recorder's among them, run in the child).
+// A child forked after CUDA work: it does no CUDA, prints without flushing and exits through
+// exit(3) (so exit handlers run in the child, and its output and status reach the parent only
+// if its exit flushes its streams and keeps its status: under --memory touched the recorder
+// ends such a child itself).
 static int run_fork() {
   if (run_saxpy(3)) return 1;
   fflush(stdout);
   pid_t p = fork();
   if (p == 0) {
     printf("child ok\n");
-    fflush(stdout);
-    exit(0);
+    exit(3);
   }
   int st = 0;
   waitpid(p, &st, 0);

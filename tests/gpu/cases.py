@@ -127,8 +127,11 @@ RUN_CASES = [
     RunCase("torch-profiler", "sigmoid", 1, _py("torch_profiler_app.py")),
     # cuFFT's table through the module global `lut_sp`: module globals are pointer-walk roots.
     RunCase("torch-fft", "regular_fft", 1, _py("fft_app.py")),
-    # A child forked after CUDA work exits through exit(): neither hung nor crashed.
+    # A child forked after CUDA work exits through exit(3), its output unflushed: neither hung
+    # nor crashed, its output and status as in a plain run (the parent prints the status).
     RunCase("robust-fork", "^saxpy", 1, ("timeout", "120", K, "fork")),
+    # The same on the Sanitizer front end, whose child the recorder ends itself (it hung).
+    RunCase("robust-fork-touched", "^saxpy", 1, ("timeout", "120", K, "fork"), rec_extra=("--memory", "touched")),
     RunCase("cuda-async-all", "^saxpy", 1, (K, "async"), rec_extra=("--memory", "all")),
     RunCase("torch-vmm-all", "sigmoid", 1, VMM + _py("torch_app.py"), rec_extra=("--memory", "all")),
     # Beyond linear device memory (issue 19).

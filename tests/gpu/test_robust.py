@@ -34,6 +34,8 @@ def check_verdict(rc, want_rc, base_out, rec_out, err, pattern) -> list:
         why.append("the application's output differs from the plain run's")
     if re.search(pattern, err, re.S) is None:
         why.append(f"stderr does not match {pattern!r}")
+    if S.recorder_panics(err):
+        why.append("the recorder panicked: " + " | ".join(S.recorder_panics(err)[:3]))
     return why
 
 
@@ -195,6 +197,8 @@ def test_ending(ec, case, row, kr, app):
             why.append("capture does not verify")
     if re.search("removed .*partial", rec.err):
         got += ", partial removed"
+    if S.recorder_panics(rec.err):
+        why.append("the recorder panicked: " + " | ".join(S.recorder_panics(rec.err)[:3]))
     row.update(kernel=f"big_scale ({ec.how}: {got}, rc {rec.rc})", matched=not why, why="; ".join(why))
     assert not why, "; ".join(why)
 

@@ -84,7 +84,7 @@ fn info_shows_present_and_absent_bytes_and_verify_checks_them() {
 // ABSENT_FILL.
 #[test]
 fn play_and_extract_repro_get_past_absent_pages() {
-    let d = scratch("touched-refuse");
+    let d = scratch("touched-play-repro");
     let (f, size) = touched_file(&d);
     let (code, _, err) = kreplay(&["play", &f, "--tool", "/nonexistent/t.so"]);
     assert_ne!(code, 0, "{err}");

@@ -1,6 +1,7 @@
 //! The entry points: what the CUDA driver and the C runtime call. Each catches panics (the
 //! application is never harmed by the recorder), and none does anything in the child of a
-//! `fork`. The work is the router's.
+//! `fork` but `forked_child_exit`, the end of a child under the Sanitizer front end. The work
+//! is the router's.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -9,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use kreplay_cuda::callbacks::{self, Group};
 use kreplay_cuda::cupti::{self, sys as csys, Subscriber};
-use kreplay_cuda::cupti_events;
+use kreplay_cuda::cupti_events::{self, CallbackEvent};
 use kreplay_engine::tool::{CTool, PassTool};
 use kreplay_protocol::config::{rank_from, Config, MemoryScope, Mode};
 use kreplay_protocol::report::ProcessReport;
@@ -27,18 +28,25 @@ use crate::error::RecordError;
 use crate::nvtx_events::{Delivery, NvtxEvent};
 use crate::profile::FixedPasses;
 
+/// In the parent, just before each `fork`: under the Sanitizer front end, the exit handler the
+/// child will end with (`forked_child_exit`). Registered here, where the exit-list lock is
+/// taken as in any call, not in the child (where another thread of the parent could have held
+/// it at the fork); registered at every fork, so in each child it is the latest, and runs
+/// before every handler registered before that fork. The parent's copy returns at once.
+extern "C" fn before_fork() {
+    let _ = std::panic::catch_unwind(|| {
+        if crate::touched_run::front().is_none() || FORKED.load(Ordering::SeqCst) {
+            return;
+        }
+        // SAFETY: registers a plain extern "C" function with the C runtime.
+        if unsafe { on_exit(forked_child_exit, std::ptr::null_mut()) } != 0 {
+            crate::diag!("kreplay: could not register the exit of a forked child (on_exit failed): the child may hang at exit under --memory touched");
+        }
+    });
+}
+
 extern "C" fn forked_child() {
     FORKED.store(true, Ordering::SeqCst);
-    // Registered last, so run first by `exit`, before every handler the application and the
-    // libraries registered, whenever they did: one registered after the recorder started is
-    // what hung (`forked_child_exit`). `on_exit` takes glibc's exit-list lock, which only a
-    // thread inside `atexit` at the instant of the fork could have held.
-    if crate::touched_run::front().is_some() {
-        // SAFETY: registers a plain extern "C" function with the C runtime.
-        unsafe {
-            on_exit(forked_child_exit, std::ptr::null_mut());
-        }
-    }
 }
 
 unsafe extern "C" fn callback(
@@ -48,14 +56,21 @@ unsafe extern "C" fn callback(
     cbdata: *const c_void,
 ) {
     let r = std::panic::catch_unwind(|| {
-        if FORKED.load(Ordering::Relaxed) || super::marks::thread_locals_gone() {
+        if FORKED.load(Ordering::Relaxed) {
             return;
         }
         let Some(rec) = RECORDER.get() else { return };
         // SAFETY: what CUPTI passed to this callback; the event does not outlive it.
-        if let Some(event) = unsafe { cupti_events::decode(domain, cbid, cbdata) } {
-            rec.route(event);
+        let Some(event) = (unsafe { cupti_events::decode(domain, cbid, cbdata) }) else {
+            return;
+        };
+        // A driver call after this thread's thread-locals were destroyed (an exit handler of
+        // a library's, on the main thread) is dropped: its route reads them. Resource events
+        // (a context's destruction, which saves the captures in flight) read none and go on.
+        if matches!(event, CallbackEvent::Api(_)) && super::marks::thread_locals_gone() {
+            return;
         }
+        rec.route(event);
     });
     if r.is_err() {
         crate::diag!("kreplay: internal error in the recorder (caught); the application continues");
@@ -78,15 +93,19 @@ extern "C" {
     fn on_exit(cb: extern "C" fn(libc::c_int, *mut c_void), arg: *mut c_void) -> i32;
 }
 
-/// The child of a `fork` under the Sanitizer front end ends here. Otherwise, at `exit`, it
-/// waits forever in an exit handler registered after the recorder started (on the H200,
-/// robust-fork: one thread left, in `FUTEX_WAIT` on a glibc lock in the heap that a thread of
-/// the parent held; not in the thread-local destructors, which had run). So the child flushes
-/// its C streams and leaves with its status; the other exit handlers and the libraries'
-/// destructors do not run in it (`README`, `--memory touched`).
+/// The child of a `fork` under the Sanitizer front end ends here (`before_fork`). Otherwise,
+/// at `exit`, it waits forever in an exit handler registered after the recorder started (on
+/// the H200, robust-fork: one thread left, in `FUTEX_WAIT` on a glibc lock in the heap that a
+/// thread of the parent held; not in the thread-local destructors, which had run). So the
+/// child flushes its C streams and leaves with its status; the exit handlers registered before
+/// the fork and the libraries' destructors do not run in it (`README`, `--memory touched`).
+/// In the parent (not forked) it returns at once.
 extern "C" fn forked_child_exit(status: libc::c_int, _arg: *mut c_void) {
-    // SAFETY: flushing every open C stream and ending the process are what `exit` would do;
-    // the child has one thread (the one that forked), so no stream is in use elsewhere.
+    if !FORKED.load(Ordering::SeqCst) {
+        return;
+    }
+    // SAFETY: flushing every open C stream and ending the process are what `exit` would do
+    // (`fflush` locks each stream, whatever threads the child made since).
     unsafe {
         libc::fflush(std::ptr::null_mut());
         libc::_exit(status)
@@ -262,12 +281,12 @@ fn initialize() -> Result<(), RecordError> {
     if let Some(rec) = RECORDER.get() {
         rec.follow_nvtx(nvtx_event);
     }
-    // SAFETY: registers plain extern "C" functions with the C runtime; the fork handler
-    // stores to an atomic and, under the Sanitizer front end, registers an exit handler (the
-    // child has one thread then, and glibc's malloc is usable in it).
+    // SAFETY: registers plain extern "C" functions with the C runtime; the child's fork
+    // handler only stores to an atomic (async-signal-safe, as a fork handler must be), the
+    // prepare handler runs in the parent, before the fork.
     unsafe {
         atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(forked_child));
+        libc::pthread_atfork(Some(before_fork), None, Some(forked_child));
     }
     Ok(())
 }

@@ -19,7 +19,8 @@ pub(super) fn forked() -> bool {
 /// during the thread's exit, or the process's (the Sanitizer API calls back then, seen on the
 /// H200 under JAX and Triton; libraries' exit handlers call the driver and NVTX after the main
 /// thread's were destroyed). Only thread-locals with a destructor can be gone (a `Cell<bool>`
-/// never is), and they go in no set order: each one is asked. Both front ends drop such a call.
+/// never is), and they go in no set order: each one is asked. The CUPTI front end drops a
+/// driver call then, the Sanitizer front end any callback, and the NVTX follower its event.
 pub(super) fn thread_locals_gone() -> bool {
     !(super::units::alive() && super::kernels::alive() && crate::nvtx::alive())
 }
