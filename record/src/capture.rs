@@ -405,6 +405,12 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
         p.data.spill.as_mut(),
         &stream,
     )?;
+    // The last copies into post scratch are still queued on this non-blocking stream, which
+    // nothing orders before the application's next work on its output, the writer's readback,
+    // or `--memory touched`'s restore of the input over the same bytes (as a range does).
+    stream
+        .synchronize()
+        .map_err(RecordError::cuda("waiting for the post-dispatch copies"))?;
     p.data.post = post;
     laps.lap("post");
     // The kernel's own run is not the capture's: the application waits for it anyway.

@@ -124,6 +124,30 @@ pub(crate) fn prints(image: &[u8]) -> bool {
     image.starts_with(b"\x7fELF") && image.windows(9).any(|w| w == b"\0vprintf\0")
 }
 
+/// The first of the dispatch's changed runs (offset, length in its region) holding no page
+/// the instrumented run wrote (`written`: page indices, ascending): a run of the same kernel on
+/// the same input that did not write where the application's did took another path, and its
+/// pages do not stand for the application's launch.
+pub(crate) fn unwritten_run(runs: &[(u64, u64)], written: &[u64]) -> Option<u64> {
+    runs.iter().find_map(|&(off, len)| {
+        let (first, last) = (off / PAGE, (off + len.max(1) - 1) / PAGE);
+        let i = written.partition_point(|&p| p < first);
+        (written.get(i).is_none_or(|&p| p > last)).then_some(off)
+    })
+}
+
+/// Why the instrumented run cannot see all of a launch's accesses, judged from its parameter
+/// layout (offset, size): a 128-byte, 64-byte-aligned parameter is a TMA tensor map (as
+/// `kreplay_engine::relocate::blocker` tells it), and the tensor copies through it
+/// (`cp.async.bulk.tensor`) are not among `touched_patch::PATCHES` (the Sanitizer API patches
+/// them from 13.3 on only): the pages they read or write would be stored absent.
+pub(crate) fn unseen_accesses(layout: &[(u32, u32)]) -> Option<String> {
+    let (offset, _) = layout.iter().find(|&&(o, s)| s == 128 && o % 64 == 0)?;
+    Some(format!(
+        "the parameter at offset {offset} is 128 bytes, 64-byte aligned: a TMA tensor map, whose tensor copies the instrumented run does not see"
+    ))
+}
+
 /// `prints` of a module's image, found once per image: a range asks at every step, and an
 /// image may be megabytes. The cache keeps each image alive, so its address names it alone.
 pub(crate) fn prints_once(image: &std::sync::Arc<Vec<u8>>) -> bool {
@@ -309,25 +333,49 @@ pub(crate) fn find_pages(
         .collect::<Result<_, _>>()?;
     let stream = Stream::new().map_err(|e| format!("creating the run's stream: {e}"))?;
     let e = |what: &'static str| move |err: kreplay_cuda::CudaError| format!("{what}: {err}");
-    // The dispatch's input back where it wrote.
-    for t in &tracked {
-        for &(off, len, _) in &t.runs {
-            // SAFETY: a run the dispatch wrote, inside its region (the application's memory,
-            // which the kernel writes anyway), from our scratch of the region's input.
-            unsafe { copy_dtod_async(t.addr + off, t.pre + off, len as usize, &stream) }
-                .map_err(e("putting the input back"))?;
+    // The dispatch's input back where it wrote; if that fails part way, its output goes back
+    // over what was put back before the error is told.
+    let restored = (|| {
+        for t in &tracked {
+            for &(off, len, _) in &t.runs {
+                // SAFETY: a run the dispatch wrote, inside its region (the application's
+                // memory, which the kernel writes anyway), from our scratch of its input.
+                unsafe { copy_dtod_async(t.addr + off, t.pre + off, len as usize, &stream) }
+                    .map_err(e("putting the input back"))?;
+            }
         }
+        stream.synchronize().map_err(e("putting the input back"))
+    })();
+    if let Err(why) = restored {
+        return Err(match put_back_runs(&tracked, &stream) {
+            Ok(()) => why,
+            Err(also) => format!("{why}; {also}: the application's output may be wrong"),
+        });
     }
-    stream.synchronize().map_err(e("putting the input back"))?;
     let regions: Vec<(u64, u64)> = tracked.iter().map(|t| (t.addr, t.size)).collect();
     let run = run_tracking(front, launch, &regions, &stream);
     // Whatever the run did, the application's output goes back before anything else.
     let written = run.as_ref().ok().map(|r| &r.written[..]);
     let put_back = put_back_output(&tracked, written, &stream);
+    // A put-back that failed is told first: the application's memory may be wrong then.
+    if let Err(also) = put_back {
+        let run = run.err().map(|why| format!("{why}; ")).unwrap_or_default();
+        return Err(format!(
+            "{run}{also}: the application's output may be wrong"
+        ));
+    }
     let run = run?;
-    put_back?;
     run.inside("the captured regions")
         .map_err(|why| format!("{why}: the walk missed memory the kernel uses"))?;
+    for (t, written) in tracked.iter().zip(&run.written) {
+        let runs: Vec<(u64, u64)> = t.runs.iter().map(|&(o, l, _)| (o, l)).collect();
+        if let Some(off) = unwritten_run(&runs, written) {
+            return Err(format!(
+                "the instrumented run wrote nothing in bytes {off:#x}.. of region {}, which the application's launch changed: the two runs took different paths, so its pages cannot be trusted",
+                snapshots[t.index].region.region_id
+            ));
+        }
+    }
     let mut touched_pages = 0;
     for (t, either) in tracked.iter().zip(&run.touched) {
         let s = &mut snapshots[t.index];
@@ -510,6 +558,13 @@ fn put_back_output(
                 .map_err(e)?;
         }
     }
+    put_back_runs(tracked, stream)
+}
+
+/// The dispatch's written runs back from our scratch of its output: the application's output
+/// where anything of ours (the input put back, the instrumented run) wrote over it.
+fn put_back_runs(tracked: &[Tracked], stream: &Stream) -> Result<(), String> {
+    let e = |err: kreplay_cuda::CudaError| format!("putting the application's output back: {err}");
     for t in tracked {
         for &(off, len, at) in &t.runs {
             // SAFETY: a run the dispatch wrote, from our scratch of its output.
@@ -523,6 +578,43 @@ fn put_back_output(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Catches: pages of a run that diverged from the application's trusted (the dispatch
+    // changed bytes where the run wrote nothing), or a run that wrote the first or the last
+    // page of a changed run taken for one that did not.
+    #[test]
+    fn a_changed_run_without_a_written_page_is_found() {
+        let p = PAGE;
+        assert_eq!(unwritten_run(&[(0, 2 * p)], &[1]), None);
+        assert_eq!(unwritten_run(&[(p, p), (4 * p, 3 * p)], &[1, 6]), None);
+        assert_eq!(
+            unwritten_run(&[(p, p), (4 * p, 3 * p)], &[1, 7]),
+            Some(4 * p)
+        );
+        assert_eq!(unwritten_run(&[(p, p), (4 * p, 3 * p)], &[3, 4]), Some(p));
+        assert_eq!(unwritten_run(&[(10, 1)], &[]), Some(10));
+        assert_eq!(
+            unwritten_run(&[(p - 1, 2)], &[1]),
+            None,
+            "a run across a page boundary"
+        );
+        assert_eq!(unwritten_run(&[], &[]), None);
+    }
+
+    // Catches: a kernel taking a TMA tensor map (CUTLASS 3, cuBLAS on sm_90) captured by
+    // touched pages, its operands read by tensor copies the patches do not see and stored
+    // absent; or an ordinary 128-byte struct at an unaligned offset refused.
+    #[test]
+    fn a_tensor_map_parameter_is_an_access_the_run_cannot_see() {
+        let why = unseen_accesses(&[(0, 8), (64, 128), (192, 4)]).expect("refused");
+        assert!(
+            why.contains("offset 64") && why.contains("TMA tensor map"),
+            "{why}"
+        );
+        assert_eq!(unseen_accesses(&[(0, 8), (8, 128)]), None);
+        assert_eq!(unseen_accesses(&[(0, 64), (64, 64)]), None);
+        assert_eq!(unseen_accesses(&[]), None);
+    }
 
     // Catches: a region the kernel touched all over stored as one extent (info would show it
     // as partly held), or an untouched region stored whole.

@@ -62,6 +62,9 @@ impl Recorder {
                 "the kernel's module calls printf: running it once more would print its output again".into(),
             ));
         }
+        if let Some(why) = crate::touched_run::unseen_accesses(layout) {
+            return Some(Err(why));
+        }
         Some(
             repeat_launch(view, layout, args)
                 .map(|(config, args)| TouchedLaunch {
