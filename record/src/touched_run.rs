@@ -436,7 +436,14 @@ pub(crate) fn run_tracking(
         .module()
         .map_err(|e| format!("the kernel's module: {e}"))?;
     let dev = device_state(&plan.table, plan.pages)?;
-    instrumented_run(front, launch, &module, &dev, stream)?;
+    if let Err(ran) = instrumented_run(front, launch, &module, &dev, stream) {
+        if ran.state_still_set {
+            // The patched kernel would write into it at the application's next launch of
+            // it: it stays allocated, for the process's life.
+            std::mem::forget(dev);
+        }
+        return Err(ran.why);
+    }
     let (state, write_bits, read_bits) = read_bits(&dev)?;
     let part = |bits: &[u32], i: usize| {
         let at = plan.placed.get(i).copied().flatten();
@@ -478,6 +485,22 @@ fn merge(a: &[u64], b: &[u64]) -> Vec<u64> {
     out
 }
 
+/// Why the instrumented run failed, and whether the kernel may still call the patches with
+/// the run's state (neither unset nor unpatched): the state must then outlive the process.
+struct RunFailed {
+    why: String,
+    state_still_set: bool,
+}
+
+impl From<String> for RunFailed {
+    fn from(why: String) -> RunFailed {
+        RunFailed {
+            why,
+            state_still_set: false,
+        }
+    }
+}
+
 /// Patches, launches and unpatches; the launch waited for.
 fn instrumented_run(
     front: &Front,
@@ -485,7 +508,7 @@ fn instrumented_run(
     module: &kreplay_cuda::ForeignModule,
     dev: &DeviceState,
     stream: &Stream,
-) -> Result<(), String> {
+) -> Result<(), RunFailed> {
     let api = &front.api;
     api.patch(module, &PATCHES).map_err(|e| e.to_string())?;
     // SAFETY: the state is a buffer of ours holding a TouchedState, alive past the launch,
@@ -502,9 +525,15 @@ fn instrumented_run(
     // SAFETY: unsetting (0) needs nothing alive.
     let unset = unsafe { api.set_function_data(&launch.function, 0) };
     let unpatched = api.unpatch(module);
+    if let (Err(a), Err(b)) = (&unset, &unpatched) {
+        return Err(RunFailed {
+            why: format!("the kernel could be neither unset ({a}) nor unpatched ({b}) after its instrumented run"),
+            state_still_set: true,
+        });
+    }
     ran?;
     unset.map_err(|e| e.to_string())?;
-    unpatched.map_err(|e| e.to_string())
+    unpatched.map_err(|e| e.to_string().into())
 }
 
 /// The state and the two bitmaps (write, read) after the run.
