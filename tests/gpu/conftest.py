@@ -191,6 +191,16 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     runner = getattr(item, "_kreplay_runner", None)
+    if rep.when == "call" and rep.passed and runner is not None:
+        panics = krsuite.runner_panics(runner.log)
+        if panics:
+            # Every case: a `kreplay record`/`profile` whose application's stderr shows a
+            # recorder panic fails it (caught in the recorder, but the message is the app's).
+            rep.outcome = "failed"
+            rep.longrepr = "the recorder panicked (caught, its message on the application's stderr): " + " | ".join(panics[:3])
+            row = getattr(item, "_kreplay_row", None)
+            if row is not None and not row.get("why"):
+                row["why"] = rep.longrepr
     if rep.failed and runner is not None and (runner.log or runner.notes):
         kr = item.config.getoption("--kreplay-bin") + "/kreplay"
 

@@ -345,6 +345,17 @@ def recorder_panics(err: str) -> list[str]:
     return [line.strip() for line in (err or "").splitlines() if any(m in line for m in marks)]
 
 
+def runner_panics(log) -> list[str]:
+    """`recorder_panics` of every `kreplay record` and `kreplay profile` a case ran (its
+    commands, `Cmd`s): what the recorder printed into an application's stderr."""
+    found = []
+    for cmd in log:
+        argv = [str(a) for a in cmd.argv]
+        if len(argv) > 1 and argv[0].endswith("kreplay") and argv[1] in ("record", "profile"):
+            found += recorder_panics(cmd.err)
+    return found
+
+
 def play_verdict(v: dict) -> str:
     """One replay's verdict in the reproducer's words (engine/src/repro.cpp)."""
     if (v.get("reference") or "recorded") != "recorded":

@@ -126,6 +126,22 @@ def test_recorder_panics_are_found_in_stderr_and_nothing_else_is():
     assert S.recorder_panics(None) == []
 
 
+def test_a_cases_record_and_profile_commands_are_searched_for_panics(tmp_path):
+    def cmd(argv, err):
+        e = tmp_path / f"{len(list(tmp_path.iterdir()))}.err"
+        e.write_text(err)
+        return S.Cmd(argv=argv, out_path=tmp_path / "none.out", err_path=e)
+
+    bad = "thread '<unnamed>' (7) panicked at src/x.rs:1:1:\n"
+    log = [cmd(["/d/kreplay", "record", "-k", "x", "--", "app"], "kreplay: captured x\n"),
+           cmd(["/d/kreplay", "profile", "-k", "x", "--", "app"], bad),
+           cmd(["/d/kreplay", "play", "c.krr"], bad),
+           cmd(["app", "record"], bad)]
+    found = S.runner_panics(log)
+    assert found == ["thread '<unnamed>' (7) panicked at src/x.rs:1:1:"], found
+    assert S.runner_panics(log[:1]) == []
+
+
 def test_relocate_refusal_is_plays_own_message():
     """Issue 39 item 5: play --relocate says "cannot be moved to other addresses"."""
     msg = "kreplay: error: --relocate: the capture cannot be moved to other addresses: a pointer; replay it without --relocate"
