@@ -60,21 +60,22 @@ impl Relocation {
     }
 }
 
+/// The offset of the first parameter that is a TMA tensor map (a `CUtensorMap`: 128 bytes at
+/// a 64-byte-aligned offset), in a layout of (offset, size) pairs.
+pub fn tensor_map_param(layout: impl IntoIterator<Item = (u32, u32)>) -> Option<u32> {
+    layout
+        .into_iter()
+        .find(|&(offset, size)| size == 128 && offset % 64 == 0)
+        .map(|(offset, _)| offset)
+}
+
 /// Why a capture cannot be relocated exactly, if it cannot.
 pub fn blocker(cap: &Capture<'_>) -> Option<String> {
-    // A CUtensorMap is a 128-byte, 64-byte-aligned parameter whose address fields are encoded.
-    if let Some(p) = cap
-        .dispatch
-        .params
-        .iter()
-        .find(|p| p.size == 128 && p.offset % 64 == 0)
-    {
-        return Some(format!(
-            "parameter at offset {} is 128 bytes, 64-byte aligned: a TMA tensor map, whose encoded addresses cannot be rewritten",
-            p.offset
-        ));
-    }
-    None
+    // A CUtensorMap's address fields are encoded.
+    let offset = tensor_map_param(cap.dispatch.params.iter().map(|p| (p.offset, p.size)))?;
+    Some(format!(
+        "parameter at offset {offset} is 128 bytes, 64-byte aligned: a TMA tensor map, whose encoded addresses cannot be rewritten"
+    ))
 }
 
 #[cfg(test)]

@@ -128,8 +128,11 @@ pub(crate) fn prints(image: &[u8]) -> bool {
 /// the instrumented run wrote (`written`: page indices, ascending): a run of the same kernel on
 /// the same input that did not write where the application's did took another path, and its
 /// pages do not stand for the application's launch.
-pub(crate) fn unwritten_run(runs: &[(u64, u64)], written: &[u64]) -> Option<u64> {
-    runs.iter().find_map(|&(off, len)| {
+pub(crate) fn unwritten_run(
+    runs: impl IntoIterator<Item = (u64, u64)>,
+    written: &[u64],
+) -> Option<u64> {
+    runs.into_iter().find_map(|(off, len)| {
         let (first, last) = (off / PAGE, (off + len.max(1) - 1) / PAGE);
         let i = written.partition_point(|&p| p < first);
         (written.get(i).is_none_or(|&p| p > last)).then_some(off)
@@ -137,12 +140,12 @@ pub(crate) fn unwritten_run(runs: &[(u64, u64)], written: &[u64]) -> Option<u64>
 }
 
 /// Why the instrumented run cannot see all of a launch's accesses, judged from its parameter
-/// layout (offset, size): a 128-byte, 64-byte-aligned parameter is a TMA tensor map (as
-/// `kreplay_engine::relocate::blocker` tells it), and the tensor copies through it
-/// (`cp.async.bulk.tensor`) are not among `touched_patch::PATCHES` (the Sanitizer API patches
-/// them from 13.3 on only): the pages they read or write would be stored absent.
+/// layout (offset, size): a TMA tensor map parameter (`relocate::tensor_map_param`), whose
+/// tensor copies (`cp.async.bulk.tensor`) are not among `touched_patch::PATCHES` (the
+/// Sanitizer API patches them from 13.3 on only): the pages they read or write would be
+/// stored absent.
 pub(crate) fn unseen_accesses(layout: &[(u32, u32)]) -> Option<String> {
-    let (offset, _) = layout.iter().find(|&&(o, s)| s == 128 && o % 64 == 0)?;
+    let offset = kreplay_engine::relocate::tensor_map_param(layout.iter().copied())?;
     Some(format!(
         "the parameter at offset {offset} is 128 bytes, 64-byte aligned: a TMA tensor map, whose tensor copies the instrumented run does not see"
     ))
@@ -332,21 +335,9 @@ pub(crate) fn find_pages(
         .map(|(i, s)| tracked(i, s))
         .collect::<Result<_, _>>()?;
     let stream = Stream::new().map_err(|e| format!("creating the run's stream: {e}"))?;
-    let e = |what: &'static str| move |err: kreplay_cuda::CudaError| format!("{what}: {err}");
     // The dispatch's input back where it wrote; if that fails part way, its output goes back
     // over what was put back before the error is told.
-    let restored = (|| {
-        for t in &tracked {
-            for &(off, len, _) in &t.runs {
-                // SAFETY: a run the dispatch wrote, inside its region (the application's
-                // memory, which the kernel writes anyway), from our scratch of its input.
-                unsafe { copy_dtod_async(t.addr + off, t.pre + off, len as usize, &stream) }
-                    .map_err(e("putting the input back"))?;
-            }
-        }
-        stream.synchronize().map_err(e("putting the input back"))
-    })();
-    if let Err(why) = restored {
+    if let Err(why) = put_back_input(&tracked, &stream) {
         return Err(match put_back_runs(&tracked, &stream) {
             Ok(()) => why,
             Err(also) => format!("{why}; {also}: the application's output may be wrong"),
@@ -368,8 +359,7 @@ pub(crate) fn find_pages(
     run.inside("the captured regions")
         .map_err(|why| format!("{why}: the walk missed memory the kernel uses"))?;
     for (t, written) in tracked.iter().zip(&run.written) {
-        let runs: Vec<(u64, u64)> = t.runs.iter().map(|&(o, l, _)| (o, l)).collect();
-        if let Some(off) = unwritten_run(&runs, written) {
+        if let Some(off) = unwritten_run(t.runs.iter().map(|&(o, l, _)| (o, l)), written) {
             return Err(format!(
                 "the instrumented run wrote nothing in bytes {off:#x}.. of region {}, which the application's launch changed: the two runs took different paths, so its pages cannot be trusted",
                 snapshots[t.index].region.region_id
@@ -590,6 +580,20 @@ fn put_back_output(
     put_back_runs(tracked, stream)
 }
 
+/// The dispatch's input back over the runs it wrote, from our scratch of each region's input.
+fn put_back_input(tracked: &[Tracked], stream: &Stream) -> Result<(), String> {
+    let e = |err: kreplay_cuda::CudaError| format!("putting the input back: {err}");
+    for t in tracked {
+        for &(off, len, _) in &t.runs {
+            // SAFETY: a run the dispatch wrote, inside its region (the application's memory,
+            // which the kernel writes anyway), from our scratch of its input.
+            unsafe { copy_dtod_async(t.addr + off, t.pre + off, len as usize, stream) }
+                .map_err(e)?;
+        }
+    }
+    stream.synchronize().map_err(e)
+}
+
 /// The dispatch's written runs back from our scratch of its output: the application's output
 /// where anything of ours (the input put back, the instrumented run) wrote over it.
 fn put_back_runs(tracked: &[Tracked], stream: &Stream) -> Result<(), String> {
@@ -614,20 +618,20 @@ mod tests {
     #[test]
     fn a_changed_run_without_a_written_page_is_found() {
         let p = PAGE;
-        assert_eq!(unwritten_run(&[(0, 2 * p)], &[1]), None);
-        assert_eq!(unwritten_run(&[(p, p), (4 * p, 3 * p)], &[1, 6]), None);
+        assert_eq!(unwritten_run([(0, 2 * p)], &[1]), None);
+        assert_eq!(unwritten_run([(p, p), (4 * p, 3 * p)], &[1, 6]), None);
         assert_eq!(
-            unwritten_run(&[(p, p), (4 * p, 3 * p)], &[1, 7]),
+            unwritten_run([(p, p), (4 * p, 3 * p)], &[1, 7]),
             Some(4 * p)
         );
-        assert_eq!(unwritten_run(&[(p, p), (4 * p, 3 * p)], &[3, 4]), Some(p));
-        assert_eq!(unwritten_run(&[(10, 1)], &[]), Some(10));
+        assert_eq!(unwritten_run([(p, p), (4 * p, 3 * p)], &[3, 4]), Some(p));
+        assert_eq!(unwritten_run([(10, 1)], &[]), Some(10));
         assert_eq!(
-            unwritten_run(&[(p - 1, 2)], &[1]),
+            unwritten_run([(p - 1, 2)], &[1]),
             None,
             "a run across a page boundary"
         );
-        assert_eq!(unwritten_run(&[], &[]), None);
+        assert_eq!(unwritten_run([], &[]), None);
     }
 
     // Catches: a kernel taking a TMA tensor map (CUTLASS 3, cuBLAS on sm_90) captured by
