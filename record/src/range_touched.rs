@@ -11,7 +11,11 @@ use std::time::Instant;
 
 use kreplay_cuda::touched_patch::PAGE;
 use kreplay_cuda::{copy_dtod_async, DeviceBuffer, Stream};
+use kreplay_engine::write_set::{self, Evidence};
 use kreplay_format::extents::{extents_of_pages, pages_of_ranges};
+use kreplay_format::DEFAULT_CHUNK_SIZE;
+
+use crate::device_resources::with_chunk_kernels;
 
 use crate::snapshot::Snapshot;
 use crate::touched_run::{self, Front, TouchedLaunch};
@@ -173,6 +177,12 @@ fn run_step(front: &Front, run: &mut StepRun) -> Result<Vec<(u64, u64)>, String>
     let regions: Vec<(u64, u64)> = run.inputs.iter().map(|&(a, s, _)| (a, s)).collect();
     let outputs = copy_aside(&regions)?;
     let stream = Stream::new().map_err(|e| format!("creating a stream: {e}"))?;
+    // What the application's step changed, while memory still holds its output.
+    let changed: Vec<Option<Vec<(u64, u64)>>> = run
+        .inputs
+        .iter()
+        .map(|(addr, size, input)| step_changes(input.ptr(), *addr, *size, &stream))
+        .collect();
     let found = put_back(&run.inputs, &stream)
         .and_then(|()| touched_run::run_tracking(front, &mut run.launch, &regions, &stream));
     // Whatever the run did, the step's output goes back before anything else.
@@ -181,11 +191,53 @@ fn run_step(front: &Front, run: &mut StepRun) -> Result<Vec<(u64, u64)>, String>
     })?;
     let found = found?;
     found.inside("the regions it reaches")?;
+    if let Some((k, off)) = first_unwritten(&changed, &found.written) {
+        return Err(format!(
+            "the instrumented run wrote nothing in bytes {off:#x}.. of the region at {:#x}, which the application's step changed: the two runs took different paths, so its pages cannot be trusted",
+            regions[k].0
+        ));
+    }
     Ok(regions
         .iter()
         .zip(&found.touched)
         .flat_map(|(&(addr, size), pages)| page_ranges(pages, addr, size))
         .collect())
+}
+
+/// The chunks of the region at `addr` (`size` bytes) that differ from `input`, its bytes
+/// before the step, as (offset, length) runs; `None` where the GPU cannot compare them (then
+/// nothing is checked of that region).
+fn step_changes(input: u64, addr: u64, size: u64, stream: &Stream) -> Option<Vec<(u64, u64)>> {
+    let cs = DEFAULT_CHUNK_SIZE;
+    let flags = with_chunk_kernels(|k| {
+        // SAFETY: `input` is our copy of the region's `size` bytes; the region is the
+        // application's allocation, read while the application waits in the step's EXIT.
+        unsafe { k.scan(input, Some(addr), size, cs, stream) }
+    })
+    .ok()?;
+    Some(
+        write_set::written(Evidence::Changed(&flags.changed), cs, size)
+            .into_iter()
+            .map(|r| (r.offset, r.len))
+            .collect(),
+    )
+}
+
+/// The first region (its index, and the offset of the run) where the application's step
+/// changed bytes (`changed`: runs per region, `None` where not known) in which the
+/// instrumented run wrote no page (`written`: its pages per region, ascending), as
+/// `touched_run::unwritten_run` judges a single dispatch.
+fn first_unwritten(
+    changed: &[Option<Vec<(u64, u64)>>],
+    written: &[Vec<u64>],
+) -> Option<(usize, u64)> {
+    changed
+        .iter()
+        .zip(written)
+        .enumerate()
+        .find_map(|(k, (runs, pages))| {
+            touched_run::unwritten_run(runs.as_deref()?.iter().copied(), pages).map(|off| (k, off))
+        })
 }
 
 /// The byte ranges [start, end) of the region at `addr`, `size` bytes long, that its `pages`
@@ -268,6 +320,28 @@ mod tests {
             }).collect();
             proptest::prop_assert_eq!(got, want);
         });
+    }
+
+    // Catches: a step whose instrumented run took another path (it wrote nothing where the
+    // application's step changed bytes) taken at its pages; a region the GPU could not compare
+    // (`None`) refused; the wrong region or offset named.
+    #[test]
+    fn a_step_run_that_did_not_write_where_the_application_did_is_refused() {
+        let p = PAGE;
+        let changed = vec![Some(vec![(0, 2 * p)]), None, Some(vec![(4 * p, p)])];
+        assert_eq!(first_unwritten(&changed, &[vec![1], vec![], vec![4]]), None);
+        assert_eq!(
+            first_unwritten(&changed, &[vec![1], vec![], vec![3, 5]]),
+            Some((2, 4 * p))
+        );
+        assert_eq!(
+            first_unwritten(&changed, &[vec![2], vec![0], vec![4]]),
+            Some((0, 0))
+        );
+        assert_eq!(
+            first_unwritten(&[None, Some(vec![])], &[vec![], vec![]]),
+            None
+        );
     }
 
     #[test]
