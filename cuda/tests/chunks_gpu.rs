@@ -214,6 +214,9 @@ fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
     for cap in [1 << 20, 100] {
         let copy = DeviceBuffer::new(n).expect("copy");
         copy.fill(0xab).expect("fill");
+        // The fill runs on the legacy stream, which the scan's non-blocking stream does not
+        // wait for: done before the scan (a GPU shared with other work showed the race).
+        kreplay_cuda::ctx_synchronize().expect("fill done");
         // SAFETY: as for the upload; `copy` is this test's own allocation of `n` bytes.
         let hits = unsafe {
             kernels.pointer_scan(
@@ -327,6 +330,8 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
         + (*sizes.last().unwrap_or(&0) as u64).next_multiple_of(256);
     let slab = DeviceBuffer::new(total as usize + 256).expect("slab");
     slab.fill(0xab).expect("sentinel");
+    // Done before the copies: the legacy stream's fill and the kernels' stream do not order.
+    kreplay_cuda::ctx_synchronize().expect("sentinel done");
     let mut copies: Vec<(u64, u64, u64)> = bufs
         .iter()
         .zip(&at)
