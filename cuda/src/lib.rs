@@ -34,6 +34,7 @@ pub mod launch;
 pub mod many;
 pub mod memory;
 pub mod module;
+pub mod owned;
 pub mod pointer;
 pub mod profiler;
 #[cfg(test)]

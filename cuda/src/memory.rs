@@ -37,6 +37,7 @@ impl DeviceBuffer {
             unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) },
             "cuMemAlloc",
         )?;
+        crate::owned::note_alloc(p, len);
         Ok(DeviceBuffer { ptr: p, len })
     }
 
@@ -67,6 +68,7 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        crate::owned::note_free(self.ptr);
         // SAFETY: frees the allocation made in `new`.
         unsafe {
             sys::cuMemFree_v2(self.ptr);
@@ -92,6 +94,8 @@ impl PinnedBuffer {
             unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), 1) },
             "cuMemHostAlloc",
         )?;
+        // Under unified addressing the host address is also the device's.
+        crate::owned::note_alloc(p as u64, len);
         Ok(PinnedBuffer {
             ptr: p as *mut u8,
             len,
@@ -113,6 +117,7 @@ impl PinnedBuffer {
             },
             "cuMemHostAlloc",
         )?;
+        crate::owned::note_alloc(p as u64, len);
         Ok(PinnedBuffer {
             ptr: p as *mut u8,
             len,
@@ -143,6 +148,7 @@ impl PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
+        crate::owned::note_free(self.ptr as u64);
         // SAFETY: frees the allocation made in `new`.
         unsafe {
             sys::cuMemFreeHost(self.ptr as *mut c_void);

@@ -255,6 +255,10 @@ impl DeviceSpace<'_> {
 
 impl AddressSpace for DeviceSpace<'_> {
     fn allocation(&mut self, addr: u64) -> Option<Allocation> {
+        // A word inside kreplay's own scratch is data that looks like a pointer, not one.
+        if kreplay_cuda::owned::is_owned(addr) {
+            return None;
+        }
         let look = || pointer::allocation_facts(addr, VMM_EXTENT_LIMIT);
         // Timed only when asked: two clock reads per lookup, 10,000 of them for a pointer table.
         let facts = if self.timing {
