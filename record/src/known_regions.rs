@@ -2,73 +2,52 @@
 //! A list searched from the start made the walk quadratic: a dispatch reaching a table of
 //! 10,000 allocations asked 10,000 words against up to 10,000 regions, twice (following, then
 //! the pointer slots), most of its 248 ms walk on the H200 (#34). Here the union of the regions
-//! is kept as disjoint intervals in a B-tree: each question is a logarithmic lookup.
+//! is kept as disjoint intervals (`IntervalUnion`): each question is a binary search.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::BTreeSet;
+
+use crate::interval_union::IntervalUnion;
 
 /// Regions `(base, size)` in the order they were added, and their union for lookups.
 #[derive(Debug, Default, Clone)]
 pub struct KnownRegions {
     entries: Vec<(u64, u64)>,
-    /// start → end of disjoint intervals covering every non-empty region. Only overlapping
-    /// regions are merged, touching ones are not: then a point inside a merged interval is
-    /// strictly inside some region, as an empty overlap test at it asks.
-    union: BTreeMap<u64, u64>,
+    /// Disjoint intervals covering every non-empty region. Only overlapping regions are
+    /// merged, touching ones are not: then a point inside a merged interval is strictly inside
+    /// some region, as an empty overlap test at it asks.
+    union: IntervalUnion,
     /// Bases of empty regions (inside nothing, but an overlap test sees them).
     points: BTreeSet<u64>,
-    bases: HashSet<u64>,
 }
 
 impl KnownRegions {
     pub fn push(&mut self, base: u64, size: u64) {
         self.entries.push((base, size));
-        self.bases.insert(base);
         if size == 0 {
             self.points.insert(base);
             return;
         }
-        let (mut start, mut end) = (base, base.saturating_add(size));
-        // Every interval that overlaps [start, end) merges into it.
-        let overlapping: Vec<u64> = self
-            .union
-            .range(..end)
-            .rev()
-            .take_while(|&(_, &e)| e > start)
-            .map(|(&s, _)| s)
-            .collect();
-        for s in overlapping {
-            if let Some(e) = self.union.remove(&s) {
-                start = start.min(s);
-                end = end.max(e);
-            }
-        }
-        self.union.insert(start, end);
+        self.union.insert(base, base.saturating_add(size));
     }
 
     /// Whether `v` lies inside a region (`base <= v < base + size`).
     pub fn contains(&self, v: u64) -> bool {
-        self.union
-            .range(..=v)
-            .next_back()
-            .is_some_and(|(_, &end)| v < end)
+        self.union.contains(v)
     }
 
     /// Whether a region overlaps `[base, base + size)` (for each region `(b, n)`: `base < b + n`
     /// and `b < base + size`).
     pub fn overlaps(&self, base: u64, size: u64) -> bool {
         let end = base.saturating_add(size);
-        let interval = self
-            .union
-            .range(..end)
-            .next_back()
-            .is_some_and(|(_, &e)| e > base);
+        let interval = self.union.overlaps(base, end);
         let point = base < end && self.points.range(base + 1..end).next().is_some();
         interval || point
     }
 
-    /// Whether a region starts at `base`.
+    /// Whether a region starts at `base`. A linear search: the walk asks it of its roots only
+    /// (argument words and texture addresses), before it follows stored pointers.
     pub fn has_base(&self, base: u64) -> bool {
-        self.bases.contains(&base)
+        self.entries.iter().any(|&(b, _)| b == base)
     }
 
     /// The lowest base and the highest end, `None` when empty.
@@ -142,7 +121,8 @@ mod tests {
                 prop_assert_eq!(k.contains(v), naive_contains(&regions, v), "contains {}", v);
                 prop_assert_eq!(k.overlaps(v, n), naive_overlaps(&regions, v, n), "overlaps {} {}", v, n);
             }
-            prop_assert!(k.union.iter().zip(k.union.iter().skip(1)).all(|((_, e), (s, _))| e <= s));
+            let iv = k.union.intervals();
+            prop_assert!(iv.iter().zip(iv.iter().skip(1)).all(|(a, b)| a.1 <= b.0));
         }
     }
 }

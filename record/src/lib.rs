@@ -28,6 +28,7 @@ pub mod graph_plan;
 pub mod graph_track;
 pub mod in_place;
 pub mod inflight;
+pub mod interval_union;
 pub mod known_regions;
 pub mod launch;
 pub mod nvtx;
