@@ -41,6 +41,15 @@ impl DeviceBuffer {
         Ok(DeviceBuffer { ptr: p, len })
     }
 
+    /// Gives the allocation up without freeing it (a kernel may still write there): it stays
+    /// allocated for the process's life, or until its context is destroyed, and leaves the
+    /// table of kreplay's own memory, whose entry would outlive a destroyed context and hide
+    /// an application allocation made later at the same address (`owned`).
+    pub fn leak(self) {
+        crate::owned::note_free(self.ptr);
+        std::mem::forget(self);
+    }
+
     /// Device address of the first byte.
     pub fn ptr(&self) -> u64 {
         self.ptr

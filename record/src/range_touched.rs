@@ -177,11 +177,16 @@ fn run_step(front: &Front, run: &mut StepRun) -> Result<Vec<(u64, u64)>, String>
     let regions: Vec<(u64, u64)> = run.inputs.iter().map(|&(a, s, _)| (a, s)).collect();
     let outputs = copy_aside(&regions)?;
     let stream = Stream::new().map_err(|e| format!("creating a stream: {e}"))?;
-    // What the application's step changed, while memory still holds its output.
+    // What the application's step changed: its input against its output, both our copies
+    // (the application's memory may be another device's, or host memory a kernel of ours
+    // must not read, where the copy engine's copies could go).
     let changed: Vec<Option<Vec<(u64, u64)>>> = run
         .inputs
         .iter()
-        .map(|(addr, size, input)| step_changes(input.ptr(), *addr, *size, &stream))
+        .zip(&outputs)
+        .map(|((_, size, input), (_, _, output))| {
+            step_changes(input.ptr(), output.ptr(), *size, &stream)
+        })
         .collect();
     let found = put_back(&run.inputs, &stream)
         .and_then(|()| touched_run::run_tracking(front, &mut run.launch, &regions, &stream));
@@ -204,15 +209,15 @@ fn run_step(front: &Front, run: &mut StepRun) -> Result<Vec<(u64, u64)>, String>
         .collect())
 }
 
-/// The chunks of the region at `addr` (`size` bytes) that differ from `input`, its bytes
-/// before the step, as (offset, length) runs; `None` where the GPU cannot compare them (then
-/// nothing is checked of that region).
-fn step_changes(input: u64, addr: u64, size: u64, stream: &Stream) -> Option<Vec<(u64, u64)>> {
+/// The chunks of `output` (`size` bytes, our copy of a region after the step) that differ
+/// from `input` (our copy of it before), as (offset, length) runs; `None` where the GPU cannot
+/// compare them (then nothing is checked of that region).
+fn step_changes(input: u64, output: u64, size: u64, stream: &Stream) -> Option<Vec<(u64, u64)>> {
     let cs = DEFAULT_CHUNK_SIZE;
     let flags = with_chunk_kernels(|k| {
-        // SAFETY: `input` is our copy of the region's `size` bytes; the region is the
-        // application's allocation, read while the application waits in the step's EXIT.
-        unsafe { k.scan(input, Some(addr), size, cs, stream) }
+        // SAFETY: `input` and `output` are buffers of ours of at least `size` bytes each
+        // (`copy_aside`), alive until this returns.
+        unsafe { k.scan(input, Some(output), size, cs, stream) }
     })
     .ok()?;
     Some(

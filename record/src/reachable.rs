@@ -266,6 +266,10 @@ impl AddressSpace for DeviceSpace<'_> {
         } else {
             look()
         }?;
+        // Also past a buffer's length, in the driver's rounding of its allocation.
+        if kreplay_cuda::owned::is_owned(facts.base) {
+            return None;
+        }
         let ordinal = self.current_ordinal();
         // A joined VMM range is checked mapping by mapping where it is scanned.
         if !facts.vmm {

@@ -253,6 +253,15 @@ struct DeviceState {
     words: usize,
 }
 
+impl DeviceState {
+    /// Keeps every buffer allocated (`DeviceBuffer::leak`).
+    fn leak(self) {
+        for b in [self.state, self._regions, self.read, self.write] {
+            b.leak();
+        }
+    }
+}
+
 fn bytes_of<T: Copy>(v: &[T]) -> Vec<u8> {
     let n = std::mem::size_of_val(v);
     let mut out = vec![0u8; n];
@@ -430,7 +439,7 @@ pub(crate) fn run_tracking(
         if ran.state_still_set {
             // The patched kernel would write into it at the application's next launch of
             // it: it stays allocated, for the process's life.
-            std::mem::forget(dev);
+            dev.leak();
         }
         return Err(ran.why);
     }
