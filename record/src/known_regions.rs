@@ -44,12 +44,6 @@ impl KnownRegions {
         interval || point
     }
 
-    /// Whether a region starts at `base`. A linear search: the walk asks it of its roots only
-    /// (argument words and texture addresses), before it follows stored pointers.
-    pub fn has_base(&self, base: u64) -> bool {
-        self.entries.iter().any(|&(b, _)| b == base)
-    }
-
     /// The lowest base and the highest end, `None` when empty.
     pub fn span(&self) -> Option<(u64, u64)> {
         let lo = self.entries.iter().map(|k| k.0).min()?;
@@ -100,7 +94,6 @@ mod tests {
             !k.overlaps(150, 0),
             "at a touching point, strictly inside no region"
         );
-        assert!(k.has_base(110) && !k.has_base(111));
         assert_eq!(k.span(), Some((100, 300)));
         assert_eq!(k.iter().count(), 4);
     }

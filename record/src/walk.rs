@@ -245,6 +245,9 @@ struct State {
     walk: Walk,
     known: KnownRegions,
     heap: Option<(u64, u64)>,
+    /// Bases of the regions the roots added (argument words and texture addresses come
+    /// first, before anything else is known).
+    root_bases: HashSet<u64>,
 }
 
 impl State {
@@ -271,7 +274,7 @@ impl State {
 
     /// Adds the allocation an argument reaches, unless it is already known.
     fn add_argument(&mut self, a: Allocation) {
-        if !self.known.has_base(a.base) {
+        if self.root_bases.insert(a.base) {
             self.add(FoundRegion {
                 base: a.base,
                 size: a.size,
@@ -293,6 +296,7 @@ pub fn walk(
         walk: Walk::default(),
         known: KnownRegions::default(),
         heap: roots.heap,
+        root_bases: HashSet::new(),
     };
     argument_regions(roots, space, &mut s);
     for &addr in roots.addresses {
