@@ -9,9 +9,9 @@
 
 use std::time::Instant;
 
+use kreplay_cuda::many::ManyScan;
 use kreplay_cuda::touched_patch::PAGE;
 use kreplay_cuda::{copy_dtod_async, DeviceBuffer, Stream};
-use kreplay_engine::write_set::{self, Evidence};
 use kreplay_format::extents::{extents_of_pages, pages_of_ranges};
 use kreplay_format::DEFAULT_CHUNK_SIZE;
 
@@ -180,14 +180,13 @@ fn run_step(front: &Front, run: &mut StepRun) -> Result<Vec<(u64, u64)>, String>
     // What the application's step changed: its input against its output, both our copies
     // (the application's memory may be another device's, or host memory a kernel of ours
     // must not read, where the copy engine's copies could go).
-    let changed: Vec<Option<Vec<(u64, u64)>>> = run
+    let pairs: Vec<(u64, u64, u64)> = run
         .inputs
         .iter()
         .zip(&outputs)
-        .map(|((_, size, input), (_, _, output))| {
-            step_changes(input.ptr(), output.ptr(), *size, &stream)
-        })
+        .map(|((_, size, input), (_, _, output))| (input.ptr(), output.ptr(), *size))
         .collect();
+    let changed = step_changes(&pairs, &stream);
     let found = put_back(&run.inputs, &stream)
         .and_then(|()| touched_run::run_tracking(front, &mut run.launch, &regions, &stream));
     // Whatever the run did, the step's output goes back before anything else.
@@ -209,23 +208,60 @@ fn run_step(front: &Front, run: &mut StepRun) -> Result<Vec<(u64, u64)>, String>
         .collect())
 }
 
-/// The chunks of `output` (`size` bytes, our copy of a region after the step) that differ
-/// from `input` (our copy of it before), as (offset, length) runs; `None` where the GPU cannot
-/// compare them (then nothing is checked of that region).
-fn step_changes(input: u64, output: u64, size: u64, stream: &Stream) -> Option<Vec<(u64, u64)>> {
+/// What the step changed of each region: `pairs` are our copies of it (input before, output
+/// after, bytes), compared on the GPU in one launch; per region the changed chunks, one
+/// (offset, length) run each (a run per chunk: each must hold a page the instrumented run
+/// wrote). `None` for every region where the GPU cannot compare them (nothing is checked).
+fn step_changes(pairs: &[(u64, u64, u64)], stream: &Stream) -> Vec<Option<Vec<(u64, u64)>>> {
     let cs = DEFAULT_CHUNK_SIZE;
-    let flags = with_chunk_kernels(|k| {
-        // SAFETY: `input` and `output` are buffers of ours of at least `size` bytes each
-        // (`copy_aside`), alive until this returns.
-        unsafe { k.scan(input, Some(output), size, cs, stream) }
-    })
-    .ok()?;
-    Some(
-        write_set::written(Evidence::Changed(&flags.changed), cs, size)
+    let mut first_flag = 0;
+    let scans: Vec<ManyScan> = pairs
+        .iter()
+        .map(|&(pre, post, bytes)| {
+            let scan = ManyScan {
+                pre,
+                post,
+                bytes,
+                chunk_shift: cs.trailing_zeros(),
+                first_flag,
+            };
+            first_flag += bytes.div_ceil(cs) as usize;
+            scan
+        })
+        .collect();
+    // SAFETY: every `pre` and `post` is a buffer of ours of `bytes` bytes (`copy_aside`),
+    // alive until this returns.
+    match with_chunk_kernels(|k| unsafe { k.scan_many(&scans, stream) }) {
+        Ok(flags) => changed_chunks(&flags.changed, pairs.iter().map(|p| p.2), cs)
             .into_iter()
-            .map(|r| (r.offset, r.len))
+            .map(Some)
             .collect(),
-    )
+        Err(_) => vec![None; pairs.len()],
+    }
+}
+
+/// Per region (`sizes`, in order; their chunk flags laid end to end from 0, `chunk` bytes
+/// each), the (offset, length) of each changed chunk, the last cut at the region's end.
+fn changed_chunks(
+    flags: &[bool],
+    sizes: impl Iterator<Item = u64>,
+    chunk: u64,
+) -> Vec<Vec<(u64, u64)>> {
+    let mut first = 0;
+    sizes
+        .map(|size| {
+            let n = size.div_ceil(chunk) as usize;
+            let runs = (0..n)
+                .filter(|&c| flags.get(first + c).copied().unwrap_or(false))
+                .map(|c| {
+                    let off = c as u64 * chunk;
+                    (off, chunk.min(size - off))
+                })
+                .collect();
+            first += n;
+            runs
+        })
+        .collect()
 }
 
 /// The first region (its index, and the offset of the run) where the application's step
@@ -346,6 +382,28 @@ mod tests {
         assert_eq!(
             first_unwritten(&[None, Some(vec![])], &[vec![], vec![]]),
             None
+        );
+    }
+
+    // Catches: a region given another region's flags (they lie end to end), a partial last
+    // chunk reported whole, adjacent changed chunks merged into one run (each must hold a
+    // written page), flags missing past the end taken for changes, an empty region.
+    #[test]
+    fn each_regions_changed_chunks_come_from_its_own_flags() {
+        let c = 16;
+        let flags = [true, true, false, false, true, true];
+        assert_eq!(
+            changed_chunks(&flags, [40, 0, 16, 20].into_iter(), c),
+            vec![
+                vec![(0, 16), (16, 16)],
+                vec![],
+                vec![],
+                vec![(0, 16), (16, 4)]
+            ]
+        );
+        assert_eq!(
+            changed_chunks(&[true], [40].into_iter(), c),
+            vec![vec![(0, 16)]]
         );
     }
 
