@@ -124,6 +124,28 @@ pub(crate) fn prints(image: &[u8]) -> bool {
     image.starts_with(b"\x7fELF") && image.windows(9).any(|w| w == b"\0vprintf\0")
 }
 
+/// `runs` (offset, length) cut at every multiple of `chunk`: one piece per chunk the GPU found
+/// changed, so that each must hold a page the instrumented run wrote (a run of several chunks
+/// would pass on one).
+pub(crate) fn chunk_pieces(
+    runs: impl IntoIterator<Item = (u64, u64)>,
+    chunk: u64,
+) -> impl Iterator<Item = (u64, u64)> {
+    let chunk = chunk.max(1);
+    runs.into_iter().flat_map(move |(off, len)| {
+        let end = off.saturating_add(len);
+        let mut at = off;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let stop = ((at / chunk).saturating_add(1).saturating_mul(chunk)).min(end);
+                let piece = (at, stop - at);
+                at = stop;
+                piece
+            })
+        })
+    })
+}
+
 /// The first of the dispatch's changed runs (offset, length in its region) holding no page
 /// the instrumented run wrote (`written`: page indices, ascending): a run of the same kernel on
 /// the same input that did not write where the application's did took another path, and its
@@ -208,6 +230,8 @@ struct Tracked {
     pre: u64,
     post: u64,
     runs: Vec<(u64, u64, u64)>,
+    /// The region's chunk size, the grain the GPU compared at.
+    chunk: u64,
 }
 
 /// Why a snapshot cannot take part (the run could not put its bytes back).
@@ -241,6 +265,7 @@ fn tracked(i: usize, s: &Snapshot) -> Result<Tracked, String> {
         pre: pre.ptr(),
         post: post.buf.as_ref().map_or(0, |b| b.ptr()),
         runs: runs.iter().map(|r| (r.offset, r.len, r.at)).collect(),
+        chunk: s.region.chunk_size,
     })
 }
 
@@ -368,7 +393,8 @@ pub(crate) fn find_pages(
     run.inside("the captured regions")
         .map_err(|why| format!("{why}: the walk missed memory the kernel uses"))?;
     for (t, written) in tracked.iter().zip(&run.written) {
-        if let Some(off) = unwritten_run(t.runs.iter().map(|&(o, l, _)| (o, l)), written) {
+        let changed = t.runs.iter().map(|&(o, l, _)| (o, l));
+        if let Some(off) = unwritten_run(chunk_pieces(changed, t.chunk), written) {
             return Err(format!(
                 "the instrumented run wrote nothing in bytes {off:#x}.. of region {}, which the application's launch changed: the two runs took different paths, so its pages cannot be trusted",
                 snapshots[t.index].region.region_id
@@ -641,6 +667,15 @@ mod tests {
             "a run across a page boundary"
         );
         assert_eq!(unwritten_run([], &[]), None);
+        // A run of two changed chunks whose second holds no written page is refused once cut.
+        let c = 4 * p;
+        let two = [(0, 2 * c)];
+        assert_eq!(unwritten_run(two, &[1]), None);
+        assert_eq!(unwritten_run(chunk_pieces(two, c), &[1]), Some(c));
+        assert_eq!(unwritten_run(chunk_pieces(two, c), &[1, 5]), None);
+        // Pieces end at every multiple of the chunk, a run's own ends kept.
+        let cut: Vec<(u64, u64)> = chunk_pieces([(3, 10), (16, 0), (20, 12)], 8).collect();
+        assert_eq!(cut, vec![(3, 5), (8, 5), (20, 4), (24, 8)]);
     }
 
     // Catches: a kernel taking a TMA tensor map (CUTLASS 3, cuBLAS on sm_90) captured by
