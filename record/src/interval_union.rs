@@ -45,6 +45,10 @@ impl IntervalUnion {
 
     /// Adds `[start, end)` (non-empty), merging every interval it overlaps.
     pub fn insert(&mut self, start: u64, end: u64) {
+        // Empty (a region at the top of the address space, its end saturated): inside nothing.
+        if start >= end {
+            return;
+        }
         if let Form::Sorted(q) = &mut self.form {
             // The usual orders first: past the last interval, or before the first.
             if q.back().is_none_or(|&(_, e)| e <= start) {
@@ -59,12 +63,11 @@ impl IntervalUnion {
             // ascend with starts, the intervals being disjoint).
             let i = q.partition_point(|&(s, _)| s < end);
             let j = q.partition_point(|&(_, e)| e <= start).min(i);
-            let merged = (
-                q.get(j).filter(|_| j < i).map_or(start, |g| g.0.min(start)),
-                q.get(i.wrapping_sub(1))
-                    .filter(|_| j < i)
-                    .map_or(end, |g| g.1.max(end)),
-            );
+            let merged = if j < i {
+                (q[j].0.min(start), q[i - 1].1.max(end))
+            } else {
+                (start, end)
+            };
             // A deque shifts the shorter side: nothing at either end.
             if j.min(q.len() - i) <= self.sorted_most {
                 q.drain(j..i);

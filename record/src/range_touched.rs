@@ -12,6 +12,7 @@ use std::time::Instant;
 use kreplay_cuda::many::ManyScan;
 use kreplay_cuda::touched_patch::PAGE;
 use kreplay_cuda::{copy_dtod_async, DeviceBuffer, Stream};
+use kreplay_engine::write_set::{self, Evidence};
 use kreplay_format::extents::{extents_of_pages, pages_of_ranges};
 use kreplay_format::DEFAULT_CHUNK_SIZE;
 
@@ -241,7 +242,8 @@ fn step_changes(pairs: &[(u64, u64, u64)], stream: &Stream) -> Vec<Option<Vec<(u
 }
 
 /// Per region (`sizes`, in order; their chunk flags laid end to end from 0, `chunk` bytes
-/// each), the (offset, length) of each changed chunk, the last cut at the region's end.
+/// each), the (offset, length) of each changed chunk, the last cut at the region's end: the
+/// write set's runs (`write_set::written`) cut per chunk (`touched_run::chunk_pieces`).
 fn changed_chunks(
     flags: &[bool],
     sizes: impl Iterator<Item = u64>,
@@ -251,15 +253,13 @@ fn changed_chunks(
     sizes
         .map(|size| {
             let n = size.div_ceil(chunk) as usize;
-            let runs = (0..n)
-                .filter(|&c| flags.get(first + c).copied().unwrap_or(false))
-                .map(|c| {
-                    let off = c as u64 * chunk;
-                    (off, chunk.min(size - off))
-                })
-                .collect();
+            let mine = flags.get(first..).unwrap_or(&[]);
+            let mine = &mine[..n.min(mine.len())];
             first += n;
-            runs
+            let runs = write_set::written(Evidence::Changed(mine), chunk, size)
+                .into_iter()
+                .map(|r| (r.offset, r.len));
+            touched_run::chunk_pieces(runs, chunk).collect()
         })
         .collect()
 }

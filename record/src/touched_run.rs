@@ -617,26 +617,41 @@ fn put_back_output(
 
 /// The dispatch's input back over the runs it wrote, from our scratch of each region's input.
 fn put_back_input(tracked: &[Tracked], stream: &Stream) -> Result<(), String> {
-    let e = |err: kreplay_cuda::CudaError| format!("putting the input back: {err}");
-    for t in tracked {
-        for &(off, len, _) in &t.runs {
-            // SAFETY: a run the dispatch wrote, inside its region (the application's memory,
-            // which the kernel writes anyway), from our scratch of its input.
-            unsafe { copy_dtod_async(t.addr + off, t.pre + off, len as usize, stream) }
-                .map_err(e)?;
-        }
-    }
-    stream.synchronize().map_err(e)
+    copy_runs(
+        tracked,
+        |t, off, _| t.pre + off,
+        "putting the input back",
+        stream,
+    )
 }
 
 /// The dispatch's written runs back from our scratch of its output: the application's output
 /// where anything of ours (the input put back, the instrumented run) wrote over it.
 fn put_back_runs(tracked: &[Tracked], stream: &Stream) -> Result<(), String> {
-    let e = |err: kreplay_cuda::CudaError| format!("putting the application's output back: {err}");
+    copy_runs(
+        tracked,
+        |t, _, at| t.post + at,
+        "putting the application's output back",
+        stream,
+    )
+}
+
+/// Copies over each run the dispatch wrote (offset in its region) from `source(region,
+/// offset, packed position)`, an address in our scratch of the region's input or output;
+/// waited for.
+fn copy_runs(
+    tracked: &[Tracked],
+    source: impl Fn(&Tracked, u64, u64) -> u64,
+    what: &str,
+    stream: &Stream,
+) -> Result<(), String> {
+    let e = |err: kreplay_cuda::CudaError| format!("{what}: {err}");
     for t in tracked {
         for &(off, len, at) in &t.runs {
-            // SAFETY: a run the dispatch wrote, from our scratch of its output.
-            unsafe { copy_dtod_async(t.addr + off, t.post + at, len as usize, stream) }
+            // SAFETY: a run the dispatch wrote, inside its region (the application's memory,
+            // which the kernel writes anyway, while the application waits), from our scratch
+            // of the region's input or output, which holds the run (`source`).
+            unsafe { copy_dtod_async(t.addr + off, source(t, off, at), len as usize, stream) }
                 .map_err(e)?;
         }
     }
