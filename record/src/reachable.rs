@@ -89,7 +89,23 @@ impl WalkCopies {
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct WalkTimes {
     pub lookups: (u64, u64),
+    /// Whole `allocation` calls: the driver's lookup and this space's own note of it.
+    pub answers: (u64, u64),
     pub scans: (u64, u64),
+}
+
+/// Minor page faults of the calling thread so far (`KREPLAY_DEBUG_STALL`: a walk that builds
+/// megabytes of tables in fresh pages pays a fault a page, dear in a virtual machine).
+fn minor_faults() -> u64 {
+    // SAFETY: getrusage writes one rusage into a zeroed local.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD is the calling thread.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    if r == 0 {
+        u.ru_minflt.max(0) as u64
+    } else {
+        0
+    }
 }
 
 /// Runs `f`, adding one call and its time to `slot`.
@@ -121,6 +137,42 @@ impl DeviceSpace<'_> {
             kreplay_cuda::Device::current()
                 .ok()
                 .and_then(|d| u32::try_from(d.ordinal()).ok())
+        })
+    }
+
+    /// `AddressSpace::allocation`'s work: the driver's lookup, kreplay's own memory left out,
+    /// and the answer kept for the scans.
+    fn answer(&mut self, addr: u64) -> Option<Allocation> {
+        let look = || pointer::allocation_facts(addr, VMM_EXTENT_LIMIT);
+        // Timed only when asked: two clock reads per lookup, 10,000 of them for a pointer table.
+        let facts = if self.timing {
+            timed(&mut self.spent.lookups, look)
+        } else {
+            look()
+        }?;
+        // A word inside kreplay's own scratch (up to the driver's rounding of its length) is
+        // data that looks like a pointer, not one. Asked after the lookup, once per lookup
+        // (about 25 ns, a tenth of the driver call): such words are rare.
+        if kreplay_cuda::owned::is_owned(facts.base) {
+            return None;
+        }
+        let ordinal = self.current_ordinal();
+        // A joined VMM range is checked mapping by mapping where it is scanned.
+        if !facts.vmm {
+            let readable = ordinal.is_some_and(|o| facts.kernel_readable_on(o));
+            self.looked_up.insert(facts.base, (facts.size, readable));
+        }
+        let kind = if facts.host {
+            MemoryKind::HostMapped
+        } else if facts.managed {
+            MemoryKind::Managed
+        } else {
+            MemoryKind::Device
+        };
+        Some(Allocation {
+            base: facts.base,
+            size: facts.size,
+            kind,
         })
     }
 
@@ -255,37 +307,15 @@ impl DeviceSpace<'_> {
 
 impl AddressSpace for DeviceSpace<'_> {
     fn allocation(&mut self, addr: u64) -> Option<Allocation> {
-        let look = || pointer::allocation_facts(addr, VMM_EXTENT_LIMIT);
-        // Timed only when asked: two clock reads per lookup, 10,000 of them for a pointer table.
-        let facts = if self.timing {
-            timed(&mut self.spent.lookups, look)
+        if self.timing {
+            let t = std::time::Instant::now();
+            let out = self.answer(addr);
+            self.spent.answers.0 += 1;
+            self.spent.answers.1 += t.elapsed().as_nanos() as u64;
+            out
         } else {
-            look()
-        }?;
-        // A word inside kreplay's own scratch (up to the driver's rounding of its length) is
-        // data that looks like a pointer, not one. Asked after the lookup, once per lookup
-        // (about 25 ns, a tenth of the driver call): such words are rare.
-        if kreplay_cuda::owned::is_owned(facts.base) {
-            return None;
+            self.answer(addr)
         }
-        let ordinal = self.current_ordinal();
-        // A joined VMM range is checked mapping by mapping where it is scanned.
-        if !facts.vmm {
-            let readable = ordinal.is_some_and(|o| facts.kernel_readable_on(o));
-            self.looked_up.insert(facts.base, (facts.size, readable));
-        }
-        let kind = if facts.host {
-            MemoryKind::HostMapped
-        } else if facts.managed {
-            MemoryKind::Managed
-        } else {
-            MemoryKind::Device
-        };
-        Some(Allocation {
-            base: facts.base,
-            size: facts.size,
-            kind,
-        })
     }
 
     fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
@@ -520,6 +550,7 @@ pub(crate) fn reach(
     let mut space = DeviceSpace::new(&mut staging);
     space.copy_large = copy_large;
     let walked = std::time::Instant::now();
+    let faults = if space.timing { minor_faults() } else { 0 };
     let found = walk(
         &Roots {
             args,
@@ -536,17 +567,23 @@ pub(crate) fn reach(
         },
     )?;
     if space.timing {
-        let WalkTimes { lookups, scans } = space.spent;
+        let WalkTimes {
+            lookups,
+            answers,
+            scans,
+        } = space.spent;
         let all = walked.elapsed().as_nanos() as u64;
         crate::diag!(
-            "kreplay: walk: {} regions in {:.1} ms: {} lookups {:.1} ms; {} regions scanned {:.1} ms; the rest {:.1} ms",
+            "kreplay: walk: {} regions in {:.1} ms: {} lookups {:.1} ms (answered in {:.1} ms); {} regions scanned {:.1} ms; the rest {:.1} ms; {} minor page faults",
             found.regions.len(),
             all as f64 / 1e6,
             lookups.0,
             lookups.1 as f64 / 1e6,
+            answers.1 as f64 / 1e6,
             scans.0,
             scans.1 as f64 / 1e6,
-            all.saturating_sub(lookups.1 + scans.1) as f64 / 1e6
+            all.saturating_sub(answers.1 + scans.1) as f64 / 1e6,
+            minor_faults().saturating_sub(faults)
         );
     }
     let mut found = found;

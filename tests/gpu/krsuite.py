@@ -28,9 +28,14 @@ def tail(text: str, n: int = TAIL_CHARS) -> str:
 
 
 def read(path) -> str:
-    """A file's text, or "" when it is missing or unreadable (callers check presence)."""
+    """A file's text, or "" when it is missing, unreadable or not a regular file (callers check
+    presence). A device such as /dev/full, where a case points an application's stderr, reads
+    as endless zeros: reading it took a pytest worker's memory until the worker died."""
     try:
-        return Path(path).read_text(errors="replace")
+        p = Path(path)
+        if not p.is_file():
+            return ""
+        return p.read_text(errors="replace")
     except OSError:
         return ""
 
@@ -83,7 +88,7 @@ class Cmd:
         how = "timed out" if self.timed_out else f"exit {self.rc}"
         lines = [head, f"  -> {how} after {self.secs:.1f} s"]
         for label, p in (("stdout", self.out_path), ("stderr", self.err_path)):
-            t = read(p).rstrip() if str(p) not in ("/dev/null", "/dev/full") else ""
+            t = read(p).rstrip()
             if t:
                 lines.append(f"  {label} ({p}):")
                 lines.extend("    " + l for l in tail(t).splitlines())

@@ -142,6 +142,21 @@ def test_a_cases_record_and_profile_commands_are_searched_for_panics(tmp_path):
     assert S.runner_panics(log[:1]) == []
 
 
+def test_a_command_whose_stderr_is_a_device_reads_as_empty(tmp_path):
+    """robust-stderr-full points the application's stderr at /dev/full, which reads as endless
+    zeros: the panic search read it whole and the pytest worker died of it on the H200."""
+    full = S.Cmd(argv=["/d/kreplay", "record", "-k", "x", "--", "app"], out_path=Path("/dev/null"),
+                 err_path=Path("/dev/full"))
+    t0 = time.monotonic()
+    assert full.err == "" and full.out == ""
+    assert S.runner_panics([full]) == []
+    assert "/dev/full" not in full.describe()
+    assert time.monotonic() - t0 < 5
+    real = tmp_path / "a.err"
+    real.write_text("kreplay: captured x\n")
+    assert S.read(real) == "kreplay: captured x\n" and S.read(tmp_path / "missing") == ""
+
+
 def test_relocate_refusal_is_plays_own_message():
     """Issue 39 item 5: play --relocate says "cannot be moved to other addresses"."""
     msg = "kreplay: error: --relocate: the capture cannot be moved to other addresses: a pointer; replay it without --relocate"
