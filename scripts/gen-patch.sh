@@ -27,4 +27,7 @@ gencode=()
 for sm in 75 80 86 89 90 100 120; do gencode+=(-gencode "arch=compute_$sm,code=sm_$sm"); done
 gencode+=(-gencode arch=compute_120,code=compute_120)
 nvcc --fatbin --compile-as-tools-patch "${gencode[@]}" -I"$INC" -I. -o touched_patch.fatbin -c touched_patch.cu
+# The sources the fatbin was built from, by hash: a CPU test fails when one is edited and the
+# fatbin not regenerated (the library ships the fatbin, not the source).
+sha256sum touched_patch.cu touched_state.h > touched_patch.sources
 echo "gen-patch: touched_patch.fatbin ($(stat -c %s touched_patch.fatbin) bytes; sm_75 to sm_120, PTX for newer)"

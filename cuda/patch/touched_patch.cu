@@ -55,7 +55,11 @@ static __device__ void mark(TouchedState* s, uint64_t addr, uint64_t bytes, bool
   if (bytes == 0) bytes = 1;
   const uint64_t end = addr + bytes;
   uint64_t a = addr;
-  for (int guard = 0; a < end && guard < 64; ++guard) {  // a range can span a few regions
+  // A range can span several regions (a bulk copy of up to 1 MiB over small allocations side
+  // by side): each turn either returns or moves `a` to the end of one region, so the loop ends
+  // after at most nregions turns. No other bound: one that stopped early would leave pages
+  // of the range unmarked, and the capture would lack them without a word.
+  while (a < end) {
     const int r = region_of(s, a);
     if (r < 0) {
       if (atomicAdd(&s->outside, 1ull) == 0ull) s->first_outside = a;

@@ -171,6 +171,33 @@ mod tests {
         }
     }
 
+    // Catches: touched_patch.cu or its header edited and the shipped fatbin not rebuilt from it
+    // (scripts/gen-patch.sh writes the sources' hashes beside the fatbin).
+    #[test]
+    fn the_fatbin_was_built_from_the_sources_beside_it() {
+        use sha2::{Digest, Sha256};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("patch");
+        let listed = std::fs::read_to_string(dir.join("touched_patch.sources"))
+            .expect("patch/touched_patch.sources (scripts/gen-patch.sh writes it)");
+        let mut names = Vec::new();
+        for line in listed.lines().filter(|l| !l.trim().is_empty()) {
+            let (hash, name) = line
+                .split_once("  ")
+                .expect("sha256sum's `HASH  NAME` lines");
+            let bytes = std::fs::read(dir.join(name)).expect("a listed source");
+            let got: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(
+                got, hash,
+                "patch/{name} changed since touched_patch.fatbin was built: run scripts/gen-patch.sh"
+            );
+            names.push(name.to_string());
+        }
+        assert_eq!(names, ["touched_patch.cu", "touched_state.h"]);
+    }
+
     // Catches: regions searched unsorted on the device, bitmaps sharing a page between two
     // regions, a page of one region read as another's, an overlap let through.
     #[test]
