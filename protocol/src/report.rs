@@ -84,6 +84,11 @@ pub struct ProfileRow {
     pub min_ns: u64,
     /// Bytes the dispatch wrote (restored before each pass after the first).
     pub write_set_bytes: u64,
+    /// The chunk the write set was found in, in bytes: the capture's 4 MiB, or a 4 KiB page
+    /// (`--memory touched`; wider over a region of more than 4 GiB). 0 in rows of older
+    /// recorders.
+    #[serde(default)]
+    pub restore_chunk_bytes: u64,
     /// Bytes it can reach (copied aside once, on the device).
     pub reachable_bytes: u64,
     /// Median time of one restore between passes, in ns.

@@ -12,7 +12,7 @@ use kreplay_cuda::{
     LaunchConfig, Stream,
 };
 use kreplay_engine::tool::{PassOutcome, PassRunner};
-use kreplay_engine::write_set::Evidence;
+use kreplay_engine::write_set::{fewest_gaps, Evidence};
 use kreplay_format::DEFAULT_CHUNK_SIZE;
 
 use crate::device_resources::{flush_l2, with_chunk_kernels};
@@ -74,7 +74,22 @@ impl Spent {
 /// Which chunks of `len` bytes at `live` differ from `pristine` (or everything, where the
 /// GPU cannot compare), packed end to end.
 pub(crate) fn changed_runs(pristine: u64, live: u64, len: u64, stream: &Stream) -> Vec<PackedRun> {
-    let cs = DEFAULT_CHUNK_SIZE;
+    changed_runs_in(pristine, live, len, DEFAULT_CHUNK_SIZE, stream)
+}
+
+/// Most copies one region's restore makes when its write set is found page by page
+/// (`profile --memory touched`): past it the smallest gaps are copied too (`fewest_gaps`).
+pub(crate) const MOST_RESTORE_RUNS: usize = 64;
+
+/// `changed_runs` in chunks of `cs` bytes; below the default chunk, at most
+/// `MOST_RESTORE_RUNS` runs.
+pub(crate) fn changed_runs_in(
+    pristine: u64,
+    live: u64,
+    len: u64,
+    cs: u64,
+    stream: &Stream,
+) -> Vec<PackedRun> {
     let scan = with_chunk_kernels(|k| {
         // SAFETY: callers pass a region's pristine copy (ours) and the region itself (the
         // application's allocation, read while the application waits in the launch callback).
@@ -89,7 +104,21 @@ pub(crate) fn changed_runs(pristine: u64, live: u64, len: u64, stream: &Stream) 
         size: len,
         chunk: cs,
     };
-    pack(&Reachable.written(span, evidence)).0
+    let written = Reachable.written(span, evidence);
+    if cs < DEFAULT_CHUNK_SIZE {
+        return pack(&fewest_gaps(written, MOST_RESTORE_RUNS)).0;
+    }
+    pack(&written).0
+}
+
+/// Most chunks one region's write set is found in: a finer chunk over a region larger than
+/// `MOST_CHUNKS` of them is widened (16 GiB: 16 KiB chunks), so the scan's flags stay 8 MiB.
+const MOST_CHUNKS: u64 = 1 << 20;
+
+/// The chunk a region of `size` bytes is compared in, asked for `chunk` (a power of two).
+fn restore_chunk_for(size: u64, chunk: u64) -> u64 {
+    let widened = size.div_ceil(MOST_CHUNKS).next_power_of_two();
+    chunk.max(widened).min(DEFAULT_CHUNK_SIZE.max(chunk))
 }
 
 /// The GPU side of the pass loop, in the application's process.
@@ -100,6 +129,8 @@ pub(crate) struct InPlace<'a> {
     pub(crate) stream: &'a Stream,
     pub(crate) timer: GatedTimer,
     pub(crate) cache_flush: bool,
+    /// The chunk the write set is found in (`profile --memory touched`: a 4 KiB page).
+    pub(crate) restore_chunk: u64,
     pub(crate) saved: &'a mut [Saved],
     pub(crate) restores_ns: Vec<u64>,
     /// Wall time of each extra pass beyond its kernel's run, in ns.
@@ -222,6 +253,7 @@ impl<'a> InPlace<'a> {
             stream,
             timer,
             cache_flush,
+            restore_chunk: DEFAULT_CHUNK_SIZE,
             saved,
             restores_ns: Vec::new(),
             overheads_ns: Vec::new(),
@@ -248,7 +280,8 @@ impl<'a> InPlace<'a> {
     /// After the first pass: the write set, and a copy of what the pass wrote there.
     pub(crate) fn learn_write_set(&mut self) -> Result<(), RecordError> {
         for s in self.saved.iter_mut() {
-            s.write_set = changed_runs(s.pristine.ptr(), s.addr, s.size, self.stream);
+            let cs = restore_chunk_for(s.size, self.restore_chunk);
+            s.write_set = changed_runs_in(s.pristine.ptr(), s.addr, s.size, cs, self.stream);
             let total: u64 = s.write_set.iter().map(|r| r.len).sum();
             s.first_output = None;
             if total > 0 {
@@ -497,4 +530,26 @@ pub(crate) fn put_back_application_output(
         }
     }
     stream.synchronize().map_err(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Catches: a 16 GiB region scanned in 4 KiB chunks (4 Mi flags), the chunk widened past
+    // the default, a small region's page chunk widened at all.
+    #[test]
+    fn a_fine_chunk_is_widened_only_over_a_large_region() {
+        let page = 4096;
+        assert_eq!(restore_chunk_for(256 << 20, page), page);
+        assert_eq!(restore_chunk_for(4 << 30, page), page);
+        assert_eq!(restore_chunk_for((4 << 30) + 1, page), 2 * page);
+        assert_eq!(restore_chunk_for(16 << 30, page), 16 << 10);
+        assert_eq!(restore_chunk_for(1 << 50, page), DEFAULT_CHUNK_SIZE);
+        assert_eq!(
+            restore_chunk_for(16 << 30, DEFAULT_CHUNK_SIZE),
+            DEFAULT_CHUNK_SIZE
+        );
+        assert_eq!(restore_chunk_for(0, page), page);
+    }
 }

@@ -64,6 +64,9 @@ pub struct ProfileInput<'a> {
     pub match_index: u64,
     pub launch_index: u64,
     pub cache_flush: bool,
+    /// The chunk the write set is found in and restored by (`--memory touched`: a 4 KiB page;
+    /// else the capture's 4 MiB chunk).
+    pub restore_chunk: u64,
     pub max_passes: u32,
     /// `--variant`: run beside the original (its layout checked already).
     pub variant: Option<VariantInput>,
@@ -87,6 +90,7 @@ pub struct ProfilePending {
     config: LaunchConfig,
     args: KernelArgs,
     cache_flush: bool,
+    restore_chunk: u64,
     variant: Option<VariantInput>,
     clock: Option<DispatchClock>,
 }
@@ -189,6 +193,7 @@ pub fn profile_begin(
         config,
         args,
         cache_flush: input.cache_flush,
+        restore_chunk: input.restore_chunk,
         variant: input.variant,
         clock,
     })))
@@ -204,6 +209,7 @@ fn first_row(input: &ProfileInput<'_>) -> ProfileRow {
         grid: input.view.grid,
         block: input.view.block,
         cache_flush: input.cache_flush,
+        restore_chunk_bytes: input.restore_chunk,
         variant_error: input.variant_refused.clone(),
         ..Default::default()
     }
@@ -329,6 +335,7 @@ pub fn profile_finish(
         config,
         mut args,
         cache_flush,
+        restore_chunk,
         variant,
         mut clock,
         ..
@@ -355,6 +362,7 @@ pub fn profile_finish(
         &mut saved,
     )?;
     runner.clock = clock;
+    runner.restore_chunk = restore_chunk;
     runner.learn_write_set()?;
     trace("write set found");
     let (looped, keep_variant) = match &variant {

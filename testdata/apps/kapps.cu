@@ -56,6 +56,30 @@ static int run_saxpy(int iters) {
   return 0;
 }
 
+// --- sparse: a few pages written far apart in a large buffer (profile --memory touched) ------
+// Block b adds x to the 16 KiB (4 pages) of y at b x 2 MiB: 32 clusters written, 512 KiB in
+// all, but every 4 MiB chunk of the 64 MiB buffer changed. `+=` makes every pass need its
+// restore: a page left unrestored changes the next pass's output.
+__global__ void sparse_bump(const float* x, float* y, size_t stride) {
+  float* at = y + blockIdx.x * stride;
+  for (int j = threadIdx.x; j < 4096; j += blockDim.x) at[j] += x[j] * (float)(blockIdx.x + 1);
+}
+
+static int run_sparse(int iters) {
+  const size_t n = (size_t)16 << 20, stride = (size_t)512 << 10;  // 64 MiB; 2 MiB apart
+  auto hx = iota(4096, 1.0f), hy = iota(n, 2.0f);
+  float *x, *y;
+  CK(cudaMalloc(&x, 4096 * 4));
+  CK(cudaMalloc(&y, n * 4));
+  CK(cudaMemcpy(x, hx.data(), 4096 * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(y, hy.data(), n * 4, cudaMemcpyHostToDevice));
+  for (int it = 0; it < iters; ++it) sparse_bump<<<32, 256>>>(x, y, stride);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(hy.data(), y, n * 4, cudaMemcpyDeviceToHost));
+  printf("sparse %.6f\n", checksum(hy));
+  return 0;
+}
+
 // saxpy on buffers allocated and freed around each launch (a profiler that keeps a launch's
 // memory for later must let it go before each free).
 static int run_churn(int iters) {
@@ -417,6 +441,7 @@ int main(int argc, char** argv) {
   const char* m = argc > 1 ? argv[1] : "saxpy";
   if (!strcmp(m, "saxpy")) return run_saxpy(argc > 2 ? atoi(argv[2]) : 3);
   if (!strcmp(m, "churn")) return run_churn(argc > 2 ? atoi(argv[2]) : 3);
+  if (!strcmp(m, "sparse")) return run_sparse(argc > 2 ? atoi(argv[2]) : 3);
   // globals, bigsmem, coop: an optional repeat count (default 1) for timing benchmarks.
   const int reps = argc > 2 ? atoi(argv[2]) : 1;
   if (!strcmp(m, "globals")) return run_globals(reps);

@@ -362,6 +362,48 @@ def check_profile_self_match(prof, skipped, rows, err):
     return why
 
 
+SPARSE_WRITTEN = 32 * 16 << 10  # kapps sparse: 32 clusters of 4 pages
+SPARSE_BUFFER = 64 << 20
+
+
+def check_sparse_rows(rows, label, write_set, chunk, metrics=()) -> list:
+    """kapps sparse profiled (three launches, five passes each): each row deterministic (its
+    `+=` needs every restore), `write_set` bytes restored, found in `chunk`-byte chunks; with
+    `metrics`, each named counter collected."""
+    why = []
+    prof = [r for r in rows if not r.get("skipped")]
+    if len(prof) != 3:
+        why.append(f"{label}: {len(prof)} profiled rows, expected 3")
+    for r in prof:
+        if r.get("deterministic") is not True:
+            why.append(f"{label}: not deterministic (a restore missed a page)")
+        if r.get("write_set_bytes") != write_set:
+            why.append(f"{label}: write set {r.get('write_set_bytes')} bytes, expected {write_set}")
+        if r.get("restore_chunk_bytes") != chunk:
+            why.append(f"{label}: restore chunk {r.get('restore_chunk_bytes')} bytes, expected {chunk}")
+        if len(r.get("durations_ns") or []) != (1 if metrics else 5):
+            why.append(f"{label}: passes {r.get('durations_ns')}")
+        got = {m["name"]: m["value"] for m in r.get("metrics") or []}
+        if metrics and (r.get("metrics_error") or any(not got.get(m) for m in metrics)):
+            why.append(f"{label}: counters {got}, error {r.get('metrics_error')}")
+    return why
+
+
+def profile_touched_verdict(plain_out, runs) -> list:
+    """`runs`: (label, rc, stdout, rows, write set, chunk, metrics) of each profile of kapps
+    sparse; each must leave the application's output as a plain run's."""
+    why = []
+    if not plain_out:
+        why.append("the plain run printed nothing")
+    for label, rc, out, rows, write_set, chunk, metrics in runs:
+        if rc != 0:
+            why.append(f"{label}: exit {rc}")
+        if out != plain_out:
+            why.append(f"{label}: the application's output differs from a plain run")
+        why += check_sparse_rows(rows, label, write_set, chunk, metrics)
+    return why
+
+
 PROFILE_CASES = [
     ProfileCase("profile-self-match", ("-k", "regex:.", "--all", "--passes", "3"), (K, "saxpy", "3"),
                 check_profile_self_match),
@@ -440,6 +482,9 @@ INLINE_CASES = {
     "corpus-triton-specializations": (),
     "mpi-2ranks": ("mpi",),
     "profile-2ranks": ("mpi",),
+    # Issue 35: profile --memory touched (test_profile.py; verdict profile_touched_verdict).
+    "profile-touched": (),
+    "profile-touched-metrics": ("counters",),
     # Issue 38: profile --variant (test_variant.py; verdicts in krvariant.py).
     "variant-slow": ("timed",),
     "variant-wrong": (),

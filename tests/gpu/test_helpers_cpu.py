@@ -994,3 +994,27 @@ def test_the_streams_range_is_found_through_the_listing_or_said_why_not():
     found, why = R.listed_streams_range(run, "kreplay", ["./app"], name="ls")
     assert found is None and "list (exit 3)" in why
     assert seen == [(["kreplay", "list", "--json", "--", "./app"], "ls")]
+
+
+def test_profile_touched_verdict_fails_what_a_restore_by_chunks_or_a_missed_page_gives():
+    """Issue 35's profile proof: the verdict passes pages restored deterministically, and fails
+    a write set by chunks, a lost page (not deterministic), a changed output, a counter lost."""
+    def rows(write_set, chunk, det=True, passes=5, metrics=None):
+        r = dict(write_set_bytes=write_set, restore_chunk_bytes=chunk, deterministic=det,
+                 durations_ns=[1000] * passes, metrics=metrics or [], metrics_error=None)
+        return [dict(r) for _ in range(3)]
+
+    ok = ("touched", 0, "sparse 1\n", rows(C.SPARSE_WRITTEN, 4096), C.SPARSE_WRITTEN, 4096, ())
+    assert C.profile_touched_verdict("sparse 1\n", [ok]) == []
+    by_chunks = ok[:3] + (rows(C.SPARSE_BUFFER, 4 << 20), C.SPARSE_WRITTEN, 4096, ())
+    assert any("write set" in w for w in C.profile_touched_verdict("sparse 1\n", [by_chunks]))
+    lost = ok[:3] + (rows(C.SPARSE_WRITTEN, 4096, det=False), C.SPARSE_WRITTEN, 4096, ())
+    assert any("not deterministic" in w for w in C.profile_touched_verdict("sparse 1\n", [lost]))
+    assert any("output differs" in w for w in C.profile_touched_verdict("sparse 2\n", [ok]))
+    assert any("printed nothing" in w for w in C.profile_touched_verdict("", [ok[:2] + ("",) + ok[3:]]))
+    m = ("smsp__warps_launched.sum",)
+    counted = rows(C.SPARSE_WRITTEN, 4096, passes=1, metrics=[dict(name=m[0], value=256)])
+    assert C.profile_touched_verdict("s\n", [("t", 0, "s\n", counted, C.SPARSE_WRITTEN, 4096, m)]) == []
+    uncounted = rows(C.SPARSE_WRITTEN, 4096, passes=1)
+    assert any("counters" in w for w in C.profile_touched_verdict("s\n", [("t", 0, "s\n", uncounted, C.SPARSE_WRITTEN, 4096, m)]))
+    assert any("2 profiled rows" in w for w in C.profile_touched_verdict("s\n", [("t", 0, "s\n", counted[:2], C.SPARSE_WRITTEN, 4096, m)]))

@@ -420,6 +420,17 @@ pub struct ProfileArgs {
     /// previous pass left it.
     #[arg(long, value_enum, default_value_t = CacheMode::Flush)]
     pub cache: CacheMode,
+    /// What is restored between passes: `reachable` (default) = the 4 MiB chunks of the
+    /// reachable memory that the application's launch changed; `touched` = only the 4 KiB
+    /// pages it changed (pages it wrote with their own values need no restore), found by the
+    /// same GPU compare of the pristine copy, so counters and --variant work as before. Past
+    /// 64 separate runs in one region the smallest gaps between them are restored too (a copy
+    /// call costs about as much as copying 4 MiB); over a region above 4 GiB the page widens
+    /// so its compare keeps at most 2^20 chunks. The row's `restore_chunk_bytes` says which.
+    /// Everything reachable is still copied aside once: which pages the kernel writes is
+    /// known only after it ran.
+    #[arg(long, value_enum, default_value_t = ProfileMemory::Reachable)]
+    pub memory: ProfileMemory,
     /// Only launches made inside an NVTX push/pop range (as `record --nvtx-include`).
     #[arg(long, value_name = "RANGE")]
     pub nvtx_include: Option<String>,
@@ -530,6 +541,15 @@ pub enum Keep {
 /// `--tolerance DTYPE:ABS[,REL]`, checked as the recorder reads it.
 fn tolerance_value(s: &str) -> Result<String, String> {
     kreplay_player::compare::Tolerance::parse(s).map(|_| s.to_string())
+}
+
+/// `profile --memory`: what the restores between passes copy.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+pub enum ProfileMemory {
+    /// The 4 MiB chunks the application's launch changed.
+    Reachable,
+    /// The 4 KiB pages it changed.
+    Touched,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -214,7 +214,9 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
 /// `--memory touched`: whether the recorder runs on the Compute Sanitizer API; where it cannot,
 /// it says why and captures as `--memory reachable` does (on CUPTI).
 fn on_sanitizer(config: &mut Config) -> bool {
-    if config.memory != MemoryScope::Touched {
+    // Profile mode takes --memory touched for its restores alone (pages, found by the GPU's
+    // compare) and stays on CUPTI: its passes, timing and counters need it.
+    if config.memory != MemoryScope::Touched || config.mode != Mode::Record {
         return false;
     }
     match super::sanitizer_hook::subscribe(config) {

@@ -3,7 +3,7 @@
 //! EXIT (the passes, the application's output put back); with `--metrics` its counters come
 //! later, in its context's batch (`counters`).
 
-use kreplay_protocol::config::short_kernel_name;
+use kreplay_protocol::config::{short_kernel_name, MemoryScope};
 use kreplay_protocol::report::ProfileRow;
 
 use super::locking::lock;
@@ -57,6 +57,11 @@ impl Recorder {
                     match_index: index,
                     launch_index,
                     cache_flush: self.config.cache_flush,
+                    restore_chunk: if self.config.memory == MemoryScope::Touched {
+                        u64::from(kreplay_format::MIN_EXTENT_PAGE)
+                    } else {
+                        kreplay_format::DEFAULT_CHUNK_SIZE
+                    },
                     max_passes: kreplay_protocol::config::MAX_PASSES,
                     variant,
                     variant_refused,

@@ -11,7 +11,7 @@ use kreplay_protocol::config::{
 };
 use kreplay_protocol::report::ProfileRow;
 
-use crate::cli::{CacheMode, Keep, ProfileArgs};
+use crate::cli::{CacheMode, Keep, ProfileArgs, ProfileMemory};
 use crate::cmd::record::{app_exit_code, run_app};
 
 /// How a report is written.
@@ -260,6 +260,14 @@ fn recorder_vars(a: &ProfileArgs, tool: Option<&std::path::Path>) -> Vec<(&'stat
             tool.map_or(String::new(), |t| t.display().to_string()),
         ),
         (
+            env::MEMORY,
+            match a.memory {
+                ProfileMemory::Reachable => "reachable",
+                ProfileMemory::Touched => "touched",
+            }
+            .to_string(),
+        ),
+        (
             env::NVTX_INCLUDE,
             a.nvtx_include.clone().unwrap_or_default(),
         ),
@@ -368,6 +376,26 @@ mod tests {
             format_of(&args(&["-k", "f", "-o", "p.txt", "./app"])),
             Format::Table
         );
+    }
+
+    // Catches: --memory not reaching the recorder, a default other than the chunk restore.
+    #[test]
+    fn memory_touched_reaches_the_recorder_and_reachable_is_the_default() {
+        let var = |a: &ProfileArgs| {
+            recorder_vars(a, None)
+                .into_iter()
+                .find(|(k, _)| *k == env::MEMORY)
+                .map(|(_, v)| v)
+        };
+        let plain = args(&["-k", "f", "./app"]);
+        assert_eq!(plain.memory, ProfileMemory::Reachable);
+        assert_eq!(var(&plain).as_deref(), Some("reachable"));
+        let touched = args(&["-k", "f", "--memory", "touched", "./app"]);
+        assert_eq!(var(&touched).as_deref(), Some("touched"));
+        assert!(crate::cli::Cli::try_parse_from([
+            "kreplay", "profile", "-k", "f", "--memory", "all", "./app"
+        ])
+        .is_err());
     }
 
     #[test]
