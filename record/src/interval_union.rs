@@ -189,6 +189,45 @@ mod tests {
     }
 
     proptest! {
+        // Catches: a union grown at both ends (its deque's storage then wraps) answering
+        // wrongly across the seam, or leaving the sorted form.
+        #[test]
+        fn a_union_grown_at_both_ends_answers_across_its_wrap(
+            gaps in proptest::collection::vec((1u64..20, 1u64..20), 1..80),
+            probes in proptest::collection::vec(0u64..3500, 0..80),
+        ) {
+            let mut at = 0;
+            let sorted: Vec<(u64, u64)> = gaps
+                .iter()
+                .map(|&(gap, len)| {
+                    at += gap;
+                    let iv = (at, at + len);
+                    at += len;
+                    iv
+                })
+                .collect();
+            // From the middle outwards: one to the back, one to the front, in turn.
+            let mid = sorted.len() / 2;
+            let mut u = IntervalUnion::default();
+            u.insert(sorted[mid].0, sorted[mid].1);
+            for k in 1..=sorted.len() {
+                if let Some(&(s, e)) = sorted.get(mid + k) {
+                    u.insert(s, e);
+                }
+                if let Some(&(s, e)) = mid.checked_sub(k).and_then(|i| sorted.get(i)) {
+                    u.insert(s, e);
+                }
+            }
+            prop_assert!(matches!(u.form, Form::Sorted(_)));
+            prop_assert_eq!(u.intervals(), sorted.clone());
+            for v in probes.iter().copied().chain(sorted.iter().flat_map(|&(s, e)| [s - 1, s, e - 1, e])) {
+                let inside = sorted.iter().any(|&(s, e)| v >= s && v < e);
+                prop_assert_eq!(u.contains(v), inside, "contains {}", v);
+                let over = sorted.iter().any(|&(s, e)| s < v + 3 && e > v);
+                prop_assert_eq!(u.overlaps(v, v + 3), over, "overlaps {}", v);
+            }
+        }
+
         #[test]
         fn answers_as_the_list_merge_does(
             intervals in proptest::collection::vec((0u64..2000, 1u64..200), 0..60),
