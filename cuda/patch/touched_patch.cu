@@ -54,6 +54,10 @@ static __device__ __forceinline__ void set_page(uint32_t* bits, uint64_t page) {
 static __device__ void mark(TouchedState* s, uint64_t addr, uint64_t bytes, bool rd, bool wr) {
   if (bytes == 0) bytes = 1;
   const uint64_t end = addr + bytes;
+  if (end <= addr) {  // wraps past the top of the address space: in no region
+    if (atomicAdd(&s->outside, 1ull) == 0ull) s->first_outside = addr;
+    return;
+  }
   uint64_t a = addr;
   // A range can span several regions (a bulk copy of up to 1 MiB over small allocations side
   // by side): each turn either returns or moves `a` to the end of one region, so the loop ends

@@ -12,18 +12,27 @@ use crate::memory::{copy_dtoh, DeviceBuffer};
 use crate::stream::{AsStream, Stream};
 use crate::sys;
 
-/// The most bytes of one piece: a block's share. Chunks are whole multiples of it (at least
-/// 64 KiB, a power of two), so a piece never straddles two chunks.
+/// The most bytes of one piece: a block's share. A scan's pieces are cut at its chunks too
+/// (`scan_rows`), so a piece never straddles two chunks.
 pub const PIECE_BYTES: u64 = 64 << 10;
+/// The smallest chunk a scan of many pieces compares in: a 4 KiB page (a block of 256 threads
+/// reads it in one 16-byte load each).
+pub const MIN_SCAN_CHUNK: u64 = 4 << 10;
 /// The pointer scan's mark of a hit inside the device heap (as `kreplay_pointer_scan`'s).
 const HEAP_BIT: u64 = 1 << 63;
 
 /// `[offset, offset + len)` pieces of a `size`-byte range, each at most `PIECE_BYTES` long and
 /// starting at a multiple of it.
 pub fn pieces(size: u64) -> impl Iterator<Item = (u64, u64)> {
-    (0..size.div_ceil(PIECE_BYTES)).map(move |k| {
-        let offset = k * PIECE_BYTES;
-        (offset, PIECE_BYTES.min(size - offset))
+    pieces_of(size, PIECE_BYTES)
+}
+
+/// `pieces` of at most `piece` bytes (not 0), each starting at a multiple of it.
+fn pieces_of(size: u64, piece: u64) -> impl Iterator<Item = (u64, u64)> {
+    let piece = piece.max(1);
+    (0..size.div_ceil(piece)).map(move |k| {
+        let offset = k * piece;
+        (offset, piece.min(size - offset))
     })
 }
 
@@ -43,7 +52,9 @@ pub fn scan_rows(scans: &[ManyScan]) -> (Vec<u64>, usize) {
     let mut rows = Vec::new();
     let mut flag_count = 0;
     for s in scans {
-        for (offset, len) in pieces(s.bytes) {
+        // A chunk below a piece's size (a page) cuts the pieces too: one flag each.
+        let piece = PIECE_BYTES.min(1u64 << s.chunk_shift.min(63));
+        for (offset, len) in pieces_of(s.bytes, piece) {
             let flag = s.first_flag + (offset >> s.chunk_shift) as usize;
             flag_count = flag_count.max(flag + 1);
             let post = if s.post == 0 { 0 } else { s.post + offset };
@@ -193,10 +204,10 @@ impl ChunkKernels {
     pub unsafe fn scan_many(&self, scans: &[ManyScan], stream: &Stream) -> CuResult<ChunkFlags> {
         if let Some(s) = scans
             .iter()
-            .find(|s| s.chunk_shift >= 64 || (1u64 << s.chunk_shift) < PIECE_BYTES)
+            .find(|s| s.chunk_shift >= 64 || (1u64 << s.chunk_shift) < MIN_SCAN_CHUNK)
         {
             return Err(unsuitable(format!(
-                "chunk shift {} is not a chunk of at least {PIECE_BYTES} bytes",
+                "chunk shift {} is not a chunk of at least {MIN_SCAN_CHUNK} bytes",
                 s.chunk_shift
             )));
         }
@@ -378,6 +389,30 @@ mod tests {
         );
         assert_eq!(r[2][3], 1);
         assert_eq!(r[3], &[0x100000, 0, 5, 2], "no post stays no post");
+    }
+
+    // Catches: a page chunk (profile --memory touched) scanned in 64 KiB pieces under one
+    // flag, so that a change in page 5 of a span set page 0's flag and the other 15 pages of
+    // the span were never restored.
+    #[test]
+    fn a_page_chunk_cuts_the_pieces_at_every_page() {
+        let page = MIN_SCAN_CHUNK;
+        let scans = [ManyScan {
+            pre: 0x10_0000,
+            post: 0x90_0000,
+            bytes: PIECE_BYTES + 100,
+            chunk_shift: page.trailing_zeros(),
+            first_flag: 0,
+        }];
+        let (rows, flags) = scan_rows(&scans);
+        let r: Vec<&[u64]> = rows.chunks(4).collect();
+        assert_eq!(flags, 17);
+        assert_eq!(r.len(), 17);
+        for (k, row) in r.iter().enumerate() {
+            let k = k as u64;
+            let len = if k == 16 { 100 } else { page };
+            assert_eq!(*row, &[0x10_0000 + k * page, 0x90_0000 + k * page, len, k]);
+        }
     }
 
     #[test]

@@ -574,3 +574,53 @@ fn the_one_call_lookup_agrees_with_the_four_it_replaces() {
     assert_eq!(one(0x10), None);
     assert_eq!(four(0x10), None);
 }
+
+// Catches: the many-pieces scan in 4 KiB chunks (profile --memory touched) flagging a change
+// in page 5 of a 64 KiB span as page 0's, or missing a change in a region's short last page,
+// or flagging pages that did not change.
+#[test]
+#[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
+fn the_many_pieces_scan_in_pages_flags_each_changed_page() {
+    use kreplay_cuda::many::{ManyScan, MIN_SCAN_CHUNK};
+    let gpu = Gpu::open();
+    let (kernels, stream) = (&gpu.kernels, &gpu.stream);
+    let page = MIN_SCAN_CHUNK as usize;
+    let size = 40 * page + 100; // a short last page
+    let pre: Vec<u8> = (0..size).map(|i| (i * 7 + 3) as u8).collect();
+    let mut post = pre.clone();
+    for at in [
+        5 * page + 1234,
+        21 * page,
+        39 * page + page - 1,
+        40 * page + 99,
+    ] {
+        post[at] ^= 0x40;
+    }
+    let (a, b) = (
+        DeviceBuffer::new(size).expect("buffer"),
+        DeviceBuffer::new(size).expect("buffer"),
+    );
+    // SAFETY: each upload writes our own buffer of `size` bytes.
+    unsafe {
+        copy_htod(a.ptr(), &pre).expect("upload");
+        copy_htod(b.ptr(), &post).expect("upload");
+    }
+    let scan = ManyScan {
+        pre: a.ptr(),
+        post: b.ptr(),
+        bytes: size as u64,
+        chunk_shift: MIN_SCAN_CHUNK.trailing_zeros(),
+        first_flag: 0,
+    };
+    // SAFETY: both ranges are our own buffers of `size` bytes, alive to the end of the test.
+    let flags = unsafe { kernels.scan_many(&[scan], stream) }.expect("scan_many in pages");
+    let changed: Vec<usize> = (0..flags.changed.len())
+        .filter(|&k| flags.changed[k])
+        .collect();
+    assert_eq!(flags.changed.len(), 41);
+    assert_eq!(changed, vec![5, 21, 39, 40]);
+    assert!(
+        flags.nonzero.iter().all(|&nz| nz),
+        "every page holds nonzero bytes"
+    );
+}

@@ -112,6 +112,42 @@ pub fn fewest_gaps(ranges: Vec<ByteRange>, most: usize) -> Vec<ByteRange> {
     out
 }
 
+/// The parts of `ranges` outside every range of `minus` (both in order, each disjoint), in
+/// order: what a put-back gives its pristine bytes once the write set got the output.
+pub fn outside(ranges: &[ByteRange], minus: &[ByteRange]) -> Vec<ByteRange> {
+    let mut out = Vec::new();
+    let mut k = 0;
+    for r in ranges {
+        let mut at = r.offset;
+        while k < minus.len() && minus[k].end() <= at {
+            k += 1;
+        }
+        let mut j = k;
+        while at < r.end() {
+            match minus.get(j) {
+                Some(m) if m.offset < r.end() => {
+                    if m.offset > at {
+                        out.push(ByteRange {
+                            offset: at,
+                            len: m.offset - at,
+                        });
+                    }
+                    at = at.max(m.end());
+                    j += 1;
+                }
+                _ => {
+                    out.push(ByteRange {
+                        offset: at,
+                        len: r.end() - at,
+                    });
+                    at = r.end();
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The maximal runs of set flags of consecutive `chunk`-byte chunks, cut at `size`.
 fn runs(flags: impl Iterator<Item = bool>, chunk: u64, size: u64) -> Vec<ByteRange> {
     let mut out: Vec<ByteRange> = Vec::new();
@@ -158,6 +194,37 @@ mod tests {
     }
 
     proptest::proptest! {
+        // Catches: a byte inside `minus` kept, a byte outside it dropped, pieces out of order
+        // or overlapping (a put-back writing pristine bytes over the application's output).
+        #[test]
+        fn outside_keeps_exactly_the_bytes_no_minus_range_holds(
+            a in proptest::collection::vec((0u64..30, 1u64..30), 0..20),
+            b in proptest::collection::vec((0u64..30, 1u64..30), 0..20),
+        ) {
+            let build = |v: &[(u64, u64)]| {
+                let mut at = 0;
+                v.iter()
+                    .map(|&(gap, len)| {
+                        at += gap + 1;
+                        let r = ByteRange { offset: at, len };
+                        at += len;
+                        r
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let (ranges, minus) = (build(&a), build(&b));
+            let out = outside(&ranges, &minus);
+            let held = |v: &[ByteRange], x: u64| v.iter().any(|r| x >= r.offset && x < r.end());
+            for x in 0..2000u64 {
+                let want = held(&ranges, x) && !held(&minus, x);
+                proptest::prop_assert_eq!(held(&out, x), want, "byte {}", x);
+            }
+            for w in out.windows(2) {
+                proptest::prop_assert!(w[0].end() <= w[1].offset);
+            }
+            proptest::prop_assert!(out.iter().all(|r| r.len > 0));
+        }
+
         // Catches: a byte of the input left out, ranges overlapping or out of order, more
         // ranges than asked, bytes added beyond the gaps bridged.
         #[test]

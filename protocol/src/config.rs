@@ -919,11 +919,11 @@ mod tests {
         assert!(Config::from_lookup(|k| m.get(k).cloned()).is_err());
     }
 
-    // Catches: --memory touched let into profile or list (CUPTI and the Sanitizer API cannot
-    // share the process), or refused for a range capture, which it now holds by the union of
-    // its steps' pages.
+    // Catches: --memory touched let into list (it captures nothing), refused for profile
+    // (whose restores it makes page by page) or for a range capture, which it holds by the
+    // union of its steps' pages.
     #[test]
-    fn touched_is_a_record_option_for_dispatches_and_ranges() {
+    fn touched_is_a_record_and_profile_option_for_dispatches_and_ranges() {
         let with = |pairs: &[(&str, &str)]| {
             let m: HashMap<String, String> = pairs
                 .iter()

@@ -82,10 +82,12 @@ pub struct ProfileRow {
     pub durations_ns: Vec<u64>,
     pub median_ns: u64,
     pub min_ns: u64,
-    /// Bytes the dispatch wrote (restored before each pass after the first).
+    /// Bytes restored before each pass after the first: the chunks (or pages) the dispatch
+    /// changed, and under `--memory touched` past 64 runs in a region the gaps bridged.
     pub write_set_bytes: u64,
-    /// The chunk the write set was found in, in bytes: the capture's 4 MiB, or a 4 KiB page
-    /// (`--memory touched`; wider over a region of more than 4 GiB). 0 in rows of older
+    /// The chunk the write set was found in, in bytes, the largest of the regions restored:
+    /// the capture's 4 MiB, or a 4 KiB page (`--memory touched`; wider over a region above
+    /// 1 GiB; a region's size where the GPU could not compare it). 0 in rows of older
     /// recorders.
     #[serde(default)]
     pub restore_chunk_bytes: u64,

@@ -6,13 +6,14 @@
 //! `put_back_application_output`.
 
 use kreplay_cuda::chunks::ChunkFlags;
+use kreplay_cuda::many::{ManyScan, PIECE_BYTES};
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
     copy_dtod_async, copy_dtoh, AsFunction, DeviceBuffer, Event, ForeignFunction, KernelArgs,
     LaunchConfig, Stream,
 };
 use kreplay_engine::tool::{PassOutcome, PassRunner};
-use kreplay_engine::write_set::{fewest_gaps, Evidence};
+use kreplay_engine::write_set::{fewest_gaps, outside, ByteRange, Evidence};
 use kreplay_format::DEFAULT_CHUNK_SIZE;
 
 use crate::device_resources::{flush_l2, with_chunk_kernels};
@@ -30,8 +31,11 @@ pub(crate) struct Saved {
     pub(crate) size: u64,
     pub(crate) pristine: DeviceBuffer,
     /// The chunks the first pass changed (the whole region where the GPU cannot compare it:
-    /// an address that is not 16-byte aligned).
+    /// an address that is not 16-byte aligned), gaps between pages bridged past
+    /// `MOST_RESTORE_RUNS`.
     pub(crate) write_set: Vec<PackedRun>,
+    /// The chunk the write set was found in (the region's size where it could not be).
+    pub(crate) chunk: u64,
     /// The first pass's output of the write set, packed.
     pub(crate) first_output: Option<DeviceBuffer>,
 }
@@ -71,29 +75,38 @@ impl Spent {
     }
 }
 
-/// Which chunks of `len` bytes at `live` differ from `pristine` (or everything, where the
-/// GPU cannot compare), packed end to end.
-pub(crate) fn changed_runs(pristine: u64, live: u64, len: u64, stream: &Stream) -> Vec<PackedRun> {
-    changed_runs_in(pristine, live, len, DEFAULT_CHUNK_SIZE, stream)
-}
-
 /// Most copies one region's restore makes when its write set is found page by page
 /// (`profile --memory touched`): past it the smallest gaps are copied too (`fewest_gaps`).
 pub(crate) const MOST_RESTORE_RUNS: usize = 64;
 
-/// `changed_runs` in chunks of `cs` bytes; below the default chunk, at most
-/// `MOST_RESTORE_RUNS` runs.
-pub(crate) fn changed_runs_in(
+/// The byte ranges of `len` bytes at `live` whose `cs`-byte chunks differ from `pristine`,
+/// exactly (no gaps bridged), and whether the GPU compared them (else the whole range). A
+/// chunk below the chunk scan's 64 KiB span (a page) is compared by the scan over many
+/// pieces, cut at every chunk.
+pub(crate) fn changed_ranges(
     pristine: u64,
     live: u64,
     len: u64,
     cs: u64,
     stream: &Stream,
-) -> Vec<PackedRun> {
+) -> (Vec<ByteRange>, bool) {
     let scan = with_chunk_kernels(|k| {
         // SAFETY: callers pass a region's pristine copy (ours) and the region itself (the
         // application's allocation, read while the application waits in the launch callback).
-        unsafe { k.scan(pristine, Some(live), len, cs, stream) }
+        unsafe {
+            if cs < PIECE_BYTES {
+                let one = ManyScan {
+                    pre: pristine,
+                    post: live,
+                    bytes: len,
+                    chunk_shift: cs.trailing_zeros(),
+                    first_flag: 0,
+                };
+                k.scan_many(&[one], stream)
+            } else {
+                k.scan(pristine, Some(live), len, cs, stream)
+            }
+        }
     });
     let evidence = match &scan {
         Ok(ChunkFlags { changed, .. }) => Evidence::Changed(changed),
@@ -104,16 +117,23 @@ pub(crate) fn changed_runs_in(
         size: len,
         chunk: cs,
     };
-    let written = Reachable.written(span, evidence);
-    if cs < DEFAULT_CHUNK_SIZE {
-        return pack(&fewest_gaps(written, MOST_RESTORE_RUNS)).0;
-    }
-    pack(&written).0
+    (Reachable.written(span, evidence), scan.is_ok())
+}
+
+/// `ranges` as packed runs, at their own offsets' order.
+fn as_ranges(runs: &[PackedRun]) -> Vec<ByteRange> {
+    runs.iter()
+        .map(|r| ByteRange {
+            offset: r.offset,
+            len: r.len,
+        })
+        .collect()
 }
 
 /// Most chunks one region's write set is found in: a finer chunk over a region larger than
-/// `MOST_CHUNKS` of them is widened (16 GiB: 16 KiB chunks), so the scan's flags stay 8 MiB.
-const MOST_CHUNKS: u64 = 1 << 20;
+/// `MOST_CHUNKS` of them is widened (4 GiB: 16 KiB chunks; 16 GiB: 64 KiB, the chunk scan's
+/// own), so the many-pieces scan's table stays at 8 MiB.
+const MOST_CHUNKS: u64 = 1 << 18;
 
 /// The chunk a region of `size` bytes is compared in, asked for `chunk` (a power of two).
 fn restore_chunk_for(size: u64, chunk: u64) -> u64 {
@@ -281,7 +301,15 @@ impl<'a> InPlace<'a> {
     pub(crate) fn learn_write_set(&mut self) -> Result<(), RecordError> {
         for s in self.saved.iter_mut() {
             let cs = restore_chunk_for(s.size, self.restore_chunk);
-            s.write_set = changed_runs_in(s.pristine.ptr(), s.addr, s.size, cs, self.stream);
+            let (changed, compared) =
+                changed_ranges(s.pristine.ptr(), s.addr, s.size, cs, self.stream);
+            // Not compared: the whole region is its write set, one chunk of its size.
+            s.chunk = if compared { cs } else { cs.max(s.size) };
+            s.write_set = if cs < DEFAULT_CHUNK_SIZE {
+                pack(&fewest_gaps(changed, MOST_RESTORE_RUNS)).0
+            } else {
+                pack(&changed).0
+            };
             let total: u64 = s.write_set.iter().map(|r| r.len).sum();
             s.first_output = None;
             if total > 0 {
@@ -507,26 +535,22 @@ pub(crate) fn put_back_application_output(
             }
         }
         stream.synchronize().map_err(e)?;
-        let in_write_set = |off: u64| {
-            s.write_set
-                .iter()
-                .any(|r| off >= r.offset && off < r.offset + r.len)
-        };
-        for r in changed_runs(s.pristine.ptr(), s.addr, s.size, stream) {
-            let cs = DEFAULT_CHUNK_SIZE;
-            let mut off = r.offset;
-            while off < r.offset + r.len {
-                let n = cs.min(r.offset + r.len - off);
-                if !in_write_set(off) {
-                    // SAFETY: a chunk of the dispatch's region (clipped to its size), given
-                    // back its pristine bytes while the application waits.
-                    unsafe {
-                        copy_dtod_async(s.addr + off, s.pristine.ptr() + off, n as usize, stream)
-                    }
-                    .map_err(e)?;
-                }
-                off += n;
+        // Compared in the write set's own chunk: what a pass changed outside it (the
+        // application's launch changed nothing there) gets its pristine bytes, and nothing
+        // inside it does.
+        let (changed, _) = changed_ranges(s.pristine.ptr(), s.addr, s.size, s.chunk, stream);
+        for r in outside(&changed, &as_ranges(&s.write_set)) {
+            // SAFETY: a range of the dispatch's region (clipped to its size), given back its
+            // pristine bytes while the application waits.
+            unsafe {
+                copy_dtod_async(
+                    s.addr + r.offset,
+                    s.pristine.ptr() + r.offset,
+                    r.len as usize,
+                    stream,
+                )
             }
+            .map_err(e)?;
         }
     }
     stream.synchronize().map_err(e)
@@ -536,15 +560,16 @@ pub(crate) fn put_back_application_output(
 mod tests {
     use super::*;
 
-    // Catches: a 16 GiB region scanned in 4 KiB chunks (4 Mi flags), the chunk widened past
+    // Catches: a 16 GiB region scanned in 4 KiB chunks (4 Mi pieces), the chunk widened past
     // the default, a small region's page chunk widened at all.
     #[test]
     fn a_fine_chunk_is_widened_only_over_a_large_region() {
         let page = 4096;
         assert_eq!(restore_chunk_for(256 << 20, page), page);
-        assert_eq!(restore_chunk_for(4 << 30, page), page);
-        assert_eq!(restore_chunk_for((4 << 30) + 1, page), 2 * page);
-        assert_eq!(restore_chunk_for(16 << 30, page), 16 << 10);
+        assert_eq!(restore_chunk_for(1 << 30, page), page);
+        assert_eq!(restore_chunk_for((1 << 30) + 1, page), 2 * page);
+        assert_eq!(restore_chunk_for(4 << 30, page), 16 << 10);
+        assert_eq!(restore_chunk_for(16 << 30, page), 64 << 10);
         assert_eq!(restore_chunk_for(1 << 50, page), DEFAULT_CHUNK_SIZE);
         assert_eq!(
             restore_chunk_for(16 << 30, DEFAULT_CHUNK_SIZE),

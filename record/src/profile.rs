@@ -266,6 +266,7 @@ fn copy_aside(input: &ProfileInput<'_>, row: &mut ProfileRow) -> Result<Aside, R
             size: r.size,
             pristine,
             write_set: Vec::new(),
+            chunk: kreplay_format::DEFAULT_CHUNK_SIZE,
             first_output: None,
         });
     }
@@ -451,6 +452,16 @@ fn fill_row(
         .iter()
         .map(|s| s.write_set.iter().map(|r| r.len).sum::<u64>())
         .sum();
+    // The chunk actually used: the largest of the regions restored (widened over a large
+    // region, a whole region where the GPU could not compare it).
+    if let Some(c) = saved
+        .iter()
+        .filter(|s| !s.write_set.is_empty())
+        .map(|s| s.chunk)
+        .max()
+    {
+        row.restore_chunk_bytes = c;
+    }
     row.deterministic = summary.deterministic;
     row.stopped_by_tool = summary.stopped_by_tool;
     row.capped = summary.capped;

@@ -21,7 +21,7 @@ use kreplay_protocol::variant::{FirstDifference, VariantResult, Verdict};
 
 use crate::device_resources::with_chunk_kernels;
 use crate::error::RecordError;
-use crate::in_place::{changed_runs, InPlace, Saved};
+use crate::in_place::{changed_ranges, InPlace, Saved};
 use crate::trace::trace;
 use crate::variant_check::first_outside;
 
@@ -112,10 +112,14 @@ fn judge(
     let mut beyond = 0;
     for s in saved.iter() {
         let write_set: Vec<(u64, u64)> = s.write_set.iter().map(|r| (r.offset, r.len)).collect();
-        let changed: Vec<(u64, u64)> = changed_runs(s.pristine.ptr(), s.addr, s.size, stream)
-            .iter()
-            .map(|r| (r.offset, r.len))
-            .collect();
+        // In the write set's own chunk (pages under --memory touched), exactly: the write set,
+        // gaps bridged or not, covers what the original changed.
+        let changed: Vec<(u64, u64)> =
+            changed_ranges(s.pristine.ptr(), s.addr, s.size, s.chunk, stream)
+                .0
+                .iter()
+                .map(|r| (r.offset, r.len))
+                .collect();
         if let Some(at) = first_outside(&changed, &write_set) {
             result.wrote_outside = true;
             result.first_difference.get_or_insert(FirstDifference {

@@ -57,11 +57,12 @@ static int run_saxpy(int iters) {
 }
 
 // --- sparse: a few pages written far apart in a large buffer (profile --memory touched) ------
-// Block b adds x to the 16 KiB (4 pages) of y at b x 2 MiB: 32 clusters written, 512 KiB in
-// all, but every 4 MiB chunk of the 64 MiB buffer changed. `+=` makes every pass need its
-// restore: a page left unrestored changes the next pass's output.
+// Block b adds x to the 16 KiB (4 pages) of y at b x 2 MiB + 1 MiB: 32 clusters written,
+// 512 KiB in all, but every 4 MiB chunk of the 64 MiB buffer changed, and none where it
+// starts (a put-back that judged a chunk by its first byte would undo the output). `+=` makes
+// every pass need its restore: a page left unrestored changes the next pass's output.
 __global__ void sparse_bump(const float* x, float* y, size_t stride) {
-  float* at = y + blockIdx.x * stride;
+  float* at = y + blockIdx.x * stride + stride / 2;
   for (int j = threadIdx.x; j < 4096; j += blockDim.x) at[j] += x[j] * (float)(blockIdx.x + 1);
 }
 

@@ -366,10 +366,10 @@ SPARSE_WRITTEN = 32 * 16 << 10  # kapps sparse: 32 clusters of 4 pages
 SPARSE_BUFFER = 64 << 20
 
 
-def check_sparse_rows(rows, label, write_set, chunk, metrics=()) -> list:
-    """kapps sparse profiled (three launches, five passes each): each row deterministic (its
-    `+=` needs every restore), `write_set` bytes restored, found in `chunk`-byte chunks; with
-    `metrics`, each named counter collected."""
+def check_sparse_rows(rows, label, write_set, chunk, metrics=(), passes=5) -> list:
+    """kapps sparse profiled (three launches, `passes` passes each): each row deterministic
+    (its `+=` needs every restore), `write_set` bytes restored, found in `chunk`-byte chunks;
+    with `metrics`, each named counter collected."""
     why = []
     prof = [r for r in rows if not r.get("skipped")]
     if len(prof) != 3:
@@ -381,7 +381,7 @@ def check_sparse_rows(rows, label, write_set, chunk, metrics=()) -> list:
             why.append(f"{label}: write set {r.get('write_set_bytes')} bytes, expected {write_set}")
         if r.get("restore_chunk_bytes") != chunk:
             why.append(f"{label}: restore chunk {r.get('restore_chunk_bytes')} bytes, expected {chunk}")
-        if len(r.get("durations_ns") or []) != (1 if metrics else 5):
+        if len(r.get("durations_ns") or []) != passes:
             why.append(f"{label}: passes {r.get('durations_ns')}")
         got = {m["name"]: m["value"] for m in r.get("metrics") or []}
         if metrics and (r.get("metrics_error") or any(not got.get(m) for m in metrics)):
@@ -391,7 +391,7 @@ def check_sparse_rows(rows, label, write_set, chunk, metrics=()) -> list:
 
 def profile_touched_verdict(plain_out, runs) -> list:
     """`runs`: (label, rc, stdout, rows, write set, chunk, metrics) of each profile of kapps
-    sparse; each must leave the application's output as a plain run's."""
+    sparse, five passes each; each must leave the application's output as a plain run's."""
     why = []
     if not plain_out:
         why.append("the plain run printed nothing")

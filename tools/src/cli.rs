@@ -425,8 +425,8 @@ pub struct ProfileArgs {
     /// pages it changed (pages it wrote with their own values need no restore), found by the
     /// same GPU compare of the pristine copy, so counters and --variant work as before. Past
     /// 64 separate runs in one region the smallest gaps between them are restored too (a copy
-    /// call costs about as much as copying 4 MiB); over a region above 4 GiB the page widens
-    /// so its compare keeps at most 2^20 chunks. The row's `restore_chunk_bytes` says which.
+    /// call costs about as much as copying 4 MiB); over a region above 1 GiB the page widens
+    /// so its compare keeps at most 2^18 chunks. The row's `restore_chunk_bytes` says which.
     /// Everything reachable is still copied aside once: which pages the kernel writes is
     /// known only after it ran.
     #[arg(long, value_enum, default_value_t = ProfileMemory::Reachable)]
