@@ -6,7 +6,7 @@
 //! `put_back_application_output`.
 
 use kreplay_cuda::chunks::ChunkFlags;
-use kreplay_cuda::many::{ManyScan, PIECE_BYTES};
+use kreplay_cuda::many::{CopyTable, ManyScan, ScanTable, PIECE_BYTES};
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
     copy_dtod_async, copy_dtoh, AsFunction, DeviceBuffer, Event, ForeignFunction, KernelArgs,
@@ -162,6 +162,9 @@ pub(crate) struct InPlace<'a> {
     /// Bracket the restore copies, read after the pass's one wait.
     restore_events: (Event, Event),
     restore_queued: bool,
+    /// The restore's copies as one table on the device, when the write set was found page by
+    /// page in more than one run (one launch per restore instead of a copy call per run).
+    restore_table: Option<CopyTable>,
     /// `profile --trace`: where each pass ran on the GPU.
     pub(crate) clock: Option<DispatchClock>,
 }
@@ -176,10 +179,54 @@ struct OutputCheck {
     host: Vec<(u64, u64, u64)>,
     flags: Option<DeviceBuffer>,
     readback: Vec<u8>,
+    /// Page restores: every run in one table, one flag each, one launch a pass.
+    table: Option<ScanTable>,
 }
 
 impl OutputCheck {
-    fn plan(saved: &[Saved]) -> Result<OutputCheck, RecordError> {
+    /// Page restores (`batched`): the runs as one scan table when it can be made, else as by
+    /// chunks.
+    fn plan(saved: &[Saved], batched: bool) -> Result<OutputCheck, RecordError> {
+        if batched {
+            if let Some(check) = Self::plan_table(saved) {
+                return Ok(check);
+            }
+        }
+        Self::plan_chunks(saved)
+    }
+
+    fn plan_table(saved: &[Saved]) -> Option<OutputCheck> {
+        let mut scans = Vec::new();
+        for s in saved {
+            let Some(first) = &s.first_output else {
+                continue;
+            };
+            let mut at = 0;
+            for r in &s.write_set {
+                // One flag a run: a chunk wider than any run.
+                scans.push(ManyScan {
+                    pre: first.ptr() + at,
+                    post: s.addr + r.offset,
+                    bytes: r.len,
+                    chunk_shift: 62,
+                    first_flag: scans.len(),
+                });
+                at += r.len;
+            }
+        }
+        let table = with_chunk_kernels(|k| k.scan_table(&scans)).ok()?;
+        let total = table.flags() * 8;
+        let flags = device_buffer(total.max(8) as u64).ok()?;
+        Some(OutputCheck {
+            gpu: Vec::new(),
+            host: Vec::new(),
+            flags: Some(flags),
+            readback: vec![0u8; total],
+            table: Some(table),
+        })
+    }
+
+    fn plan_chunks(saved: &[Saved]) -> Result<OutputCheck, RecordError> {
         let cs = DEFAULT_CHUNK_SIZE;
         let (mut gpu, mut host) = (Vec::new(), Vec::new());
         for s in saved {
@@ -210,6 +257,7 @@ impl OutputCheck {
             host,
             flags,
             readback: vec![0u8; total],
+            table: None,
         })
     }
 
@@ -218,6 +266,12 @@ impl OutputCheck {
         let Some(flags) = &self.flags else {
             return Ok(());
         };
+        if let Some(table) = &self.table {
+            // SAFETY: the table's scans read a region and our copy of it (`plan_table`), and
+            // `flags` was sized for the table's flags; both live in `self` past the pass's wait.
+            return with_chunk_kernels(|k| unsafe { k.queue_scan(table, flags.ptr(), stream) })
+                .map_err(|e| RecordError::Config(format!("comparing a pass's output: {e}")));
+        }
         let cs = DEFAULT_CHUNK_SIZE;
         with_chunk_kernels(|k| {
             let mut off = 0u64;
@@ -238,6 +292,10 @@ impl OutputCheck {
             // SAFETY: `flags` is our buffer, as long as `readback`.
             unsafe { copy_dtoh(&mut self.readback, flags.ptr()) }
                 .map_err(RecordError::cuda("reading the output check"))?;
+            if let Some(table) = &self.table {
+                let n = table.flags();
+                return Ok(self.readback[n * 4..n * 8].iter().all(|&b| b == 0));
+            }
             let mut off = 0;
             for &(.., n) in &self.gpu {
                 let changed = &self.readback[off + n * 4..off + n * 8];
@@ -281,6 +339,7 @@ impl<'a> InPlace<'a> {
             check: None,
             restore_events: (event()?, event()?),
             restore_queued: false,
+            restore_table: None,
             clock: None,
         })
     }
@@ -317,10 +376,55 @@ impl<'a> InPlace<'a> {
                 s.first_output = Some(out);
             }
         }
-        self.check = Some(OutputCheck::plan(self.saved)?);
+        let pages = self.restore_chunk < DEFAULT_CHUNK_SIZE;
+        self.check = Some(OutputCheck::plan(self.saved, pages)?);
+        self.restore_table = self.plan_restore_table();
         self.stream
             .synchronize()
             .map_err(Self::err("copying the first pass's output"))
+    }
+
+    /// The restore's copies, one call per write-set run.
+    fn restore_runs(&self) -> Result<(), RecordError> {
+        for s in self.saved.iter() {
+            for r in &s.write_set {
+                // SAFETY: the write set lies in the dispatch's region, which the kernel writes
+                // anyway, restored while the application waits in the launch callback (no Rust
+                // value of kreplay's lives there); the source is our pristine copy.
+                unsafe {
+                    copy_dtod_async(
+                        s.addr + r.offset,
+                        s.pristine.ptr() + r.offset,
+                        r.len as usize,
+                        self.stream,
+                    )
+                }
+                .map_err(Self::err("restoring the write set"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Under page restores, the write set's runs as one copy table, when there is more than
+    /// one (`None` otherwise, or where the table cannot be made: the runs are copied one by
+    /// one then).
+    fn plan_restore_table(&self) -> Option<CopyTable> {
+        if self.restore_chunk >= DEFAULT_CHUNK_SIZE {
+            return None;
+        }
+        let copies: Vec<(u64, u64, u64)> = self
+            .saved
+            .iter()
+            .flat_map(|s| {
+                s.write_set
+                    .iter()
+                    .map(move |r| (s.addr + r.offset, s.pristine.ptr() + r.offset, r.len))
+            })
+            .collect();
+        if copies.len() < 2 {
+            return None;
+        }
+        with_chunk_kernels(|k| k.copy_table(&copies)).ok()
     }
 
     /// After a pass's wait: the restore's GPU time, when one was queued before it.
@@ -388,21 +492,14 @@ impl PassRunner for InPlace<'_> {
             .0
             .record(self.stream)
             .map_err(Self::err("timing the restore"))?;
-        for s in self.saved.iter() {
-            for r in &s.write_set {
-                // SAFETY: the write set lies in the dispatch's region, which the kernel writes
-                // anyway, restored while the application waits in the launch callback (no Rust
-                // value of kreplay's lives there); the source is our pristine copy.
-                unsafe {
-                    copy_dtod_async(
-                        s.addr + r.offset,
-                        s.pristine.ptr() + r.offset,
-                        r.len as usize,
-                        self.stream,
-                    )
-                }
-                .map_err(Self::err("restoring the write set"))?;
-            }
+        if let Some(table) = &self.restore_table {
+            // SAFETY: the table holds the write set's runs (below), each in the dispatch's
+            // region and in our pristine copy of it, disjoint; `self` keeps the table and the
+            // copies until the pass's wait, after which no launch of it is pending.
+            with_chunk_kernels(|k| unsafe { k.queue_copies(table, self.stream) })
+                .map_err(|e| RecordError::WriteSet(format!("restoring it: {e}")))?;
+        } else {
+            self.restore_runs()?;
         }
         self.restore_events
             .1
