@@ -143,6 +143,20 @@ pub fn many_hits(raw: &[u8], shape: &[u8], owner: &[usize], regions: usize) -> M
     hits
 }
 
+/// Refuses a scan whose chunk is below `MIN_SCAN_CHUNK` (or not a shift at all).
+fn refuse_small_chunks(scans: &[ManyScan]) -> CuResult<()> {
+    match scans
+        .iter()
+        .find(|s| s.chunk_shift >= 64 || (1u64 << s.chunk_shift) < MIN_SCAN_CHUNK)
+    {
+        Some(s) => Err(unsuitable(format!(
+            "chunk shift {} is not a chunk of at least {MIN_SCAN_CHUNK} bytes",
+            s.chunk_shift
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A table of copies kept on the device: the same copies queued again and again (profile's
 /// restores between passes) cost one launch each, and neither a copy call per range (about
 /// 5 us of GPU time each on the H200, measured: 32 restores of 16 KiB took 167 us against
@@ -151,13 +165,6 @@ pub struct CopyTable {
     rows: DeviceBuffer,
     n: u64,
     grid: u32,
-}
-
-impl CopyTable {
-    /// How many pieces the table copies.
-    pub fn pieces(&self) -> u64 {
-        self.n
-    }
 }
 
 impl ChunkKernels {
@@ -220,15 +227,7 @@ impl ChunkKernels {
     /// The table of `scans` on the device, uploaded (and waited for); refused as `scan_many`
     /// refuses a chunk below `MIN_SCAN_CHUNK`.
     pub fn scan_table(&self, scans: &[ManyScan]) -> CuResult<ScanTable> {
-        if let Some(s) = scans
-            .iter()
-            .find(|s| s.chunk_shift >= 64 || (1u64 << s.chunk_shift) < MIN_SCAN_CHUNK)
-        {
-            return Err(unsuitable(format!(
-                "chunk shift {} is not a chunk of at least {MIN_SCAN_CHUNK} bytes",
-                s.chunk_shift
-            )));
-        }
+        refuse_small_chunks(scans)?;
         let (rows, flags) = scan_rows(scans);
         let bytes: Vec<u8> = rows.iter().flat_map(|w| w.to_le_bytes()).collect();
         let buf = DeviceBuffer::new(bytes.len().max(8))?;
@@ -329,15 +328,7 @@ impl ChunkKernels {
     /// Each scan's `[pre, pre + bytes)` and (when not 0) `[post, post + bytes)` are *readable*
     /// (`crate::memory`'s contract) until this returns.
     pub unsafe fn scan_many(&self, scans: &[ManyScan], stream: &Stream) -> CuResult<ChunkFlags> {
-        if let Some(s) = scans
-            .iter()
-            .find(|s| s.chunk_shift >= 64 || (1u64 << s.chunk_shift) < MIN_SCAN_CHUNK)
-        {
-            return Err(unsuitable(format!(
-                "chunk shift {} is not a chunk of at least {MIN_SCAN_CHUNK} bytes",
-                s.chunk_shift
-            )));
-        }
+        refuse_small_chunks(scans)?;
         let (rows, flag_count) = scan_rows(scans);
         let n = (rows.len() / 4) as u64;
         if n == 0 {

@@ -132,7 +132,8 @@ fn as_ranges(runs: &[PackedRun]) -> Vec<ByteRange> {
 
 /// Most chunks one region's write set is found in: a finer chunk over a region larger than
 /// `MOST_CHUNKS` of them is widened (4 GiB: 16 KiB chunks; 16 GiB: 64 KiB, the chunk scan's
-/// own), so the many-pieces scan's table stays at 8 MiB.
+/// own), so the many-pieces scan's table stays at 8 MiB. (The restore's and the output
+/// check's tables hold a row per 64 KiB of the write set, made once a dispatch.)
 const MOST_CHUNKS: u64 = 1 << 18;
 
 /// The chunk a region of `size` bytes is compared in, asked for `chunk` (a power of two).
@@ -346,6 +347,10 @@ impl<'a> InPlace<'a> {
 
     /// Ends the runner: its timer and the output check's flags, for `Spent::recycle`.
     pub(crate) fn into_spent(self) -> Spent {
+        // A pass that failed before its wait may leave a restore or a check queued that reads
+        // the tables dropped here: let it finish first (after a pass's wait, this costs
+        // nothing). A failure is the stream's, and the put-back that follows reports it.
+        let _ = self.stream.synchronize();
         Spent {
             timer: self.timer,
             flags: self.check.and_then(|c| c.flags),
@@ -493,11 +498,12 @@ impl PassRunner for InPlace<'_> {
             .record(self.stream)
             .map_err(Self::err("timing the restore"))?;
         if let Some(table) = &self.restore_table {
-            // SAFETY: the table holds the write set's runs (below), each in the dispatch's
-            // region and in our pristine copy of it, disjoint; `self` keeps the table and the
-            // copies until the pass's wait, after which no launch of it is pending.
+            // SAFETY: the table holds the write set's runs (`plan_restore_table`), each in the
+            // dispatch's region and in our pristine copy of it, disjoint; `self` keeps the table
+            // and the copies until the pass's wait, or `into_spent`'s, after which no launch of
+            // it is pending.
             with_chunk_kernels(|k| unsafe { k.queue_copies(table, self.stream) })
-                .map_err(|e| RecordError::WriteSet(format!("restoring it: {e}")))?;
+                .map_err(|e| RecordError::Config(format!("restoring the write set: {e}")))?;
         } else {
             self.restore_runs()?;
         }
