@@ -624,3 +624,99 @@ fn the_many_pieces_scan_in_pages_flags_each_changed_page() {
         "every page holds nonzero bytes"
     );
 }
+
+// Catches: the kept tables (profile's page restores and output check) copying or comparing
+// other bytes than their rows name, an unaligned run mishandled, a table queued twice not
+// doing the same again, or the check's flags not cleared between two queues (a change seen
+// once would then be reported forever, or one flag's change put under another's).
+#[test]
+#[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
+fn kept_copy_and_scan_tables_do_what_their_rows_say_each_time() {
+    use kreplay_cuda::many::ManyScan;
+    let gpu = Gpu::open();
+    let (kernels, stream) = (&gpu.kernels, &gpu.stream);
+    let size = (256 << 10) + 100;
+    let live: Vec<u8> = (0..size).map(|i| (i * 13 + 1) as u8).collect();
+    let pristine: Vec<u8> = (0..size).map(|i| (i * 5 + 7) as u8).collect();
+    let (a, p) = (
+        DeviceBuffer::new(size).expect("buffer"),
+        DeviceBuffer::new(size).expect("buffer"),
+    );
+    // SAFETY: each upload writes our own buffer of `size` bytes.
+    unsafe {
+        copy_htod(a.ptr(), &live).expect("upload");
+        copy_htod(p.ptr(), &pristine).expect("upload");
+    }
+    let runs: [(u64, u64); 3] = [(4096, 8192), ((64 << 10) + 3, 100), (200_000, 60_000)];
+    let copies: Vec<(u64, u64, u64)> = runs
+        .iter()
+        .map(|&(off, len)| (a.ptr() + off, p.ptr() + off, len))
+        .collect();
+    let table = kernels.copy_table(&copies).expect("copy table");
+    for _ in 0..2 {
+        // SAFETY: every copy lies in our two buffers, which do not overlap; the stream is
+        // synchronised below, before anything is dropped.
+        unsafe { kernels.queue_copies(&table, stream) }.expect("queue copies");
+    }
+    stream.synchronize().expect("copies done");
+    let mut got = vec![0u8; size];
+    // SAFETY: reads our own buffer of `size` bytes, written by the synchronised stream.
+    unsafe { kreplay_cuda::copy_dtoh(&mut got, a.ptr()) }.expect("read back");
+    let mut want = live.clone();
+    for &(off, len) in &runs {
+        let (o, n) = (off as usize, len as usize);
+        want[o..o + n].copy_from_slice(&pristine[o..o + n]);
+    }
+    assert!(
+        got == want,
+        "the copy table wrote other bytes than its runs"
+    );
+
+    let scans: Vec<ManyScan> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, &(off, len))| ManyScan {
+            pre: p.ptr() + off,
+            post: a.ptr() + off,
+            bytes: len,
+            chunk_shift: 62,
+            first_flag: i,
+        })
+        .collect();
+    let check = kernels.scan_table(&scans).expect("scan table");
+    assert_eq!(check.flags(), 3);
+    let out = DeviceBuffer::new(check.flags() * 8).expect("flags");
+    let changed = |poke: Option<(usize, u8)>| {
+        if let Some((at, v)) = poke {
+            // SAFETY: one byte inside our own buffer.
+            unsafe { copy_htod(a.ptr() + at as u64, &[v]) }.expect("poke");
+        }
+        // SAFETY: the scans read our two buffers; `out` is ours, 8 bytes a flag; the stream
+        // is synchronised before the flags are read.
+        unsafe { kernels.queue_scan(&check, out.ptr(), stream) }.expect("queue scan");
+        stream.synchronize().expect("scan done");
+        let mut flags = vec![0u8; check.flags() * 8];
+        // SAFETY: reads our own flags buffer, written by the synchronised stream.
+        unsafe { kreplay_cuda::copy_dtoh(&mut flags, out.ptr()) }.expect("flags back");
+        flags[check.flags() * 4..]
+            .chunks(4)
+            .map(|w| w.iter().any(|&b| b != 0))
+            .collect::<Vec<bool>>()
+    };
+    assert_eq!(
+        changed(None),
+        vec![false; 3],
+        "restored runs equal the pristine bytes"
+    );
+    let at = (64 << 10) + 50; // inside the unaligned run
+    assert_eq!(changed(Some((at, !pristine[at]))), vec![false, true, false]);
+    assert_eq!(
+        changed(Some((at, pristine[at]))),
+        vec![false; 3],
+        "the flags are cleared each time"
+    );
+    assert_eq!(
+        changed(Some((259_999, !pristine[259_999]))),
+        vec![false, false, true]
+    );
+}
