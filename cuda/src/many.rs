@@ -11,6 +11,7 @@ use crate::launch::{launch, KernelArgs, LaunchConfig};
 use crate::memory::{copy_dtoh, DeviceBuffer};
 use crate::stream::{AsStream, Stream};
 use crate::sys;
+use crate::Function;
 
 /// The most bytes of one piece: a block's share. A scan's pieces are cut at its chunks too
 /// (`scan_rows`), so a piece never straddles two chunks.
@@ -161,26 +162,59 @@ fn refuse_small_chunks(scans: &[ManyScan]) -> CuResult<()> {
 /// restores between passes) cost one launch each, and neither a copy call per range (about
 /// 5 us of GPU time each on the H200, measured: 32 restores of 16 KiB took 167 us against
 /// 36 us for one of 64 MiB) nor an upload per launch.
-pub struct CopyTable {
+pub struct CopyTable(KeptRows);
+
+/// Rows of a many-pieces kernel uploaded once into a buffer of their own (never the shared
+/// row buffer `upload_rows` hands out, which the next launch would overwrite), with the grid
+/// that runs them.
+struct KeptRows {
     rows: DeviceBuffer,
     n: u64,
     grid: u32,
 }
 
+impl KeptRows {
+    /// Queues `function` over the rows: its arguments the rows, their count, then `extra`.
+    ///
+    /// # Safety
+    /// What `function` reads and writes through the rows and `extra` is readable and writable
+    /// (`crate::memory`'s contracts), and `self` lives, until the launch has run.
+    unsafe fn launch(&self, function: &Function, extra: &[u64], stream: &Stream) -> CuResult<()> {
+        if self.n == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig::new([self.grid, 1, 1], [crate::chunks::THREADS, 1, 1], 0);
+        let mut words = vec![self.rows.ptr(), self.n];
+        words.extend_from_slice(extra);
+        // SAFETY: the rows are ours, `n` of them; the memory they and `extra` name is covered
+        // by this function's contract.
+        unsafe { launch(function, &cfg, &mut KernelArgs::words(&words), stream) }
+    }
+}
+
+/// The rows as the kernels read them: little-endian words.
+fn row_bytes(rows: &[u64]) -> Vec<u8> {
+    rows.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
 impl ChunkKernels {
-    /// The table of `copies` (dst, src, bytes) on the device, uploaded (and waited for).
-    pub fn copy_table(&self, copies: &[(u64, u64, u64)]) -> CuResult<CopyTable> {
-        let rows = copy_rows(copies);
-        let bytes: Vec<u8> = rows.iter().flat_map(|w| w.to_le_bytes()).collect();
+    /// `rows` (`width` words each) in a device buffer of their own, uploaded and waited for.
+    fn kept_rows(&self, rows: &[u64], width: usize) -> CuResult<KeptRows> {
+        let bytes = row_bytes(rows);
         let buf = DeviceBuffer::new(bytes.len().max(8))?;
         // SAFETY: `buf` is our own buffer of at least `bytes.len()` bytes.
         unsafe { crate::memory::copy_htod(buf.ptr(), &bytes)? };
-        let n = (rows.len() / 3) as u64;
-        Ok(CopyTable {
+        let n = (rows.len() / width) as u64;
+        Ok(KeptRows {
             rows: buf,
             n,
             grid: self.grid_for(n),
         })
+    }
+
+    /// The table of `copies` (dst, src, bytes) on the device, uploaded (and waited for).
+    pub fn copy_table(&self, copies: &[(u64, u64, u64)]) -> CuResult<CopyTable> {
+        self.kept_rows(&copy_rows(copies), 3).map(CopyTable)
     }
 
     /// Queues every copy of `table` on `stream`, not waited for.
@@ -190,29 +224,16 @@ impl ChunkKernels {
     /// contracts), no destination overlaps a source, and `table` lives, until the launch has
     /// run.
     pub unsafe fn queue_copies(&self, table: &CopyTable, stream: &Stream) -> CuResult<()> {
-        if table.n == 0 {
-            return Ok(());
-        }
-        let cfg = LaunchConfig::new([table.grid, 1, 1], [crate::chunks::THREADS, 1, 1], 0);
         // SAFETY: the kernel copies the table's pieces, each inside a caller's copy, which this
         // function's contract covers; the caller keeps the table alive until it ran.
-        unsafe {
-            launch(
-                &self.copy_many,
-                &cfg,
-                &mut KernelArgs::words(&[table.rows.ptr(), table.n]),
-                stream,
-            )
-        }
+        unsafe { table.0.launch(&self.copy_many, &[], stream) }
     }
 }
 
 /// A table of scans kept on the device (profile's output check after every pass, page by
 /// page): one memset and one launch each time, no upload.
 pub struct ScanTable {
-    rows: DeviceBuffer,
-    n: u64,
-    grid: u32,
+    rows: KeptRows,
     flags: usize,
 }
 
@@ -229,15 +250,8 @@ impl ChunkKernels {
     pub fn scan_table(&self, scans: &[ManyScan]) -> CuResult<ScanTable> {
         refuse_small_chunks(scans)?;
         let (rows, flags) = scan_rows(scans);
-        let bytes: Vec<u8> = rows.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let buf = DeviceBuffer::new(bytes.len().max(8))?;
-        // SAFETY: `buf` is our own buffer of at least `bytes.len()` bytes.
-        unsafe { crate::memory::copy_htod(buf.ptr(), &bytes)? };
-        let n = (rows.len() / 4) as u64;
         Ok(ScanTable {
-            rows: buf,
-            n,
-            grid: self.grid_for(n),
+            rows: self.kept_rows(&rows, 4)?,
             flags,
         })
     }
@@ -249,23 +263,15 @@ impl ChunkKernels {
     /// Every scan's ranges are *readable*, `[out, out + 8 x flags)` is *writable*
     /// (`crate::memory`'s contracts), and `table` lives, until the launch has run.
     pub unsafe fn queue_scan(&self, table: &ScanTable, out: u64, stream: &Stream) -> CuResult<()> {
-        if table.n == 0 {
+        if table.rows.n == 0 {
             return Ok(());
         }
         // SAFETY: `out` is writable for `8 x flags` bytes by this function's contract.
         unsafe { memset_async(out, table.flags * 8, stream)? };
-        let cfg = LaunchConfig::new([table.grid, 1, 1], [crate::chunks::THREADS, 1, 1], 0);
         let changed = out + table.flags as u64 * 4;
-        // SAFETY: the kernel reads the table's pieces (inside the caller's readable ranges)
-        // and writes the flags at `out`, both covered by this function's contract.
-        unsafe {
-            launch(
-                &self.scan_many,
-                &cfg,
-                &mut KernelArgs::words(&[table.rows.ptr(), table.n, out, changed]),
-                stream,
-            )
-        }
+        // SAFETY: the kernel reads the table's pieces (inside the caller's readable ranges) and
+        // writes the flags at `out`, both covered by this function's contract.
+        unsafe { table.rows.launch(&self.scan_many, &[out, changed], stream) }
     }
 }
 
@@ -273,7 +279,7 @@ impl ChunkKernels {
     /// The rows' table on the device (the kept row buffer when large enough), copied there
     /// before the launch that reads it is queued on `stream`.
     fn upload_rows(&self, rows: &[u64], stream: &Stream) -> CuResult<DeviceBuffer> {
-        let bytes: Vec<u8> = rows.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let bytes = row_bytes(rows);
         let buf = self.take_rows(bytes.len().max(8))?;
         crate::error::check(
             // SAFETY: `buf` is our own buffer of at least `bytes.len()` bytes; the copy is

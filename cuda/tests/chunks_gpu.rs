@@ -39,6 +39,14 @@ impl Gpu {
     }
 }
 
+/// A device buffer of this test's own holding `bytes`.
+fn uploaded(bytes: &[u8]) -> DeviceBuffer {
+    let b = DeviceBuffer::new(bytes.len()).expect("a test buffer");
+    // SAFETY: `b` is a fresh allocation of `bytes.len()` bytes, ours alone.
+    unsafe { copy_htod(b.ptr(), bytes).expect("upload") };
+    b
+}
+
 fn host_flags(pre: &[u8], post: &[u8]) -> (Vec<bool>, Vec<bool>) {
     let cs = CHUNK as usize;
     let nonzero = pre.chunks(cs).map(|c| c.iter().any(|&b| b != 0)).collect();
@@ -72,16 +80,9 @@ fn scan_and_digest_agree_with_the_host() {
     post[2 * CHUNK as usize + 12345] ^= 0x40; // one byte mid-chunk
     post[n - 1] ^= 1; // one tail byte (past the last 16-byte vector)
     post[5 * CHUNK as usize..6 * CHUNK as usize].fill(0); // a chunk cleared
-    let (a, b) = (
-        DeviceBuffer::new(n).expect("a"),
-        DeviceBuffer::new(n).expect("b"),
-    );
-    // SAFETY: `a` and `b` are this test's own allocations of `n` bytes; every kernel below
-    // reads at most `size` (= n) bytes of them, and they live to the end of the test.
-    unsafe {
-        copy_htod(a.ptr(), &pre).expect("upload");
-        copy_htod(b.ptr(), &post).expect("upload");
-    }
+                                                          // Every kernel below reads at most `size` (= n) bytes of `a` and `b`, which live to the
+                                                          // end of the test.
+    let (a, b) = (uploaded(&pre), uploaded(&post));
 
     // SAFETY: as for the uploads.
     let flags = unsafe { kernels.scan(a.ptr(), Some(b.ptr()), size, CHUNK, stream) }.expect("scan");
@@ -177,9 +178,7 @@ fn the_pointer_scan_agrees_with_the_host_and_reports_overflow() {
         };
         c.copy_from_slice(&v.to_le_bytes());
     }
-    let buf = DeviceBuffer::new(n).expect("buffer");
-    // SAFETY: `buf` is this test's own allocation of `n` bytes, read by the scans below only.
-    unsafe { copy_htod(buf.ptr(), &bytes).expect("upload") };
+    let buf = uploaded(&bytes);
     let (words, in_heap) = host_pointer_scan(&bytes, window, heap);
     assert!(
         words.len() > 1000 && in_heap.len() > 1000,
@@ -307,15 +306,7 @@ fn the_kernels_over_many_pieces_agree_with_the_host() {
             v
         })
         .collect();
-    let bufs: Vec<DeviceBuffer> = regions
-        .iter()
-        .map(|r| {
-            let b = DeviceBuffer::new(r.len()).expect("region");
-            // SAFETY: `b` is this test's own allocation of `r.len()` bytes.
-            unsafe { copy_htod(b.ptr(), r).expect("upload") };
-            b
-        })
-        .collect();
+    let bufs: Vec<DeviceBuffer> = regions.iter().map(|r| uploaded(r)).collect();
 
     // Copy every region into one slab, at 256-byte stretches, and one at an odd address.
     let at: Vec<u64> = sizes
@@ -596,15 +587,7 @@ fn the_many_pieces_scan_in_pages_flags_each_changed_page() {
     ] {
         post[at] ^= 0x40;
     }
-    let (a, b) = (
-        DeviceBuffer::new(size).expect("buffer"),
-        DeviceBuffer::new(size).expect("buffer"),
-    );
-    // SAFETY: each upload writes our own buffer of `size` bytes.
-    unsafe {
-        copy_htod(a.ptr(), &pre).expect("upload");
-        copy_htod(b.ptr(), &post).expect("upload");
-    }
+    let (a, b) = (uploaded(&pre), uploaded(&post));
     let scan = ManyScan {
         pre: a.ptr(),
         post: b.ptr(),
@@ -638,15 +621,7 @@ fn kept_copy_and_scan_tables_do_what_their_rows_say_each_time() {
     let size = (256 << 10) + 100;
     let live: Vec<u8> = (0..size).map(|i| (i * 13 + 1) as u8).collect();
     let pristine: Vec<u8> = (0..size).map(|i| (i * 5 + 7) as u8).collect();
-    let (a, p) = (
-        DeviceBuffer::new(size).expect("buffer"),
-        DeviceBuffer::new(size).expect("buffer"),
-    );
-    // SAFETY: each upload writes our own buffer of `size` bytes.
-    unsafe {
-        copy_htod(a.ptr(), &live).expect("upload");
-        copy_htod(p.ptr(), &pristine).expect("upload");
-    }
+    let (a, p) = (uploaded(&live), uploaded(&pristine));
     let runs: [(u64, u64); 3] = [(4096, 8192), ((64 << 10) + 3, 100), (200_000, 60_000)];
     let copies: Vec<(u64, u64, u64)> = runs
         .iter()

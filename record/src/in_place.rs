@@ -120,7 +120,7 @@ pub(crate) fn changed_ranges(
     (Reachable.written(span, evidence), scan.is_ok())
 }
 
-/// `ranges` as packed runs, at their own offsets' order.
+/// The runs' byte ranges in their region, in order (where they sit in a packed copy aside).
 fn as_ranges(runs: &[PackedRun]) -> Vec<ByteRange> {
     runs.iter()
         .map(|r| ByteRange {
@@ -381,12 +381,17 @@ impl<'a> InPlace<'a> {
                 s.first_output = Some(out);
             }
         }
-        let pages = self.restore_chunk < DEFAULT_CHUNK_SIZE;
-        self.check = Some(OutputCheck::plan(self.saved, pages)?);
+        self.check = Some(OutputCheck::plan(self.saved, self.by_pages())?);
         self.restore_table = self.plan_restore_table();
         self.stream
             .synchronize()
             .map_err(Self::err("copying the first pass's output"))
+    }
+
+    /// Whether the write set is found page by page (`profile --memory touched`): its runs are
+    /// then many and small, so the restore and the output check run as one launch each.
+    fn by_pages(&self) -> bool {
+        self.restore_chunk < DEFAULT_CHUNK_SIZE
     }
 
     /// The restore's copies, one call per write-set run.
@@ -414,7 +419,7 @@ impl<'a> InPlace<'a> {
     /// one (`None` otherwise, or where the table cannot be made: the runs are copied one by
     /// one then).
     fn plan_restore_table(&self) -> Option<CopyTable> {
-        if self.restore_chunk >= DEFAULT_CHUNK_SIZE {
+        if !self.by_pages() {
             return None;
         }
         let copies: Vec<(u64, u64, u64)> = self

@@ -4,9 +4,6 @@
 # on one for 600 s in session 14): the syscall it waits in, the mapping its futex word lies in,
 # and every word of its stack that points into executable code, as library + offset (+ the
 # nearest symbol by nm, where nm is at hand). Bound it: timeout -s KILL 30 python3 ...
-# A poor man's unwinder for a process a debugger cannot attach to: the futex it waits on and
-# every word of its stack that points into executable code, as library + offset (+ nearest
-# dynamic symbol, by nm -D, where nm is at hand).
 import bisect, subprocess, sys
 pid = int(sys.argv[1])
 maps = []

@@ -552,6 +552,16 @@ pub enum ProfileMemory {
     Touched,
 }
 
+impl From<ProfileMemory> for MemoryScope {
+    /// The recorder's scope of the same name (its environment word is the one `record` sets).
+    fn from(m: ProfileMemory) -> MemoryScope {
+        match m {
+            ProfileMemory::Reachable => MemoryScope::Reachable,
+            ProfileMemory::Touched => MemoryScope::Touched,
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CacheMode {
     /// Empty L2 before every pass, outside the timed window: a read-only sweep over 4 x the L2

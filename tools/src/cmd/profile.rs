@@ -6,12 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use kreplay_protocol::config::{
-    check_pattern, env, expand_output, fixed_directory, rank_from, KernelFilter,
+    check_pattern, env, expand_output, fixed_directory, rank_from, KernelFilter, MemoryScope,
     REPORT_PLACEHOLDERS,
 };
 use kreplay_protocol::report::ProfileRow;
 
-use crate::cli::{CacheMode, Keep, ProfileArgs, ProfileMemory};
+use crate::cli::{CacheMode, Keep, ProfileArgs};
 use crate::cmd::record::{app_exit_code, run_app};
 
 /// How a report is written.
@@ -261,11 +261,7 @@ fn recorder_vars(a: &ProfileArgs, tool: Option<&std::path::Path>) -> Vec<(&'stat
         ),
         (
             env::MEMORY,
-            match a.memory {
-                ProfileMemory::Reachable => "reachable",
-                ProfileMemory::Touched => "touched",
-            }
-            .to_string(),
+            MemoryScope::from(a.memory).env_value().to_string(),
         ),
         (
             env::NVTX_INCLUDE,
@@ -388,7 +384,7 @@ mod tests {
                 .map(|(_, v)| v)
         };
         let plain = args(&["-k", "f", "./app"]);
-        assert_eq!(plain.memory, ProfileMemory::Reachable);
+        assert_eq!(plain.memory, crate::cli::ProfileMemory::Reachable);
         assert_eq!(var(&plain).as_deref(), Some("reachable"));
         let touched = args(&["-k", "f", "--memory", "touched", "./app"]);
         assert_eq!(var(&touched).as_deref(), Some("touched"));
