@@ -178,7 +178,10 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
     // Profile mode with --metrics: a free or an allocation may need the dispatches waiting
     // for their counters collected first (`before_allocation_change`).
     let counters = config.mode == Mode::Profile && !config.metrics.is_empty();
-    if config.memory == MemoryScope::All || counters {
+    // Record and profile: the walk's table of the application's allocations
+    // (`device_table`) follows every allocation, free and context from here on.
+    let table = config.mode != Mode::List;
+    if config.memory == MemoryScope::All || counters || table {
         groups.push(Group::Allocation);
     }
     for g in groups {
@@ -199,7 +202,7 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
     if counters {
         resources.push(csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
     }
-    if crate::device_resources::prewarms(config) {
+    if crate::device_resources::prewarms(config) || table {
         resources.push(csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
     }
     for id in resources {
@@ -207,6 +210,10 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,
             id as u32,
         )?;
+    }
+    // Every callback the table needs is enabled, at cuInit, before any context exists.
+    if table {
+        crate::device_table::table().follow();
     }
     Ok(sub)
 }

@@ -1,0 +1,381 @@
+//! The application's `cuMemAlloc` allocations as its allocation callbacks showed them, so that
+//! the reachable walk learns which allocation holds a word without asking the driver for each
+//! of a pointer table's thousands of words (#34: about 0.33 us a lookup on the H200, 3.2-3.8 ms
+//! for 10,000, most of the stall the capture is allowed).
+//!
+//! An entry the table keeps after its memory is gone would be worse than slow: the GPU pointer
+//! scan of freed memory faults and ends the application's context. So the table answers only
+//! while it is exact, and otherwise says nothing (the driver answers, as before):
+//! - it holds `cuMemAlloc` / `cuMemAllocPitch` memory only, whose only ends are a free and the
+//!   destruction of its context; nothing else (pools, VMM mappings, host memory, IPC) is in it;
+//! - frees and unmaps take their entries out at the call's ENTER, before the driver runs them
+//!   (a free that then fails only loses an entry: the driver answers for that memory);
+//! - a context's destruction (CUPTI's CONTEXT_DESTROY_STARTING) empties it;
+//! - it answers only while the process has one context: with two (another device, a green
+//!   context) an entry's context would have to be asked, so the table stops answering for good;
+//! - an allocation over a live entry means a free went unseen: it stops answering for good;
+//! - it follows a process only from the recorder's subscription at `cuInit` (`follow`), before
+//!   any context exists, and only on the CUPTI front end, which enables every callback above.
+//!
+//! The rules are `DeviceTable`'s, a pure type tested here; the process's one table is a static
+//! (`TABLE`) the router updates and the walk reads.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Whether the table answers, and why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// Not following this process (never subscribed, or the Sanitizer front end).
+    Off,
+    /// Following: every allocation, free and context event is seen; `contexts` live now.
+    Following { contexts: u32 },
+    /// Stopped for good, and why.
+    Lost(&'static str),
+}
+
+/// `cuMemAlloc` allocations by base (see the module's rules).
+#[derive(Debug)]
+pub struct DeviceTable {
+    by_base: BTreeMap<u64, u64>,
+    trust: Trust,
+}
+
+impl Default for DeviceTable {
+    fn default() -> DeviceTable {
+        DeviceTable {
+            by_base: BTreeMap::new(),
+            trust: Trust::Off,
+        }
+    }
+}
+
+impl DeviceTable {
+    /// Starts following: called where every allocation, free and context callback is enabled,
+    /// before the process has a context.
+    pub fn follow(&mut self) {
+        if self.trust == Trust::Off {
+            self.trust = Trust::Following { contexts: 0 };
+        }
+    }
+
+    pub fn trust(&self) -> Trust {
+        self.trust
+    }
+
+    fn lose(&mut self, why: &'static str) {
+        self.by_base.clear();
+        self.trust = Trust::Lost(why);
+    }
+
+    /// A context was created.
+    pub fn context_created(&mut self) {
+        if let Trust::Following { contexts } = self.trust {
+            if contexts >= 1 {
+                self.lose("a second CUDA context");
+            } else {
+                self.trust = Trust::Following { contexts: 1 };
+            }
+        }
+    }
+
+    /// A context is about to be destroyed: its allocations go with it (and, one context
+    /// at most being followed, it holds all of them).
+    pub fn context_destroying(&mut self) {
+        self.by_base.clear();
+        if let Trust::Following { contexts } = self.trust {
+            self.trust = Trust::Following {
+                contexts: contexts.saturating_sub(1),
+            };
+        }
+    }
+
+    /// At the EXIT of a successful `cuMemAlloc` or `cuMemAllocPitch`: `[base, base + size)`.
+    pub fn allocated(&mut self, base: u64, size: u64) {
+        if !matches!(self.trust, Trust::Following { .. }) || size == 0 {
+            return;
+        }
+        let Some(end) = base.checked_add(size) else {
+            return self.lose("an allocation past the end of the address space");
+        };
+        let below = self
+            .by_base
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&b, &s)| b + s > base);
+        if below {
+            return self.lose("an allocation over a live one (a free went unseen)");
+        }
+        self.by_base.insert(base, size);
+    }
+
+    /// At the ENTER of a free (`cuMemFree`, `cuMemFreeAsync`) of `addr`, or of an unmap of
+    /// `[addr, addr + len)`: the entries it may end go now, whether or not it succeeds.
+    pub fn releasing(&mut self, addr: u64, len: u64) {
+        let end = addr.saturating_add(len.max(1));
+        // An entry that starts below `addr` and reaches it goes too (an unmap names a range).
+        let first = self
+            .by_base
+            .range(..=addr)
+            .next_back()
+            .filter(|(&b, &s)| b + s > addr)
+            .map(|(&b, _)| b)
+            .unwrap_or(addr);
+        let gone: Vec<u64> = self.by_base.range(first..end).map(|(&b, _)| b).collect();
+        for b in gone {
+            self.by_base.remove(&b);
+        }
+    }
+
+    /// The allocation `(base, size)` holding `addr`, when the table may answer.
+    pub fn holding(&self, addr: u64) -> Option<(u64, u64)> {
+        if self.trust != (Trust::Following { contexts: 1 }) {
+            return None;
+        }
+        let (&base, &size) = self.by_base.range(..=addr).next_back()?;
+        (addr - base < size).then_some((base, size))
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.by_base.len()
+    }
+}
+
+/// The process's table.
+static TABLE: Mutex<DeviceTable> = Mutex::new(DeviceTable {
+    by_base: BTreeMap::new(),
+    trust: Trust::Off,
+});
+
+/// The process's table, locked (a panic elsewhere while holding it leaves it usable: every
+/// change above leaves it consistent, or lost).
+pub(crate) fn table() -> std::sync::MutexGuard<'static, DeviceTable> {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `KREPLAY_DEBUG_TABLE`: `0` leaves the table out of the walk (every word asked of the
+/// driver, as before it: the benchmark's baseline in the same build); `check` asks the driver
+/// about every answer too and counts disagreements (the walk's debug line shows them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TableUse {
+    On,
+    Off,
+    Check,
+}
+
+impl TableUse {
+    pub(crate) fn from_env() -> TableUse {
+        Self::from_value(std::env::var("KREPLAY_DEBUG_TABLE").ok().as_deref())
+    }
+
+    fn from_value(v: Option<&str>) -> TableUse {
+        match v {
+            Some("0") => TableUse::Off,
+            Some("check") => TableUse::Check,
+            _ => TableUse::On,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn followed() -> DeviceTable {
+        let mut t = DeviceTable::default();
+        t.follow();
+        t.context_created();
+        t
+    }
+
+    #[test]
+    fn answers_only_while_following_one_context() {
+        let mut t = DeviceTable::default();
+        t.allocated(0x1000, 0x100);
+        assert_eq!(t.holding(0x1000), None, "not following: nothing kept");
+        t.follow();
+        assert_eq!(t.holding(0x1000), None, "no context yet");
+        t.context_created();
+        t.allocated(0x1000, 0x100);
+        assert_eq!(t.holding(0x1000), Some((0x1000, 0x100)));
+        assert_eq!(t.holding(0x10ff), Some((0x1000, 0x100)));
+        assert_eq!(t.holding(0x1100), None, "one past the end");
+        assert_eq!(t.holding(0xfff), None);
+        t.context_created();
+        assert_eq!(t.trust(), Trust::Lost("a second CUDA context"));
+        assert_eq!(t.holding(0x1000), None);
+        assert_eq!(t.len(), 0);
+        t.context_destroying();
+        t.context_destroying();
+        t.context_created();
+        t.allocated(0x1000, 0x100);
+        assert_eq!(t.holding(0x1000), None, "lost for good");
+    }
+
+    #[test]
+    fn a_free_or_an_unmap_ends_entries_before_it_runs() {
+        let mut t = followed();
+        t.allocated(0x1000, 0x100);
+        t.allocated(0x2000, 0x100);
+        t.allocated(0x3000, 0x100);
+        t.releasing(0x1000, 1);
+        assert_eq!(t.holding(0x1000), None);
+        assert_eq!(t.holding(0x2000), Some((0x2000, 0x100)));
+        t.releasing(0x7777, 1); // not an entry: nothing
+        assert_eq!(t.len(), 2);
+        // An unmap from inside the first to inside the second takes both.
+        t.releasing(0x2080, 0x1000);
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn a_destroyed_context_takes_its_allocations_and_a_new_one_is_followed() {
+        let mut t = followed();
+        t.allocated(0x1000, 0x100);
+        t.context_destroying();
+        assert_eq!(t.holding(0x1000), None);
+        assert_eq!(t.trust(), Trust::Following { contexts: 0 });
+        t.context_created();
+        t.allocated(0x1000, 0x200);
+        assert_eq!(t.holding(0x11ff), Some((0x1000, 0x200)));
+    }
+
+    #[test]
+    fn an_allocation_over_a_live_one_stops_the_answers() {
+        let mut t = followed();
+        t.allocated(0x1000, 0x100);
+        t.allocated(0x1100, 0x100); // adjacent: fine
+        assert_eq!(t.holding(0x1100), Some((0x1100, 0x100)));
+        t.allocated(0x10f0, 0x20);
+        assert!(matches!(t.trust(), Trust::Lost(_)));
+        assert_eq!(t.holding(0x1000), None);
+        let mut t = followed();
+        t.allocated(u64::MAX - 4, 16);
+        assert!(matches!(t.trust(), Trust::Lost(_)));
+    }
+
+    #[test]
+    fn the_debug_switch_reads_its_three_words() {
+        assert_eq!(TableUse::from_value(None), TableUse::On);
+        assert_eq!(TableUse::from_value(Some("0")), TableUse::Off);
+        assert_eq!(TableUse::from_value(Some("check")), TableUse::Check);
+        assert_eq!(TableUse::from_value(Some("1")), TableUse::On);
+    }
+
+    /// One event the table may see (or, `Unseen`, one it missed).
+    #[derive(Debug, Clone)]
+    enum Event {
+        Alloc(u8, u8),
+        Free(u8),
+        Unmap(u8, u8),
+        UnseenFree(u8),
+        Created,
+        Destroyed,
+    }
+
+    /// Pages the model's allocations start in: few, so that the driver reuses them often.
+    const SLOTS: u8 = 32;
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            4 => (0..SLOTS, 1u8..8).prop_map(|(a, s)| Event::Alloc(a, s)),
+            3 => (0..SLOTS).prop_map(Event::Free),
+            1 => (0..SLOTS, 1u8..16).prop_map(|(a, s)| Event::Unmap(a, s)),
+            1 => (0..SLOTS).prop_map(Event::UnseenFree),
+            1 => Just(Event::Created),
+            1 => Just(Event::Destroyed),
+        ]
+    }
+
+    /// Runs `events` through a table and a model driver (which allocates only where nothing
+    /// live is, as the real one does), checking `each` answer against the driver's truth.
+    fn run(
+        events: Vec<Event>,
+        each: impl Fn(&BTreeMap<u64, u64>, u64, (u64, u64)) -> Result<(), TestCaseError>,
+    ) -> Result<(), TestCaseError> {
+        let page = 0x1000u64;
+        let mut t = DeviceTable::default();
+        t.follow();
+        let mut live: BTreeMap<u64, u64> = BTreeMap::new(); // base -> size, in bytes
+        let mut contexts = 0u32;
+        let vacant = |live: &BTreeMap<u64, u64>, a: u64, s: u64| {
+            live.iter().all(|(&b, &n)| b + n <= a || a + s <= b)
+        };
+        for e in events {
+            match e {
+                Event::Alloc(a, s) => {
+                    let (a, s) = (u64::from(a) * page, u64::from(s) * page);
+                    if contexts > 0 && vacant(&live, a, s) {
+                        live.insert(a, s);
+                        t.allocated(a, s);
+                    }
+                }
+                Event::Free(a) => {
+                    let a = u64::from(a) * page;
+                    t.releasing(a, 1);
+                    live.remove(&a);
+                }
+                Event::Unmap(a, s) => {
+                    let (a, s) = (u64::from(a) * page, u64::from(s) * page);
+                    t.releasing(a, s);
+                    live.retain(|&b, &mut n| b + n <= a || a + s <= b);
+                }
+                Event::UnseenFree(a) => {
+                    live.remove(&(u64::from(a) * page));
+                }
+                Event::Created => {
+                    contexts += 1;
+                    t.context_created();
+                }
+                Event::Destroyed => {
+                    if contexts > 0 {
+                        contexts -= 1;
+                        live.clear();
+                        t.context_destroying();
+                    }
+                }
+            }
+            for probe in 0..(u64::from(SLOTS) + 16) * 4 {
+                let addr = probe * page / 4;
+                if let Some((base, size)) = t.holding(addr) {
+                    prop_assert_eq!(contexts, 1);
+                    prop_assert!(addr >= base && addr - base < size);
+                    each(&live, addr, (base, size))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        // The property that keeps the application alive: with every free seen (the CUPTI
+        // front end sees them all), whatever the table answers is a live allocation, with
+        // its true base and size.
+        #[test]
+        fn an_answer_is_always_a_live_allocation(
+            events in prop::collection::vec(event(), 0..120)
+                .prop_map(|v| v.into_iter().filter(|e| !matches!(e, Event::UnseenFree(_))).collect::<Vec<_>>())
+        ) {
+            run(events, |live, addr, (base, size)| {
+                prop_assert_eq!(live.get(&base).copied(), Some(size), "{:#x}", addr);
+                Ok(())
+            })?;
+        }
+
+        // A free the table missed cannot make it answer for another live allocation: the
+        // driver reusing the freed range is an allocation over the stale entry, which ends
+        // the answers.
+        #[test]
+        fn a_missed_free_never_answers_for_another_allocation(
+            events in prop::collection::vec(event(), 0..120)
+        ) {
+            run(events, |live, addr, (base, size)| {
+                let other = live.iter().any(|(&b, &n)| (b, n) != (base, size) && b < base + size && base < b + n);
+                prop_assert!(!other, "{:#x}: {:#x}+{:#x} overlaps another live allocation", addr, base, size);
+                Ok(())
+            })?;
+        }
+    }
+}
