@@ -11,17 +11,30 @@
 //! - frees and unmaps take their entries out at the call's ENTER, before the driver runs them
 //!   (a free that then fails only loses an entry: the driver answers for that memory);
 //! - a context's destruction (CUPTI's CONTEXT_DESTROY_STARTING) empties it;
-//! - it answers only while the process has one context: with two (another device, a green
-//!   context) an entry's context would have to be asked, so the table stops answering for good;
-//! - an allocation over a live entry means a free went unseen: it stops answering for good;
+//! - it answers only while the process has one context (counted at CUPTI's CONTEXT_CREATED):
+//!   with two (another device) an entry's context would have to be asked, so the table stops
+//!   answering for good; an allocation with no context counted stops it too. Whether CUPTI
+//!   reports green contexts as created is not verified: their memory is the primary context's;
+//! - an allocation over a live entry, by any allocator (the recorder's scratch, a pool, a VMM
+//!   mapping), means a free went unseen: it stops answering for good;
 //! - it follows a process only from the recorder's subscription at `cuInit` (`follow`), before
 //!   any context exists, and only on the CUPTI front end, which enables every callback above.
 //!
+//! - the CUPTI callback hands every event to the table first (`on_event`), before it looks at
+//!   the recorder, its thread-locals or the range: a free at a thread's or the process's exit
+//!   (whose other driver calls the recorder drops), or one made while the recorder was still
+//!   being set up, still ends its entry; a panic caught in the recorder stops the table.
+//!
 //! The rules are `DeviceTable`'s, a pure type tested here; the process's one table is a static
-//! (`TABLE`) the router updates and the walk reads.
+//! (`TABLE`) the CUPTI callback updates and the walk reads.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+
+use kreplay_cuda::callbacks::{self, Group};
+use kreplay_cuda::cupti_events::{
+    AllocationChange, AllocationKind, AllocationRequest, CallbackEvent, ResourceEvent, Site,
+};
 
 /// Whether the table answers, and why not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +76,8 @@ impl DeviceTable {
         self.trust
     }
 
-    fn lose(&mut self, why: &'static str) {
+    /// Stops the answers for good.
+    pub fn lose(&mut self, why: &'static str) {
         self.by_base.clear();
         self.trust = Trust::Lost(why);
     }
@@ -90,13 +104,28 @@ impl DeviceTable {
         }
     }
 
-    /// At the EXIT of a successful `cuMemAlloc` or `cuMemAllocPitch`: `[base, base + size)`.
+    /// At the EXIT of the application's successful `cuMemAlloc` or `cuMemAllocPitch`:
+    /// `[base, base + size)`.
     pub fn allocated(&mut self, base: u64, size: u64) {
+        if self.trust == (Trust::Following { contexts: 0 }) {
+            return self.lose("an allocation in a context the table did not see created");
+        }
+        if self.claimed(base, size) {
+            self.by_base.insert(base, size);
+        }
+    }
+
+    /// At the EXIT of any other successful allocation (a pool's, a VMM mapping, managed
+    /// memory, the recorder's own): the driver gave `[base, base + size)` out, so no entry may
+    /// overlap it (one that does outlived a free the table missed). Whether the table still
+    /// follows, and the range is sound.
+    pub fn claimed(&mut self, base: u64, size: u64) -> bool {
         if !matches!(self.trust, Trust::Following { .. }) || size == 0 {
-            return;
+            return false;
         }
         let Some(end) = base.checked_add(size) else {
-            return self.lose("an allocation past the end of the address space");
+            self.lose("an allocation past the end of the address space");
+            return false;
         };
         let below = self
             .by_base
@@ -104,9 +133,10 @@ impl DeviceTable {
             .next_back()
             .is_some_and(|(&b, &s)| b + s > base);
         if below {
-            return self.lose("an allocation over a live one (a free went unseen)");
+            self.lose("an allocation over a live one (a free went unseen)");
+            return false;
         }
-        self.by_base.insert(base, size);
+        true
     }
 
     /// At the ENTER of a free (`cuMemFree`, `cuMemFreeAsync`) of `addr`, or of an unmap of
@@ -154,6 +184,51 @@ pub(crate) fn table() -> std::sync::MutexGuard<'static, DeviceTable> {
     TABLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The table's share of a CUPTI callback, taken before anything else: `self_calls`, whether
+/// the recorder itself is calling the driver on this thread (its allocations are claimed, not
+/// kept: `is_owned` would hide them from the walk anyway, but an entry freed later unmarked
+/// would not).
+pub(crate) fn on_event(event: &CallbackEvent<'_>, self_calls: bool) {
+    let concerns = match event {
+        CallbackEvent::Resource(r) => matches!(
+            r,
+            ResourceEvent::ContextCreated { .. } | ResourceEvent::ContextDestroying { .. }
+        ),
+        CallbackEvent::Api(call) => callbacks::group(call.id) == Some(Group::Allocation),
+    };
+    if concerns {
+        table().take(event, self_calls);
+    }
+}
+
+impl DeviceTable {
+    /// `on_event`'s work on this table.
+    fn take(&mut self, event: &CallbackEvent<'_>, self_calls: bool) {
+        match event {
+            CallbackEvent::Resource(ResourceEvent::ContextCreated { .. }) => self.context_created(),
+            CallbackEvent::Resource(ResourceEvent::ContextDestroying { .. }) => {
+                self.context_destroying()
+            }
+            // Before the driver frees, whoever frees: removing an entry is always safe.
+            CallbackEvent::Api(call) if call.site == Site::Enter => {
+                if let Some(AllocationRequest::Release { addr, len }) = call.allocation_request() {
+                    self.releasing(addr, len);
+                }
+            }
+            CallbackEvent::Api(call) => {
+                if let Some(AllocationChange::Alloc { addr, size, kind }) = call.allocation() {
+                    if kind == AllocationKind::Device && !self_calls {
+                        self.allocated(addr, size);
+                    } else {
+                        self.claimed(addr, size);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// `KREPLAY_DEBUG_TABLE`: `0` leaves the table out of the walk (every word asked of the
 /// driver, as before it: the benchmark's baseline in the same build); `check` asks the driver
 /// about every answer too and counts disagreements (the walk's debug line shows them).
@@ -181,6 +256,7 @@ impl TableUse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kreplay_cuda::cupti::sys as csys;
     use proptest::prelude::*;
 
     fn followed() -> DeviceTable {
@@ -212,6 +288,31 @@ mod tests {
         t.context_created();
         t.allocated(0x1000, 0x100);
         assert_eq!(t.holding(0x1000), None, "lost for good");
+    }
+
+    #[test]
+    fn an_allocation_no_counted_context_could_hold_stops_the_answers() {
+        let mut t = DeviceTable::default();
+        t.follow();
+        t.allocated(0x1000, 0x100);
+        assert!(matches!(t.trust(), Trust::Lost(_)));
+        t.context_created();
+        t.allocated(0x2000, 0x100);
+        assert_eq!(t.holding(0x2000), None);
+    }
+
+    #[test]
+    fn another_allocators_memory_over_an_entry_stops_the_answers() {
+        let mut t = followed();
+        t.allocated(0x1000, 0x100);
+        assert!(t.claimed(0x2000, 0x100), "elsewhere: fine, and not kept");
+        assert_eq!(t.holding(0x2000), None);
+        assert_eq!(t.holding(0x1000), Some((0x1000, 0x100)));
+        assert!(
+            !t.claimed(0x1080, 0x1000),
+            "over the entry: a free went unseen"
+        );
+        assert_eq!(t.holding(0x1000), None);
     }
 
     #[test]
@@ -256,6 +357,105 @@ mod tests {
         assert!(matches!(t.trust(), Trust::Lost(_)));
     }
 
+    /// A CUPTI driver callback's payload, as CUPTI passes it.
+    fn payload(
+        site: csys::CUpti_ApiCallbackSite,
+        params: *const std::ffi::c_void,
+        result: &mut u32,
+    ) -> csys::CUpti_CallbackData {
+        csys::CUpti_CallbackData {
+            callbackSite: site,
+            functionName: std::ptr::null(),
+            functionParams: params,
+            functionReturnValue: (result as *mut u32).cast(),
+            symbolName: std::ptr::null(),
+            context: std::ptr::null_mut(),
+            contextUid: 0,
+            correlationData: std::ptr::null_mut(),
+            correlationId: 1,
+        }
+    }
+
+    fn take(t: &mut DeviceTable, id: u32, data: &csys::CUpti_CallbackData, self_calls: bool) {
+        let domain = csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API;
+        // SAFETY: a payload built above for callback `id`, alive during the call.
+        let event = unsafe {
+            kreplay_cuda::cupti_events::decode(
+                domain,
+                id,
+                (data as *const csys::CUpti_CallbackData).cast(),
+            )
+        };
+        t.take(&event.expect("a driver call"), self_calls);
+    }
+
+    // Catches: a free taken at its EXIT only (a walk between the driver's free and the EXIT
+    // would scan freed memory), the recorder's own allocations kept, or its frees skipped.
+    #[test]
+    fn the_callbacks_reach_the_table_as_the_driver_sees_them() {
+        use csys::CUpti_ApiCallbackSite::{CUPTI_API_ENTER, CUPTI_API_EXIT};
+        use kreplay_cuda::callbacks::cbid;
+        let mut t = followed();
+        let mut ok = 0u32;
+        let mut dptr: u64 = 0x7000_0000;
+        let alloc = csys::cuMemAlloc_v2_params {
+            dptr: &mut dptr,
+            bytesize: 4096,
+        };
+        let a = (&alloc as *const csys::cuMemAlloc_v2_params).cast();
+        take(
+            &mut t,
+            cbid::ALLOC,
+            &payload(CUPTI_API_ENTER, a, &mut ok),
+            false,
+        );
+        assert_eq!(t.holding(0x7000_0000), None, "nothing at the ENTER");
+        take(
+            &mut t,
+            cbid::ALLOC,
+            &payload(CUPTI_API_EXIT, a, &mut ok),
+            false,
+        );
+        assert_eq!(t.holding(0x7000_0fff), Some((0x7000_0000, 4096)));
+        let free = csys::cuMemFree_v2_params { dptr: 0x7000_0000 };
+        let f = (&free as *const csys::cuMemFree_v2_params).cast();
+        take(
+            &mut t,
+            cbid::FREE,
+            &payload(CUPTI_API_ENTER, f, &mut ok),
+            true,
+        );
+        assert_eq!(
+            t.holding(0x7000_0000),
+            None,
+            "gone at the ENTER, whoever frees"
+        );
+        // The recorder's own allocation is claimed, not kept.
+        take(
+            &mut t,
+            cbid::ALLOC,
+            &payload(CUPTI_API_EXIT, a, &mut ok),
+            true,
+        );
+        assert_eq!(t.holding(0x7000_0000), None);
+        // A failed allocation changes nothing.
+        let mut failed = 2u32;
+        let mut elsewhere: u64 = 0x9000_0000;
+        let alloc = csys::cuMemAlloc_v2_params {
+            dptr: &mut elsewhere,
+            bytesize: 4096,
+        };
+        let e = (&alloc as *const csys::cuMemAlloc_v2_params).cast();
+        take(
+            &mut t,
+            cbid::ALLOC,
+            &payload(CUPTI_API_EXIT, e, &mut failed),
+            false,
+        );
+        assert_eq!(t.holding(0x9000_0000), None);
+        assert_eq!(t.trust(), Trust::Following { contexts: 1 });
+    }
+
     #[test]
     fn the_debug_switch_reads_its_three_words() {
         assert_eq!(TableUse::from_value(None), TableUse::On);
@@ -268,6 +468,8 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Event {
         Alloc(u8, u8),
+        /// Another allocator's memory (a pool's, a VMM mapping, the recorder's own).
+        Other(u8, u8),
         Free(u8),
         Unmap(u8, u8),
         UnseenFree(u8),
@@ -281,6 +483,7 @@ mod tests {
     fn event() -> impl Strategy<Value = Event> {
         prop_oneof![
             4 => (0..SLOTS, 1u8..8).prop_map(|(a, s)| Event::Alloc(a, s)),
+            1 => (0..SLOTS, 1u8..8).prop_map(|(a, s)| Event::Other(a, s)),
             3 => (0..SLOTS).prop_map(Event::Free),
             1 => (0..SLOTS, 1u8..16).prop_map(|(a, s)| Event::Unmap(a, s)),
             1 => (0..SLOTS).prop_map(Event::UnseenFree),
@@ -293,12 +496,18 @@ mod tests {
     /// live is, as the real one does), checking `each` answer against the driver's truth.
     fn run(
         events: Vec<Event>,
-        each: impl Fn(&BTreeMap<u64, u64>, u64, (u64, u64)) -> Result<(), TestCaseError>,
+        each: impl Fn(
+            &BTreeMap<u64, u64>,
+            &BTreeMap<u64, u64>,
+            u64,
+            (u64, u64),
+        ) -> Result<(), TestCaseError>,
     ) -> Result<(), TestCaseError> {
         let page = 0x1000u64;
         let mut t = DeviceTable::default();
         t.follow();
         let mut live: BTreeMap<u64, u64> = BTreeMap::new(); // base -> size, in bytes
+        let mut other: BTreeMap<u64, u64> = BTreeMap::new(); // the other allocators' memory
         let mut contexts = 0u32;
         let vacant = |live: &BTreeMap<u64, u64>, a: u64, s: u64| {
             live.iter().all(|(&b, &n)| b + n <= a || a + s <= b)
@@ -307,20 +516,29 @@ mod tests {
             match e {
                 Event::Alloc(a, s) => {
                     let (a, s) = (u64::from(a) * page, u64::from(s) * page);
-                    if contexts > 0 && vacant(&live, a, s) {
+                    if contexts > 0 && vacant(&live, a, s) && vacant(&other, a, s) {
                         live.insert(a, s);
                         t.allocated(a, s);
+                    }
+                }
+                Event::Other(a, s) => {
+                    let (a, s) = (u64::from(a) * page, u64::from(s) * page);
+                    if contexts > 0 && vacant(&live, a, s) && vacant(&other, a, s) {
+                        other.insert(a, s);
+                        t.claimed(a, s);
                     }
                 }
                 Event::Free(a) => {
                     let a = u64::from(a) * page;
                     t.releasing(a, 1);
                     live.remove(&a);
+                    other.remove(&a);
                 }
                 Event::Unmap(a, s) => {
                     let (a, s) = (u64::from(a) * page, u64::from(s) * page);
                     t.releasing(a, s);
                     live.retain(|&b, &mut n| b + n <= a || a + s <= b);
+                    other.retain(|&b, &mut n| b + n <= a || a + s <= b);
                 }
                 Event::UnseenFree(a) => {
                     live.remove(&(u64::from(a) * page));
@@ -333,6 +551,7 @@ mod tests {
                     if contexts > 0 {
                         contexts -= 1;
                         live.clear();
+                        other.clear();
                         t.context_destroying();
                     }
                 }
@@ -342,7 +561,9 @@ mod tests {
                 if let Some((base, size)) = t.holding(addr) {
                     prop_assert_eq!(contexts, 1);
                     prop_assert!(addr >= base && addr - base < size);
-                    each(&live, addr, (base, size))?;
+                    let given: BTreeMap<u64, u64> =
+                        live.iter().chain(&other).map(|(&b, &n)| (b, n)).collect();
+                    each(&live, &given, addr, (base, size))?;
                 }
             }
         }
@@ -358,21 +579,22 @@ mod tests {
             events in prop::collection::vec(event(), 0..120)
                 .prop_map(|v| v.into_iter().filter(|e| !matches!(e, Event::UnseenFree(_))).collect::<Vec<_>>())
         ) {
-            run(events, |live, addr, (base, size)| {
+            run(events, |live, _, addr, (base, size)| {
                 prop_assert_eq!(live.get(&base).copied(), Some(size), "{:#x}", addr);
                 Ok(())
             })?;
         }
 
-        // A free the table missed cannot make it answer for another live allocation: the
-        // driver reusing the freed range is an allocation over the stale entry, which ends
-        // the answers.
+        // What a missed free can still do, and no more: the stale entry answers only while
+        // its memory is given out to nobody else (the driver giving any of it out again, to
+        // any allocator, ends the answers). The walk's GPU scan would still read freed memory
+        // then, so safety rests on every free being seen (`on_event`, first in the callback).
         #[test]
-        fn a_missed_free_never_answers_for_another_allocation(
+        fn a_missed_free_never_answers_for_memory_given_out_again(
             events in prop::collection::vec(event(), 0..120)
         ) {
-            run(events, |live, addr, (base, size)| {
-                let other = live.iter().any(|(&b, &n)| (b, n) != (base, size) && b < base + size && base < b + n);
+            run(events, |_, given, addr, (base, size)| {
+                let other = given.iter().any(|(&b, &n)| (b, n) != (base, size) && b < base + size && base < b + n);
                 prop_assert!(!other, "{:#x}: {:#x}+{:#x} overlaps another live allocation", addr, base, size);
                 Ok(())
             })?;

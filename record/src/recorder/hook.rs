@@ -59,11 +59,14 @@ unsafe extern "C" fn callback(
         if FORKED.load(Ordering::Relaxed) {
             return;
         }
-        let Some(rec) = RECORDER.get() else { return };
         // SAFETY: what CUPTI passed to this callback; the event does not outlive it.
         let Some(event) = (unsafe { cupti_events::decode(domain, cbid, cbdata) }) else {
             return;
         };
+        // First, whatever else drops the event below: the walk's allocation table must see
+        // every free and context (`device_table`). SELF_CALLS has no destructor: always read.
+        crate::device_table::on_event(&event, super::marks::self_calls());
+        let Some(rec) = RECORDER.get() else { return };
         // A driver call after this thread's thread-locals were destroyed (an exit handler of
         // a library's, on the main thread) is dropped: its route reads them. Resource events
         // (a context's destruction, which saves the captures in flight) read none and go on.
@@ -73,6 +76,8 @@ unsafe extern "C" fn callback(
         rec.route(event);
     });
     if r.is_err() {
+        // The event may not have reached the table: it no longer answers.
+        crate::device_table::table().lose("an internal error in the recorder");
         crate::diag!("kreplay: internal error in the recorder (caught); the application continues");
     }
 }

@@ -2,10 +2,7 @@
 //! application's at all. Decisions only: the work is in the owners and units.
 
 use kreplay_cuda::callbacks::{self, Group};
-use kreplay_cuda::cupti_events::{
-    AllocationChange, AllocationKind, AllocationRequest, ApiCall, CallbackEvent, ResourceEvent,
-    Site,
-};
+use kreplay_cuda::cupti_events::{ApiCall, CallbackEvent, ResourceEvent, Site};
 
 use super::locking::lock;
 use super::marks::{self, FlagGuard, IN_LAUNCH, SELF_CALLS};
@@ -104,13 +101,12 @@ impl Recorder {
                 }
             }
             CallbackEvent::Resource(ResourceEvent::ContextCreated { context }) => {
-                crate::device_table::table().context_created();
+                // Also enabled for the walk's table, which counts contexts (`device_table`).
                 if crate::device_resources::prewarms(&self.config) {
                     self.on_context_created(context)
                 }
             }
             CallbackEvent::Resource(ResourceEvent::ContextDestroying { context }) => {
-                crate::device_table::table().context_destroying();
                 self.on_context_destroy(context)
             }
             CallbackEvent::Resource(ResourceEvent::ModuleUnloading { context }) => {
@@ -154,27 +150,14 @@ impl Recorder {
     }
 
     fn on_allocation(&self, call: &ApiCall<'_>) {
+        // The walk's table (`device_table`) took its share before the route.
         if call.site == Site::Enter {
-            // Before the driver frees: the walk's table must not name memory about to go.
-            if let (false, Some(AllocationRequest::Release { addr, len })) =
-                (marks::self_calls(), call.allocation_request())
-            {
-                crate::device_table::table().releasing(addr, len);
-            }
             return self.before_allocation_change(call);
         }
         if marks::self_calls() {
             return;
         }
         if let Some(change) = call.allocation() {
-            if let AllocationChange::Alloc {
-                addr,
-                size,
-                kind: AllocationKind::Device,
-            } = change
-            {
-                crate::device_table::table().allocated(addr, size);
-            }
             lock(&self.allocations).apply(change.into());
         }
     }
