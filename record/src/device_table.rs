@@ -11,7 +11,8 @@
 //! - frees and unmaps take their entries out at the call's ENTER, before the driver runs them
 //!   (a free that then fails only loses an entry: the driver answers for that memory);
 //! - a context's destruction (CUPTI's CONTEXT_DESTROY_STARTING) empties it;
-//! - it answers only while the process has one context (counted at CUPTI's CONTEXT_CREATED):
+//! - it answers only while the process has one context (known by its handle from CUPTI's
+//!   CONTEXT_CREATED; the destruction of another stops it):
 //!   with two (another device) an entry's context would have to be asked, so the table stops
 //!   answering for good; an allocation with no context counted stops it too. Whether CUPTI
 //!   reports green contexts as created is not verified: their memory is the primary context's;
@@ -41,8 +42,9 @@ use kreplay_cuda::cupti_events::{
 pub enum Trust {
     /// Not following this process (never subscribed, or the Sanitizer front end).
     Off,
-    /// Following: every allocation, free and context event is seen; `contexts` live now.
-    Following { contexts: u32 },
+    /// Following: every allocation, free and context event is seen; `context`, the one
+    /// context live now (its handle), if any.
+    Following { context: Option<usize> },
     /// Stopped for good, and why.
     Lost(&'static str),
 }
@@ -68,7 +70,7 @@ impl DeviceTable {
     /// before the process has a context.
     pub fn follow(&mut self) {
         if self.trust == Trust::Off {
-            self.trust = Trust::Following { contexts: 0 };
+            self.trust = Trust::Following { context: None };
         }
     }
 
@@ -82,32 +84,40 @@ impl DeviceTable {
         self.trust = Trust::Lost(why);
     }
 
-    /// A context was created.
-    pub fn context_created(&mut self) {
-        if let Trust::Following { contexts } = self.trust {
-            if contexts >= 1 {
-                self.lose("a second CUDA context");
-            } else {
-                self.trust = Trust::Following { contexts: 1 };
+    /// The context `handle` was created.
+    pub fn context_created(&mut self, handle: usize) {
+        match self.trust {
+            Trust::Following { context: None } => {
+                self.trust = Trust::Following {
+                    context: Some(handle),
+                }
             }
+            Trust::Following { context: Some(_) } => self.lose("a second CUDA context"),
+            _ => {}
         }
     }
 
-    /// A context is about to be destroyed: its allocations go with it (and, one context
-    /// at most being followed, it holds all of them).
-    pub fn context_destroying(&mut self) {
+    /// The context `handle` is about to be destroyed: its allocations go with it (one context
+    /// at most being followed, it holds all of them). The destruction of a context the table
+    /// did not see created means it missed one: a context is known by its handle, not counted,
+    /// so that such a miss cannot leave two contexts live behind a count of one.
+    pub fn context_destroying(&mut self, handle: usize) {
         self.by_base.clear();
-        if let Trust::Following { contexts } = self.trust {
-            self.trust = Trust::Following {
-                contexts: contexts.saturating_sub(1),
-            };
+        match self.trust {
+            Trust::Following { context: Some(c) } if c == handle => {
+                self.trust = Trust::Following { context: None }
+            }
+            Trust::Following { .. } => {
+                self.lose("the destruction of a context the table did not see created")
+            }
+            _ => {}
         }
     }
 
     /// At the EXIT of the application's successful `cuMemAlloc` or `cuMemAllocPitch`:
     /// `[base, base + size)`.
     pub fn allocated(&mut self, base: u64, size: u64) {
-        if self.trust == (Trust::Following { contexts: 0 }) {
+        if self.trust == (Trust::Following { context: None }) {
             return self.lose("an allocation in a context the table did not see created");
         }
         if self.claimed(base, size) {
@@ -159,7 +169,7 @@ impl DeviceTable {
 
     /// The allocation `(base, size)` holding `addr`, when the table may answer.
     pub fn holding(&self, addr: u64) -> Option<(u64, u64)> {
-        if self.trust != (Trust::Following { contexts: 1 }) {
+        if !matches!(self.trust, Trust::Following { context: Some(_) }) {
             return None;
         }
         let (&base, &size) = self.by_base.range(..=addr).next_back()?;
@@ -189,30 +199,50 @@ pub(crate) fn table() -> std::sync::MutexGuard<'static, DeviceTable> {
 /// kept: `is_owned` would hide them from the walk anyway, but an entry freed later unmarked
 /// would not).
 pub(crate) fn on_event(event: &CallbackEvent<'_>, self_calls: bool) {
-    let concerns = match event {
+    if concerns(event) {
+        table().take(event, self_calls);
+    }
+}
+
+/// Whether an event is one the table takes (`on_event` locks the table for those only).
+fn concerns(event: &CallbackEvent<'_>) -> bool {
+    match event {
         CallbackEvent::Resource(r) => matches!(
             r,
             ResourceEvent::ContextCreated { .. } | ResourceEvent::ContextDestroying { .. }
         ),
         CallbackEvent::Api(call) => callbacks::group(call.id) == Some(Group::Allocation),
-    };
-    if concerns {
-        table().take(event, self_calls);
     }
 }
+
+/// The driver calls that free or unmap (`cuMemFree_v2`, `cuMemFreeAsync`, its per-thread
+/// form, `cuMemUnmap`): one whose ENTER does not decode stops the table (what it frees is
+/// unknown).
+const RELEASES: [u32; 4] = [
+    callbacks::cbid::FREE,
+    callbacks::cbid::FREE_ASYNC,
+    callbacks::cbid::FREE_ASYNC_PTSZ,
+    callbacks::cbid::UNMAP,
+];
 
 impl DeviceTable {
     /// `on_event`'s work on this table.
     fn take(&mut self, event: &CallbackEvent<'_>, self_calls: bool) {
         match event {
-            CallbackEvent::Resource(ResourceEvent::ContextCreated { .. }) => self.context_created(),
-            CallbackEvent::Resource(ResourceEvent::ContextDestroying { .. }) => {
-                self.context_destroying()
+            CallbackEvent::Resource(ResourceEvent::ContextCreated { context }) => {
+                self.context_created(*context)
+            }
+            CallbackEvent::Resource(ResourceEvent::ContextDestroying { context }) => {
+                self.context_destroying(*context)
             }
             // Before the driver frees, whoever frees: removing an entry is always safe.
             CallbackEvent::Api(call) if call.site == Site::Enter => {
-                if let Some(AllocationRequest::Release { addr, len }) = call.allocation_request() {
-                    self.releasing(addr, len);
+                match call.allocation_request() {
+                    Some(AllocationRequest::Release { addr, len }) => self.releasing(addr, len),
+                    None if RELEASES.contains(&call.id) => {
+                        self.lose("a free whose parameters could not be read")
+                    }
+                    _ => {}
                 }
             }
             CallbackEvent::Api(call) => {
@@ -262,9 +292,12 @@ mod tests {
     fn followed() -> DeviceTable {
         let mut t = DeviceTable::default();
         t.follow();
-        t.context_created();
+        t.context_created(CTX);
         t
     }
+
+    /// The context handle the tests' table follows.
+    const CTX: usize = 0xc0;
 
     #[test]
     fn answers_only_while_following_one_context() {
@@ -273,19 +306,19 @@ mod tests {
         assert_eq!(t.holding(0x1000), None, "not following: nothing kept");
         t.follow();
         assert_eq!(t.holding(0x1000), None, "no context yet");
-        t.context_created();
+        t.context_created(CTX);
         t.allocated(0x1000, 0x100);
         assert_eq!(t.holding(0x1000), Some((0x1000, 0x100)));
         assert_eq!(t.holding(0x10ff), Some((0x1000, 0x100)));
         assert_eq!(t.holding(0x1100), None, "one past the end");
         assert_eq!(t.holding(0xfff), None);
-        t.context_created();
+        t.context_created(CTX + 1);
         assert_eq!(t.trust(), Trust::Lost("a second CUDA context"));
         assert_eq!(t.holding(0x1000), None);
         assert_eq!(t.len(), 0);
-        t.context_destroying();
-        t.context_destroying();
-        t.context_created();
+        t.context_destroying(CTX + 1);
+        t.context_destroying(CTX);
+        t.context_created(CTX);
         t.allocated(0x1000, 0x100);
         assert_eq!(t.holding(0x1000), None, "lost for good");
     }
@@ -296,7 +329,7 @@ mod tests {
         t.follow();
         t.allocated(0x1000, 0x100);
         assert!(matches!(t.trust(), Trust::Lost(_)));
-        t.context_created();
+        t.context_created(CTX);
         t.allocated(0x2000, 0x100);
         assert_eq!(t.holding(0x2000), None);
     }
@@ -335,12 +368,25 @@ mod tests {
     fn a_destroyed_context_takes_its_allocations_and_a_new_one_is_followed() {
         let mut t = followed();
         t.allocated(0x1000, 0x100);
-        t.context_destroying();
+        t.context_destroying(CTX);
         assert_eq!(t.holding(0x1000), None);
-        assert_eq!(t.trust(), Trust::Following { contexts: 0 });
-        t.context_created();
+        assert_eq!(t.trust(), Trust::Following { context: None });
+        t.context_created(CTX + 1);
         t.allocated(0x1000, 0x200);
         assert_eq!(t.holding(0x11ff), Some((0x1000, 0x200)));
+    }
+
+    // Catches: contexts counted rather than known, where the destruction of one never seen
+    // created (a missed creation) would leave two live behind a count of one.
+    #[test]
+    fn the_destruction_of_an_unseen_context_stops_the_answers() {
+        let mut t = followed();
+        t.allocated(0x1000, 0x100);
+        t.context_destroying(CTX + 7);
+        assert!(matches!(t.trust(), Trust::Lost(_)));
+        t.context_created(CTX + 8);
+        t.allocated(0x1000, 0x100);
+        assert_eq!(t.holding(0x1000), None);
     }
 
     #[test]
@@ -453,7 +499,78 @@ mod tests {
             false,
         );
         assert_eq!(t.holding(0x9000_0000), None);
-        assert_eq!(t.trust(), Trust::Following { contexts: 1 });
+        assert_eq!(t.trust(), Trust::Following { context: Some(CTX) });
+    }
+
+    // Catches: a release id left out of the callbacks the table is sent (or enabled), or the
+    // filter in front of the lock dropping a site.
+    #[test]
+    fn every_release_reaches_the_table_through_the_filter() {
+        use csys::CUpti_ApiCallbackSite::{CUPTI_API_ENTER, CUPTI_API_EXIT};
+        use kreplay_cuda::callbacks::cbid;
+        let group: Vec<u32> = callbacks::ids(Group::Allocation).collect();
+        for id in RELEASES {
+            assert!(
+                group.contains(&id),
+                "release id {id} outside the allocation group"
+            );
+        }
+        let domain = csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API;
+        let free = csys::cuMemFree_v2_params { dptr: 0x7000_0000 };
+        let f = (&free as *const csys::cuMemFree_v2_params).cast();
+        let mut ok = 0u32;
+        for site in [CUPTI_API_ENTER, CUPTI_API_EXIT] {
+            let data = payload(site, f, &mut ok);
+            // SAFETY: a payload built above for cuMemFree_v2, alive during the call.
+            let event = unsafe {
+                kreplay_cuda::cupti_events::decode(
+                    domain,
+                    cbid::FREE,
+                    (&data as *const csys::CUpti_CallbackData).cast(),
+                )
+            };
+            assert!(concerns(&event.expect("a driver call")), "{site:?}");
+        }
+        assert!(concerns(&CallbackEvent::Resource(
+            ResourceEvent::ContextDestroying { context: 1 }
+        )));
+        assert!(concerns(&CallbackEvent::Resource(
+            ResourceEvent::ContextCreated { context: 1 }
+        )));
+        let launch = csys::cuMemFree_v2_params { dptr: 0 };
+        let data = payload(
+            CUPTI_API_ENTER,
+            (&launch as *const csys::cuMemFree_v2_params).cast(),
+            &mut ok,
+        );
+        // SAFETY: as above; the id is a launch's, whose payload is never read by `concerns`.
+        let event = unsafe {
+            kreplay_cuda::cupti_events::decode(
+                domain,
+                cbid::LAUNCH_KERNEL,
+                (&data as *const csys::CUpti_CallbackData).cast(),
+            )
+        };
+        assert!(
+            !event.as_ref().is_some_and(concerns),
+            "a launch is not the table's"
+        );
+    }
+
+    #[test]
+    fn a_free_that_does_not_decode_stops_the_answers() {
+        use csys::CUpti_ApiCallbackSite::CUPTI_API_ENTER;
+        use kreplay_cuda::callbacks::cbid;
+        let mut t = followed();
+        t.allocated(0x1000, 0x100);
+        let mut ok = 0u32;
+        take(
+            &mut t,
+            cbid::FREE,
+            &payload(CUPTI_API_ENTER, std::ptr::null(), &mut ok),
+            false,
+        );
+        assert!(matches!(t.trust(), Trust::Lost(_)));
     }
 
     #[test]
@@ -474,7 +591,9 @@ mod tests {
         Unmap(u8, u8),
         UnseenFree(u8),
         Created,
-        Destroyed,
+        /// The destruction of the live context this picks (a handle never created when none
+        /// is live).
+        Destroyed(u8),
     }
 
     /// Pages the model's allocations start in: few, so that the driver reuses them often.
@@ -488,7 +607,7 @@ mod tests {
             1 => (0..SLOTS, 1u8..16).prop_map(|(a, s)| Event::Unmap(a, s)),
             1 => (0..SLOTS).prop_map(Event::UnseenFree),
             1 => Just(Event::Created),
-            1 => Just(Event::Destroyed),
+            1 => any::<u8>().prop_map(Event::Destroyed),
         ]
     }
 
@@ -508,7 +627,8 @@ mod tests {
         t.follow();
         let mut live: BTreeMap<u64, u64> = BTreeMap::new(); // base -> size, in bytes
         let mut other: BTreeMap<u64, u64> = BTreeMap::new(); // the other allocators' memory
-        let mut contexts = 0u32;
+        let mut contexts: Vec<usize> = Vec::new();
+        let mut next_context = 1usize;
         let vacant = |live: &BTreeMap<u64, u64>, a: u64, s: u64| {
             live.iter().all(|(&b, &n)| b + n <= a || a + s <= b)
         };
@@ -516,14 +636,14 @@ mod tests {
             match e {
                 Event::Alloc(a, s) => {
                     let (a, s) = (u64::from(a) * page, u64::from(s) * page);
-                    if contexts > 0 && vacant(&live, a, s) && vacant(&other, a, s) {
+                    if !contexts.is_empty() && vacant(&live, a, s) && vacant(&other, a, s) {
                         live.insert(a, s);
                         t.allocated(a, s);
                     }
                 }
                 Event::Other(a, s) => {
                     let (a, s) = (u64::from(a) * page, u64::from(s) * page);
-                    if contexts > 0 && vacant(&live, a, s) && vacant(&other, a, s) {
+                    if !contexts.is_empty() && vacant(&live, a, s) && vacant(&other, a, s) {
                         other.insert(a, s);
                         t.claimed(a, s);
                     }
@@ -544,22 +664,27 @@ mod tests {
                     live.remove(&(u64::from(a) * page));
                 }
                 Event::Created => {
-                    contexts += 1;
-                    t.context_created();
+                    contexts.push(next_context);
+                    t.context_created(next_context);
+                    next_context += 1;
                 }
-                Event::Destroyed => {
-                    if contexts > 0 {
-                        contexts -= 1;
-                        live.clear();
-                        other.clear();
-                        t.context_destroying();
-                    }
+                Event::Destroyed(pick) => {
+                    // The model frees every context's memory with any one of them: answers
+                    // are only checked while one context lives, whose memory is all of it.
+                    let handle = if contexts.is_empty() {
+                        usize::MAX
+                    } else {
+                        contexts.remove(usize::from(pick) % contexts.len())
+                    };
+                    live.clear();
+                    other.clear();
+                    t.context_destroying(handle);
                 }
             }
             for probe in 0..(u64::from(SLOTS) + 16) * 4 {
                 let addr = probe * page / 4;
                 if let Some((base, size)) = t.holding(addr) {
-                    prop_assert_eq!(contexts, 1);
+                    prop_assert_eq!(contexts.len(), 1);
                     prop_assert!(addr >= base && addr - base < size);
                     let given: BTreeMap<u64, u64> =
                         live.iter().chain(&other).map(|(&b, &n)| (b, n)).collect();
