@@ -21,6 +21,7 @@ pub mod allocations;
 pub mod capture;
 pub mod counter_batch;
 pub mod device_resources;
+pub mod device_table;
 pub mod error;
 pub mod footprint;
 pub mod graph;

@@ -13,6 +13,7 @@ use kreplay_cuda::{copy_dtoh, pointer, DeviceBuffer, ForeignFunction, PinnedBuff
 use kreplay_format::MemoryKind;
 
 use crate::device_resources::{scratch_allowed, with_chunk_kernels};
+use crate::device_table::TableUse;
 use crate::error::RecordError;
 use crate::walk::{
     walk, AddressSpace, Allocation, Limits, RegionScan, Roots, ScanBounds, Walk, WalkError,
@@ -65,6 +66,9 @@ pub(crate) struct DeviceSpace<'a> {
     /// snapshot, see `WalkCopies`).
     pub(crate) copy_large: bool,
     pub(crate) copies: WalkCopies,
+    /// Whether lookups ask the recorder's table of `cuMemAlloc` allocations first
+    /// (`device_table`; `KREPLAY_DEBUG_TABLE`).
+    pub(crate) table: TableUse,
 }
 
 /// Regions past this size scanned on the GPU one by one are copied to device scratch by the
@@ -92,6 +96,10 @@ pub(crate) struct WalkTimes {
     /// Whole `allocation` calls: the driver's lookup and this space's own note of it.
     pub answers: (u64, u64),
     pub scans: (u64, u64),
+    /// Lookups the table answered, and (`KREPLAY_DEBUG_TABLE=check`) of those the driver
+    /// answered otherwise.
+    pub from_table: u64,
+    pub table_disagreed: u64,
 }
 
 /// Minor page faults of the calling thread so far (`KREPLAY_DEBUG_STALL`: a walk that builds
@@ -129,6 +137,7 @@ impl DeviceSpace<'_> {
             timing: std::env::var_os("KREPLAY_DEBUG_STALL").is_some(),
             copy_large: false,
             copies: WalkCopies::default(),
+            table: TableUse::from_env(),
         }
     }
 
@@ -143,6 +152,9 @@ impl DeviceSpace<'_> {
     /// `AddressSpace::allocation`'s work: the driver's lookup, kreplay's own memory left out,
     /// and the answer kept for the scans.
     fn answer(&mut self, addr: u64) -> Option<Allocation> {
+        if let Some(found) = self.answer_from_table(addr) {
+            return Some(found);
+        }
         let look = || pointer::allocation_facts(addr, VMM_EXTENT_LIMIT);
         // Timed only when asked: two clock reads per lookup, 10,000 of them for a pointer table.
         let facts = if self.timing {
@@ -173,6 +185,39 @@ impl DeviceSpace<'_> {
             base: facts.base,
             size: facts.size,
             kind,
+        })
+    }
+
+    /// `answer` from the recorder's table (`device_table`), without the driver: `cuMemAlloc`
+    /// memory of the process's one context, which its kernels (and the GPU scan) may read
+    /// whole. `None`: not in the table, or the table does not answer; the driver is asked.
+    fn answer_from_table(&mut self, addr: u64) -> Option<Allocation> {
+        if self.table == TableUse::Off {
+            return None;
+        }
+        let (base, size) = crate::device_table::table().holding(addr)?;
+        // The recorder's own allocations do not enter the table (their callbacks are marked
+        // as its own), but one made unmarked would: a word there is data, as in `answer`.
+        if kreplay_cuda::owned::is_owned(base) {
+            return None;
+        }
+        self.spent.from_table += 1;
+        if self.table == TableUse::Check {
+            let driver = pointer::allocation_facts(addr, VMM_EXTENT_LIMIT);
+            let agrees = driver.is_some_and(|f| {
+                (f.base, f.size) == (base, size) && !f.host && !f.managed && !f.vmm
+            });
+            if !agrees {
+                // The driver's answer is taken: the check must not fault on what it finds.
+                self.spent.table_disagreed += 1;
+                return None;
+            }
+        }
+        self.looked_up.insert(base, (size, true));
+        Some(Allocation {
+            base,
+            size,
+            kind: MemoryKind::Device,
         })
     }
 
@@ -571,12 +616,19 @@ pub(crate) fn reach(
             lookups,
             answers,
             scans,
+            ..
         } = space.spent;
         let all = walked.elapsed().as_nanos() as u64;
         crate::diag!(
-            "kreplay: walk: {} regions in {:.1} ms: {} lookups {:.1} ms (answered in {:.1} ms); {} regions scanned {:.1} ms; the rest {:.1} ms; {} minor page faults",
+            "kreplay: walk: {} regions in {:.1} ms: {} answered by the table{}; {} lookups {:.1} ms (answered in {:.1} ms); {} regions scanned {:.1} ms; the rest {:.1} ms; {} minor page faults",
             found.regions.len(),
             all as f64 / 1e6,
+            space.spent.from_table,
+            match space.table {
+                TableUse::Check => format!(" ({} of them answered otherwise by the driver)", space.spent.table_disagreed),
+                TableUse::Off => " (off)".into(),
+                TableUse::On => String::new(),
+            },
             lookups.0,
             lookups.1 as f64 / 1e6,
             answers.1 as f64 / 1e6,

@@ -450,6 +450,7 @@ INLINE_CASES = {
     "touched-range": (),
     "touched-suite-bench": ("bench",),
     "capture-times-bench": ("bench", "timed"),
+    "table-check": (),
     "cupti-versions": ("counters",),
     "robust-stderr-full": (),
     "chunk-kernels": (),

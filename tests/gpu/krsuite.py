@@ -628,6 +628,31 @@ def count_line(rows: list[dict]) -> str:
     return f"{passed} passed, {failed} failed, {skipped} skipped"
 
 
+# table-check (#34): the walk's answers from the recorder's allocation table, each also asked of
+# the driver (KREPLAY_DEBUG_TABLE=check), as the walk's debug line (KREPLAY_DEBUG_STALL=1)
+# counts them.
+WALK_TABLE_LINE = re.compile(r"kreplay: walk: (\d+) regions in [\d.]+ ms: (\d+) answered by the table"
+                             r"(?: \((\d+) of them answered otherwise by the driver\))?")
+
+
+def table_checks(err: str, at_least: int) -> list:
+    """Why a recording's walks (its stderr `err`) do not show the allocation table answering at
+    least `at_least` words with no disagreement from the driver; [] when they do."""
+    walks = [m.groups() for m in WALK_TABLE_LINE.finditer(err)]
+    if not walks:
+        return ["no walk line on stderr (KREPLAY_DEBUG_STALL=1)"]
+    why = []
+    if any(checked is None for _, _, checked in walks):
+        why.append("a walk line without the driver's check (KREPLAY_DEBUG_TABLE=check)")
+    answered = sum(int(a) for _, a, _ in walks)
+    disagreed = sum(int(c or 0) for _, _, c in walks)
+    if answered < at_least:
+        why.append(f"the table answered {answered} words, fewer than {at_least}")
+    if disagreed:
+        why.append(f"the driver answered {disagreed} of the table's {answered} answers otherwise")
+    return why
+
+
 # capture-times-bench (#34, "nothing else gets slower"): the suite's run cases recorded with the
 # library under test and with an older one (KREPLAY_OLD_RECORD_LIB), one after the other.
 # Each case's stall may be at most 1.5 x the old one's + 2 ms (one run each: a small

@@ -958,6 +958,31 @@ def test_the_chunk_kernels_binary_must_run_all_its_gpu_tests():
     assert not S.rust_tests_ran(0, "test result: FAILED. 1 passed; 1 failed; 0 ignored")
 
 
+def test_table_verdict_wants_the_check_enough_answers_and_no_disagreement():
+    line = ("kreplay: walk: 2002 regions in 3.1 ms: 2002 answered by the table (0 of them answered otherwise "
+            "by the driver); 1 lookups 0.0 ms (answered in 1.0 ms); 2002 regions scanned 0.5 ms; the rest 0.4 ms; "
+            "3 minor page faults\n")
+    assert S.table_checks("noise\n" + line, 2000) == []
+    assert S.table_checks(line * 2, 4000) == []
+    assert S.table_checks("", 1) == ["no walk line on stderr (KREPLAY_DEBUG_STALL=1)"]
+    few = S.table_checks(line, 2003)
+    assert len(few) == 1 and "2002 words, fewer than 2003" in few[0]
+    bad = S.table_checks(line.replace("(0 of them", "(2 of them"), 1)
+    assert len(bad) == 1 and "answered 2 of the table's 2002" in bad[0]
+    unchecked = S.table_checks(line.replace(" (0 of them answered otherwise by the driver)", ""), 1)
+    assert unchecked == ["a walk line without the driver's check (KREPLAY_DEBUG_TABLE=check)"]
+    off = S.table_checks(line.replace("2002 answered by the table (0 of them answered otherwise by the driver)",
+                                      "0 answered by the table (off)"), 1)
+    assert any("fewer than 1" in w for w in off)
+
+
+def test_table_check_case_is_inline_and_its_run_cases_exist():
+    assert "table-check" in C.INLINE_CASES
+    names = {c.name for c in C.RUN_CASES}
+    import test_tools
+    assert all(n in names and k >= 1 for n, k in test_tools.TABLE_CHECK_CASES)
+
+
 def test_capture_times_verdict_wants_every_case_measured_and_none_much_slower():
     assert "capture-times-bench" in C.INLINE_CASES and "bench" in C.INLINE_CASES["capture-times-bench"]
     out = '{"captures": [{"match_index": 2, "stall_ms": 9.0}, {"match_index": 1, "stall_ms": 3.5}]}'

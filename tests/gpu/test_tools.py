@@ -691,6 +691,37 @@ def test_capture_times_bench(case, row, kr, app):
     assert not why, "; ".join(why)
 
 
+# table-check: (run case, words the table must answer at least): a pointer table of 2,000
+# cudaMalloc'd allocations, and PyTorch's caching allocator (its segments are cudaMalloc'd).
+TABLE_CHECK_CASES = (("cuda-ptrtable", 2000), ("torch-elementwise", 1))
+
+
+@C.inline("table-check")
+def test_table_check(case, row, kr, app):
+    """#34's allocation table (record/src/device_table.rs): recorded with every table answer
+    also asked of the driver (KREPLAY_DEBUG_TABLE=check), the walk says how many words the
+    table answered and how many the driver answered otherwise (none may be); the capture
+    replays matched."""
+    by_name = {c.name: c for c in C.RUN_CASES}
+    why, shown = [], []
+    for name, at_least in TABLE_CHECK_CASES:
+        rc = by_name[name]
+        w = case.capture(case.path(f"{name}.krr"))
+        r = case.run([kr, "record", "--json", "--force", "-k", f"regex:{rc.regex}", "--nth", str(rc.nth),
+                      "-o", w, *rc.rec_extra, "--"] + app(list(rc.argv)), name=f"{name}-record",
+                     env={"KREPLAY_DEBUG_STALL": "1", "KREPLAY_DEBUG_TABLE": "check"}, timeout=600)
+        if r.rc != 0 or not w.exists():
+            why.append(f"{name}: record exit {r.rc}{'' if w.exists() else ', no capture'}")
+            continue
+        why += [f"{name}: {x}" for x in S.table_checks(r.err, at_least)]
+        shown += [f"{name}: {m.group(2)} of {m.group(1)} regions by the table" for m in S.WALK_TABLE_LINE.finditer(r.err)]
+        played = case.run([kr, "play", w, "--passes", "2", "--verify", "--json"], name=f"{name}-play")
+        if not _matched(played.out_path):
+            why.append(f"{name}: play --verify did not match (exit {played.rc})")
+    row.update(kernel="; ".join(shown) or "-", matched=not why, why="; ".join(why))
+    assert not why, "; ".join(why)
+
+
 def _stop_unless_recorded(row, why, under, rec, base, capture, said=()):
     """Ends the case (its row failed) unless the recorded run exited 0 with the app's own output
     and wrote `capture` without a `--memory touched` line (`said`)."""

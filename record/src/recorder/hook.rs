@@ -59,11 +59,14 @@ unsafe extern "C" fn callback(
         if FORKED.load(Ordering::Relaxed) {
             return;
         }
-        let Some(rec) = RECORDER.get() else { return };
         // SAFETY: what CUPTI passed to this callback; the event does not outlive it.
         let Some(event) = (unsafe { cupti_events::decode(domain, cbid, cbdata) }) else {
             return;
         };
+        // First, whatever else drops the event below: the walk's allocation table must see
+        // every free and context (`device_table`). SELF_CALLS has no destructor: always read.
+        crate::device_table::on_event(&event, super::marks::self_calls());
+        let Some(rec) = RECORDER.get() else { return };
         // A driver call after this thread's thread-locals were destroyed (an exit handler of
         // a library's, on the main thread) is dropped: its route reads them. Resource events
         // (a context's destruction, which saves the captures in flight) read none and go on.
@@ -73,6 +76,8 @@ unsafe extern "C" fn callback(
         rec.route(event);
     });
     if r.is_err() {
+        // The event may not have reached the table: it no longer answers.
+        crate::device_table::table().lose("an internal error in the recorder");
         crate::diag!("kreplay: internal error in the recorder (caught); the application continues");
     }
 }
@@ -178,7 +183,10 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
     // Profile mode with --metrics: a free or an allocation may need the dispatches waiting
     // for their counters collected first (`before_allocation_change`).
     let counters = config.mode == Mode::Profile && !config.metrics.is_empty();
-    if config.memory == MemoryScope::All || counters {
+    // Record and profile: the walk's table of the application's allocations
+    // (`device_table`) follows every allocation, free and context from here on.
+    let table = config.mode != Mode::List;
+    if config.memory == MemoryScope::All || counters || table {
         groups.push(Group::Allocation);
     }
     for g in groups {
@@ -199,7 +207,7 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
     if counters {
         resources.push(csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING);
     }
-    if crate::device_resources::prewarms(config) {
+    if crate::device_resources::prewarms(config) || table {
         resources.push(csys::CUpti_CallbackIdResource::CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
     }
     for id in resources {
@@ -207,6 +215,10 @@ fn subscribe(config: &Config) -> Result<Subscriber, RecordError> {
             csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,
             id as u32,
         )?;
+    }
+    // Every callback the table needs is enabled, at cuInit, before any context exists.
+    if table {
+        crate::device_table::table().follow();
     }
     Ok(sub)
 }

@@ -101,7 +101,10 @@ impl Recorder {
                 }
             }
             CallbackEvent::Resource(ResourceEvent::ContextCreated { context }) => {
-                self.on_context_created(context)
+                // Also enabled for the walk's table, which counts contexts (`device_table`).
+                if crate::device_resources::prewarms(&self.config) {
+                    self.on_context_created(context)
+                }
             }
             CallbackEvent::Resource(ResourceEvent::ContextDestroying { context }) => {
                 self.on_context_destroy(context)
@@ -147,6 +150,7 @@ impl Recorder {
     }
 
     fn on_allocation(&self, call: &ApiCall<'_>) {
+        // The walk's table (`device_table`) took its share before the route.
         if call.site == Site::Enter {
             return self.before_allocation_change(call);
         }
