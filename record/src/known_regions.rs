@@ -30,6 +30,12 @@ impl KnownRegions {
         self.union.insert(base, base.saturating_add(size));
     }
 
+    /// Makes room for `additional` more regions.
+    pub fn reserve(&mut self, additional: usize) {
+        self.entries.reserve(additional);
+        self.union.reserve(additional);
+    }
+
     /// Whether `v` lies inside a region (`base <= v < base + size`).
     pub fn contains(&self, v: u64) -> bool {
         self.union.contains(v)

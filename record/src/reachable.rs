@@ -3,7 +3,8 @@
 //! module's globals and its texture objects: what the first `Footprint` (see `footprint`)
 //! reads.
 
-use std::collections::HashMap;
+// Fx-hashed, as in the walk: the looked-up map is asked once or twice per region found.
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Mutex;
 
 use kreplay_cuda::chunks::TooManyHits;
@@ -25,7 +26,7 @@ use crate::walk::{
 const POINTER_SCAN_LIMIT: u64 = 64 << 20;
 /// Room for this many hits in a first GPU pointer scan of a region (16 bytes each); a region
 /// with more is scanned again with room for all, up to the walk's candidate bound.
-const FIRST_SCAN_HITS: u32 = 1 << 16;
+pub(crate) const FIRST_SCAN_HITS: u32 = 1 << 16;
 /// Regions at most this large are scanned for pointers together, in one launch per level of
 /// the walk (larger ones one by one, as their scan is long anyway).
 pub(crate) const BATCH_REGION_BYTES: u64 = 1 << 20;
@@ -69,6 +70,10 @@ pub(crate) struct DeviceSpace<'a> {
     /// Whether lookups ask the recorder's table of `cuMemAlloc` allocations first
     /// (`device_table`; `KREPLAY_DEBUG_TABLE`).
     pub(crate) table: TableUse,
+    /// The table as the walk found it (`None`: not taken yet, or it changed since: the live
+    /// table answers).
+    pub(crate) table_view: Option<crate::device_table::TableView>,
+    pub(crate) table_view_taken: bool,
 }
 
 /// Regions past this size scanned on the GPU one by one are copied to device scratch by the
@@ -87,6 +92,11 @@ impl WalkCopies {
         let copy = self.0.remove(&base)?;
         (copy.len() as u64 == size).then_some(copy)
     }
+
+    /// Whether `take` would give a copy of `[base, base + size)`.
+    pub(crate) fn holds(&self, base: u64, size: u64) -> bool {
+        self.0.get(&base).is_some_and(|c| c.len() as u64 == size)
+    }
 }
 
 /// Where a walk's time went: (count, nanoseconds) of lookups and of scan calls.
@@ -104,7 +114,7 @@ pub(crate) struct WalkTimes {
 
 /// Minor page faults of the calling thread so far (`KREPLAY_DEBUG_STALL`: a walk that builds
 /// megabytes of tables in fresh pages pays a fault a page, dear in a virtual machine).
-fn minor_faults() -> u64 {
+pub(crate) fn minor_faults() -> u64 {
     // SAFETY: getrusage writes one rusage into a zeroed local.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above; RUSAGE_THREAD is the calling thread.
@@ -131,13 +141,15 @@ impl DeviceSpace<'_> {
             staging,
             stream: None,
             gpu_failed: false,
-            looked_up: HashMap::new(),
+            looked_up: HashMap::default(),
             ordinal: None,
             spent: WalkTimes::default(),
             timing: std::env::var_os("KREPLAY_DEBUG_STALL").is_some(),
             copy_large: false,
             copies: WalkCopies::default(),
             table: TableUse::from_env(),
+            table_view: None,
+            table_view_taken: false,
         }
     }
 
@@ -195,7 +207,7 @@ impl DeviceSpace<'_> {
         if self.table == TableUse::Off {
             return None;
         }
-        let (base, size) = crate::device_table::table().holding(addr)?;
+        let (base, size) = self.table_holding(addr)?;
         // The recorder's own allocations do not enter the table (their callbacks are marked
         // as its own), but one made unmarked would: a word there is data, as in `answer`.
         if kreplay_cuda::owned::is_owned(base) {
@@ -219,6 +231,22 @@ impl DeviceSpace<'_> {
             size,
             kind: MemoryKind::Device,
         })
+    }
+
+    /// The table's entry holding `addr`: from the view taken at the first question while the
+    /// table is unchanged, else from the live table.
+    fn table_holding(&mut self, addr: u64) -> Option<(u64, u64)> {
+        if !self.table_view_taken {
+            self.table_view_taken = true;
+            self.table_view = crate::device_table::table().view();
+        }
+        if let Some(view) = self.table_view.as_mut() {
+            if view.current() {
+                return view.holding(addr);
+            }
+            self.table_view = None;
+        }
+        crate::device_table::table().holding(addr)
     }
 
     /// Whether a kernel of this device may read `[base, base + size)`: from the walk's own
@@ -351,6 +379,10 @@ impl DeviceSpace<'_> {
 }
 
 impl AddressSpace for DeviceSpace<'_> {
+    fn expect_lookups(&mut self, additional: usize) {
+        self.looked_up.reserve(additional);
+    }
+
     fn allocation(&mut self, addr: u64) -> Option<Allocation> {
         if self.timing {
             let t = std::time::Instant::now();
@@ -445,6 +477,7 @@ impl DeviceSpace<'_> {
         bounds: &ScanBounds,
         limits: &Limits,
     ) -> Result<Vec<Option<RegionScan>>, WalkError> {
+        crate::trace::trace_with(|| format!("walk level: {} regions to scan", regions.len()));
         let mut out: Vec<Option<RegionScan>> = vec![None; regions.len()];
         let mut done = vec![false; regions.len()];
         let batch: Vec<usize> = (0..regions.len())
@@ -457,9 +490,14 @@ impl DeviceSpace<'_> {
                     && self.kernel_readable(base, size)
             })
             .collect();
+        crate::trace::trace_with(|| {
+            format!("walk level: {} regions for one GPU scan", batch.len())
+        });
         if batch.len() > 1 {
             let ranges: Vec<(u64, u64)> = batch.iter().map(|&i| regions[i]).collect();
-            if let Some(hits) = self.gpu_scan_many(&ranges, bounds, limits) {
+            let scanned = self.gpu_scan_many(&ranges, bounds, limits);
+            crate::trace::trace("walk level: GPU scan back");
+            if let Some(hits) = scanned {
                 let ManyPointerHits {
                     words,
                     heap,
@@ -485,6 +523,7 @@ impl DeviceSpace<'_> {
                 out[i] = self.scan(base, size, bounds, limits)?;
             }
         }
+        crate::trace::trace("walk level: scanned");
         Ok(out)
     }
 }
@@ -638,6 +677,7 @@ pub(crate) fn reach(
             minor_faults().saturating_sub(faults)
         );
     }
+    crate::trace::trace("walk done");
     let mut found = found;
     found.kernel_readable = found
         .regions
@@ -645,5 +685,136 @@ pub(crate) fn reach(
         .map(|r| r.base.is_multiple_of(16) && space.kernel_readable(r.base, r.size))
         .collect();
     let copies = std::mem::take(&mut space.copies);
+    crate::trace::trace("walk: readable regions known");
     Ok((found, textures, copies))
+}
+
+/// The walk's own cost over a pointer table (`cargo test --release -p kreplay-record
+/// walk_cost -- --ignored --nocapture`): the recorder's table answers, the GPU scans are
+/// stood in for (no GPU needed), so what is timed is the host's share.
+#[cfg(test)]
+mod walk_cost {
+    use super::*;
+    use crate::walk::{walk, Allocation, Limits, Roots};
+
+    struct TableWalk<'a> {
+        dev: DeviceSpace<'a>,
+        table_at: u64,
+        words: Vec<(u64, u64)>,
+        last: Option<std::time::Instant>,
+    }
+
+    impl AddressSpace for TableWalk<'_> {
+        fn expect_lookups(&mut self, additional: usize) {
+            self.dev.expect_lookups(additional);
+        }
+        fn allocation(&mut self, addr: u64) -> Option<Allocation> {
+            self.dev.allocation(addr)
+        }
+        fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
+            Err(WalkError {
+                base,
+                size,
+                why: "no reads here".into(),
+            })
+        }
+        fn scan_many(
+            &mut self,
+            regions: &[(u64, u64)],
+            _: &ScanBounds,
+            _: &Limits,
+        ) -> Result<Vec<Option<RegionScan>>, WalkError> {
+            let t = std::time::Instant::now();
+            if let Some(last) = self.last.replace(t) {
+                eprintln!(
+                    "  since the last scan_many: {:.2} ms",
+                    (t - last).as_secs_f64() * 1e3
+                );
+            }
+            let readable = regions
+                .iter()
+                .filter(|&&(b, s)| self.dev.kernel_readable(b, s))
+                .count();
+            let out = regions
+                .iter()
+                .map(|&(b, _)| {
+                    Some(RegionScan {
+                        words: if b == self.table_at {
+                            self.words.clone()
+                        } else {
+                            Vec::new()
+                        },
+                        heap: Vec::new(),
+                        handle_table: None,
+                    })
+                })
+                .collect();
+            eprintln!(
+                "  scan_many of {} regions ({readable} readable): {:.2} ms",
+                regions.len(),
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            Ok(out)
+        }
+    }
+
+    #[test]
+    #[ignore]
+    fn walk_cost() {
+        let n = 10_000u64;
+        let table_at = 0x7f00_0000_0000u64;
+        let first = 0x7f10_0000_0000u64;
+        {
+            let mut t = crate::device_table::table();
+            t.follow();
+            t.context_created(1);
+            t.allocated(table_at, n * 8);
+            for i in 0..n {
+                t.allocated(first + i * 0x2000, 4096);
+            }
+        }
+        let words: Vec<(u64, u64)> = (0..n).map(|i| (i * 8, first + i * 0x2000)).collect();
+        let args = table_at.to_le_bytes();
+        let layout = [(0u32, 8u32)];
+        let rounds = std::env::var("KREPLAY_WALK_COST_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3);
+        for round in 0..rounds {
+            let mut staging = None;
+            let mut space = TableWalk {
+                dev: DeviceSpace::new(&mut staging),
+                table_at,
+                words: words.clone(),
+                last: None,
+            };
+            let t = std::time::Instant::now();
+            let found = walk(
+                &Roots {
+                    args: &args,
+                    layout: &layout,
+                    globals: &[],
+                    allocations: &[],
+                    addresses: &[],
+                    heap: None,
+                },
+                &mut space,
+                &Limits::default(),
+            )
+            .expect("walk");
+            let walked = t.elapsed();
+            let readable = found
+                .regions
+                .iter()
+                .filter(|r| space.dev.kernel_readable(r.base, r.size))
+                .count();
+            eprintln!(
+                "round {round}: walk of {} regions {:.2} ms, then readable ({readable}) {:.2} ms",
+                found.regions.len(),
+                walked.as_secs_f64() * 1e3,
+                (t.elapsed() - walked).as_secs_f64() * 1e3
+            );
+            assert_eq!(found.regions.len() as u64, n + 1);
+        }
+    }
 }

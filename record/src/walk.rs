@@ -7,7 +7,9 @@
 //! `--memory all` adds every other live allocation. The words of captured memory that point
 //! into captured memory are the pointer slots a relocating replay rewrites.
 
-use std::collections::HashSet;
+// Addresses are hashed with rustc-hash's Fx hash: SipHash took a quarter of a 10,000-entry
+// pointer table's walk, and no key here comes from outside the process's own address space.
+use rustc_hash::FxHashSet as HashSet;
 
 use kreplay_cuda::texture::MAX_HANDLE;
 use kreplay_format::{MemoryKind, RegionRole};
@@ -56,6 +58,11 @@ pub trait AddressSpace {
             .map(|&(base, size)| self.scan(base, size, bounds, limits))
             .collect()
     }
+    /// Says that up to `additional` more allocations may be asked for next (one region's words
+    /// about to be followed), so that a space keeping its answers can make room once: a
+    /// pointer table's 10,000 answers grown one doubling at a time spent most of their time in
+    /// first touches of fresh pages.
+    fn expect_lookups(&mut self, _additional: usize) {}
 }
 
 /// `AddressSpace::scan` on the host: the region's bytes read (`space.read`) and scanned here,
@@ -296,7 +303,7 @@ pub fn walk(
         walk: Walk::default(),
         known: KnownRegions::default(),
         heap: roots.heap,
-        root_bases: HashSet::new(),
+        root_bases: HashSet::default(),
     };
     argument_regions(roots, space, &mut s);
     for &addr in roots.addresses {
@@ -384,7 +391,7 @@ fn follow_stored_pointers(
     let lo = lo.saturating_sub(limits.window);
     let hi = hi.saturating_add(limits.window);
     scan.window = Some((lo, hi));
-    let mut failed: HashSet<u64> = HashSet::new();
+    let mut failed: HashSet<u64> = HashSet::default();
     let mut lookups = 0usize;
     let bounds = ScanBounds {
         lo,
@@ -465,6 +472,11 @@ fn follow_region(
             ));
             return false;
         }
+        // Room made once for what this region's words may add (see `expect_lookups`).
+        let most = words.len().min(limits.lookups.saturating_sub(*lookups));
+        s.walk.regions.reserve(most);
+        s.known.reserve(most);
+        space.expect_lookups(most);
         for (_, v) in words {
             if inside(&s.known, v) || failed.contains(&v) {
                 continue;
