@@ -129,6 +129,17 @@ impl ChunkKernels {
         })
     }
 
+    /// Makes the kept buffers at least `scratch` (outputs) and `rows` (pieces' tables) bytes
+    /// long now, so that the first calls that need that much allocate nothing (a `cuMemAlloc`,
+    /// and a `cuMemFree` of the smaller buffer kept, which waits for the whole context).
+    pub fn keep_room(&self, scratch: usize, rows: usize) -> CuResult<()> {
+        let out = self.take_scratch(scratch)?;
+        self.keep_scratch(out);
+        let table = self.take_rows(rows)?;
+        self.keep_rows(table);
+        Ok(())
+    }
+
     /// A device buffer of at least `len` bytes for one call's output: the kept one when it is
     /// large enough, else a new one.
     pub(crate) fn take_scratch(&self, len: usize) -> CuResult<DeviceBuffer> {

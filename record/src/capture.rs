@@ -32,7 +32,9 @@ pub(crate) use crate::reachable::{lock_staging, reach, resolve_globals, DeviceSp
 pub(crate) use crate::snapshot::{copy_region, device_copy};
 pub use crate::snapshot::{Bytes, PostChunk, PostScratch, Scratch, Snapshot};
 
-use crate::snapshot::{array_snapshots, post_states, take_snapshots};
+use crate::snapshot::{
+    array_snapshots, copy_into_slab, nothing_left_to_copy, post_states, take_snapshots,
+};
 
 /// The recorder's buffers that belong to a context about to be destroyed are freed while it
 /// still exists: its L2 sweep, and the pinned staging buffer (page-locked memory dies with the
@@ -235,11 +237,21 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         copy_regions: true,
     })?;
     laps.lap("walk");
+    crate::trace::trace("capture: walked");
 
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let mut spill = None;
+    crate::trace::trace("capture: snapshot stream made");
+    let slab = copy_into_slab(&found, &stream);
+    // The settle's untimed sweeps run on the GPU while the host builds the snapshots.
+    let ahead = if nothing_left_to_copy(&found, slab.as_ref(), &copies) {
+        crate::settle::sweep_ahead(&stream)
+    } else {
+        0
+    };
     let (mut snapshots, module_globals) = take_snapshots(
         &found,
+        slab,
         &mut copies,
         input.module.module_id,
         &stream,
@@ -254,7 +266,8 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     if let Some(n) = &device_heap {
         say_about_the_heap(&input.kernel_name, n);
     }
-    let (timing, measuring) = settle_after_copies(&stream, &mut laps)?;
+    let (timing, measuring) = settle_after_copies(&stream, ahead, &mut laps)?;
+    crate::trace::trace("capture: settled");
 
     // Last: the stream stays gated until the launch is queued (see GatedTimer).
     // SAFETY: inside the launch callback that decoded the view.
@@ -357,9 +370,11 @@ fn note_uncaptured_views(found: &Walk, textures: &mut crate::textures::Found) {
 /// that too; the measurement window is held from the settling on.
 fn settle_after_copies(
     stream: &Stream,
+    ahead: u32,
     laps: &mut Laps,
 ) -> Result<(TimingConditions, crate::quiet::Measuring), RecordError> {
-    // The copies first, on their own: their time is the snapshot's, not the settling's.
+    // The copies first, on their own: their time is the snapshot's, not the settling's (when
+    // sweeps were queued ahead, this waits for what is left of them too).
     stream
         .synchronize()
         .map_err(RecordError::cuda("waiting for the snapshot copies"))?;
@@ -370,7 +385,7 @@ fn settle_after_copies(
     // spent 34 ms there (settle sweeps take 1.5 ms), and this tells the two apart.
     let measuring = crate::quiet::measure();
     laps.lap("quiet");
-    let timing = match settle(stream, busy) {
+    let timing = match settle(stream, busy, ahead) {
         Ok(settled) => settled,
         Err(why) => TimingConditions {
             skipped: Some(why),
@@ -398,7 +413,9 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     done?;
     laps.lap("kernel");
     p.data.dispatch.original_duration_ns = p.timer.elapsed_ns().ok();
+    crate::trace::trace("capture: kernel done");
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
+    crate::trace::trace("capture: post stream made");
     let post = post_states(
         &mut p.data.snapshots,
         &p.footprint,
@@ -413,6 +430,7 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
         .map_err(RecordError::cuda("waiting for the post-dispatch copies"))?;
     p.data.post = post;
     laps.lap("post");
+    crate::trace::trace("capture: post states kept");
     // The kernel's own run is not the capture's: the application waits for it anyway.
     let kernel_ns = laps.phases.first().map_or(0, |&(_, ns)| ns);
     p.data.stall_phases.extend(laps.phases);

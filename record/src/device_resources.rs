@@ -283,8 +283,21 @@ fn first_launches(k: &ChunkKernels, stream: &Stream) -> kreplay_cuda::CuResult<(
         let _hits =
             k.pointer_scan_many(&ranges, (1, u64::MAX), None, u64::from(u32::MAX), 1, stream)?;
     }
+    // Room kept for a first capture's larger calls (a pointer table's 10,000 regions): the
+    // walk's first GPU scan keeps room for `FIRST_SCAN_HITS` hits, and the tables of 10,000
+    // pieces (a row of at most four words each) take 320 KiB. Never the application's last
+    // free memory: without room, the first capture allocates as before.
+    if scratch_allowed((PREWARM_SCRATCH + PREWARM_ROWS) as u64) {
+        k.keep_room(PREWARM_SCRATCH, PREWARM_ROWS)?;
+    }
     Ok(())
 }
+
+/// Output room kept at context creation: the walk's first GPU scan's `FIRST_SCAN_HITS` hits of
+/// 24 bytes, and its regions' shape words.
+const PREWARM_SCRATCH: usize = 2 << 20;
+/// Pieces' table room kept at context creation: 32,768 rows of four words.
+const PREWARM_ROWS: usize = 1 << 20;
 
 /// Queues one L2 flush (the settle sweep, see `cache`) on `stream`, loading it for the current
 /// context on first use; returns the kernels queued, or why there is none (device memory
@@ -313,8 +326,20 @@ pub(crate) fn forget_context(context: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::prewarms_in;
+    use super::{prewarms_in, PREWARM_ROWS, PREWARM_SCRATCH};
     use kreplay_protocol::config::Mode;
+
+    // Catches: the room kept at context creation too small for the first capture of a
+    // 10,000-entry pointer table (its first calls would allocate, and free the smaller
+    // buffer, while the application waits).
+    #[test]
+    fn the_room_kept_covers_a_pointer_tables_first_calls() {
+        let regions = 10_000;
+        let first_scan = 16 + regions * 4 + crate::reachable::FIRST_SCAN_HITS as usize * 24;
+        assert!(PREWARM_SCRATCH >= first_scan, "{first_scan} bytes");
+        // A 4 KiB region is one piece; a scan row is four words.
+        assert!(PREWARM_ROWS >= regions * 4 * 8);
+    }
 
     // Catches: `list` paying for sweeps and kernels it never runs, or the debug switch (the
     // stall benchmark's baseline) not turning the prewarm off.

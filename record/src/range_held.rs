@@ -8,7 +8,7 @@ use kreplay_format::{MemoryKind, ModuleGlobal, RegionRole};
 
 use crate::error::RecordError;
 use crate::reachable::VMM_EXTENT_LIMIT;
-use crate::snapshot::{take_snapshots, Snapshot};
+use crate::snapshot::{copy_into_slab, take_snapshots, Snapshot};
 use crate::walk::{FoundRegion, Walk};
 
 /// What a range holds before its first kernel step opened its capture (a range opened by a
@@ -58,8 +58,10 @@ impl HeldMut<'_> {
         if !fresh.regions.is_empty() {
             let stream =
                 Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
+            let slab = copy_into_slab(&fresh, &stream);
             let (mut snapshots, mut globals) = take_snapshots(
                 &fresh,
+                slab,
                 &mut Default::default(),
                 module_id,
                 &stream,

@@ -118,10 +118,13 @@ fn new_slab(len: u64) -> Option<Arc<DeviceBuffer>> {
         .map(Arc::new)
 }
 
+/// A slab of small regions' pre bytes, and each region's offset in it (`None`: not there).
+pub(crate) type Slab = (Arc<DeviceBuffer>, Vec<Option<u64>>);
+
 /// The small regions of `found` copied into one slab by one launch, as `slab_plan` places them;
 /// `None` when there is no slab (too few, no room, the kernel cannot run): each region then
-/// takes its own scratch.
-fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<(Arc<DeviceBuffer>, Vec<Option<u64>>)> {
+/// takes its own scratch (`take_snapshots`).
+pub(crate) fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<Slab> {
     let eligible: Vec<(u64, bool)> = found
         .regions
         .iter()
@@ -136,6 +139,7 @@ fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<(Arc<DeviceBuffer>, V
         return None;
     }
     let slab = new_slab(total)?;
+    crate::trace::trace("snapshot slab allocated");
     let copies: Vec<(u64, u64, u64)> = found
         .regions
         .iter()
@@ -146,6 +150,7 @@ fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<(Arc<DeviceBuffer>, V
     // each source is a region the walk found that a kernel of this device may read whole
     // (`kernel_readable`), read with the context synchronised.
     with_chunk_kernels(|k| unsafe { k.copy_many(&copies, stream) }).ok()?;
+    crate::trace::trace("snapshot slab copied");
     Some((slab, at))
 }
 
@@ -161,10 +166,11 @@ pub struct Snapshot {
     /// as zero chunks without being copied home).
     pub pre_nonzero: Option<Vec<bool>>,
     /// Written to the capture file during the stall (it did not fit in device scratch); `pre`
-    /// is then empty.
-    pub spilled: Option<Spilled>,
+    /// is then empty. This and `array` are boxed: rare, and a pointer table's 10,000
+    /// snapshots are built in fresh pages while the application waits (80 bytes less each).
+    pub spilled: Option<Box<Spilled>>,
     /// The CUDA array whose texels the region holds (read through the array, not an address).
-    pub array: Option<(ForeignArray, ArrayImage)>,
+    pub array: Option<Box<(ForeignArray, ArrayImage)>>,
     /// The present ranges (region offsets, merged pages) when the capture holds only the
     /// pages the step touched (`--memory touched`); `None`: the region whole. Every absent
     /// byte goes to the file as zero (see `mask_absent`); a region spilled to the file during
@@ -307,7 +313,7 @@ pub(crate) fn mask_absent(present: Option<&[(u64, u64)]>, chunks: &mut [PostChun
 
 /// A snapshot's bytes as they are now, on the host.
 fn read_now(s: &Snapshot) -> Result<Vec<u8>, RecordError> {
-    match &s.array {
+    match s.array.as_deref() {
         Some((array, image)) => read_array(array, image, s.region.size),
         None => copy_region(s.device_addr, s.region.size),
     }
@@ -344,11 +350,21 @@ pub(crate) fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> 
     Ok(v)
 }
 
+/// Whether every region of `found` is already copied, into `slab` or by the walk (`copies`):
+/// `take_snapshots` then queues nothing more on the snapshot stream.
+pub(crate) fn nothing_left_to_copy(found: &Walk, slab: Option<&Slab>, copies: &WalkCopies) -> bool {
+    let at = slab.map(|(_, at)| at.as_slice());
+    found.regions.iter().enumerate().all(|(i, r)| {
+        at.is_some_and(|at| at.get(i).copied().flatten().is_some()) || copies.holds(r.base, r.size)
+    })
+}
+
 /// Copies every region the walk found: to device scratch when memory allows (the application
-/// waits for a 2 TB/s copy, not for PCIe), to the host otherwise. Returns the snapshots and the
-/// module globals they hold.
+/// waits for a 2 TB/s copy, not for PCIe), to the host otherwise; the small ones are already
+/// in `slab` (`copy_into_slab`). Returns the snapshots and the module globals they hold.
 pub(crate) fn take_snapshots(
     found: &Walk,
+    slab: Option<Slab>,
     copies: &mut WalkCopies,
     module_id: u32,
     stream: &Stream,
@@ -357,7 +373,6 @@ pub(crate) fn take_snapshots(
 ) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>), RecordError> {
     let mut snapshots = Vec::with_capacity(found.regions.len());
     let mut module_globals = Vec::new();
-    let slab = copy_into_slab(found, stream);
     for (id, r) in found.regions.iter().enumerate() {
         let region = Region {
             region_id: id as u32,
@@ -401,7 +416,7 @@ pub(crate) fn take_snapshots(
                         let Some(sp) = spill.as_mut() else {
                             return Err(RecordError::NoContext);
                         };
-                        spilled = Some(sp.pre(&region, r.base, d)?);
+                        spilled = Some(Box::new(sp.pre(&region, r.base, d)?));
                         Bytes::Host(Vec::new())
                     }
                     None => Bytes::Host(copy_region(r.base, r.size)?),
@@ -427,6 +442,7 @@ pub(crate) fn take_snapshots(
             touched: None,
         });
     }
+    crate::trace::trace("snapshots made");
     Ok((snapshots, module_globals))
 }
 
@@ -454,7 +470,7 @@ pub(crate) fn array_snapshots(
             post: None,
             pre_nonzero: None,
             spilled: None,
-            array: Some((*array, image.clone())),
+            array: Some(Box::new((*array, image.clone()))),
             kernel_readable: false,
             touched: None,
         });
@@ -554,12 +570,14 @@ fn post_many(
         });
         flag_count += s.region.size.div_ceil(cs) as usize;
     }
+    crate::trace::trace("post: scans listed");
     // SAFETY: each scan reads our slab's stretch of a region's pre bytes and the region itself
     // (a kernel may read it, as for the slab's copy), after the dispatch with the context
     // synchronised.
     let Ok(flags) = with_chunk_kernels(|k| unsafe { k.scan_many(&scans, stream) }) else {
         return Ok(false);
     };
+    crate::trace::trace("post: compared on the GPU");
     if flags.changed.len() < flag_count || flags.nonzero.len() < flag_count {
         return Ok(false);
     }
@@ -579,10 +597,12 @@ fn post_many(
         plans.push((runs, total, len, flags_of));
         total += len.next_multiple_of(SLAB_ALIGN);
     }
+    crate::trace::trace("post: write sets planned");
     let slab = match total {
         0 => None,
         n => Some(new_slab(n).ok_or(RecordError::NoPostScratch(n))?),
     };
+    crate::trace::trace("post: slab allocated");
     if let Some(slab) = &slab {
         let copies: Vec<(u64, u64, u64)> = batch
             .iter()
@@ -598,6 +618,7 @@ fn post_many(
         // runs to the region), read as for the scan.
         with_chunk_kernels(|k| unsafe { k.copy_many(&copies, stream) })
             .map_err(RecordError::WriteSet)?;
+        crate::trace::trace("post: write sets copied");
     }
     for (&i, (runs, at, len, flags_of)) in batch.iter().zip(plans) {
         let s = &mut snapshots[i];
