@@ -15,7 +15,8 @@ use std::time::Instant;
 
 use kreplay_format::MemoryKind;
 use kreplay_record::walk::{
-    scan_region, walk, AddressSpace, Allocation, Limits, RegionScan, Roots, ScanBounds, WalkError,
+    scan_region, walk, AddressSpace, Allocation, LevelScan, Limits, RegionScan, Roots, ScanBounds,
+    WalkError,
 };
 
 const TABLE: u64 = 0x7f00_0000_0000;
@@ -76,11 +77,12 @@ impl AddressSpace for PointerTable {
         regions: &[(u64, u64)],
         bounds: &ScanBounds,
         _: &Limits,
-    ) -> Result<Vec<Option<RegionScan>>, WalkError> {
-        Ok(regions
-            .iter()
-            .map(|&(b, _)| Some(self.scan_of(b, bounds)))
-            .collect())
+    ) -> Result<LevelScan, WalkError> {
+        let mut level = LevelScan::with_regions(regions.len());
+        for (i, &(b, _)) in regions.iter().enumerate() {
+            level.put(i, Some(self.scan_of(b, bounds)));
+        }
+        Ok(level)
     }
 }
 

@@ -17,8 +17,8 @@ use crate::device_resources::{scratch_allowed, with_chunk_kernels};
 use crate::device_table::TableUse;
 use crate::error::RecordError;
 use crate::walk::{
-    walk, AddressSpace, Allocation, Limits, RegionScan, Roots, ScanBounds, Walk, WalkError,
-    HANDLE_TABLE_BYTES,
+    walk, AddressSpace, Allocation, LevelScan, Limits, RegionScan, Roots, ScanBounds, Walk,
+    WalkError, HANDLE_TABLE_BYTES,
 };
 
 /// Regions larger than this are not read to the host to be scanned for pointers (where the GPU
@@ -460,7 +460,7 @@ impl AddressSpace for DeviceSpace<'_> {
         regions: &[(u64, u64)],
         bounds: &ScanBounds,
         limits: &Limits,
-    ) -> Result<Vec<Option<RegionScan>>, WalkError> {
+    ) -> Result<LevelScan, WalkError> {
         let t = std::time::Instant::now();
         let out = self.scan_level(regions, bounds, limits);
         self.spent.scans.0 += regions.len() as u64;
@@ -476,10 +476,8 @@ impl DeviceSpace<'_> {
         regions: &[(u64, u64)],
         bounds: &ScanBounds,
         limits: &Limits,
-    ) -> Result<Vec<Option<RegionScan>>, WalkError> {
+    ) -> Result<LevelScan, WalkError> {
         crate::trace::trace_with(|| format!("walk level: {} regions to scan", regions.len()));
-        let mut out: Vec<Option<RegionScan>> = vec![None; regions.len()];
-        let mut done = vec![false; regions.len()];
         let batch: Vec<usize> = (0..regions.len())
             .filter(|&i| {
                 let (base, size) = regions[i];
@@ -493,38 +491,46 @@ impl DeviceSpace<'_> {
         crate::trace::trace_with(|| {
             format!("walk level: {} regions for one GPU scan", batch.len())
         });
+        let mut hits = None;
         if batch.len() > 1 {
             let ranges: Vec<(u64, u64)> = batch.iter().map(|&i| regions[i]).collect();
-            let scanned = self.gpu_scan_many(&ranges, bounds, limits);
+            hits = self.gpu_scan_many(&ranges, bounds, limits);
             crate::trace::trace("walk level: GPU scan back");
-            if let Some(hits) = scanned {
-                let ManyPointerHits {
+        }
+        // Region by region in order: the GPU's answer where it scanned the region (and the
+        // region is not a small one of handle-like words, read on the host as a handle table),
+        // else one scan of its own.
+        let mut level = LevelScan::with_regions(regions.len());
+        let mut from_gpu = hits.map(|h| {
+            let ManyPointerHits {
+                words,
+                heap,
+                handle_like,
+            } = h;
+            batch
+                .iter()
+                .copied()
+                .zip(words.into_iter().zip(heap).zip(handle_like))
+                .peekable()
+        });
+        for (i, &(base, size)) in regions.iter().enumerate() {
+            let gpu = from_gpu
+                .as_mut()
+                .and_then(|it| it.next_if(|&(j, _)| j == i))
+                .map(|(_, found)| found)
+                .filter(|&(_, like)| !(like && size <= HANDLE_TABLE_BYTES));
+            let found = match gpu {
+                Some(((words, heap), _)) => Some(RegionScan {
                     words,
                     heap,
-                    handle_like,
-                } = hits;
-                for (k, ((w, h), like)) in words.into_iter().zip(heap).zip(handle_like).enumerate()
-                {
-                    let i = batch[k];
-                    if like && regions[i].1 <= HANDLE_TABLE_BYTES {
-                        continue;
-                    }
-                    out[i] = Some(RegionScan {
-                        words: w,
-                        heap: h,
-                        handle_table: None,
-                    });
-                    done[i] = true;
-                }
-            }
-        }
-        for (i, &(base, size)) in regions.iter().enumerate() {
-            if !done[i] {
-                out[i] = self.scan(base, size, bounds, limits)?;
-            }
+                    handle_table: None,
+                }),
+                None => self.scan(base, size, bounds, limits)?,
+            };
+            level.put(i, found);
         }
         crate::trace::trace("walk level: scanned");
-        Ok(out)
+        Ok(level)
     }
 }
 
@@ -723,7 +729,7 @@ mod walk_cost {
             regions: &[(u64, u64)],
             _: &ScanBounds,
             _: &Limits,
-        ) -> Result<Vec<Option<RegionScan>>, WalkError> {
+        ) -> Result<LevelScan, WalkError> {
             let t = std::time::Instant::now();
             if let Some(last) = self.last.replace(t) {
                 eprintln!(
@@ -735,20 +741,21 @@ mod walk_cost {
                 .iter()
                 .filter(|&&(b, s)| self.dev.kernel_readable(b, s))
                 .count();
-            let out = regions
-                .iter()
-                .map(|&(b, _)| {
+            let mut out = LevelScan::with_regions(regions.len());
+            for (i, &(b, _)) in regions.iter().enumerate() {
+                let words = if b == self.table_at {
+                    self.words.clone()
+                } else {
+                    Vec::new()
+                };
+                out.put(
+                    i,
                     Some(RegionScan {
-                        words: if b == self.table_at {
-                            self.words.clone()
-                        } else {
-                            Vec::new()
-                        },
-                        heap: Vec::new(),
-                        handle_table: None,
-                    })
-                })
-                .collect();
+                        words,
+                        ..RegionScan::default()
+                    }),
+                );
+            }
             eprintln!(
                 "  scan_many of {} regions ({readable} readable): {:.2} ms",
                 regions.len(),
