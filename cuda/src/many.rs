@@ -93,6 +93,13 @@ pub fn pointer_rows(regions: &[(u64, u64)]) -> (Vec<u64>, Vec<usize>) {
     (rows, owner)
 }
 
+/// The output bytes of `ChunkKernels::pointer_scan_many` over `pieces` pieces with room for
+/// `cap` hits: the count (16 bytes keep what follows aligned), a shape word a piece, then
+/// three words a hit.
+pub fn pointer_scan_out_len(pieces: usize, cap: u32) -> usize {
+    (16 + pieces * 4).next_multiple_of(16) + cap as usize * 24
+}
+
 /// What the pointer scan over many regions found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ManyPointerHits {
@@ -425,7 +432,7 @@ impl ChunkKernels {
         // three words per hit.
         let shape_at = 16u64;
         let hits_at = (shape_at + n as u64 * 4).next_multiple_of(16);
-        let out_len = hits_at as usize + cap as usize * 24;
+        let out_len = pointer_scan_out_len(n, cap);
         let out = self.take_scratch(out_len)?;
         // SAFETY: the count and shape words of `out`, this function's own buffer.
         unsafe { memset_async(out.ptr(), hits_at as usize, stream)? };
@@ -488,6 +495,16 @@ impl ChunkKernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Catches: the output's size formula drifting from the layout the scan writes (count in
+    // 16 bytes, a shape word a piece, hits 16-byte aligned, 24 bytes each).
+    #[test]
+    fn the_pointer_scans_output_holds_count_shapes_and_hits_aligned() {
+        assert_eq!(pointer_scan_out_len(0, 0), 16);
+        assert_eq!(pointer_scan_out_len(1, 0), 32);
+        assert_eq!(pointer_scan_out_len(4, 0), 32);
+        assert_eq!(pointer_scan_out_len(5, 2), 48 + 48);
+    }
 
     #[test]
     fn pieces_cover_a_range_in_order_at_most_a_piece_each() {

@@ -244,11 +244,13 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     crate::trace::trace("capture: snapshot stream made");
     let slab = copy_into_slab(&found, &stream);
     // The settle's untimed sweeps run on the GPU while the host builds the snapshots.
-    let ahead = if nothing_left_to_copy(&found, slab.as_ref(), &copies) {
+    let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
+    let ahead = if no_arrays && nothing_left_to_copy(&found, slab.as_ref(), &copies) {
         crate::settle::sweep_ahead(&stream)
     } else {
         0
     };
+    let ahead = (ahead, Instant::now());
     let (mut snapshots, module_globals) = take_snapshots(
         &found,
         slab,
@@ -368,9 +370,11 @@ fn note_uncaptured_views(found: &Walk, textures: &mut crate::textures::Found) {
 
 /// Waits for the snapshot copies on `stream`, then settles the GPU (see `settle`) and waits for
 /// that too; the measurement window is held from the settling on.
+///
+/// `ahead`: the sweeps queued ahead (`sweep_ahead`) and when.
 fn settle_after_copies(
     stream: &Stream,
-    ahead: u32,
+    ahead: (u32, Instant),
     laps: &mut Laps,
 ) -> Result<(TimingConditions, crate::quiet::Measuring), RecordError> {
     // The copies first, on their own: their time is the snapshot's, not the settling's (when
@@ -385,6 +389,10 @@ fn settle_after_copies(
     // spent 34 ms there (settle sweeps take 1.5 ms), and this tells the two apart.
     let measuring = crate::quiet::measure();
     laps.lap("quiet");
+    let quiet = laps.phases.last().map_or(0, |&(_, ns)| ns);
+    let fresh =
+        crate::settle::ahead_counts(ahead.1.elapsed(), std::time::Duration::from_nanos(quiet));
+    let ahead = if fresh { ahead.0 } else { 0 };
     let timing = match settle(stream, busy, ahead) {
         Ok(settled) => settled,
         Err(why) => TimingConditions {

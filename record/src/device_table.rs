@@ -55,13 +55,21 @@ pub enum Trust {
 pub struct DeviceTable {
     by_base: BTreeMap<u64, u64>,
     trust: Trust,
+    /// Counts the table's changes (see `TableView`): the process's table counts in a static,
+    /// any other (the tests') in one of its own.
+    changes: &'static AtomicU64,
 }
 
+// The tests' tables (the process's is the static `TABLE`).
+#[cfg(test)]
 impl Default for DeviceTable {
     fn default() -> DeviceTable {
         DeviceTable {
             by_base: BTreeMap::new(),
             trust: Trust::Off,
+            // One word per table made, never freed: tables other than the process's are the
+            // tests' own.
+            changes: Box::leak(Box::new(AtomicU64::new(0))),
         }
     }
 }
@@ -81,14 +89,14 @@ impl DeviceTable {
 
     /// Stops the answers for good.
     pub fn lose(&mut self, why: &'static str) {
-        changed();
+        self.changed();
         self.by_base.clear();
         self.trust = Trust::Lost(why);
     }
 
     /// The context `handle` was created.
     pub fn context_created(&mut self, handle: usize) {
-        changed();
+        self.changed();
         match self.trust {
             Trust::Following { context: None } => {
                 self.trust = Trust::Following {
@@ -105,7 +113,7 @@ impl DeviceTable {
     /// did not see created means it missed one: a context is known by its handle, not counted,
     /// so that such a miss cannot leave two contexts live behind a count of one.
     pub fn context_destroying(&mut self, handle: usize) {
-        changed();
+        self.changed();
         self.by_base.clear();
         match self.trust {
             Trust::Following { context: Some(c) } if c == handle => {
@@ -125,7 +133,7 @@ impl DeviceTable {
             return self.lose("an allocation in a context the table did not see created");
         }
         if self.claimed(base, size) {
-            changed();
+            self.changed();
             self.by_base.insert(base, size);
         }
     }
@@ -157,7 +165,7 @@ impl DeviceTable {
     /// At the ENTER of a free (`cuMemFree`, `cuMemFreeAsync`) of `addr`, or of an unmap of
     /// `[addr, addr + len)`: the entries it may end go now, whether or not it succeeds.
     pub fn releasing(&mut self, addr: u64, len: u64) {
-        changed();
+        self.changed();
         let end = addr.saturating_add(len.max(1));
         // An entry that starts below `addr` and reaches it goes too (an unmap names a range).
         let first = self
@@ -180,7 +188,8 @@ impl DeviceTable {
             return None;
         }
         Some(TableView {
-            generation: generation(),
+            changes: self.changes,
+            generation: self.changes.load(Ordering::Acquire),
             entries: self.by_base.iter().map(|(&b, &s)| (b, s)).collect(),
             finger: 0,
         })
@@ -201,16 +210,15 @@ impl DeviceTable {
     }
 }
 
-/// Counts the table's changes (made under its lock, before the change): a `TableView` whose
-/// count is no longer this one may hold an allocation freed since, and is not asked again.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Counts the process's table's changes (made under its lock, before the change): a
+/// `TableView` whose count is no longer this one may hold an allocation freed since, and is
+/// not asked again.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
 
-fn changed() {
-    GENERATION.fetch_add(1, Ordering::AcqRel);
-}
-
-fn generation() -> u64 {
-    GENERATION.load(Ordering::Acquire)
+impl DeviceTable {
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// The table as it was when a walk began, asked without the lock: a pointer table's 10,000
@@ -219,6 +227,7 @@ fn generation() -> u64 {
 /// during the walk makes the walk ask the live table again.
 #[derive(Debug, Clone)]
 pub struct TableView {
+    changes: &'static AtomicU64,
     generation: u64,
     entries: Vec<(u64, u64)>,
     /// Where the last answer was: a pointer table's words usually come in address order.
@@ -228,7 +237,7 @@ pub struct TableView {
 impl TableView {
     /// Whether the table is unchanged since the view was taken.
     pub fn current(&self) -> bool {
-        generation() == self.generation
+        self.changes.load(Ordering::Acquire) == self.generation
     }
 
     /// The entry `(base, size)` holding `addr`.
@@ -255,6 +264,7 @@ impl TableView {
 static TABLE: Mutex<DeviceTable> = Mutex::new(DeviceTable {
     by_base: BTreeMap::new(),
     trust: Trust::Off,
+    changes: &CHANGES,
 });
 
 /// The process's table, locked (a panic elsewhere while holding it leaves it usable: every
@@ -396,8 +406,11 @@ mod tests {
     fn any_change_to_the_table_outdates_its_views() {
         let mut t = followed();
         t.allocated(0x1000, 0x100);
-        // (Other tests' tables count in the same process-wide generation: a view may be
-        // outdated by them, never current after a change of its own table.)
+        let unchanged = t.view().expect("view");
+        assert!(
+            t.holding(0x1000).is_some() && unchanged.current(),
+            "nothing changed yet"
+        );
         let before = t.view().expect("view");
         t.releasing(0x1000, 0);
         assert!(!before.current(), "a free outdates a view");

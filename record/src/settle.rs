@@ -47,8 +47,10 @@ fn disabled() -> bool {
 /// Queues the settle's untimed sweeps on `stream` now, ahead of the host's own work before
 /// the launch (the snapshots' bookkeeping: 0.6-1.6 ms for a pointer table's 10,000 regions
 /// on the H200), which then overlaps them instead of preceding them. Call only once nothing
-/// else will be copied on `stream` before the launch: a copy queued after them would fill L2
-/// again. Returns how many were queued (0: none, the settle runs them all).
+/// else will be copied before the launch (no region left to copy, no texture array to read):
+/// the settle's two timed sweeps would still empty L2 after such a copy, but the sweeps
+/// ahead would have been spent for nothing. Returns how many were queued (0: none, the
+/// settle runs them all); `ahead_counts` says whether they still count when it begins.
 pub(crate) fn sweep_ahead(stream: &Stream) -> u32 {
     if disabled() {
         return 0;
@@ -65,6 +67,18 @@ pub(crate) fn sweep_ahead(stream: &Stream) -> u32 {
     });
     queued.unwrap_or(0)
 }
+
+/// Sweeps queued ahead `since` the settle begins, the quiet wait having taken `quiet`: whether
+/// they still count (the GPU has idled at most about `AHEAD_FRESH` minus their own run, so its
+/// clocks are still up). A wait for an earlier capture's writer, or a long host gap, and the
+/// settle runs all its sweeps again.
+pub(crate) fn ahead_counts(since: std::time::Duration, quiet: std::time::Duration) -> bool {
+    since <= AHEAD_FRESH && quiet <= QUIET_NO_WAIT
+}
+
+/// See `ahead_counts`: the 14 sweeps queued ahead run about 1.3 ms on the H200.
+const AHEAD_FRESH: std::time::Duration = std::time::Duration::from_millis(3);
+const QUIET_NO_WAIT: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// The untimed sweeps a settle of at least `min` sweeps runs itself, `ahead` having been
 /// queued before (the last two are always timed).
@@ -130,6 +144,18 @@ mod tests {
 
     // Catches: sweeps queued ahead run again by the settle (the stall they were to hide paid
     // twice), or the two timed sweeps skipped when many were queued ahead.
+    // Catches: sweeps queued long before the settle (the GPU idled since, its clocks may have
+    // dropped) or before a wait for an earlier capture's writer counted as done.
+    #[test]
+    fn sweeps_queued_ahead_count_only_while_fresh_and_nothing_waited() {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        assert!(ahead_counts(ms(2), Duration::ZERO));
+        assert!(ahead_counts(AHEAD_FRESH, QUIET_NO_WAIT));
+        assert!(!ahead_counts(ms(4), Duration::ZERO), "idle too long");
+        assert!(!ahead_counts(ms(1), ms(34)), "the quiet wait ran");
+    }
+
     #[test]
     fn sweeps_queued_ahead_count_among_the_untimed_only() {
         assert_eq!(untimed_sweeps(SETTLE_MIN_SWEEPS, 0), SETTLE_MIN_SWEEPS - 2);

@@ -354,8 +354,14 @@ pub(crate) fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> 
 /// `take_snapshots` then queues nothing more on the snapshot stream.
 pub(crate) fn nothing_left_to_copy(found: &Walk, slab: Option<&Slab>, copies: &WalkCopies) -> bool {
     let at = slab.map(|(_, at)| at.as_slice());
+    all_copied(found, at, |base, size| copies.holds(base, size))
+}
+
+/// `nothing_left_to_copy` given each region's place in the slab (`at`) and which
+/// `(base, size)` the walk copied (`held`).
+fn all_copied(found: &Walk, at: Option<&[Option<u64>]>, held: impl Fn(u64, u64) -> bool) -> bool {
     found.regions.iter().enumerate().all(|(i, r)| {
-        at.is_some_and(|at| at.get(i).copied().flatten().is_some()) || copies.holds(r.base, r.size)
+        at.is_some_and(|at| at.get(i).copied().flatten().is_some()) || held(r.base, r.size)
     })
 }
 
@@ -671,6 +677,47 @@ mod tests {
             }
         }
         (runs, at)
+    }
+
+    // Catches: the settle's sweeps queued ahead while a region is still to be copied after
+    // them (outside the slab, not copied by the walk), or a slab shorter than the regions
+    // taken to hold the ones past its end.
+    #[test]
+    fn nothing_is_left_to_copy_only_when_slab_or_walk_holds_every_region() {
+        use crate::walk::FoundRegion;
+        use kreplay_format::RegionRole;
+        let region = |base| FoundRegion {
+            base,
+            size: 64,
+            role: RegionRole::Argument,
+            kind: MemoryKind::Device,
+            global: None,
+        };
+        let found = Walk {
+            regions: vec![region(0x1000), region(0x2000), region(0x3000)],
+            ..Walk::default()
+        };
+        let walk_copied = |b: u64, _: u64| b == 0x3000;
+        let none = |_: u64, _: u64| false;
+        assert!(all_copied(
+            &found,
+            Some(&[Some(0), Some(256), None]),
+            walk_copied
+        ));
+        assert!(!all_copied(
+            &found,
+            Some(&[Some(0), None, None]),
+            walk_copied
+        ));
+        assert!(
+            !all_copied(&found, Some(&[Some(0), Some(256)]), none),
+            "past the slab"
+        );
+        assert!(!all_copied(&found, None, walk_copied));
+        assert!(
+            all_copied(&Walk::default(), None, none),
+            "no region, nothing to copy"
+        );
     }
 
     // Catches: a slab stretch not aligned for the kernels' vectors, a region too large (or
