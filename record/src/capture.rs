@@ -21,7 +21,7 @@ use kreplay_format::{
 use crate::error::RecordError;
 use crate::footprint::{Footprint, Reads, Step};
 use crate::launch::LaunchView;
-use crate::reachable::heap_note;
+use crate::reachable::{heap_note, WalkCopies};
 use crate::settle::{settle, BUSY_NS};
 use crate::spill::{OpenFile, Spill};
 use crate::walk::Walk;
@@ -237,23 +237,12 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
         copy_regions: true,
     })?;
     laps.lap("walk");
-    crate::trace::trace("capture: walked");
 
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let mut spill = None;
-    crate::trace::trace("capture: snapshot stream made");
-    let slab = copy_into_slab(&found, &stream);
-    // The settle's untimed sweeps run on the GPU while the host builds the snapshots.
-    let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
-    let ahead = if no_arrays && nothing_left_to_copy(&found, slab.as_ref(), &copies) {
-        crate::settle::sweep_ahead(&stream)
-    } else {
-        0
-    };
-    let ahead = (ahead, Instant::now());
-    let (mut snapshots, module_globals) = take_snapshots(
+    let (mut snapshots, module_globals, ahead) = snapshots_with_sweeps_ahead(
         &found,
-        slab,
+        &textures,
         &mut copies,
         input.module.module_id,
         &stream,
@@ -324,6 +313,33 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
             began,
         },
     })
+}
+
+/// `take_snapshots` after the slab's one copy (`copy_into_slab`), with the settle's untimed
+/// sweeps queued behind that copy when nothing else will be copied before the launch (no
+/// region left, no texture array to read: see `settle::sweep_ahead`), so that they run while
+/// the host builds the snapshots. Also returns the sweeps queued ahead and when.
+#[allow(clippy::type_complexity)]
+fn snapshots_with_sweeps_ahead(
+    found: &Walk,
+    textures: &crate::textures::Found,
+    copies: &mut WalkCopies,
+    module_id: u32,
+    stream: &Stream,
+    open_file: Option<OpenFile<'_>>,
+    spill: &mut Option<Spill>,
+) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>, (u32, Instant)), RecordError> {
+    let slab = copy_into_slab(found, stream);
+    let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
+    let ahead = if no_arrays && nothing_left_to_copy(found, slab.as_ref(), copies) {
+        crate::settle::sweep_ahead(stream)
+    } else {
+        0
+    };
+    let ahead = (ahead, Instant::now());
+    let (snapshots, globals) =
+        take_snapshots(found, slab, copies, module_id, stream, open_file, spill)?;
+    Ok((snapshots, globals, ahead))
 }
 
 /// The texture objects' CUDA arrays as snapshots after the walk's (their region ids follow),

@@ -119,20 +119,6 @@ pub(crate) struct WalkTimes {
     pub table_disagreed: u64,
 }
 
-/// Minor page faults of the calling thread so far (`KREPLAY_DEBUG_STALL`: a walk that builds
-/// megabytes of tables in fresh pages pays a fault a page, dear in a virtual machine).
-pub(crate) fn minor_faults() -> u64 {
-    // SAFETY: getrusage writes one rusage into a zeroed local.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_THREAD is the calling thread.
-    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
-    if r == 0 {
-        u.ru_minflt.max(0) as u64
-    } else {
-        0
-    }
-}
-
 /// Runs `f`, adding one call and its time to `slot`.
 fn timed<T>(slot: &mut (u64, u64), f: impl FnOnce() -> T) -> T {
     let t = std::time::Instant::now();
@@ -652,7 +638,11 @@ pub(crate) fn reach(
     let mut space = DeviceSpace::new(&mut staging);
     space.copy_large = copy_large;
     let walked = std::time::Instant::now();
-    let faults = if space.timing { minor_faults() } else { 0 };
+    let faults = if space.timing {
+        crate::trace::minor_faults()
+    } else {
+        0
+    };
     let found = walk(
         &Roots {
             args,
@@ -692,7 +682,7 @@ pub(crate) fn reach(
             scans.0,
             scans.1 as f64 / 1e6,
             all.saturating_sub(answers.1 + scans.1) as f64 / 1e6,
-            minor_faults().saturating_sub(faults)
+            crate::trace::minor_faults().saturating_sub(faults)
         );
     }
     crate::trace::trace("walk done");

@@ -13,7 +13,7 @@ pub(crate) fn trace_with(step: impl FnOnce() -> String) {
         crate::diag!(
             "kreplay: profile: {:>10.3} ms [{:>7} faults] {}",
             t0.elapsed().as_secs_f64() * 1e3,
-            crate::reachable::minor_faults(),
+            minor_faults(),
             step()
         );
     }
@@ -22,4 +22,19 @@ pub(crate) fn trace_with(step: impl FnOnce() -> String) {
 /// `trace_with` for a fixed message.
 pub(crate) fn trace(step: &str) {
     trace_with(|| step.to_string());
+}
+
+/// Minor page faults of the calling thread so far (`KREPLAY_DEBUG_STALL`,
+/// `KREPLAY_DEBUG_PROFILE`: a walk that builds megabytes of tables in fresh pages pays a fault
+/// a page, dear in a virtual machine).
+pub(crate) fn minor_faults() -> u64 {
+    // SAFETY: getrusage writes one rusage into a zeroed local.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD is the calling thread.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    if r == 0 {
+        u.ru_minflt.max(0) as u64
+    } else {
+        0
+    }
 }
