@@ -78,11 +78,10 @@ impl AddressSpace for PointerTable {
         bounds: &ScanBounds,
         _: &Limits,
     ) -> Result<LevelScan, WalkError> {
-        let mut level = LevelScan::with_regions(regions.len());
-        for (i, &(b, _)) in regions.iter().enumerate() {
-            level.put(i, Some(self.scan_of(b, bounds)));
-        }
-        Ok(level)
+        Ok(regions
+            .iter()
+            .map(|&(b, _)| Some(self.scan_of(b, bounds)))
+            .collect())
     }
 }
 

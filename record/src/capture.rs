@@ -22,7 +22,7 @@ use crate::error::RecordError;
 use crate::footprint::{Footprint, Reads, Step};
 use crate::launch::LaunchView;
 use crate::reachable::{heap_note, WalkCopies};
-use crate::settle::{settle, BUSY_NS};
+use crate::settle::{settle, SweepsAhead, BUSY_NS};
 use crate::spill::{OpenFile, Spill};
 use crate::walk::Walk;
 
@@ -318,8 +318,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
 /// `take_snapshots` after the slab's one copy (`copy_into_slab`), with the settle's untimed
 /// sweeps queued behind that copy when nothing else will be copied before the launch (no
 /// region left, no texture array to read: see `settle::sweep_ahead`), so that they run while
-/// the host builds the snapshots. Also returns the sweeps queued ahead and when.
-#[allow(clippy::type_complexity)]
+/// the host builds the snapshots. Also returns the sweeps queued ahead.
 fn snapshots_with_sweeps_ahead(
     found: &Walk,
     textures: &crate::textures::Found,
@@ -328,15 +327,14 @@ fn snapshots_with_sweeps_ahead(
     stream: &Stream,
     open_file: Option<OpenFile<'_>>,
     spill: &mut Option<Spill>,
-) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>, (u32, Instant)), RecordError> {
+) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>, SweepsAhead), RecordError> {
     let slab = copy_into_slab(found, stream);
     let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
     let ahead = if no_arrays && nothing_left_to_copy(found, slab.as_ref(), copies) {
         crate::settle::sweep_ahead(stream)
     } else {
-        0
+        SweepsAhead::none()
     };
-    let ahead = (ahead, Instant::now());
     let (snapshots, globals) =
         take_snapshots(found, slab, copies, module_id, stream, open_file, spill)?;
     Ok((snapshots, globals, ahead))
@@ -387,10 +385,10 @@ fn note_uncaptured_views(found: &Walk, textures: &mut crate::textures::Found) {
 /// Waits for the snapshot copies on `stream`, then settles the GPU (see `settle`) and waits for
 /// that too; the measurement window is held from the settling on.
 ///
-/// `ahead`: the sweeps queued ahead (`sweep_ahead`) and when.
+/// `ahead`: the sweeps queued ahead (`sweep_ahead`).
 fn settle_after_copies(
     stream: &Stream,
-    ahead: (u32, Instant),
+    ahead: SweepsAhead,
     laps: &mut Laps,
 ) -> Result<(TimingConditions, crate::quiet::Measuring), RecordError> {
     // The copies first, on their own: their time is the snapshot's, not the settling's (when
@@ -406,9 +404,7 @@ fn settle_after_copies(
     let measuring = crate::quiet::measure();
     laps.lap("quiet");
     let quiet = laps.phases.last().map_or(0, |&(_, ns)| ns);
-    let fresh =
-        crate::settle::ahead_counts(ahead.1.elapsed(), std::time::Duration::from_nanos(quiet));
-    let ahead = if fresh { ahead.0 } else { 0 };
+    let ahead = ahead.counted(std::time::Duration::from_nanos(quiet));
     let timing = match settle(stream, busy, ahead) {
         Ok(settled) => settled,
         Err(why) => TimingConditions {

@@ -544,6 +544,26 @@ mod tests {
         }
     }
 
+    /// `cuMemAlloc`'s parameters for 4 KiB, written to `dptr`.
+    fn alloc_params(dptr: &mut u64) -> csys::cuMemAlloc_v2_params {
+        csys::cuMemAlloc_v2_params {
+            dptr,
+            bytesize: 4096,
+        }
+    }
+
+    /// Driver call `id` at `site` with `params`, returning `result`, through the table.
+    fn call(
+        t: &mut DeviceTable,
+        id: u32,
+        site: csys::CUpti_ApiCallbackSite,
+        params: *const std::ffi::c_void,
+        result: &mut u32,
+        self_calls: bool,
+    ) {
+        take(t, id, &payload(site, params, result), self_calls);
+    }
+
     fn take(t: &mut DeviceTable, id: u32, data: &csys::CUpti_CallbackData, self_calls: bool) {
         let domain = csys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API;
         // SAFETY: a payload built above for callback `id`, alive during the call.
@@ -566,60 +586,29 @@ mod tests {
         let mut t = followed();
         let mut ok = 0u32;
         let mut dptr: u64 = 0x7000_0000;
-        let alloc = csys::cuMemAlloc_v2_params {
-            dptr: &mut dptr,
-            bytesize: 4096,
-        };
+        let alloc = alloc_params(&mut dptr);
         let a = (&alloc as *const csys::cuMemAlloc_v2_params).cast();
-        take(
-            &mut t,
-            cbid::ALLOC,
-            &payload(CUPTI_API_ENTER, a, &mut ok),
-            false,
-        );
+        call(&mut t, cbid::ALLOC, CUPTI_API_ENTER, a, &mut ok, false);
         assert_eq!(t.holding(0x7000_0000), None, "nothing at the ENTER");
-        take(
-            &mut t,
-            cbid::ALLOC,
-            &payload(CUPTI_API_EXIT, a, &mut ok),
-            false,
-        );
+        call(&mut t, cbid::ALLOC, CUPTI_API_EXIT, a, &mut ok, false);
         assert_eq!(t.holding(0x7000_0fff), Some((0x7000_0000, 4096)));
         let free = csys::cuMemFree_v2_params { dptr: 0x7000_0000 };
         let f = (&free as *const csys::cuMemFree_v2_params).cast();
-        take(
-            &mut t,
-            cbid::FREE,
-            &payload(CUPTI_API_ENTER, f, &mut ok),
-            true,
-        );
+        call(&mut t, cbid::FREE, CUPTI_API_ENTER, f, &mut ok, true);
         assert_eq!(
             t.holding(0x7000_0000),
             None,
             "gone at the ENTER, whoever frees"
         );
         // The recorder's own allocation is claimed, not kept.
-        take(
-            &mut t,
-            cbid::ALLOC,
-            &payload(CUPTI_API_EXIT, a, &mut ok),
-            true,
-        );
+        call(&mut t, cbid::ALLOC, CUPTI_API_EXIT, a, &mut ok, true);
         assert_eq!(t.holding(0x7000_0000), None);
         // A failed allocation changes nothing.
         let mut failed = 2u32;
         let mut elsewhere: u64 = 0x9000_0000;
-        let alloc = csys::cuMemAlloc_v2_params {
-            dptr: &mut elsewhere,
-            bytesize: 4096,
-        };
+        let alloc = alloc_params(&mut elsewhere);
         let e = (&alloc as *const csys::cuMemAlloc_v2_params).cast();
-        take(
-            &mut t,
-            cbid::ALLOC,
-            &payload(CUPTI_API_EXIT, e, &mut failed),
-            false,
-        );
+        call(&mut t, cbid::ALLOC, CUPTI_API_EXIT, e, &mut failed, false);
         assert_eq!(t.holding(0x9000_0000), None);
         assert_eq!(t.trust(), Trust::Following { context: Some(CTX) });
     }

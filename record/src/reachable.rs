@@ -70,12 +70,18 @@ pub(crate) struct DeviceSpace<'a> {
     /// Whether lookups ask the recorder's table of `cuMemAlloc` allocations first
     /// (`device_table`; `KREPLAY_DEBUG_TABLE`).
     pub(crate) table: TableUse,
-    /// The table as the walk found it (`None`: not taken yet, or it changed since: the live
-    /// table answers).
-    pub(crate) table_view: Option<crate::device_table::TableView>,
-    pub(crate) table_view_taken: bool,
-    /// Questions the live table answered before the view was taken.
-    pub(crate) table_asks: u32,
+    /// How the table is asked: live, then through a view of it (see `table_holding`).
+    pub(crate) table_asked: TableAsked,
+}
+
+/// How a walk asks the recorder's table.
+pub(crate) enum TableAsked {
+    /// Under its lock, this many questions so far (a view is taken at `ASKS_BEFORE_A_VIEW`).
+    Live(u32),
+    /// Through the view taken then.
+    View(crate::device_table::TableView),
+    /// Under its lock for the rest of the walk: it changed since the view (or gave none).
+    LiveFromNowOn,
 }
 
 /// Questions the live table answers before the walk takes a view of it: copying the whole
@@ -141,9 +147,7 @@ impl DeviceSpace<'_> {
             copy_large: false,
             copies: WalkCopies::default(),
             table: TableUse::from_env(),
-            table_view: None,
-            table_view_taken: false,
-            table_asks: 0,
+            table_asked: TableAsked::Live(0),
         }
     }
 
@@ -230,19 +234,18 @@ impl DeviceSpace<'_> {
     /// The table's entry holding `addr`: from the view taken after `ASKS_BEFORE_A_VIEW`
     /// questions while the table is unchanged, else from the live table.
     fn table_holding(&mut self, addr: u64) -> Option<(u64, u64)> {
-        if !self.table_view_taken {
-            if self.table_asks < ASKS_BEFORE_A_VIEW {
-                self.table_asks += 1;
-                return crate::device_table::table().holding(addr);
+        match &mut self.table_asked {
+            TableAsked::Live(n) if *n < ASKS_BEFORE_A_VIEW => *n += 1,
+            TableAsked::Live(_) => {
+                self.table_asked = match crate::device_table::table().view() {
+                    Some(view) => TableAsked::View(view),
+                    None => TableAsked::LiveFromNowOn,
+                };
+                return self.table_holding(addr);
             }
-            self.table_view_taken = true;
-            self.table_view = crate::device_table::table().view();
-        }
-        if let Some(view) = self.table_view.as_mut() {
-            if view.current() {
-                return view.holding(addr);
-            }
-            self.table_view = None;
+            TableAsked::View(view) if view.current() => return view.holding(addr),
+            TableAsked::View(_) => self.table_asked = TableAsked::LiveFromNowOn,
+            TableAsked::LiveFromNowOn => {}
         }
         crate::device_table::table().holding(addr)
     }
@@ -498,7 +501,6 @@ impl DeviceSpace<'_> {
         // Region by region in order: the GPU's answer where it scanned the region (and the
         // region is not a small one of handle-like words, read on the host as a handle table),
         // else one scan of its own.
-        let mut level = LevelScan::with_regions(regions.len());
         let mut from_gpu = hits.map(|h| {
             let ManyPointerHits {
                 words,
@@ -511,24 +513,27 @@ impl DeviceSpace<'_> {
                 .zip(words.into_iter().zip(heap).zip(handle_like))
                 .peekable()
         });
-        for (i, &(base, size)) in regions.iter().enumerate() {
-            let gpu = from_gpu
-                .as_mut()
-                .and_then(|it| it.next_if(|&(j, _)| j == i))
-                .map(|(_, found)| found)
-                .filter(|&(_, like)| !(like && size <= HANDLE_TABLE_BYTES));
-            let found = match gpu {
-                Some(((words, heap), _)) => Some(RegionScan {
-                    words,
-                    heap,
-                    handle_table: None,
-                }),
-                None => self.scan(base, size, bounds, limits)?,
-            };
-            level.put(i, found);
-        }
+        let level = regions
+            .iter()
+            .enumerate()
+            .map(|(i, &(base, size))| {
+                let gpu = from_gpu
+                    .as_mut()
+                    .and_then(|it| it.next_if(|&(j, _)| j == i))
+                    .map(|(_, found)| found)
+                    .filter(|&(_, like)| !(like && size <= HANDLE_TABLE_BYTES));
+                match gpu {
+                    Some(((words, heap), _)) => Ok(Some(RegionScan {
+                        words,
+                        heap,
+                        handle_table: None,
+                    })),
+                    None => self.scan(base, size, bounds, limits),
+                }
+            })
+            .collect();
         crate::trace::trace("walk level: scanned");
-        Ok(level)
+        level
     }
 }
 
@@ -695,137 +700,4 @@ pub(crate) fn reach(
     let copies = std::mem::take(&mut space.copies);
     crate::trace::trace("walk: readable regions known");
     Ok((found, textures, copies))
-}
-
-/// The walk's own cost over a pointer table (`cargo test --release -p kreplay-record
-/// walk_cost -- --ignored --nocapture`): the recorder's table answers, the GPU scans are
-/// stood in for (no GPU needed), so what is timed is the host's share.
-#[cfg(test)]
-mod walk_cost {
-    use super::*;
-    use crate::walk::{walk, Allocation, Limits, Roots};
-
-    struct TableWalk<'a> {
-        dev: DeviceSpace<'a>,
-        table_at: u64,
-        words: Vec<(u64, u64)>,
-        last: Option<std::time::Instant>,
-    }
-
-    impl AddressSpace for TableWalk<'_> {
-        fn expect_lookups(&mut self, additional: usize) {
-            self.dev.expect_lookups(additional);
-        }
-        fn allocation(&mut self, addr: u64) -> Option<Allocation> {
-            self.dev.allocation(addr)
-        }
-        fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
-            Err(WalkError {
-                base,
-                size,
-                why: "no reads here".into(),
-            })
-        }
-        fn scan_many(
-            &mut self,
-            regions: &[(u64, u64)],
-            _: &ScanBounds,
-            _: &Limits,
-        ) -> Result<LevelScan, WalkError> {
-            let t = std::time::Instant::now();
-            if let Some(last) = self.last.replace(t) {
-                eprintln!(
-                    "  since the last scan_many: {:.2} ms",
-                    (t - last).as_secs_f64() * 1e3
-                );
-            }
-            let readable = regions
-                .iter()
-                .filter(|&&(b, s)| self.dev.kernel_readable(b, s))
-                .count();
-            let mut out = LevelScan::with_regions(regions.len());
-            for (i, &(b, _)) in regions.iter().enumerate() {
-                let words = if b == self.table_at {
-                    self.words.clone()
-                } else {
-                    Vec::new()
-                };
-                out.put(
-                    i,
-                    Some(RegionScan {
-                        words,
-                        ..RegionScan::default()
-                    }),
-                );
-            }
-            eprintln!(
-                "  scan_many of {} regions ({readable} readable): {:.2} ms",
-                regions.len(),
-                t.elapsed().as_secs_f64() * 1e3
-            );
-            Ok(out)
-        }
-    }
-
-    #[test]
-    #[ignore]
-    fn walk_cost() {
-        let n = 10_000u64;
-        let table_at = 0x7f00_0000_0000u64;
-        let first = 0x7f10_0000_0000u64;
-        {
-            let mut t = crate::device_table::table();
-            t.follow();
-            t.context_created(1);
-            t.allocated(table_at, n * 8);
-            for i in 0..n {
-                t.allocated(first + i * 0x2000, 4096);
-            }
-        }
-        let words: Vec<(u64, u64)> = (0..n).map(|i| (i * 8, first + i * 0x2000)).collect();
-        let args = table_at.to_le_bytes();
-        let layout = [(0u32, 8u32)];
-        let rounds = std::env::var("KREPLAY_WALK_COST_ROUNDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(3);
-        for round in 0..rounds {
-            let mut staging = None;
-            let mut space = TableWalk {
-                dev: DeviceSpace::new(&mut staging),
-                table_at,
-                words: words.clone(),
-                last: None,
-            };
-            let t = std::time::Instant::now();
-            let found = walk(
-                &Roots {
-                    args: &args,
-                    layout: &layout,
-                    globals: &[],
-                    allocations: &[],
-                    addresses: &[],
-                    heap: None,
-                },
-                &mut space,
-                &Limits::default(),
-            )
-            .expect("walk");
-            let walked = t.elapsed();
-            let readable = found
-                .regions
-                .iter()
-                .filter(|r| space.dev.kernel_readable(r.base, r.size))
-                .count();
-            eprintln!(
-                "round {round}: walk of {} regions {:.2} ms, then readable ({readable}) {:.2} ms",
-                found.regions.len(),
-                walked.as_secs_f64() * 1e3,
-                (t.elapsed() - walked).as_secs_f64() * 1e3
-            );
-            assert_eq!(found.regions.len() as u64, n + 1);
-        }
-        // The process's table as the other tests expect it: no context, no entries.
-        crate::device_table::table().context_destroying(1);
-    }
 }

@@ -50,10 +50,11 @@ fn disabled() -> bool {
 /// else will be copied before the launch (no region left to copy, no texture array to read):
 /// the settle's two timed sweeps would still empty L2 after such a copy, but the sweeps
 /// ahead would have been spent for nothing. Returns how many were queued (0: none, the
-/// settle runs them all); `ahead_counts` says whether they still count when it begins.
-pub(crate) fn sweep_ahead(stream: &Stream) -> u32 {
+/// settle runs them all); `SweepsAhead::counted` says whether they still count when it
+/// begins.
+pub(crate) fn sweep_ahead(stream: &Stream) -> SweepsAhead {
     if disabled() {
-        return 0;
+        return SweepsAhead::none();
     }
     let queued = with_sweep(|sweep| {
         let mut n = 0;
@@ -65,14 +66,43 @@ pub(crate) fn sweep_ahead(stream: &Stream) -> u32 {
         }
         Ok(n)
     });
-    queued.unwrap_or(0)
+    SweepsAhead {
+        sweeps: queued.unwrap_or(0),
+        queued: Instant::now(),
+    }
+}
+
+/// Sweeps `sweep_ahead` queued, and when.
+pub(crate) struct SweepsAhead {
+    sweeps: u32,
+    queued: Instant,
+}
+
+impl SweepsAhead {
+    /// No sweep queued ahead.
+    pub(crate) fn none() -> SweepsAhead {
+        SweepsAhead {
+            sweeps: 0,
+            queued: Instant::now(),
+        }
+    }
+
+    /// The sweeps that still count when the settle begins now, the quiet wait having taken
+    /// `quiet` (see `ahead_counts`).
+    pub(crate) fn counted(&self, quiet: std::time::Duration) -> u32 {
+        if ahead_counts(self.queued.elapsed(), quiet) {
+            self.sweeps
+        } else {
+            0
+        }
+    }
 }
 
 /// Sweeps queued ahead `since` the settle begins, the quiet wait having taken `quiet`: whether
 /// they still count (the GPU has idled at most about `AHEAD_FRESH` minus their own run, so its
 /// clocks are still up). A wait for an earlier capture's writer, or a long host gap, and the
 /// settle runs all its sweeps again.
-pub(crate) fn ahead_counts(since: std::time::Duration, quiet: std::time::Duration) -> bool {
+fn ahead_counts(since: std::time::Duration, quiet: std::time::Duration) -> bool {
     since <= AHEAD_FRESH && quiet <= QUIET_NO_WAIT
 }
 
@@ -142,8 +172,6 @@ fn settle_with(
 mod tests {
     use super::*;
 
-    // Catches: sweeps queued ahead run again by the settle (the stall they were to hide paid
-    // twice), or the two timed sweeps skipped when many were queued ahead.
     // Catches: sweeps queued long before the settle (the GPU idled since, its clocks may have
     // dropped) or before a wait for an earlier capture's writer counted as done.
     #[test]
@@ -156,6 +184,8 @@ mod tests {
         assert!(!ahead_counts(ms(1), ms(34)), "the quiet wait ran");
     }
 
+    // Catches: sweeps queued ahead run again by the settle (the stall they were to hide paid
+    // twice), or the two timed sweeps skipped when many were queued ahead.
     #[test]
     fn sweeps_queued_ahead_count_among_the_untimed_only() {
         assert_eq!(untimed_sweeps(SETTLE_MIN_SWEEPS, 0), SETTLE_MIN_SWEEPS - 2);

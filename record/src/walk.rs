@@ -53,12 +53,10 @@ pub trait AddressSpace {
         bounds: &ScanBounds,
         limits: &Limits,
     ) -> Result<LevelScan, WalkError> {
-        let mut level = LevelScan::with_regions(regions.len());
-        for (i, &(base, size)) in regions.iter().enumerate() {
-            let found = self.scan(base, size, bounds, limits)?;
-            level.put(i, found);
-        }
-        Ok(level)
+        regions
+            .iter()
+            .map(|&(base, size)| self.scan(base, size, bounds, limits))
+            .collect()
     }
     /// Says that up to `additional` more allocations may be asked for next (one region's words
     /// about to be followed), so that a space keeping its answers can make room once: a
@@ -119,17 +117,9 @@ pub struct LevelScan {
 }
 
 impl LevelScan {
-    /// A level of `n` regions, none scanned yet.
-    pub fn with_regions(n: usize) -> LevelScan {
-        LevelScan {
-            scanned: vec![false; n],
-            ..LevelScan::default()
-        }
-    }
-
-    /// Region `i`'s scan (`None`: not scanned). Put regions in ascending index order, each
-    /// once, with its words in offset order.
-    pub fn put(&mut self, i: usize, found: Option<RegionScan>) {
+    /// Region `i`'s scan (`None`: not scanned), `i` already counted in `scanned`. Regions come
+    /// in ascending index order, each once, with their words in offset order (`from_iter`).
+    fn put(&mut self, i: usize, found: Option<RegionScan>) {
         let Some(found) = found else { return };
         let (Some(flag), Ok(k)) = (self.scanned.get_mut(i), u32::try_from(i)) else {
             return;
@@ -150,9 +140,9 @@ impl LevelScan {
         }
     }
 
-    /// Region `i`'s scan as a `RegionScan` (tests and comparisons; the walk reads the flat
-    /// lists).
-    pub fn region(&self, i: usize) -> Option<RegionScan> {
+    /// Region `i`'s scan as a `RegionScan` (the walk reads the flat lists).
+    #[cfg(test)]
+    fn region(&self, i: usize) -> Option<RegionScan> {
         if !self.scanned.get(i).copied().unwrap_or(false) {
             return None;
         }
@@ -171,6 +161,19 @@ impl LevelScan {
                 .find(|t| t.0 as usize == i)
                 .map(|t| t.1.clone()),
         })
+    }
+}
+
+/// Each region's scan in turn, from the level's first (`None`: not scanned), as
+/// `scan_many` collects them.
+impl FromIterator<Option<RegionScan>> for LevelScan {
+    fn from_iter<I: IntoIterator<Item = Option<RegionScan>>>(scans: I) -> LevelScan {
+        let mut level = LevelScan::default();
+        for (i, found) in scans.into_iter().enumerate() {
+            level.scanned.push(false);
+            level.put(i, found);
+        }
+        level
     }
 }
 
@@ -1100,10 +1103,7 @@ mod tests {
             Some(scan(&[], &[], false)),
             Some(scan(&[(16, 0x30)], &[(24, 0x99)], true)),
         ];
-        let mut level = LevelScan::with_regions(regions.len());
-        for (i, r) in regions.iter().enumerate() {
-            level.put(i, r.clone());
-        }
+        let level: LevelScan = regions.iter().cloned().collect();
         for (i, r) in regions.iter().enumerate() {
             assert_eq!(&level.region(i), r, "region {i}");
         }
@@ -1133,12 +1133,10 @@ mod tests {
             limits: &Limits,
         ) -> Result<LevelScan, WalkError> {
             self.1.push(regions.len());
-            let mut level = LevelScan::with_regions(regions.len());
-            for (i, &(b, n)) in regions.iter().enumerate() {
-                let found = self.0.scan(b, n, bounds, limits)?;
-                level.put(i, found);
-            }
-            Ok(level)
+            regions
+                .iter()
+                .map(|&(b, n)| self.0.scan(b, n, bounds, limits))
+                .collect()
         }
     }
 
