@@ -100,14 +100,16 @@ pub fn pointer_scan_out_len(pieces: usize, cap: u32) -> usize {
     (16 + pieces * 4).next_multiple_of(16) + cap as usize * 24
 }
 
-/// What the pointer scan over many regions found.
+/// What the pointer scan over many regions found, flat: a pointer table's 10,000 regions as a
+/// `Vec` each (two lists of them, each sorted) took fresh pages and a pass per region while
+/// the application waited, where most regions hold nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ManyPointerHits {
-    /// Per region: (byte offset, value) of its words inside the pointer window, in offset
-    /// order.
-    pub words: Vec<Vec<(u64, u64)>>,
-    /// Per region: (byte offset, value) of its words inside the device heap.
-    pub heap: Vec<Vec<(u64, u64)>>,
+    /// (region index, byte offset, value) of the words inside the pointer window, by region
+    /// then offset.
+    pub words: Vec<(u32, u64, u64)>,
+    /// (region index, byte offset, value) of the words inside the device heap, likewise.
+    pub heap: Vec<(u32, u64, u64)>,
     /// Per region: it may be a table of texture handles (every word at most the handle bound,
     /// one nonzero), for the host to read and decide.
     pub handle_like: Vec<bool>,
@@ -115,41 +117,34 @@ pub struct ManyPointerHits {
 
 /// The hits (tag, key, value) of the many-region scan and the pieces' shape words, per region.
 pub fn many_hits(raw: &[u8], shape: &[u8], owner: &[usize], regions: usize) -> ManyPointerHits {
-    let mut hits = ManyPointerHits {
-        words: vec![Vec::new(); regions],
-        heap: vec![Vec::new(); regions],
-        handle_like: vec![false; regions],
-    };
+    let mut hits = ManyPointerHits::default();
     for triple in raw.chunks_exact(24) {
         let (tag, key, value) = (
             word(&triple[..8]),
             word(&triple[8..16]),
             word(&triple[16..]),
         );
-        let Some(i) = usize::try_from(tag).ok().filter(|&i| i < regions) else {
+        let Some(i) = u32::try_from(tag).ok().filter(|&i| (i as usize) < regions) else {
             continue;
         };
         let offset = (key & !HEAP_BIT) * 8;
         match key & HEAP_BIT {
-            0 => hits.words[i].push((offset, value)),
-            _ => hits.heap[i].push((offset, value)),
+            0 => hits.words.push((i, offset, value)),
+            _ => hits.heap.push((i, offset, value)),
         }
     }
-    for w in hits.words.iter_mut().chain(hits.heap.iter_mut()) {
-        w.sort_unstable();
-    }
+    hits.words.sort_unstable();
+    hits.heap.sort_unstable();
     // A region is handle-like when no piece holds a word past the bound and one holds a
-    // nonzero word.
-    let mut big = vec![false; regions];
-    let mut any = vec![false; regions];
+    // nonzero word: bit 0 a big word seen, bit 1 a nonzero one.
+    let mut seen = vec![0u8; regions];
     for (s, &i) in shape.chunks_exact(4).zip(owner) {
         let v = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-        big[i] |= v & 1 != 0;
-        any[i] |= v & 2 != 0;
+        if let Some(r) = seen.get_mut(i) {
+            *r |= (v & 3) as u8;
+        }
     }
-    for i in 0..regions {
-        hits.handle_like[i] = any[i] && !big[i];
-    }
+    hits.handle_like = seen.into_iter().map(|r| r == 2).collect();
     hits
 }
 
@@ -606,9 +601,15 @@ mod tests {
             .flat_map(|w| w.to_le_bytes())
             .collect();
         let h = many_hits(&raw, &shape, &[0, 1, 1, 2], 3);
-        assert_eq!(h.words[1], vec![(16, 0xa0), (40, 0xb0)]);
-        assert_eq!(h.heap[0], vec![(24, 0xc0)]);
-        assert!(h.words[0].is_empty() && h.words[2].is_empty());
+        assert_eq!(h.words, vec![(1, 16, 0xa0), (1, 40, 0xb0)]);
+        assert_eq!(h.heap, vec![(0, 24, 0xc0)]);
         assert_eq!(h.handle_like, vec![false, true, false]);
+        assert_eq!(
+            many_hits(&[], &[], &[], 2),
+            ManyPointerHits {
+                handle_like: vec![false, false],
+                ..Default::default()
+            }
+        );
     }
 }

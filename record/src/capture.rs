@@ -216,6 +216,7 @@ pub(crate) fn dispatch_of(
 /// Snapshots everything the dispatch reads. Call with the context synchronised.
 pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let began = Instant::now();
+    let _kept = crate::retaining_alloc::CaptureScope::enter();
     let mut laps = Laps::new();
     let view = input.view;
     let (args, layout) = (input.args, input.layout);
@@ -424,6 +425,7 @@ fn settle_after_copies(
 /// copied to device scratch for the others).
 pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     let t = Instant::now();
+    let _kept = crate::retaining_alloc::CaptureScope::enter();
     let mut laps = Laps::new();
     p.timer
         .finish(&p.stream)

@@ -50,6 +50,7 @@ pub mod range_touched;
 pub mod reachable;
 pub mod readback;
 mod recorder;
+pub mod retaining_alloc;
 pub mod scratch_rule;
 pub mod settle;
 pub mod snapshot;
@@ -62,6 +63,11 @@ pub mod trace;
 pub mod variant;
 pub mod variant_check;
 pub mod walk;
+
+/// The library's Rust allocations: a capture's large blocks kept between captures, in pages
+/// touched off the application's time (see `retaining_alloc`); the rest glibc's, as before.
+#[global_allocator]
+static ALLOCATOR: retaining_alloc::RetainingAllocator = retaining_alloc::RetainingAllocator;
 
 pub use nvtx::InitializeInjectionNvtx2;
 pub use recorder::InitializeInjection;

@@ -8,7 +8,6 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Mutex;
 
 use kreplay_cuda::chunks::TooManyHits;
-use kreplay_cuda::many::ManyPointerHits;
 use kreplay_cuda::texture::MAX_HANDLE;
 use kreplay_cuda::{copy_dtoh, pointer, DeviceBuffer, ForeignFunction, PinnedBuffer, Stream};
 use kreplay_format::MemoryKind;
@@ -72,6 +71,8 @@ pub(crate) struct DeviceSpace<'a> {
     pub(crate) table: TableUse,
     /// How the table is asked: live, then through a view of it (see `table_holding`).
     pub(crate) table_asked: TableAsked,
+    /// kreplay's own allocations, asked about every answer (a view: no lock per answer).
+    pub(crate) owned: kreplay_cuda::owned::OwnedView,
 }
 
 /// How a walk asks the recorder's table.
@@ -148,6 +149,7 @@ impl DeviceSpace<'_> {
             copies: WalkCopies::default(),
             table: TableUse::from_env(),
             table_asked: TableAsked::Live(0),
+            owned: kreplay_cuda::owned::OwnedView::default(),
         }
     }
 
@@ -175,7 +177,7 @@ impl DeviceSpace<'_> {
         // A word inside kreplay's own scratch (up to the driver's rounding of its length) is
         // data that looks like a pointer, not one. Asked after the lookup, once per lookup
         // (about 25 ns, a tenth of the driver call): such words are rare.
-        if kreplay_cuda::owned::is_owned(facts.base) {
+        if self.owned.contains(facts.base) {
             return None;
         }
         let ordinal = self.current_ordinal();
@@ -208,7 +210,7 @@ impl DeviceSpace<'_> {
         let (base, size) = self.table_holding(addr)?;
         // The recorder's own allocations do not enter the table (their callbacks are marked
         // as its own), but one made unmarked would: a word there is data, as in `answer`.
-        if kreplay_cuda::owned::is_owned(base) {
+        if self.owned.contains(base) {
             return None;
         }
         self.spent.from_table += 1;
@@ -500,41 +502,47 @@ impl DeviceSpace<'_> {
         }
         // Region by region in order: the GPU's answer where it scanned the region (and the
         // region is not a small one of handle-like words, read on the host as a handle table),
-        // else one scan of its own.
-        let mut from_gpu = hits.map(|h| {
-            let ManyPointerHits {
-                words,
-                heap,
-                handle_like,
-            } = h;
-            batch
-                .iter()
-                .copied()
-                .zip(words.into_iter().zip(heap).zip(handle_like))
-                .peekable()
-        });
-        let level = regions
-            .iter()
-            .enumerate()
-            .map(|(i, &(base, size))| {
-                let gpu = from_gpu
-                    .as_mut()
-                    .and_then(|it| it.next_if(|&(j, _)| j == i))
-                    .map(|(_, found)| found)
-                    .filter(|&(_, like)| !(like && size <= HANDLE_TABLE_BYTES));
-                match gpu {
-                    Some(((words, heap), _)) => Ok(Some(RegionScan {
-                        words,
-                        heap,
-                        handle_table: None,
-                    })),
-                    None => self.scan(base, size, bounds, limits),
+        // else one scan of its own. The GPU's lists are by batch index: each region's run is
+        // found by moving a cursor along them.
+        let mut level = LevelScan::unscanned(regions.len());
+        let (mut w, mut h) = (0, 0);
+        let mut in_batch = batch.iter().copied().enumerate().peekable();
+        for (i, &(base, size)) in regions.iter().enumerate() {
+            let j = in_batch.next_if(|&(_, b)| b == i).map(|(j, _)| j);
+            let gpu = hits.as_ref().zip(j).and_then(|(hits, j)| {
+                let words = run_at(&hits.words, &mut w, j);
+                let heap = run_at(&hits.heap, &mut h, j);
+                let like = hits.handle_like.get(j).copied().unwrap_or(false);
+                (!(like && size <= HANDLE_TABLE_BYTES)).then_some((words, heap))
+            });
+            match gpu {
+                Some((words, heap)) => level.put_words(
+                    i,
+                    words.iter().map(|&(_, off, v)| (off, v)),
+                    heap.iter().map(|&(_, off, v)| (off, v)),
+                ),
+                None => {
+                    let found = self.scan(base, size, bounds, limits)?;
+                    level.put(i, found);
                 }
-            })
-            .collect();
+            }
+        }
         crate::trace::trace("walk level: scanned");
-        level
+        Ok(level)
     }
+}
+
+/// The run of `list` (sorted by its first field) whose first field is batch index `j`, from
+/// `*at` on; `*at` moves past it.
+fn run_at<'a>(list: &'a [(u32, u64, u64)], at: &mut usize, j: usize) -> &'a [(u32, u64, u64)] {
+    let rest = list.get(*at..).unwrap_or(&[]);
+    let skip = rest.iter().take_while(|x| (x.0 as usize) < j).count();
+    let len = rest[skip..]
+        .iter()
+        .take_while(|x| x.0 as usize == j)
+        .count();
+    *at += skip + len;
+    &rest[skip..skip + len]
 }
 
 impl DeviceSpace<'_> {
@@ -545,7 +553,7 @@ impl DeviceSpace<'_> {
         ranges: &[(u64, u64)],
         bounds: &ScanBounds,
         limits: &Limits,
-    ) -> Option<ManyPointerHits> {
+    ) -> Option<kreplay_cuda::many::ManyPointerHits> {
         self.scan_stream()?;
         let stream = self.stream.as_ref()?;
         let most = u32::try_from(limits.candidates).unwrap_or(u32::MAX);

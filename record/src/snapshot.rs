@@ -164,7 +164,7 @@ pub struct Snapshot {
     pub post: Option<PostScratch>,
     /// Which chunks of `pre` hold a nonzero byte, when the GPU said (the others are written
     /// as zero chunks without being copied home).
-    pub pre_nonzero: Option<Vec<bool>>,
+    pub pre_nonzero: Option<ChunkBits>,
     /// Written to the capture file during the stall (it did not fit in device scratch); `pre`
     /// is then empty. This and `array` are boxed: rare, and a pointer table's 10,000
     /// snapshots are built in fresh pages while the application waits (80 bytes less each).
@@ -180,6 +180,34 @@ pub struct Snapshot {
     /// after the step the GPU compares it in place; otherwise (managed memory, another GPU's)
     /// it is copied whole first and the two copies compared.
     pub kernel_readable: bool,
+}
+
+/// A flag per chunk of a region, without an allocation for a region of one chunk: a pointer
+/// table's 10,000 small regions took an allocation each, in fresh pages, while the application
+/// waited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkBits {
+    One([bool; 1]),
+    Many(Vec<bool>),
+}
+
+impl ChunkBits {
+    pub fn of(flags: &[bool]) -> ChunkBits {
+        match flags {
+            &[one] => ChunkBits::One([one]),
+            many => ChunkBits::Many(many.to_vec()),
+        }
+    }
+}
+
+impl std::ops::Deref for ChunkBits {
+    type Target = [bool];
+    fn deref(&self) -> &[bool] {
+        match self {
+            ChunkBits::One(one) => one,
+            ChunkBits::Many(many) => many,
+        }
+    }
 }
 
 /// The post-dispatch bytes of a region snapshotted in device scratch.
@@ -539,7 +567,7 @@ pub(crate) fn post_states(
                 let at = (s.device_addr, s.kernel_readable);
                 let (post, nonzero) = post_on_device(footprint, pre, at, &s.region, stream)?;
                 s.post = Some(post);
-                s.pre_nonzero = nonzero;
+                s.pre_nonzero = nonzero.as_deref().map(ChunkBits::of);
             }
         }
     }
@@ -641,7 +669,7 @@ fn post_many(
             runs: Some(runs),
             footprint: footprint.clone(),
         });
-        s.pre_nonzero = flags.nonzero.get(flags_of).map(<[bool]>::to_vec);
+        s.pre_nonzero = flags.nonzero.get(flags_of).map(ChunkBits::of);
     }
     Ok(true)
 }
@@ -761,6 +789,15 @@ mod tests {
             }
             prop_assert!(placed.len() != 1);
         });
+    }
+
+    // Catches: a region of one chunk losing its flag, or one of several read as one.
+    #[test]
+    fn chunk_bits_hold_the_flags_they_were_given() {
+        for flags in [&[][..], &[true], &[false], &[true, false, true]] {
+            assert_eq!(&*ChunkBits::of(flags), flags);
+        }
+        assert!(matches!(ChunkBits::of(&[true]), ChunkBits::One(_)));
     }
 
     #[test]

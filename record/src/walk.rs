@@ -117,12 +117,48 @@ pub struct LevelScan {
 }
 
 impl LevelScan {
-    /// Region `i`'s scan (`None`: not scanned), `i` already counted in `scanned`. Regions come
-    /// in ascending index order, each once, with their words in offset order (`from_iter`).
-    fn put(&mut self, i: usize, found: Option<RegionScan>) {
+    /// A level of `regions` regions, none scanned yet.
+    pub fn unscanned(regions: usize) -> LevelScan {
+        LevelScan {
+            scanned: vec![false; regions],
+            ..LevelScan::default()
+        }
+    }
+
+    /// Region `i`'s scan (`None`: not scanned). Regions come in ascending index order, each
+    /// once, with their words in offset order (`from_iter`).
+    pub fn put(&mut self, i: usize, found: Option<RegionScan>) {
         let Some(found) = found else { return };
+        let Some(k) = self.mark(i) else { return };
+        self.words
+            .extend(found.words.into_iter().map(|(off, v)| (k, off, v)));
+        self.heap
+            .extend(found.heap.into_iter().map(|(off, v)| (k, off, v)));
+        if let Some(t) = found.handle_table {
+            self.handle_tables.push((k, t));
+        }
+    }
+
+    /// Region `i` scanned, its words and heap words (offset, value) in offset order, as
+    /// `put` takes them (a scan of many regions hands its flat lists over without a
+    /// `RegionScan` each).
+    pub fn put_words(
+        &mut self,
+        i: usize,
+        words: impl IntoIterator<Item = (u64, u64)>,
+        heap: impl IntoIterator<Item = (u64, u64)>,
+    ) {
+        let Some(k) = self.mark(i) else { return };
+        self.words
+            .extend(words.into_iter().map(|(off, v)| (k, off, v)));
+        self.heap
+            .extend(heap.into_iter().map(|(off, v)| (k, off, v)));
+    }
+
+    /// Marks region `i` scanned; its index as the lists hold it (`None`: no such region).
+    fn mark(&mut self, i: usize) -> Option<u32> {
         let (Some(flag), Ok(k)) = (self.scanned.get_mut(i), u32::try_from(i)) else {
-            return;
+            return None;
         };
         *flag = true;
         debug_assert!(
@@ -131,13 +167,7 @@ impl LevelScan {
                 && self.handle_tables.last().is_none_or(|t| t.0 < k),
             "regions put out of order"
         );
-        self.words
-            .extend(found.words.into_iter().map(|(off, v)| (k, off, v)));
-        self.heap
-            .extend(found.heap.into_iter().map(|(off, v)| (k, off, v)));
-        if let Some(t) = found.handle_table {
-            self.handle_tables.push((k, t));
-        }
+        Some(k)
     }
 
     /// Region `i`'s scan as a `RegionScan` (the walk reads the flat lists).
@@ -462,6 +492,23 @@ struct Scan {
     candidates: Vec<(u32, u64, u64)>,
 }
 
+impl Scan {
+    /// Keeps region `region_id`'s candidate words `(_, offset, value)` and counts it among the
+    /// regions whose candidates are all kept, while they stay within `limits.candidates`.
+    fn take_candidates(&mut self, region_id: u32, words: &[(u32, u64, u64)], limits: &Limits) {
+        if self.candidates.len() + words.len() > limits.candidates {
+            return;
+        }
+        let i = region_id as usize;
+        if self.scanned.len() <= i {
+            self.scanned.resize(i + 1, false);
+        }
+        self.scanned[i] = true;
+        self.candidates
+            .extend(words.iter().map(|&(_, off, v)| (region_id, off, v)));
+    }
+}
+
 fn follow_stored_pointers(
     space: &mut dyn AddressSpace,
     limits: &Limits,
@@ -505,6 +552,12 @@ fn follow_stored_pointers(
             let heap = run_of(&found.heap, &mut h, key, |x| x.0);
             let table = run_of(&found.handle_tables, &mut t, key, |x| x.0).first();
             if !found.scanned.get(k).copied().unwrap_or(false) {
+                continue;
+            }
+            if words.is_empty() && heap.is_empty() && table.is_none() {
+                // Nothing to follow (most of a pointer table's allocations): only counted
+                // among the regions whose candidates are all known, as `follow_region` does.
+                scan.take_candidates((first + k) as u32, &[], limits);
                 continue;
             }
             let region = Followed {
@@ -566,15 +619,7 @@ fn follow_region(
         for &(_, off, v) in heap {
             s.heap_word(Some(region_id), off, v);
         }
-        if scan.candidates.len() + words.len() <= limits.candidates {
-            let i = region_id as usize;
-            if scan.scanned.len() <= i {
-                scan.scanned.resize(i + 1, false);
-            }
-            scan.scanned[i] = true;
-            scan.candidates
-                .extend(words.iter().map(|&(_, off, v)| (region_id, off, v)));
-        }
+        scan.take_candidates(region_id, words, limits);
         if size > limits.scan_bytes && words.len() > limits.follow_in_large {
             s.walk.notes.push(format!(
                 "region {region_id} ({size} bytes) holds {} words that could be pointers, too \

@@ -160,6 +160,7 @@ impl Recorder {
             return;
         };
         let began = std::time::Instant::now();
+        prewarm_host_pages();
         let failed = crate::device_resources::prewarm();
         crate::trace::trace_with(|| {
             format!(
@@ -197,5 +198,29 @@ impl Recorder {
         // Last: the batches above may have made the context's sweep again, which must not
         // outlive it (a later context given the same handle would find it).
         crate::capture::forget_context(context);
+    }
+}
+
+/// The recorder's allocator populates one chunk of host pages for the first capture's tables
+/// (`retaining_alloc::prewarm_chunk`: about 100 ms of page faults in a virtual machine), on a
+/// thread of its own so that the application does not wait for it; once per process.
+fn prewarm_host_pages() {
+    let spawned = std::thread::Builder::new()
+        .name("kreplay-prewarm".into())
+        .spawn(|| {
+            let _ = std::panic::catch_unwind(|| {
+                let began = std::time::Instant::now();
+                let bytes = crate::retaining_alloc::prewarm_chunk();
+                crate::trace::trace_with(|| {
+                    format!(
+                        "host pages prewarmed: {} MiB in {:.1} ms",
+                        bytes >> 20,
+                        began.elapsed().as_secs_f64() * 1e3
+                    )
+                });
+            });
+        });
+    if let Err(e) = spawned {
+        crate::trace::trace_with(|| format!("host pages not prewarmed: {e}"));
     }
 }

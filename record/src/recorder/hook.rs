@@ -47,6 +47,7 @@ extern "C" fn before_fork() {
 
 extern "C" fn forked_child() {
     FORKED.store(true, Ordering::SeqCst);
+    crate::retaining_alloc::after_fork_in_child();
 }
 
 unsafe extern "C" fn callback(
