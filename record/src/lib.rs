@@ -32,6 +32,7 @@ pub mod inflight;
 pub mod interval_union;
 pub mod known_regions;
 pub mod launch;
+pub mod looked_up;
 pub mod nvtx;
 pub mod nvtx_events;
 pub mod pass_timeline;

@@ -55,7 +55,7 @@ pub(crate) struct DeviceSpace<'a> {
     pub(crate) gpu_failed: bool,
     /// The allocations this walk looked up: base -> (size, a kernel of this device may read
     /// it whole), so that neither the scans nor the snapshots ask the driver again.
-    pub(crate) looked_up: HashMap<u64, (u64, bool)>,
+    pub(crate) looked_up: crate::looked_up::LookedUp,
     /// The current device's ordinal, asked once.
     pub(crate) ordinal: Option<Option<u32>>,
     /// Time in allocation lookups and in scans, and their counts (`KREPLAY_DEBUG_STALL`).
@@ -141,7 +141,7 @@ impl DeviceSpace<'_> {
             staging,
             stream: None,
             gpu_failed: false,
-            looked_up: HashMap::default(),
+            looked_up: crate::looked_up::LookedUp::default(),
             ordinal: None,
             spent: WalkTimes::default(),
             timing: std::env::var_os("KREPLAY_DEBUG_STALL").is_some(),
@@ -184,7 +184,7 @@ impl DeviceSpace<'_> {
         // A joined VMM range is checked mapping by mapping where it is scanned.
         if !facts.vmm {
             let readable = ordinal.is_some_and(|o| facts.kernel_readable_on(o));
-            self.looked_up.insert(facts.base, (facts.size, readable));
+            self.looked_up.insert(facts.base, facts.size, readable);
         }
         let kind = if facts.host {
             MemoryKind::HostMapped
@@ -225,7 +225,7 @@ impl DeviceSpace<'_> {
                 return None;
             }
         }
-        self.looked_up.insert(base, (size, true));
+        self.looked_up.insert(base, size, true);
         Some(Allocation {
             base,
             size,
@@ -255,8 +255,8 @@ impl DeviceSpace<'_> {
     /// Whether a kernel of this device may read `[base, base + size)`: from the walk's own
     /// lookup when it made one of exactly this allocation, else asked of the driver.
     pub(crate) fn kernel_readable(&mut self, base: u64, size: u64) -> bool {
-        match self.looked_up.get(&base) {
-            Some(&(s, readable)) if s == size => readable,
+        match self.looked_up.get(base) {
+            Some((s, readable)) if s == size => readable,
             _ => gpu_readable(base, size),
         }
     }
