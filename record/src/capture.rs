@@ -222,6 +222,14 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let (args, layout) = (input.args, input.layout);
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
     laps.lap("synchronise");
+    let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
+    // `KREPLAY_DEBUG_SWEEPS=early`: the settle's untimed sweeps queued before the walk (a
+    // measurement aid: they then overlap the walk's host work, the copies queue behind them).
+    let early = if crate::settle::sweeps_early() {
+        crate::settle::sweep_ahead(&stream)
+    } else {
+        SweepsAhead::none()
+    };
 
     let footprint = crate::footprint::for_capture();
     // Module globals, resolved in the application's module (restored by name at replay).
@@ -239,7 +247,6 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     })?;
     laps.lap("walk");
 
-    let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let mut spill = None;
     let (mut snapshots, module_globals, ahead) = snapshots_with_sweeps_ahead(
         &found,
@@ -258,6 +265,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     if let Some(n) = &device_heap {
         say_about_the_heap(&input.kernel_name, n);
     }
+    let ahead = if early.is_none() { ahead } else { early };
     let (timing, measuring) = settle_after_copies(&stream, ahead, &mut laps)?;
     crate::trace::trace("capture: settled");
 
@@ -331,7 +339,8 @@ fn snapshots_with_sweeps_ahead(
 ) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>, SweepsAhead), RecordError> {
     let slab = copy_into_slab(found, stream);
     let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
-    let ahead = if no_arrays && nothing_left_to_copy(found, slab.as_ref(), copies) {
+    let early = crate::settle::sweeps_early();
+    let ahead = if !early && no_arrays && nothing_left_to_copy(found, slab.as_ref(), copies) {
         crate::settle::sweep_ahead(stream)
     } else {
         SweepsAhead::none()

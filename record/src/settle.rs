@@ -78,7 +78,19 @@ pub(crate) struct SweepsAhead {
     queued: Instant,
 }
 
+/// `KREPLAY_DEBUG_SWEEPS=early`: the untimed sweeps queued at the start of the stall, before
+/// the walk, rather than after the snapshot copies (a measurement aid, read once).
+pub(crate) fn sweeps_early() -> bool {
+    static EARLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EARLY.get_or_init(|| std::env::var_os("KREPLAY_DEBUG_SWEEPS").is_some_and(|v| v == "early"))
+}
+
 impl SweepsAhead {
+    /// Whether none were queued.
+    pub(crate) fn is_none(&self) -> bool {
+        self.sweeps == 0
+    }
+
     /// No sweep queued ahead.
     pub(crate) fn none() -> SweepsAhead {
         SweepsAhead {
