@@ -223,13 +223,7 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
     laps.lap("synchronise");
     let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
-    // `KREPLAY_DEBUG_SWEEPS=early`: the settle's untimed sweeps queued before the walk (a
-    // measurement aid: they then overlap the walk's host work, the copies queue behind them).
-    let early = if crate::settle::sweeps_early() {
-        crate::settle::sweep_ahead(&stream)
-    } else {
-        SweepsAhead::none()
-    };
+    let early = crate::settle::sweep_early(&stream);
 
     let footprint = crate::footprint::for_capture();
     // Module globals, resolved in the application's module (restored by name at replay).
@@ -249,11 +243,9 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
 
     let mut spill = None;
     let (mut snapshots, module_globals, ahead) = snapshots_with_sweeps_ahead(
-        &found,
-        &textures,
-        &mut copies,
+        (&found, &textures, &mut copies),
         input.module.module_id,
-        &stream,
+        (&stream, early),
         input.open_file,
         &mut spill,
     )?;
@@ -265,7 +257,6 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     if let Some(n) = &device_heap {
         say_about_the_heap(&input.kernel_name, n);
     }
-    let ahead = if early.is_none() { ahead } else { early };
     let (timing, measuring) = settle_after_copies(&stream, ahead, &mut laps)?;
     crate::trace::trace("capture: settled");
 
@@ -327,20 +318,20 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
 /// `take_snapshots` after the slab's one copy (`copy_into_slab`), with the settle's untimed
 /// sweeps queued behind that copy when nothing else will be copied before the launch (no
 /// region left, no texture array to read: see `settle::sweep_ahead`), so that they run while
-/// the host builds the snapshots. Also returns the sweeps queued ahead.
+/// the host builds the snapshots. Also returns the sweeps queued ahead: `early`'s when some
+/// were queued before the walk (`settle::sweep_early`).
 fn snapshots_with_sweeps_ahead(
-    found: &Walk,
-    textures: &crate::textures::Found,
-    copies: &mut WalkCopies,
+    (found, textures, copies): (&Walk, &crate::textures::Found, &mut WalkCopies),
     module_id: u32,
-    stream: &Stream,
+    (stream, early): (&Stream, SweepsAhead),
     open_file: Option<OpenFile<'_>>,
     spill: &mut Option<Spill>,
 ) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>, SweepsAhead), RecordError> {
     let slab = copy_into_slab(found, stream);
     let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
-    let early = crate::settle::sweeps_early();
-    let ahead = if !early && no_arrays && nothing_left_to_copy(found, slab.as_ref(), copies) {
+    let ahead = if !early.is_none() {
+        early
+    } else if no_arrays && nothing_left_to_copy(found, slab.as_ref(), copies) {
         crate::settle::sweep_ahead(stream)
     } else {
         SweepsAhead::none()
