@@ -116,42 +116,58 @@ impl Pool {
             .sum()
     }
 
-    /// A block of class `k`: (address, never handed out before: its bytes are the chunk's
-    /// zeros); `None` when the chunks are spent.
+    /// A block of class `k`, its chunk mapped from `source` when none has room: (address,
+    /// never handed out before: its bytes are the chunk's zeros); `None` when the chunks are
+    /// spent.
+    ///
+    /// # Safety
+    /// As `take_or_need`.
+    pub unsafe fn take(&mut self, k: usize, source: &mut dyn ChunkSource) -> Option<(usize, bool)> {
+        loop {
+            // SAFETY: the caller's contract.
+            match unsafe { self.take_or_need(k) } {
+                Ok(got) => return got,
+                Err(NeedChunk) => {
+                    let start = source.map(CHUNK_BYTES)?;
+                    if !self.add_chunk(start, CHUNK_BYTES) {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A block of class `k` from the free lists or the areas: (address, never handed out
+    /// before); `Ok(None)` when the chunks are spent; `NeedChunk` when a new chunk would give
+    /// one (the library maps it outside its lock, see `RetainingAllocator::pooled_block`).
     ///
     /// # Safety
     /// Every address on the free lists is a block of at least its class's size that nobody
     /// uses, in memory the caller may write (the pool's own blocks, as `give` leaves them).
-    pub unsafe fn take(&mut self, k: usize, source: &mut dyn ChunkSource) -> Option<(usize, bool)> {
+    pub unsafe fn take_or_need(&mut self, k: usize) -> Result<Option<(usize, bool)>, NeedChunk> {
         let head = self.free[k];
         if head != 0 {
             // SAFETY: `head` is a free block of ours (the caller's contract), its first word
             // written by `give`.
             self.free[k] = unsafe { (head as *const usize).read() };
-            return Some((head, false));
+            return Ok(Some((head, false)));
         }
         let size = CLASSES[k];
-        loop {
-            if let Some(top) = self.area_count.checked_sub(1) {
-                let (at, end) = self.areas[top];
-                if end - at >= size {
-                    self.areas[top].0 = at + size;
-                    self.carved += size;
-                    return Some((at, true));
-                }
-                self.area_count = top;
-                // SAFETY: the remainder of an area is carved by nobody else; its blocks are free.
-                unsafe { self.cut_into_blocks(at, end) };
-                continue;
+        while let Some(top) = self.area_count.checked_sub(1) {
+            let (at, end) = self.areas[top];
+            if end - at >= size {
+                self.areas[top].0 = at + size;
+                self.carved += size;
+                return Ok(Some((at, true)));
             }
-            if self.chunk_count == MAX_CHUNKS {
-                return None;
-            }
-            let start = source.map(CHUNK_BYTES)?;
-            if !self.add_chunk(start, CHUNK_BYTES) {
-                return None;
-            }
+            self.area_count = top;
+            // SAFETY: the remainder of an area is carved by nobody else; its blocks are free.
+            unsafe { self.cut_into_blocks(at, end) };
         }
+        if self.chunk_count == MAX_CHUNKS {
+            return Ok(None);
+        }
+        Err(NeedChunk)
     }
 
     /// Takes the chunk `[start, start + len)` (page-aligned, its bytes zero) and carves it
@@ -197,21 +213,13 @@ impl Default for Pool {
     }
 }
 
-/// Anonymous private memory from the kernel, lazily populated (not reserved against swap).
-struct Mmap;
+/// No area has room for the class asked and the pool may map another chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeedChunk;
 
-impl ChunkSource for Mmap {
-    fn map(&mut self, len: usize) -> Option<usize> {
-        map_chunk(len, false)
-    }
-}
-
-/// `len` bytes of fresh anonymous memory; `populate`: with every page already present.
-fn map_chunk(len: usize, populate: bool) -> Option<usize> {
-    let flags = libc::MAP_PRIVATE
-        | libc::MAP_ANONYMOUS
-        | libc::MAP_NORESERVE
-        | if populate { libc::MAP_POPULATE } else { 0 };
+/// `len` bytes of fresh anonymous memory (lazily populated, not reserved against swap).
+fn map_chunk(len: usize) -> Option<usize> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: an anonymous mapping at an address of the kernel's choosing: nothing of anyone's
     // is replaced.
     let p = unsafe {
@@ -225,6 +233,31 @@ fn map_chunk(len: usize, populate: bool) -> Option<usize> {
         )
     };
     (p != libc::MAP_FAILED).then_some(p as usize)
+}
+
+/// Gives a chunk mapped by `map_chunk` back to the kernel.
+fn unmap_chunk(start: usize, len: usize) {
+    // SAFETY: our own mapping of `len` bytes, which no block was carved from.
+    unsafe { libc::munmap(start as *mut libc::c_void, len) };
+}
+
+/// Makes every page of the unpublished chunk `[start, start + len)` present, a slice at a time
+/// (the process's memory map is held only per slice, not for the whole chunk).
+fn populate(start: usize, len: usize) {
+    const SLICE: usize = 2 << 20;
+    for at in (start..start + len).step_by(SLICE) {
+        let n = SLICE.min(start + len - at);
+        // SAFETY: a range of our own mapping; populating changes no byte.
+        let r = unsafe { libc::madvise(at as *mut libc::c_void, n, libc::MADV_POPULATE_WRITE) };
+        if r != 0 {
+            // Kernels before 5.14: a write to each page, which nobody else sees yet (the chunk
+            // is not published), so its zeros stay zeros.
+            for page in (at..at + n).step_by(PAGE) {
+                // SAFETY: a page of our own unpublished mapping.
+                unsafe { (page as *mut u8).write_volatile(0) };
+            }
+        }
+    }
 }
 
 /// The pool behind a spin lock: allocations come from any thread, and a lock that never
@@ -269,9 +302,12 @@ static POOL: Locked = Locked {
 /// the lock at the fork, so the child never takes it (its blocks go to the system allocator;
 /// the pool's freed in it are left).
 static FORKED: AtomicBool = AtomicBool::new(false);
-/// (start, end) of the pool's chunks, readable without the lock (a forked child's frees).
+/// (start, end) of the pool's chunks, readable without the lock (every `dealloc` asks): slots
+/// below `CHUNKS_PUBLISHED` are written once, before the count that covers them is released,
+/// and never again.
 static CHUNK_SPANS: [(AtomicUsize, AtomicUsize); MAX_CHUNKS] =
     [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_CHUNKS];
+static CHUNKS_PUBLISHED: AtomicUsize = AtomicUsize::new(0);
 static PREWARMED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
@@ -279,13 +315,14 @@ thread_local! {
     static IN_CAPTURE: Cell<u32> = const { Cell::new(0) };
 }
 
-/// While alive, this thread's large blocks come from the pool (a capture's stall).
-pub struct CaptureScope(());
+/// While alive, this thread's large blocks come from the pool (a capture's stall). Not `Send`:
+/// dropped on another thread, it would leave this thread's count raised.
+pub struct CaptureScope(std::marker::PhantomData<*const ()>);
 
 impl CaptureScope {
     pub fn enter() -> CaptureScope {
         let _ = IN_CAPTURE.try_with(|n| n.set(n.get() + 1));
-        CaptureScope(())
+        CaptureScope(std::marker::PhantomData)
     }
 }
 
@@ -304,43 +341,67 @@ pub fn after_fork_in_child() {
     FORKED.store(true, Ordering::SeqCst);
 }
 
-/// Whether `ptr` is in one of the pool's chunks (without the lock).
+/// Whether `ptr` is in one of the pool's published chunks (without the lock).
 fn in_chunks(ptr: usize) -> bool {
-    CHUNK_SPANS.iter().any(|(s, e)| {
-        let (s, e) = (s.load(Ordering::Acquire), e.load(Ordering::Acquire));
+    let n = CHUNKS_PUBLISHED.load(Ordering::Acquire).min(MAX_CHUNKS);
+    CHUNK_SPANS[..n].iter().any(|(s, e)| {
+        let (s, e) = (s.load(Ordering::Relaxed), e.load(Ordering::Relaxed));
         ptr >= s && ptr < e
     })
 }
 
-/// Publishes the pool's chunks for `in_chunks` (under the lock, after a chunk was added).
+/// Publishes the pool's chunks for `in_chunks` (under the lock, after a chunk was added): the
+/// new slots' bounds first, then the count that covers them.
 fn publish(pool: &Pool) {
-    for (i, &(s, e)) in pool.chunks[..pool.chunk_count].iter().enumerate() {
-        CHUNK_SPANS[i].1.store(e, Ordering::Release);
-        CHUNK_SPANS[i].0.store(s, Ordering::Release);
+    let before = CHUNKS_PUBLISHED.load(Ordering::Relaxed);
+    for (i, &(s, e)) in pool.chunks[..pool.chunk_count]
+        .iter()
+        .enumerate()
+        .skip(before)
+    {
+        CHUNK_SPANS[i].0.store(s, Ordering::Relaxed);
+        CHUNK_SPANS[i].1.store(e, Ordering::Relaxed);
     }
+    CHUNKS_PUBLISHED.store(pool.chunk_count, Ordering::Release);
 }
 
-/// Maps one chunk with its pages present and puts it first in line for the next capture, once
-/// per process: call on a thread of kreplay's own (about 3 us a page: 100 ms for a chunk).
-/// Returns the bytes populated (0 when done before, or when the pool is full or the mapping was
-/// refused).
+/// Adds an unpublished chunk to the pool and publishes it, or gives it back when the pool is
+/// full; whether it was taken.
+fn add_and_publish(start: usize) -> bool {
+    let taken = POOL.with(|pool| {
+        let taken = pool.add_chunk(start, CHUNK_BYTES);
+        if taken {
+            publish(pool);
+        }
+        taken
+    });
+    if !taken {
+        unmap_chunk(start, CHUNK_BYTES);
+    }
+    taken
+}
+
+/// Whether `prewarm_chunk` would still do something (once per process; not in a forked
+/// child): a caller spawns no thread for nothing.
+pub fn prewarm_wanted() -> bool {
+    !FORKED.load(Ordering::Relaxed) && !PREWARMED.load(Ordering::Relaxed)
+}
+
+/// Maps one chunk, makes its pages present and puts it first in line for the next capture,
+/// once per process: call on a thread of kreplay's own (about 3 us a page on the GPU machine:
+/// about 25 ms for a chunk). Returns the bytes populated (0 when done before, or when the pool
+/// is full or the mapping was refused).
 pub fn prewarm_chunk() -> usize {
     if FORKED.load(Ordering::Relaxed) || PREWARMED.swap(true, Ordering::SeqCst) {
         return 0;
     }
-    let Some(start) = map_chunk(CHUNK_BYTES, true) else {
+    let Some(start) = map_chunk(CHUNK_BYTES) else {
         return 0;
     };
-    let taken = POOL.with(|pool| {
-        let taken = pool.add_chunk(start, CHUNK_BYTES);
-        publish(pool);
-        taken
-    });
-    if taken {
+    populate(start, CHUNK_BYTES);
+    if add_and_publish(start) {
         CHUNK_BYTES
     } else {
-        // SAFETY: our own mapping, just made, that nobody else has seen.
-        unsafe { libc::munmap(start as *mut libc::c_void, CHUNK_BYTES) };
         0
     }
 }
@@ -364,17 +425,18 @@ impl RetainingAllocator {
             return None;
         }
         let k = class_of(layout.size())?;
-        POOL.with(|pool| {
-            let before = pool.chunk_count;
+        loop {
             // SAFETY: the free lists hold only unused blocks of ours (`dealloc` gives back only
-            // blocks in our chunks, at their class or a smaller one).
-            let got = unsafe { pool.take(k, &mut Mmap) };
-            if pool.chunk_count != before {
-                publish(pool);
+            // blocks of our chunks, at their class or a smaller one).
+            match POOL.with(|pool| unsafe { pool.take_or_need(k) }) {
+                Ok(got) => return got.map(|(p, fresh)| (p as *mut u8, fresh)),
+                // Mapped outside the lock (nothing foreign runs under it); another thread may
+                // add one meanwhile, and a chunk that finds the pool full goes back.
+                Err(NeedChunk) => {
+                    add_and_publish(map_chunk(CHUNK_BYTES)?);
+                }
             }
-            got
-        })
-        .map(|(p, fresh)| (p as *mut u8, fresh))
+        }
     }
 
     /// Whether a live block of `layout` at `ptr` is the pool's.
@@ -414,11 +476,20 @@ unsafe impl GlobalAlloc for RetainingAllocator {
                 return; // left: the lock may be held by a thread the fork did not copy
             }
             if let Some(k) = class_of(layout.size()) {
-                // SAFETY: a block of ours (in our chunks) being freed by its owner, at least
-                // its layout's size, so at least class `k`'s.
-                POOL.with(|pool| unsafe { pool.give(ptr as usize, k) });
+                let given = POOL.with(|pool| {
+                    let ours = pool.owns(ptr as usize);
+                    if ours {
+                        // SAFETY: a block of ours (in our chunks, asked again under the lock)
+                        // freed by its owner, at least its layout's size, so at least class
+                        // `k`'s.
+                        unsafe { pool.give(ptr as usize, k) };
+                    }
+                    ours
+                });
+                if given {
+                    return;
+                }
             }
-            return;
         }
         // SAFETY: not the pool's, so `System`'s, with the layout it was allocated with.
         unsafe { System.dealloc(ptr, layout) }
@@ -429,13 +500,10 @@ unsafe impl GlobalAlloc for RetainingAllocator {
         // SAFETY: `GlobalAlloc::realloc`'s contract: `new_size` rounded up to the alignment
         // does not overflow.
         let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        if pooled && kept(&new) {
-            // A block's room is at least its class's: growing within it, or shrinking, stays.
-            if let (Some(now), Some(then)) = (class_of(new_size), class_of(layout.size())) {
-                if now <= then {
-                    return ptr;
-                }
-            }
+        if pooled && kept(&new) && class_of(new_size) == class_of(layout.size()) {
+            // Within its class: the block's room. A shrink to a smaller class moves (in place,
+            // the block would be filed under the smaller class when freed, its rest lost).
+            return ptr;
         }
         if !(pooled || kept(&new) && in_capture()) {
             // SAFETY: `System`'s block, with its layout (the caller's contract).
@@ -571,6 +639,33 @@ mod tests {
         drop(keep);
     }
 
+    // Catches: a prewarmed chunk whose pages are not present (the first capture would still
+    // pay a fault a page), or one whose bytes are not zero (fresh blocks are handed out as
+    // zeroed).
+    #[test]
+    fn a_populated_chunk_is_present_and_zero() {
+        let len = 4 << 20;
+        let start = map_chunk(len).expect("memory");
+        populate(start, len);
+        let before = crate::trace::minor_faults();
+        let mut sum = 0u64;
+        for page in (start..start + len).step_by(PAGE) {
+            // SAFETY: a page of our own mapping, alive until unmapped below.
+            unsafe {
+                sum += u64::from((page as *const u8).read_volatile());
+                (page as *mut u8).write_volatile(1);
+            }
+        }
+        let faults = crate::trace::minor_faults() - before;
+        unmap_chunk(start, len);
+        assert_eq!(sum, 0);
+        assert!(
+            faults < 16,
+            "{faults} faults over {} populated pages",
+            len / PAGE
+        );
+    }
+
     // Catches: the library's allocator not keeping a capture's large blocks (a second capture
     // would touch fresh pages again), keeping them outside a capture, or a block moved by a
     // reallocation losing its bytes.
@@ -603,10 +698,19 @@ mod tests {
             assert_ne!(r, q);
             assert_eq!(r.add((200 << 10) - 1).read(), 7);
             let big = Layout::from_size_align(1 << 20, 8).expect("layout");
-            let s = a.realloc(r, big, 1024);
-            assert!(!RetainingAllocator::is_pooled(s, &big));
-            assert_eq!(s.add(1023).read(), 7);
-            a.dealloc(s, Layout::from_size_align(1024, 8).expect("layout"));
+            let s = a.realloc(r, big, 20 << 10);
+            assert_ne!(
+                s, r,
+                "a shrink to a smaller class moves (its rest is not lost)"
+            );
+            let small = Layout::from_size_align(20 << 10, 8).expect("layout");
+            assert!(RetainingAllocator::is_pooled(s, &small));
+            assert_eq!(s.add((20 << 10) - 1).read(), 7);
+            let t = a.realloc(s, small, 1024);
+            let tiny = Layout::from_size_align(1024, 8).expect("layout");
+            assert!(!RetainingAllocator::is_pooled(t, &tiny));
+            assert_eq!(t.add(1023).read(), 7);
+            a.dealloc(t, tiny);
             // The block freed by the move is taken again, and zeroed when asked.
             let z = a.alloc_zeroed(big);
             assert_eq!(z, r, "the freed 1 MiB block again");

@@ -160,7 +160,10 @@ impl Recorder {
             return;
         };
         let began = std::time::Instant::now();
-        prewarm_host_pages();
+        // Only a recording captures (profile's walk keeps nothing between dispatches).
+        if self.config.mode == kreplay_protocol::config::Mode::Record {
+            prewarm_host_pages();
+        }
         let failed = crate::device_resources::prewarm();
         crate::trace::trace_with(|| {
             format!(
@@ -202,13 +205,21 @@ impl Recorder {
 }
 
 /// The recorder's allocator populates one chunk of host pages for the first capture's tables
-/// (`retaining_alloc::prewarm_chunk`: about 100 ms of page faults in a virtual machine), on a
-/// thread of its own so that the application does not wait for it; once per process.
+/// (`retaining_alloc::prewarm_chunk`: about 25 ms of page faults in a virtual machine), on a
+/// thread of its own at idle priority so that the application neither waits nor loses a core
+/// for it; once per process.
 fn prewarm_host_pages() {
+    if !crate::retaining_alloc::prewarm_wanted() {
+        return;
+    }
     let spawned = std::thread::Builder::new()
         .name("kreplay-prewarm".into())
         .spawn(|| {
             let _ = std::panic::catch_unwind(|| {
+                let idle = libc::sched_param { sched_priority: 0 };
+                // SAFETY: sets this thread's own policy (pid 0: the caller) from a valid
+                // parameter; a refusal leaves it as it was, which is fine.
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
                 let began = std::time::Instant::now();
                 let bytes = crate::retaining_alloc::prewarm_chunk();
                 crate::trace::trace_with(|| {
