@@ -14,7 +14,9 @@
 # Each case runs as shipped, then with KREPLAY_DEBUG_PREWARM=0 (nothing made when a context is
 # created: the first capture makes it), then with OLD_LIB; each line shows the stall's phases.
 # The pointer table also runs with KREPLAY_DEBUG_TABLE=0 (every word asked of the driver, as
-# before the recorder's allocation table: the same build's baseline), three times each, and
+# before the recorder's allocation table: the same build's baseline), three times each, with
+# KREPLAY_DEBUG_POOL=0 (the capture's host blocks glibc's, as before the recorder kept them)
+# twice, and
 # once more with KREPLAY_DEBUG_STALL=1 and KREPLAY_DEBUG_TABLE=check for the walk's own line
 # (its per-lookup clocks make that run slower: its stall is not a figure).
 # Exits 1 when a figure of the shipped run misses its limit (MISSED) or could not be measured.
@@ -43,6 +45,7 @@ record() {
     no-prewarm) env=(KREPLAY_DEBUG_PREWARM=0) ;;
     old) env=(KREPLAY_RECORD_LIB="$OLD") ;;
     table-off*) env=(KREPLAY_DEBUG_TABLE=0) ;;
+    pool-off*) env=(KREPLAY_DEBUG_POOL=0) ;;
     walk-line) env=(KREPLAY_DEBUG_STALL=1 KREPLAY_DEBUG_TABLE=check) ;;
   esac
   rm -rf "$W/$name-$variant" && mkdir -p "$W/$name-$variant"
@@ -62,7 +65,7 @@ for v in $variants; do
   record torch-gemm "$v" -k 'regex:gemm|xmma|cutlass' --count 10 -- python3 "$HERE/testdata/apps/torch_train_app.py" 6
   record ptrtable "$v" -k ptrtable_sum -- "$W/ptrtable" 10000 4
 done
-for v in new-2 table-off table-off-2 new-3 table-off-3 walk-line; do
+for v in new-2 table-off table-off-2 new-3 table-off-3 pool-off pool-off-2 walk-line; do
   record ptrtable "$v" -k ptrtable_sum -- "$W/ptrtable" 10000 4
 done
 
@@ -90,7 +93,7 @@ cases = [("zeros-4g", [0]), ("floats-16g", [0]), ("torch-gemm", [0, 9]), ("ptrta
 if floats == "0":
     cases = [c for c in cases if c[0] != "floats-16g"]
 # The pointer table's repeats and its baseline without the allocation table (same build).
-extra = {"ptrtable": ["new-2", "new-3", "table-off", "table-off-2", "table-off-3"]}
+extra = {"ptrtable": ["new-2", "new-3", "table-off", "table-off-2", "table-off-3", "pool-off", "pool-off-2"]}
 for name, picks in cases:
     for v in variants + extra.get(name, []):
         cs = captures(name, v)

@@ -309,6 +309,8 @@ static CHUNK_SPANS: [(AtomicUsize, AtomicUsize); MAX_CHUNKS] =
     [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_CHUNKS];
 static CHUNKS_PUBLISHED: AtomicUsize = AtomicUsize::new(0);
 static PREWARMED: AtomicBool = AtomicBool::new(false);
+/// `turn_off`.
+static OFF: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// Captures open on this thread (`CaptureScope`).
@@ -339,6 +341,13 @@ fn in_capture() -> bool {
 /// In the child of a `fork` (its handler): the pool is left alone from now on.
 pub fn after_fork_in_child() {
     FORKED.store(true, Ordering::SeqCst);
+}
+
+/// No block is taken from the pool from now on, and nothing is prewarmed
+/// (`KREPLAY_DEBUG_POOL=0`, the baseline of the stall benchmark): blocks already taken are
+/// still given back to it.
+pub fn turn_off() {
+    OFF.store(true, Ordering::SeqCst);
 }
 
 /// Whether `ptr` is in one of the pool's published chunks (without the lock).
@@ -384,7 +393,9 @@ fn add_and_publish(start: usize) -> bool {
 /// Whether `prewarm_chunk` would still do something (once per process; not in a forked
 /// child): a caller spawns no thread for nothing.
 pub fn prewarm_wanted() -> bool {
-    !FORKED.load(Ordering::Relaxed) && !PREWARMED.load(Ordering::Relaxed)
+    !FORKED.load(Ordering::Relaxed)
+        && !PREWARMED.load(Ordering::Relaxed)
+        && !OFF.load(Ordering::Relaxed)
 }
 
 /// Maps one chunk, makes its pages present and puts it first in line for the next capture,
@@ -392,7 +403,7 @@ pub fn prewarm_wanted() -> bool {
 /// about 25 ms for a chunk). Returns the bytes populated (0 when done before, or when the pool
 /// is full or the mapping was refused).
 pub fn prewarm_chunk() -> usize {
-    if FORKED.load(Ordering::Relaxed) || PREWARMED.swap(true, Ordering::SeqCst) {
+    if !prewarm_wanted() || PREWARMED.swap(true, Ordering::SeqCst) {
         return 0;
     }
     let Some(start) = map_chunk(CHUNK_BYTES) else {
@@ -421,7 +432,11 @@ impl RetainingAllocator {
     /// A pool block for `layout` when it is one to keep on this thread now: (address, its bytes
     /// are zero).
     fn pooled_block(&self, layout: &Layout) -> Option<(*mut u8, bool)> {
-        if !kept(layout) || FORKED.load(Ordering::Relaxed) || !in_capture() {
+        if !kept(layout)
+            || FORKED.load(Ordering::Relaxed)
+            || OFF.load(Ordering::Relaxed)
+            || !in_capture()
+        {
             return None;
         }
         let k = class_of(layout.size())?;

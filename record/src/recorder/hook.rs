@@ -248,6 +248,11 @@ fn initialize() -> Result<(), RecordError> {
     let Some(mut config) = Config::from_env().map_err(RecordError::Config)? else {
         return Ok(()); // injected but not asked to do anything
     };
+    // `KREPLAY_DEBUG_POOL=0`: every host block glibc's, as before the recorder kept a
+    // capture's (the stall benchmark's baseline, same build).
+    if std::env::var_os("KREPLAY_DEBUG_POOL").is_some_and(|v| v == "0") {
+        crate::retaining_alloc::turn_off();
+    }
     let sub = if on_sanitizer(&mut config) {
         None
     } else {
