@@ -2,10 +2,11 @@
 //! blocks a capture makes while the application waits are kept when freed, and the first
 //! capture's come from pages touched before it, on a thread of kreplay's own.
 //!
-//! Why: a first touch of a fresh 4 KiB page costs about 3 us on the GPU machine and on the
-//! build machine (`scripts/probes/page-faults`; both virtual machines), also when the pages were
-//! the process's before (glibc unmaps a freed large block). A pointer table's capture builds
-//! megabytes of tables and took about 1,650 such faults, about a quarter of its stall (#34).
+//! Why: a first touch of a fresh 4 KiB page costs 2.7-3.0 us on the build machine
+//! (`scripts/probes/page-faults`) and about 1.1 us on an H100 machine (both virtual machines),
+//! also when the pages were the process's before (glibc unmaps a freed large block). A pointer
+//! table's capture builds megabytes of tables and took 1,183 such faults on the H100 machine
+//! (11 with this pool), about 1 ms of its stall (#34).
 //!
 //! What it keeps: blocks of `MIN_KEPT` to `MAX_KEPT` bytes (page-aligned at most) allocated on a
 //! thread inside a capture (`CaptureScope`), carved from chunks of `CHUNK_BYTES` that the pool
@@ -399,8 +400,8 @@ pub fn prewarm_wanted() -> bool {
 }
 
 /// Maps one chunk, makes its pages present and puts it first in line for the next capture,
-/// once per process: call on a thread of kreplay's own (about 3 us a page on the GPU machine:
-/// about 25 ms for a chunk). Returns the bytes populated (0 when done before, or when the pool
+/// once per process: call on a thread of kreplay's own (8.8 ms for a chunk on an H100
+/// machine, about 25 ms at 3 us a page). Returns the bytes populated (0 when done before, or when the pool
 /// is full or the mapping was refused).
 pub fn prewarm_chunk() -> usize {
     if !prewarm_wanted() || PREWARMED.swap(true, Ordering::SeqCst) {

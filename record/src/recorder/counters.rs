@@ -205,7 +205,7 @@ impl Recorder {
 }
 
 /// The recorder's allocator populates one chunk of host pages for the first capture's tables
-/// (`retaining_alloc::prewarm_chunk`: about 25 ms of page faults in a virtual machine), on a
+/// (`retaining_alloc::prewarm_chunk`: 9-25 ms of page faults in a virtual machine), on a
 /// thread of its own at idle priority so that the application neither waits nor loses a core
 /// for it; once per process.
 fn prewarm_host_pages() {
