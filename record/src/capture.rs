@@ -213,17 +213,21 @@ pub(crate) fn dispatch_of(
     }
 }
 
-/// Snapshots everything the dispatch reads. Call with the context synchronised.
+/// Snapshots everything the dispatch reads. Call with the context synchronised. The capture's
+/// large host blocks come from the recorder's kept pages (`retaining_alloc`).
 pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
-    let began = Instant::now();
     let _kept = crate::retaining_alloc::CaptureScope::enter();
+    snapshot_before(input)
+}
+
+/// `before_launch`'s work.
+fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
+    let began = Instant::now();
     let mut laps = Laps::new();
     let view = input.view;
     let (args, layout) = (input.args, input.layout);
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
     laps.lap("synchronise");
-    let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
-    let early = crate::settle::sweep_early(&stream);
 
     let footprint = crate::footprint::for_capture();
     // Module globals, resolved in the application's module (restored by name at replay).
@@ -241,11 +245,14 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     })?;
     laps.lap("walk");
 
+    let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let mut spill = None;
     let (mut snapshots, module_globals, ahead) = snapshots_with_sweeps_ahead(
-        (&found, &textures, &mut copies),
+        &found,
+        &textures,
+        &mut copies,
         input.module.module_id,
-        (&stream, early),
+        &stream,
         input.open_file,
         &mut spill,
     )?;
@@ -318,20 +325,19 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
 /// `take_snapshots` after the slab's one copy (`copy_into_slab`), with the settle's untimed
 /// sweeps queued behind that copy when nothing else will be copied before the launch (no
 /// region left, no texture array to read: see `settle::sweep_ahead`), so that they run while
-/// the host builds the snapshots. Also returns the sweeps queued ahead: `early`'s when some
-/// were queued before the walk (`settle::sweep_early`).
+/// the host builds the snapshots. Also returns the sweeps queued ahead.
 fn snapshots_with_sweeps_ahead(
-    (found, textures, copies): (&Walk, &crate::textures::Found, &mut WalkCopies),
+    found: &Walk,
+    textures: &crate::textures::Found,
+    copies: &mut WalkCopies,
     module_id: u32,
-    (stream, early): (&Stream, SweepsAhead),
+    stream: &Stream,
     open_file: Option<OpenFile<'_>>,
     spill: &mut Option<Spill>,
 ) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>, SweepsAhead), RecordError> {
     let slab = copy_into_slab(found, stream);
     let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
-    let ahead = if !early.is_none() {
-        early
-    } else if no_arrays && nothing_left_to_copy(found, slab.as_ref(), copies) {
+    let ahead = if no_arrays && nothing_left_to_copy(found, slab.as_ref(), copies) {
         crate::settle::sweep_ahead(stream)
     } else {
         SweepsAhead::none()

@@ -16,7 +16,7 @@ use crate::device_resources::{scratch_allowed, with_chunk_kernels};
 use crate::device_table::TableUse;
 use crate::error::RecordError;
 use crate::walk::{
-    walk, AddressSpace, Allocation, LevelScan, Limits, RegionScan, Roots, ScanBounds, Walk,
+    run_of, walk, AddressSpace, Allocation, LevelScan, Limits, RegionScan, Roots, ScanBounds, Walk,
     WalkError, HANDLE_TABLE_BYTES,
 };
 
@@ -510,8 +510,10 @@ impl DeviceSpace<'_> {
         for (i, &(base, size)) in regions.iter().enumerate() {
             let j = in_batch.next_if(|&(_, b)| b == i).map(|(j, _)| j);
             let gpu = hits.as_ref().zip(j).and_then(|(hits, j)| {
-                let words = run_at(&hits.words, &mut w, j);
-                let heap = run_at(&hits.heap, &mut h, j);
+                // Every batch index is asked, in order (`run_of`'s contract).
+                let key = u32::try_from(j).ok()?;
+                let words = run_of(&hits.words, &mut w, key, |x| x.0);
+                let heap = run_of(&hits.heap, &mut h, key, |x| x.0);
                 let like = hits.handle_like.get(j).copied().unwrap_or(false);
                 (!(like && size <= HANDLE_TABLE_BYTES)).then_some((words, heap))
             });
@@ -530,19 +532,6 @@ impl DeviceSpace<'_> {
         crate::trace::trace("walk level: scanned");
         Ok(level)
     }
-}
-
-/// The run of `list` (sorted by its first field) whose first field is batch index `j`, from
-/// `*at` on; `*at` moves past it.
-fn run_at<'a>(list: &'a [(u32, u64, u64)], at: &mut usize, j: usize) -> &'a [(u32, u64, u64)] {
-    let rest = list.get(*at..).unwrap_or(&[]);
-    let skip = rest.iter().take_while(|x| (x.0 as usize) < j).count();
-    let len = rest[skip..]
-        .iter()
-        .take_while(|x| x.0 as usize == j)
-        .count();
-    *at += skip + len;
-    &rest[skip..skip + len]
 }
 
 impl DeviceSpace<'_> {

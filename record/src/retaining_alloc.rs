@@ -69,15 +69,9 @@ fn kept(layout: &Layout) -> bool {
     class_of(layout.size()).is_some() && layout.align() <= PAGE
 }
 
-/// Where chunks come from: `mmap` in the library, a test's own memory in the tests.
-pub trait ChunkSource {
-    /// `len` bytes, page-aligned; `None` when there are none.
-    fn map(&mut self, len: usize) -> Option<usize>;
-}
-
 /// The pool's bookkeeping: free lists (the next block's address in each free block's first
 /// word), the areas still to carve (a stack: the top first) and the chunks it owns. No I/O: the
-/// chunks come from a `ChunkSource`.
+/// caller maps a chunk when told it needs one (`NeedChunk`) and hands it over (`add_chunk`).
 pub struct Pool {
     free: [usize; CLASS_COUNT],
     /// (next byte to carve, end) of each area, the last carved first.
@@ -110,32 +104,12 @@ impl Pool {
     }
 
     /// Bytes of chunks the pool holds.
-    pub fn held(&self) -> usize {
+    #[cfg(test)]
+    fn held(&self) -> usize {
         self.chunks[..self.chunk_count]
             .iter()
             .map(|&(s, e)| e - s)
             .sum()
-    }
-
-    /// A block of class `k`, its chunk mapped from `source` when none has room: (address,
-    /// never handed out before: its bytes are the chunk's zeros); `None` when the chunks are
-    /// spent.
-    ///
-    /// # Safety
-    /// As `take_or_need`.
-    pub unsafe fn take(&mut self, k: usize, source: &mut dyn ChunkSource) -> Option<(usize, bool)> {
-        loop {
-            // SAFETY: the caller's contract.
-            match unsafe { self.take_or_need(k) } {
-                Ok(got) => return got,
-                Err(NeedChunk) => {
-                    let start = source.map(CHUNK_BYTES)?;
-                    if !self.add_chunk(start, CHUNK_BYTES) {
-                        return None;
-                    }
-                }
-            }
-        }
     }
 
     /// A block of class `k` from the free lists or the areas: (address, never handed out
@@ -418,12 +392,12 @@ pub fn prewarm_chunk() -> usize {
     }
 }
 
-/// (bytes the pool holds, bytes carved from them so far), for the diagnosis traces.
-pub fn usage() -> (usize, usize) {
+/// Bytes carved from the pool's chunks so far, for the diagnosis traces.
+pub fn carved() -> usize {
     if FORKED.load(Ordering::Relaxed) {
-        return (0, 0);
+        return 0;
     }
-    POOL.with(|p| (p.held(), p.carved))
+    POOL.with(|p| p.carved)
 }
 
 /// The injected library's allocator (see the module's comment).
@@ -546,7 +520,7 @@ mod tests {
     /// Chunks from a test's own buffers.
     struct Buffers(Vec<Vec<u64>>);
 
-    impl ChunkSource for Buffers {
+    impl Buffers {
         fn map(&mut self, len: usize) -> Option<usize> {
             // Page-aligned: one page more than asked, the start rounded up.
             let mut v = vec![0u64; (len + PAGE) / 8];
@@ -605,11 +579,22 @@ mod tests {
         assert!(!pool.owns(src.0[0].as_ptr() as usize + CHUNK_BYTES + PAGE + 8));
     }
 
-    /// `Pool::take` in a test that gives back only blocks it took.
+    /// A block of class `k`, a chunk of `src` added when the pool needs one, as the library's
+    /// allocator does with its mappings (`RetainingAllocator::pooled_block`).
     fn take(pool: &mut Pool, k: usize, src: &mut Buffers) -> Option<(usize, bool)> {
-        // SAFETY: the pool's free lists hold only its own unused blocks (the tests give back
-        // only blocks they took and no longer use).
-        unsafe { pool.take(k, src) }
+        loop {
+            // SAFETY: the pool's free lists hold only its own unused blocks (the tests give
+            // back only blocks they took and no longer use).
+            match unsafe { pool.take_or_need(k) } {
+                Ok(got) => return got,
+                Err(NeedChunk) => {
+                    let start = src.map(CHUNK_BYTES)?;
+                    if !pool.add_chunk(start, CHUNK_BYTES) {
+                        return None;
+                    }
+                }
+            }
+        }
     }
 
     // Catches: an area's rest lost when a larger block does not fit (the chunks would run out

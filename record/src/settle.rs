@@ -78,26 +78,7 @@ pub(crate) struct SweepsAhead {
     queued: Instant,
 }
 
-/// `KREPLAY_DEBUG_SWEEPS=early` (a measurement aid): the untimed sweeps queued on `stream` at
-/// the start of the stall, before the walk, rather than after the snapshot copies, so that the
-/// walk's host work overlaps them (the copies queue behind them). None queued otherwise.
-pub(crate) fn sweep_early(stream: &Stream) -> SweepsAhead {
-    static EARLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let early = *EARLY
-        .get_or_init(|| std::env::var_os("KREPLAY_DEBUG_SWEEPS").is_some_and(|v| v == "early"));
-    if early {
-        sweep_ahead(stream)
-    } else {
-        SweepsAhead::none()
-    }
-}
-
 impl SweepsAhead {
-    /// Whether none were queued.
-    pub(crate) fn is_none(&self) -> bool {
-        self.sweeps == 0
-    }
-
     /// No sweep queued ahead.
     pub(crate) fn none() -> SweepsAhead {
         SweepsAhead {

@@ -200,6 +200,16 @@ impl ChunkBits {
     }
 }
 
+impl From<Vec<bool>> for ChunkBits {
+    /// Keeps the flags without a copy (one flag inline).
+    fn from(flags: Vec<bool>) -> ChunkBits {
+        match flags[..] {
+            [one] => ChunkBits::One([one]),
+            _ => ChunkBits::Many(flags),
+        }
+    }
+}
+
 impl std::ops::Deref for ChunkBits {
     type Target = [bool];
     fn deref(&self) -> &[bool] {
@@ -567,7 +577,7 @@ pub(crate) fn post_states(
                 let at = (s.device_addr, s.kernel_readable);
                 let (post, nonzero) = post_on_device(footprint, pre, at, &s.region, stream)?;
                 s.post = Some(post);
-                s.pre_nonzero = nonzero.as_deref().map(ChunkBits::of);
+                s.pre_nonzero = nonzero.map(ChunkBits::from);
             }
         }
     }
@@ -796,6 +806,7 @@ mod tests {
     fn chunk_bits_hold_the_flags_they_were_given() {
         for flags in [&[][..], &[true], &[false], &[true, false, true]] {
             assert_eq!(&*ChunkBits::of(flags), flags);
+            assert_eq!(ChunkBits::from(flags.to_vec()), ChunkBits::of(flags));
         }
         assert!(matches!(ChunkBits::of(&[true]), ChunkBits::One(_)));
     }

@@ -11,7 +11,7 @@ pub(crate) fn trace_with(step: impl FnOnce() -> String) {
         // With the thread's minor page faults so far: first touches of fresh pages cost about
         // 2 us each on the H200 machine, a large share of a pointer table's stall.
         // And the bytes the recorder's allocator has carved for captures (`retaining_alloc`).
-        let (_, carved) = crate::retaining_alloc::usage();
+        let carved = crate::retaining_alloc::carved();
         crate::diag!(
             "kreplay: profile: {:>10.3} ms [{:>7} faults, {:>6} KiB carved] {}",
             t0.elapsed().as_secs_f64() * 1e3,

@@ -208,8 +208,13 @@ impl FromIterator<Option<RegionScan>> for LevelScan {
 }
 
 /// The run of `list` (sorted by its first field) whose first field is `k`, from `*at` on;
-/// `*at` moves past it.
-fn run_of<'a, T>(list: &'a [T], at: &mut usize, k: u32, key: impl Fn(&T) -> u32) -> &'a [T] {
+/// `*at` moves past it. Every key is asked in ascending order, none skipped.
+pub(crate) fn run_of<'a, T>(
+    list: &'a [T],
+    at: &mut usize,
+    k: u32,
+    key: impl Fn(&T) -> u32,
+) -> &'a [T] {
     let start = (*at).min(list.len());
     let len = list[start..].iter().take_while(|t| key(t) == k).count();
     *at = start + len;
