@@ -49,6 +49,7 @@ impl PointerTable {
             base,
             size,
             kind: MemoryKind::Device,
+            readable: Some(true),
         })
     }
 
@@ -75,6 +76,7 @@ impl AddressSpace for PointerTable {
     fn scan_many(
         &mut self,
         regions: &[(u64, u64)],
+        _: &[Option<bool>],
         bounds: &ScanBounds,
         _: &Limits,
     ) -> Result<LevelScan, WalkError> {

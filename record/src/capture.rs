@@ -33,7 +33,8 @@ pub(crate) use crate::snapshot::{copy_region, device_copy};
 pub use crate::snapshot::{Bytes, PostChunk, PostScratch, Scratch, Snapshot};
 
 use crate::snapshot::{
-    array_snapshots, copy_into_slab, nothing_left_to_copy, post_states, take_snapshots,
+    array_snapshots, nothing_left_to_copy, post_states, queue_into_slab, slab_placement,
+    take_snapshots,
 };
 
 /// The recorder's buffers that belong to a context about to be destroyed are freed while it
@@ -245,9 +246,17 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
     })?;
     laps.lap("walk");
 
-    let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
+    // A spare (made at the context's creation): each stream made and destroyed is driver work
+    // on the application's time.
+    let stream =
+        crate::spares::spare_stream().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let mut spill = None;
-    let (mut snapshots, module_globals, ahead) = snapshots_with_sweeps_ahead(
+    let Prepared {
+        mut snapshots,
+        globals: module_globals,
+        ahead,
+        slab_table,
+    } = snapshots_with_sweeps_ahead(
         &found,
         &textures,
         &mut copies,
@@ -265,6 +274,15 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
         say_about_the_heap(&input.kernel_name, n);
     }
     let (timing, measuring) = settle_after_copies(&stream, ahead, &mut laps)?;
+    if let Some(table) = slab_table {
+        // The stream is synchronised (the settle waited for it).
+        let _kept = crate::device_resources::with_chunk_kernels(|k| {
+            k.copies_done(table);
+            Ok(())
+        });
+    }
+    // Synchronised by the settle: kept for the next capture.
+    crate::spares::return_stream(stream);
     crate::trace::trace("capture: settled");
 
     // Last: the stream stays gated until the launch is queued (see GatedTimer).
@@ -322,10 +340,18 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
     })
 }
 
-/// `take_snapshots` after the slab's one copy (`copy_into_slab`), with the settle's untimed
-/// sweeps queued behind that copy when nothing else will be copied before the launch (no
-/// region left, no texture array to read: see `settle::sweep_ahead`), so that they run while
-/// the host builds the snapshots. Also returns the sweeps queued ahead.
+/// Copies at most this many bytes into the slab after the settle's untimed sweeps rather than
+/// before them (`snapshots_with_sweeps_ahead`): a copy this short keeps the GPU busy for less
+/// than `BUSY_NS` on any current GPU, so the settle runs all its sweeps anyway.
+const SWEEPS_FIRST_MOST_BYTES: u64 = 256 << 20;
+
+/// `take_snapshots` after the slab's one copy, queued (not waited for), with the settle's
+/// untimed sweeps queued on the same stream when nothing else will be copied before the launch
+/// (no region left, no texture array to read: see `settle::sweep_ahead`). A small slab's sweeps
+/// go first, right after the walk, so that they run while the host allocates the slab and
+/// builds the snapshots (the slab's copy then follows them, and the settle's two timed sweeps
+/// still empty L2 after it); a large slab's copy goes first. Also returns the sweeps queued
+/// ahead, and the slab copy's table to give back once the stream is synchronised.
 fn snapshots_with_sweeps_ahead(
     found: &Walk,
     textures: &crate::textures::Found,
@@ -334,17 +360,52 @@ fn snapshots_with_sweeps_ahead(
     stream: &Stream,
     open_file: Option<OpenFile<'_>>,
     spill: &mut Option<Spill>,
-) -> Result<(Vec<Snapshot>, Vec<ModuleGlobal>, SweepsAhead), RecordError> {
-    let slab = copy_into_slab(found, stream);
+) -> Result<Prepared, RecordError> {
+    let placement = slab_placement(found);
     let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
-    let ahead = if no_arrays && nothing_left_to_copy(found, slab.as_ref(), copies) {
+    let all_placed = no_arrays && nothing_left_to_copy(found, Some(&placement.0), copies);
+    let mut ahead = if all_placed && placement.1 <= SWEEPS_FIRST_MOST_BYTES && !sweeps_after() {
         crate::settle::sweep_ahead(stream)
     } else {
         SweepsAhead::none()
     };
+    let upload = crate::spares::spare_stream().ok();
+    let queued = upload
+        .as_ref()
+        .and_then(|upload| queue_into_slab(found, placement, stream, upload));
+    if let Some(upload) = upload {
+        // Its one upload is staged (pageable) and ordered before the slab's copy by an event.
+        crate::spares::return_stream(upload);
+    }
+    let (slab, table) = queued.unzip();
+    let at = slab.as_ref().map(|(_, at)| at.as_slice());
+    if ahead.is_none() && no_arrays && nothing_left_to_copy(found, at, copies) {
+        ahead = crate::settle::sweep_ahead(stream);
+    }
     let (snapshots, globals) =
         take_snapshots(found, slab, copies, module_id, stream, open_file, spill)?;
-    Ok((snapshots, globals, ahead))
+    Ok(Prepared {
+        snapshots,
+        globals,
+        ahead,
+        slab_table: table,
+    })
+}
+
+/// `KREPLAY_DEBUG_SWEEPS=after`: the settle's sweeps queued after the slab's copy whatever its
+/// size (as before they went first: the same build's baseline, a measurement aid).
+fn sweeps_after() -> bool {
+    static AFTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AFTER.get_or_init(|| std::env::var_os("KREPLAY_DEBUG_SWEEPS").is_some_and(|v| v == "after"))
+}
+
+/// What `snapshots_with_sweeps_ahead` prepared.
+struct Prepared {
+    snapshots: Vec<Snapshot>,
+    globals: Vec<ModuleGlobal>,
+    ahead: SweepsAhead,
+    /// The slab copy's table (`queue_into_slab`), to give back once the stream is synchronised.
+    slab_table: Option<kreplay_cuda::many::QueuedCopies>,
 }
 
 /// The texture objects' CUDA arrays as snapshots after the walk's (their region ids follow),
@@ -442,7 +503,8 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     laps.lap("kernel");
     p.data.dispatch.original_duration_ns = p.timer.elapsed_ns().ok();
     crate::trace::trace("capture: kernel done");
-    let stream = Stream::new().map_err(RecordError::cuda("creating the snapshot stream"))?;
+    let stream =
+        crate::spares::spare_stream().map_err(RecordError::cuda("creating the snapshot stream"))?;
     crate::trace::trace("capture: post stream made");
     let post = post_states(
         &mut p.data.snapshots,
@@ -456,6 +518,7 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     stream
         .synchronize()
         .map_err(RecordError::cuda("waiting for the post-dispatch copies"))?;
+    crate::spares::return_stream(stream);
     p.data.post = post;
     laps.lap("post");
     crate::trace::trace("capture: post states kept");

@@ -243,6 +243,12 @@ pub(crate) fn prewarm() -> Vec<String> {
         Ok(t) => crate::spares::return_timer(t),
         Err(e) => failed.push(format!("a pass timer: {e}")),
     }
+    // A capture holds two at once (the snapshot stream, and the slab copy's upload): both
+    // made now, not on the application's time.
+    match crate::spares::spare_stream() {
+        Ok(second) => crate::spares::return_stream(second),
+        Err(e) => failed.push(format!("a second stream: {e}")),
+    }
     match stream.synchronize() {
         Ok(()) => crate::spares::return_stream(stream),
         Err(e) => failed.push(format!("the first launches: {e}")),

@@ -243,8 +243,9 @@ impl TableView {
     /// The entry `(base, size)` holding `addr`.
     pub fn holding(&mut self, addr: u64) -> Option<(u64, u64)> {
         let held = |&(b, s): &(u64, u64)| b <= addr && addr - b < s;
-        // The last entry, then the next one: a table's words walk the allocations in order.
-        for at in [self.finger, self.finger + 1] {
+        // The last entry, then the next one, then the one before: a table's words walk the
+        // allocations in order, ascending or descending (as an allocator hands them out).
+        for at in [self.finger, self.finger + 1, self.finger.wrapping_sub(1)] {
             if let Some(e) = self.entries.get(at).filter(|e| held(e)) {
                 self.finger = at;
                 return Some(*e);

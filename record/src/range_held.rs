@@ -110,6 +110,7 @@ pub fn op_walk(spans: &[(u64, u64, bool)]) -> Result<Walk, RecordError> {
                     MemoryKind::Device
                 },
                 global: None,
+                readable: None,
             })
             .collect(),
         ..Walk::default()

@@ -87,6 +87,11 @@ impl SweepsAhead {
         }
     }
 
+    /// Whether no sweep was queued ahead.
+    pub(crate) fn is_none(&self) -> bool {
+        self.sweeps == 0
+    }
+
     /// The sweeps that still count when the settle begins now, the quiet wait having taken
     /// `quiet` (see `ahead_counts`).
     pub(crate) fn counted(&self, quiet: std::time::Duration) -> u32 {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use kreplay_cuda::many::ManyScan;
+use kreplay_cuda::many::{ManyScan, QueuedCopies};
 use kreplay_cuda::texture::ForeignArray;
 use kreplay_cuda::{copy_dtod_async, copy_dtoh, DeviceBuffer, Stream};
 use kreplay_engine::write_set::{ByteRange, Evidence};
@@ -121,10 +121,9 @@ fn new_slab(len: u64) -> Option<Arc<DeviceBuffer>> {
 /// A slab of small regions' pre bytes, and each region's offset in it (`None`: not there).
 pub(crate) type Slab = (Arc<DeviceBuffer>, Vec<Option<u64>>);
 
-/// The small regions of `found` copied into one slab by one launch, as `slab_plan` places them;
-/// `None` when there is no slab (too few, no room, the kernel cannot run): each region then
-/// takes its own scratch (`take_snapshots`).
-pub(crate) fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<Slab> {
+/// Where `found`'s small regions go in a slab (`slab_plan` over those a kernel may read that
+/// are not host memory): per region its offset, and the slab's length.
+pub(crate) fn slab_placement(found: &Walk) -> (Vec<Option<u64>>, u64) {
     let eligible: Vec<(u64, bool)> = found
         .regions
         .iter()
@@ -134,24 +133,60 @@ pub(crate) fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<Slab> {
             (r.size, readable && r.kind != MemoryKind::HostMapped)
         })
         .collect();
-    let (at, total) = slab_plan(&eligible);
+    slab_plan(&eligible)
+}
+
+/// One copy (destination, source, bytes).
+type SlabCopy = (u64, u64, u64);
+
+/// The slab `placement` sizes, allocated, and the copies of `found`'s regions into it.
+fn slab_and_copies(
+    found: &Walk,
+    (at, total): (Vec<Option<u64>>, u64),
+) -> Option<(Slab, Vec<SlabCopy>)> {
     if total == 0 {
         return None;
     }
     let slab = new_slab(total)?;
     crate::trace::trace("snapshot slab allocated");
-    let copies: Vec<(u64, u64, u64)> = found
+    let copies: Vec<SlabCopy> = found
         .regions
         .iter()
         .zip(&at)
         .filter_map(|(r, a)| a.map(|a| (slab.ptr() + a, r.base, r.size)))
         .collect();
+    Some(((slab, at), copies))
+}
+
+/// The small regions of `found` copied into one slab by one launch, as `slab_plan` places them;
+/// `None` when there is no slab (too few, no room, the kernel cannot run): each region then
+/// takes its own scratch (`take_snapshots`).
+pub(crate) fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<Slab> {
+    let (slab, copies) = slab_and_copies(found, slab_placement(found))?;
     // SAFETY: each destination is a stretch of our slab that `slab_plan` sized for its region;
     // each source is a region the walk found that a kernel of this device may read whole
     // (`kernel_readable`), read with the context synchronised.
     with_chunk_kernels(|k| unsafe { k.copy_many(&copies, stream) }).ok()?;
     crate::trace::trace("snapshot slab copied");
-    Some((slab, at))
+    Some(slab)
+}
+
+/// `copy_into_slab` at `placement` (`slab_placement`), the copy queued on `stream` and not
+/// waited for (its table uploaded on `upload`, see `queue_copy_many`): the settle's wait for
+/// the snapshot copies waits for it. Give the table back (`copies_done`) after that wait.
+pub(crate) fn queue_into_slab(
+    found: &Walk,
+    placement: (Vec<Option<u64>>, u64),
+    stream: &Stream,
+    upload: &Stream,
+) -> Option<(Slab, QueuedCopies)> {
+    let (slab, copies) = slab_and_copies(found, placement)?;
+    // SAFETY: as in `copy_into_slab`; the regions are read with the context synchronised, and
+    // the application's next work waits for the settle, which waits for `stream`.
+    let queued =
+        with_chunk_kernels(|k| unsafe { k.queue_copy_many(&copies, stream, upload) }).ok()?;
+    crate::trace::trace("snapshot slab copy queued");
+    Some((slab, queued))
 }
 
 /// A region and its bytes before (and after) the launch.
@@ -390,8 +425,11 @@ pub(crate) fn copy_region(addr: u64, size: u64) -> Result<Vec<u8>, RecordError> 
 
 /// Whether every region of `found` is already copied, into `slab` or by the walk (`copies`):
 /// `take_snapshots` then queues nothing more on the snapshot stream.
-pub(crate) fn nothing_left_to_copy(found: &Walk, slab: Option<&Slab>, copies: &WalkCopies) -> bool {
-    let at = slab.map(|(_, at)| at.as_slice());
+pub(crate) fn nothing_left_to_copy(
+    found: &Walk,
+    at: Option<&[Option<u64>]>,
+    copies: &WalkCopies,
+) -> bool {
     all_copied(found, at, |base, size| copies.holds(base, size))
 }
 
@@ -730,6 +768,7 @@ mod tests {
             role: RegionRole::Argument,
             kind: MemoryKind::Device,
             global: None,
+            readable: None,
         };
         let found = Walk {
             regions: vec![region(0x1000), region(0x2000), region(0x3000)],

@@ -23,6 +23,11 @@ pub struct Allocation {
     pub base: u64,
     pub size: u64,
     pub kind: MemoryKind,
+    /// Whether a kernel of the current device may read it whole, when the space knew it from
+    /// its answer (`None`: asked where it matters). Carried into the region found, so that
+    /// neither the level's GPU scan nor the snapshots ask again for each of a pointer table's
+    /// 10,000 regions.
+    pub readable: Option<bool>,
 }
 
 /// What the walk may ask of the process's memory.
@@ -46,10 +51,12 @@ pub trait AddressSpace {
     }
     /// `scan` of each of `regions` (base, size), in order: what the walk asks at each level, so
     /// that a space may scan many regions in one go (the recorder's GPU scans a pointer table's
-    /// thousands of allocations in one launch). By default one `scan` each.
+    /// thousands of allocations in one launch). `readable`: each region's `FoundRegion::readable`
+    /// (empty: none known). By default one `scan` each.
     fn scan_many(
         &mut self,
         regions: &[(u64, u64)],
+        _readable: &[Option<bool>],
         bounds: &ScanBounds,
         limits: &Limits,
     ) -> Result<LevelScan, WalkError> {
@@ -304,6 +311,9 @@ pub struct FoundRegion {
     pub kind: MemoryKind,
     /// The module global it holds, for `RegionRole::Global`.
     pub global: Option<String>,
+    /// `Allocation::readable` of the answer it came from (`None` for globals and for the
+    /// allocations `--memory all` adds).
+    pub readable: Option<bool>,
 }
 
 /// What the dispatch reaches.
@@ -410,6 +420,7 @@ impl State {
                 role: RegionRole::Argument,
                 kind: a.kind,
                 global: None,
+                readable: a.readable,
             });
         }
     }
@@ -446,6 +457,7 @@ pub fn walk(
             role: RegionRole::Global,
             kind: MemoryKind::ModuleGlobal,
             global: Some(name.clone()),
+            readable: None,
         });
     }
     let scan = follow_stored_pointers(space, limits, &mut s)?;
@@ -459,6 +471,7 @@ pub fn walk(
             role: RegionRole::Allocation,
             kind,
             global: None,
+            readable: None,
         });
     }
     s.walk.pointer_slots = pointer_slots(space, limits, &s, scan)?;
@@ -498,6 +511,21 @@ struct Scan {
 }
 
 impl Scan {
+    /// `take_candidates` of no words for each region from `first_id` on whose flag is set (a
+    /// run of scanned regions that hold nothing), in one pass.
+    fn take_empty(&mut self, first_id: usize, scanned: &[bool], limits: &Limits) {
+        if scanned.is_empty() || self.candidates.len() > limits.candidates {
+            return;
+        }
+        let end = first_id + scanned.len();
+        if self.scanned.len() < end {
+            self.scanned.resize(end, false);
+        }
+        for (kept, &flag) in self.scanned[first_id..end].iter_mut().zip(scanned) {
+            *kept |= flag;
+        }
+    }
+
     /// Keeps region `region_id`'s candidate words `(_, offset, value)` and counts it among the
     /// regions whose candidates are all kept, while they stay within `limits.candidates`.
     fn take_candidates(&mut self, region_id: u32, words: &[(u32, u64, u64)], limits: &Limits) {
@@ -541,51 +569,85 @@ fn follow_stored_pointers(
     // (the regions they reach are the next level).
     let mut level = 0;
     while level < s.walk.regions.len() {
-        let batch: Vec<(u64, u64)> = s.walk.regions[level..]
+        let (batch, readable): (Vec<(u64, u64)>, Vec<Option<bool>>) = s.walk.regions[level..]
             .iter()
-            .map(|r| (r.base, r.size))
-            .collect();
+            .map(|r| ((r.base, r.size), r.readable))
+            .unzip();
         let first = level;
         level = s.walk.regions.len();
-        let found = space.scan_many(&batch, &bounds, limits)?;
-        let (mut w, mut h, mut t) = (0, 0, 0);
-        for (k, &(_, size)) in batch.iter().enumerate() {
-            let Ok(key) = u32::try_from(k) else { break };
-            // Every region's runs are passed over, scanned or not, so that each next one
-            // starts at its own.
-            let words = run_of(&found.words, &mut w, key, |x| x.0);
-            let heap = run_of(&found.heap, &mut h, key, |x| x.0);
-            let table = run_of(&found.handle_tables, &mut t, key, |x| x.0).first();
-            if !found.scanned.get(k).copied().unwrap_or(false) {
-                continue;
-            }
-            if words.is_empty() && heap.is_empty() && table.is_none() {
-                // Nothing to follow (most of a pointer table's allocations): only counted
-                // among the regions whose candidates are all known, as `follow_region` does.
-                scan.take_candidates((first + k) as u32, &[], limits);
-                continue;
-            }
-            let region = Followed {
-                id: (first + k) as u32,
-                size,
-                words,
-                heap,
-                handle_table: table.map(|x| &x.1),
-            };
-            if follow_region(
-                s,
-                &mut scan,
-                region,
-                limits,
-                space,
-                &mut failed,
-                &mut lookups,
-            ) {
-                return Ok(scan);
-            }
+        let found = space.scan_many(&batch, &readable, &bounds, limits)?;
+        if follow_level(
+            &found,
+            &batch,
+            first,
+            s,
+            &mut scan,
+            limits,
+            space,
+            &mut failed,
+            &mut lookups,
+        ) {
+            return Ok(scan);
         }
     }
     Ok(scan)
+}
+
+/// Follows a level's scan (`found`, of `batch`, the regions from id `first` on), in region
+/// order. Only the regions the scan found something in are visited one by one; the runs of
+/// scanned regions between them that hold nothing (most of a pointer table's allocations) are
+/// only counted among the regions whose candidates are all known, in bulk, as `follow_region`
+/// would count each. True when the lookups ran out (the walk stops following).
+#[allow(clippy::too_many_arguments)]
+fn follow_level(
+    found: &LevelScan,
+    batch: &[(u64, u64)],
+    first: usize,
+    s: &mut State,
+    scan: &mut Scan,
+    limits: &Limits,
+    space: &mut dyn AddressSpace,
+    failed: &mut HashSet<u64>,
+    lookups: &mut usize,
+) -> bool {
+    let (mut w, mut h, mut t) = (0, 0, 0);
+    let mut next = 0;
+    loop {
+        // The next region any list names: the lists are by region, their cursors past the
+        // regions done.
+        let k = [
+            found.words.get(w).map(|x| x.0),
+            found.heap.get(h).map(|x| x.0),
+            found.handle_tables.get(t).map(|x| x.0),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map_or(batch.len(), |k| (k as usize).min(batch.len()));
+        let flags = found.scanned.get(next..k.min(found.scanned.len()));
+        scan.take_empty(first + next, flags.unwrap_or(&[]), limits);
+        if k >= batch.len() {
+            return false;
+        }
+        let key = k as u32;
+        let words = run_of(&found.words, &mut w, key, |x| x.0);
+        let heap = run_of(&found.heap, &mut h, key, |x| x.0);
+        let table = run_of(&found.handle_tables, &mut t, key, |x| x.0).first();
+        next = k + 1;
+        if !found.scanned.get(k).copied().unwrap_or(false) {
+            continue;
+        }
+        let region = Followed {
+            id: (first + k) as u32,
+            size: batch[k].1,
+            words,
+            heap,
+            handle_table: table.map(|x| &x.1),
+        };
+        if follow_region(s, scan, region, limits, space, failed, lookups) {
+            return true;
+        }
+    }
 }
 
 /// One region of a level as `follow_region` takes it: its id in the walk, size, and what its
@@ -657,6 +719,7 @@ fn follow_region(
                     role: RegionRole::Indirect,
                     kind: a.kind,
                     global: None,
+                    readable: a.readable,
                 }),
                 _ => {
                     failed.insert(v);
@@ -686,16 +749,19 @@ fn pointer_slots(
         Vec::new()
     };
     if let Some((lo, hi)) = s.known.span() {
-        let (ids, ranges): (Vec<u32>, Vec<(u64, u64)>) = s
-            .walk
-            .regions
+        let unscanned: Vec<u32> = (0..s.walk.regions.len() as u32)
+            .filter(|&id| !scan.scanned.get(id as usize).copied().unwrap_or(false))
+            .collect();
+        let (ranges, readable): (Vec<(u64, u64)>, Vec<Option<bool>>) = unscanned
             .iter()
-            .enumerate()
-            .filter(|(id, _)| !scan.scanned.get(*id).copied().unwrap_or(false))
-            .map(|(id, r)| (id as u32, (r.base, r.size)))
+            .map(|&id| {
+                let r = &s.walk.regions[id as usize];
+                ((r.base, r.size), r.readable)
+            })
             .unzip();
+        let ids = unscanned;
         let bounds = ScanBounds { lo, hi, heap: None };
-        let found = space.scan_many(&ranges, &bounds, limits)?;
+        let found = space.scan_many(&ranges, &readable, &bounds, limits)?;
         for &(k, off, v) in &found.words {
             let scanned = found.scanned.get(k as usize).copied().unwrap_or(false);
             if let Some(&id) = ids.get(k as usize).filter(|_| scanned) {
@@ -754,10 +820,12 @@ mod tests {
         fn allocation(&mut self, addr: u64) -> Option<Allocation> {
             self.lookups += 1;
             let (&base, (bytes, kind)) = self.allocs.range(..=addr).next_back()?;
+            // Device memory says it is readable, host memory says nothing (asked later).
             (addr < base + bytes.len() as u64).then_some(Allocation {
                 base,
                 size: bytes.len() as u64,
                 kind: *kind,
+                readable: (*kind == MemoryKind::Device).then_some(true),
             })
         }
         fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {
@@ -1166,8 +1234,8 @@ mod tests {
     }
 
     /// A space that scans as `FakeSpace` but answers each level in one `scan_many`, recording
-    /// how many regions each call held.
-    struct Batches(FakeSpace, Vec<usize>);
+    /// how many regions each call held and the readable flags it was given with them.
+    struct Batches(FakeSpace, Vec<usize>, Vec<Option<bool>>);
 
     impl AddressSpace for Batches {
         fn allocation(&mut self, addr: u64) -> Option<Allocation> {
@@ -1179,10 +1247,13 @@ mod tests {
         fn scan_many(
             &mut self,
             regions: &[(u64, u64)],
+            readable: &[Option<bool>],
             bounds: &ScanBounds,
             limits: &Limits,
         ) -> Result<LevelScan, WalkError> {
+            assert_eq!(readable.len(), regions.len(), "a flag per region");
             self.1.push(regions.len());
+            self.2.extend_from_slice(readable);
             regions
                 .iter()
                 .map(|&(b, n)| self.0.scan(b, n, bounds, limits))
@@ -1208,7 +1279,7 @@ mod tests {
         let (bytes, layout) = args(&[table]);
         let roots = arg_roots(&bytes, &layout);
         let one_by_one = walk(&roots, &mut s, &Limits::default()).expect("walk");
-        let mut b = Batches(s, Vec::new());
+        let mut b = Batches(s, Vec::new(), Vec::new());
         let batched = walk(&roots, &mut b, &Limits::default()).expect("walk");
         assert_eq!(batched, one_by_one);
         assert_eq!(batched.regions.len(), 52);
@@ -1216,6 +1287,14 @@ mod tests {
         assert_eq!(batched.regions[51].base, 0x900_0000);
         // The table, its 50 allocations, the one after; the slots came from the candidates.
         assert_eq!(b.1, vec![1, 50, 1, 0]);
+        // Catches: a region's readable flag from its answer lost on the way to the level's
+        // scan (the space would ask again for each of a pointer table's regions).
+        assert_eq!(
+            b.2,
+            vec![Some(true); 52],
+            "each answer's flag, with its region"
+        );
+        assert!(batched.regions.iter().all(|r| r.readable == Some(true)));
     }
 
     #[test]
@@ -1245,6 +1324,7 @@ mod tests {
                     base: addr,
                     size: 64,
                     kind: MemoryKind::Device,
+                    readable: None,
                 })
             }
             fn read(&mut self, base: u64, size: u64) -> Result<&[u8], WalkError> {

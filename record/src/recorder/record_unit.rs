@@ -117,6 +117,8 @@ impl Recorder {
             return;
         }
         self.find_touched(&mut pending);
+        // The stall is over: the steps a buffered trace kept are printed now.
+        crate::trace::flush();
         // The launch is over (`after_launch` synchronised the context): its timer serves the
         // next capture of this context, so no `cuMemFreeHost` waits here on the app's time.
         let Pending { data, timer, .. } = pending;
