@@ -246,17 +246,11 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
     })?;
     laps.lap("walk");
 
-    // A spare (made at the context's creation): each stream made and destroyed is driver work
-    // on the application's time.
+    // A spare (made with the context): a stream made and destroyed is driver work.
     let stream =
         crate::spares::spare_stream().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let mut spill = None;
-    let Prepared {
-        mut snapshots,
-        globals: module_globals,
-        ahead,
-        slab_table,
-    } = snapshots_with_sweeps_ahead(
+    let mut prep = snapshots_with_sweeps_ahead(
         &found,
         &textures,
         &mut copies,
@@ -266,24 +260,11 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
         &mut spill,
     )?;
     laps.lap("scratch");
-    let texture_description = add_arrays(&found, &mut textures, &mut snapshots)?;
-    crate::touched_debug::from_env(&mut snapshots).map_err(RecordError::Config)?;
+    let texture_description = add_arrays(&found, &mut textures, &mut prep.snapshots)?;
+    crate::touched_debug::from_env(&mut prep.snapshots).map_err(RecordError::Config)?;
     laps.lap("arrays");
-    let device_heap = heap_note(&found);
-    if let Some(n) = &device_heap {
-        say_about_the_heap(&input.kernel_name, n);
-    }
-    let (timing, measuring) = settle_after_copies(&stream, ahead, &mut laps)?;
-    if let Some(table) = slab_table {
-        // The stream is synchronised (the settle waited for it).
-        let _kept = crate::device_resources::with_chunk_kernels(|k| {
-            k.copies_done(table);
-            Ok(())
-        });
-    }
-    // Synchronised by the settle: kept for the next capture.
-    crate::spares::return_stream(stream);
-    crate::trace::trace("capture: settled");
+    let device_heap = heap_note_said(&found, &input.kernel_name);
+    let (timing, measuring) = settle_and_keep(stream, prep.ahead, prep.slab_table, &mut laps)?;
 
     // Last: the stream stays gated until the launch is queued (see GatedTimer).
     // SAFETY: inside the launch callback that decoded the view.
@@ -313,8 +294,8 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
             steps: Vec::new(),
             step_modules: Vec::new(),
             range: None,
-            snapshots,
-            globals: module_globals,
+            snapshots: prep.snapshots,
+            globals: prep.globals,
             module: input.module,
             ptx_sources: Vec::new(),
             pointer_slots: found.pointer_slots,
@@ -422,6 +403,15 @@ fn add_arrays(
     Ok(crate::textures::describe(textures, first_array))
 }
 
+/// `heap_note`, also said on stderr as it happens (`say_about_the_heap`).
+fn heap_note_said(found: &Walk, kernel_name: &str) -> Option<String> {
+    let note = heap_note(found);
+    if let Some(n) = &note {
+        say_about_the_heap(kernel_name, n);
+    }
+    note
+}
+
 /// Says on stderr, as it happens, that the kernel reads memory no capture can hold.
 fn say_about_the_heap(kernel_name: &str, note: &str) {
     use kreplay_protocol::config::{demangle, short_kernel_name};
@@ -448,6 +438,26 @@ fn note_uncaptured_views(found: &Walk, textures: &mut crate::textures::Found) {
             ));
         }
     }
+}
+
+/// `settle_after_copies`, then the slab copy's table and the stream (both done with once the
+/// settle waited for the stream) kept for the next capture.
+fn settle_and_keep(
+    stream: Stream,
+    ahead: SweepsAhead,
+    slab_table: Option<kreplay_cuda::many::QueuedCopies>,
+    laps: &mut Laps,
+) -> Result<(TimingConditions, crate::quiet::Measuring), RecordError> {
+    let settled = settle_after_copies(&stream, ahead, laps)?;
+    if let Some(table) = slab_table {
+        let _kept = crate::device_resources::with_chunk_kernels(|k| {
+            k.copies_done(table);
+            Ok(())
+        });
+    }
+    crate::spares::return_stream(stream);
+    crate::trace::trace("capture: settled");
+    Ok(settled)
 }
 
 /// Waits for the snapshot copies on `stream`, then settles the GPU (see `settle`) and waits for
