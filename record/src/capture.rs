@@ -354,11 +354,15 @@ fn snapshots_with_sweeps_ahead(
     let queued = upload
         .as_ref()
         .and_then(|upload| queue_into_slab(found, placement, stream, upload));
-    if let Some(upload) = upload {
-        // Its one upload is staged (pageable) and ordered before the slab's copy by an event.
-        crate::spares::return_stream(upload);
-    }
     let (slab, table) = queued.unzip();
+    // Without a slab's copy, nothing waits on the upload stream.
+    let upload = match (&table, upload) {
+        (None, Some(idle)) => {
+            crate::spares::return_stream(idle);
+            None
+        }
+        (_, upload) => upload,
+    };
     let at = slab.as_ref().map(|(_, at)| at.as_slice());
     if ahead.is_none() && no_arrays && nothing_left_to_copy(found, at, copies) {
         ahead = crate::settle::sweep_ahead(stream);
@@ -369,7 +373,7 @@ fn snapshots_with_sweeps_ahead(
         snapshots,
         globals,
         ahead,
-        slab_table: table,
+        slab_table: table.map(|t| (t, upload)),
     })
 }
 
@@ -385,8 +389,9 @@ struct Prepared {
     snapshots: Vec<Snapshot>,
     globals: Vec<ModuleGlobal>,
     ahead: SweepsAhead,
-    /// The slab copy's table (`queue_into_slab`), to give back once the stream is synchronised.
-    slab_table: Option<kreplay_cuda::many::QueuedCopies>,
+    /// The slab copy's table (`queue_into_slab`) and the stream it went up on, to give back
+    /// once the stream is synchronised (which waited for the upload).
+    slab_table: Option<(kreplay_cuda::many::QueuedCopies, Option<Stream>)>,
 }
 
 /// The texture objects' CUDA arrays as snapshots after the walk's (their region ids follow),
@@ -445,15 +450,18 @@ fn note_uncaptured_views(found: &Walk, textures: &mut crate::textures::Found) {
 fn settle_and_keep(
     stream: Stream,
     ahead: SweepsAhead,
-    slab_table: Option<kreplay_cuda::many::QueuedCopies>,
+    slab_table: Option<(kreplay_cuda::many::QueuedCopies, Option<Stream>)>,
     laps: &mut Laps,
 ) -> Result<(TimingConditions, crate::quiet::Measuring), RecordError> {
     let settled = settle_after_copies(&stream, ahead, laps)?;
-    if let Some(table) = slab_table {
+    if let Some((table, upload)) = slab_table {
         let _kept = crate::device_resources::with_chunk_kernels(|k| {
             k.copies_done(table);
             Ok(())
         });
+        if let Some(upload) = upload {
+            crate::spares::return_stream(upload);
+        }
     }
     crate::spares::return_stream(stream);
     crate::trace::trace("capture: settled");
