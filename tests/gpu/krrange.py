@@ -313,7 +313,8 @@ def divergent_checks(rc: int, play, middle: Optional[int]) -> list[str]:
         why.append("the divergent replay's passes differ")
     got = first_divergent_step(play)
     if got is None or got != middle:
-        why.append(f"first_divergent_step {got}, want {middle} (streams_middle)")
+        note = play.get("divergence_note")
+        why.append(f"first_divergent_step {got}, want {middle} (streams_middle)" + (f": {note}" if note else ""))
     return why
 
 

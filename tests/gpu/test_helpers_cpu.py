@@ -589,6 +589,9 @@ def test_the_divergent_variant_is_named_by_its_step():
                         (1, {**bad, "verify": {"matched": True, "deterministic": True}}, middle),
                         (1, {**bad, "verify": {"matched": False, "deterministic": False}}, middle), (1, None, middle)):
         assert R.divergent_checks(rc, play, m), (rc, play, m)
+    # A relocated replay cannot name the step: the player's reason is in the failure.
+    relocated = {**bad, "first_divergent_step": None, "divergence_note": "the replay was relocated"}
+    assert any("the replay was relocated" in w for w in R.divergent_checks(1, relocated, middle))
 
 
 def torch_info(kernels=15, **rng):

@@ -157,7 +157,14 @@ def test_range_divergent(captures, app, case, row, kr):
     verification fails and names streams_middle's step as the first divergent one."""
     r, w = _shared_streams(captures, case)
     div = app(["{range_streams_divergent}"])[0]
-    play = _play(case, kr, w, "play-divergent", "--module", div, passes=2)
+    # A step is named only in a replay at the recorded addresses: one that had to relocate (its
+    # addresses in use, as once among a dozen parallel cases) says so in divergence_note, and is
+    # played again, at most twice more.
+    for attempt in range(3):
+        play = _play(case, kr, w, "play-divergent" + (f"-{attempt}" if attempt else ""), "--module", div,
+                     passes=2)
+        if (_json(play) or {}).get("address_mode") != "relocated":
+            break
     case.run([kr, "play", w, "--passes", "1", "--verify", "--module", div], name="play-text")
     middle = R.middle_step(r.get("info"))
     why = R.divergent_checks(play.rc, _json(play), middle)
