@@ -207,11 +207,14 @@ impl ChunkKernels {
                 stream,
             )?
         };
+        crate::steps::step("chunk kernel: launched");
         stream.synchronize()?;
+        crate::steps::step("chunk kernel: waited for");
         let mut host = vec![0u8; out_len];
         // SAFETY: `out` is this function's own buffer of at least `out_len` bytes, and the
         // stream that wrote it was synchronised above.
         unsafe { copy_dtoh(&mut host, out.ptr())? };
+        crate::steps::step("chunk kernel: read back");
         self.keep_scratch(out);
         Ok(host)
     }

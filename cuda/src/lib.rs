@@ -41,6 +41,7 @@ pub mod profiler;
 mod ptx_entries;
 pub mod sanitizer;
 pub mod step_ops;
+pub mod steps;
 pub mod stream;
 pub mod texture;
 pub mod timing;

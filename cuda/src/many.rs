@@ -415,6 +415,7 @@ impl ChunkKernels {
             return Ok(());
         }
         let table = self.upload_rows(&rows, stream)?;
+        crate::steps::step("copy: rows uploaded");
         let cfg = LaunchConfig::new([self.grid_for(n), 1, 1], [crate::chunks::THREADS, 1, 1], 0);
         // SAFETY: the kernel copies the rows' pieces, each inside a caller's range, which this
         // function's contract covers; the table outlives the launch (synchronised below).
@@ -427,6 +428,7 @@ impl ChunkKernels {
             )?
         };
         stream.synchronize()?;
+        crate::steps::step("copy: waited for");
         self.keep_rows(table);
         Ok(())
     }
@@ -452,6 +454,7 @@ impl ChunkKernels {
             return Ok(QueuedCopies(None));
         }
         let table = self.upload_rows(&rows, upload)?;
+        crate::steps::step("queued copy: rows uploaded");
         let uploaded = crate::stream::Event::untimed()?;
         uploaded.record(upload)?;
         crate::step_ops::wait_event(stream, &uploaded)?;
@@ -495,6 +498,7 @@ impl ChunkKernels {
             });
         }
         let table = self.upload_rows(&rows, stream)?;
+        crate::steps::step("compare: rows uploaded");
         let out_len = flag_count * 8;
         let grid = self.grid_for(n);
         // SAFETY: the kernel reads the pieces (inside the caller's ranges, readable by this
@@ -551,6 +555,7 @@ impl ChunkKernels {
             return Ok(Ok(many_hits(&[], &[], &[], regions.len())));
         }
         let table = self.upload_rows(&rows, stream)?;
+        crate::steps::step("pointer scan: rows uploaded");
         let (heap_lo, heap_hi) = heap.unwrap_or((0, 0));
         // The count first (16 bytes keep what follows aligned), the pieces' shape words, then
         // three words per hit.
@@ -590,12 +595,17 @@ impl ChunkKernels {
                 stream,
             )
         }
-        .and_then(|()| stream.synchronize());
+        .and_then(|()| {
+            crate::steps::step("pointer scan: launched");
+            stream.synchronize()
+        });
         launched?;
+        crate::steps::step("pointer scan: waited for");
         self.keep_rows(table);
         let mut head = vec![0u8; hits_at as usize];
         // SAFETY: `out` is ours, its stream synchronised above.
         unsafe { copy_dtoh(&mut head, out.ptr())? };
+        crate::steps::step("pointer scan: count and shapes read");
         let count = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
         if count > cap {
             self.keep_scratch(out);
@@ -605,9 +615,12 @@ impl ChunkKernels {
         // SAFETY: the first `count` hits of `out` (`count <= cap`), written before the
         // synchronisation.
         unsafe { copy_dtoh(&mut raw, out.ptr() + hits_at)? };
+        crate::steps::step("pointer scan: hits read");
         self.keep_scratch(out);
         let shape = &head[shape_at as usize..shape_at as usize + n * 4];
-        Ok(Ok(many_hits(&raw, shape, &owner, regions.len())))
+        let hits = many_hits(&raw, shape, &owner, regions.len());
+        crate::steps::step("pointer scan: hits ordered");
+        Ok(Ok(hits))
     }
 
     /// Blocks for `n` pieces: no more than the pieces, no more than the whole-GPU grid.

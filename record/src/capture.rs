@@ -453,6 +453,7 @@ fn settle_and_keep(
     slab_table: Option<(kreplay_cuda::many::QueuedCopies, Option<Stream>)>,
     laps: &mut Laps,
 ) -> Result<(TimingConditions, crate::quiet::Measuring), RecordError> {
+    crate::trace::trace("capture: to the settle");
     let settled = settle_after_copies(&stream, ahead, laps)?;
     if let Some((table, upload)) = slab_table {
         let _kept = crate::device_resources::with_chunk_kernels(|k| {
@@ -483,6 +484,7 @@ fn settle_after_copies(
         .synchronize()
         .map_err(RecordError::cuda("waiting for the snapshot copies"))?;
     laps.lap("copies");
+    crate::trace::trace("capture: snapshot copies waited for");
     let busy = laps.phases.last().is_some_and(|&(_, ns)| ns >= BUSY_NS);
     // Its own phase: the wait for a writer's read-back (or free) of an earlier capture still in
     // progress. It was counted in the settle's before; the training step's tenth capture once

@@ -12,6 +12,8 @@ pub(crate) fn scratch_allowed(size: u64) -> bool {
     if std::env::var_os("KREPLAY_DEBUG_SNAPSHOT").is_some_and(|v| v == "host") {
         return false;
     }
-    memory_info()
-        .is_ok_and(|(free, total)| free.saturating_sub(2 * size) > (total / 4).max(8 << 30))
+    let allowed = memory_info()
+        .is_ok_and(|(free, total)| free.saturating_sub(2 * size) > (total / 4).max(8 << 30));
+    crate::trace::trace("scratch rule asked (cuMemGetInfo)");
+    allowed
 }

@@ -66,6 +66,7 @@ pub(crate) fn sweep_ahead(stream: &Stream) -> SweepsAhead {
         }
         Ok(n)
     });
+    crate::trace::trace("settle: untimed sweeps queued ahead");
     SweepsAhead {
         sweeps: queued.unwrap_or(0),
         queued: Instant::now(),

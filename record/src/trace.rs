@@ -20,6 +20,8 @@ fn mode() -> Option<&'static Mode> {
     ON.get_or_init(|| {
         let v = std::env::var_os("KREPLAY_DEBUG_PROFILE")?;
         let t0 = Instant::now();
+        // The chunk kernels' own steps (upload, launch, wait, read-back) join the trace.
+        kreplay_cuda::steps::set_hook(trace);
         Some(if v == "buffered" {
             Mode::Buffered(t0)
         } else {
