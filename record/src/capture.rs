@@ -345,7 +345,7 @@ fn snapshots_with_sweeps_ahead(
     let placement = slab_placement(found);
     let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
     let all_placed = no_arrays && nothing_left_to_copy(found, Some(&placement.0), copies);
-    let mut ahead = if all_placed && placement.1 <= SWEEPS_FIRST_MOST_BYTES && !sweeps_after() {
+    let mut ahead = if sweeps_first(all_placed, placement.1, sweeps_after()) {
         crate::settle::sweep_ahead(stream)
     } else {
         SweepsAhead::none()
@@ -375,6 +375,13 @@ fn snapshots_with_sweeps_ahead(
         ahead,
         slab_table: table.map(|t| (t, upload)),
     })
+}
+
+/// Whether the settle's untimed sweeps go before the slab's copy: every region is in the slab
+/// or copied by the walk (`all_placed`: nothing else is copied after them), the slab is at most
+/// `SWEEPS_FIRST_MOST_BYTES`, and the measurement switch does not say otherwise.
+fn sweeps_first(all_placed: bool, slab_bytes: u64, after_switch: bool) -> bool {
+    all_placed && slab_bytes <= SWEEPS_FIRST_MOST_BYTES && !after_switch
 }
 
 /// `KREPLAY_DEBUG_SWEEPS=after`: the settle's sweeps queued after the slab's copy whatever its
@@ -547,4 +554,24 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     p.data.stall_phases.extend(laps.phases);
     p.data.stall_ns += (t.elapsed().as_nanos() as u64).saturating_sub(kernel_ns);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Catches: the sweeps queued before a long slab copy (they would add their time to a large
+    // capture's stall instead of overlapping host work), or before a copy that is not the last
+    // (a region left to copy after them, or a texture array to read).
+    #[test]
+    fn sweeps_go_first_only_before_a_short_last_copy() {
+        assert!(sweeps_first(true, 36 << 20, false));
+        assert!(sweeps_first(true, 0, false));
+        assert!(!sweeps_first(true, SWEEPS_FIRST_MOST_BYTES + 1, false));
+        assert!(!sweeps_first(false, 36 << 20, false));
+        assert!(
+            !sweeps_first(true, 36 << 20, true),
+            "the switch keeps the order before"
+        );
+    }
 }
