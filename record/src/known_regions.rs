@@ -41,6 +41,12 @@ impl KnownRegions {
         self.union.contains(v)
     }
 
+    /// `contains`, from where the last question of a run was answered
+    /// (`IntervalUnion::contains_near`).
+    pub fn contains_near(&self, v: u64, finger: &mut usize) -> bool {
+        self.union.contains_near(v, finger)
+    }
+
     /// Whether a region overlaps `[base, base + size)` (for each region `(b, n)`: `base < b + n`
     /// and `b < base + size`).
     pub fn overlaps(&self, base: u64, size: u64) -> bool {

@@ -387,6 +387,8 @@ struct State {
     /// Bases of the regions the roots added (argument words and texture addresses come
     /// first, before anything else is known).
     root_bases: HashSet<u64>,
+    /// Where the last followed word was answered in `known` (`KnownRegions::contains_near`).
+    finger: usize,
 }
 
 impl State {
@@ -437,6 +439,7 @@ pub fn walk(
         known: KnownRegions::default(),
         heap: roots.heap,
         root_bases: HashSet::default(),
+        finger: 0,
     };
     argument_regions(roots, space, &mut s);
     for &addr in roots.addresses {
@@ -701,7 +704,7 @@ fn follow_region(
         s.known.reserve(most);
         space.expect_lookups(most);
         for &(_, _, v) in words {
-            if inside(&s.known, v) || failed.contains(&v) {
+            if s.known.contains_near(v, &mut s.finger) || failed.contains(&v) {
                 continue;
             }
             *lookups += 1;
@@ -778,9 +781,10 @@ fn pointer_slots(
 /// Pointer slots from the pointer walk's candidate words `(region, offset, value)`: those whose
 /// value lies inside a captured region `(base, size)`, in region then offset order.
 fn slots_from_candidates(candidates: &[(u32, u64, u64)], known: &KnownRegions) -> Vec<(u32, u64)> {
+    let mut finger = 0;
     candidates
         .iter()
-        .filter(|&&(_, _, v)| inside(known, v))
+        .filter(|&&(_, _, v)| known.contains_near(v, &mut finger))
         .map(|&(region, offset, _)| (region, offset))
         .collect()
 }
