@@ -1,9 +1,9 @@
 //! The allocations a walk looked up, by base: asked again for each region found (may a kernel of
 //! this device read it whole?) by the level's GPU scan and by the snapshots. A pointer table's
-//! 10,000 answers come in address order (the allocator's, ascending or descending), so they are kept in a list searched
-//! from where the last question was answered, and only answers out of order go to a hash map:
-//! three hash operations per region were a tenth of a millisecond per thousand regions while
-//! the application waited.
+//! 10,000 answers come in address order (the allocator's, ascending or descending), so they
+//! are kept in a list searched from where the last question was answered, and only answers out
+//! of order go to a hash map: three hash operations per region were a tenth of a millisecond
+//! per thousand regions while the application waited.
 
 use rustc_hash::FxHashMap as HashMap;
 
