@@ -19,6 +19,7 @@
 # twice, and
 # once more with KREPLAY_DEBUG_STALL=1 and KREPLAY_DEBUG_TABLE=check for the walk's own line
 # (its per-lookup clocks make that run slower: its stall is not a figure).
+# KREPLAY_STALL_VARIANTS="new" leaves out the no-prewarm runs (a shorter run).
 # Exits 1 when a figure of the shipped run misses its limit (MISSED) or could not be measured.
 set -u
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,7 +57,7 @@ record() {
   rm -rf "$W/$name-$variant"
 }
 
-variants="new no-prewarm"
+variants=${KREPLAY_STALL_VARIANTS:-new no-prewarm}
 [ -n "$OLD" ] && variants="$variants old"
 echo "== cases ($variants)"
 for v in $variants; do
