@@ -23,20 +23,46 @@ const TABLE: u64 = 0x7f00_0000_0000;
 const FIRST: u64 = 0x7f10_0000_0000;
 const ROUNDS: usize = 50;
 
-/// A pointer table of `n` words, each to an allocation of 4 KiB, their addresses ascending
-/// along the table or descending (allocators hand out either).
+/// The order of a table's allocations along it.
+#[derive(Clone, Copy)]
+enum Order {
+    Ascending,
+    Descending,
+    /// Ascending runs of 512 (4 KiB allocations carved from a 2 MiB chunk in order), each
+    /// chunk below the one before (an allocator that maps its chunks downwards).
+    Sawtooth,
+}
+
+impl Order {
+    fn name(self) -> &'static str {
+        match self {
+            Order::Ascending => "ascending",
+            Order::Descending => "descending",
+            Order::Sawtooth => "ascending runs of 512, each run below the last",
+        }
+    }
+}
+
+/// A pointer table of `n` words, each to an allocation of 4 KiB, their addresses along the
+/// table in `Order`.
 struct PointerTable {
     allocs: BTreeMap<u64, u64>,
     table: Vec<u8>,
 }
 
 impl PointerTable {
-    fn new(n: u64, descending: bool) -> PointerTable {
+    fn new(n: u64, order: Order) -> PointerTable {
         let mut allocs = BTreeMap::new();
         allocs.insert(TABLE, n * 8);
         let mut table = Vec::with_capacity(n as usize * 8);
+        let chunks = n.div_ceil(512);
         for i in 0..n {
-            let a = FIRST + if descending { n - 1 - i } else { i } * 0x2000;
+            let slot = match order {
+                Order::Ascending => i,
+                Order::Descending => n - 1 - i,
+                Order::Sawtooth => (chunks - 1 - i / 512) * 512 + i % 512,
+            };
+            let a = FIRST + slot * 0x2000;
             allocs.insert(a, 4096);
             table.extend_from_slice(&a.to_le_bytes());
         }
@@ -93,13 +119,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    for (n, descending) in [(1_000u64, false), (10_000, false), (10_000, true)] {
-        let mut space = PointerTable::new(n, descending);
-        let order = if descending {
-            "descending"
-        } else {
-            "ascending"
-        };
+    for (n, order) in [
+        (1_000u64, Order::Ascending),
+        (10_000, Order::Ascending),
+        (10_000, Order::Descending),
+        (10_000, Order::Sawtooth),
+    ] {
+        let mut space = PointerTable::new(n, order);
+        let order = order.name();
         let args = TABLE.to_le_bytes();
         let layout = [(0u32, 8u32)];
         let roots = Roots {
