@@ -117,7 +117,12 @@ pub struct ManyPointerHits {
 
 /// The hits (tag, key, value) of the many-region scan and the pieces' shape words, per region.
 pub fn many_hits(raw: &[u8], shape: &[u8], owner: &[usize], regions: usize) -> ManyPointerHits {
-    let mut hits = ManyPointerHits::default();
+    // Room for every hit at once (a pointer table's 10,000 grown by doubling were copied over
+    // and over while the application waited).
+    let mut hits = ManyPointerHits {
+        words: Vec::with_capacity(raw.len() / 24),
+        ..ManyPointerHits::default()
+    };
     for triple in raw.chunks_exact(24) {
         let (tag, key, value) = (
             word(&triple[..8]),
