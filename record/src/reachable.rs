@@ -53,8 +53,9 @@ pub(crate) struct DeviceSpace<'a> {
     pub(crate) stream: Option<Stream>,
     /// A GPU scan failed in this walk: the rest is scanned on the host.
     pub(crate) gpu_failed: bool,
-    /// The allocations this walk looked up: base -> (size, a kernel of this device may read
-    /// it whole), so that neither the scans nor the snapshots ask the driver again.
+    /// The allocations this walk asked the driver about: base -> (size, a kernel of this
+    /// device may read it whole), for the questions a region's own flag does not answer
+    /// (`FoundRegion::readable`; the table's answers are not kept here).
     pub(crate) looked_up: crate::looked_up::LookedUp,
     /// The current device's ordinal, asked once.
     pub(crate) ordinal: Option<Option<u32>>,
@@ -226,7 +227,10 @@ impl DeviceSpace<'_> {
                 return None;
             }
         }
-        self.looked_up.insert(base, size, true);
+        // Not kept in `looked_up`: the answer's flag goes with its region (`readable`), and a
+        // table's allocations handed out in runs that each start below the last came out of
+        // order there, two hash operations each; the rare later question (a region scanned
+        // alone) asks the driver, a microsecond.
         Some(Allocation {
             base,
             size,
