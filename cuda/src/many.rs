@@ -160,15 +160,28 @@ pub fn many_hits(raw: &[u8], shape: &[u8], owner: &[usize], regions: usize) -> M
 /// took a third of a millisecond to sort). Offsets are unique within a region (each word is
 /// scanned once); a run where they are not, or are sparse, is sorted.
 pub fn order_hits(hits: &mut Vec<(u32, u64, u64)>, regions: usize) {
-    if hits.is_sorted() {
+    // One pass for what decides the path: already in order, one region, all regions counted.
+    let (mut sorted, mut one_region, mut counted) = (true, true, true);
+    for (k, h) in hits.iter().enumerate() {
+        if k > 0 {
+            sorted &= hits[k - 1] <= *h;
+            one_region &= h.0 == hits[0].0;
+        }
+        counted &= (h.0 as usize) < regions;
+    }
+    if sorted {
         return;
     }
-    if hits.iter().all(|h| h.0 == hits[0].0) {
-        // One region (a pointer table's level): no counting.
-        place_by_offset(hits);
+    if one_region {
+        // A pointer table's level: no counting, and the placed run replaces the list.
+        if let Some(placed) = placed_by_offset(hits) {
+            *hits = placed;
+        } else {
+            hits.sort_unstable();
+        }
         return;
     }
-    let by_region = if hits.iter().all(|h| (h.0 as usize) < regions) {
+    let by_region = if counted {
         // Counted into regions, stable (each run keeps the kernel's order).
         let mut start = vec![0usize; regions + 1];
         for h in hits.iter() {
@@ -194,40 +207,46 @@ pub fn order_hits(hits: &mut Vec<(u32, u64, u64)>, regions: usize) {
     while at < hits.len() {
         let region = hits[at].0;
         let len = hits[at..].iter().take_while(|h| h.0 == region).count();
-        place_by_offset(&mut hits[at..at + len]);
+        let run = &mut hits[at..at + len];
+        if !run.is_sorted_by_key(|h| h.1) {
+            match placed_by_offset(run) {
+                Some(placed) => run.copy_from_slice(&placed),
+                None => run.sort_unstable(),
+            }
+        }
         at += len;
     }
 }
 
-/// One region's hits in offset order: placed by offset when the offsets are 8-byte words
-/// spanning at most four times the run's length, else sorted.
-fn place_by_offset(run: &mut [(u32, u64, u64)]) {
-    if run.is_sorted_by_key(|h| h.1) {
-        return;
+/// One region's hits in offset order, placed by offset, when the offsets are 8-byte words
+/// spanning at most four times the run's length and none repeats; `None` otherwise (the caller
+/// sorts).
+fn placed_by_offset(run: &[(u32, u64, u64)]) -> Option<Vec<(u32, u64, u64)>> {
+    let first = run.first()?.1;
+    let (mut lo, mut hi, mut aligned) = (first, first, true);
+    for h in run {
+        lo = lo.min(h.1);
+        hi = hi.max(h.1);
+        aligned &= h.1 % 8 == first % 8;
     }
-    let lo = run.iter().map(|h| h.1).min().unwrap_or(0);
-    let hi = run.iter().map(|h| h.1).max().unwrap_or(0);
     let span = (hi - lo) / 8 + 1;
-    let dense = run.iter().all(|h| h.1 % 8 == lo % 8) && span <= 4 * run.len() as u64;
-    if dense {
-        let mut slot = vec![u32::MAX; span as usize];
-        let mut unique = true;
-        for (k, h) in run.iter().enumerate() {
-            let s = &mut slot[((h.1 - lo) / 8) as usize];
-            unique &= *s == u32::MAX;
-            *s = k as u32;
-        }
-        if unique {
-            let placed: Vec<(u32, u64, u64)> = slot
-                .iter()
-                .filter(|&&k| k != u32::MAX)
-                .map(|&k| run[k as usize])
-                .collect();
-            run.copy_from_slice(&placed);
-            return;
-        }
+    if !aligned || span > 4 * run.len() as u64 {
+        return None;
     }
-    run.sort_unstable();
+    let mut slot = vec![u32::MAX; span as usize];
+    for (k, h) in run.iter().enumerate() {
+        let s = &mut slot[((h.1 - lo) / 8) as usize];
+        if *s != u32::MAX {
+            return None;
+        }
+        *s = k as u32;
+    }
+    Some(
+        slot.iter()
+            .filter(|&&k| k != u32::MAX)
+            .map(|&k| run[k as usize])
+            .collect(),
+    )
 }
 
 /// Refuses a scan whose chunk is below `MIN_SCAN_CHUNK` (or not a shift at all).
