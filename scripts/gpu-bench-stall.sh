@@ -54,7 +54,24 @@ record() {
     > "$W/$name-$variant.json" 2> "$W/$name-$variant.err"
   echo "  $name ($variant): exit $?; $(grep -v '^{' "$W/$name-$variant.json" | tail -1)"
   grep -h 'kreplay: walk:' "$W/$name-$variant.err" | sed 's/^/    /'
+  [ "$name-$variant" = ptrtable-new ] && address_order "$W/$name-$variant"/*.krr
   rm -rf "$W/$name-$variant"
+}
+
+# address_order CAPTURE: the order of the pointer table's allocations along the table (the
+# regions the walk reached through it, in region order): how often the next is above or below,
+# and the longest ascending run. The walk's bookkeeping depends on it (docs/PERFORMANCE.md).
+address_order() {
+  "$KR" info --json "$1" 2> /dev/null | python3 -c '
+import json, sys
+r = [x["address"] for x in json.load(sys.stdin)["regions"] if x["role"] == "indirect"]
+up = sum(b > a for a, b in zip(r, r[1:])); down = sum(b < a for a, b in zip(r, r[1:]))
+run = best = 1
+for a, b in zip(r, r[1:]):
+    run = run + 1 if b > a else 1
+    best = max(best, run)
+print(f"    allocation order along the table: {len(r)} regions, next above {up} times, below {down} times, longest ascending run {best}")
+' || echo "    allocation order: no capture to read"
 }
 
 variants=${KREPLAY_STALL_VARIANTS:-new no-prewarm}
@@ -109,5 +126,12 @@ for name, picks in cases:
             text, ok = line(label, cs[i])
             print(text)
             missed += v.startswith("new") and not ok
+# The pointer table's stall varies by milliseconds from run to run: its runs of the shipped
+# build side by side, with their median.
+runs = [c[0]["stall_ms"] for c in (captures("ptrtable", v) for v in ("new", "new-2", "new-3")) if c]
+if runs:
+    runs.sort()
+    print(f"stall: ptrtable (new, {len(runs)} runs): " + ", ".join(f"{x:.1f}" for x in runs)
+          + f" ms, median {runs[len(runs) // 2]:.1f} ms")
 sys.exit(1 if missed else 0)
 PY
