@@ -266,7 +266,12 @@ fn refuse_small_chunks(scans: &[ManyScan]) -> CuResult<()> {
 /// The table of a copy queued by `ChunkKernels::queue_copy_many`, alive until its stream has
 /// run it (dropped before then, its buffer's free waits for the device).
 #[must_use = "give it back with `copies_done` once the stream is synchronised"]
-pub struct QueuedCopies(Option<DeviceBuffer>);
+pub struct QueuedCopies {
+    table: Option<DeviceBuffer>,
+    /// The rows' host memory, kept until the copy has run: a pageable upload has staged them
+    /// when its call returns, but memory the application registered is read by the DMA later.
+    _rows: Vec<u64>,
+}
 
 /// A table of copies kept on the device: the same copies queued again and again (profile's
 /// restores between passes) cost one launch each, and neither a copy call per range (about
@@ -475,7 +480,10 @@ impl ChunkKernels {
         let rows = copy_rows(copies);
         let n = (rows.len() / 3) as u64;
         if n == 0 {
-            return Ok(QueuedCopies(None));
+            return Ok(QueuedCopies {
+                table: None,
+                _rows: rows,
+            });
         }
         let table = self.upload_rows(&rows, upload)?;
         crate::steps::step("queued copy: rows uploaded");
@@ -494,13 +502,16 @@ impl ChunkKernels {
                 stream,
             )?
         };
-        Ok(QueuedCopies(Some(table)))
+        Ok(QueuedCopies {
+            table: Some(table),
+            _rows: rows,
+        })
     }
 
     /// Takes back the table of a `queue_copy_many` whose stream is synchronised (kept for the
     /// next call, as `copy_many` keeps its own).
     pub fn copies_done(&self, queued: QueuedCopies) {
-        if let Some(table) = queued.0 {
+        if let Some(table) = queued.table {
             self.keep_rows(table);
         }
     }

@@ -345,7 +345,8 @@ fn snapshots_with_sweeps_ahead(
     let placement = slab_placement(found);
     let no_arrays = textures.arrays.is_empty() && found.handle_tables.is_empty();
     let all_placed = no_arrays && nothing_left_to_copy(found, Some(&placement.0), copies);
-    let mut ahead = if sweeps_first(all_placed, placement.1, sweeps_after()) {
+    let placement_bytes = placement.1;
+    let mut ahead = if sweeps_first(all_placed, placement_bytes, sweeps_after()) {
         crate::settle::sweep_ahead(stream)
     } else {
         SweepsAhead::none()
@@ -355,6 +356,12 @@ fn snapshots_with_sweeps_ahead(
         .as_ref()
         .and_then(|upload| queue_into_slab(found, placement, stream, upload));
     let (slab, table) = queued.unzip();
+    if slab.is_none() && placement_bytes > 0 && !ahead.is_none() {
+        // The planned slab did not come (no room, no stream, the launch refused): its regions
+        // are copied one by one after the sweeps queued first, which then did not follow the
+        // last copy. The settle runs all of its own.
+        ahead = SweepsAhead::none();
+    }
     // Without a slab's copy, nothing waits on the upload stream.
     let upload = match (&table, upload) {
         (None, Some(idle)) => {

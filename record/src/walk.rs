@@ -215,7 +215,8 @@ impl FromIterator<Option<RegionScan>> for LevelScan {
 }
 
 /// The run of `list` (sorted by its first field) whose first field is `k`, from `*at` on;
-/// `*at` moves past it. Every key is asked in ascending order, none skipped.
+/// `*at` moves past it. Keys are asked in ascending order; a key may be skipped only when
+/// the list holds none of it (its cursor then already points at a later key).
 pub(crate) fn run_of<'a, T>(
     list: &'a [T],
     at: &mut usize,
