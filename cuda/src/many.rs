@@ -432,6 +432,26 @@ impl ChunkKernels {
         Ok(buf)
     }
 
+    /// Queues the copy kernel over `n` rows of `table` (`copy_rows`) on `stream`.
+    ///
+    /// # Safety
+    /// Each row's source is *readable* and its destination *writable* (`crate::memory`'s
+    /// contracts), no destination overlaps a source, and `table` lives, until the launch has
+    /// run.
+    unsafe fn launch_copies(&self, table: &DeviceBuffer, n: u64, stream: &Stream) -> CuResult<()> {
+        let cfg = LaunchConfig::new([self.grid_for(n), 1, 1], [crate::chunks::THREADS, 1, 1], 0);
+        // SAFETY: the kernel copies the rows' pieces, each inside a row's range, which this
+        // function's contract covers.
+        unsafe {
+            launch(
+                &self.copy_many,
+                &cfg,
+                &mut KernelArgs::words(&[table.ptr(), n]),
+                stream,
+            )
+        }
+    }
+
     /// Copies each `(dst, src, bytes)`. Queued on `stream` and waited for.
     ///
     /// # Safety
@@ -445,17 +465,9 @@ impl ChunkKernels {
         }
         let table = self.upload_rows(&rows, stream)?;
         crate::steps::step("copy: rows uploaded");
-        let cfg = LaunchConfig::new([self.grid_for(n), 1, 1], [crate::chunks::THREADS, 1, 1], 0);
-        // SAFETY: the kernel copies the rows' pieces, each inside a caller's range, which this
-        // function's contract covers; the table outlives the launch (synchronised below).
-        unsafe {
-            launch(
-                &self.copy_many,
-                &cfg,
-                &mut KernelArgs::words(&[table.ptr(), n]),
-                stream,
-            )?
-        };
+        // SAFETY: the rows' copies are the caller's, which this function's contract covers;
+        // the table outlives the launch (synchronised below).
+        unsafe { self.launch_copies(&table, n, stream)? };
         stream.synchronize()?;
         crate::steps::step("copy: waited for");
         self.keep_rows(table);
@@ -490,18 +502,10 @@ impl ChunkKernels {
         let uploaded = crate::stream::Event::untimed()?;
         uploaded.record(upload)?;
         crate::step_ops::wait_event(stream, &uploaded)?;
-        let cfg = LaunchConfig::new([self.grid_for(n), 1, 1], [crate::chunks::THREADS, 1, 1], 0);
-        // SAFETY: the kernel copies the rows' pieces, each inside a caller's range, which this
-        // function's contract covers; it runs after the table's upload (the event), and the
-        // table lives in the returned value until the caller saw `stream` synchronised.
-        unsafe {
-            launch(
-                &self.copy_many,
-                &cfg,
-                &mut KernelArgs::words(&[table.ptr(), n]),
-                stream,
-            )?
-        };
+        // SAFETY: the rows' copies are the caller's, which this function's contract covers; the
+        // launch runs after the table's upload (the event), and the table lives in the returned
+        // value until the caller saw `stream` synchronised.
+        unsafe { self.launch_copies(&table, n, stream)? };
         Ok(QueuedCopies {
             table: Some(table),
             _rows: rows,

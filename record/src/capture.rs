@@ -355,21 +355,23 @@ fn snapshots_with_sweeps_ahead(
     let queued = upload
         .as_ref()
         .and_then(|upload| queue_into_slab(found, placement, stream, upload));
-    let (slab, table) = queued.unzip();
+    // The upload stream is kept with the copy's table until the settle has waited for it;
+    // without a slab's copy nothing waits on it.
+    let (slab, slab_table) = match (queued, upload) {
+        (Some((slab, table)), Some(upload)) => (Some(slab), Some((table, upload))),
+        (_, idle) => {
+            if let Some(idle) = idle {
+                crate::spares::return_stream(idle);
+            }
+            (None, None)
+        }
+    };
     if slab.is_none() && placement_bytes > 0 && !ahead.is_none() {
         // The planned slab did not come (no room, no stream, the launch refused): its regions
         // are copied one by one after the sweeps queued first, which then did not follow the
         // last copy. The settle runs all of its own.
         ahead = SweepsAhead::none();
     }
-    // Without a slab's copy, nothing waits on the upload stream.
-    let upload = match (&table, upload) {
-        (None, Some(idle)) => {
-            crate::spares::return_stream(idle);
-            None
-        }
-        (_, upload) => upload,
-    };
     let at = slab.as_ref().map(|(_, at)| at.as_slice());
     if ahead.is_none() && no_arrays && nothing_left_to_copy(found, at, copies) {
         ahead = crate::settle::sweep_ahead(stream);
@@ -380,7 +382,7 @@ fn snapshots_with_sweeps_ahead(
         snapshots,
         globals,
         ahead,
-        slab_table: table.map(|t| (t, upload)),
+        slab_table,
     })
 }
 
@@ -405,7 +407,7 @@ struct Prepared {
     ahead: SweepsAhead,
     /// The slab copy's table (`queue_into_slab`) and the stream it went up on, to give back
     /// once the stream is synchronised (which waited for the upload).
-    slab_table: Option<(kreplay_cuda::many::QueuedCopies, Option<Stream>)>,
+    slab_table: Option<(kreplay_cuda::many::QueuedCopies, Stream)>,
 }
 
 /// The texture objects' CUDA arrays as snapshots after the walk's (their region ids follow),
@@ -464,7 +466,7 @@ fn note_uncaptured_views(found: &Walk, textures: &mut crate::textures::Found) {
 fn settle_and_keep(
     stream: Stream,
     ahead: SweepsAhead,
-    slab_table: Option<(kreplay_cuda::many::QueuedCopies, Option<Stream>)>,
+    slab_table: Option<(kreplay_cuda::many::QueuedCopies, Stream)>,
     laps: &mut Laps,
 ) -> Result<(TimingConditions, crate::quiet::Measuring), RecordError> {
     crate::trace::trace("capture: to the settle");
@@ -474,9 +476,7 @@ fn settle_and_keep(
             k.copies_done(table);
             Ok(())
         });
-        if let Some(upload) = upload {
-            crate::spares::return_stream(upload);
-        }
+        crate::spares::return_stream(upload);
     }
     crate::spares::return_stream(stream);
     crate::trace::trace("capture: settled");

@@ -258,6 +258,12 @@ impl DeviceSpace<'_> {
         crate::device_table::table().holding(addr)
     }
 
+    /// `known` (a region's flag from its answer, `FoundRegion::readable`), else
+    /// `kernel_readable`.
+    fn readable_as_known(&mut self, base: u64, size: u64, known: Option<bool>) -> bool {
+        known.unwrap_or_else(|| self.kernel_readable(base, size))
+    }
+
     /// Whether a kernel of this device may read `[base, base + size)`: from the walk's own
     /// lookup when it made one of exactly this allocation, else asked of the driver.
     pub(crate) fn kernel_readable(&mut self, base: u64, size: u64) -> bool {
@@ -497,10 +503,7 @@ impl DeviceSpace<'_> {
                     && size <= BATCH_REGION_BYTES
                     && base.is_multiple_of(8)
                     && !self.gpu_failed
-                    && match readable.get(i).copied().flatten() {
-                        Some(known) => known,
-                        None => self.kernel_readable(base, size),
-                    }
+                    && self.readable_as_known(base, size, readable.get(i).copied().flatten())
             })
             .collect();
         crate::trace::trace_with(|| {
@@ -530,11 +533,13 @@ impl DeviceSpace<'_> {
                 (!(like && size <= HANDLE_TABLE_BYTES)).then_some((words, heap))
             });
             match gpu {
-                Some((words, heap)) => level.put_words(
-                    i,
-                    words.iter().map(|&(_, off, v)| (off, v)),
-                    heap.iter().map(|&(_, off, v)| (off, v)),
-                ),
+                Some((words, heap)) => {
+                    level.put_words(
+                        i,
+                        words.iter().map(|&(_, off, v)| (off, v)),
+                        heap.iter().map(|&(_, off, v)| (off, v)),
+                    );
+                }
                 None => {
                     let found = self.scan(base, size, bounds, limits)?;
                     level.put(i, found);
@@ -706,13 +711,7 @@ pub(crate) fn reach(
     found.kernel_readable = found
         .regions
         .iter()
-        .map(|r| {
-            r.base.is_multiple_of(16)
-                && match r.readable {
-                    Some(known) => known,
-                    None => space.kernel_readable(r.base, r.size),
-                }
-        })
+        .map(|r| r.base.is_multiple_of(16) && space.readable_as_known(r.base, r.size, r.readable))
         .collect();
     let copies = std::mem::take(&mut space.copies);
     crate::trace::trace("walk: readable regions known");

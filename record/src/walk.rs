@@ -136,11 +136,9 @@ impl LevelScan {
     /// once, with their words in offset order (`from_iter`).
     pub fn put(&mut self, i: usize, found: Option<RegionScan>) {
         let Some(found) = found else { return };
-        let Some(k) = self.mark(i) else { return };
-        self.words
-            .extend(found.words.into_iter().map(|(off, v)| (k, off, v)));
-        self.heap
-            .extend(found.heap.into_iter().map(|(off, v)| (k, off, v)));
+        let Some(k) = self.put_words(i, found.words, found.heap) else {
+            return;
+        };
         if let Some(t) = found.handle_table {
             self.handle_tables.push((k, t));
         }
@@ -148,18 +146,19 @@ impl LevelScan {
 
     /// Region `i` scanned, its words and heap words (offset, value) in offset order, as
     /// `put` takes them (a scan of many regions hands its flat lists over without a
-    /// `RegionScan` each).
+    /// `RegionScan` each); its index as the lists hold it (`None`: no such region).
     pub fn put_words(
         &mut self,
         i: usize,
         words: impl IntoIterator<Item = (u64, u64)>,
         heap: impl IntoIterator<Item = (u64, u64)>,
-    ) {
-        let Some(k) = self.mark(i) else { return };
+    ) -> Option<u32> {
+        let k = self.mark(i)?;
         self.words
             .extend(words.into_iter().map(|(off, v)| (k, off, v)));
         self.heap
             .extend(heap.into_iter().map(|(off, v)| (k, off, v)));
+        Some(k)
     }
 
     /// Marks region `i` scanned; its index as the lists hold it (`None`: no such region).
