@@ -271,6 +271,8 @@ pub struct QueuedCopies {
     /// The rows' host memory, kept until the copy has run: a pageable upload has staged them
     /// when its call returns, but memory the application registered is read by the DMA later.
     _rows: Vec<u64>,
+    /// The rows uploaded in the same table for `copy_later`: (first row, row count).
+    later: (u64, u64),
 }
 
 /// A table of copies kept on the device: the same copies queued again and again (profile's
@@ -438,7 +440,7 @@ impl ChunkKernels {
     /// Each row's source is *readable* and its destination *writable* (`crate::memory`'s
     /// contracts), no destination overlaps a source, and `table` lives, until the launch has
     /// run.
-    unsafe fn launch_copies(&self, table: &DeviceBuffer, n: u64, stream: &Stream) -> CuResult<()> {
+    unsafe fn launch_copies(&self, table: u64, n: u64, stream: &Stream) -> CuResult<()> {
         let cfg = LaunchConfig::new([self.grid_for(n), 1, 1], [crate::chunks::THREADS, 1, 1], 0);
         // SAFETY: the kernel copies the rows' pieces, each inside a row's range, which this
         // function's contract covers.
@@ -446,7 +448,7 @@ impl ChunkKernels {
             launch(
                 &self.copy_many,
                 &cfg,
-                &mut KernelArgs::words(&[table.ptr(), n]),
+                &mut KernelArgs::words(&[table, n]),
                 stream,
             )
         }
@@ -467,7 +469,7 @@ impl ChunkKernels {
         crate::steps::step("copy: rows uploaded");
         // SAFETY: the rows' copies are the caller's, which this function's contract covers;
         // the table outlives the launch (synchronised below).
-        unsafe { self.launch_copies(&table, n, stream)? };
+        unsafe { self.launch_copies(table.ptr(), n, stream)? };
         stream.synchronize()?;
         crate::steps::step("copy: waited for");
         self.keep_rows(table);
@@ -489,12 +491,32 @@ impl ChunkKernels {
         stream: &Stream,
         upload: &Stream,
     ) -> CuResult<QueuedCopies> {
-        let rows = copy_rows(copies);
+        // SAFETY: this function's contract, with nothing kept for later.
+        unsafe { self.queue_copies_keeping(copies, &[], stream, upload) }
+    }
+
+    /// `queue_copy_many` of `now`, with the rows of `later` uploaded in the same table and not
+    /// launched: `copy_later` queues them, one launch and no upload (the post-dispatch copy of
+    /// the regions whose pre bytes `now` copies, when the application waits).
+    ///
+    /// # Safety
+    /// As `queue_copy_many` for `now`; `later`'s copies are `copy_later`'s to vouch for.
+    pub unsafe fn queue_copies_keeping(
+        &self,
+        now: &[(u64, u64, u64)],
+        later: &[(u64, u64, u64)],
+        stream: &Stream,
+        upload: &Stream,
+    ) -> CuResult<QueuedCopies> {
+        let mut rows = copy_rows(now);
         let n = (rows.len() / 3) as u64;
-        if n == 0 {
+        rows.extend(copy_rows(later));
+        let kept = (rows.len() / 3) as u64 - n;
+        if rows.is_empty() {
             return Ok(QueuedCopies {
                 table: None,
                 _rows: rows,
+                later: (0, 0),
             });
         }
         let table = self.upload_rows(&rows, upload)?;
@@ -502,14 +524,34 @@ impl ChunkKernels {
         let uploaded = crate::stream::Event::untimed()?;
         uploaded.record(upload)?;
         crate::step_ops::wait_event(stream, &uploaded)?;
-        // SAFETY: the rows' copies are the caller's, which this function's contract covers; the
-        // launch runs after the table's upload (the event), and the table lives in the returned
-        // value until the caller saw `stream` synchronised.
-        unsafe { self.launch_copies(&table, n, stream)? };
+        if n > 0 {
+            // SAFETY: the rows' copies are the caller's, which this function's contract
+            // covers; the launch runs after the table's upload (the event), and the table
+            // lives in the returned value until the caller saw `stream` synchronised.
+            unsafe { self.launch_copies(table.ptr(), n, stream)? };
+        }
         Ok(QueuedCopies {
             table: Some(table),
             _rows: rows,
+            later: (n, kept),
         })
+    }
+
+    /// Queues on `stream` (not waited for) the copies `queue_copies_keeping` kept for later.
+    ///
+    /// # Safety
+    /// The stream `queued` was queued on has been synchronised (it waited for the table's
+    /// upload); each later copy's source is *readable* and its destination *writable*
+    /// (`crate::memory`'s contracts), no destination overlapping a source, and `queued` lives,
+    /// until `stream` has run the launch.
+    pub unsafe fn copy_later(&self, queued: &QueuedCopies, stream: &Stream) -> CuResult<()> {
+        let (first, n) = queued.later;
+        let Some(table) = queued.table.as_ref().filter(|_| n > 0) else {
+            return Ok(());
+        };
+        // SAFETY: rows `first..first + n` of the table (three words each), uploaded and
+        // complete (the contract); their copies are the caller's, which the contract covers.
+        unsafe { self.launch_copies(table.ptr() + first * 3 * 8, n, stream) }
     }
 
     /// Takes back the table of a `queue_copy_many` whose stream is synchronised (kept for the

@@ -706,3 +706,88 @@ fn kept_copy_and_scan_tables_do_what_their_rows_say_each_time() {
         vec![false, false, true]
     );
 }
+
+// Catches: `copy_later` launching from the wrong row (the first copies again, or rows past the
+// kept ones), the first launch running the kept rows too, or a later copy that reads the source
+// as it was at the first (the point is the bytes as they are later).
+#[test]
+#[ignore = "needs a GPU: run with --ignored on a CUDA machine"]
+fn copies_kept_for_later_run_only_when_asked_and_read_the_source_then() {
+    let gpu = Gpu::open();
+    let (kernels, stream) = (&gpu.kernels, &gpu.stream);
+    let upload = Stream::new().expect("upload stream");
+    // Two regions of odd lengths (one of several pieces), a slab twice their placed length.
+    let sizes = [5000usize, (3 << 20) + 17];
+    let regions: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(r, &n)| (0..n).map(|i| (i * 7 + r * 31 + 1) as u8).collect())
+        .collect();
+    let bufs: Vec<DeviceBuffer> = regions.iter().map(|r| uploaded(r)).collect();
+    let at = [0u64, 5120];
+    let half = at[1] + sizes[1] as u64 + 111;
+    let slab = uploaded(&vec![0u8; 2 * half as usize]);
+    let now: Vec<(u64, u64, u64)> = (0..2)
+        .map(|i| (slab.ptr() + at[i], bufs[i].ptr(), sizes[i] as u64))
+        .collect();
+    let later: Vec<(u64, u64, u64)> = now.iter().map(|&(d, s, n)| (d + half, s, n)).collect();
+    // SAFETY: every copy lies in our own buffers, none overlapping another; `stream` is
+    // synchronised below before the table is given back or anything is dropped.
+    let queued = unsafe { kernels.queue_copies_keeping(&now, &later, stream, &upload) }
+        .expect("queue the first copies");
+    stream.synchronize().expect("first copies done");
+    let read = || {
+        let mut got = vec![0u8; 2 * half as usize];
+        // SAFETY: reads our own slab, its writers synchronised.
+        unsafe { kreplay_cuda::copy_dtoh(&mut got, slab.ptr()) }.expect("read back");
+        got
+    };
+    let first = read();
+    for i in 0..2 {
+        let a = at[i] as usize;
+        assert!(
+            first[a..a + sizes[i]] == regions[i][..],
+            "region {i} in the first half"
+        );
+        let h = a + half as usize;
+        assert!(
+            first[h..h + sizes[i]].iter().all(|&b| b == 0),
+            "region {i}'s later copy ran with the first"
+        );
+    }
+    // The sources change before the later copies: those must see the new bytes.
+    let changed: Vec<Vec<u8>> = regions
+        .iter()
+        .map(|r| r.iter().map(|b| !b).collect())
+        .collect();
+    for (b, c) in bufs.iter().zip(&changed) {
+        // SAFETY: our own buffer of `c.len()` bytes; nothing of the GPU uses it now.
+        unsafe { copy_htod(b.ptr(), c) }.expect("change the source");
+    }
+    // SAFETY: `stream` (queued on above) is synchronised; the later copies lie in our buffers.
+    unsafe { kernels.copy_later(&queued, stream) }.expect("queue the later copies");
+    stream.synchronize().expect("later copies done");
+    kernels.copies_done(queued);
+    let second = read();
+    for i in 0..2 {
+        let a = at[i] as usize;
+        assert!(
+            second[a..a + sizes[i]] == regions[i][..],
+            "region {i}'s first copy kept"
+        );
+        let h = a + half as usize;
+        assert!(
+            second[h..h + sizes[i]] == changed[i][..],
+            "region {i}'s later copy"
+        );
+    }
+    assert!(
+        second[at[0] as usize + sizes[0]..at[1] as usize]
+            .iter()
+            .all(|&b| b == 0)
+            && second[(half + at[0]) as usize + sizes[0]..(half + at[1]) as usize]
+                .iter()
+                .all(|&b| b == 0),
+        "bytes between the regions were written"
+    );
+}

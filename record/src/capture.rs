@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use kreplay_cuda::many::QueuedCopies;
 use kreplay_cuda::timing::GatedTimer;
 use kreplay_cuda::{
     ctx_synchronize, ContextHandle, ForeignFunction, ForeignStream, KernelArgs, LaunchConfig,
@@ -18,6 +19,7 @@ use kreplay_format::{
     TimingConditions,
 };
 
+use crate::compare_later::CompareLater;
 use crate::error::RecordError;
 use crate::footprint::{Footprint, Reads, Step};
 use crate::launch::LaunchView;
@@ -58,6 +60,9 @@ pub struct Pending {
     /// `--memory touched`: the launch the instrumented run repeats at EXIT, or why it cannot
     /// be repeated (the capture then holds whole regions); none in other modes.
     pub touched: Option<Result<crate::touched_run::TouchedLaunch, String>>,
+    /// The slab copy's table, holding the copies into the slab's second half, and where that
+    /// half starts (`queue_into_slab`): `after_launch` queues them.
+    pub post_half: Option<(QueuedCopies, u64)>,
 }
 
 /// The kernel's cubin as the recorder holds it: shared, so the application is not stalled
@@ -99,6 +104,8 @@ pub struct CaptureData {
     pub context: Option<ContextHandle>,
     /// Chunks that changed in regions snapshotted on the host.
     pub post: Vec<PostChunk>,
+    /// The slab's regions copied whole after the step, compared by the writer.
+    pub compare_later: Option<CompareLater>,
     pub notes: Vec<String>,
     /// Texture and surface objects in the arguments, and their arrays.
     pub textures: Textures,
@@ -162,6 +169,10 @@ pub struct PreInput<'a> {
     pub correlation: u32,
     /// Opens the capture file, for regions that do not fit in device scratch.
     pub open_file: Option<OpenFile<'a>>,
+    /// The slab's regions may be copied whole after the step and compared by the writer
+    /// (`compare_later`): `after_launch` closes the capture, and nothing needs their write
+    /// sets before the writer (not `--memory touched`'s instrumented run, not a range).
+    pub compare_later: bool,
 }
 
 /// The configuration and arguments that launch `view`'s kernel again as the application
@@ -250,11 +261,12 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let stream =
         crate::spares::spare_stream().map_err(RecordError::cuda("creating the snapshot stream"))?;
     let mut spill = None;
+    let post_half = input.compare_later && !crate::compare_later::switched_off();
     let mut prep = snapshots_with_sweeps_ahead(
         &found,
         &textures,
         &mut copies,
-        input.module.module_id,
+        (input.module.module_id, post_half),
         &stream,
         input.open_file,
         &mut spill,
@@ -264,7 +276,9 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
     crate::touched_debug::from_env(&mut prep.snapshots).map_err(RecordError::Config)?;
     laps.lap("arrays");
     let device_heap = heap_note_said(&found, &input.kernel_name);
-    let (timing, measuring) = settle_and_keep(stream, prep.ahead, prep.slab_table, &mut laps)?;
+    let (slab_table, half) = (prep.slab_table, prep.post_half);
+    let (timing, measuring, kept) =
+        settle_and_keep(stream, prep.ahead, slab_table, half, &mut laps)?;
 
     // Last: the stream stays gated until the launch is queued (see GatedTimer).
     // SAFETY: inside the launch callback that decoded the view.
@@ -289,6 +303,7 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
         measuring: Some(measuring),
         footprint,
         touched: None,
+        post_half: kept.zip(half),
         data: CaptureData {
             dispatch,
             steps: Vec::new(),
@@ -301,6 +316,7 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
             pointer_slots: found.pointer_slots,
             context: ContextHandle::current().ok(),
             post: Vec::new(),
+            compare_later: None,
             device_heap,
             notes: found.notes.into_iter().chain(textures.notes).collect(),
             textures: texture_description,
@@ -337,7 +353,7 @@ fn snapshots_with_sweeps_ahead(
     found: &Walk,
     textures: &crate::textures::Found,
     copies: &mut WalkCopies,
-    module_id: u32,
+    (module_id, post_half): (u32, bool),
     stream: &Stream,
     open_file: Option<OpenFile<'_>>,
     spill: &mut Option<Spill>,
@@ -354,16 +370,16 @@ fn snapshots_with_sweeps_ahead(
     let upload = crate::spares::spare_stream().ok();
     let queued = upload
         .as_ref()
-        .and_then(|upload| queue_into_slab(found, placement, stream, upload));
+        .and_then(|upload| queue_into_slab(found, placement, post_half, stream, upload));
     // The upload stream is kept with the copy's table until the settle has waited for it;
     // without a slab's copy nothing waits on it.
-    let (slab, slab_table) = match (queued, upload) {
-        (Some((slab, table)), Some(upload)) => (Some(slab), Some((table, upload))),
+    let (slab, slab_table, post_half) = match (queued, upload) {
+        (Some(q), Some(upload)) => (Some(q.slab), Some((q.table, upload)), q.post_half),
         (_, idle) => {
             if let Some(idle) = idle {
                 crate::spares::return_stream(idle);
             }
-            (None, None)
+            (None, None, None)
         }
     };
     if slab.is_none() && placement_bytes > 0 && !ahead.is_none() {
@@ -383,6 +399,7 @@ fn snapshots_with_sweeps_ahead(
         globals,
         ahead,
         slab_table,
+        post_half,
     })
 }
 
@@ -407,7 +424,10 @@ struct Prepared {
     ahead: SweepsAhead,
     /// The slab copy's table (`queue_into_slab`) and the stream it went up on, to give back
     /// once the stream is synchronised (which waited for the upload).
-    slab_table: Option<(kreplay_cuda::many::QueuedCopies, Stream)>,
+    slab_table: Option<(QueuedCopies, Stream)>,
+    /// Where the slab's second half starts (`QueuedSlab::post_half`): the table is then kept
+    /// for the copies into it after the step.
+    post_half: Option<u64>,
 }
 
 /// The texture objects' CUDA arrays as snapshots after the walk's (their region ids follow),
@@ -463,24 +483,45 @@ fn note_uncaptured_views(found: &Walk, textures: &mut crate::textures::Found) {
 
 /// `settle_after_copies`, then the slab copy's table and the stream (both done with once the
 /// settle waited for the stream) kept for the next capture.
+/// The settle (`settle_after_copies`), then the spare streams and the slab copy's table given
+/// back; the table is returned instead when the slab has a second half (`post_half`), whose
+/// copies it holds for after the step.
 fn settle_and_keep(
     stream: Stream,
     ahead: SweepsAhead,
-    slab_table: Option<(kreplay_cuda::many::QueuedCopies, Stream)>,
+    slab_table: Option<(QueuedCopies, Stream)>,
+    post_half: Option<u64>,
     laps: &mut Laps,
-) -> Result<(TimingConditions, crate::quiet::Measuring), RecordError> {
+) -> Result<
+    (
+        TimingConditions,
+        crate::quiet::Measuring,
+        Option<QueuedCopies>,
+    ),
+    RecordError,
+> {
     crate::trace::trace("capture: to the settle");
-    let settled = settle_after_copies(&stream, ahead, laps)?;
+    let (timing, measuring) = settle_after_copies(&stream, ahead, laps)?;
+    let mut kept = None;
     if let Some((table, upload)) = slab_table {
-        let _kept = crate::device_resources::with_chunk_kernels(|k| {
-            k.copies_done(table);
-            Ok(())
-        });
+        if post_half.is_some() {
+            kept = Some(table);
+        } else {
+            copies_done(table);
+        }
         crate::spares::return_stream(upload);
     }
     crate::spares::return_stream(stream);
     crate::trace::trace("capture: settled");
-    Ok(settled)
+    Ok((timing, measuring, kept))
+}
+
+/// Gives a copy's table back to the chunk kernels (its stream synchronised).
+fn copies_done(table: QueuedCopies) {
+    let _kept = crate::device_resources::with_chunk_kernels(|k| {
+        k.copies_done(table);
+        Ok(())
+    });
 }
 
 /// Waits for the snapshot copies on `stream`, then settles the GPU (see `settle`) and waits for
@@ -540,11 +581,20 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     let stream =
         crate::spares::spare_stream().map_err(RecordError::cuda("creating the snapshot stream"))?;
     crate::trace::trace("capture: post stream made");
+    let post_half = p.post_half.take();
+    let half = post_half.as_ref().and_then(|(table, half)| {
+        // SAFETY: the slab copy's stream was synchronised by the settle; the regions are the
+        // ones copied into the slab, the step done and the context synchronised.
+        let queued = unsafe { crate::snapshot::copy_post_half(table, &stream) };
+        queued.ok().map(|()| *half)
+    });
+    crate::trace::trace("post: slab's second half queued");
     let post = post_states(
         &mut p.data.snapshots,
         &p.footprint,
         p.data.spill.as_mut(),
         &stream,
+        half.is_some(),
     )?;
     // The last copies into post scratch are still queued on this non-blocking stream, which
     // nothing orders before the application's next work on its output, the writer's readback,
@@ -553,7 +603,14 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
         .synchronize()
         .map_err(RecordError::cuda("waiting for the post-dispatch copies"))?;
     crate::spares::return_stream(stream);
+    if let Some((table, _)) = post_half {
+        copies_done(table);
+    }
     p.data.post = post;
+    p.data.compare_later = half.map(|half| CompareLater {
+        half,
+        footprint: p.footprint.clone(),
+    });
     laps.lap("post");
     crate::trace::trace("capture: post states kept");
     // The kernel's own run is not the capture's: the application waits for it anyway.

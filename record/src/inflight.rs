@@ -13,6 +13,7 @@ use kreplay_cuda::{copy_dtoh, DownloadRing};
 use kreplay_engine::write_set::Evidence;
 use kreplay_format::{CaptureWriter, MemoryState, RegionExtents, MIN_EXTENT_PAGE};
 
+use crate::compare_later::CompareLater;
 use crate::error::RecordError;
 use crate::footprint::RegionSpan;
 use crate::readback;
@@ -34,6 +35,19 @@ struct Home {
     snapshots: Vec<Snapshot>,
     /// Post chunks of regions brought home by the teardown callback.
     post: Vec<PostChunk>,
+    /// The slab's regions still to compare (`compare_later`), before any is written or
+    /// brought home.
+    later: Option<CompareLater>,
+}
+
+impl Home {
+    /// Compares what `later` holds, once.
+    fn compare_later(&mut self) -> Result<(), RecordError> {
+        match self.later.take() {
+            Some(later) => later.compare(&mut self.snapshots),
+            None => Ok(()),
+        }
+    }
 }
 
 fn lock(m: &Mutex<Home>) -> MutexGuard<'_, Home> {
@@ -128,12 +142,18 @@ fn bring_home(s: &mut Snapshot, post: &mut Vec<PostChunk>) -> Result<(), RecordE
 pub type RawBytes = u64;
 
 impl InFlight {
-    pub fn new(context: usize, snapshots: Vec<Snapshot>) -> Arc<InFlight> {
+    /// `later`: the slab's regions whose comparison was left to the writer.
+    pub fn new(
+        context: usize,
+        snapshots: Vec<Snapshot>,
+        later: Option<CompareLater>,
+    ) -> Arc<InFlight> {
         Arc::new(InFlight {
             context,
             home: Mutex::new(Home {
                 snapshots,
                 post: Vec::new(),
+                later,
             }),
         })
     }
@@ -177,6 +197,9 @@ impl InFlight {
             0
         };
         let mut h = lock(&self.home);
+        if let Err(e) = h.compare_later() {
+            return Some(Err(e));
+        }
         let s = h.snapshots.get_mut(i)?;
         let written = write_snapshot(s, w, ring, staging, progress);
         Some(written)
@@ -199,7 +222,10 @@ impl InFlight {
     /// Brings every snapshot home (the context is about to be destroyed).
     pub fn evacuate(&self) -> Result<(), RecordError> {
         let mut h = lock(&self.home);
-        let Home { snapshots, post } = &mut *h;
+        h.compare_later()?;
+        let Home {
+            snapshots, post, ..
+        } = &mut *h;
         for s in snapshots.iter_mut() {
             bring_home(s, post)?;
         }
@@ -364,7 +390,7 @@ mod tests {
             dispatch: &d,
         })
         .expect("head");
-        let flight = InFlight::new(0, vec![snapshot]);
+        let flight = InFlight::new(0, vec![snapshot], None);
         let raw = flight
             .write_region(0, &mut w, &mut None, &|_| {})
             .expect("region 0")

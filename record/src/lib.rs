@@ -19,6 +19,7 @@ pub(crate) use diag;
 
 pub mod allocations;
 pub mod capture;
+pub mod compare_later;
 pub mod counter_batch;
 pub mod device_resources;
 pub mod device_table;

@@ -314,6 +314,7 @@ impl RangePending {
             measuring: None,
             footprint: footprint::for_capture(),
             touched: None,
+            post_half: None,
             data: seeded_data(dispatch, module, held),
         });
         Ok(())
@@ -488,6 +489,7 @@ impl RangePending {
             &p.footprint,
             p.data.spill.as_mut(),
             &stream,
+            false,
         )?;
         stream
             .synchronize()
@@ -537,6 +539,7 @@ fn seeded_data(dispatch: kreplay_format::Dispatch, module: CodeObject, held: Hel
         pointer_slots: held.pointer_slots,
         context: ContextHandle::current().ok(),
         post: Vec::new(),
+        compare_later: None,
         notes: Vec::new(),
         textures: Default::default(),
         device_heap: None,

@@ -60,6 +60,17 @@ impl Scratch {
         }
     }
 
+    /// The same length `by` bytes further into the same slab (its second half, see
+    /// `queue_into_slab`); the caller's plan keeps them inside it.
+    pub(crate) fn shifted(&self, by: u64) -> Scratch {
+        Scratch {
+            buf: self.buf.clone(),
+            at: self.at + by,
+            len: self.len,
+            in_slab: self.in_slab,
+        }
+    }
+
     /// Device address of the first byte.
     pub fn ptr(&self) -> u64 {
         self.buf.ptr() + self.at
@@ -139,15 +150,33 @@ pub(crate) fn slab_placement(found: &Walk) -> (Vec<Option<u64>>, u64) {
 /// One copy (destination, source, bytes).
 type SlabCopy = (u64, u64, u64);
 
-/// The slab `placement` sizes, allocated, and the copies of `found`'s regions into it.
+/// Where a slab's second half starts, and the copies into it.
+type PostHalf = (u64, Vec<SlabCopy>);
+
+/// A slab at most this long gets a second half for the regions' bytes after the step
+/// (`queue_into_slab`): twice its memory, for a post-dispatch phase of one launch.
+pub(crate) const POST_HALF_MOST_BYTES: u64 = 256 << 20;
+
+/// The slab `placement` sizes, allocated, and the copies of `found`'s regions into it. With
+/// `post_half` (and a slab of at most `POST_HALF_MOST_BYTES` that the scratch rule allows
+/// twice over) the slab is twice as long, and the same copies into its second half come too,
+/// with where that half starts.
 fn slab_and_copies(
     found: &Walk,
     (at, total): (Vec<Option<u64>>, u64),
-) -> Option<(Slab, Vec<SlabCopy>)> {
+    post_half: bool,
+) -> Option<(Slab, Vec<SlabCopy>, Option<PostHalf>)> {
     if total == 0 {
         return None;
     }
-    let slab = new_slab(total)?;
+    let doubled = (post_half && total <= POST_HALF_MOST_BYTES)
+        .then(|| new_slab(2 * total))
+        .flatten();
+    let half = doubled.is_some().then_some(total);
+    let slab = match doubled {
+        Some(slab) => slab,
+        None => new_slab(total)?,
+    };
     crate::trace::trace("snapshot slab allocated");
     let copies: Vec<SlabCopy> = found
         .regions
@@ -155,14 +184,15 @@ fn slab_and_copies(
         .zip(&at)
         .filter_map(|(r, a)| a.map(|a| (slab.ptr() + a, r.base, r.size)))
         .collect();
-    Some(((slab, at), copies))
+    let later = half.map(|h| (h, copies.iter().map(|&(d, s, n)| (d + h, s, n)).collect()));
+    Some(((slab, at), copies, later))
 }
 
 /// The small regions of `found` copied into one slab by one launch, as `slab_plan` places them;
 /// `None` when there is no slab (too few, no room, the kernel cannot run): each region then
 /// takes its own scratch (`take_snapshots`).
 pub(crate) fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<Slab> {
-    let (slab, copies) = slab_and_copies(found, slab_placement(found))?;
+    let (slab, copies, _) = slab_and_copies(found, slab_placement(found), false)?;
     // SAFETY: each destination is a stretch of our slab that `slab_plan` sized for its region;
     // each source is a region the walk found that a kernel of this device may read whole
     // (`kernel_readable`), read with the context synchronised.
@@ -171,22 +201,57 @@ pub(crate) fn copy_into_slab(found: &Walk, stream: &Stream) -> Option<Slab> {
     Some(slab)
 }
 
+/// A slab whose copy is queued (`queue_into_slab`).
+pub(crate) struct QueuedSlab {
+    pub slab: Slab,
+    /// The copy's table, to give back (`copies_done`) once its stream is synchronised; when
+    /// the slab has a second half, it holds that half's copies too (`copy_later`).
+    pub table: QueuedCopies,
+    /// Where the slab's second half starts: each region's bytes after the step go there, at
+    /// its offset in the first (`copy_post_half`); none when the slab has no second half.
+    pub post_half: Option<u64>,
+}
+
 /// `copy_into_slab` at `placement` (`slab_placement`), the copy queued on `stream` and not
 /// waited for (its table uploaded on `upload`, see `queue_copy_many`): the settle's wait for
-/// the snapshot copies waits for it. Give the table back (`copies_done`) after that wait.
+/// the snapshot copies waits for it. Give the table back (`copies_done`) after that wait, or
+/// after `copy_post_half` when the slab has a second half (`post_half`, see `slab_and_copies`).
 pub(crate) fn queue_into_slab(
     found: &Walk,
     placement: (Vec<Option<u64>>, u64),
+    post_half: bool,
     stream: &Stream,
     upload: &Stream,
-) -> Option<(Slab, QueuedCopies)> {
-    let (slab, copies) = slab_and_copies(found, placement)?;
+) -> Option<QueuedSlab> {
+    let (slab, copies, later) = slab_and_copies(found, placement, post_half)?;
+    let (half, later) = later.map_or((None, Vec::new()), |(h, l)| (Some(h), l));
     // SAFETY: as in `copy_into_slab`; the regions are read with the context synchronised, and
-    // the application's next work waits for the settle, which waits for `stream`.
-    let queued =
-        with_chunk_kernels(|k| unsafe { k.queue_copy_many(&copies, stream, upload) }).ok()?;
+    // the application's next work waits for the settle, which waits for `stream`. The later
+    // copies are `copy_post_half`'s.
+    let table =
+        with_chunk_kernels(|k| unsafe { k.queue_copies_keeping(&copies, &later, stream, upload) })
+            .ok()?;
     crate::trace::trace("snapshot slab copy queued");
-    Some((slab, queued))
+    Some(QueuedSlab {
+        slab,
+        table,
+        post_half: half,
+    })
+}
+
+/// Queues on `stream` the copy of the slab's regions as the step left them into its second
+/// half (`QueuedSlab::post_half`), one launch of the rows uploaded with the slab's own copy.
+/// The caller synchronises `stream`, then gives the table back.
+///
+/// # Safety
+/// The stream the slab's copy was queued on has been synchronised, and the regions are the
+/// application's allocations the slab was copied from, still allocated (the step is done and
+/// the application waits, the context synchronised).
+pub(crate) unsafe fn copy_post_half(table: &QueuedCopies, stream: &Stream) -> Result<(), String> {
+    // SAFETY: the later rows copy each region (a kernel of this device may read it, as for the
+    // slab's copy) into its stretch of the slab's second half, ours; the contract covers the
+    // upload and the regions.
+    with_chunk_kernels(|k| unsafe { k.copy_later(table, stream) })
 }
 
 /// A region and its bytes before (and after) the launch.
@@ -562,13 +627,15 @@ pub(crate) fn array_snapshots(
 
 /// After the step, each snapshot's post-dispatch state: written to the capture file for
 /// spilled regions, compared now on the host for host snapshots (their post chunks are
-/// returned), compared on the GPU and kept in post scratch for the others. The caller
-/// synchronises `stream`.
+/// returned), compared on the GPU and kept in post scratch for the others, except the slab's
+/// regions when `slab_copied` (their bytes already queued into the slab's second half, see
+/// `copy_post_half`). The caller synchronises `stream`.
 pub(crate) fn post_states(
     snapshots: &mut [Snapshot],
     footprint: &Arc<dyn Footprint>,
     mut spill: Option<&mut Spill>,
     stream: &Stream,
+    slab_copied: bool,
 ) -> Result<Vec<PostChunk>, RecordError> {
     let mut post = Vec::new();
     let in_slab: Vec<usize> = (0..snapshots.len())
@@ -578,7 +645,9 @@ pub(crate) fn post_states(
         })
         .collect();
     let mut compared = vec![false; snapshots.len()];
-    if !in_slab.is_empty() && post_many(snapshots, &in_slab, footprint, stream)? {
+    // Copied whole into the slab's second half (`slab_copied`): compared by the writer
+    // (`compare_later`), not now.
+    if !in_slab.is_empty() && (slab_copied || post_many(snapshots, &in_slab, footprint, stream)?) {
         for &i in &in_slab {
             compared[i] = true;
         }

@@ -219,6 +219,8 @@ impl Recorder {
             allocations: target.allocations,
             correlation: 0,
             open_file: None,
+            // A range's step: the range compares its steps itself.
+            compare_later: false,
         };
         if r.holds_anything() {
             let seeding = r.pending.is_none();

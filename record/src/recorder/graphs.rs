@@ -374,6 +374,7 @@ impl Recorder {
                 allocations: target.allocations,
                 correlation: 0,
                 open_file: Some(&open_file),
+                compare_later: true,
             })?;
             let mut a = KernelArgs::new(args, &k.layout).map_err(RecordError::GraphNode)?;
             // SAFETY: the application's kernel node, run with its own arguments where its

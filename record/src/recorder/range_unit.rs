@@ -146,6 +146,8 @@ impl Recorder {
                 allocations,
                 correlation,
                 open_file: None,
+                // A range's step: the range compares its steps itself.
+                compare_later: false,
             },
             stream,
             launch_index,

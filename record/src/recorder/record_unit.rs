@@ -39,6 +39,7 @@ impl Recorder {
             allocations: target.allocations,
             correlation,
             open_file: Some(&open_file),
+            compare_later: touched.is_none(),
         })?;
         self.describe(&mut p.data, index, launch_index, target.device);
         p.touched = touched;

@@ -78,7 +78,11 @@ impl Sink {
         let path = h.outputs.path(p.match_index, &p.dispatch.kernel_name);
         let info = capture_info(&h.outputs, &p);
         let context = p.context.map_or(0, |c| c.id());
-        let flight = InFlight::new(context, std::mem::take(&mut p.snapshots));
+        let flight = InFlight::new(
+            context,
+            std::mem::take(&mut p.snapshots),
+            p.compare_later.take(),
+        );
         lock(&h.in_flight).push(flight.clone());
         let name = short_kernel_name(&demangle(&p.dispatch.kernel_name));
         let corpus_entry = h
