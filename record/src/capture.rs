@@ -481,8 +481,6 @@ fn note_uncaptured_views(found: &Walk, textures: &mut crate::textures::Found) {
     }
 }
 
-/// `settle_after_copies`, then the slab copy's table and the stream (both done with once the
-/// settle waited for the stream) kept for the next capture.
 /// The settle (`settle_after_copies`), then the spare streams and the slab copy's table given
 /// back; the table is returned instead when the slab has a second half (`post_half`), whose
 /// copies it holds for after the step.
@@ -595,17 +593,20 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
         p.data.spill.as_mut(),
         &stream,
         half.is_some(),
-    )?;
+    );
     // The last copies into post scratch are still queued on this non-blocking stream, which
     // nothing orders before the application's next work on its output, the writer's readback,
-    // or `--memory touched`'s restore of the input over the same bytes (as a range does).
-    stream
+    // or `--memory touched`'s restore of the input over the same bytes (as a range does). Also
+    // waited for when the comparison failed: the slab's second-half copy reads the table.
+    let synchronised = stream
         .synchronize()
-        .map_err(RecordError::cuda("waiting for the post-dispatch copies"))?;
-    crate::spares::return_stream(stream);
+        .map_err(RecordError::cuda("waiting for the post-dispatch copies"));
     if let Some((table, _)) = post_half {
         copies_done(table);
     }
+    let post = post?;
+    synchronised?;
+    crate::spares::return_stream(stream);
     p.data.post = post;
     p.data.compare_later = half.map(|half| CompareLater {
         half,

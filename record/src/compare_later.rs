@@ -13,7 +13,6 @@ use kreplay_cuda::Stream;
 use kreplay_engine::write_set::Evidence;
 
 use crate::device_resources::with_chunk_kernels;
-use crate::error::RecordError;
 use crate::footprint::{Footprint, RegionSpan};
 use crate::readback;
 use crate::snapshot::{Bytes, ChunkBits, PostScratch, Snapshot};
@@ -33,6 +32,13 @@ pub(crate) fn waits(s: &Snapshot) -> bool {
     s.post.is_none() && s.spilled.is_none() && matches!(&s.pre, Bytes::Device(b) if b.in_slab())
 }
 
+/// Whether the many-regions scan takes `s`'s chunks (as `post_many` asks: a power of two of
+/// at least a piece).
+fn scannable(s: &Snapshot) -> bool {
+    let cs = s.region.chunk_size;
+    cs.is_power_of_two() && cs >= kreplay_cuda::many::PIECE_BYTES
+}
+
 /// `KREPLAY_DEBUG_POST=now`: the slab compared during the stall, as before the second half
 /// (the same build's baseline, a measurement aid).
 pub(crate) fn switched_off() -> bool {
@@ -44,20 +50,26 @@ impl CompareLater {
     /// Gives each waiting snapshot its post state: the chunks that changed, found by one GPU
     /// scan of both halves, kept where they are in the second half. When the scan cannot run,
     /// each region's second-half bytes are kept whole, compared on the host when written.
-    pub(crate) fn compare(&self, snapshots: &mut [Snapshot]) -> Result<(), RecordError> {
+    /// `on_gpu` false (the context they belong to is not known to be current): every region
+    /// kept whole.
+    pub(crate) fn compare(&self, snapshots: &mut [Snapshot], on_gpu: bool) {
         let waiting: Vec<usize> = (0..snapshots.len())
             .filter(|&i| waits(&snapshots[i]))
             .collect();
         if waiting.is_empty() {
-            return Ok(());
+            return;
         }
-        let compared = crate::quiet::outside_measurement(|| {
-            let stream = Stream::new().map_err(|e| e.to_string())?;
-            let scans = self.scans(snapshots, &waiting);
-            // SAFETY: each scan reads a region's two stretches of our own slab, both written
-            // (the copies' stream was synchronised before the application went on), which lives
-            // while the snapshots hold it.
-            with_chunk_kernels(|k| unsafe { k.scan_many(&scans, &stream) })
+        // Built before the measurement window is kept out: host work only.
+        let scans = (on_gpu && waiting.iter().all(|&i| scannable(&snapshots[i])))
+            .then(|| self.scans(snapshots, &waiting));
+        let compared = scans.ok_or_else(String::new).and_then(|scans| {
+            crate::quiet::outside_measurement(|| {
+                let stream = Stream::new().map_err(|e| e.to_string())?;
+                // SAFETY: each scan reads a region's two stretches of our own slab, both
+                // written (the copies' stream was synchronised before the application went
+                // on), which lives while the snapshots hold it.
+                with_chunk_kernels(|k| unsafe { k.scan_many(&scans, &stream) })
+            })
         });
         match compared {
             Ok(flags) => self.take_flags(snapshots, &waiting, &flags),
@@ -65,7 +77,6 @@ impl CompareLater {
                 for &i in &waiting {
                     self.keep_whole(&mut snapshots[i]);
                 }
-                Ok(())
             }
         }
     }
@@ -101,7 +112,7 @@ impl CompareLater {
         snapshots: &mut [Snapshot],
         waiting: &[usize],
         flags: &kreplay_cuda::chunks::ChunkFlags,
-    ) -> Result<(), RecordError> {
+    ) {
         let mut first = 0;
         for &i in waiting {
             let s = &mut snapshots[i];
@@ -128,7 +139,6 @@ impl CompareLater {
             });
             s.pre_nonzero = Some(ChunkBits::of(nonzero));
         }
-        Ok(())
     }
 
     /// The region's second-half bytes whole, compared on the host when written.

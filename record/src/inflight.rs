@@ -41,11 +41,11 @@ struct Home {
 }
 
 impl Home {
-    /// Compares what `later` holds, once.
-    fn compare_later(&mut self) -> Result<(), RecordError> {
-        match self.later.take() {
-            Some(later) => later.compare(&mut self.snapshots),
-            None => Ok(()),
+    /// Compares what `later` holds, once; on the GPU when `on_gpu` (the snapshots' context is
+    /// current), else each region is kept whole for the host to compare.
+    fn compare_later(&mut self, on_gpu: bool) {
+        if let Some(later) = self.later.take() {
+            later.compare(&mut self.snapshots, on_gpu);
         }
     }
 }
@@ -197,9 +197,8 @@ impl InFlight {
             0
         };
         let mut h = lock(&self.home);
-        if let Err(e) = h.compare_later() {
-            return Some(Err(e));
-        }
+        // The writer made the capture's context current.
+        h.compare_later(true);
         let s = h.snapshots.get_mut(i)?;
         let written = write_snapshot(s, w, ring, staging, progress);
         Some(written)
@@ -222,7 +221,9 @@ impl InFlight {
     /// Brings every snapshot home (the context is about to be destroyed).
     pub fn evacuate(&self) -> Result<(), RecordError> {
         let mut h = lock(&self.home);
-        h.compare_later()?;
+        // The context about to be destroyed is current; a capture whose context is not known
+        // may belong to another.
+        h.compare_later(self.context != 0);
         let Home {
             snapshots, post, ..
         } = &mut *h;

@@ -112,7 +112,7 @@ impl Recorder {
             }
             return;
         }
-        match self.begin(view, name, index, launch_index, correlation) {
+        match self.begin(view, name, (index, launch_index, correlation), false) {
             Ok(p) => units::open(correlation, Unit::Record(Box::new(p))),
             Err(e) => self.error(format!(
                 "capture of {} (match {index}) failed: {e}; the application continues",

@@ -116,7 +116,7 @@ impl Recorder {
             None => unsafe { stream_info(key) }?,
         };
         if !r.holds_anything() {
-            let p = self.begin(view, name, 1, launch_index, correlation)?;
+            let p = self.begin(view, name, (1, launch_index, correlation), true)?;
             r.open_first(p, stream, launch_index);
             return Ok(());
         }

@@ -11,13 +11,14 @@ use crate::launch::{self, LaunchView};
 use crate::touched_run::TouchedLaunch;
 
 impl Recorder {
+    /// The capture's pre-state at the launch's ENTER. `in_range`: the first step of a range
+    /// (which compares its steps itself, see `PreInput::compare_later`).
     pub(super) fn begin(
         &self,
         view: &LaunchView,
         name: String,
-        index: u64,
-        launch_index: u64,
-        correlation: u32,
+        (index, launch_index, correlation): (u64, u64, u32),
+        in_range: bool,
     ) -> Result<Pending, RecordError> {
         // SAFETY: inside the launch callback that decoded the view.
         let function = unsafe { view.foreign_function() };
@@ -39,7 +40,7 @@ impl Recorder {
             allocations: target.allocations,
             correlation,
             open_file: Some(&open_file),
-            compare_later: touched.is_none(),
+            compare_later: touched.is_none() && !in_range,
         })?;
         self.describe(&mut p.data, index, launch_index, target.device);
         p.touched = touched;
