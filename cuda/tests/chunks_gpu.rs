@@ -44,6 +44,9 @@ fn uploaded(bytes: &[u8]) -> DeviceBuffer {
     let b = DeviceBuffer::new(bytes.len()).expect("a test buffer");
     // SAFETY: `b` is a fresh allocation of `bytes.len()` bytes, ours alone.
     unsafe { copy_htod(b.ptr(), bytes).expect("upload") };
+    // A copy from pageable memory may return before its DMA is done, and the kernels run on
+    // non-blocking streams, which do not wait for it.
+    kreplay_cuda::ctx_synchronize().expect("upload done");
     b
 }
 
@@ -764,6 +767,8 @@ fn copies_kept_for_later_run_only_when_asked_and_read_the_source_then() {
         // SAFETY: our own buffer of `c.len()` bytes; nothing of the GPU uses it now.
         unsafe { copy_htod(b.ptr(), c) }.expect("change the source");
     }
+    // The pageable copies above may still be in flight (see `uploaded`).
+    kreplay_cuda::ctx_synchronize().expect("sources changed");
     // SAFETY: `stream` (queued on above) is synchronised; the later copies lie in our buffers.
     unsafe { kernels.copy_later(&queued, stream) }.expect("queue the later copies");
     stream.synchronize().expect("later copies done");

@@ -12,7 +12,7 @@ use kreplay_cuda::many::ManyScan;
 use kreplay_cuda::Stream;
 use kreplay_engine::write_set::Evidence;
 
-use crate::device_resources::with_chunk_kernels;
+use crate::device_resources::with_writer_chunk_kernels;
 use crate::footprint::{Footprint, RegionSpan};
 use crate::readback;
 use crate::snapshot::{Bytes, ChunkBits, PostScratch, Snapshot};
@@ -67,8 +67,9 @@ impl CompareLater {
                 let stream = Stream::new().map_err(|e| e.to_string())?;
                 // SAFETY: each scan reads a region's two stretches of our own slab, both
                 // written (the copies' stream was synchronised before the application went
-                // on), which lives while the snapshots hold it.
-                with_chunk_kernels(|k| unsafe { k.scan_many(&scans, &stream) })
+                // on), which lives while the snapshots hold it. The writer's own kernels: the
+                // application's next capture never waits for this scan's GPU time.
+                with_writer_chunk_kernels(|k| unsafe { k.scan_many(&scans, &stream) })
             })
         });
         match compared {
