@@ -579,33 +579,38 @@ pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     let stream =
         crate::spares::spare_stream().map_err(RecordError::cuda("creating the snapshot stream"))?;
     crate::trace::trace("capture: post stream made");
-    let post_half = p.post_half.take();
-    let half = post_half.as_ref().and_then(|(table, half)| {
-        // SAFETY: the slab copy's stream was synchronised by the settle; the regions are the
-        // ones copied into the slab, the step done and the context synchronised.
-        let queued = unsafe { crate::snapshot::copy_post_half(table, &stream) };
-        queued.ok().map(|()| *half)
-    });
-    crate::trace::trace("post: slab's second half queued");
+    let half = match p.post_half.take() {
+        Some((table, half)) => {
+            // SAFETY: the slab copy's stream was synchronised by the settle; the regions are
+            // the ones copied into the slab, the step done and the context synchronised.
+            let queued = unsafe { crate::snapshot::copy_post_half(&table, &stream) };
+            // Waited for, and the table given back, before any other post work: the chunk
+            // kernels' row slot is empty since the slab's copy took its buffer, so the table
+            // fills it and nothing is freed. Given back last, it replaced a buffer kept
+            // meanwhile, and that `cuMemFree` waits for the whole context, the writer threads'
+            // work on the GPU included (a training step's post phase took 3 to 10 ms so, on
+            // an H100).
+            let waited = stream.synchronize();
+            copies_done(table);
+            waited.map_err(RecordError::cuda("waiting for the slab's second half"))?;
+            queued.ok().map(|()| half)
+        }
+        None => None,
+    };
+    crate::trace::trace("post: slab's second half copied");
     let post = post_states(
         &mut p.data.snapshots,
         &p.footprint,
         p.data.spill.as_mut(),
         &stream,
         half.is_some(),
-    );
+    )?;
     // The last copies into post scratch are still queued on this non-blocking stream, which
     // nothing orders before the application's next work on its output, the writer's readback,
-    // or `--memory touched`'s restore of the input over the same bytes (as a range does). Also
-    // waited for when the comparison failed: the slab's second-half copy reads the table.
-    let synchronised = stream
+    // or `--memory touched`'s restore of the input over the same bytes (as a range does).
+    stream
         .synchronize()
-        .map_err(RecordError::cuda("waiting for the post-dispatch copies"));
-    if let Some((table, _)) = post_half {
-        copies_done(table);
-    }
-    let post = post?;
-    synchronised?;
+        .map_err(RecordError::cuda("waiting for the post-dispatch copies"))?;
     crate::spares::return_stream(stream);
     p.data.post = post;
     p.data.compare_later = half.map(|half| CompareLater {

@@ -485,7 +485,7 @@ def tool_checks(rows: list[dict], tool_lines: list[str]) -> list[str]:
 # The GPU tests of the chunk kernels' binary (cuda/tests/chunks_gpu.rs): the write-set scan
 # and digests, the scans over many pieces (in pages too), the walk's pointer scan and lookup.
 # A CPU test holds it to the file's own count.
-CHUNK_GPU_TESTS = 6
+CHUNK_GPU_TESTS = 7
 
 
 def rust_tests_ran(rc: int, text: str, want: int = CHUNK_GPU_TESTS) -> bool:
