@@ -282,12 +282,7 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
 
     // Last: the stream stays gated until the launch is queued (see GatedTimer).
     // SAFETY: inside the launch callback that decoded the view.
-    let app_stream = unsafe { view.foreign_stream() };
-    let mut timer =
-        crate::spares::spare_timer().map_err(RecordError::cuda("creating the timer"))?;
-    timer
-        .arm(&app_stream)
-        .map_err(RecordError::cuda("arming the timer"))?;
+    let (app_stream, timer) = unsafe { armed_timer(view) }?;
     let dispatch = dispatch_of(
         view,
         input.kernel_name,
@@ -335,6 +330,21 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
             began,
         },
     })
+}
+
+/// The application's stream of `view`'s launch, and a timer armed on it.
+///
+/// # Safety
+/// Called inside the launch callback that decoded `view`.
+unsafe fn armed_timer(view: &LaunchView) -> Result<(ForeignStream, GatedTimer), RecordError> {
+    // SAFETY: the contract: inside the launch callback that decoded the view.
+    let app_stream = unsafe { view.foreign_stream() };
+    let mut timer =
+        crate::spares::spare_timer().map_err(RecordError::cuda("creating the timer"))?;
+    timer
+        .arm(&app_stream)
+        .map_err(RecordError::cuda("arming the timer"))?;
+    Ok((app_stream, timer))
 }
 
 /// Copies at most this many bytes into the slab after the settle's untimed sweeps rather than
