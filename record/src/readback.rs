@@ -273,6 +273,53 @@ pub fn masked<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // Catches: a write set kept in place (a whole post copy: the slab's second half,
+        // compared by the writer) bringing home other bytes, or other offsets, than the same
+        // write set packed end to end (the comparison during the stall): the capture file
+        // must not depend on which of the two the recorder took.
+        #[test]
+        fn runs_in_place_and_packed_bring_home_the_same_bytes(
+            gaps in proptest::collection::vec((0u64..20_000, 1u64..70_000), 0..12),
+            chunk_pow in 12u32..20,
+            max_chunks in 1u64..6,
+        ) {
+            let mut written = Vec::new();
+            let mut end = 0;
+            for (gap, len) in gaps {
+                written.push(kreplay_engine::write_set::ByteRange { offset: end + gap, len });
+                end += gap + len;
+            }
+            let chunk = 1u64 << chunk_pow;
+            let (whole, packed_base) = (0x7000_0000u64, 0x9000_0000u64);
+            let region = |steps: Vec<Step>, base: u64| -> Vec<(u64, u64, u64)> {
+                steps
+                    .into_iter()
+                    .map(|s| match s {
+                        Step::Copy { src, offset, len } => (offset, len, src - base),
+                        Step::Zeros { offset, len } => (offset, len, u64::MAX),
+                    })
+                    .collect()
+            };
+            let in_place_steps = region(post_steps(whole, &in_place(&written), chunk, max_chunks * chunk), whole);
+            let (runs, total) = pack(&written);
+            let packed_steps = region(post_steps(packed_base, &runs, chunk, max_chunks * chunk), packed_base);
+            prop_assert_eq!(total, written.iter().map(|w| w.len).sum::<u64>());
+            // The same pieces of the region, in the same order...
+            let pieces = |v: &[(u64, u64, u64)]| v.iter().map(|&(o, l, _)| (o, l)).collect::<Vec<_>>();
+            prop_assert_eq!(pieces(&in_place_steps), pieces(&packed_steps));
+            // ...each read where its kind of scratch holds it: in place at its own offset,
+            // packed at its run's place end to end.
+            prop_assert!(in_place_steps.iter().all(|&(o, _, at)| at == o));
+            let mut at = 0;
+            for &(_, l, from) in &packed_steps {
+                prop_assert_eq!(from, at);
+                at += l;
+            }
+        }
+    }
 
     // Catches: a device read-back step of a capture by touched pages written with its absent
     // bytes (the writer refuses them), present bytes zeroed, or a whole region copied for no
