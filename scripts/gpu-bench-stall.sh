@@ -133,5 +133,20 @@ if runs:
     runs.sort()
     print(f"stall: ptrtable (new, {len(runs)} runs): " + ", ".join(f"{x:.1f}" for x in runs)
           + f" ms, median {runs[len(runs) // 2]:.1f} ms")
+# The training step's ten captures, each (the limit names the first and the tenth; outliers
+# between them, once in ten captures, are where a wait on other threads' GPU work shows), with
+# the largest phase of each capture over twice the median.
+for v in variants:
+    cs = captures("torch-gemm", v)
+    if not cs:
+        continue
+    stalls = sorted(c["stall_ms"] for c in cs)
+    median = stalls[len(stalls) // 2]
+    def worst(c):
+        p = max(c.get("stall_phases") or [{"phase": "?", "ms": 0}], key=lambda p: p["ms"])
+        return f"{p['phase']} {p['ms']:.1f}"
+    print(f"stall: torch-gemm all {len(cs)} captures ({v}): "
+          + " ".join(f"{c['stall_ms']:.1f}" + (f" ({worst(c)})" if c["stall_ms"] > 2 * median else "") for c in cs)
+          + f" ms, median {median:.1f} ms")
 sys.exit(1 if missed else 0)
 PY
