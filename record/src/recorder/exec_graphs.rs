@@ -10,6 +10,8 @@ pub(super) struct ExecKernel {
     pub node: usize,
     pub demangled: String,
     pub wanted: bool,
+    /// Its kernel's statistics in the kernel book, once counted (`KernelBook::count_kept`).
+    pub stat: Option<usize>,
 }
 
 /// An executable graph of the application.

@@ -138,6 +138,7 @@ impl Recorder {
                         node: i,
                         demangled,
                         wanted,
+                        stat: None,
                     })
                 }
                 _ => None,
@@ -218,9 +219,10 @@ impl Recorder {
         let mut graphs = lock(&self.graphs);
         let state = graphs.get_mut(&exec)?;
         state.launches += 1;
+        let ExecState { model, kernels, .. } = state;
         self.kernels.with_book(|book| {
-            for k in &state.kernels {
-                let node = &state.model.nodes[k.node];
+            for k in kernels.iter_mut() {
+                let node = &model.nodes[k.node];
                 let NodeOp::Kernel(kn) = &node.op else {
                     continue;
                 };
@@ -236,7 +238,8 @@ impl Recorder {
                     in_graph: true,
                     arg_bytes: super::corpus::layout_bytes(&kn.layout),
                 };
-                let Some((launch_index, index)) = book.count(&self.config, &e) else {
+                let Some((launch_index, index)) = book.count_kept(&self.config, &e, &mut k.stat)
+                else {
                     continue;
                 };
                 if self.config.mode == Mode::Profile {

@@ -148,7 +148,10 @@ impl KernelBook {
         (m, demangled)
     }
 
-    /// Counts one execution; returns (launch index, match index) when it is to be captured.
+    /// Counts one execution; returns (launch index, match index) when it is to be captured
+    /// (the launches' path counts with the index in hand, `count_with_stat`; graph nodes keep
+    /// theirs, `count_kept`).
+    #[cfg(test)]
     pub(super) fn count(&mut self, config: &Config, e: &Execution<'_>) -> Option<(u64, u64)> {
         self.count_with_stat(config, e).1
     }
@@ -183,6 +186,33 @@ impl KernelBook {
             at,
             count_at(config, c, self.corpus.as_mut(), e, (at, launches)),
         )
+    }
+}
+
+impl KernelBook {
+    /// `count` for a kernel whose statistics' index the caller keeps between counts (`known`,
+    /// set on the first): a graph's kernel nodes are counted at each launch of the graph, and
+    /// a lookup by name per node (hashing its mangled name) was most of what recording a
+    /// graph launch cost. A kept index that names another kernel is looked up again.
+    pub(super) fn count_kept(
+        &mut self,
+        config: &Config,
+        e: &Execution<'_>,
+        known: &mut Option<usize>,
+    ) -> Option<(u64, u64)> {
+        let c = &mut self.counts;
+        match *known {
+            Some(at) if c.stats.get(at).is_some_and(|s| s.name == e.name) => {
+                c.launches += 1;
+                let launches = c.launches;
+                count_at(config, c, self.corpus.as_mut(), e, (at, launches))
+            }
+            _ => {
+                let (at, counted) = self.count_with_stat(config, e);
+                *known = Some(at);
+                counted
+            }
+        }
     }
 }
 
@@ -282,6 +312,52 @@ mod tests {
         assert_eq!(book.counts.matches, 4);
         assert_eq!(book.counts.stats.len(), 2);
         assert_eq!(book.counts.stats[0].count, 4);
+    }
+
+    // Catches: a kept statistics index counting another kernel's launches, or counting
+    // differently from a lookup by name (launch and match indices, per-kernel counts).
+    #[test]
+    fn counts_with_a_kept_index_equal_counts_by_name() {
+        let c = config(&[
+            (env::MODE, "record"),
+            (env::KERNEL, "regex:^[ab]$"),
+            (env::NTH, "3"),
+            (env::COUNT, "4"),
+        ]);
+        let names = ["a", "b", "x", "a", "b", "a", "x", "b", "a", "a"];
+        let mut by_name = KernelBook::default();
+        let mut kept = KernelBook::default();
+        let mut known: Vec<Option<usize>> = vec![None; 3];
+        for (round, n) in names.iter().cycle().take(40).enumerate() {
+            let wanted = by_name.matches(&c, n).0;
+            assert_eq!(kept.matches(&c, n).0, wanted);
+            let mut e = execution(n, wanted);
+            e.in_graph = true;
+            let slot = match *n {
+                "a" => 0,
+                "b" => 1,
+                _ => 2,
+            };
+            // Now and then a kept index that is another kernel's: looked up again.
+            if round % 7 == 6 {
+                known[slot] = Some((slot + 1) % 3);
+            }
+            assert_eq!(
+                kept.count_kept(&c, &e, &mut known[slot]),
+                by_name.count(&c, &e),
+                "execution {round} ({n})"
+            );
+        }
+        let counts = |b: &KernelBook| {
+            let c = &b.counts;
+            let stats: Vec<_> = c
+                .stats
+                .iter()
+                .map(|s| (s.name.clone(), s.count, s.in_graphs))
+                .collect();
+            (c.launches, c.matches, stats)
+        };
+        assert_eq!(counts(&kept), counts(&by_name));
     }
 
     #[test]
