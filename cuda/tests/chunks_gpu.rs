@@ -745,16 +745,17 @@ fn copies_kept_for_later_run_only_when_asked_and_read_the_source_then() {
         unsafe { kreplay_cuda::copy_dtoh(&mut got, slab.ptr()) }.expect("read back");
         got
     };
+    // Each region's bytes in the slab's first half and in its second.
+    let halves = |got: &[u8], i: usize| {
+        let (a, h) = (at[i] as usize, (at[i] + half) as usize);
+        (got[a..a + sizes[i]].to_vec(), got[h..h + sizes[i]].to_vec())
+    };
     let first = read();
-    for i in 0..2 {
-        let a = at[i] as usize;
+    for (i, region) in regions.iter().enumerate() {
+        let (now, later) = halves(&first, i);
+        assert!(now == *region, "region {i} in the first half");
         assert!(
-            first[a..a + sizes[i]] == regions[i][..],
-            "region {i} in the first half"
-        );
-        let h = a + half as usize;
-        assert!(
-            first[h..h + sizes[i]].iter().all(|&b| b == 0),
+            later.iter().all(|&b| b == 0),
             "region {i}'s later copy ran with the first"
         );
     }
@@ -774,17 +775,10 @@ fn copies_kept_for_later_run_only_when_asked_and_read_the_source_then() {
     stream.synchronize().expect("later copies done");
     kernels.copies_done(queued);
     let second = read();
-    for i in 0..2 {
-        let a = at[i] as usize;
-        assert!(
-            second[a..a + sizes[i]] == regions[i][..],
-            "region {i}'s first copy kept"
-        );
-        let h = a + half as usize;
-        assert!(
-            second[h..h + sizes[i]] == changed[i][..],
-            "region {i}'s later copy"
-        );
+    for (i, (region, changed)) in regions.iter().zip(&changed).enumerate() {
+        let (now, later) = halves(&second, i);
+        assert!(now == *region, "region {i}'s first copy kept");
+        assert!(later == *changed, "region {i}'s later copy");
     }
     assert!(
         second[at[0] as usize + sizes[0]..at[1] as usize]

@@ -15,7 +15,7 @@ use kreplay_engine::write_set::Evidence;
 use crate::device_resources::with_writer_chunk_kernels;
 use crate::footprint::{Footprint, RegionSpan};
 use crate::readback;
-use crate::snapshot::{Bytes, ChunkBits, PostScratch, Snapshot};
+use crate::snapshot::{in_slab, many_scans, Bytes, ChunkBits, PostScratch, Snapshot};
 
 /// The slab regions whose post-dispatch bytes were copied whole into the slab's second half
 /// and are still to be compared.
@@ -28,15 +28,8 @@ pub struct CompareLater {
 }
 
 /// Whether `s` waits for `CompareLater`: its pre bytes in the slab and no post state yet.
-pub(crate) fn waits(s: &Snapshot) -> bool {
-    s.post.is_none() && s.spilled.is_none() && matches!(&s.pre, Bytes::Device(b) if b.in_slab())
-}
-
-/// Whether the many-regions scan takes `s`'s chunks (as `post_many` asks: a power of two of
-/// at least a piece).
-fn scannable(s: &Snapshot) -> bool {
-    let cs = s.region.chunk_size;
-    cs.is_power_of_two() && cs >= kreplay_cuda::many::PIECE_BYTES
+fn waits(s: &Snapshot) -> bool {
+    s.post.is_none() && in_slab(s)
 }
 
 /// `KREPLAY_DEBUG_POST=now`: the slab compared during the stall, as before the second half
@@ -59,51 +52,29 @@ impl CompareLater {
         if waiting.is_empty() {
             return;
         }
-        // Built before the measurement window is kept out: host work only.
-        let scans = (on_gpu && waiting.iter().all(|&i| scannable(&snapshots[i])))
-            .then(|| self.scans(snapshots, &waiting));
-        let compared = scans.ok_or_else(String::new).and_then(|scans| {
+        // Built before the measurement window is kept out: host work only. A region's bytes
+        // after the step are `half` past its bytes before.
+        let scans = on_gpu
+            .then(|| many_scans(snapshots, &waiting, |_, pre| pre.ptr() + self.half))
+            .flatten();
+        let flags = scans.as_ref().and_then(|(scans, _)| {
             crate::quiet::outside_measurement(|| {
-                let stream = Stream::new().map_err(|e| e.to_string())?;
+                let stream = Stream::new().ok()?;
                 // SAFETY: each scan reads a region's two stretches of our own slab, both
                 // written (the copies' stream was synchronised before the application went
                 // on), which lives while the snapshots hold it. The writer's own kernels: the
                 // application's next capture never waits for this scan's GPU time.
-                with_writer_chunk_kernels(|k| unsafe { k.scan_many(&scans, &stream) })
+                with_writer_chunk_kernels(|k| unsafe { k.scan_many(scans, &stream) }).ok()
             })
         });
-        match compared {
-            Ok(flags) => self.take_flags(snapshots, &waiting, &flags),
-            Err(_) => {
+        match (scans, flags) {
+            (Some((scans, _)), Some(flags)) => self.take_flags(snapshots, &waiting, &scans, &flags),
+            _ => {
                 for &i in &waiting {
                     self.keep_whole(&mut snapshots[i]);
                 }
             }
         }
-    }
-
-    /// The scans of the waiting snapshots, in order, their flags end to end.
-    fn scans(&self, snapshots: &[Snapshot], waiting: &[usize]) -> Vec<ManyScan> {
-        let mut first_flag = 0;
-        waiting
-            .iter()
-            .filter_map(|&i| {
-                let s = &snapshots[i];
-                let Bytes::Device(pre) = &s.pre else {
-                    return None;
-                };
-                let cs = s.region.chunk_size.max(1);
-                let scan = ManyScan {
-                    pre: pre.ptr(),
-                    post: pre.ptr() + self.half,
-                    bytes: s.region.size,
-                    chunk_shift: cs.trailing_zeros(),
-                    first_flag,
-                };
-                first_flag += s.region.size.div_ceil(cs) as usize;
-                Some(scan)
-            })
-            .collect()
     }
 
     /// Each waiting snapshot's write set from its stretch of `flags`, its runs where they are
@@ -112,14 +83,13 @@ impl CompareLater {
         &self,
         snapshots: &mut [Snapshot],
         waiting: &[usize],
+        scans: &[ManyScan],
         flags: &kreplay_cuda::chunks::ChunkFlags,
     ) {
-        let mut first = 0;
-        for &i in waiting {
+        for (&i, scan) in waiting.iter().zip(scans) {
             let s = &mut snapshots[i];
-            let chunks = s.region.size.div_ceil(s.region.chunk_size.max(1)) as usize;
-            let of = first..first + chunks;
-            first += chunks;
+            let chunks = s.region.size.div_ceil(s.region.chunk_size) as usize;
+            let of = scan.first_flag..scan.first_flag + chunks;
             let (Some(changed), Some(nonzero)) =
                 (flags.changed.get(of.clone()), flags.nonzero.get(of))
             else {

@@ -94,7 +94,15 @@ static CHUNK_KERNELS: PerContext<ChunkKernels> = Mutex::new(Vec::new());
 pub(crate) fn with_chunk_kernels<T>(
     f: impl FnOnce(&ChunkKernels) -> kreplay_cuda::CuResult<T>,
 ) -> Result<T, String> {
-    with_per_context(&CHUNK_KERNELS, load_chunk_kernels, |k| {
+    with_kernels_of(&CHUNK_KERNELS, f)
+}
+
+/// Runs `f` with the current context's chunk kernels of `cache`, loading them on first use.
+fn with_kernels_of<T>(
+    cache: &PerContext<ChunkKernels>,
+    f: impl FnOnce(&ChunkKernels) -> kreplay_cuda::CuResult<T>,
+) -> Result<T, String> {
+    with_per_context(cache, load_chunk_kernels, |k| {
         f(k).map_err(|e| e.to_string())
     })
 }
@@ -109,9 +117,7 @@ static WRITER_CHUNK_KERNELS: PerContext<ChunkKernels> = Mutex::new(Vec::new());
 pub(crate) fn with_writer_chunk_kernels<T>(
     f: impl FnOnce(&ChunkKernels) -> kreplay_cuda::CuResult<T>,
 ) -> Result<T, String> {
-    with_per_context(&WRITER_CHUNK_KERNELS, load_chunk_kernels, |k| {
-        f(k).map_err(|e| e.to_string())
-    })
+    with_kernels_of(&WRITER_CHUNK_KERNELS, f)
 }
 
 fn load_chunk_kernels() -> Result<ChunkKernels, String> {

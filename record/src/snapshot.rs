@@ -155,7 +155,7 @@ type PostHalf = (u64, Vec<SlabCopy>);
 
 /// A slab at most this long gets a second half for the regions' bytes after the step
 /// (`queue_into_slab`): twice its memory, for a post-dispatch phase of one launch.
-pub(crate) const POST_HALF_MOST_BYTES: u64 = 256 << 20;
+const POST_HALF_MOST_BYTES: u64 = 256 << 20;
 
 /// The slab `placement` sizes, allocated, and the copies of `found`'s regions into it. With
 /// `post_half` (and a slab of at most `POST_HALF_MOST_BYTES` that the scratch rule allows
@@ -639,10 +639,7 @@ pub(crate) fn post_states(
 ) -> Result<Vec<PostChunk>, RecordError> {
     let mut post = Vec::new();
     let in_slab: Vec<usize> = (0..snapshots.len())
-        .filter(|&i| {
-            let s = &snapshots[i];
-            s.spilled.is_none() && matches!(&s.pre, Bytes::Device(b) if b.in_slab())
-        })
+        .filter(|&i| in_slab(&snapshots[i]))
         .collect();
     let mut compared = vec![false; snapshots.len()];
     // Copied whole into the slab's second half (`slab_copied`): compared by the writer
@@ -691,6 +688,44 @@ pub(crate) fn post_states(
     Ok(post)
 }
 
+/// Whether `s`'s pre bytes are a stretch of the slab (compared with the others', after the
+/// step: `post_many`, or `compare_later` from the slab's second half).
+pub(crate) fn in_slab(s: &Snapshot) -> bool {
+    s.spilled.is_none() && matches!(&s.pre, Bytes::Device(b) if b.in_slab())
+}
+
+/// The many-regions scan of the snapshots `batch` (their pre bytes on the device) against the
+/// post bytes at `post_of(snapshot, pre)`, their flags end to end, and the flags' count;
+/// `None` when one cannot take part (its pre bytes on the host, or chunks the scan refuses:
+/// not a power of two of at least a piece).
+pub(crate) fn many_scans(
+    snapshots: &[Snapshot],
+    batch: &[usize],
+    post_of: impl Fn(&Snapshot, &Scratch) -> u64,
+) -> Option<(Vec<ManyScan>, usize)> {
+    let mut scans = Vec::with_capacity(batch.len());
+    let mut flag_count = 0;
+    for &i in batch {
+        let s = &snapshots[i];
+        let Bytes::Device(pre) = &s.pre else {
+            return None;
+        };
+        let cs = s.region.chunk_size;
+        if !cs.is_power_of_two() || cs < kreplay_cuda::many::PIECE_BYTES {
+            return None;
+        }
+        scans.push(ManyScan {
+            pre: pre.ptr(),
+            post: post_of(s, pre),
+            bytes: s.region.size,
+            chunk_shift: cs.trailing_zeros(),
+            first_flag: flag_count,
+        });
+        flag_count += s.region.size.div_ceil(cs) as usize;
+    }
+    Some((scans, flag_count))
+}
+
 /// The post-dispatch state of the snapshots `batch` (their pre bytes in a slab), compared on
 /// the GPU together: one scan launch finds which chunks changed in all of them, one slab holds
 /// the chunks that changed, one launch copies them there. False when the scan cannot run (the
@@ -701,26 +736,10 @@ fn post_many(
     footprint: &Arc<dyn Footprint>,
     stream: &Stream,
 ) -> Result<bool, RecordError> {
-    let mut scans = Vec::with_capacity(batch.len());
-    let mut flag_count = 0;
-    for &i in batch {
-        let s = &snapshots[i];
-        let Bytes::Device(pre) = &s.pre else {
-            return Ok(false);
-        };
-        let cs = s.region.chunk_size;
-        if !cs.is_power_of_two() || cs < kreplay_cuda::many::PIECE_BYTES {
-            return Ok(false);
-        }
-        scans.push(ManyScan {
-            pre: pre.ptr(),
-            post: s.device_addr,
-            bytes: s.region.size,
-            chunk_shift: cs.trailing_zeros(),
-            first_flag: flag_count,
-        });
-        flag_count += s.region.size.div_ceil(cs) as usize;
-    }
+    // The region itself is the post state, where it lies.
+    let Some((scans, flag_count)) = many_scans(snapshots, batch, |s, _| s.device_addr) else {
+        return Ok(false);
+    };
     crate::trace::trace("post: scans listed");
     // SAFETY: each scan reads our slab's stretch of a region's pre bytes and the region itself
     // (a kernel may read it, as for the slab's copy), after the dispatch with the context

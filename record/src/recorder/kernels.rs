@@ -187,9 +187,7 @@ impl KernelBook {
             count_at(config, c, self.corpus.as_mut(), e, (at, launches)),
         )
     }
-}
 
-impl KernelBook {
     /// `count` for a kernel whose statistics' index the caller keeps between counts (`known`,
     /// set on the first): a graph's kernel nodes are counted at each launch of the graph, and
     /// a lookup by name per node (hashing its mangled name) was most of what recording a
