@@ -238,6 +238,13 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let mut laps = Laps::new();
     let view = input.view;
     let (args, layout) = (input.args, input.layout);
+    // The writers of earlier captures stay off the GPU and the driver for the whole stall
+    // (`quiet`): this waits for a copy they are starting, or a ring they are pinning, and the
+    // synchronisation below lets the copies in flight land. Their copies, frees and pinning
+    // beside a stall had made its own driver calls wait (a module's globals resolved, the heap
+    // limit read: 7 to 57 ms once in three or four captures of a training step, on an H100).
+    let measuring = crate::quiet::measure();
+    laps.lap("quiet");
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
     laps.lap("synchronise");
 
@@ -277,8 +284,7 @@ fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
     laps.lap("arrays");
     let device_heap = heap_note_said(&found, &input.kernel_name);
     let (slab_table, half) = (prep.slab_table, prep.post_half);
-    let (timing, measuring, kept) =
-        settle_and_keep(stream, prep.ahead, slab_table, half, &mut laps)?;
+    let (timing, kept) = settle_and_keep(stream, prep.ahead, slab_table, half, &mut laps)?;
 
     // Last: the stream stays gated until the launch is queued (see GatedTimer).
     // SAFETY: inside the launch callback that decoded the view.
@@ -500,16 +506,9 @@ fn settle_and_keep(
     slab_table: Option<(QueuedCopies, Stream)>,
     post_half: Option<u64>,
     laps: &mut Laps,
-) -> Result<
-    (
-        TimingConditions,
-        crate::quiet::Measuring,
-        Option<QueuedCopies>,
-    ),
-    RecordError,
-> {
+) -> Result<(TimingConditions, Option<QueuedCopies>), RecordError> {
     crate::trace::trace("capture: to the settle");
-    let (timing, measuring) = settle_after_copies(&stream, ahead, laps)?;
+    let timing = settle_after_copies(&stream, ahead, laps)?;
     let mut kept = None;
     if let Some((table, upload)) = slab_table {
         if post_half.is_some() {
@@ -521,7 +520,7 @@ fn settle_and_keep(
     }
     crate::spares::return_stream(stream);
     crate::trace::trace("capture: settled");
-    Ok((timing, measuring, kept))
+    Ok((timing, kept))
 }
 
 /// Gives a copy's table back to the chunk kernels (its stream synchronised).
@@ -533,14 +532,14 @@ fn copies_done(table: QueuedCopies) {
 }
 
 /// Waits for the snapshot copies on `stream`, then settles the GPU (see `settle`) and waits for
-/// that too; the measurement window is held from the settling on.
+/// that too (the measurement window is held from the stall's start).
 ///
 /// `ahead`: the sweeps queued ahead (`sweep_ahead`).
 fn settle_after_copies(
     stream: &Stream,
     ahead: SweepsAhead,
     laps: &mut Laps,
-) -> Result<(TimingConditions, crate::quiet::Measuring), RecordError> {
+) -> Result<TimingConditions, RecordError> {
     // The copies first, on their own: their time is the snapshot's, not the settling's (when
     // sweeps were queued ahead, this waits for what is left of them too).
     stream
@@ -549,13 +548,7 @@ fn settle_after_copies(
     laps.lap("copies");
     crate::trace::trace("capture: snapshot copies waited for");
     let busy = laps.phases.last().is_some_and(|&(_, ns)| ns >= BUSY_NS);
-    // Its own phase: the wait for a writer's read-back (or free) of an earlier capture still in
-    // progress. It was counted in the settle's before; the training step's tenth capture once
-    // spent 34 ms there (settle sweeps take 1.5 ms), and this tells the two apart.
-    let measuring = crate::quiet::measure();
-    laps.lap("quiet");
-    let quiet = laps.phases.last().map_or(0, |&(_, ns)| ns);
-    let ahead = ahead.counted(std::time::Duration::from_nanos(quiet));
+    let ahead = ahead.counted();
     let timing = match settle(stream, busy, ahead) {
         Ok(settled) => settled,
         Err(why) => TimingConditions {
@@ -568,7 +561,7 @@ fn settle_after_copies(
         .synchronize()
         .map_err(RecordError::cuda("waiting for the settle sweeps"))?;
     laps.lap("settle");
-    Ok((timing, measuring))
+    Ok(timing)
 }
 
 /// After the launch: duration, and the post-dispatch state (compared now for host snapshots,
@@ -576,13 +569,14 @@ fn settle_after_copies(
 pub fn after_launch(p: &mut Pending) -> Result<(), RecordError> {
     let t = Instant::now();
     let _kept = crate::retaining_alloc::CaptureScope::enter();
+    // Held to the end of the post phase, whose frees and synchronisations would wait for the
+    // writers' GPU work too; dropped on every way out.
+    let _measuring = p.measuring.take();
     let mut laps = Laps::new();
     p.timer
         .finish(&p.stream)
         .map_err(RecordError::cuda("stopping the timer"))?;
-    let done = ctx_synchronize().map_err(RecordError::KernelFailed);
-    p.measuring = None;
-    done?;
+    ctx_synchronize().map_err(RecordError::KernelFailed)?;
     laps.lap("kernel");
     p.data.dispatch.original_duration_ns = p.timer.elapsed_ns().ok();
     crate::trace::trace("capture: kernel done");

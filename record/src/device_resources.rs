@@ -341,13 +341,14 @@ pub(crate) fn with_sweep<R>(f: impl FnOnce(&L2Flush) -> Result<R, String>) -> Re
 }
 
 /// Drops what belongs to a context about to be destroyed (its L2 sweep, its chunk kernels,
-/// the variant's module).
+/// the variant's module, the writers' staging rings).
 pub(crate) fn forget_context(context: usize) {
     forget_in(&SETTLE, context);
     forget_in(&CHUNK_KERNELS, context);
     forget_in(&WRITER_CHUNK_KERNELS, context);
     forget_in(&VARIANT_MODULES, context);
     crate::spares::forget_context(context);
+    crate::staging_rings::forget_context(context);
     TRACE_ORIGINS
         .lock()
         .unwrap_or_else(|e| e.into_inner())

@@ -16,13 +16,8 @@ use kreplay_format::{CaptureWriter, MemoryState, RegionExtents, MIN_EXTENT_PAGE}
 use crate::compare_later::CompareLater;
 use crate::error::RecordError;
 use crate::footprint::RegionSpan;
-use crate::readback;
+use crate::readback::{self, Pacing};
 use crate::snapshot::{mask_absent, post_chunks, Bytes, PostChunk, PostScratch, Scratch, Snapshot};
-
-/// Bytes one staging buffer of the ring holds, and how many there are: two copies in flight
-/// while the writer compresses the third.
-const STAGING_BYTES: u64 = 64 << 20;
-const STAGING_SLOTS: usize = 3;
 
 /// One capture's snapshots, shared by its writer thread and the teardown callback.
 pub struct InFlight {
@@ -166,8 +161,8 @@ impl InFlight {
             .any(|s| matches!(s.pre, Bytes::Device(_)))
     }
 
-    /// The staging size the ring needs: the largest region in device scratch, up to
-    /// `STAGING_BYTES` (small captures pin little).
+    /// The staging size the ring needs: for the largest region in device scratch, up to
+    /// `staging_rings::MOST_BYTES` (small captures pin little).
     fn staging_bytes(&self) -> usize {
         let largest = lock(&self.home)
             .snapshots
@@ -176,7 +171,7 @@ impl InFlight {
             .map(|s| s.region.size.next_multiple_of(s.region.chunk_size.max(1)))
             .max()
             .unwrap_or(0);
-        largest.min(STAGING_BYTES) as usize
+        crate::staging_rings::buffer_bytes(largest)
     }
 
     /// Declares the `i`th region in `w` and writes its memory: streamed from device scratch
@@ -200,7 +195,7 @@ impl InFlight {
         // The writer made the capture's context current.
         h.compare_later(true);
         let s = h.snapshots.get_mut(i)?;
-        let written = write_snapshot(s, w, ring, staging, progress);
+        let written = write_snapshot(s, w, ring, (self.context, staging), progress);
         Some(written)
     }
 
@@ -238,7 +233,7 @@ fn write_snapshot<W: Write + Seek>(
     s: &mut Snapshot,
     w: &mut CaptureWriter<W>,
     ring: &mut Option<DownloadRing>,
-    staging: usize,
+    (context, staging): (usize, usize),
     progress: &dyn Fn(u64),
 ) -> Result<RawBytes, RecordError> {
     let format = RecordError::Format;
@@ -285,8 +280,8 @@ fn write_snapshot<W: Write + Seek>(
         return Ok(raw);
     };
     if ring.is_none() {
-        *ring =
-            Some(DownloadRing::new(STAGING_SLOTS, staging.max(1)).map_err(RecordError::ReadBack)?);
+        let made = crate::staging_rings::take(context, staging.max(1));
+        *ring = Some(made.map_err(RecordError::ReadBack)?);
     }
     let Some(r) = ring.as_mut() else {
         return Err(RecordError::NoContext);
@@ -295,13 +290,19 @@ fn write_snapshot<W: Write + Seek>(
     let present = s.touched.as_deref();
     let copied = readback::chunks_to_copy(size, cs, s.pre_nonzero.as_deref(), present);
     let steps = readback::pre_steps(pre.ptr(), size, cs, copied.as_deref(), cap);
-    readback::write_steps(r, w, (id, MemoryState::Pre, present), &steps, progress)?;
+    readback::write_steps(
+        r,
+        w,
+        (id, MemoryState::Pre, present),
+        (&steps, Pacing::Writer),
+        progress,
+    )?;
     let mut raw = size;
     if let Some(post) = s.post.take() {
         if let (Some(buf), Some(runs)) = (&post.buf, &post.runs) {
             let steps = readback::post_steps(buf.ptr(), runs, cs, cap);
             let to = (id, MemoryState::Post, present);
-            raw += readback::write_steps(r, w, to, &steps, &|_| {})?;
+            raw += readback::write_steps(r, w, to, (&steps, Pacing::Writer), &|_| {})?;
         }
         if let Some(buf) = post.buf {
             free(buf);

@@ -58,6 +58,7 @@ pub mod settle;
 pub mod snapshot;
 pub mod spares;
 pub mod spill;
+mod staging_rings;
 pub mod textures;
 pub mod touched_debug;
 pub mod touched_run;

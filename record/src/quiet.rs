@@ -1,12 +1,16 @@
-//! Keeping the recorder's own GPU traffic out of a measured launch.
+//! Keeping the recorder's own GPU and driver work out of a capture's stall.
 //!
 //! The writer thread of one capture reads its snapshots back from device scratch while the
 //! application runs on. When the application launches the next matching dispatch (`--count`),
-//! those reads would overlap that dispatch's measured launch: in the benchmark, launches
-//! measured during a read-back took 4 to 5 times their real duration. So a measured launch
-//! holds the device quiet from its settle sweeps until the kernel has completed, and the writer
-//! reads back (and frees its scratch: a free remaps GPU pages) only outside those windows. A
-//! capture waits for the reads in progress only, never for the writer's later ones.
+//! that work would overlap the next capture: in the benchmark, launches measured during a
+//! read-back took 4 to 5 times their real duration, and a writer pinning its staging ring or
+//! freeing its scratch made the capture's own driver calls wait (a module's globals resolved,
+//! the heap limit read: 7 to 57 ms once in three or four captures of a training step, H100).
+//! So a capture holds a window from its stall's start to the end of its post phase, and the
+//! writer starts each piece of device work (one copy, a free, a ring made or freed, its
+//! comparison scan) only outside windows. A capture waits for the pieces in progress only (the
+//! copies in flight land during its first context synchronisation), never for the writer's
+//! host work (compression, the disk) or its later pieces.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -34,7 +38,7 @@ fn wait(guard: MutexGuard<'static, State>) -> MutexGuard<'static, State> {
     CHANGED.wait(guard).unwrap_or_else(|e| e.into_inner())
 }
 
-/// A measured launch in progress; the writer's reads wait until it is dropped.
+/// A capture's stall in progress; the writers' device work waits until it is dropped.
 #[must_use]
 pub struct Measuring(());
 
@@ -45,7 +49,7 @@ impl Drop for Measuring {
     }
 }
 
-/// Starts a measured window: waits for a read-back in progress, then holds off new ones.
+/// Starts a window: waits for a piece of writer work in progress, then holds off new ones.
 pub fn measure() -> Measuring {
     let mut s = state();
     // Another measured window (a capture on another thread) is not waited for: the two would
@@ -82,12 +86,6 @@ pub fn reading() -> Reading {
     }
     s.reading += 1;
     Reading(())
-}
-
-/// Whether a measured window is waiting for the writer's work in progress: a writer holding a
-/// `Reading` for long (a pipeline of copies) lets its copies land and drops it.
-pub fn window_waiting() -> bool {
-    state().waiting > 0
 }
 
 /// Runs one piece of the writer's device work (a read-back of device scratch, freeing it)

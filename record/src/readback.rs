@@ -167,13 +167,25 @@ pub fn post_steps(base: u64, runs: &[PackedRun], chunk: u64, max: u64) -> Vec<St
     steps
 }
 
+/// Who drives a read-back, which says whether its copies wait for measured windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// A writer thread, behind the application: each copy is started outside any capture's
+    /// window (see `quiet`), so a capture never shares the bus or the driver with it.
+    Writer,
+    /// A capture's own stall (a region spilled to the file): the window is the capture's.
+    InStall,
+}
+
 /// Runs `steps` in order through `ring`: copies are started up to the ring's size ahead, and
 /// each one's bytes are handed to `data(offset, bytes)` once landed; zero runs go to
-/// `zeros(offset, len)`. Copies run outside measured windows (see `quiet`): when a capture's
-/// window is waiting, the copies in flight are let land and the next ones wait for it.
+/// `zeros(offset, len)`. A writer (`Pacing::Writer`) starts each copy outside measured windows
+/// (`quiet`); the copies already in flight when a capture begins land during its first
+/// context synchronisation, the writer's host work (compression, the disk) never holds it.
 pub fn run(
     ring: &mut DownloadRing,
     steps: &[Step],
+    pacing: Pacing,
     mut data: impl FnMut(u64, &[u8]) -> Result<(), RecordError>,
     mut zeros: impl FnMut(u64, u64) -> Result<(), RecordError>,
 ) -> Result<(), RecordError> {
@@ -186,7 +198,6 @@ pub fn run(
         .collect();
     let slots = ring.slots();
     let (mut started, mut consumed) = (0usize, 0usize);
-    let mut guard: Option<quiet::Reading> = None;
     let read_back = RecordError::ReadBack;
     for step in steps {
         let (offset, len) = match *step {
@@ -197,11 +208,7 @@ pub fn run(
             Step::Copy { offset, len, .. } => (offset, len as usize),
         };
         while started < copies.len() && started - consumed < slots {
-            match &guard {
-                None => guard = Some(quiet::reading()),
-                Some(_) if quiet::window_waiting() => break,
-                Some(_) => {}
-            }
+            let _starting = (pacing == Pacing::Writer).then(quiet::reading);
             let (src, _, n) = copies[started];
             // SAFETY: the steps come from `pre_steps`/`post_steps`, which keep each copy inside
             // the region being written out: our scratch (`inflight`) or the application's
@@ -209,15 +216,8 @@ pub fn run(
             unsafe { ring.start(started % slots, src, n) }.map_err(read_back)?;
             started += 1;
         }
-        if guard.is_some() && quiet::window_waiting() {
-            ring.quiesce().map_err(read_back)?;
-            guard = None;
-        }
         let bytes = ring.wait(consumed % slots, len).map_err(read_back)?;
         consumed += 1;
-        if consumed == started {
-            guard = None;
-        }
         data(offset, bytes)?;
     }
     Ok(())
@@ -229,7 +229,7 @@ pub fn write_steps<W: Write + Seek>(
     ring: &mut DownloadRing,
     w: &mut CaptureWriter<W>,
     (id, state, present): (u32, MemoryState, Option<&[(u64, u64)]>),
-    steps: &[Step],
+    (steps, pacing): (&[Step], Pacing),
     progress: &dyn Fn(u64),
 ) -> Result<u64, RecordError> {
     let copied = std::cell::Cell::new(0u64);
@@ -238,6 +238,7 @@ pub fn write_steps<W: Write + Seek>(
     run(
         ring,
         steps,
+        pacing,
         |offset, bytes| {
             progress(bytes.len() as u64);
             copied.set(copied.get() + bytes.len() as u64);

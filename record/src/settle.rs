@@ -93,10 +93,9 @@ impl SweepsAhead {
         self.sweeps == 0
     }
 
-    /// The sweeps that still count when the settle begins now, the quiet wait having taken
-    /// `quiet` (see `ahead_counts`).
-    pub(crate) fn counted(&self, quiet: std::time::Duration) -> u32 {
-        if ahead_counts(self.queued.elapsed(), quiet) {
+    /// The sweeps that still count when the settle begins now (see `ahead_counts`).
+    pub(crate) fn counted(&self) -> u32 {
+        if ahead_counts(self.queued.elapsed()) {
             self.sweeps
         } else {
             0
@@ -104,17 +103,16 @@ impl SweepsAhead {
     }
 }
 
-/// Sweeps queued ahead `since` the settle begins, the quiet wait having taken `quiet`: whether
-/// they still count (the GPU has idled at most about `AHEAD_FRESH` minus their own run, so its
-/// clocks are still up). A wait for an earlier capture's writer, or a long host gap, and the
-/// settle runs all its sweeps again.
-fn ahead_counts(since: std::time::Duration, quiet: std::time::Duration) -> bool {
-    since <= AHEAD_FRESH && quiet <= QUIET_NO_WAIT
+/// Sweeps queued ahead `since` the settle begins: whether they still count (the GPU has idled
+/// at most about `AHEAD_FRESH` minus their own run, so its clocks are still up). After a long
+/// host gap the settle runs all its sweeps again. (No writer runs in between: the capture
+/// holds them off from its start, see `quiet`.)
+fn ahead_counts(since: std::time::Duration) -> bool {
+    since <= AHEAD_FRESH
 }
 
 /// See `ahead_counts`: the 14 sweeps queued ahead run about 1.3 ms on the H200.
 const AHEAD_FRESH: std::time::Duration = std::time::Duration::from_millis(3);
-const QUIET_NO_WAIT: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// The untimed sweeps a settle of at least `min` sweeps runs itself, `ahead` having been
 /// queued before (the last two are always timed).
@@ -179,15 +177,13 @@ mod tests {
     use super::*;
 
     // Catches: sweeps queued long before the settle (the GPU idled since, its clocks may have
-    // dropped) or before a wait for an earlier capture's writer counted as done.
+    // dropped) counted as done.
     #[test]
-    fn sweeps_queued_ahead_count_only_while_fresh_and_nothing_waited() {
-        use std::time::Duration;
-        let ms = Duration::from_millis;
-        assert!(ahead_counts(ms(2), Duration::ZERO));
-        assert!(ahead_counts(AHEAD_FRESH, QUIET_NO_WAIT));
-        assert!(!ahead_counts(ms(4), Duration::ZERO), "idle too long");
-        assert!(!ahead_counts(ms(1), ms(34)), "the quiet wait ran");
+    fn sweeps_queued_ahead_count_only_while_fresh() {
+        let ms = std::time::Duration::from_millis;
+        assert!(ahead_counts(ms(2)));
+        assert!(ahead_counts(AHEAD_FRESH));
+        assert!(!ahead_counts(ms(4)), "idle too long");
     }
 
     // Catches: sweeps queued ahead run again by the settle (the stall they were to hide paid

@@ -68,7 +68,7 @@ impl Spill {
             &mut self.ring,
             w,
             (region.region_id, MemoryState::Pre, None),
-            &steps,
+            (&steps, readback::Pacing::InStall),
             &|_| {},
         )?;
         Ok(Spilled {
@@ -93,7 +93,7 @@ impl Spill {
             &mut self.ring,
             w,
             (region.region_id, MemoryState::Post, None),
-            &steps,
+            (&steps, readback::Pacing::InStall),
             &|_| {},
         )
     }

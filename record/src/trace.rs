@@ -54,7 +54,12 @@ pub(crate) fn trace_with(step: impl FnOnce() -> String) {
         }
         Some(Mode::Buffered(t0)) => {
             let at = t0.elapsed().as_secs_f64() * 1e3;
-            let step = step();
+            // The writers' steps interleave with the capture's: told apart, so a gap in a
+            // stall is read between the capture's own steps.
+            let step = match std::thread::current().name() {
+                Some(n @ "kreplay-writer") => format!("[{n}] {}", step()),
+                _ => step(),
+            };
             KEPT.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push((at, step));

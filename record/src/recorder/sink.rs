@@ -309,11 +309,19 @@ fn write_regions<W: Write + Seek>(
         done.set(done.get() + n);
         bar.set("writing", done.get(), total);
     };
-    while let Some(region) = flight.write_region(written.regions, w, &mut ring, &progress) {
-        written.raw_bytes += region?;
-        written.regions += 1;
+    let mut all = || {
+        while let Some(region) = flight.write_region(written.regions, w, &mut ring, &progress) {
+            written.raw_bytes += region?;
+            written.regions += 1;
+        }
+        Ok::<(), RecordError>(())
+    };
+    let done = all();
+    // Kept for the next capture's writer: pinning a ring again would run beside its stall.
+    if let Some(ring) = ring {
+        crate::staging_rings::give_back(flight.context, ring);
     }
-    Ok(written)
+    done.map(|()| written)
 }
 
 /// The code objects a capture keeps: the cubin, then the PTX the application shipped for the
