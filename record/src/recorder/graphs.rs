@@ -17,7 +17,7 @@ use kreplay_cuda::{
 use kreplay_format::GraphOrigin;
 use kreplay_protocol::config::{short_kernel_name, Mode};
 
-use super::exec_graphs::{ExecKernel, ExecState};
+use super::exec_graphs::{tally_of, ExecKernel, ExecState};
 use super::graph_launch::GraphTarget;
 use super::kernels::Execution;
 use super::locking::lock;
@@ -69,6 +69,7 @@ impl Recorder {
                 enabled,
             } => {
                 if let Some(s) = lock(&self.graphs).get_mut(&exec) {
+                    s.tally = None;
                     match s.model.by_handle(node) {
                         Some(i) => s.model.nodes[i].enabled = enabled,
                         None => s.stale = Some("a node inside a child graph was disabled".into()),
@@ -123,6 +124,7 @@ impl Recorder {
                 launches: 0,
                 stale: None,
                 keep_args,
+                tally: None,
             },
         );
     }
@@ -160,6 +162,7 @@ impl Recorder {
         let Some(s) = graphs.get_mut(&exec) else {
             return;
         };
+        s.tally = None;
         match s.model.by_handle(node) {
             Some(i) => {
                 if let Some(e) = s.kernels.iter_mut().find(|e| e.node == i) {
@@ -206,6 +209,7 @@ impl Recorder {
             if let Some(s) = lock(&self.graphs).get_mut(&exec) {
                 s.model = model;
                 s.kernels = kernels;
+                s.tally = None;
             }
         }
     }
@@ -219,8 +223,17 @@ impl Recorder {
         let mut graphs = lock(&self.graphs);
         let state = graphs.get_mut(&exec)?;
         state.launches += 1;
-        let ExecState { model, kernels, .. } = state;
+        let ExecState {
+            model,
+            kernels,
+            tally,
+            ..
+        } = state;
         self.kernels.with_book(|book| {
+            if let Some(t) = tally.as_ref() {
+                book.count_tally(t);
+                return;
+            }
             for k in kernels.iter_mut() {
                 let node = &model.nodes[k.node];
                 let NodeOp::Kernel(kn) = &node.op else {
@@ -255,6 +268,7 @@ impl Recorder {
                         .push((k.node, launch_index, index, state.launches));
                 }
             }
+            *tally = tally_of(model, kernels);
         });
         Some(counted)
     }
