@@ -53,7 +53,8 @@ pub struct Pending {
     pub stream: ForeignStream,
     pub timer: GatedTimer,
     pub data: CaptureData,
-    /// Held from the settle sweeps until the kernel completed (see `quiet`).
+    /// The writers held off (see `quiet`): from the stall's start to the end of the post phase
+    /// (`after_launch`); a range's first step, to its kernel's end (`finish_kernel`).
     pub measuring: Option<crate::quiet::Measuring>,
     /// What the dispatch reads and writes (it decides the post-dispatch state).
     pub footprint: Arc<dyn Footprint>,
@@ -232,19 +233,25 @@ pub fn before_launch(input: PreInput<'_>) -> Result<Pending, RecordError> {
     snapshot_before(input)
 }
 
+/// Holds the writers of earlier captures off the GPU and the driver for the whole stall
+/// (`quiet`): waits for a piece of their work in progress (a copy being started, a ring being
+/// pinned); the stall's first synchronisation then lets their copies in flight land. Their
+/// copies, frees and pinning beside a stall had made its own driver calls wait (a module's
+/// globals resolved, the heap limit read: 7 to 57 ms once in three or four captures of a
+/// training step, on an H100).
+fn writers_held_off(laps: &mut Laps) -> crate::quiet::Measuring {
+    let measuring = crate::quiet::measure();
+    laps.lap("quiet");
+    measuring
+}
+
 /// `before_launch`'s work.
 fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
     let began = Instant::now();
     let mut laps = Laps::new();
     let view = input.view;
     let (args, layout) = (input.args, input.layout);
-    // The writers of earlier captures stay off the GPU and the driver for the whole stall
-    // (`quiet`): this waits for a copy they are starting, or a ring they are pinning, and the
-    // synchronisation below lets the copies in flight land. Their copies, frees and pinning
-    // beside a stall had made its own driver calls wait (a module's globals resolved, the heap
-    // limit read: 7 to 57 ms once in three or four captures of a training step, on an H100).
-    let measuring = crate::quiet::measure();
-    laps.lap("quiet");
+    let measuring = writers_held_off(&mut laps);
     ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
     laps.lap("synchronise");
 

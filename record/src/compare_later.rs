@@ -14,6 +14,7 @@ use kreplay_engine::write_set::Evidence;
 
 use crate::device_resources::with_writer_chunk_kernels;
 use crate::footprint::{Footprint, RegionSpan};
+use crate::quiet::Pacing;
 use crate::readback;
 use crate::snapshot::{in_slab, many_scans, Bytes, ChunkBits, PostScratch, Snapshot};
 
@@ -44,8 +45,8 @@ impl CompareLater {
     /// scan of both halves, kept where they are in the second half. When the scan cannot run,
     /// each region's second-half bytes are kept whole, compared on the host when written.
     /// `on_gpu` false (the context they belong to is not known to be current): every region
-    /// kept whole.
-    pub(crate) fn compare(&self, snapshots: &mut [Snapshot], on_gpu: bool) {
+    /// kept whole. `pacing`: the writer's scan waits for windows, a teardown's does not.
+    pub(crate) fn compare(&self, snapshots: &mut [Snapshot], on_gpu: bool, pacing: Pacing) {
         let waiting: Vec<usize> = (0..snapshots.len())
             .filter(|&i| waits(&snapshots[i]))
             .collect();
@@ -58,7 +59,7 @@ impl CompareLater {
             .then(|| many_scans(snapshots, &waiting, |_, pre| pre.ptr() + self.half))
             .flatten();
         let flags = scans.as_ref().and_then(|(scans, _)| {
-            crate::quiet::outside_measurement(|| {
+            crate::quiet::paced(pacing, || {
                 let stream = Stream::new().ok()?;
                 // SAFETY: each scan reads a region's two stretches of our own slab, both
                 // written (the copies' stream was synchronised before the application went

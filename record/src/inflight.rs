@@ -9,15 +9,17 @@
 use std::io::{Seek, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kreplay_cuda::{copy_dtoh, DownloadRing};
+use kreplay_cuda::copy_dtoh;
 use kreplay_engine::write_set::Evidence;
 use kreplay_format::{CaptureWriter, MemoryState, RegionExtents, MIN_EXTENT_PAGE};
 
 use crate::compare_later::CompareLater;
 use crate::error::RecordError;
 use crate::footprint::RegionSpan;
-use crate::readback::{self, Pacing};
+use crate::quiet::Pacing;
+use crate::readback;
 use crate::snapshot::{mask_absent, post_chunks, Bytes, PostChunk, PostScratch, Scratch, Snapshot};
+use crate::staging_rings::Lent;
 
 /// One capture's snapshots, shared by its writer thread and the teardown callback.
 pub struct InFlight {
@@ -38,9 +40,9 @@ struct Home {
 impl Home {
     /// Compares what `later` holds, once; on the GPU when `on_gpu` (the snapshots' context is
     /// current), else each region is kept whole for the host to compare.
-    fn compare_later(&mut self, on_gpu: bool) {
+    fn compare_later(&mut self, on_gpu: bool, pacing: Pacing) {
         if let Some(later) = self.later.take() {
-            later.compare(&mut self.snapshots, on_gpu);
+            later.compare(&mut self.snapshots, on_gpu, pacing);
         }
     }
 }
@@ -49,21 +51,22 @@ fn lock(m: &Mutex<Home>) -> MutexGuard<'_, Home> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Brings `len` bytes of device scratch at `addr` to the host, between measurements (see
-/// `quiet`). Only for the teardown path and the host-compare fallback.
-fn fetch(addr: u64, len: u64) -> Result<Vec<u8>, RecordError> {
+/// Brings `len` bytes of device scratch at `addr` to the host, as `pacing` says (see `quiet`).
+/// Only for the teardown path and the host-compare fallback.
+fn fetch(addr: u64, len: u64, pacing: Pacing) -> Result<Vec<u8>, RecordError> {
     let n = usize::try_from(len).map_err(|_| RecordError::RegionTooLarge(len))?;
     let mut v = vec![0u8; n];
     // SAFETY: callers pass our own scratch buffers (`addr`, `v.len()` bytes), read after the
     // copies into them completed.
-    crate::quiet::outside_measurement(|| unsafe { copy_dtoh(&mut v, addr) })
+    crate::quiet::paced(pacing, || unsafe { copy_dtoh(&mut v, addr) })
         .map_err(RecordError::ReadBack)?;
     Ok(v)
 }
 
-/// Drops a region's scratch (freeing its buffer, or its slab with the last stretch).
-fn free(buf: Scratch) {
-    crate::quiet::outside_measurement(|| drop(buf));
+/// Drops a region's scratch (freeing its buffer, or its slab with the last stretch), as
+/// `pacing` says.
+fn free(buf: Scratch, pacing: Pacing) {
+    crate::quiet::paced(pacing, || drop(buf));
 }
 
 /// The post chunks of `post` as host chunks (the scratch is freed); `addr` is where the
@@ -73,9 +76,10 @@ fn post_home(
     pre: &[u8],
     (region, addr, touched): (&kreplay_format::Region, u64, Option<&[(u64, u64)]>),
     out: &mut Vec<PostChunk>,
+    pacing: Pacing,
 ) -> Result<(), RecordError> {
     let first = out.len();
-    post_chunks_home(post, pre, (region, addr), out)?;
+    post_chunks_home(post, pre, (region, addr), out, pacing)?;
     mask_absent(touched, &mut out[first..]);
     Ok(())
 }
@@ -86,6 +90,7 @@ fn post_chunks_home(
     pre: &[u8],
     (region, addr): (&kreplay_format::Region, u64),
     out: &mut Vec<PostChunk>,
+    pacing: Pacing,
 ) -> Result<(), RecordError> {
     let Some(buf) = post.buf else {
         return Ok(());
@@ -93,7 +98,7 @@ fn post_chunks_home(
     let cs = region.chunk_size.max(1);
     match post.runs {
         None => {
-            let now = fetch(buf.ptr(), buf.len() as u64)?;
+            let now = fetch(buf.ptr(), buf.len() as u64, pacing)?;
             let evidence = Evidence::Bytes {
                 before: pre,
                 after: &now,
@@ -105,30 +110,34 @@ fn post_chunks_home(
         }
         Some(runs) => {
             for r in runs {
-                let bytes = fetch(buf.ptr() + r.at, r.len)?;
+                let bytes = fetch(buf.ptr() + r.at, r.len, pacing)?;
                 for (k, c) in bytes.chunks(cs as usize).enumerate() {
                     out.push((region.region_id, r.offset + k as u64 * cs, c.to_vec()));
                 }
             }
         }
     }
-    free(buf);
+    free(buf, pacing);
     Ok(())
 }
 
 /// Turns a device snapshot into a host one: pre bytes to the host, post kept as the chunks
 /// that changed (appended to `post`); the scratch is freed. Host snapshots are left.
-fn bring_home(s: &mut Snapshot, post: &mut Vec<PostChunk>) -> Result<(), RecordError> {
+fn bring_home(
+    s: &mut Snapshot,
+    post: &mut Vec<PostChunk>,
+    pacing: Pacing,
+) -> Result<(), RecordError> {
     let Bytes::Device(buf) = &s.pre else {
         return Ok(());
     };
-    let pre = fetch(buf.ptr(), buf.len() as u64)?;
+    let pre = fetch(buf.ptr(), buf.len() as u64, pacing)?;
     if let Some(p) = s.post.take() {
         let at = (&s.region, s.device_addr, s.touched.as_deref());
-        post_home(p, &pre, at, post)?;
+        post_home(p, &pre, at, post, pacing)?;
     }
     if let Bytes::Device(scratch) = std::mem::replace(&mut s.pre, Bytes::Host(pre)) {
-        free(scratch);
+        free(scratch, pacing);
     }
     Ok(())
 }
@@ -164,25 +173,29 @@ impl InFlight {
     /// The staging size the ring needs: for the largest region in device scratch, up to
     /// `staging_rings::MOST_BYTES` (small captures pin little).
     fn staging_bytes(&self) -> usize {
-        let largest = lock(&self.home)
-            .snapshots
-            .iter()
-            .filter(|s| matches!(s.pre, Bytes::Device(_)))
+        let h = lock(&self.home);
+        let on_device = || {
+            h.snapshots
+                .iter()
+                .filter(|s| matches!(s.pre, Bytes::Device(_)))
+        };
+        let largest = on_device()
             .map(|s| s.region.size.next_multiple_of(s.region.chunk_size.max(1)))
             .max()
             .unwrap_or(0);
-        crate::staging_rings::buffer_bytes(largest)
+        let chunk = on_device().map(|s| s.region.chunk_size).max().unwrap_or(0);
+        crate::staging_rings::buffer_bytes(largest, chunk)
     }
 
     /// Declares the `i`th region in `w` and writes its memory: streamed from device scratch
     /// when it is there, else from the host copy. Its bytes leave the snapshot (host and
     /// device memory are freed as the writer goes). `None` past the last region.
     /// `progress` is told of each stretch of pre bytes written.
-    pub fn write_region<W: Write + Seek>(
+    pub(crate) fn write_region<W: Write + Seek>(
         &self,
         i: usize,
         w: &mut CaptureWriter<W>,
-        ring: &mut Option<DownloadRing>,
+        ring: &mut Option<Lent>,
         progress: &dyn Fn(u64),
     ) -> Option<Result<RawBytes, RecordError>> {
         // Sized once, when the ring is made (for the first region in device scratch).
@@ -193,7 +206,7 @@ impl InFlight {
         };
         let mut h = lock(&self.home);
         // The writer made the capture's context current.
-        h.compare_later(true);
+        h.compare_later(true, Pacing::Writer);
         let s = h.snapshots.get_mut(i)?;
         let written = write_snapshot(s, w, ring, (self.context, staging), progress);
         Some(written)
@@ -217,13 +230,14 @@ impl InFlight {
     pub fn evacuate(&self) -> Result<(), RecordError> {
         let mut h = lock(&self.home);
         // The context about to be destroyed is current; a capture whose context is not known
-        // may belong to another.
-        h.compare_later(self.context != 0);
+        // may belong to another. Unpaced: this callback does not wait for other threads'
+        // stalls (`quiet::Pacing`).
+        h.compare_later(self.context != 0, Pacing::Unpaced);
         let Home {
             snapshots, post, ..
         } = &mut *h;
         for s in snapshots.iter_mut() {
-            bring_home(s, post)?;
+            bring_home(s, post, Pacing::Unpaced)?;
         }
         Ok(())
     }
@@ -232,7 +246,7 @@ impl InFlight {
 fn write_snapshot<W: Write + Seek>(
     s: &mut Snapshot,
     w: &mut CaptureWriter<W>,
-    ring: &mut Option<DownloadRing>,
+    ring: &mut Option<Lent>,
     (context, staging): (usize, usize),
     progress: &dyn Fn(u64),
 ) -> Result<RawBytes, RecordError> {
@@ -263,7 +277,7 @@ fn write_snapshot<W: Write + Seek>(
     );
     if unscanned {
         let mut post = Vec::new();
-        bring_home(s, &mut post)?;
+        bring_home(s, &mut post, Pacing::Writer)?;
         let raw = write_host(s, w)?;
         progress(size);
         let mut extra = 0;
@@ -283,7 +297,7 @@ fn write_snapshot<W: Write + Seek>(
         let made = crate::staging_rings::take(context, staging.max(1));
         *ring = Some(made.map_err(RecordError::ReadBack)?);
     }
-    let Some(r) = ring.as_mut() else {
+    let Some(Lent { ring: r, .. }) = ring.as_mut() else {
         return Err(RecordError::NoContext);
     };
     let cap = r.capacity() as u64;
@@ -305,11 +319,11 @@ fn write_snapshot<W: Write + Seek>(
             raw += readback::write_steps(r, w, to, (&steps, Pacing::Writer), &|_| {})?;
         }
         if let Some(buf) = post.buf {
-            free(buf);
+            free(buf, Pacing::Writer);
         }
     }
     if let Bytes::Device(scratch) = std::mem::replace(&mut s.pre, Bytes::Host(Vec::new())) {
-        free(scratch);
+        free(scratch, Pacing::Writer);
     }
     Ok(raw)
 }

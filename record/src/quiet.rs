@@ -9,8 +9,10 @@
 //! So a capture holds a window from its stall's start to the end of its post phase, and the
 //! writer starts each piece of device work (one copy, a free, a ring made or freed, its
 //! comparison scan) only outside windows. A capture waits for the pieces in progress only (the
-//! copies in flight land during its first context synchronisation), never for the writer's
-//! host work (compression, the disk) or its later pieces.
+//! copies in flight land during its first context synchronisation; a writer of another
+//! context's copies are not waited for), never for the writer's host work (compression, the
+//! disk) or its later pieces. A capture's own work in its stall and a context's teardown are
+//! unpaced (`Pacing`).
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -63,8 +65,8 @@ pub fn measure() -> Measuring {
     Measuring(())
 }
 
-/// A piece of the writer's device work in progress (copies from device scratch in flight,
-/// say); measured windows wait until it is dropped.
+/// A piece of the writer's device work in progress (a copy being started, a free, a ring
+/// made); windows wait until it is dropped.
 #[must_use]
 pub struct Reading(());
 
@@ -93,6 +95,25 @@ pub fn reading() -> Reading {
 pub fn outside_measurement<T>(f: impl FnOnce() -> T) -> T {
     let _reading = reading();
     f()
+}
+
+/// Who runs a piece of kreplay's device work, which says whether it waits for windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// A writer thread, behind the application: outside any capture's window.
+    Writer,
+    /// A capture's own stall (the window is its own: waiting for it would never end), or a
+    /// context's teardown (the context goes now; waiting there for another thread's stall
+    /// could wait on the driver's lock, which the destroying thread may hold).
+    Unpaced,
+}
+
+/// Runs `f` as `pacing` says: outside measured windows for a writer, at once otherwise.
+pub fn paced<T>(pacing: Pacing, f: impl FnOnce() -> T) -> T {
+    match pacing {
+        Pacing::Writer => outside_measurement(f),
+        Pacing::Unpaced => f(),
+    }
 }
 
 #[cfg(test)]

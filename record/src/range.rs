@@ -325,12 +325,12 @@ impl RangePending {
         let Some(p) = self.pending.as_mut() else {
             return Err(RecordError::NoContext);
         };
+        // The first step's window (`quiet`) ends with its kernel, on every way out.
+        let _measuring = p.measuring.take();
         p.timer
             .finish(&p.stream)
             .map_err(RecordError::cuda("stopping the timer"))?;
-        let done = ctx_synchronize().map_err(RecordError::KernelFailed);
-        p.measuring = None;
-        done?;
+        ctx_synchronize().map_err(RecordError::KernelFailed)?;
         let ns = p.timer.elapsed_ns().ok();
         if let Some(d) = self.steps.last_mut().and_then(Step::dispatch_mut) {
             d.original_duration_ns = ns;

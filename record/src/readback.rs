@@ -14,7 +14,7 @@ use kreplay_engine::write_set::ByteRange;
 use kreplay_format::{CaptureWriter, MemoryState};
 
 use crate::error::RecordError;
-use crate::quiet;
+use crate::quiet::{self, Pacing};
 
 /// One step of writing a region's memory, in region order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,21 +167,12 @@ pub fn post_steps(base: u64, runs: &[PackedRun], chunk: u64, max: u64) -> Vec<St
     steps
 }
 
-/// Who drives a read-back, which says whether its copies wait for measured windows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pacing {
-    /// A writer thread, behind the application: each copy is started outside any capture's
-    /// window (see `quiet`), so a capture never shares the bus or the driver with it.
-    Writer,
-    /// A capture's own stall (a region spilled to the file): the window is the capture's.
-    InStall,
-}
-
 /// Runs `steps` in order through `ring`: copies are started up to the ring's size ahead, and
 /// each one's bytes are handed to `data(offset, bytes)` once landed; zero runs go to
 /// `zeros(offset, len)`. A writer (`Pacing::Writer`) starts each copy outside measured windows
-/// (`quiet`); the copies already in flight when a capture begins land during its first
-/// context synchronisation, the writer's host work (compression, the disk) never holds it.
+/// (`quiet`); the copies already in flight when a capture begins (three buffers at most) land
+/// during its first context synchronisation: the writer's host work (compression, the disk)
+/// never holds it.
 pub fn run(
     ring: &mut DownloadRing,
     steps: &[Step],

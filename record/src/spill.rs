@@ -18,7 +18,8 @@ use kreplay_format::{MemoryState, Region};
 use crate::error::RecordError;
 use crate::readback;
 
-/// Staging for spilled regions: as the writer's.
+/// Staging for spilled regions (made during the stall, for the capture alone: the writers'
+/// kept rings are at most 16 MiB a buffer, `staging_rings`).
 const STAGING_BYTES: usize = 64 << 20;
 const STAGING_SLOTS: usize = 3;
 
@@ -46,6 +47,15 @@ impl Spill {
         Ok(Spill { file, ring })
     }
 
+    /// The file, for the writer to go on with; the ring is freed outside measured windows
+    /// (this runs on the writer thread: freeing page-locked buffers beside a stall made its
+    /// driver calls wait, `quiet`).
+    pub fn into_file(self) -> PendingFile {
+        let Spill { file, ring } = self;
+        crate::quiet::outside_measurement(|| drop(ring));
+        file
+    }
+
     /// Declares `region` (whose bytes are at `addr` in this process) and writes its pre bytes;
     /// zero chunks (the GPU says which) are not read.
     pub fn pre(
@@ -68,7 +78,7 @@ impl Spill {
             &mut self.ring,
             w,
             (region.region_id, MemoryState::Pre, None),
-            (&steps, readback::Pacing::InStall),
+            (&steps, crate::quiet::Pacing::Unpaced),
             &|_| {},
         )?;
         Ok(Spilled {
@@ -93,7 +103,7 @@ impl Spill {
             &mut self.ring,
             w,
             (region.region_id, MemoryState::Post, None),
-            (&steps, readback::Pacing::InStall),
+            (&steps, crate::quiet::Pacing::Unpaced),
             &|_| {},
         )
     }

@@ -17,9 +17,8 @@ use kreplay_cuda::{
 use kreplay_format::GraphOrigin;
 use kreplay_protocol::config::{short_kernel_name, Mode};
 
-use super::exec_graphs::{tally_of, ExecKernel, ExecState};
+use super::exec_graphs::{count_launch, ExecKernel, ExecState};
 use super::graph_launch::GraphTarget;
-use super::kernels::Execution;
 use super::locking::lock;
 use super::marks::{FlagGuard, IN_LAUNCH, SELF_CALLS};
 use super::state::Recorder;
@@ -78,6 +77,7 @@ impl Recorder {
             }
             GraphCall::NodeParamsSet { exec } => {
                 if let Some(s) = lock(&self.graphs).get_mut(&exec) {
+                    s.tally = None;
                     s.stale = Some("the executable graph's nodes were updated in a way kreplay does not follow yet (cuGraphExecNodeSetParams, memcpy, memset or child-graph parameters)".into());
                 }
             }
@@ -229,32 +229,12 @@ impl Recorder {
             tally,
             ..
         } = state;
-        self.kernels.with_book(|book| {
-            if let Some(t) = tally.as_ref() {
-                book.count_tally(t);
-                return;
-            }
-            for k in kernels.iter_mut() {
-                let node = &model.nodes[k.node];
-                let NodeOp::Kernel(kn) = &node.op else {
-                    continue;
-                };
-                if !node.enabled {
-                    continue;
-                }
-                let e = Execution {
-                    name: &kn.name,
-                    demangled: &k.demangled,
-                    wanted: k.wanted,
-                    grid: kn.grid,
-                    block: kn.block,
-                    in_graph: true,
-                    arg_bytes: super::corpus::layout_bytes(&kn.layout),
-                };
-                let Some((launch_index, index)) = book.count_kept(&self.config, &e, &mut k.stat)
-                else {
-                    continue;
-                };
+        let captured = self
+            .kernels
+            .with_book(|book| count_launch(book, &self.config, model, kernels, tally));
+        for (at, launch_index, index) in captured {
+            let k = &kernels[at];
+            if let NodeOp::Kernel(kn) = &model.nodes[k.node].op {
                 if self.config.mode == Mode::Profile {
                     counted.skipped.push((
                         kn.name.clone(),
@@ -268,8 +248,7 @@ impl Recorder {
                         .push((k.node, launch_index, index, state.launches));
                 }
             }
-            *tally = tally_of(model, kernels);
-        });
+        }
         Some(counted)
     }
 

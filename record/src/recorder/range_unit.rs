@@ -334,7 +334,12 @@ impl Recorder {
                 format!(", the last kernel step launch {l}")
             });
             // The contexts may be torn down already: the unit's device memory goes with the
-            // process rather than through a driver that may be gone.
+            // process rather than through a driver that may be gone. Its first step's window
+            // (`quiet`) ends here, or the writers joined next would wait for it forever.
+            let mut r = r;
+            if let Some(p) = r.pending.as_mut() {
+                p.measuring = None;
+            }
             std::mem::forget(r);
             self.error(format!(
                 "{name} is incomplete: the process ended after {steps} steps{after}"

@@ -228,7 +228,7 @@ fn write_capture(
     }
     // Regions that did not fit in device scratch are in the file already.
     let mut f = match p.spill.take() {
-        Some(spill) => spill.file,
+        Some(spill) => spill.into_file(),
         None => outputs.open(path, info.time_unix_ns, info.match_index)?,
     };
     let written = match write_events(&mut f.writer, info, &p, flight) {
@@ -316,12 +316,12 @@ fn write_regions<W: Write + Seek>(
         }
         Ok::<(), RecordError>(())
     };
-    let done = all();
+    let result = all();
     // Kept for the next capture's writer: pinning a ring again would run beside its stall.
     if let Some(ring) = ring {
-        crate::staging_rings::give_back(flight.context, ring);
+        crate::staging_rings::give_back(ring, result.is_ok());
     }
-    done.map(|()| written)
+    result.map(|()| written)
 }
 
 /// The code objects a capture keeps: the cubin, then the PTX the application shipped for the
