@@ -9,8 +9,8 @@
 //! So a capture holds a window from its stall's start to the end of its post phase, and the
 //! writer starts each piece of device work (one copy, a free, a ring made or freed, its
 //! comparison scan) only outside windows. A capture waits for the pieces in progress only (the
-//! copies in flight land during its first context synchronisation; a writer of another
-//! context's copies are not waited for), never for the writer's host work (compression, the
+//! copies in flight land during its first context synchronisation; the copies of a writer of
+//! another context are not waited for), never for the writer's host work (compression, the
 //! disk) or its later pieces. A capture's own work in its stall and a context's teardown are
 //! unpaced (`Pacing`).
 

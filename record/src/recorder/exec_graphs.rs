@@ -105,33 +105,11 @@ pub(super) fn count_launch(
 
 #[cfg(test)]
 mod tests {
+    use super::super::kernels::tests::{config, execution};
     use super::*;
     use crate::graph::{KernelNode, ModelNode};
     use kreplay_cuda::graph::NodeKind;
     use kreplay_protocol::config::env;
-
-    fn config(vars: &[(&str, &str)]) -> Config {
-        let get = |k: &str| {
-            vars.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
-        Config::from_lookup(get)
-            .expect("valid settings")
-            .expect("a mode is set")
-    }
-
-    fn execution(name: &str, wanted: bool) -> Execution<'_> {
-        Execution {
-            name,
-            demangled: name,
-            wanted,
-            grid: [1, 1, 1],
-            block: [32, 1, 1],
-            in_graph: false,
-            arg_bytes: 8,
-        }
-    }
 
     // Catches: a graph launch counted by its tally differing from counting its nodes one by
     // one (launch and match indices of the launches after it, per-kernel and graph counts, a

@@ -287,11 +287,12 @@ fn count_at(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use kreplay_protocol::config::env;
 
-    fn config(vars: &[(&str, &str)]) -> Config {
+    /// A configuration from `KREPLAY_*` settings (shared with `exec_graphs`' tests).
+    pub(in crate::recorder) fn config(vars: &[(&str, &str)]) -> Config {
         let get = |k: &str| {
             vars.iter()
                 .find(|(n, _)| *n == k)
@@ -302,7 +303,8 @@ mod tests {
             .expect("a mode is set")
     }
 
-    fn execution(name: &str, wanted: bool) -> Execution<'_> {
+    /// An execution of kernel `name` outside graphs (shared with `exec_graphs`' tests).
+    pub(in crate::recorder) fn execution(name: &str, wanted: bool) -> Execution<'_> {
         Execution {
             name,
             demangled: name,
