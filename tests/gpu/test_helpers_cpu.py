@@ -986,6 +986,21 @@ def test_table_check_case_is_inline_and_its_run_cases_exist():
     assert all(n in names and k >= 1 for n, k in test_tools.TABLE_CHECK_CASES)
 
 
+def test_graph_bench_verdict_judges_the_recorder_over_cuptis_floor_and_against_before():
+    assert "graph-bench" in C.INLINE_CASES and "bench" in C.INLINE_CASES["graph-bench"]
+    # Session 22's H100 figures: CUPTI alone +2.71 %, the recorder's own +1.78 %.
+    why, txt = S.graph_bench_checks(238.503, 249.203, 244.969)
+    assert why == [] and "+4.49 %" in txt and "+1.78 %" in txt and "ms" in txt
+    assert S.graph_bench_checks(238.5, 252.0, 244.9)[0], "the recorder's own +2.9 %"
+    assert S.graph_bench_checks(238.5, 240.0, 239.0)[0] == []
+    assert S.graph_bench_checks(None, 240.0, 239.0)[0] and S.graph_bench_checks(238.5, None, 239.0)[0]
+    assert S.graph_bench_checks(238.5, 240.0, None)[0]
+    # Against the library before: within 1 % of the plain run, not more.
+    why, txt = S.graph_bench_checks(238.5, 246.0, 244.9, old=244.0)
+    assert why == [] and "before" in txt and "+0.84 %" in txt
+    assert S.graph_bench_checks(238.5, 247.0, 244.9, old=244.0)[0], "+1.26 % slower than before"
+
+
 def test_capture_times_verdict_wants_every_case_measured_and_none_much_slower():
     assert "capture-times-bench" in C.INLINE_CASES and "bench" in C.INLINE_CASES["capture-times-bench"]
     out = '{"captures": [{"match_index": 2, "stall_ms": 9.0}, {"match_index": 1, "stall_ms": 3.5}]}'

@@ -93,25 +93,34 @@ def bench_ms(text: str):
     return float(m.group(1)) if m else None
 
 
+# graph-bench's runs, interleaved, each the best of 3 rounds: the best of each kind is judged
+# (one run's best varies by up to 4 % on an H100 host, session 22).
+GRAPH_BENCH_RUNS = 3
+
+
 @C.inline("graph-bench")
 def test_graph_bench(case, row, kr, app):
-    """Overhead: 10,000 launches of a 20-node graph, plain and under record matching nothing:
-    at most 2 % slower (a timed case: alone on the GPU)."""
+    """Overhead: 10,000 launches of a 20-node graph, plain and under record matching nothing,
+    beside CUPTI attached with no callback enabled (`KREPLAY_DEBUG_SUBSCRIBE=none`, a
+    measurement aid of the library's) and, when KREPLAY_OLD_RECORD_LIB names one, the library
+    before (#34's "nothing else gets slower"); S.graph_bench_checks judges (a timed case: alone
+    on the GPU)."""
     g = app(["{graph_apps}", "bench", "10000"])
-    plain = case.run(g, name="plain", timeout=600)
-    rec = case.run([kr, "record", "-q", "-k", "no_such_kernel_xyz", "--"] + g, name="rec", timeout=600)
-    # Shown, not judged: CUPTI attached with no callback enabled (a measurement aid of the
-    # library's), the part of the overhead no change of the recorder's takes away.
-    floor = case.run([kr, "record", "-q", "-k", "no_such_kernel_xyz", "--"] + g, name="floor",
-                     env={"KREPLAY_DEBUG_SUBSCRIBE": "none"}, timeout=600)
-    a, b, f = bench_ms(plain.out + plain.err), bench_ms(rec.out), bench_ms(floor.out)
-    ok = a is not None and b is not None and b <= a * 1.02
-    pct = (b / a - 1) * 100 if a and b else float("nan")
-    fpct = (f / a - 1) * 100 if a and f else float("nan")
-    txt = (f"10,000 launches x 20 nodes, best of 3 rounds: plain {a} ms, recorded {b} ms: {pct:+.2f} % "
-           f"(target <= 2 %); CUPTI attached alone {f} ms: {fpct:+.2f} %")
-    row.update(kernel=txt, why="" if ok else txt)
-    assert ok, txt
+    rec = [kr, "record", "-q", "-k", "no_such_kernel_xyz", "--"] + g
+    old = os.environ.get("KREPLAY_OLD_RECORD_LIB")
+    kinds = {"plain": (g, {}), "rec": (rec, {}), "floor": (rec, {"KREPLAY_DEBUG_SUBSCRIBE": "none"})}
+    if old and Path(old).is_file():
+        kinds["old"] = (rec, {"KREPLAY_RECORD_LIB": old})
+    best = {k: None for k in kinds}
+    for i in range(GRAPH_BENCH_RUNS):
+        for kind, (argv, env) in kinds.items():
+            r = case.run(argv, name=f"{kind}{i}", env=env, timeout=600)
+            ms = bench_ms(r.out + (r.err if kind == "plain" else ""))
+            if ms is not None and (best[kind] is None or ms < best[kind]):
+                best[kind] = ms
+    why, txt = S.graph_bench_checks(best["plain"], best["rec"], best["floor"], best.get("old"))
+    row.update(kernel=txt, why="; ".join(why), figures=txt)
+    assert not why, "; ".join(why)
 
 
 @C.inline("record-count")
