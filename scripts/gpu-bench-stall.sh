@@ -37,6 +37,11 @@ done
 dtod=$("$W/copybench" $((4 << 30)) dtod | tee /dev/stderr | grep -o '([0-9.]* GB/s)' | grep -o '[0-9.]*')
 [ -n "$dtod" ] || { echo "no device-to-device bandwidth measured"; exit 2; }
 echo "device-to-device: $dtod GB/s (copybench, 4 GiB)"
+# The host: the pointer table's stall is host work, and the same build's varies from host to
+# host (3.2 to 6.2 ms on H100 hosts, session 23).
+echo "host: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); $(lscpu 2> /dev/null \
+  | sed -n 's/^Model name: *//p; s/^CPU(s): */CPUs /p; s/^NUMA node(s): */NUMA nodes /p; s/^CPU max MHz: */max MHz /p' \
+  | paste -sd ';' -)"
 
 # record NAME VARIANT ARGS...: one `kreplay record --json`, its report in $W/NAME-VARIANT.json.
 record() {
