@@ -17,11 +17,13 @@ pub(super) struct ExecKernel {
     pub stat: Option<usize>,
 }
 
-/// An executable graph of the application.
+/// An executable graph of the application. Its model and kernel nodes change only through
+/// `changing` and `replace`, which drop the tally that stood for them (a tally kept after a
+/// node became wanted would count that node's launches and never capture it).
 #[derive(Debug, Clone)]
 pub(super) struct ExecState {
-    pub model: GraphModel,
-    pub kernels: Vec<ExecKernel>,
+    model: GraphModel,
+    kernels: Vec<ExecKernel>,
     pub launches: u64,
     /// Why the parameters in force may differ from the model (an update kreplay does not
     /// follow): its nodes are counted, not captured.
@@ -31,7 +33,61 @@ pub(super) struct ExecState {
     /// What one launch adds to the kernel book while no enabled kernel node is wanted
     /// (`tally_of`), once every node's statistics are known; `None` until then, and again
     /// after the model changes (a node set, enabled or disabled, an update).
-    pub tally: Option<Tally>,
+    tally: Option<Tally>,
+}
+
+impl ExecState {
+    pub fn new(model: GraphModel, kernels: Vec<ExecKernel>, keep_args: bool) -> ExecState {
+        ExecState {
+            model,
+            kernels,
+            launches: 0,
+            stale: None,
+            keep_args,
+            tally: None,
+        }
+    }
+
+    pub fn model(&self) -> &GraphModel {
+        &self.model
+    }
+
+    pub fn kernels(&self) -> &[ExecKernel] {
+        &self.kernels
+    }
+
+    /// The model and its kernel nodes, to change in place; the tally is dropped.
+    pub fn changing(&mut self) -> (&mut GraphModel, &mut Vec<ExecKernel>) {
+        self.tally = None;
+        (&mut self.model, &mut self.kernels)
+    }
+
+    /// The model and its kernel nodes replaced (an update); the tally is dropped.
+    pub fn replace(&mut self, model: GraphModel, kernels: Vec<ExecKernel>) {
+        self.tally = None;
+        (self.model, self.kernels) = (model, kernels);
+    }
+
+    /// Counts one launch in `book` (`count_launch`): the executions to capture, (index in
+    /// `kernels()`, launch index, match index).
+    pub fn count(&mut self, book: &mut KernelBook, config: &Config) -> Vec<(usize, u64, u64)> {
+        count_launch(
+            book,
+            config,
+            &self.model,
+            &mut self.kernels,
+            &mut self.tally,
+        )
+    }
+
+    /// The demangled name of kernel node `node` (empty when it is not one).
+    pub fn node_name(&self, node: usize) -> String {
+        self.kernels
+            .iter()
+            .find(|k| k.node == node)
+            .map(|k| k.demangled.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// The tally of one launch of `model` counted as `kernels`, when it can stand for counting
@@ -105,24 +161,14 @@ pub(super) fn count_launch(
 
 #[cfg(test)]
 mod tests {
-    use super::super::kernels::tests::{config, execution};
+    use super::super::kernels::tests::{book_counts, config, execution};
     use super::*;
     use crate::graph::{KernelNode, ModelNode};
     use kreplay_cuda::graph::NodeKind;
     use kreplay_protocol::config::env;
 
-    // Catches: a graph launch counted by its tally differing from counting its nodes one by
-    // one (launch and match indices of the launches after it, per-kernel and graph counts, a
-    // disabled node counted), or a tally standing in while a node is wanted (its capture
-    // then lost).
-    #[test]
-    fn a_graph_launch_counted_by_its_tally_equals_counting_its_nodes() {
-        let c = config(&[
-            (env::MODE, "record"),
-            (env::KERNEL, "wanted"),
-            (env::COUNT, "3"),
-        ]);
-        let kernel = |name: &str, enabled: bool| ModelNode {
+    fn kernel(name: &str, enabled: bool) -> ModelNode {
+        ModelNode {
             kind: NodeKind::Kernel,
             deps: Vec::new(),
             handle: 0,
@@ -137,7 +183,11 @@ mod tests {
                 args: None,
                 attributes: Vec::new(),
             }),
-        };
+        }
+    }
+
+    /// Kernel nodes a, b (disabled), a and `last`, an empty node among them.
+    fn graph(last: &str) -> GraphModel {
         let empty = ModelNode {
             kind: NodeKind::Empty,
             deps: Vec::new(),
@@ -145,40 +195,82 @@ mod tests {
             enabled: true,
             op: NodeOp::None,
         };
-        let graph = |last: &str| GraphModel {
+        GraphModel {
             nodes: vec![
                 kernel("a", true),
-                empty.clone(),
+                empty,
                 kernel("b", false),
                 kernel("a", true),
                 kernel(last, true),
             ],
-        };
-        let kernels_of = |model: &GraphModel| -> Vec<ExecKernel> {
-            [0, 2, 3, 4]
-                .into_iter()
-                .map(|node| {
-                    let NodeOp::Kernel(kn) = &model.nodes[node].op else {
-                        unreachable!("a kernel node")
-                    };
-                    ExecKernel {
-                        node,
-                        demangled: kn.name.clone(),
-                        wanted: kn.name == "wanted",
-                        stat: None,
-                    }
-                })
-                .collect()
-        };
-        let counts = |b: &KernelBook| {
-            let c = &b.counts;
-            let stats: Vec<_> = c
-                .stats
-                .iter()
-                .map(|s| (s.name.clone(), s.count, s.in_graphs, s.first_launch))
-                .collect();
-            (c.launches, c.matches, stats)
-        };
+        }
+    }
+
+    /// `graph`'s kernel nodes, those named "wanted" wanted.
+    fn kernels_of(model: &GraphModel) -> Vec<ExecKernel> {
+        [0, 2, 3, 4]
+            .into_iter()
+            .map(|node| {
+                let NodeOp::Kernel(kn) = &model.nodes[node].op else {
+                    unreachable!("a kernel node")
+                };
+                ExecKernel {
+                    node,
+                    demangled: kn.name.clone(),
+                    wanted: kn.name == "wanted",
+                    stat: None,
+                }
+            })
+            .collect()
+    }
+
+    // Catches: a tally kept after the model changed through `changing` (a node set or
+    // enabled) or `replace` (an update): the node that became wanted would be counted by the
+    // old tally and never captured.
+    #[test]
+    fn a_changed_graph_counts_its_nodes_again_and_captures_a_node_now_wanted() {
+        let c = config(&[
+            (env::MODE, "record"),
+            (env::KERNEL, "wanted"),
+            (env::COUNT, "3"),
+        ]);
+        let model = graph("c");
+        let mut book = KernelBook::default();
+        let mut state = ExecState::new(model.clone(), kernels_of(&model), true);
+        for _ in 0..3 {
+            assert!(state.count(&mut book, &c).is_empty(), "nothing wanted yet");
+        }
+        assert!(state.tally.is_some(), "a tally stands for the graph by now");
+        // The last node's kernel set to the wanted one (as `on_kernel_set` does).
+        let (model, kernels) = state.changing();
+        model.nodes[4] = kernel("wanted", true);
+        kernels[3].wanted = true;
+        assert!(state.tally.is_none());
+        let captured = state.count(&mut book, &c);
+        assert_eq!(captured.len(), 1, "the node now wanted is captured");
+        assert_eq!(captured[0].0, 3);
+        assert_eq!(state.node_name(0), "a");
+        assert_eq!(state.node_name(1), "", "not a kernel node");
+        // Replaced by an update to a graph with nothing wanted: counted node by node again,
+        // then tallied.
+        let plain = graph("d");
+        state.replace(plain.clone(), kernels_of(&plain));
+        assert!(state.tally.is_none());
+        assert!(state.count(&mut book, &c).is_empty());
+        assert!(state.tally.is_some());
+    }
+
+    // Catches: a graph launch counted by its tally differing from counting its nodes one by
+    // one (launch and match indices of the launches after it, per-kernel and graph counts, a
+    // disabled node counted), or a tally standing in while a node is wanted (its capture
+    // then lost).
+    #[test]
+    fn a_graph_launch_counted_by_its_tally_equals_counting_its_nodes() {
+        let c = config(&[
+            (env::MODE, "record"),
+            (env::KERNEL, "wanted"),
+            (env::COUNT, "3"),
+        ]);
         for last in ["c", "wanted"] {
             let model = graph(last);
             let (mut one_by_one, mut tallied) = (KernelBook::default(), KernelBook::default());
@@ -201,8 +293,8 @@ mod tests {
                     "{last}: graph launch {launch}"
                 );
                 assert_eq!(
-                    counts(&tallied),
-                    counts(&one_by_one),
+                    book_counts(&tallied),
+                    book_counts(&one_by_one),
                     "{last}: launch {launch}"
                 );
             }

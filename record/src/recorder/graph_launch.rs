@@ -66,15 +66,10 @@ impl Recorder {
         }
     }
 
-    fn node_name(&self, exec: usize, node: usize) -> String {
+    pub(super) fn node_name(&self, exec: usize, node: usize) -> String {
         lock(&self.graphs)
             .get(&exec)
-            .and_then(|s| {
-                s.kernels
-                    .iter()
-                    .find(|k| k.node == node)
-                    .map(|k| k.demangled.clone())
-            })
+            .map(|s| s.node_name(node))
             .unwrap_or_default()
     }
 
@@ -85,7 +80,7 @@ impl Recorder {
         stream: &ForeignStream,
     ) -> Result<(), RecordError> {
         let state = self.live_graph(exec)?;
-        let model = &state.model;
+        let model = state.model();
         // Every node is judged before anything runs on the GPU.
         let runs = plan_launch(model, pointer::is_device_memory).map_err(RecordError::GraphNode)?;
         let position = runs

@@ -17,7 +17,7 @@ use kreplay_cuda::{
 use kreplay_format::GraphOrigin;
 use kreplay_protocol::config::{short_kernel_name, Mode};
 
-use super::exec_graphs::{count_launch, ExecKernel, ExecState};
+use super::exec_graphs::{ExecKernel, ExecState};
 use super::graph_launch::GraphTarget;
 use super::locking::lock;
 use super::marks::{FlagGuard, IN_LAUNCH, SELF_CALLS};
@@ -68,16 +68,17 @@ impl Recorder {
                 enabled,
             } => {
                 if let Some(s) = lock(&self.graphs).get_mut(&exec) {
-                    s.tally = None;
-                    match s.model.by_handle(node) {
-                        Some(i) => s.model.nodes[i].enabled = enabled,
+                    let (model, _) = s.changing();
+                    match model.by_handle(node) {
+                        Some(i) => model.nodes[i].enabled = enabled,
                         None => s.stale = Some("a node inside a child graph was disabled".into()),
                     }
                 }
             }
             GraphCall::NodeParamsSet { exec } => {
                 if let Some(s) = lock(&self.graphs).get_mut(&exec) {
-                    s.tally = None;
+                    // The parameters in force changed: the tally no longer stands for them.
+                    s.changing();
                     s.stale = Some("the executable graph's nodes were updated in a way kreplay does not follow yet (cuGraphExecNodeSetParams, memcpy, memset or child-graph parameters)".into());
                 }
             }
@@ -116,17 +117,7 @@ impl Recorder {
         } else {
             names
         };
-        lock(&self.graphs).insert(
-            exec,
-            ExecState {
-                model,
-                kernels,
-                launches: 0,
-                stale: None,
-                keep_args,
-                tally: None,
-            },
-        );
+        lock(&self.graphs).insert(exec, ExecState::new(model, kernels, keep_args));
     }
 
     fn exec_kernels(&self, model: &GraphModel) -> Vec<ExecKernel> {
@@ -162,19 +153,19 @@ impl Recorder {
         let Some(s) = graphs.get_mut(&exec) else {
             return;
         };
-        s.tally = None;
-        match s.model.by_handle(node) {
+        let (model, kernels) = s.changing();
+        match model.by_handle(node) {
             Some(i) => {
-                if let Some(e) = s.kernels.iter_mut().find(|e| e.node == i) {
+                if let Some(e) = kernels.iter_mut().find(|e| e.node == i) {
                     e.demangled = demangled;
                     e.wanted = wanted;
                 }
                 // The node's launch attributes are not among the parameters: they stay.
                 let mut k = k;
-                if let NodeOp::Kernel(old) = &s.model.nodes[i].op {
+                if let NodeOp::Kernel(old) = &model.nodes[i].op {
                     k.attributes = old.attributes.clone();
                 }
-                s.model.nodes[i].op = NodeOp::Kernel(k);
+                model.nodes[i].op = NodeOp::Kernel(k);
             }
             None => s.stale = Some("a kernel node inside a child graph was updated".into()),
         }
@@ -195,7 +186,7 @@ impl Recorder {
                 return;
             };
             let mut read = read.ok();
-            let paired = read.as_mut().is_some_and(|m| m.keep_handles_of(&s.model));
+            let paired = read.as_mut().is_some_and(|m| m.keep_handles_of(s.model()));
             if !paired {
                 s.stale = Some(
                     "the executable graph was updated from a graph kreplay could not pair with it"
@@ -207,9 +198,7 @@ impl Recorder {
         if let Some(model) = paired {
             let kernels = self.exec_kernels(&model);
             if let Some(s) = lock(&self.graphs).get_mut(&exec) {
-                s.model = model;
-                s.kernels = kernels;
-                s.tally = None;
+                s.replace(model, kernels);
             }
         }
     }
@@ -223,15 +212,10 @@ impl Recorder {
         let mut graphs = lock(&self.graphs);
         let state = graphs.get_mut(&exec)?;
         state.launches += 1;
-        let ExecState {
-            model,
-            kernels,
-            tally,
-            ..
-        } = state;
         let captured = self
             .kernels
-            .with_book(|book| count_launch(book, &self.config, model, kernels, tally));
+            .with_book(|book| state.count(book, &self.config));
+        let (model, kernels) = (state.model(), state.kernels());
         for (at, launch_index, index) in captured {
             let k = &kernels[at];
             if let NodeOp::Kernel(kn) = &model.nodes[k.node].op {
@@ -287,15 +271,7 @@ impl Recorder {
                 continue;
             }
             if let Err(e) = self.capture_node(exec, node, &stream, launch_index, index, launch) {
-                let name = lock(&self.graphs)
-                    .get(&exec)
-                    .and_then(|s| {
-                        s.kernels
-                            .iter()
-                            .find(|k| k.node == node)
-                            .map(|k| k.demangled.clone())
-                    })
-                    .unwrap_or_default();
+                let name = self.node_name(exec, node);
                 self.error(format!(
                     "capture of {} (match {index}, a node of a CUDA graph) failed: {e}; the application continues",
                     short_kernel_name(&name)
@@ -328,7 +304,7 @@ impl Recorder {
         graph_launch: u64,
     ) -> Result<(), RecordError> {
         let state = self.live_graph(exec)?;
-        let model = &state.model;
+        let model = state.model();
         if let Some(why) = uncapturable(model) {
             return Err(RecordError::GraphNode(why));
         }
@@ -391,11 +367,11 @@ impl Recorder {
             graph_launch,
             graph_exec: exec as u64,
             kernel_node: state
-                .kernels
+                .kernels()
                 .iter()
                 .position(|e| e.node == node)
                 .map_or(0, |i| i as u32 + 1),
-            kernel_nodes: state.kernels.len() as u32,
+            kernel_nodes: state.kernels().len() as u32,
             nodes: model.nodes.len() as u32,
             ancestors_run: before.len() as u32,
         });

@@ -303,6 +303,21 @@ pub(super) mod tests {
             .expect("a mode is set")
     }
 
+    /// A kernel's name, count, count in graphs and first launch.
+    type KernelCounts = (String, u64, u64, u64);
+
+    /// What a book has counted, to compare two books: launches, matches, and per kernel its
+    /// name, count, count in graphs and first launch (shared with `exec_graphs`' tests).
+    pub(in crate::recorder) fn book_counts(b: &KernelBook) -> (u64, u64, Vec<KernelCounts>) {
+        let c = &b.counts;
+        let stats = c
+            .stats
+            .iter()
+            .map(|s| (s.name.clone(), s.count, s.in_graphs, s.first_launch))
+            .collect();
+        (c.launches, c.matches, stats)
+    }
+
     /// An execution of kernel `name` outside graphs (shared with `exec_graphs`' tests).
     pub(in crate::recorder) fn execution(name: &str, wanted: bool) -> Execution<'_> {
         Execution {
@@ -373,16 +388,7 @@ pub(super) mod tests {
                 "execution {round} ({n})"
             );
         }
-        let counts = |b: &KernelBook| {
-            let c = &b.counts;
-            let stats: Vec<_> = c
-                .stats
-                .iter()
-                .map(|s| (s.name.clone(), s.count, s.in_graphs))
-                .collect();
-            (c.launches, c.matches, stats)
-        };
-        assert_eq!(counts(&kept), counts(&by_name));
+        assert_eq!(book_counts(&kept), book_counts(&by_name));
     }
 
     #[test]
