@@ -175,20 +175,30 @@ impl L2Flush {
         self.discard.is_some()
     }
 
-    /// Queues one sweep on `stream`. Returns the kernels queued (a profiler that makes one
-    /// range per kernel sees each).
-    pub fn run(&self, stream: &Stream) -> CuResult<u32> {
+    /// Queues the sweep's read stage alone on `stream` (no discard): for sweeps that warm the
+    /// GPU before others that end the flush. Each sweep's reads evict the lines the one before
+    /// left (the buffer is several times L2), so a discard between them only costs (about 35
+    /// us a sweep on an H100, session 23); the last sweep before a measurement must still be a
+    /// whole one (`run`) to leave L2 empty.
+    pub fn run_reads_only(&self, stream: &Stream) -> CuResult<()> {
         let vectors = (self.buf.len() / 16) as u64;
-        // SAFETY: the sweep reads `vectors` 16-byte vectors of `buf` and writes 16 bytes of
-        // `sink`, both allocations owned by `self`; freeing them (`cuMemFree`, on drop) waits
-        // for the device, so the sweep never runs on freed memory.
+        // SAFETY: as in `run`: the sweep reads `buf` and writes 16 bytes of `sink`, ours.
         unsafe {
             self.launch(
                 &self.function,
                 &[self.buf.ptr(), vectors, self.sink.ptr()],
                 stream,
-            )?
-        };
+            )
+        }
+    }
+
+    /// Queues one sweep on `stream`. Returns the kernels queued (a profiler that makes one
+    /// range per kernel sees each).
+    pub fn run(&self, stream: &Stream) -> CuResult<u32> {
+        // (The sweep reads `buf` and writes 16 bytes of `sink`, both allocations owned by
+        // `self`; freeing them, `cuMemFree` on drop, waits for the device, so the sweep never
+        // runs on freed memory.)
+        self.run_reads_only(stream)?;
         if let Some(d) = &self.discard {
             let lines = (self.buf.len() / 128) as u64;
             // SAFETY: discards `lines` 128-byte lines of `buf`, owned by `self` (as above).

@@ -391,18 +391,23 @@ fn snapshots_with_sweeps_ahead(
         SweepsAhead::none()
     };
     let upload = crate::spares::spare_stream().ok();
-    let queued = upload
-        .as_ref()
-        .and_then(|upload| queue_into_slab(found, placement, post_half, stream, upload));
+    let queued = upload.as_ref().and_then(|upload| {
+        queue_into_slab(found, placement, (post_half, module_id), stream, upload)
+    });
     // The upload stream is kept with the copy's table until the settle has waited for it;
     // without a slab's copy nothing waits on it.
-    let (slab, slab_table, post_half) = match (queued, upload) {
-        (Some(q), Some(upload)) => (Some(q.slab), Some((q.table, upload)), q.post_half),
+    let (slab, slab_table, post_half, built) = match (queued, upload) {
+        (Some(q), Some(upload)) => (
+            Some(q.slab),
+            Some((q.table, upload)),
+            q.post_half,
+            q.snapshots,
+        ),
         (_, idle) => {
             if let Some(idle) = idle {
                 crate::spares::return_stream(idle);
             }
-            (None, None, None)
+            (None, None, None, None)
         }
     };
     if slab.is_none() && placement_bytes > 0 && !ahead.is_none() {
@@ -415,8 +420,10 @@ fn snapshots_with_sweeps_ahead(
     if ahead.is_none() && no_arrays && nothing_left_to_copy(found, at, copies) {
         ahead = crate::settle::sweep_ahead(stream);
     }
-    let (snapshots, globals) =
-        take_snapshots(found, slab, copies, module_id, stream, open_file, spill)?;
+    let (snapshots, globals) = match built {
+        Some(built) => built,
+        None => take_snapshots(found, slab, copies, module_id, stream, open_file, spill)?,
+    };
     Ok(Prepared {
         snapshots,
         globals,

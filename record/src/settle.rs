@@ -29,7 +29,8 @@ const SETTLE_STABLE: f64 = 0.02;
 /// by the capture before). Read sweeps over a buffer larger than L2 write those lines back and
 /// keep the GPU busy until two sweeps in a row take the same time (the clocks are up), so the
 /// in-app figure is the kernel's own duration with an empty L2 (what `kreplay play --cache
-/// flush` replays: each sweep ends by discarding its own lines, see `cache`). Skipped (and said
+/// flush` replays: each timed sweep, the last ones, ends by discarding its own lines, see
+/// `cache`; the untimed ones before them only read, `L2Flush::run_reads_only`). Skipped (and said
 /// so) when device memory is short. `KREPLAY_DEBUG_SETTLE=0` turns it off (a measurement aid).
 ///
 /// `ahead`: sweeps `sweep_ahead` already queued on `stream` (they count among the untimed).
@@ -59,7 +60,7 @@ pub(crate) fn sweep_ahead(stream: &Stream) -> SweepsAhead {
     let queued = with_sweep(|sweep| {
         let mut n = 0;
         for _ in 0..untimed_sweeps(SETTLE_MIN_SWEEPS, 0) {
-            if sweep.run(stream).is_err() {
+            if sweep.run_reads_only(stream).is_err() {
                 break;
             }
             n += 1;
@@ -132,8 +133,9 @@ fn settle_with(
     } else {
         SETTLE_MIN_SWEEPS
     };
+    // Untimed: reads only; the timed ones after them are whole and leave L2 empty.
     for _ in 0..untimed_sweeps(min, ahead) {
-        sweep.run(stream).map_err(e)?;
+        sweep.run_reads_only(stream).map_err(e)?;
     }
     let (start, stop) = (Event::new().map_err(e)?, Event::new().map_err(e)?);
     let mut last: Option<u64> = None;
