@@ -182,7 +182,9 @@ impl L2Flush {
     /// whole one (`run`) to leave L2 empty.
     pub fn run_reads_only(&self, stream: &Stream) -> CuResult<()> {
         let vectors = (self.buf.len() / 16) as u64;
-        // SAFETY: as in `run`: the sweep reads `buf` and writes 16 bytes of `sink`, ours.
+        // SAFETY: the sweep reads `vectors` 16-byte vectors of `buf` and writes 16 bytes of
+        // `sink`, both allocations owned by `self`; freeing them (`cuMemFree`, on drop) waits
+        // for the device, so the sweep never runs on freed memory.
         unsafe {
             self.launch(
                 &self.function,
@@ -195,13 +197,11 @@ impl L2Flush {
     /// Queues one sweep on `stream`. Returns the kernels queued (a profiler that makes one
     /// range per kernel sees each).
     pub fn run(&self, stream: &Stream) -> CuResult<u32> {
-        // (The sweep reads `buf` and writes 16 bytes of `sink`, both allocations owned by
-        // `self`; freeing them, `cuMemFree` on drop, waits for the device, so the sweep never
-        // runs on freed memory.)
         self.run_reads_only(stream)?;
         if let Some(d) = &self.discard {
             let lines = (self.buf.len() / 128) as u64;
-            // SAFETY: discards `lines` 128-byte lines of `buf`, owned by `self` (as above).
+            // SAFETY: discards `lines` 128-byte lines of `buf`, owned by `self`; freeing it
+            // waits for the device (as in `run_reads_only`).
             unsafe { self.launch(&d.function, &[self.buf.ptr(), lines], stream)? };
             return Ok(2);
         }

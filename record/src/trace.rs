@@ -34,8 +34,16 @@ fn mode() -> Option<&'static Mode> {
     .as_ref()
 }
 
-/// Steps kept by the buffered mode: (ms since the first step, the CPU, step).
-static KEPT: Mutex<Vec<(f64, i32, String)>> = Mutex::new(Vec::new());
+/// A step the buffered mode kept: ms since the first step, the thread and the CPU it ran on.
+struct Kept {
+    at: f64,
+    thread: std::thread::ThreadId,
+    cpu: i32,
+    step: String,
+}
+
+/// Steps kept by the buffered mode.
+static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
 
 /// The CPU the calling thread runs on (-1: unknown); through the vDSO, no system call.
 fn cpu_now() -> i32 {
@@ -56,8 +64,9 @@ fn node_number(name: &str) -> Option<u32> {
     name.strip_prefix("node")?.parse().ok()
 }
 
-/// What `flush` says before a step whose CPU is not the previous step's: `[cpu N, node M] `.
-fn cpu_mark(cpu: i32, previous: Option<i32>, node: impl Fn(i32) -> Option<u32>) -> String {
+/// What `flush` says before a step whose CPU is not its thread's previous step's (`previous`):
+/// `[cpu N, node M] `.
+fn cpu_mark(cpu: i32, previous: Option<i32>, mut node: impl FnMut(i32) -> Option<u32>) -> String {
     if previous == Some(cpu) {
         return String::new();
     }
@@ -94,10 +103,13 @@ pub(crate) fn trace_with(step: impl FnOnce() -> String) {
                 Some(n @ "kreplay-writer") => format!("[{n}] {}", step()),
                 _ => step(),
             };
-            let cpu = cpu_now();
-            KEPT.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((at, cpu, step));
+            let kept = Kept {
+                at,
+                thread: std::thread::current().id(),
+                cpu: cpu_now(),
+                step,
+            };
+            KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(kept);
         }
     }
 }
@@ -108,13 +120,46 @@ pub(crate) fn flush() {
         return;
     }
     let kept = std::mem::take(&mut *KEPT.lock().unwrap_or_else(|e| e.into_inner()));
-    let (mut last, mut last_cpu) = (None, None);
-    for (at, cpu, step) in kept {
-        let since = last.map_or(0.0, |l| at - l);
-        let mark = cpu_mark(cpu, last_cpu, node_of);
-        (last, last_cpu) = (Some(at), Some(cpu));
-        crate::diag!("kreplay: profile: {at:>10.3} ms (+{since:>7.3}) {mark}{step}");
+    let marks = cpu_marks(kept.iter().map(|k| (k.thread, k.cpu)), node_of);
+    let mut last = None;
+    for (k, mark) in kept.iter().zip(marks) {
+        let since = last.map_or(0.0, |l| k.at - l);
+        last = Some(k.at);
+        crate::diag!(
+            "kreplay: profile: {:>10.3} ms (+{since:>7.3}) {mark}{}",
+            k.at,
+            k.step
+        );
     }
+}
+
+/// `cpu_mark` of each step, each thread's CPU compared with its own previous step's (the
+/// writers' steps are among the capture's); each CPU's `node` asked once.
+fn cpu_marks<T: PartialEq + Copy>(
+    steps: impl Iterator<Item = (T, i32)>,
+    node: impl Fn(i32) -> Option<u32>,
+) -> Vec<String> {
+    let mut cpus: Vec<(T, i32)> = Vec::new();
+    let mut nodes: Vec<(i32, Option<u32>)> = Vec::new();
+    steps
+        .map(|(thread, cpu)| {
+            let previous = match cpus.iter_mut().find(|(t, _)| *t == thread) {
+                Some((_, c)) => Some(std::mem::replace(c, cpu)),
+                None => {
+                    cpus.push((thread, cpu));
+                    None
+                }
+            };
+            cpu_mark(cpu, previous, |c| {
+                if let Some(&(_, n)) = nodes.iter().find(|(k, _)| *k == c) {
+                    return n;
+                }
+                let n = node(c);
+                nodes.push((c, n));
+                n
+            })
+        })
+        .collect()
 }
 
 /// `trace_with` for a fixed message.
@@ -151,6 +196,33 @@ mod tests {
         assert_eq!(cpu_mark(3, Some(3), node), "");
         assert_eq!(cpu_mark(9, Some(3), node), "[cpu 9, node 1] ");
         assert_eq!(cpu_mark(-1, Some(3), node), "[cpu -1] ");
+        // Two threads interleaved: each compared with its own steps; a node asked once.
+        let asked = std::cell::Cell::new(0);
+        let marks = cpu_marks(
+            [
+                ("capture", 3),
+                ("writer", 7),
+                ("capture", 3),
+                ("writer", 7),
+                ("capture", 9),
+            ]
+            .into_iter(),
+            |c| {
+                asked.set(asked.get() + 1);
+                Some(c as u32 / 8)
+            },
+        );
+        assert_eq!(
+            marks,
+            [
+                "[cpu 3, node 0] ",
+                "[cpu 7, node 0] ",
+                "",
+                "",
+                "[cpu 9, node 1] "
+            ]
+        );
+        assert_eq!(asked.get(), 3, "cpus 3, 7 and 9, once each");
         assert_eq!(node_number("node1"), Some(1));
         assert_eq!(node_number("node"), None);
         assert_eq!(node_number("topology"), None);
