@@ -245,30 +245,48 @@ fn writers_held_off(laps: &mut Laps) -> crate::quiet::Measuring {
     measuring
 }
 
-/// `before_launch`'s work.
-fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
-    let began = Instant::now();
-    let mut laps = Laps::new();
-    let view = input.view;
-    let (args, layout) = (input.args, input.layout);
-    let measuring = writers_held_off(&mut laps);
-    ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
-    laps.lap("synchronise");
-
-    let footprint = crate::footprint::for_capture();
-    // Module globals, resolved in the application's module (restored by name at replay).
-    let Reads {
-        walk: found,
-        mut textures,
-        mut copies,
-    } = footprint.reads(&Step {
-        args: &args,
-        layout: &layout,
+/// What the dispatch reads (`Footprint::reads`), module globals resolved in the application's
+/// module (restored by name at replay); the walk's regions end to end as spans where they
+/// are asked for (`spans`) and the capture is one dispatch compared after its stall
+/// (`compare_later`: not a range's step, not `--memory touched`, not a whole graph launch,
+/// whose regions are matched against other steps' by allocation).
+fn reads_of(
+    footprint: &dyn crate::footprint::Footprint,
+    input: &PreInput<'_>,
+) -> Result<Reads, RecordError> {
+    let mut reads = footprint.reads(&Step {
+        args: &input.args,
+        layout: &input.layout,
         function: &input.function,
         module_objects: input.module_objects,
         allocations: &input.allocations,
         copy_regions: true,
     })?;
+    if input.compare_later && crate::spans::switched_on() {
+        let copies = &reads.copies;
+        reads.walk = crate::spans::coalesced(std::mem::take(&mut reads.walk), |base, size| {
+            copies.holds(base, size)
+        });
+    }
+    Ok(reads)
+}
+
+/// `before_launch`'s work.
+fn snapshot_before(input: PreInput<'_>) -> Result<Pending, RecordError> {
+    let began = Instant::now();
+    let mut laps = Laps::new();
+    let view = input.view;
+    let measuring = writers_held_off(&mut laps);
+    ctx_synchronize().map_err(RecordError::cuda("synchronising before the snapshot"))?;
+    laps.lap("synchronise");
+
+    let footprint = crate::footprint::for_capture();
+    let Reads {
+        walk: found,
+        mut textures,
+        mut copies,
+    } = reads_of(&*footprint, &input)?;
+    let (args, layout) = (input.args, input.layout);
     laps.lap("walk");
 
     // A spare (made with the context): a stream made and destroyed is driver work.

@@ -56,6 +56,7 @@ pub mod retaining_alloc;
 pub mod scratch_rule;
 pub mod settle;
 pub mod snapshot;
+mod spans;
 pub mod spares;
 pub mod spill;
 mod staging_rings;
