@@ -264,9 +264,15 @@ fn reads_of(
     })?;
     if input.compare_later && crate::spans::switched_on() {
         let copies = &reads.copies;
-        reads.walk = crate::spans::coalesced(std::mem::take(&mut reads.walk), |base, size| {
-            copies.holds(base, size)
-        });
+        if let Some((spans, multi)) =
+            crate::spans::coalesced(&reads.walk, |b, s| copies.holds(b, s))
+        {
+            let placement = crate::snapshot::slab_placement(&spans);
+            let allowed = crate::scratch_rule::scratch_allowed;
+            if crate::spans::worth_keeping(&placement, &multi, allowed) {
+                reads.walk = spans;
+            }
+        }
     }
     Ok(reads)
 }

@@ -155,7 +155,7 @@ type PostHalf = (u64, Vec<SlabCopy>);
 
 /// A slab at most this long gets a second half for the regions' bytes after the step
 /// (`queue_into_slab`): twice its memory, for a post-dispatch phase of one launch.
-const POST_HALF_MOST_BYTES: u64 = 256 << 20;
+pub(crate) const POST_HALF_MOST_BYTES: u64 = 256 << 20;
 
 /// The slab `placement` sizes, allocated, and the copies of `found`'s regions into it. With
 /// `post_half` (and a slab of at most `POST_HALF_MOST_BYTES` that the scratch rule allows
