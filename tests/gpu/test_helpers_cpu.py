@@ -728,6 +728,25 @@ def test_the_bench_verdict_wants_time_within_5_percent_and_2_us_per_step():
         assert why and "per step" in fig, f
 
 
+def test_a_launch_bound_app_lets_the_replay_be_faster_never_slower():
+    # Catches: the session-24 H100 host's failure (replay 102.3 us against in-app 111.4, the
+    # app's own loop of the same launches 124.3 us: its launches set its time) judged as a
+    # replay defect; and the allowance reaching a GPU-bound app, or a slower replay.
+    assert R.launch_bound(124.26, 101700) and not R.launch_bound(80.0, 85000)
+    assert not R.launch_bound(None, 101700) and not R.launch_bound(124.26, 0)
+    assert not R.launch_bound(106.0, 101700), "within 5 %: not launch-bound"
+    info = bench_info(original_ns=111400)
+    out = BENCH_OUT.format(app="157.06").replace("80.00 us", "124.26 us")
+    play = range_play(info, passes=20, median_ns=102300, durations_ns=[101700] + [102300] * 19)
+    why, fig = R.bench_checks(out, 0, out, info, 0, play, 20)
+    assert why == [] and "launches, not the GPU" in fig, (why, fig)
+    slower = {**play, "median_ns": 117500, "durations_ns": [101700] + [117500] * 19}
+    assert R.bench_checks(out, 0, out, info, 0, slower, 20)[0], "5.5 % slower, launch-bound or not"
+    gpu_bound = BENCH_OUT.format(app="157.06").replace("80.00 us", "100.00 us")
+    why, fig = R.bench_checks(gpu_bound, 0, gpu_bound, info, 0, play, 20)
+    assert why and "launches, not the GPU" not in fig, "an app as fast as the replay: both sides judged"
+
+
 def test_the_bench_is_judged_on_the_round_of_median_ratio():
     # Catches: the first round taken (one clock state decides), the best one taken (a lucky
     # pairing passes), or a round without figures treated as perfect.
