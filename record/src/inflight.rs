@@ -172,10 +172,9 @@ impl InFlight {
 
     /// The staging size the ring needs: for the largest region in device scratch, up to
     /// `staging_rings::MOST_BYTES` (small captures pin little).
-    fn staging_bytes(&self) -> usize {
-        let h = lock(&self.home);
+    fn staging_bytes(snapshots: &[Snapshot]) -> usize {
         let on_device = || {
-            h.snapshots
+            snapshots
                 .iter()
                 .filter(|s| matches!(s.pre, Bytes::Device(_)))
         };
@@ -198,15 +197,17 @@ impl InFlight {
         ring: &mut Option<Lent>,
         progress: &dyn Fn(u64),
     ) -> Option<Result<RawBytes, RecordError>> {
-        // Sized once, when the ring is made (for the first region in device scratch).
-        let staging = if ring.is_none() {
-            self.staging_bytes()
-        } else {
-            0
-        };
         let mut h = lock(&self.home);
         // The writer made the capture's context current.
         h.compare_later(true, Pacing::Writer);
+        // Sized once, when the ring is made (for the first region in device scratch): not for
+        // each region before it (a capture of host snapshots scanned them all per region).
+        let on_device = |s: &Snapshot| matches!(s.pre, Bytes::Device(_));
+        let staging = if ring.is_none() && h.snapshots.get(i).is_some_and(on_device) {
+            Self::staging_bytes(&h.snapshots)
+        } else {
+            0
+        };
         let s = h.snapshots.get_mut(i)?;
         let written = write_snapshot(s, w, ring, (self.context, staging), progress);
         Some(written)
@@ -295,7 +296,7 @@ fn write_snapshot<W: Write + Seek>(
     };
     if ring.is_none() {
         let made = crate::staging_rings::take(context, staging.max(1));
-        *ring = Some(made.map_err(RecordError::ReadBack)?);
+        *ring = Some(made.map_err(RecordError::cuda("allocating page-locked staging"))?);
     }
     let Some(Lent { ring: r, .. }) = ring.as_mut() else {
         return Err(RecordError::NoContext);

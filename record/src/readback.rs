@@ -199,12 +199,12 @@ pub fn run(
             Step::Copy { offset, len, .. } => (offset, len as usize),
         };
         while started < copies.len() && started - consumed < slots {
-            let _starting = (pacing == Pacing::Writer).then(quiet::reading);
             let (src, _, n) = copies[started];
             // SAFETY: the steps come from `pre_steps`/`post_steps`, which keep each copy inside
             // the region being written out: our scratch (`inflight`) or the application's
             // allocation with its context synchronised (`spill`); the slot was consumed.
-            unsafe { ring.start(started % slots, src, n) }.map_err(read_back)?;
+            quiet::paced(pacing, || unsafe { ring.start(started % slots, src, n) })
+                .map_err(read_back)?;
             started += 1;
         }
         let bytes = ring.wait(consumed % slots, len).map_err(read_back)?;

@@ -244,8 +244,9 @@ pub(crate) fn queue_into_slab(
         let table = with_chunk_kernels(|k| unsafe {
             k.queue_copies_keeping(&copies, &later, stream, upload)
         });
-        // A helper that panicked built nothing: `take_snapshots` does it here.
-        (table, helper.and_then(|h| h.join().ok()))
+        // A helper that panicked, or could not place a region, built nothing:
+        // `take_snapshots` does it here.
+        (table, helper.and_then(|h| h.join().ok().flatten()))
     });
     let table = table.ok()?;
     crate::trace::trace(if snapshots.is_some() {
@@ -261,16 +262,20 @@ pub(crate) fn queue_into_slab(
     })
 }
 
+/// The fewest regions whose snapshots are built on a helper thread: making and joining one
+/// costs 36-123 us (session 23, H100), more than a few hundred snapshots take to build.
+const BESIDE_LEAST_REGIONS: usize = 1024;
+
 /// Starts building every region's snapshot on a helper thread of `scope` (`slab_snapshots`),
-/// when `slab` holds every region of `found`; `None` otherwise, or when no thread could be
-/// made (the caller's thread then builds them).
+/// when `slab` holds every region of `found` and there are at least `BESIDE_LEAST_REGIONS`;
+/// `None` otherwise, or when no thread could be made (the caller's thread then builds them).
 fn built_beside<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     found: &'scope Walk,
     slab: &'scope Slab,
     module_id: u32,
-) -> Option<std::thread::ScopedJoinHandle<'scope, Built>> {
-    if !every_region_in_slab(&slab.1, found.regions.len()) {
+) -> Option<std::thread::ScopedJoinHandle<'scope, Option<Built>>> {
+    if !beside_pays(&slab.1, found.regions.len()) {
         return None;
     }
     std::thread::Builder::new()
@@ -291,26 +296,32 @@ fn every_region_in_slab(at: &[Option<u64>], regions: usize) -> bool {
     at.len() == regions && at.iter().all(Option::is_some)
 }
 
+/// Whether `built_beside` starts a helper: every region in the slab, and enough of them.
+fn beside_pays(at: &[Option<u64>], regions: usize) -> bool {
+    regions >= BESIDE_LEAST_REGIONS && every_region_in_slab(at, regions)
+}
+
 /// `take_snapshots`' result when the slab holds every region (`every_region_in_slab`): no
-/// copy, no spill, no driver call; `stretch(at, len)` is a region's bytes in the slab.
+/// copy, no spill, no driver call; `stretch(at, len)` is a region's bytes in the slab. `None`
+/// when a region has no place in it or a size beyond `usize` (then `take_snapshots` makes
+/// them all, copying such a region itself; an empty snapshot would lose its bytes).
 fn slab_snapshots(
     found: &Walk,
     at: &[Option<u64>],
     module_id: u32,
     stretch: impl Fn(u64, usize) -> Bytes,
-) -> Built {
+) -> Option<Built> {
+    if at.len() != found.regions.len() {
+        return None;
+    }
     let mut snapshots = Vec::with_capacity(found.regions.len());
     let mut module_globals = Vec::new();
     for ((id, r), at) in found.regions.iter().enumerate().zip(at) {
-        let pre = match (at, usize::try_from(r.size)) {
-            (Some(at), Ok(len)) => stretch(*at, len),
-            // (Not reached: the slab's plan sized each placed region in usize.)
-            _ => Bytes::Host(Vec::new()),
-        };
+        let pre = stretch((*at)?, usize::try_from(r.size).ok()?);
         module_globals.extend(global_of(r, id, module_id));
         snapshots.push(snapshot_of(found, id, region_of(id, r), pre, None));
     }
-    (snapshots, module_globals)
+    Some((snapshots, module_globals))
 }
 
 /// The capture's region `id` for a region the walk found.
@@ -1116,6 +1127,20 @@ mod tests {
         assert!(!every_region_in_slab(&[Some(0)], 2), "a shorter placement");
         assert!(!every_region_in_slab(&[Some(0), Some(1), Some(2)], 2));
         assert!(every_region_in_slab(&[], 0));
+        // A thread only where it pays: a pointer table's 10,002 regions, not a saxpy's five.
+        let placed = |n: usize| vec![Some(0); n];
+        assert!(beside_pays(&placed(10_002), 10_002));
+        assert!(beside_pays(
+            &placed(BESIDE_LEAST_REGIONS),
+            BESIDE_LEAST_REGIONS
+        ));
+        assert!(
+            !beside_pays(&placed(5), 5),
+            "five regions: a thread costs more"
+        );
+        let mut one_out = placed(10_002);
+        one_out[77] = None;
+        assert!(!beside_pays(&one_out, 10_002));
     }
 
     // Catches: a snapshot built beside the copy that differs from `take_snapshots`' for a
@@ -1132,9 +1157,18 @@ mod tests {
             &[true, true, false],
         );
         let at = [Some(8192), Some(0), Some(4096)];
-        let (snaps, globals) = slab_snapshots(&walk, &at, 7, |at, len| {
+        let stretch = |at: u64, len: usize| {
             Bytes::Host([at.to_le_bytes(), (len as u64).to_le_bytes()].concat())
-        });
+        };
+        assert!(
+            slab_snapshots(&walk, &[Some(8192), None, Some(4096)], 7, stretch).is_none(),
+            "a region without its place in the slab"
+        );
+        assert!(
+            slab_snapshots(&walk, &at[..2], 7, stretch).is_none(),
+            "a shorter placement"
+        );
+        let (snaps, globals) = slab_snapshots(&walk, &at, 7, stretch).expect("every region placed");
         assert_eq!(snaps.len(), 3);
         for (i, s) in snaps.iter().enumerate() {
             let r = &walk.regions[i];
